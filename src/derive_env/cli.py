@@ -1,0 +1,86 @@
+"""The click command: options -> :func:`derive_env.app.run`. No derivation logic here."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from derive_env import __version__
+from derive_env.app import run
+from derive_env.render import FORMATS
+
+_EPILOG = """\b
+Exit codes: 0 ok (or the command's own status), 2 usage, 3 bad cluster variables,
+4 bad image label, 5 environment too large, 126 command not executable, 127 not found.
+Docs: docs/operator-guide.md"""
+
+
+@click.command(
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "allow_interspersed_args": False,
+        "max_content_width": 100,
+    },
+    epilog=_EPILOG,
+)
+@click.option("--dry-run", is_flag=True, help="Print the derived variables; run nothing.")
+@click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default=None,
+    help="Dry-run output: KEY=VALUE lines (env, default), one JSON object, a TOML table, "
+         "or eval-safe `export` lines (shell).",
+)
+@click.option(
+    "--explain", is_flag=True,
+    help="Dry-run output for a person: each variable with its value and where it came from.",
+)
+@click.option(
+    "--label", "label_items", multiple=True, metavar="KEY=VALUE",
+    help="An image label (repeatable); wins over the labels files.",
+)
+@click.option(
+    "--labels-file", metavar="PATH",
+    help="Labels as a JSON object or `docker image inspect` output ('-' for stdin); wins "
+         "over the image's /etc/derive-env/labels.json.",
+)
+@click.option(
+    "--env-file", metavar="PATH",
+    help="Read the input environment from dotenv KEY=VALUE lines instead of this process's, "
+         "e.g. to see what another container of the session would get.",
+)
+@click.version_option(__version__, prog_name="derive-env")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
+def cli(
+    dry_run: bool,
+    fmt: str | None,
+    explain: bool,
+    label_items: tuple[str, ...],
+    labels_file: str | None,
+    env_file: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
+
+    Reads the cluster topology (Backend.AI's BACKENDAI_CLUSTER_* variables) and the image's
+    ai.backend.distributed.* labels, sets MASTER_ADDR, torchrun's PET_* defaults, TF_CONFIG
+    or JAX's coordinator address, and replaces itself with COMMAND (same PID). An image
+    without the ai.backend.distributed.frameworks label gets its environment unchanged.
+
+    \b
+      derive-env -- torchrun train.py
+      derive-env --dry-run --explain
+      eval "$(derive-env --dry-run --format shell)"
+    """
+    if not dry_run:
+        if fmt is not None or explain:
+            raise click.UsageError("--format and --explain need --dry-run.")
+        if not command:
+            raise click.UsageError(
+                "no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run."
+            )
+    elif explain and fmt is not None:
+        raise click.UsageError("--explain prints for a person; drop --format.")
+    sys.exit(run(
+        list(command), dry_run=dry_run, fmt=fmt or "env", explain=explain,
+        labels_file=labels_file, label_items=label_items, env_file=env_file,
+    ))

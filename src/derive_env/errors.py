@@ -1,0 +1,82 @@
+"""The one exception tree of derive-env; each error knows its exit code.
+
+Every error that input can cause (a cluster manager's variables, an image's labels, an
+operator's options or files) is a :class:`DeriveEnvError`. The command line prints its
+``str()`` on stderr, prefixed with ``derive-env: error:``, and exits with its
+``exit_code`` without running the user's command. Anything else escaping is a bug.
+
+Exit codes (documented in docs/operator-guide.md):
+
+====  =====================================================================
+code  meaning
+====  =====================================================================
+2     usage: bad option, no command, unreadable or malformed ``--env-file``
+3     the cluster manager's topology variables are missing, malformed or
+      inconsistent (or a user-set MASTER_ADDR / MASTER_PORT is malformed)
+4     an image label or labels file is malformed
+5     the derived environment or the command line is too large to exec
+126   the command was found but cannot be executed
+127   the command was not found
+====  =====================================================================
+"""
+
+from __future__ import annotations
+
+
+class DeriveEnvError(Exception):
+    """Base of every error caused by input; ``exit_code`` is the process exit status."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def describe(name: str, value: str, expected: str) -> str:
+    """Return the standard sentence: ``NAME='value': expected ...``.
+
+    ``value`` is shown with ``repr`` so blanks and control characters are visible, and is
+    shortened to 200 characters so a huge variable cannot flood the terminal.
+    """
+    shown = value if len(value) <= 200 else value[:200] + f"... ({len(value)} characters)"
+    return f"{name}={shown!r}: expected {expected}"
+
+
+class UsageError(DeriveEnvError):
+    """Bad command line or ``--env-file`` (exit 2)."""
+
+    exit_code = 2
+
+
+class TopologyError(DeriveEnvError):
+    """Missing, malformed or inconsistent cluster-topology variables (exit 3)."""
+
+    exit_code = 3
+
+
+class LabelError(DeriveEnvError):
+    """Malformed image label or labels file (exit 4)."""
+
+    exit_code = 4
+
+
+class EnvironmentTooLarge(DeriveEnvError):
+    """A ``NAME=value`` string, or environment plus argv, exceeds a kernel limit (exit 5)."""
+
+    exit_code = 5
+
+
+class CommandNotExecutable(DeriveEnvError):
+    """The command exists but cannot be executed: permission, directory, format (exit 126)."""
+
+    exit_code = 126
+
+
+class CommandNotFound(DeriveEnvError):
+    """The command is not in the ``PATH`` of the environment being exec'd (exit 127)."""
+
+    exit_code = 127

@@ -1,0 +1,152 @@
+"""Frameworks: one module per framework, each ``derive(context) -> Contribution``.
+
+:data:`FRAMEWORKS` is the lookup table from the names accepted by the
+``ai.backend.distributed.frameworks`` label to modules. A framework reads only the
+:class:`Context` (topology, policy, resolved master, user environment), never a source's
+variables, so a new cluster manager needs no change here and a new framework is one module
+plus one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from derive_env.errors import TopologyError, describe
+from derive_env.policy import ImagePolicy
+from derive_env.topology import ClusterTopology, host_problem
+from derive_env.validation import parse_port
+
+#: framework name -> module, in the order their variables are listed.
+FRAMEWORKS: dict[str, str] = {
+    "pytorch": "derive_env.frameworks.pytorch",
+    "tensorflow": "derive_env.frameworks.tensorflow",
+    "jax": "derive_env.frameworks.jax",
+}
+
+
+class DerivedVariable(BaseModel):
+    """One variable the shim sets, with where its value came from.
+
+    :ivar name: the variable's name, e.g. ``MASTER_ADDR``.
+    :ivar value: the value in the command's environment (the user's when ``kept``).
+    :ivar source: provenance for a person: input variables, label or default.
+    :ivar framework: who reads it (``pytorch``, ``tensorflow``, ``jax``, ``network``).
+    :ivar kept: the environment already had a non-empty value, which wins.
+    :ivar derived: when kept, the value the shim would have set.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    value: str
+    source: str
+    framework: str
+    kept: bool = False
+    derived: str | None = None
+
+
+@dataclass(frozen=True)
+class Master:
+    """The master (node rank 0) address and port every framework derives from.
+
+    ``addr`` is bare (an IPv6 literal without brackets); ``port`` is a TCP port.
+    """
+
+    addr: str
+    addr_source: str
+    port: int
+    port_source: str
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Facts of the running container, read at the edge (cli) only when a label needs them.
+
+    :ivar interfaces: names of the network interfaces (``/sys/class/net``).
+    :ivar routes_v4: the text of ``/proc/net/route``.
+    :ivar routes_v6: the text of ``/proc/net/ipv6_route``.
+    :ivar addresses_v6: the text of ``/proc/net/if_inet6`` (own IPv6 addresses).
+    :ivar hostname: the container's own host name (``gethostname()``).
+    :ivar resolve: host name -> its IP addresses (``getaddrinfo``); ``()`` when unknown.
+    """
+
+    interfaces: tuple[str, ...] = ()
+    routes_v4: str = ""
+    routes_v6: str = ""
+    addresses_v6: str = ""
+    hostname: str = ""
+    resolve: Callable[[str], tuple[str, ...]] = field(default=lambda host: ())
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a framework may read."""
+
+    topology: ClusterTopology
+    policy: ImagePolicy
+    master: Master
+    environ: Mapping[str, str]
+    facts: HostFacts | None = None
+
+
+@dataclass
+class Contribution:
+    """What one framework adds: variables, lines for ``--explain``, warnings."""
+
+    variables: list[DerivedVariable] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def master_of(
+    topology: ClusterTopology, policy: ImagePolicy, environ: Mapping[str, str]
+) -> Master:
+    """Resolve the master address and port, a user-set value first.
+
+    Precedence for the address: ``MASTER_ADDR`` already set (non-empty) > node rank 0 of
+    the topology (``127.0.0.1`` for a single container). For the port: ``MASTER_PORT``
+    already set > the cluster manager's (``BACKENDAI_DIST_MASTER_PORT``) > label
+    ``master-port`` > 29500 (torch/distributed/run.py's default). A user-set pair feeds
+    every value derived from the master, so nothing contradicts it (contract section 6).
+
+    :raises TopologyError: a user-set ``MASTER_ADDR`` is not a host name or IP literal, or
+        ``MASTER_PORT`` is not a port number 1-65535.
+    """
+    user_addr = environ.get("MASTER_ADDR", "")
+    if user_addr:
+        problem = host_problem(user_addr)
+        if problem:
+            raise TopologyError(describe("MASTER_ADDR", user_addr, problem))
+        addr, addr_source = user_addr, "MASTER_ADDR (already set)"
+    elif topology.num_nodes == 1:
+        addr, addr_source = topology.master_addr, "single-container session: loopback"
+    else:
+        addr = topology.master_addr
+        addr_source = f"{topology.inputs_of('nodes')}: node rank 0 in canonical order"
+    user_port = environ.get("MASTER_PORT", "")
+    if user_port:
+        try:
+            port = parse_port(user_port)
+        except ValueError as exc:
+            raise TopologyError(describe("MASTER_PORT", user_port, str(exc))) from None
+        port_source = "MASTER_PORT (already set)"
+    elif topology.master_port is not None:
+        port, port_source = topology.master_port, topology.inputs_of("master_port")
+    else:
+        port = policy.master_port
+        port_source = policy.label_or_default("master_port")
+        if port_source == "default":
+            port_source = "default (29500, PyTorch's)"
+    return Master(addr=addr, addr_source=addr_source, port=port, port_source=port_source)
+
+
+def variable(framework: str) -> Callable[[str, object, str], DerivedVariable]:
+    """Shorthand maker: ``var("MASTER_ADDR", value, source)`` for one framework."""
+
+    def make(name: str, value: object, source: str) -> DerivedVariable:
+        return DerivedVariable(name=name, value=str(value), source=source, framework=framework)
+
+    return make

@@ -1,0 +1,69 @@
+"""PyTorch: ``MASTER_*``, ``NODE_RANK`` and torchrun's ``PET_*`` defaults.
+
+Rules followed:
+
+* torchrun (torch/distributed/run.py, argparse_util.py ``env`` action) reads
+  ``PET_<OPTION>`` as the default of each option, so ``PET_NNODES``, ``PET_NODE_RANK``,
+  ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``, ``PET_NPROC_PER_NODE`` make a bare
+  ``torchrun train.py`` join the static rendezvous at master_addr:master_port, whose rank 0
+  is node rank 0.
+* ``init_process_group("env://")`` (torch/distributed/rendezvous.py) reads ``MASTER_ADDR``,
+  ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``; Lightning reads ``NODE_RANK``.
+* Mode ``torchrun`` (default) sets no per-process rank at container level: torchrun,
+  Lightning and launchers set ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` per process, and a
+  container-level ``RANK``/``LOCAL_RANK`` makes Lightning and NePS take the launcher for an
+  already-launched worker. Mode ``process-per-container`` adds them for scripts that call
+  ``init_process_group("env://")`` once per container.
+"""
+
+from __future__ import annotations
+
+from derive_env.frameworks import Context, Contribution, variable
+
+var = variable("pytorch")
+
+
+def derive(ctx: Context) -> Contribution:
+    """The PyTorch variables of this container (contract section 6)."""
+    topo, policy, master = ctx.topology, ctx.policy, ctx.master
+    nodes_src = topo.inputs_of("nodes") if topo.num_nodes > 1 else "single-container session"
+    rank_src = topo.inputs_of("node_rank") if topo.num_nodes > 1 else "single-container session"
+    out = Contribution()
+    out.variables += [
+        var("MASTER_ADDR", master.addr, master.addr_source),
+        var("MASTER_PORT", master.port, master.port_source),
+        var("NODE_RANK", topo.node_rank, rank_src),
+        var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes"),
+        var("PET_NODE_RANK", topo.node_rank, rank_src),
+        var("PET_MASTER_ADDR", master.addr, f"same as MASTER_ADDR: {master.addr_source}"),
+        var("PET_MASTER_PORT", master.port, f"same as MASTER_PORT: {master.port_source}"),
+    ]
+    if policy.nproc_per_node is not None:
+        out.variables.append(var(
+            "PET_NPROC_PER_NODE", policy.nproc_per_node, "label " + _alias("nproc_per_node")
+        ))
+    elif topo.gpus_per_node:
+        out.variables.append(var(
+            "PET_NPROC_PER_NODE", topo.gpus_per_node,
+            f"{topo.inputs_of('gpus')}: GPU count of this container",
+        ))
+    else:
+        out.notes.append(
+            "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
+            "(torchrun then starts 1 process unless told --nproc-per-node)"
+        )
+    if policy.pytorch_mode == "process-per-container":
+        mode = "label " + _alias("pytorch_mode")
+        out.variables += [
+            var("RANK", topo.node_rank, f"{rank_src} ({mode}: one process per container)"),
+            var("WORLD_SIZE", topo.num_nodes, f"{nodes_src}: number of nodes ({mode})"),
+            var("LOCAL_RANK", 0, f"{mode}: one process per container"),
+            var("LOCAL_WORLD_SIZE", 1, f"{mode}: one process per container"),
+        ]
+    return out
+
+
+def _alias(field: str) -> str:
+    from derive_env.policy import ImagePolicy
+
+    return str(ImagePolicy.model_fields[field].alias)

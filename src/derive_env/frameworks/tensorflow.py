@@ -1,0 +1,123 @@
+"""TensorFlow: ``TF_CONFIG``, the cluster spec and this container's task.
+
+Rules followed (tensorflow/python/distribute/multi_worker_util.py,
+cluster_resolver/tfconfig_cluster_resolver.py):
+
+* ``TF_CONFIG = {"cluster": {type: ["host:port", ...]}, "task": {"type": t, "index": i}}``;
+  task types chief, worker, ps, evaluator; indices per type from 0; at most one chief and
+  one evaluator (``_validate_cluster_spec`` raises otherwise); without a chief, worker 0
+  acts as chief.
+* The evaluator is left out of every ``cluster`` (its own TF_CONFIG included) and gets
+  ``{"type": "evaluator", "index": 0}``: TensorFlow treats it as independent of the training
+  cluster (``is_chief`` docstring; ``_validate_cluster_spec`` allows it to be missing from
+  the spec), and a training task whose spec listed it would count it in collective groups
+  and try to reach it.
+* Only for more than one node: a single container trains locally without TF_CONFIG.
+* JSON built as data, serialised compactly; IPv6 hosts bracketed (``[2001:db8::1]:2222``).
+
+Role mapping: label ``ai.backend.distributed.tensorflow-roles`` maps the cluster manager's
+roles to task types (``main:chief,sub:worker``); default every node a ``worker``. Nodes are
+numbered per task type in canonical node order.
+"""
+
+from __future__ import annotations
+
+import json
+
+from derive_env.errors import LabelError, describe
+from derive_env.frameworks import Context, Contribution, variable
+from derive_env.labels import PREFIX
+from derive_env.topology import ClusterTopology, host_port
+
+ROLES_LABEL = PREFIX + "tensorflow-roles"
+#: key order of ``cluster`` in the emitted JSON.
+_CLUSTER_ORDER = ("chief", "worker", "ps")
+
+var = variable("tensorflow")
+
+
+def task_types(topology: ClusterTopology, roles: tuple[tuple[str, str], ...] | None) -> list[str]:
+    """The TF task type of each node, in canonical order.
+
+    :param roles: the parsed ``tensorflow-roles`` label, or ``None`` for all workers.
+    :raises LabelError: a node's role is not mapped, more than one chief or evaluator, or
+        no chief and no worker left to train.
+    """
+    if roles is None:
+        return ["worker"] * topology.num_nodes
+    shown = ",".join(f"{r}:{t}" for r, t in roles)
+    mapping = dict(roles)
+    types: list[str] = []
+    for node in topology.nodes:
+        if node.role not in mapping:
+            raise LabelError(describe(
+                f"label {ROLES_LABEL}", shown,
+                f"a task type for every role of the session; role {node.role!r} "
+                f"(host {node.host}) has none",
+            ))
+        types.append(mapping[node.role])
+    for single in ("chief", "evaluator"):
+        hosts = [n.host for n, t in zip(topology.nodes, types, strict=True) if t == single]
+        if len(hosts) > 1:
+            raise LabelError(describe(
+                f"label {ROLES_LABEL}", shown,
+                f"at most one {single} node (TensorFlow rejects more); {len(hosts)} nodes "
+                f"map to {single}: {', '.join(hosts[:5])}{', ...' if len(hosts) > 5 else ''}",
+            ))
+    if not any(t in ("chief", "worker") for t in types):
+        raise LabelError(describe(
+            f"label {ROLES_LABEL}", shown, "at least one node mapped to chief or worker"
+        ))
+    return types
+
+
+def tf_config(topology: ClusterTopology, types: list[str], port: int) -> dict[str, object]:
+    """The TF_CONFIG object of this container (before serialisation).
+
+    :param types: task type per node in canonical order (see :func:`task_types`).
+    :param port: the TensorFlow server port (TCP) on every node.
+    """
+    cluster: dict[str, list[str]] = {}
+    for task_type in _CLUSTER_ORDER:
+        members = [
+            host_port(n.host, port)
+            for n, t in zip(topology.nodes, types, strict=True)
+            if t == task_type
+        ]
+        if members:
+            cluster[task_type] = members
+    own_type = types[topology.node_rank]
+    index = types[: topology.node_rank].count(own_type)
+    return {"cluster": cluster, "task": {"type": own_type, "index": index}}
+
+
+def derive(ctx: Context) -> Contribution:
+    """``TF_CONFIG`` for this container, when the session has more than one node."""
+    topo, policy = ctx.topology, ctx.policy
+    out = Contribution()
+    if topo.num_nodes == 1:
+        out.notes.append("TF_CONFIG not set: single-container session (TensorFlow trains locally)")
+        return out
+    types = task_types(topo, policy.tensorflow_roles)
+    config = tf_config(topo, types, policy.tensorflow_port)
+    roles_src = policy.label_or_default("tensorflow_roles")
+    source = (
+        f"nodes: {topo.inputs_of('nodes')} in canonical order; this task: node rank from "
+        f"{topo.inputs_of('node_rank')}; port {policy.tensorflow_port} from "
+        f"{policy.label_or_default('tensorflow_port')}; roles from "
+        f"{roles_src if roles_src != 'default' else 'default (every node a worker)'}"
+    )
+    out.variables.append(var("TF_CONFIG", json.dumps(config, separators=(",", ":")), source))
+    out.notes.append("TensorFlow roles -> tasks:")
+    counters: dict[str, int] = {}
+    for node, task_type in zip(topo.nodes, types, strict=True):
+        index = counters.get(task_type, 0)
+        counters[task_type] = index + 1
+        # A 4096-node table helps nobody: show the first of each type and this container.
+        if len(topo.nodes) <= 16 or node is topo.this_node or index == 0:
+            aside = " (left out of cluster)" if task_type == "evaluator" else ""
+            mark = "  <- this container" if node is topo.this_node else ""
+            out.notes.append(
+                f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}"
+            )
+    return out

@@ -1,0 +1,128 @@
+"""Exec: replace this process with the user's command (the only ``os.exec*`` of derive-env).
+
+Rules (contract section 3): same PID (``execve``), so ``docker stop``'s SIGTERM reaches the
+user's program and its exit status is the container's; stdout/stderr flushed first;
+SIGPIPE and SIGXFSZ reset to their default disposition (CPython ignores them, and an
+ignored signal survives exec); each ``NAME=value`` checked against the kernel's per-string
+limit and the whole of environment + argv against ``ARG_MAX``; command lookup in the
+``PATH`` of the environment being exec'd; shell exit codes 127 (not found) and 126 (found
+but not executable). Imports neither pydantic nor click: the not-opted-in path runs here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+from derive_env.errors import CommandNotExecutable, CommandNotFound, EnvironmentTooLarge
+
+#: The kernel's limit on one argv or environment string, NUL included: 32 pages of 4 KiB
+#: (MAX_ARG_STRLEN, include/uapi/linux/binfmts.h).
+MAX_ARG_STRLEN = 131072
+#: Room kept below ARG_MAX, as xargs keeps for itself (findutils: 2048) and then some.
+ARG_MAX_MARGIN = 4096
+_POINTER = 8
+
+
+def check_limits(argv: Sequence[str], env: Mapping[str, str], arg_max: int) -> None:
+    """Check argv and the environment against the kernel's exec limits.
+
+    :param arg_max: ``sysconf(SC_ARG_MAX)`` in bytes (on Linux a quarter of the stack limit).
+    :raises EnvironmentTooLarge: a ``NAME=value`` string is 128 KiB or more (MAX_ARG_STRLEN,
+        NUL included), or strings plus pointers exceed ``arg_max`` less a 4 KiB margin; the
+        message names the largest variables.
+    """
+    sizes = {k: len(os.fsencode(k)) + 1 + len(os.fsencode(v)) + 1 for k, v in env.items()}
+    largest = sorted(sizes.items(), key=lambda item: -item[1])[:3]
+    shown = ", ".join(f"{k} ({n} bytes)" for k, n in largest)
+    for name, size in largest:
+        if size > MAX_ARG_STRLEN:
+            raise EnvironmentTooLarge(
+                f"environment variable {name} is {size} bytes as NAME=value; the kernel "
+                f"refuses any single string over {MAX_ARG_STRLEN} bytes (128 KiB) at exec. "
+                f"Largest variables: {shown}"
+            )
+    for arg in argv:
+        if len(os.fsencode(arg)) + 1 > MAX_ARG_STRLEN:
+            raise EnvironmentTooLarge(
+                f"a command argument is {len(os.fsencode(arg)) + 1} bytes; the kernel refuses "
+                f"any single string over {MAX_ARG_STRLEN} bytes (128 KiB) at exec"
+            )
+    total = (
+        sum(sizes.values())
+        + sum(len(os.fsencode(a)) + 1 for a in argv)
+        + _POINTER * (len(env) + len(argv) + 2)
+    )
+    if total > arg_max - ARG_MAX_MARGIN:
+        raise EnvironmentTooLarge(
+            f"environment and command line take {total} bytes; the kernel's ARG_MAX is "
+            f"{arg_max} bytes (keeping {ARG_MAX_MARGIN} spare). Largest variables: {shown}"
+        )
+
+
+def find_command(name: str, path: str | None) -> str:
+    """Locate ``name`` as a POSIX shell does, in ``path`` (the exec'd environment's PATH).
+
+    A name with a ``/`` is used as is. Otherwise the first executable regular file in the
+    ``PATH`` entries is taken (an empty entry is the current directory; ``PATH`` unset
+    means ``os.defpath``).
+
+    :raises CommandNotFound: no such file (exit 127).
+    :raises CommandNotExecutable: only non-executable files or directories found (exit 126).
+    """
+    if "/" in name:
+        if not os.path.exists(name):
+            raise CommandNotFound(f"{name}: command not found (no such file)")
+        if os.path.isdir(name):
+            raise CommandNotExecutable(f"{name}: is a directory")
+        if not os.access(name, os.X_OK):
+            raise CommandNotExecutable(f"{name}: permission denied (not executable)")
+        return name
+    search = os.defpath if path is None else path
+    not_executable = None
+    for directory in search.split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            not_executable = not_executable or candidate
+    if not_executable:
+        raise CommandNotExecutable(
+            f"{name}: permission denied ({not_executable} is not executable)"
+        )
+    raise CommandNotFound(f"{name}: command not found in PATH={search}")
+
+
+def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """Replace this process with ``argv`` run in ``env``; returns only by raising.
+
+    :param argv: the user's command, verbatim (``argv[0]`` is looked up in ``env['PATH']``).
+    :param env: the complete environment of the command.
+    :raises EnvironmentTooLarge: see :func:`check_limits` (also when the kernel says E2BIG).
+    :raises CommandNotFound: exit 127. :raises CommandNotExecutable: exit 126.
+    """
+    check_limits(argv, env, os.sysconf("SC_ARG_MAX"))
+    program = find_command(argv[0], env.get("PATH"))
+    for stream in (sys.stdout, sys.stderr):
+        # a closed or broken stream must not stop the exec
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(signum, signal.SIG_DFL)
+    try:
+        os.execve(program, list(argv), dict(env))
+    except OSError as exc:
+        if exc.errno == errno.E2BIG:
+            raise EnvironmentTooLarge(
+                f"{argv[0]}: the kernel refused the environment and arguments as too large "
+                "(E2BIG)"
+            ) from None
+        if exc.errno == errno.ENOENT:
+            # e.g. a script whose #! interpreter is missing
+            raise CommandNotFound(f"{argv[0]}: {exc.strerror} ({program})") from None
+        raise CommandNotExecutable(f"{argv[0]}: {exc.strerror} ({program})") from None

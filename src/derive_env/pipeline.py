@@ -1,0 +1,86 @@
+"""The pipeline, pure: environment + labels (+ host facts) -> derived variables.
+
+environment -> source -> topology; labels -> policy; (topology, policy) -> frameworks ->
+merge. Nothing here reads the real environment, a file, or writes ``os.environ``; the
+command line (app.py) reads inputs and renders or execs the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import import_module
+
+from derive_env.environ import changes, merge
+from derive_env.frameworks import (
+    FRAMEWORKS,
+    Context,
+    DerivedVariable,
+    HostFacts,
+    master_of,
+    network,
+)
+from derive_env.labels import distributed_labels, is_opted_in
+from derive_env.policy import ImagePolicy
+from derive_env.sources import topology_from
+from derive_env.topology import ClusterTopology
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """The result for an opted-in image.
+
+    :ivar variables: every derived variable, merged (kept ones flagged), in framework order.
+    :ivar notes: lines for ``--explain`` (tables, what was not set and why).
+    :ivar warnings: things an operator should fix that do not stop the command.
+    """
+
+    topology: ClusterTopology
+    policy: ImagePolicy
+    variables: tuple[DerivedVariable, ...]
+    notes: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
+
+    def changes(self) -> dict[str, str]:
+        """The variables the exec adds or changes (not the kept ones)."""
+        return changes(self.variables)
+
+
+def derive(
+    environ: Mapping[str, str],
+    labels: Mapping[str, str],
+    facts: HostFacts | None = None,
+) -> Derivation | None:
+    """Derive the framework variables of one container.
+
+    :param environ: the container's environment (cluster manager's and user's variables).
+    :param labels: the image's labels (other prefixes than ``ai.backend.distributed.`` are
+        ignored).
+    :param facts: host facts, needed only with the ``socket-ifname`` label.
+    :returns: ``None`` when the image did not opt in (no ``frameworks`` label).
+    :raises LabelError: bad labels (exit 4).
+    :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
+        ``MASTER_ADDR`` / ``MASTER_PORT`` (exit 3).
+    """
+    labels = distributed_labels(labels)
+    if not is_opted_in(labels):
+        return None
+    policy = ImagePolicy.from_labels(labels)
+    topology = topology_from(environ)
+    ctx = Context(
+        topology=topology, policy=policy, master=master_of(topology, policy, environ),
+        environ=environ, facts=facts,
+    )
+    variables: list[DerivedVariable] = []
+    notes: list[str] = []
+    warnings: list[str] = []
+    modules = [import_module(FRAMEWORKS[n]) for n in FRAMEWORKS if n in policy.frameworks]
+    for module in (*modules, network):
+        part = module.derive(ctx)
+        variables += part.variables
+        notes += part.notes
+        warnings += part.warnings
+    return Derivation(
+        topology=topology, policy=policy, variables=tuple(merge(environ, variables)),
+        notes=tuple(notes), warnings=tuple(warnings),
+    )

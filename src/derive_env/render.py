@@ -1,0 +1,92 @@
+"""Render a derivation for ``--dry-run``: env, json, toml, shell, or explained for a person.
+
+Only derived variables are ever printed (the input environment can hold access keys).
+The machine formats print exactly the variables the exec would add or change.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from derive_env.labels import OPT_IN
+from derive_env.pipeline import Derivation
+
+FORMATS = ("env", "json", "toml", "shell")
+#: --explain lists at most this many nodes (the first ones, the master, this container).
+_NODES_SHOWN = 16
+
+
+def render(derivation: Derivation | None, fmt: str) -> str:
+    """The variables the exec would add or change, in ``fmt``.
+
+    * ``env``: ``KEY=VALUE`` lines (values never contain a newline: they are derived from
+      validated host names, numbers and compact JSON);
+    * ``json``: one flat object of strings (``{}`` when not opted in);
+    * ``toml``: a flat table of strings (tomli-w);
+    * ``shell``: POSIX ``export KEY='value'`` lines, safe to ``eval`` whatever the values
+      contain (``shlex.quote``).
+
+    :raises ValueError: an unknown format (the command line only passes known ones).
+    """
+    values = derivation.changes() if derivation else {}
+    if fmt == "json":
+        return json.dumps(values, indent=None, separators=(", ", ": ")) + "\n"
+    if fmt == "toml":
+        import tomli_w
+
+        return tomli_w.dumps(values)
+    if fmt == "shell":
+        return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
+    if fmt == "env":
+        return "".join(f"{k}={v}\n" for k, v in values.items())
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def explain(derivation: Derivation | None) -> str:
+    """For a person: the topology, then each variable with its value and where it came from."""
+    if derivation is None:
+        return (
+            f"not opted in: the image has no label {OPT_IN}\n"
+            "nothing is derived; the command runs with the environment unchanged\n"
+        )
+    topo, policy = derivation.topology, derivation.policy
+    me = topo.this_node
+    lines = []
+    session = f" session {topo.session_id}" if topo.session_id else ""
+    if topo.num_nodes == 1:
+        lines.append(f"source: {topo.source}{session}, single-container session")
+    else:
+        lines.append(
+            f"source: {topo.source}{session}, {topo.num_nodes} nodes; this container is "
+            f"{me.host}, node rank {topo.node_rank}"
+        )
+        lines.append("nodes in canonical order (main first, then REPLICAS order, numeric index):")
+        for rank, node in enumerate(topo.nodes):
+            shown = rank < _NODES_SHOWN or rank == topo.node_rank
+            if not shown:
+                continue
+            tags = (["master"] if rank == 0 else []) + (
+                ["this container"] if rank == topo.node_rank else []
+            )
+            lines.append(f"  {rank:>4}  {node.host}" + (f"  ({', '.join(tags)})" if tags else ""))
+        if topo.num_nodes > _NODES_SHOWN:
+            lines.append(f"  ... {topo.num_nodes} nodes in all")
+    mode = f" (mode {policy.pytorch_mode})" if "pytorch" in policy.frameworks else ""
+    lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
+    lines.append("")
+    width = max((len(v.name) for v in derivation.variables), default=0)
+    for var in derivation.variables:
+        value = var.value if len(var.value) <= 300 else var.value[:300] + "..."
+        lines.append(f"{var.name:<{width}} = {value}")
+        if var.kept:
+            same = "same as derived" if var.derived == var.value else f"derived: {var.derived}"
+            lines.append(f"{'':<{width}}   kept: already set ({same})")
+        else:
+            lines.append(f"{'':<{width}}   source: {var.source}")
+    if derivation.notes:
+        lines.append("")
+        lines += derivation.notes
+    for warning in derivation.warnings:
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,180 @@
+"""ClusterTopology: the nodes of a job in canonical order, and which one this container is.
+
+Every source (a cluster manager's dialect of variables) produces a
+:class:`ClusterTopology`; every framework reads one. Frameworks never look at a source's
+variables, so adding a cluster manager never touches a framework rule.
+
+A topology always has nodes (containers). A cluster manager that itself launches one
+process per device also knows the process layer (global rank, local rank, world size,
+local world size); that layer is the optional :attr:`ClusterTopology.processes`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
+)
+
+#: Address used as master in a single-container session (contract section 6).
+SINGLE_NODE_MASTER = "127.0.0.1"
+
+_Count = Annotated[int, Field(ge=0)]
+
+
+def host_problem(value: str) -> str | None:
+    """Say why ``value`` cannot be used as a node's address, or ``None`` when it can.
+
+    Accepted: an RFC 1123 host name (``main1``, ``node-3.cluster.local``) or an IPv4 / IPv6
+    literal without brackets. Rejected with a reason: anything else, and IPv6 link-local
+    addresses (``fe80::/10``): with a zone (``fe80::1%eth0``) the zone cannot be carried
+    through ``host:port`` values that frameworks parse (TF_CONFIG, the JAX coordinator
+    address), and without one the address is ambiguous to the kernel.
+
+    :param value: a host name or IP literal, as set by a cluster manager or a user.
+    :returns: the expectation that was not met, phrased to follow "expected ...".
+    """
+    if "%" in value:
+        return (
+            "a host name or an IP address without a zone; link-local IPv6 addresses with a "
+            "zone (fe80::...%eth0) cannot be carried in host:port values, use a global or "
+            "unique-local address or a host name"
+        )
+    if ":" in value:
+        try:
+            address = ipaddress.IPv6Address(value)
+        except ValueError:
+            return "a host name or an IP address (IPv6 without brackets, no port)"
+        if address.is_link_local:
+            return (
+                "a host name or a routable IP address; a link-local IPv6 address needs a "
+                "zone, which cannot be carried in host:port values"
+            )
+        return None
+    if _HOSTNAME.match(value):
+        return None
+    return "a host name (letters, digits, '-' and '.') or an IP address"
+
+
+def is_ipv6(host: str) -> bool:
+    """True when ``host`` is an IPv6 literal (which then needs brackets before ``:port``)."""
+    return ":" in host
+
+
+def host_port(host: str, port: int) -> str:
+    """Join a host and a port as frameworks parse them: ``main1:2222``, ``[2001:db8::1]:2222``.
+
+    IPv6 literals are bracketed (RFC 3986 section 3.2.2), as TensorFlow's gRPC targets and
+    JAX's coordinator address expect.
+    """
+    return f"[{host}]:{port}" if is_ipv6(host) else f"{host}:{port}"
+
+
+class Node(BaseModel):
+    """One container of the job.
+
+    :ivar host: the name or address the other nodes reach it by.
+    :ivar role: the cluster manager's role for it (Backend.AI: ``main``, ``sub``), if any.
+    :ivar index: its 1-based index within its role (Backend.AI's ``IDX``), if any.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    role: str | None = None
+    index: Annotated[int, Field(ge=1)] | None = None
+
+
+class ProcessLayout(BaseModel):
+    """The per-process layer, for cluster managers that launch one process per device.
+
+    Ranks are 0-based; ``world_size`` counts processes of the whole job and
+    ``local_world_size`` those on this node (names as in torch.distributed).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    rank: _Count
+    local_rank: _Count
+    world_size: Annotated[int, Field(ge=1)]
+    local_world_size: Annotated[int, Field(ge=1)]
+
+    @model_validator(mode="after")
+    def _ranks_in_range(self) -> ProcessLayout:
+        if self.rank >= self.world_size or self.local_rank >= self.local_world_size:
+            raise ValueError("rank and local rank must be below world size and local world size")
+        return self
+
+
+class ClusterTopology(BaseModel):
+    """The nodes of a job in canonical order and this container's node rank.
+
+    Canonical order is the one every container computes identically from its own copy of
+    the cluster manager's variables; node rank ``r`` is ``nodes[r]``, and the master is
+    node rank 0. Invariants (checked on construction): at least one node, host names
+    unique (case-insensitively, as DNS compares them), ``0 <= node_rank < len(nodes)``.
+
+    :ivar source: which source produced it (``backendai``, ``standalone``).
+    :ivar nodes: the nodes in canonical order.
+    :ivar node_rank: this container's position in ``nodes``.
+    :ivar gpus_per_node: devices attached to this container, when the source knows.
+    :ivar master_port: a master port set by the cluster manager (TCP port), if any.
+    :ivar session_id: the cluster manager's job or session id, if any.
+    :ivar processes: the per-process layer, when the source knows it.
+    :ivar inputs: for provenance, the input variables behind each aspect: keys ``nodes``,
+        ``node_rank``, ``gpus``, ``master_port``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    nodes: Annotated[tuple[Node, ...], Field(min_length=1)]
+    node_rank: _Count
+    gpus_per_node: _Count | None = None
+    master_port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    session_id: str | None = None
+    processes: ProcessLayout | None = None
+    inputs: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterTopology:
+        if self.node_rank >= len(self.nodes):
+            raise ValueError(f"node rank {self.node_rank} is outside {len(self.nodes)} nodes")
+        seen: set[str] = set()
+        for node in self.nodes:
+            key = node.host.lower()
+            if key in seen:
+                raise ValueError(f"host {node.host} appears twice")
+            seen.add(key)
+        return self
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes (containers) of the job."""
+        return len(self.nodes)
+
+    @property
+    def this_node(self) -> Node:
+        """The node this container is."""
+        return self.nodes[self.node_rank]
+
+    @property
+    def master_addr(self) -> str:
+        """Address of node rank 0; ``127.0.0.1`` in a single-container session (contract 6)."""
+        return SINGLE_NODE_MASTER if self.num_nodes == 1 else self.nodes[0].host
+
+    def inputs_of(self, aspect: str) -> str:
+        """The input variables behind ``aspect``, joined for a person (``a + b``)."""
+        return " + ".join(self.inputs.get(aspect, ())) or "(none)"
+
+
+def single_node_topology(source: str = "standalone", host: str = "localhost") -> ClusterTopology:
+    """A one-container topology, for when no cluster manager's variables are present."""
+    return ClusterTopology(source=source, nodes=(Node(host=host),), node_rank=0)

@@ -1,0 +1,55 @@
+"""Small parsers shared by the models that read variables and labels.
+
+Each parser takes the raw string and returns the typed value, or raises ``ValueError``
+whose text completes the sentence "expected ..." (see :func:`derive_env.errors.describe`).
+:func:`first_error` turns a pydantic ``ValidationError`` from such a model back into that
+sentence, naming the variable or label by its alias, so pydantic's own wording never
+reaches the user.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import ValidationError
+
+from derive_env.errors import describe
+
+_DIGITS = re.compile(r"[0-9]+\Z")
+
+
+def parse_int(value: object, *, minimum: int, what: str | None = None) -> int:
+    """Parse a decimal integer ``>= minimum`` (digits only: no sign, blanks or ``_``)."""
+    expected = what or f"an integer >= {minimum}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and _DIGITS.match(value) and len(value) <= 18:
+        number = int(value)
+    else:
+        raise ValueError(expected)
+    if number < minimum:
+        raise ValueError(expected)
+    return number
+
+
+def parse_port(value: object) -> int:
+    """Parse a TCP port number, 1-65535."""
+    number = parse_int(value, minimum=1, what="a port number 1-65535")
+    if number > 65535:
+        raise ValueError("a port number 1-65535")
+    return number
+
+
+def first_error(exc: ValidationError, kind: str = "") -> str:
+    """Turn the first error of ``exc`` into ``NAME='value': expected ...``.
+
+    :param exc: raised by ``model_validate`` on a model whose fields have aliases (the
+        variable or label names) and parsers raising ``ValueError("<expectation>")``.
+    :param kind: put before the name, e.g. ``"label "``.
+    """
+    error = exc.errors(include_url=False)[0]
+    name = ".".join(str(part) for part in error["loc"]) or "input"
+    cause = error.get("ctx", {}).get("error")
+    expected = str(cause) if isinstance(cause, ValueError) else error["msg"]
+    value = error.get("input")
+    return describe(f"{kind}{name}", value if isinstance(value, str) else repr(value), expected)
