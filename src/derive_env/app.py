@@ -191,7 +191,7 @@ def _derive(environ: Mapping[str, str], labels: Mapping[str, str], dry_run: bool
         derivation = derive(environ, labels, facts)
         assert derivation is not None  # opted in, checked by the caller
         check_limits((), {**environ, **derivation.changes()}, os.sysconf("SC_ARG_MAX"))
-    except (DeriveEnvError, LabelError) as exc:
+    except DeriveEnvError as exc:
         if on_error_of(labels) != "warn":
             raise
         _say("warning", str(exc))

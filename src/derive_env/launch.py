@@ -75,6 +75,8 @@ def find_command(name: str, path: str | None) -> str:
     :raises CommandNotFound: no such file (exit 127).
     :raises CommandNotExecutable: only non-executable files or directories found (exit 126).
     """
+    if not name:
+        raise CommandNotFound("'': command not found (the command is an empty string)")
     if "/" in name:
         if not os.path.exists(name):
             raise CommandNotFound(f"{name}: command not found (no such file)")

@@ -38,9 +38,10 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 __all__ = [
     "HostResult",
@@ -79,11 +80,23 @@ _PREFIX_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 #: tests, or that the shim derives; scrubbed from the inherited environment so the runner's own
 #: environment cannot leak into (and silently fix or break) a simulated container.
 _SCRUB_PREFIXES = ("BACKENDAI_", "PET_", "TORCHELASTIC_", "GLOO_", "NCCL_", "DERIVE_ENV")
-_SCRUB_NAMES = frozenset({
-    "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE",
-    "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TF_CONFIG", "GPU_COUNT", "N_GPUS", "HOSTNAME",
-    "CUDA_VISIBLE_DEVICES",
-})
+_SCRUB_NAMES = frozenset(
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NODE_RANK",
+        "GROUP_RANK",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "TF_CONFIG",
+        "GPU_COUNT",
+        "N_GPUS",
+        "HOSTNAME",
+        "CUDA_VISIBLE_DEVICES",
+    }
+)
 
 
 class SimulationError(RuntimeError):
@@ -114,7 +127,7 @@ class HostResult:
         return self.returncode == 0 and not self.timed_out
 
     def describe(self, tail: int = 2000) -> str:
-        """One readable block for assertion messages: host, status, last ``tail`` chars of output."""
+        """Readable block for assertion messages: host, status, last ``tail`` chars of output."""
         status = "TIMED OUT" if self.timed_out else f"rc={self.returncode}"
         return (
             f"--- {self.host}: {status} after {self.seconds:.1f}s\n"
@@ -132,7 +145,12 @@ def _run(argv: list[str], timeout: float = CMD_TIMEOUT_S) -> str:
     """
     try:
         proc = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+            argv,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
         raise SimulationError(f"timed out after {timeout}s: {' '.join(argv)}") from exc
@@ -143,6 +161,11 @@ def _run(argv: list[str], timeout: float = CMD_TIMEOUT_S) -> str:
             f"failed (rc={proc.returncode}): {' '.join(argv)}: {proc.stderr.strip()}"
         )
     return proc.stdout
+
+
+def _ip(ns: str, *args: str) -> str:
+    """Run ``ip -n <ns> args...`` (bounded); stdout, or SimulationError."""
+    return _run(["ip", "-n", ns, *args])
 
 
 def _netns_exists(name: str) -> bool:
@@ -329,7 +352,6 @@ class SimulatedCluster:
         self._made_etc_root = False
         self._procs: list[subprocess.Popen[Any]] = []
         self._old_sigterm: Any = None
-        self._active = False
 
     # -- names ---------------------------------------------------------------------------
 
@@ -351,7 +373,7 @@ class SimulatedCluster:
 
     # -- setup / teardown ----------------------------------------------------------------
 
-    def __enter__(self) -> SimulatedCluster:
+    def __enter__(self) -> Self:
         self._install_sigterm()
         try:
             self._setup()
@@ -359,11 +381,16 @@ class SimulatedCluster:
             # Half-made setup (including Ctrl-C during it) is undone before re-raising.
             self.close()
             raise
-        self._active = True
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        problems = self.close()
+        if problems:
+            msg = "simulated cluster not fully removed: " + "; ".join(problems)
+            if exc_type is None:
+                raise SimulationError(msg)
+            # Do not mask the exception already on its way out; still say what is left.
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
 
     def _install_sigterm(self) -> None:
         """Turn SIGTERM into KeyboardInterrupt so `with` blocks unwind and clean up.
@@ -395,23 +422,21 @@ class SimulatedCluster:
         """Create bridge namespace, host namespaces, links, addresses and hosts files."""
         br = self.bridge_namespace
         self._add_netns(br)
-        _run(["ip", "-n", br, "link", "set", "lo", "up"])
-        _run(["ip", "-n", br, "link", "add", "br0", "type", "bridge"])
-        _run(["ip", "-n", br, "link", "set", "br0", "up"])
+        _ip(br, "link", "set", "lo", "up")
+        _ip(br, "link", "add", "br0", "type", "bridge")
+        _ip(br, "link", "set", "br0", "up")
         hosts_text = self.hosts_file()
         for i, host in enumerate(self.hosts):
             ns = self.namespace(host)
             self._add_netns(ns)
             peer = f"v{i}"  # bridge-side name; interface names must be <= 15 chars
-            # Create the pair in the bridge namespace and move the container end straight into
-            # the host namespace as "eth0" (no name clash: each end lives in its own namespace).
-            _run(["ip", "-n", br, "link", "add", peer, "type", "veth",
-                  "peer", "name", "eth0", "netns", ns])
-            _run(["ip", "-n", br, "link", "set", peer, "master", "br0", "up"])
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
-            _run(["ip", "-n", ns, "addr", "add",
-                  f"{self.addresses[host]}/{SUBNET_BITS}", "dev", "eth0"])
-            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            # Create the pair in the bridge namespace with the container end born directly in the
+            # host namespace as "eth0" (no name clash: each end lives in its own namespace).
+            _ip(br, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip(br, "link", "set", peer, "master", "br0", "up")
+            _ip(ns, "link", "set", "lo", "up")
+            _ip(ns, "addr", "add", f"{self.addresses[host]}/{SUBNET_BITS}", "dev", "eth0")
+            _ip(ns, "link", "set", "eth0", "up")
             self._write_etc(ns, hosts_text)
         self._wait_links_up()
 
@@ -427,38 +452,45 @@ class SimulatedCluster:
         d.mkdir(mode=0o755)
         self._made_etc.append(d)
         (d / "hosts").write_text(hosts_text)
-        # Why: without a nameserver reachable inside the namespace, a lookup of an unknown name
-        # would otherwise wait for the machine's DNS server timeouts (seconds per try). With no
-        # "nameserver" line glibc asks 127.0.0.1, which refuses at once in a namespace.
+        # Why: lookups of names not in the hosts file (and reverse lookups, which torch's c10d
+        # does for peers) must fail at once and the same way on every machine, whatever DNS
+        # server the machine's resolv.conf names. With no "nameserver" line glibc asks
+        # 127.0.0.1:53, which refuses at once inside the namespace.
         if Path("/etc/resolv.conf").exists():
             (d / "resolv.conf").write_text("options timeout:1 attempts:1\n")
 
     def _wait_links_up(self) -> None:
-        """Wait (bounded by LINK_UP_TIMEOUT_S) until every eth0 and bridge port has carrier."""
+        """Wait (bounded by LINK_UP_TIMEOUT_S) until every eth0 has carrier (LOWER_UP)."""
         deadline = time.monotonic() + LINK_UP_TIMEOUT_S
         pending = {h: self.namespace(h) for h in self.hosts}
         while pending:
             for host, ns in list(pending.items()):
-                info = json.loads(_run(["ip", "-j", "-n", ns, "link", "show", "eth0"]) or "[]")
+                info = json.loads(_ip(ns, "-j", "link", "show", "eth0") or "[]")
                 if info and "LOWER_UP" in info[0].get("flags", []):
                     del pending[host]
             if not pending:
                 return
             if time.monotonic() >= deadline:
-                raise SimulationError(f"eth0 not up after {LINK_UP_TIMEOUT_S}s in {sorted(pending)}")
+                raise SimulationError(
+                    f"eth0 not up after {LINK_UP_TIMEOUT_S}s in {sorted(pending)}"
+                )
             time.sleep(0.05)
 
     def close(self) -> list[str]:
         """Kill every process started here or living in our namespaces, delete our namespaces
-        and /etc/netns/<ns> folders. Idempotent; never raises for cleanup failures.
+        and /etc/netns/<ns> folders. Idempotent; cleanup failures do not raise here.
 
-        Returns a list of problems (empty when everything was removed).
+        Returns a list of problems (empty when everything was removed). SIGINT/SIGTERM arriving
+        meanwhile are held back until cleanup is done, then raised as KeyboardInterrupt.
         """
         problems: list[str] = []
-        # Ctrl-C during cleanup must not leave namespaces behind: defer SIGINT until done.
-        old_int = None
+        deferred: list[int] = []
+        saved: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old = signal.getsignal(sig)
+                if old is not None and old is not signal.SIG_IGN:  # None: set outside Python
+                    saved[sig] = signal.signal(sig, lambda signum, _f: deferred.append(signum))
         try:
             for proc in self._procs:
                 if proc.poll() is None:
@@ -491,12 +523,13 @@ class SimulatedCluster:
                     NETNS_ETC.rmdir()
                 self._made_etc_root = False
         finally:
-            if old_int is not None:
-                signal.signal(signal.SIGINT, old_int)
+            for sig, old in saved.items():
+                signal.signal(sig, old)
             if self._old_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
                 self._old_sigterm = None
-            self._active = False
+        if deferred:
+            raise KeyboardInterrupt(f"signal {deferred[0]} during cleanup")
         return problems
 
     # -- running things ------------------------------------------------------------------
@@ -510,10 +543,12 @@ class SimulatedCluster:
             raise ValueError("empty argv")
         ns = self.namespace(host)
         # "$0" is the hostname, "$@" the command: no shell quoting of user arguments needed.
-        return ["ip", "netns", "exec", ns, "unshare", "-u",
-                "sh", "-c", 'hostname "$0" && exec "$@"', host, *argv]
+        enter = ["ip", "netns", "exec", ns, "unshare", "-u"]
+        return [*enter, "sh", "-c", 'hostname "$0" && exec "$@"', host, *argv]
 
-    def container_env(self, host: str, env: Mapping[str, str], *, inherit: bool = True) -> dict[str, str]:
+    def container_env(
+        self, host: str, env: Mapping[str, str], *, inherit: bool = True
+    ) -> dict[str, str]:
         """Environment for a process of ``host``: if ``inherit``, this process's environment
         minus cluster/launcher variables (BACKENDAI_*, MASTER_*, RANK, PET_*, GLOO_*, ...), with
         HOSTNAME=host as Docker sets it; then ``env`` on top. Output: a new dict.
@@ -521,7 +556,8 @@ class SimulatedCluster:
         base: dict[str, str] = {}
         if inherit:
             base = {
-                k: v for k, v in os.environ.items()
+                k: v
+                for k, v in os.environ.items()
                 if k not in _SCRUB_NAMES and not k.startswith(_SCRUB_PREFIXES)
             }
             base["HOSTNAME"] = host
@@ -553,7 +589,10 @@ class SimulatedCluster:
         return proc
 
     def run(
-        self, host: str, argv: list[str], env: Mapping[str, str] | None = None,
+        self,
+        host: str,
+        argv: list[str],
+        env: Mapping[str, str] | None = None,
         timeout: float = 30.0,
     ) -> HostResult:
         """Run one command in ``host``'s container and wait at most ``timeout`` seconds."""
@@ -575,16 +614,14 @@ class SimulatedCluster:
         started: dict[str, tuple[subprocess.Popen[Any], Any, Any, float]] = {}
         ended: dict[str, float] = {}
         timed_out: set[str] = set()
-        try:
+        with contextlib.ExitStack() as stack:
+            # On an exception/KeyboardInterrupt below, kill whatever is still running (the
+            # children hold their own copies of the output descriptors, so order is irrelevant).
+            stack.callback(self._kill_started, started)
             for host, (argv, env) in per_host.items():
-                out = tempfile.TemporaryFile()
-                err = tempfile.TemporaryFile()
-                try:
-                    proc = self.popen(host, argv, env, stdout=out, stderr=err)
-                except BaseException:
-                    out.close()
-                    err.close()
-                    raise
+                out = stack.enter_context(tempfile.TemporaryFile())
+                err = stack.enter_context(tempfile.TemporaryFile())
+                proc = self.popen(host, argv, env, stdout=out, stderr=err)
                 started[host] = (proc, out, err, time.monotonic())
             deadline = time.monotonic() + timeout
             while len(ended) < len(started) and time.monotonic() < deadline:
@@ -625,12 +662,13 @@ class SimulatedCluster:
                     seconds=ended.get(host, time.monotonic()) - t0,
                 )
             return results
-        finally:
-            for proc, out, err, _t0 in started.values():
-                if proc.poll() is None:  # only on an exception/KeyboardInterrupt above
-                    _signal_group(proc, signal.SIGKILL)
-                out.close()
-                err.close()
+
+    @staticmethod
+    def _kill_started(started: Mapping[str, tuple[subprocess.Popen[Any], Any, Any, float]]) -> None:
+        """SIGKILL the process group of every still-running process in ``started``."""
+        for proc, *_rest in started.values():
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGKILL)
 
 
 def _read_all(f: Any) -> str:

@@ -57,12 +57,16 @@ def main() -> int:
             # Small integers are exact in float32, so == is safe here.
             expected = world * (world + 1) / 2
             report.update(
-                rank=rank, world_size=world, result=tensor.item(), expected=expected,
+                rank=rank,
+                world_size=world,
+                result=tensor.item(),
+                expected=expected,
                 ok=tensor.item() == expected,
             )
         finally:
             dist.destroy_process_group()
-    except Exception as exc:  # any failure must still produce the JSON line
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        # Any failure must still produce the JSON line (torch's Dist*Error are RuntimeErrors).
         report["error"] = f"{type(exc).__name__}: {exc}"[:2000]
     print(json.dumps(report, sort_keys=True), flush=True)
     return 0 if report["ok"] else 1

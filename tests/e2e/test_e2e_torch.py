@@ -1,0 +1,52 @@
+"""The main job, for real: `derive-env -- torchrun` in 3 simulated containers, 6 gloo ranks.
+
+Same session as `make demo` (tests/e2e/demo.py): BACKENDAI_CLUSTER_HOSTS not starting with
+main1, one network namespace per container, so a wrong master address would fail here as
+it would in production. Under CI=true a machine that cannot run it FAILS the test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import demo
+from simcluster import can_simulate
+
+pytestmark = pytest.mark.e2e
+
+
+def _require(ok: bool, reason: str) -> None:
+    if ok:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but this e2e test cannot run: {reason}")
+    pytest.skip(reason)
+
+
+def test_torchrun_session_all_ranks_agree() -> None:
+    """Every container derives master main1 and its canonical node rank; 6 ranks sum to 21."""
+    _require(*can_simulate())
+    _require(importlib.util.find_spec("torch") is not None, "torch is not installed")
+    bin_dir = Path(sys.executable).parent
+    _require((bin_dir / "derive-env").exists(), f"no derive-env next to {sys.executable}")
+
+    report = demo.run_torch_session(bin_dir)
+
+    assert report.problems == [], demo.summary(report)
+    assert report.hosts_order[0] != "main1"
+    assert {h: d["NODE_RANK"] for h, d in report.derived.items()} == {
+        "main1": "0", "sub1": "1", "sub2": "2",
+    }
+    assert {d["MASTER_ADDR"] for d in report.derived.values()} == {"main1"}
+    assert {d["GLOO_SOCKET_IFNAME"] for d in report.derived.values()} == {"eth0"}
+    assert sorted((w["container"], w["rank"]) for w in report.workers) == [
+        ("main1", 0), ("main1", 1), ("sub1", 2), ("sub1", 3), ("sub2", 4), ("sub2", 5),
+    ]
+    assert {w["result"] for w in report.workers} == {21.0}
