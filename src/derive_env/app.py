@@ -168,7 +168,8 @@ def run(
         labels = load_labels(environ, labels_file, label_items)
         if not is_opted_in(labels):
             return _finish(command, environ, None, dry_run, fmt, explain)
-        derivation = _derive(environ, labels, dry_run)
+        # Host facts describe this machine: meaningless for another container's --env-file.
+        derivation = _derive(environ, labels, dry_run, host_facts=env_file is None)
         if derivation is None:  # on-error=warn: already reported
             if dry_run:
                 return 0
@@ -181,17 +182,24 @@ def run(
         return exc.exit_code
 
 
-def _derive(environ: Mapping[str, str], labels: Mapping[str, str], dry_run: bool):
+def _derive(
+    environ: Mapping[str, str], labels: Mapping[str, str], dry_run: bool, host_facts: bool
+):
+    from derive_env.errors import EnvironmentTooLarge
     from derive_env.launch import check_limits
     from derive_env.pipeline import derive
     from derive_env.policy import on_error_of
 
+    arg_max = os.sysconf("SC_ARG_MAX")
     try:
-        facts = gather_facts() if PREFIX + "socket-ifname" in labels else None
-        derivation = derive(environ, labels, facts)
+        wants_facts = host_facts and PREFIX + "socket-ifname" in labels
+        derivation = derive(environ, labels, gather_facts() if wants_facts else None)
         assert derivation is not None  # opted in, checked by the caller
-        check_limits((), {**environ, **derivation.changes()}, os.sysconf("SC_ARG_MAX"))
+        check_limits((), {**environ, **derivation.changes()}, arg_max)
     except DeriveEnvError as exc:
+        if isinstance(exc, EnvironmentTooLarge):
+            # Too large already without derived variables: on-error=warn cannot help.
+            check_limits((), environ, arg_max)
         if on_error_of(labels) != "warn":
             raise
         _say("warning", str(exc))

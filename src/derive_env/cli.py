@@ -13,7 +13,7 @@ from derive_env.render import FORMATS
 _EPILOG = """\b
 Exit codes: 0 ok (or the command's own status), 2 usage, 3 bad cluster variables,
 4 bad image label, 5 environment too large, 126 command not executable, 127 not found.
-Docs: docs/operator-guide.md"""
+Troubleshooting by message: the operator guide (docs/operator-guide.md in the source)."""
 
 
 @click.command(

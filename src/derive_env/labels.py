@@ -21,6 +21,8 @@ from derive_env.errors import LabelError
 PREFIX = "ai.backend.distributed."
 OPT_IN = PREFIX + "frameworks"
 DEFAULT_LABELS_FILE = "/etc/derive-env/labels.json"
+_JSON_TYPES = {str: "string", int: "number", float: "number", bool: "boolean",
+               type(None): "null", list: "array"}
 LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
 
 
@@ -61,7 +63,7 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
     if not isinstance(document, dict):
         raise LabelError(
             f"labels file {origin}: expected a JSON object of labels or `docker image inspect` "
-            f"output, got a JSON {type(document).__name__}"
+            f"output, got a JSON {_JSON_TYPES.get(type(document), 'value')}"
         )
     result: dict[str, str] = {}
     for key, value in document.items():

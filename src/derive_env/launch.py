@@ -125,6 +125,21 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
                 "(E2BIG)"
             ) from None
         if exc.errno == errno.ENOENT:
-            # e.g. a script whose #! interpreter is missing
-            raise CommandNotFound(f"{argv[0]}: {exc.strerror} ({program})") from None
+            raise CommandNotFound(_missing_interpreter(argv[0], program)) from None
         raise CommandNotExecutable(f"{argv[0]}: {exc.strerror} ({program})") from None
+
+
+def _missing_interpreter(name: str, program: str) -> str:
+    """Explain ENOENT for a file that exists: its ``#!`` interpreter is missing."""
+    try:
+        with open(program, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        first = b""
+    if first.startswith(b"#!"):
+        line = first[2:].decode("utf-8", "replace")
+        interpreter = line.strip().split()[0] if line.strip() else ""
+        crlf = line.rstrip("\n").endswith("\r")
+        hint = " (the line ends in \\r: CRLF line endings)" if crlf else ""
+        return f"{name}: bad interpreter {interpreter!r} in its #! line{hint} ({program})"
+    return f"{name}: No such file or directory ({program})"

@@ -45,6 +45,8 @@ def _frameworks(value: object) -> tuple[str, ...]:
     expected = f"a comma list of {', '.join(FRAMEWORK_NAMES)}"
     if not isinstance(value, str):
         raise ValueError(expected)
+    if not value.strip():
+        raise ValueError(f"{expected}; the value is empty (remove the label to opt out)")
     names: list[str] = []
     for part in value.split(","):
         name = part.strip().lower()

@@ -52,13 +52,21 @@ class DerivedVariable(BaseModel):
 class Master:
     """The master (node rank 0) address and port every framework derives from.
 
-    ``addr`` is bare (an IPv6 literal without brackets); ``port`` is a TCP port.
+    ``addr``/``port`` are the effective values (a user-set ``MASTER_ADDR``/``MASTER_PORT``
+    first); ``derived_addr``/``derived_port`` are what the topology and labels alone give,
+    which is what ``MASTER_ADDR``/``MASTER_PORT`` themselves are derived as (and reported as
+    overridden when the user set them). Addresses are bare (IPv6 without brackets); ports
+    are TCP ports.
     """
 
     addr: str
     addr_source: str
     port: int
     port_source: str
+    derived_addr: str
+    derived_addr_source: str
+    derived_port: int
+    derived_port_source: str
 
 
 @dataclass(frozen=True)
@@ -115,17 +123,26 @@ def master_of(
     :raises TopologyError: a user-set ``MASTER_ADDR`` is not a host name or IP literal, or
         ``MASTER_PORT`` is not a port number 1-65535.
     """
+    if topology.num_nodes == 1:
+        own_addr, own_addr_source = topology.master_addr, "single-container session: loopback"
+    else:
+        own_addr = topology.master_addr
+        own_addr_source = f"{topology.inputs_of('nodes')}: node rank 0 in canonical order"
+    if topology.master_port is not None:
+        own_port, own_port_source = topology.master_port, topology.inputs_of("master_port")
+    else:
+        own_port = policy.master_port
+        own_port_source = policy.label_or_default("master_port")
+        if own_port_source == "default":
+            own_port_source = "default (29500, PyTorch's)"
+    addr, addr_source = own_addr, own_addr_source
+    port, port_source = own_port, own_port_source
     user_addr = environ.get("MASTER_ADDR", "")
     if user_addr:
         problem = host_problem(user_addr)
         if problem:
             raise TopologyError(describe("MASTER_ADDR", user_addr, problem))
         addr, addr_source = user_addr, "MASTER_ADDR (already set)"
-    elif topology.num_nodes == 1:
-        addr, addr_source = topology.master_addr, "single-container session: loopback"
-    else:
-        addr = topology.master_addr
-        addr_source = f"{topology.inputs_of('nodes')}: node rank 0 in canonical order"
     user_port = environ.get("MASTER_PORT", "")
     if user_port:
         try:
@@ -133,14 +150,11 @@ def master_of(
         except ValueError as exc:
             raise TopologyError(describe("MASTER_PORT", user_port, str(exc))) from None
         port_source = "MASTER_PORT (already set)"
-    elif topology.master_port is not None:
-        port, port_source = topology.master_port, topology.inputs_of("master_port")
-    else:
-        port = policy.master_port
-        port_source = policy.label_or_default("master_port")
-        if port_source == "default":
-            port_source = "default (29500, PyTorch's)"
-    return Master(addr=addr, addr_source=addr_source, port=port, port_source=port_source)
+    return Master(
+        addr=addr, addr_source=addr_source, port=port, port_source=port_source,
+        derived_addr=own_addr, derived_addr_source=own_addr_source,
+        derived_port=own_port, derived_port_source=own_port_source,
+    )
 
 
 def variable(framework: str) -> Callable[[str, object, str], DerivedVariable]:

@@ -4,7 +4,7 @@ Enabled by label ``ai.backend.distributed.socket-ifname``: ``auto`` picks the in
 the kernel routes to the master through (longest-prefix match over the main routing table,
 ``/proc/net/route`` and ``/proc/net/ipv6_route``, no external tools); a name is used as is.
 Either way, an interface that does not exist in the container is never emitted. gloo reads
-``GLOO_SOCKET_IFNAME`` (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp), NCCL reads
+``GLOO_SOCKET_IFNAME`` (torch/csrc/distributed/c10d/init.cpp), NCCL reads
 ``NCCL_SOCKET_IFNAME`` (NCCL environment variables documentation).
 
 Also warns when, in a session of more than one node, this container's host name resolves
@@ -111,10 +111,18 @@ def derive(ctx: Context) -> Contribution:
     """
     out = Contribution()
     wanted, facts = ctx.policy.socket_ifname, ctx.facts
-    if wanted is None or facts is None:
+    if wanted is None:
         return out
-    multi = ctx.topology.num_nodes > 1
-    if multi and facts.hostname:
+    if facts is None:
+        out.notes.append(
+            f"GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME: label {LABEL}={wanted} is decided in the "
+            "container at start, from its own interfaces and routes (not shown here)"
+        )
+        return out
+    _derive_interface(ctx, facts, wanted, out)
+    user_set = ctx.environ.get("GLOO_SOCKET_IFNAME") or ctx.environ.get("NCCL_SOCKET_IFNAME")
+    if ctx.topology.num_nodes > 1 and facts.hostname and not out.variables and not user_set:
+        # Without an interface hint gloo advertises the address its host name resolves to.
         resolved = facts.resolve(facts.hostname)
         if resolved and all(ipaddress.ip_address(a).is_loopback for a in resolved):
             out.warnings.append(
@@ -122,6 +130,10 @@ def derive(ctx: Context) -> Contribution:
                 f"({', '.join(resolved)}): gloo and NCCL would advertise it to the other "
                 "nodes, which cannot reach it; fix /etc/hosts or set GLOO_SOCKET_IFNAME"
             )
+    return out
+
+
+def _derive_interface(ctx: Context, facts: HostFacts, wanted: str, out: Contribution) -> None:
     if wanted != "auto":
         if wanted not in facts.interfaces:
             raise LabelError(describe(
@@ -139,11 +151,10 @@ def derive(ctx: Context) -> Contribution:
                 f"(resolved: {', '.join(addresses) or 'not resolvable'}); "
                 "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set"
             )
-            return out
+            return
         address, iface = found[0]
         source = f"label {LABEL}=auto: route to the master {ctx.master.addr} ({address})"
     out.variables += [
         var("GLOO_SOCKET_IFNAME", iface, source),
         var("NCCL_SOCKET_IFNAME", iface, source),
     ]
-    return out

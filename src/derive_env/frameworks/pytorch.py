@@ -30,8 +30,9 @@ def derive(ctx: Context) -> Contribution:
     rank_src = topo.inputs_of("node_rank") if topo.num_nodes > 1 else "single-container session"
     out = Contribution()
     out.variables += [
-        var("MASTER_ADDR", master.addr, master.addr_source),
-        var("MASTER_PORT", master.port, master.port_source),
+        # The topology's own values: a user-set MASTER_ADDR/PORT shows as kept over them.
+        var("MASTER_ADDR", master.derived_addr, master.derived_addr_source),
+        var("MASTER_PORT", master.derived_port, master.derived_port_source),
         var("NODE_RANK", topo.node_rank, rank_src),
         var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes"),
         var("PET_NODE_RANK", topo.node_rank, rank_src),

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib import import_module
 
+from derive_env.errors import TopologyError, describe
 from derive_env.topology import ClusterTopology, single_node_topology
+
+#: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
+#: multi-node or multi-process topology, with the value a single container would have.
+_SINGLE_VALUES = {"WORLD_SIZE": "1", "RANK": "0", "NODE_RANK": "0", "PET_NNODES": "1",
+                  "PET_NODE_RANK": "0", "GROUP_RANK": "0"}
 
 #: (name, module) in priority order: the first whose ``detect`` is true is used.
 SOURCES: tuple[tuple[str, str], ...] = (
@@ -24,10 +30,23 @@ def topology_from(environ: Mapping[str, str]) -> ClusterTopology:
     With none detected, a single-container topology (contract section 5: no cluster
     variables at all is a single-container session).
 
-    :raises TopologyError: the detected source's variables are bad.
+    :raises TopologyError: the detected source's variables are bad; or no source was
+        detected while the environment states another topology (``WORLD_SIZE=4``,
+        ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
+        container would contradict it, and nothing is guessed.
     """
     for _name, module_name in SOURCES:
         module = import_module(module_name)
         if module.detect(environ):
             return module.topology(environ)
+    for name, single in _SINGLE_VALUES.items():
+        value = environ.get(name, "")
+        if value and value != single:
+            raise TopologyError(describe(
+                name, value,
+                f"{single} or unset: no cluster manager's variables were found "
+                "(BACKENDAI_CLUSTER_*), so this is a single-container session, but another "
+                "launcher set a larger topology. Run the command without derive-env for that "
+                "launcher, or give the container its cluster manager's variables",
+            ))
     return single_node_topology()

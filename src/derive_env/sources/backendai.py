@@ -49,8 +49,14 @@ _ROLE = re.compile(r"[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z-])?\Z")
 
 
 def detect(environ: Mapping[str, str]) -> bool:
-    """True when any non-empty ``BACKENDAI_CLUSTER_*`` variable is set."""
-    return any(k.startswith(_CLUSTER_PREFIX) and v for k, v in environ.items())
+    """True when any variable this source reads is set (non-empty).
+
+    GPU_COUNT / N_GPUS and BACKENDAI_DIST_MASTER_PORT count too: a container with them but
+    no ``BACKENDAI_CLUSTER_*`` is a single-container session that still has them.
+    """
+    return any(environ.get(name) for name in _NAMES) or any(
+        k.startswith(_CLUSTER_PREFIX) and v for k, v in environ.items()
+    )
 
 
 def _split_hosts(value: object) -> tuple[str, ...]:
@@ -178,8 +184,8 @@ def _canonical_nodes(variables: BackendAIVariables, raw_hosts: str) -> tuple[Nod
             if have != count:
                 raise TopologyError(describe(
                     REPLICAS, ",".join(f"{r}:{c}" for r, c in variables.replicas),
-                    f"{count} host(s) of role {role!r} as {HOSTS} has, it has {have} "
-                    f"({raw_hosts})",
+                    f"role counts matching {HOSTS}: REPLICAS says {count} {role!r} host(s), "
+                    f"{HOSTS} ({raw_hosts}) has {have}",
                 ))
     position = {role: i for i, role in enumerate(_role_order(variables, roles))}
     parsed.sort(key=lambda item: (position[item[1]], item[2]))
@@ -203,14 +209,14 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
     except ValidationError as exc:
         raise TopologyError(first_error(exc)) from None
 
-    if v.size is None:
-        given = ", ".join(
-            sorted(k for k, value in environ.items() if k.startswith(_CLUSTER_PREFIX) and value)
-        )
+    cluster_given = sorted(
+        k for k, value in environ.items() if k.startswith(_CLUSTER_PREFIX) and value
+    )
+    if v.size is None and cluster_given:
         raise TopologyError(describe(
             SIZE, environ.get(SIZE, ""),
-            f"the number of containers of the session (an integer >= 1), since {given} "
-            "is set",
+            f"the number of containers of the session (an integer >= 1), since "
+            f"{', '.join(cluster_given)} {'is' if len(cluster_given) == 1 else 'are'} set",
         ))
     gpus = _gpu_count(v, present)
     inputs: dict[str, tuple[str, ...]] = {}
@@ -220,7 +226,7 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
         inputs["master_port"] = (MASTER_PORT,)
 
     if v.hosts is None:
-        if v.size > 1:
+        if v.size is not None and v.size > 1:
             raise TopologyError(describe(
                 HOSTS, "", f"the {v.size} host names of the session ({SIZE}={v.size})"
             ))
