@@ -270,7 +270,7 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
         ))
     if v.idx is not None and v.idx != me.index:
         raise TopologyError(describe(IDX, str(v.idx), f"{me.index}, the index in {HOST}={own}"))
-    rank_inputs: tuple[str, ...] = (HOST, HOSTS) + ((REPLICAS,) if v.replicas else ())
+    rank_inputs = f"position of {HOST}={own} in the canonical order"
     if v.local_rank is not None:
         if v.local_rank != position:
             shown = ", ".join(n.host for n in nodes[:8]) + (", ..." if len(nodes) > 8 else "")
@@ -279,9 +279,9 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
                 f"{position}, the position of {HOST}={own} in the canonical node order "
                 f"({shown}); the containers of this session would disagree on node ranks",
             ))
-        rank_inputs = (LOCAL_RANK, *rank_inputs)
+        rank_inputs = f"{LOCAL_RANK}, equal to the {rank_inputs}"
     inputs["nodes"] = (HOSTS,) + ((REPLICAS,) if v.replicas else ())
-    inputs["node_rank"] = rank_inputs
+    inputs["node_rank"] = (rank_inputs,)
     return ClusterTopology(
         source="backendai", nodes=nodes, node_rank=position, gpus_per_node=gpus,
         master_port=v.master_port, session_id=v.session_id, inputs=inputs,

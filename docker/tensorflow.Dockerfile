@@ -1,0 +1,65 @@
+# Example training image: TensorFlow (CPU) + derive-env.
+#
+# Build from the repository root (the build context must hold pyproject.toml and src/):
+#
+#     docker build -f docker/tensorflow.Dockerfile -t derive-env-example/tensorflow .
+#
+# Each label value is declared ONCE, as a build ARG below. The same ARG feeds the image
+# LABEL and the labels file /etc/derive-env/labels.json that derive-env reads at run time
+# (a container cannot read its own image's labels). tests/test_docker_examples.py checks
+# that both agree.
+FROM python:3.11-slim
+
+# tini reaps zombie processes and forwards signals; derive-env execs the command and
+# does not reap children.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/*
+
+ARG TENSORFLOW_VERSION=2.21.0
+RUN pip install --no-cache-dir "tensorflow-cpu==${TENSORFLOW_VERSION}"
+
+# derive-env from this repository's copy (only what the build needs; no .venv, no tests).
+COPY pyproject.toml README.md /opt/derive-env/src-copy/
+COPY src /opt/derive-env/src-copy/src
+RUN pip install --no-cache-dir /opt/derive-env/src-copy && rm -rf /opt/derive-env/src-copy
+
+# ---- Labels: one ARG per value, after the heavy layers so that changing a value does
+# ---- not reinstall TensorFlow.
+# Frameworks to derive variables for (the opt-in label).
+ARG DE_FRAMEWORKS=tensorflow
+# Port of the TensorFlow server on every node (the host:port entries of TF_CONFIG).
+ARG DE_TENSORFLOW_PORT=2222
+# Backend.AI role -> TF task type. main1 becomes the chief, every sub a worker.
+# Leave the label out for "every node a worker".
+ARG DE_TENSORFLOW_ROLES=main:chief,sub:worker
+# fail: bad input stops the container start. warn: run the command without TF_CONFIG.
+ARG DE_ON_ERROR=fail
+
+LABEL ai.backend.distributed.frameworks="${DE_FRAMEWORKS}" \
+      ai.backend.distributed.tensorflow-port="${DE_TENSORFLOW_PORT}" \
+      ai.backend.distributed.tensorflow-roles="${DE_TENSORFLOW_ROLES}" \
+      ai.backend.distributed.on-error="${DE_ON_ERROR}"
+
+# The labels file, from the same ARGs (values are plain words, numbers, ':' and ',': no
+# JSON escaping needed).
+RUN mkdir -p /etc/derive-env \
+ && { printf '{\n' \
+   && printf '  "ai.backend.distributed.frameworks": "%s",\n' "${DE_FRAMEWORKS}" \
+   && printf '  "ai.backend.distributed.tensorflow-port": "%s",\n' "${DE_TENSORFLOW_PORT}" \
+   && printf '  "ai.backend.distributed.tensorflow-roles": "%s",\n' "${DE_TENSORFLOW_ROLES}" \
+   && printf '  "ai.backend.distributed.on-error": "%s"\n' "${DE_ON_ERROR}" \
+   && printf '}\n'; } > /etc/derive-env/labels.json
+
+# Fail the build on a bad label value. No cluster variables here: a single-container dry
+# run (the role mapping is checked against the real roles at container start).
+RUN derive-env --dry-run --explain
+
+# Backend.AI ignores ENTRYPOINT and sources this hook instead (see docker/bootstrap.sh).
+COPY docker/bootstrap.sh /opt/container/bootstrap.sh
+RUN chmod 0755 /opt/container/bootstrap.sh
+
+ENTRYPOINT ["tini", "--", "derive-env", "--"]
+# A smoke test of the multi-worker setup: builds the strategy from TF_CONFIG and prints
+# this task and the number of replicas. Replace with your training command.
+CMD ["python", "-c", "import tensorflow as tf; s = tf.distribute.MultiWorkerMirroredStrategy(); r = s.cluster_resolver; print(r.task_type, r.task_id, s.num_replicas_in_sync, flush=True)"]
