@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import DeriveEnvError, LabelError, UsageError
+from derive_env.errors import DeriveEnvError, LabelError, UsageError, shorten
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
@@ -32,12 +32,17 @@ def parse_env_file(text: str, origin: str) -> dict[str, str]:
 
     Blank lines and lines starting with ``#`` are skipped; an ``export`` prefix is allowed;
     a value wholly inside matching single or double quotes loses them (no escapes are
-    interpreted); otherwise the value is taken verbatim, blanks included.
+    interpreted); otherwise the value is taken as written, less blanks at the line's ends.
+    Lines end at ``\n`` (``\r\n`` too).
 
-    :raises UsageError: a line that is not ``KEY=VALUE`` with a valid variable name.
+    :raises UsageError: a line that is not ``KEY=VALUE`` with a valid variable name, or a
+        value holding a NUL byte.
     """
     result: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at \n only (and a \r before it): str.splitlines() would also cut values at
+    # form feeds, \x1c-\x1e, \x85 and U+2028.
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw[:-1] if raw.endswith("\r") else raw
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
@@ -47,7 +52,12 @@ def parse_env_file(text: str, origin: str) -> dict[str, str]:
         if not sep or not _ENV_KEY.match(key):
             raise UsageError(
                 f"--env-file {origin}, line {number}: expected KEY=VALUE with KEY a variable "
-                f"name, got {line!r}"
+                f"name, got {shorten(line)!r}"
+            )
+        if "\0" in value:
+            raise UsageError(
+                f"--env-file {origin}, line {number}: {key} contains a NUL byte, which no "
+                "environment variable can hold"
             )
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
@@ -68,10 +78,24 @@ def _read_text(path: str, what: str, error: type[DeriveEnvError]) -> str:
 
 
 def read_environment(env_file: str | None) -> dict[str, str]:
-    """The input environment: the ``--env-file`` when given, else the process's own."""
-    if env_file is None:
-        return dict(os.environ)
-    return parse_env_file(_read_text(env_file, "--env-file", UsageError), env_file)
+    """The input environment: the ``--env-file`` when given, else the process's own.
+
+    The process's own is the one derive-env was started with: CPython's C-locale coercion
+    (PEP 538) adds ``LC_CTYPE=C.UTF-8`` to ``os.environ`` at start-up, which must not reach
+    the command, so a ``LC_CTYPE`` absent from ``/proc/self/environ`` is dropped.
+    """
+    if env_file is not None:
+        return parse_env_file(_read_text(env_file, "--env-file", UsageError), env_file)
+    environ = dict(os.environ)
+    if "LC_CTYPE" in environ:
+        try:
+            with open("/proc/self/environ", "rb") as handle:
+                initial = handle.read()
+        except OSError:
+            return environ
+        if not any(item.startswith(b"LC_CTYPE=") for item in initial.split(b"\0")):
+            del environ["LC_CTYPE"]
+    return environ
 
 
 def load_labels(
@@ -81,14 +105,15 @@ def load_labels(
 ) -> dict[str, str]:
     """Gather the image's labels, later wins: labels file, ``--labels-file``, ``--label``.
 
-    The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from the input environment) or
+    The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from the input environment, else from
+    this process's: an ``--env-file`` rarely repeats the image's ``ENV``) or
     ``/etc/derive-env/labels.json``; missing at the default path means no labels.
 
     :raises LabelError: an explicitly named file that cannot be read, or any file or
         ``--label`` that cannot be parsed.
     """
     labels: dict[str, str] = {}
-    baked = environ.get(LABELS_FILE_VARIABLE) or None
+    baked = environ.get(LABELS_FILE_VARIABLE) or os.environ.get(LABELS_FILE_VARIABLE) or None
     path = baked or DEFAULT_LABELS_FILE
     what = f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file"
     if baked is not None or os.path.exists(path):
@@ -144,7 +169,7 @@ def gather_facts():  # -> HostFacts; imported lazily with the pipeline
 
 
 def _say(kind: str, message: str) -> None:
-    sys.stderr.write(f"derive-env: {kind}: {message}\n")
+    sys.stderr.write(f"derive-env: {kind}: {shorten(message, 4000)}\n")
 
 
 def run(

@@ -36,14 +36,19 @@ class DeriveEnvError(Exception):
         return self.message
 
 
+def shorten(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters, saying how long it was: input quoted in a
+    message must not flood the terminal."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
 def describe(name: str, value: str, expected: str) -> str:
     """Return the standard sentence: ``NAME='value': expected ...``.
 
-    ``value`` is shown with ``repr`` so blanks and control characters are visible, and is
-    shortened to 200 characters so a huge variable cannot flood the terminal.
+    ``value`` is shown with ``repr`` so blanks and control characters are visible; name and
+    value are shortened (:func:`shorten`) so a huge variable cannot flood the terminal.
     """
-    shown = value if len(value) <= 200 else value[:200] + f"... ({len(value)} characters)"
-    return f"{name}={shown!r}: expected {expected}"
+    return f"{shorten(name, 120)}={shorten(value)!r}: expected {expected}"
 
 
 class UsageError(DeriveEnvError):

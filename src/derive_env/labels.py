@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from derive_env.errors import LabelError
+from derive_env.errors import LabelError, shorten
 
 PREFIX = "ai.backend.distributed."
 OPT_IN = PREFIX + "frameworks"
@@ -47,7 +47,9 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
     try:
         document = json.loads(text)
     except ValueError as exc:
-        raise LabelError(f"labels file {origin}: not valid JSON ({exc})") from None
+        raise LabelError(f"labels file {origin}: not valid JSON ({shorten(str(exc))})") from None
+    except RecursionError:
+        raise LabelError(f"labels file {origin}: JSON nested too deeply to be labels") from None
     if isinstance(document, list):
         if not document or not isinstance(document[0], dict):
             raise LabelError(
@@ -70,9 +72,11 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
         if not key.startswith(PREFIX):
             continue
         if not isinstance(value, str):
+            shown = shorten(json.dumps(value), 80)
+            hint = f', write "{shown}"' if isinstance(value, int | float | bool) else ""
             raise LabelError(
-                f"labels file {origin}: label {key} = {json.dumps(value)}: expected a JSON "
-                f'string (Docker label values are strings, write "{value}")'
+                f"labels file {origin}: label {shorten(key, 120)} = {shown}: expected a JSON "
+                f"string (Docker label values are strings{hint})"
             )
         result[key] = value
     return result
@@ -85,7 +89,7 @@ def parse_label_option(item: str) -> tuple[str, str]:
     """
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
-        raise LabelError(f"--label {item!r}: expected KEY=VALUE")
+        raise LabelError(f"--label {shorten(item)!r}: expected KEY=VALUE")
     return key.strip(), value
 
 

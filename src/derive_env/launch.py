@@ -33,9 +33,9 @@ def check_limits(argv: Sequence[str], env: Mapping[str, str], arg_max: int) -> N
     """Check argv and the environment against the kernel's exec limits.
 
     :param arg_max: ``sysconf(SC_ARG_MAX)`` in bytes (on Linux a quarter of the stack limit).
-    :raises EnvironmentTooLarge: a ``NAME=value`` string is 128 KiB or more (MAX_ARG_STRLEN,
-        NUL included), or strings plus pointers exceed ``arg_max`` less a 4 KiB margin; the
-        message names the largest variables.
+    :raises EnvironmentTooLarge: a ``NAME=value`` string with its NUL is over 131072 bytes
+        (128 KiB, MAX_ARG_STRLEN), or strings plus pointers exceed ``arg_max`` less a 4 KiB
+        margin; the message names the largest variables.
     """
     sizes = {k: len(os.fsencode(k)) + 1 + len(os.fsencode(v)) + 1 for k, v in env.items()}
     largest = sorted(sizes.items(), key=lambda item: -item[1])[:3]
@@ -118,6 +118,8 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
         signal.signal(signum, signal.SIG_DFL)
     try:
         os.execve(program, list(argv), dict(env))
+    except ValueError as exc:  # a NUL byte in an argument or a variable
+        raise CommandNotExecutable(f"{argv[0]}: cannot be run: {exc}") from None
     except OSError as exc:
         if exc.errno == errno.E2BIG:
             raise EnvironmentTooLarge(
@@ -126,7 +128,8 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
             ) from None
         if exc.errno == errno.ENOENT:
             raise CommandNotFound(_missing_interpreter(argv[0], program)) from None
-        raise CommandNotExecutable(f"{argv[0]}: {exc.strerror} ({program})") from None
+        hint = " (no #! line? run it as: sh SCRIPT)" if exc.errno == errno.ENOEXEC else ""
+        raise CommandNotExecutable(f"{argv[0]}: {exc.strerror}{hint} ({program})") from None
 
 
 def _missing_interpreter(name: str, program: str) -> str:

@@ -17,7 +17,6 @@ from derive_env.frameworks import (
     Context,
     DerivedVariable,
     HostFacts,
-    master_of,
     network,
 )
 from derive_env.labels import distributed_labels, is_opted_in
@@ -67,10 +66,7 @@ def derive(
         return None
     policy = ImagePolicy.from_labels(labels)
     topology = topology_from(environ)
-    ctx = Context(
-        topology=topology, policy=policy, master=master_of(topology, policy, environ),
-        environ=environ, facts=facts,
-    )
+    ctx = Context(topology=topology, policy=policy, environ=environ, facts=facts)
     variables: list[DerivedVariable] = []
     notes: list[str] = []
     warnings: list[str] = []

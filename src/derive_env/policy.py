@@ -30,7 +30,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from derive_env.errors import LabelError, describe
+from derive_env.errors import LabelError, describe, shorten
 from derive_env.labels import PREFIX
 from derive_env.validation import first_error, parse_int, parse_port
 
@@ -51,7 +51,7 @@ def _frameworks(value: object) -> tuple[str, ...]:
     for part in value.split(","):
         name = part.strip().lower()
         if name not in FRAMEWORK_NAMES:
-            shown = part.strip() or "(empty)"
+            shown = shorten(part.strip(), 60) or "(empty)"
             raise ValueError(f"{expected}; {shown!r} is not one")
         if name not in names:
             names.append(name)
@@ -69,9 +69,9 @@ def _tf_roles(value: object) -> tuple[tuple[str, str], ...]:
     for part in value.split(","):
         role, sep, task_type = (s.strip() for s in part.partition(":"))
         if not sep or not _ROLE.match(role) or task_type not in TF_TASK_TYPES:
-            raise ValueError(f"{expected}; {part.strip()!r} is not one")
+            raise ValueError(f"{expected}; {shorten(part.strip(), 60)!r} is not one")
         if role in dict(pairs):
-            raise ValueError(f"{expected}; role {role!r} is mapped twice")
+            raise ValueError(f"{expected}; role {shorten(role, 60)!r} is mapped twice")
         pairs.append((role, task_type))
     return tuple(pairs)
 

@@ -37,10 +37,17 @@ def render(derivation: Derivation | None, fmt: str) -> str:
 
         return tomli_w.dumps(values)
     if fmt == "shell":
-        return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
+        return "".join(f"export {k}={_single_quoted(v)}\n" for k, v in values.items())
     if fmt == "env":
         return "".join(f"{k}={v}\n" for k, v in values.items())
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _single_quoted(value: str) -> str:
+    """``'value'`` for a POSIX shell, always quoted (contract: ``export KEY='value'``)."""
+    quoted = shlex.quote(value)
+    # shlex leaves safe words bare; those hold no quote or special character to escape.
+    return quoted if quoted.startswith("'") else f"'{value}'"
 
 
 def explain(derivation: Derivation | None) -> str:

@@ -23,6 +23,8 @@ _HOSTNAME = re.compile(
     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
 )
 
+_NUMERIC = re.compile(r"[0-9.]+\Z")
+
 #: Address used as master in a single-container session (contract section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
 
@@ -59,6 +61,12 @@ def host_problem(value: str) -> str | None:
             )
         return None
     if _HOSTNAME.match(value):
+        if _NUMERIC.match(value):
+            try:
+                ipaddress.IPv4Address(value)
+            except ValueError:
+                # RFC 1123 section 2.1: a name is never all-numeric like an address.
+                return "a host name or an IPv4 address (four numbers 0-255)"
         return None
     return "a host name (letters, digits, '-' and '.') or an IP address"
 

@@ -7,8 +7,6 @@ it would in production. Under CI=true a machine that cannot run it FAILS the tes
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -17,27 +15,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import demo
-from simcluster import can_simulate
+from sessions import require_frameworks, venv_bin
 
 pytestmark = pytest.mark.e2e
 
 
-def _require(ok: bool, reason: str) -> None:
-    if ok:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but this e2e test cannot run: {reason}")
-    pytest.skip(reason)
-
-
 def test_torchrun_session_all_ranks_agree() -> None:
     """Every container derives master main1 and its canonical node rank; 6 ranks sum to 21."""
-    _require(*can_simulate())
-    _require(importlib.util.find_spec("torch") is not None, "torch is not installed")
-    bin_dir = Path(sys.executable).parent
-    _require((bin_dir / "derive-env").exists(), f"no derive-env next to {sys.executable}")
+    require_frameworks("torch")
 
-    report = demo.run_torch_session(bin_dir)
+    report = demo.run_torch_session(venv_bin())
 
     assert report.problems == [], demo.summary(report)
     assert report.hosts_order[0] != "main1"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict
 
@@ -91,13 +92,21 @@ class HostFacts:
 
 @dataclass(frozen=True)
 class Context:
-    """Everything a framework may read."""
+    """Everything a framework may read.
+
+    ``master`` is resolved on first use, so an image whose frameworks never read the master
+    (TensorFlow only) is not stopped by a malformed user-set ``MASTER_ADDR``.
+    """
 
     topology: ClusterTopology
     policy: ImagePolicy
-    master: Master
     environ: Mapping[str, str]
     facts: HostFacts | None = None
+
+    @cached_property
+    def master(self) -> Master:
+        """See :func:`master_of`. :raises TopologyError: as :func:`master_of`."""
+        return master_of(self.topology, self.policy, self.environ)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from derive_env.errors import TopologyError, describe
+from derive_env.errors import TopologyError, describe, shorten
 from derive_env.topology import ClusterTopology, Node, host_problem
 from derive_env.validation import first_error, parse_int, parse_port
 
@@ -68,11 +68,13 @@ def _split_hosts(value: object) -> tuple[str, ...]:
             raise ValueError(f"no empty entries (entry {position} is empty)")
         problem = host_problem(entry)
         if problem:
-            raise ValueError(f"every entry to be {problem} ({entry!r} is not)")
+            raise ValueError(f"every entry to be {problem} ({shorten(entry, 80)!r} is not)")
     seen: set[str] = set()
     for entry in entries:
         if entry.lower() in seen:
-            raise ValueError(f"no duplicate entries ({entry!r} appears more than once)")
+            raise ValueError(
+                f"no duplicate entries ({shorten(entry, 80)!r} appears more than once)"
+            )
         seen.add(entry.lower())
     return entries
 
@@ -161,6 +163,12 @@ def _canonical_nodes(variables: BackendAIVariables, raw_hosts: str) -> tuple[Nod
                 "every entry in Backend.AI's {role}{index} form (main1, sub2) so that every "
                 f"container computes the same node order; {entry!r} is not",
             ))
+        if role_index[1] < 1:
+            raise TopologyError(describe(
+                HOSTS, raw_hosts,
+                f"indices from 1 (Backend.AI numbers each role's hosts from 1); {entry!r} has "
+                f"{role_index[1]}",
+            ))
         parsed.append((entry, *role_index))
     seen: dict[tuple[str, int], str] = {}
     for entry, role, index in parsed:
@@ -225,50 +233,48 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
     if v.master_port is not None:
         inputs["master_port"] = (MASTER_PORT,)
 
-    if v.hosts is None:
-        if v.size is not None and v.size > 1:
+    if v.hosts is None and v.size is not None and v.size > 1:
+        raise TopologyError(describe(
+            HOSTS, "", f"the {v.size} host names of the session ({SIZE}={v.size})"
+        ))
+    raw_hosts = present.get(HOSTS, "")
+    if v.hosts is not None:
+        if len(v.hosts) != v.size:
             raise TopologyError(describe(
-                HOSTS, "", f"the {v.size} host names of the session ({SIZE}={v.size})"
+                HOSTS, raw_hosts,
+                f"exactly {v.size} entries ({SIZE}={v.size}), got {len(v.hosts)}",
             ))
-        host = v.host or "localhost"
-        return ClusterTopology(
-            source="backendai", nodes=(Node(host=host),), node_rank=0, gpus_per_node=gpus,
-            master_port=v.master_port, session_id=v.session_id, inputs=inputs,
-        )
-
-    raw_hosts = present[HOSTS]
-    if len(v.hosts) != v.size:
-        raise TopologyError(describe(
-            HOSTS, raw_hosts,
-            f"exactly {v.size} entries ({SIZE}={v.size}), got {len(v.hosts)}",
-        ))
-    if v.replicas is not None and sum(c for _, c in v.replicas) != v.size:
-        raise TopologyError(describe(
-            REPLICAS, present[REPLICAS],
-            f"counts adding up to {SIZE}={v.size}; they add up to "
-            f"{sum(c for _, c in v.replicas)}",
-        ))
-    if v.host is None:
-        if v.size == 1:
-            own = v.hosts[0]
-        else:
+        if v.replicas is not None and sum(c for _, c in v.replicas) != v.size:
+            raise TopologyError(describe(
+                REPLICAS, present[REPLICAS],
+                f"counts adding up to {SIZE}={v.size}; they add up to "
+                f"{sum(c for _, c in v.replicas)}",
+            ))
+        if v.host is None and len(v.hosts) > 1:
             raise TopologyError(describe(
                 HOST, "", f"this container's host name, one of {HOSTS} ({raw_hosts})"
             ))
+        own = v.host or v.hosts[0]
+        if own.lower() not in {h.lower() for h in v.hosts}:
+            raise TopologyError(describe(HOST, own, f"one of {HOSTS} ({raw_hosts})"))
     else:
-        own = v.host
-    if own.lower() not in {h.lower() for h in v.hosts}:
-        raise TopologyError(describe(HOST, own, f"one of {HOSTS} ({raw_hosts})"))
+        own = v.host or "localhost"
 
-    nodes = _canonical_nodes(v, raw_hosts)
-    order = [n.host.lower() for n in nodes]
-    position = order.index(own.lower())
+    if v.hosts is None or len(v.hosts) == 1:
+        # One container: no order to agree on, so any host name will do.
+        role_index = _role_index(own)
+        role, index = role_index if role_index and role_index[1] >= 1 else (None, None)
+        nodes: tuple[Node, ...] = (Node(host=own, role=role, index=index),)
+        position = 0
+    else:
+        nodes = _canonical_nodes(v, raw_hosts)
+        position = [n.host.lower() for n in nodes].index(own.lower())
     me = nodes[position]
-    if v.role is not None and v.role != me.role:
+    if v.role is not None and me.role is not None and v.role != me.role:
         raise TopologyError(describe(
             ROLE, v.role, f"{me.role!r}, the role in {HOST}={own}"
         ))
-    if v.idx is not None and v.idx != me.index:
+    if v.idx is not None and me.index is not None and v.idx != me.index:
         raise TopologyError(describe(IDX, str(v.idx), f"{me.index}, the index in {HOST}={own}"))
     rank_inputs = f"position of {HOST}={own} in the canonical order"
     if v.local_rank is not None:
@@ -280,6 +286,11 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
                 f"({shown}); the containers of this session would disagree on node ranks",
             ))
         rank_inputs = f"{LOCAL_RANK}, equal to the {rank_inputs}"
+    if len(nodes) == 1:
+        return ClusterTopology(
+            source="backendai", nodes=nodes, node_rank=0, gpus_per_node=gpus,
+            master_port=v.master_port, session_id=v.session_id, inputs=inputs,
+        )
     inputs["nodes"] = (HOSTS,) + ((REPLICAS,) if v.replicas else ())
     inputs["node_rank"] = (rank_inputs,)
     return ClusterTopology(

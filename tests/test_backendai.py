@@ -1,0 +1,534 @@
+"""The Backend.AI source: BACKENDAI_CLUSTER_* -> ClusterTopology (contract section 5)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from derive_env.errors import TopologyError
+from derive_env.sources import backendai, topology_from
+from derive_env.topology import ClusterTopology
+
+B = "BACKENDAI_CLUSTER_"
+SIZE, HOSTS, HOST, ROLE, IDX = B + "SIZE", B + "HOSTS", B + "HOST", B + "ROLE", B + "IDX"
+LOCAL_RANK, REPLICAS = B + "LOCAL_RANK", B + "REPLICAS"
+THREE = ["main1", "sub1", "sub2"]
+
+
+def hosts_of(topo: ClusterTopology) -> list[str]:
+    return [n.host for n in topo.nodes]
+
+
+def error_of(environ: dict[str, str]) -> str:
+    with pytest.raises(TopologyError) as info:
+        backendai.topology(environ)
+    assert info.value.exit_code == 3
+    return str(info.value)
+
+
+@pytest.fixture
+def sub2(backendai_env) -> dict[str, str]:
+    """Container sub2 of a 3-node session whose HOSTS came out as sub1,main1,sub2."""
+    return backendai_env(["sub1", "main1", "sub2"], "sub2")
+
+
+# --- the fixture itself -------------------------------------------------------------------
+
+
+def test_builder_sets_variables_as_backendai_does(sub2: dict[str, str]) -> None:
+    assert sub2 == {
+        SIZE: "3",
+        HOSTS: "sub1,main1,sub2",
+        HOST: "sub2",
+        ROLE: "sub",
+        IDX: "2",
+        LOCAL_RANK: "2",
+        REPLICAS: "main:1,sub:2",
+        "BACKENDAI_SESSION_ID": "sess-0123",
+    }
+
+
+# --- canonical order ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(THREE)))
+def test_canonical_order_whatever_hosts_order(backendai_env, order: tuple[str, ...]) -> None:
+    for rank, host in enumerate(THREE):
+        topo = backendai.topology(backendai_env(order, host))
+        assert hosts_of(topo) == THREE
+        assert topo.node_rank == rank
+        assert topo.master_addr == "main1"
+        assert topo.this_node.host == host
+
+
+def test_master_is_never_first_hosts_entry(backendai_env) -> None:
+    topo = backendai.topology(backendai_env(["sub1", "main1"], "sub1"))
+    assert topo.master_addr == "main1"
+    assert topo.node_rank == 1
+
+
+def test_numeric_index_order(backendai_env) -> None:
+    hosts = ["main1"] + [f"sub{i}" for i in range(1, 12)]
+    listed = sorted(hosts, reverse=True)  # sub9, ..., sub2, sub11, sub10, sub1, main1
+    topo = backendai.topology(backendai_env(listed, "sub10"))
+    assert hosts_of(topo) == hosts
+    assert topo.node_rank == 10
+    assert [n.index for n in topo.nodes] == [1, *range(1, 12)]
+
+
+def test_sub2_before_sub10(backendai_env) -> None:
+    hosts = ["main1"] + [f"sub{i}" for i in range(1, 11)]
+    topo = backendai.topology(backendai_env(["sub10", "sub2", *hosts[:2], *hosts[3:10]], "sub2"))
+    assert hosts_of(topo).index("sub2") == 2
+    assert hosts_of(topo).index("sub10") == 10
+
+
+def test_extra_roles_follow_replicas_order(backendai_env) -> None:
+    env = backendai_env(["worker2", "ps1", "worker1", "main1"], "worker1",
+                        replicas="main:1,ps:1,worker:2")
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", "ps1", "worker1", "worker2"]
+    assert [n.role for n in topo.nodes] == ["main", "ps", "worker", "worker"]
+    assert topo.node_rank == 2
+
+
+def test_replicas_order_is_used_not_alphabetical(backendai_env) -> None:
+    env = backendai_env(["ps1", "worker2", "main1", "worker1"], "ps1",
+                        replicas="main:1,worker:2,ps:1")
+    assert env[LOCAL_RANK] == "3"
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", "worker1", "worker2", "ps1"]
+    assert topo.node_rank == 3
+
+
+def test_main_first_even_when_replicas_lists_it_later(backendai_env) -> None:
+    env = backendai_env(["sub1", "main1", "aux1"], "aux1", replicas="aux:1,main:1,sub:1")
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", "aux1", "sub1"]
+    assert topo.node_rank == 1
+
+
+def test_without_replicas_roles_sorted_main_first(backendai_env) -> None:
+    env = backendai_env(["worker1", "ps1", "main1"], "worker1")
+    del env[REPLICAS]
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", "ps1", "worker1"]
+    assert topo.node_rank == 2
+    assert topo.inputs["nodes"] == (HOSTS,)
+
+
+def test_hosts_blanks_around_commas_are_trimmed(sub2: dict[str, str]) -> None:
+    topo = backendai.topology({**sub2, HOSTS: " sub1 , main1,sub2 "})
+    assert hosts_of(topo) == THREE
+
+
+def test_roles_and_indices_recorded(sub2: dict[str, str]) -> None:
+    topo = backendai.topology(sub2)
+    assert [(n.role, n.index) for n in topo.nodes] == [("main", 1), ("sub", 1), ("sub", 2)]
+    assert topo.source == "backendai"
+    assert topo.session_id == "sess-0123"
+
+
+# --- LOCAL_RANK -----------------------------------------------------------------------------
+
+
+def test_local_rank_agreeing_is_recorded_as_input(sub2: dict[str, str]) -> None:
+    topo = backendai.topology(sub2)
+    assert topo.node_rank == 2
+    assert topo.inputs["node_rank"] == (
+        "BACKENDAI_CLUSTER_LOCAL_RANK, equal to the position of BACKENDAI_CLUSTER_HOST=sub2 in "
+        "the canonical order",)
+    assert topo.inputs["nodes"] == (HOSTS, REPLICAS)
+
+
+def test_local_rank_mismatch(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, LOCAL_RANK: "1"}) == (
+        "BACKENDAI_CLUSTER_LOCAL_RANK='1': expected 2, the position of "
+        "BACKENDAI_CLUSTER_HOST=sub2 in the canonical node order (main1, sub1, sub2); the "
+        "containers of this session would disagree on node ranks"
+    )
+
+
+def test_local_rank_mismatch_lists_at_most_eight_hosts(backendai_env) -> None:
+    hosts = ["main1"] + [f"sub{i}" for i in range(1, 10)]
+    env = backendai_env(hosts, "sub3")
+    assert error_of({**env, LOCAL_RANK: "0"}) == (
+        "BACKENDAI_CLUSTER_LOCAL_RANK='0': expected 3, the position of "
+        "BACKENDAI_CLUSTER_HOST=sub3 in the canonical node order (main1, sub1, sub2, sub3, "
+        "sub4, sub5, sub6, sub7, ...); the containers of this session would disagree on "
+        "node ranks"
+    )
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_absent_local_rank_uses_position(backendai_env, value: str | None) -> None:
+    env = backendai_env(["sub2", "sub1", "main1"], "sub1", local_rank=False)
+    if value is not None:
+        env[LOCAL_RANK] = value
+    topo = backendai.topology(env)
+    assert topo.node_rank == 1
+    assert topo.inputs["node_rank"] == (
+        "position of BACKENDAI_CLUSTER_HOST=sub1 in the canonical order",)
+
+
+def test_local_rank_not_integer(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, LOCAL_RANK: "-1"}) == (
+        "BACKENDAI_CLUSTER_LOCAL_RANK='-1': expected an integer >= 0"
+    )
+
+
+# --- single container -----------------------------------------------------------------------
+
+
+def test_no_cluster_variables_is_single_container() -> None:
+    assert not backendai.detect({"PATH": "/bin", "HOSTNAME": "main1"})
+    topo = topology_from({"PATH": "/bin"})
+    assert topo.source == "standalone"
+    assert topo.num_nodes == 1
+    assert topo.master_addr == "127.0.0.1"
+
+
+@pytest.mark.parametrize(("extra", "gpus", "port"), [
+    ({"GPU_COUNT": "2"}, 2, None),
+    ({"N_GPUS": "1"}, 1, None),
+    ({"BACKENDAI_DIST_MASTER_PORT": "23456"}, None, 23456),
+    ({"BACKENDAI_SESSION_ID": "s"}, None, None),
+])
+def test_gpu_count_and_port_without_cluster_variables(extra, gpus, port) -> None:
+    """A single-container Backend.AI session without BACKENDAI_CLUSTER_* keeps its GPU count."""
+    topo = topology_from(extra)
+    assert topo.num_nodes == 1
+    assert topo.master_addr == "127.0.0.1"
+    assert (topo.gpus_per_node, topo.master_port) == (gpus, port)
+
+
+def test_bad_gpu_count_without_cluster_variables() -> None:
+    with pytest.raises(TopologyError, match=r"^GPU_COUNT='x': expected an integer >= 0$"):
+        topology_from({"GPU_COUNT": "x"})
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("WORLD_SIZE", "4"), ("RANK", "2"), ("NODE_RANK", "1"), ("PET_NNODES", "2"),
+    ("PET_NODE_RANK", "1"), ("GROUP_RANK", "3"),
+])
+def test_other_launcher_topology_without_cluster_variables(name: str, value: str) -> None:
+    with pytest.raises(TopologyError) as info:
+        topology_from({name: value})
+    assert str(info.value).startswith(
+        f"{name}={value!r}: expected {'1' if name in ('WORLD_SIZE', 'PET_NNODES') else '0'} "
+        "or unset: no cluster manager's variables were found (BACKENDAI_CLUSTER_*)")
+
+
+def test_single_container_launcher_values_accepted() -> None:
+    single = {"WORLD_SIZE": "1", "RANK": "0", "NODE_RANK": "0", "PET_NNODES": "1",
+              "PET_NODE_RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "3"}
+    assert topology_from(single).num_nodes == 1
+
+
+def test_empty_cluster_variables_count_as_unset() -> None:
+    environ = {SIZE: "", HOSTS: "", HOST: "", LOCAL_RANK: ""}
+    assert not backendai.detect(environ)
+    assert topology_from(environ).source == "standalone"
+
+
+def test_size_one_without_hosts(backendai_env) -> None:
+    topo = topology_from({SIZE: "1", HOST: "main1", ROLE: "main", IDX: "1"})
+    assert topo.source == "backendai"
+    assert hosts_of(topo) == ["main1"]
+    assert topo.node_rank == 0
+    assert topo.master_addr == "127.0.0.1"
+
+
+def test_size_one_with_hosts(backendai_env) -> None:
+    env = backendai_env(["main1"], "main1")
+    topo = topology_from(env)
+    assert hosts_of(topo) == ["main1"]
+    assert topo.node_rank == 0
+    assert topo.master_addr == "127.0.0.1"
+
+
+def test_size_one_only() -> None:
+    topo = topology_from({SIZE: "1"})
+    assert topo.num_nodes == 1
+    assert topo.master_addr == "127.0.0.1"
+
+
+# --- GPU count, master port -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "gpus", "inputs"),
+    [
+        ({"GPU_COUNT": "2"}, 2, ("GPU_COUNT",)),
+        ({"N_GPUS": "4"}, 4, ("N_GPUS",)),
+        ({"GPU_COUNT": "8", "N_GPUS": "8"}, 8, ("GPU_COUNT", "N_GPUS")),
+        ({"GPU_COUNT": "0"}, 0, ("GPU_COUNT",)),
+        ({"GPU_COUNT": "", "N_GPUS": "3"}, 3, ("N_GPUS",)),
+        ({}, None, None),
+        ({"GPU_COUNT": ""}, None, None),
+    ],
+)
+def test_gpu_count(sub2, extra, gpus, inputs) -> None:
+    topo = backendai.topology({**sub2, **extra})
+    assert topo.gpus_per_node == gpus
+    assert topo.inputs.get("gpus") == inputs
+
+
+def test_gpu_counts_disagree(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, "GPU_COUNT": "2", "N_GPUS": "3"}) == (
+        "N_GPUS='3': expected the same count as GPU_COUNT=2"
+    )
+
+
+@pytest.mark.parametrize(("name", "value"), [("GPU_COUNT", "-1"), ("N_GPUS", "two"),
+                                             ("GPU_COUNT", "1.5")])
+def test_gpu_count_not_integer(sub2, name: str, value: str) -> None:
+    assert error_of({**sub2, name: value}) == f"{name}={value!r}: expected an integer >= 0"
+
+
+def test_dist_master_port(sub2: dict[str, str]) -> None:
+    topo = backendai.topology({**sub2, "BACKENDAI_DIST_MASTER_PORT": "23456"})
+    assert topo.master_port == 23456
+    assert topo.inputs["master_port"] == ("BACKENDAI_DIST_MASTER_PORT",)
+    assert backendai.topology(sub2).master_port is None
+    assert backendai.topology({**sub2, "BACKENDAI_DIST_MASTER_PORT": ""}).master_port is None
+
+
+@pytest.mark.parametrize("value", ["0", "65536", "abc", "-1", " 80", "80.0"])
+def test_dist_master_port_bad(sub2, value: str) -> None:
+    assert error_of({**sub2, "BACKENDAI_DIST_MASTER_PORT": value}) == (
+        f"BACKENDAI_DIST_MASTER_PORT={value!r}: expected a port number 1-65535"
+    )
+
+
+# --- bad input (contract section 5), exact messages -----------------------------------------
+
+
+@pytest.mark.parametrize("value", ["x", "0", "-3", "3.0", " 3", "+3", "1e3"])
+def test_size_not_positive_integer(sub2, value: str) -> None:
+    assert error_of({**sub2, SIZE: value}) == (
+        f"BACKENDAI_CLUSTER_SIZE={value!r}: expected an integer >= 1"
+    )
+
+
+def test_hosts_count_differs_from_size(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, SIZE: "4", REPLICAS: "main:1,sub:3"}) == (
+        "BACKENDAI_CLUSTER_HOSTS='sub1,main1,sub2': expected exactly 4 entries "
+        "(BACKENDAI_CLUSTER_SIZE=4), got 3"
+    )
+
+
+@pytest.mark.parametrize(
+    ("hosts", "position"),
+    [("sub1,,main1", 2), ("sub1,main1,sub2,", 4), (",sub1,main1", 1), ("sub1, ,main1", 2)],
+)
+def test_hosts_empty_entry(sub2, hosts: str, position: int) -> None:
+    assert error_of({**sub2, HOSTS: hosts}) == (
+        f"BACKENDAI_CLUSTER_HOSTS={hosts!r}: expected no empty entries "
+        f"(entry {position} is empty)"
+    )
+
+
+@pytest.mark.parametrize(("hosts", "dup"), [("sub1,sub1,main1", "sub1"),
+                                            ("sub2,main1,SUB2", "SUB2")])
+def test_hosts_duplicate_entry(sub2, hosts: str, dup: str) -> None:
+    assert error_of({**sub2, HOSTS: hosts}) == (
+        f"BACKENDAI_CLUSTER_HOSTS={hosts!r}: expected no duplicate entries "
+        f"({dup!r} appears more than once)"
+    )
+
+
+@pytest.mark.parametrize("bad", ["main_1", "sub 1", "-sub1", "sub1:80", "fe80::1%eth0"])
+def test_hosts_invalid_hostname(sub2, bad: str) -> None:
+    hosts = f"sub1,main1,{bad}"
+    message = error_of({**sub2, HOSTS: hosts})
+    assert message.startswith(
+        f"BACKENDAI_CLUSTER_HOSTS={hosts!r}: expected every entry to be a "
+    )
+    assert message.endswith(f" ({bad!r} is not)")
+
+
+def test_hosts_invalid_hostname_exact(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, HOSTS: "sub1,main_1,sub2"}) == (
+        "BACKENDAI_CLUSTER_HOSTS='sub1,main_1,sub2': expected every entry to be a host name "
+        "(letters, digits, '-' and '.') or an IP address ('main_1' is not)"
+    )
+
+
+def test_hosts_not_in_role_index_form(sub2: dict[str, str]) -> None:
+    environ = {**sub2, HOSTS: "10.0.0.1,main1,sub2", REPLICAS: ""}
+    assert error_of(environ) == (
+        "BACKENDAI_CLUSTER_HOSTS='10.0.0.1,main1,sub2': expected every entry in Backend.AI's "
+        "{role}{index} form (main1, sub2) so that every container computes the same node "
+        "order; '10.0.0.1' is not"
+    )
+
+
+def test_hosts_same_role_and_index(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, HOSTS: "sub01,main1,sub1", HOST: "sub1", IDX: "1",
+                     LOCAL_RANK: ""}) == (
+        "BACKENDAI_CLUSTER_HOSTS='sub01,main1,sub1': expected one host per role and index; "
+        "'sub01' and 'sub1' are both sub #1"
+    )
+
+
+@pytest.mark.parametrize("hosts", ["main1,sub0", "main0,sub1"])
+def test_hosts_index_zero_is_a_topology_error(hosts: str) -> None:
+    """Backend.AI indices are 1-based; ``sub0`` must be a TopologyError, not a traceback."""
+    with pytest.raises(TopologyError) as info:
+        backendai.topology({SIZE: "2", HOSTS: hosts, HOST: "sub1" if "sub1" in hosts
+                            else "main1"})
+    assert str(info.value).startswith(f"BACKENDAI_CLUSTER_HOSTS={hosts!r}: expected ")
+
+
+def test_own_host_missing(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, HOST: "sub3", IDX: "3"}) == (
+        "BACKENDAI_CLUSTER_HOST='sub3': expected one of BACKENDAI_CLUSTER_HOSTS "
+        "(sub1,main1,sub2)"
+    )
+
+
+def test_own_host_invalid(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, HOST: " sub2"}) == (
+        "BACKENDAI_CLUSTER_HOST=' sub2': expected a host name (letters, digits, '-' and '.') "
+        "or an IP address"
+    )
+
+
+def test_own_host_matched_case_insensitively(sub2: dict[str, str]) -> None:
+    topo = backendai.topology({**sub2, HOST: "SUB2"})
+    assert topo.node_rank == 2
+
+
+def test_missing_host_with_size_above_one(sub2: dict[str, str]) -> None:
+    expected = (
+        "BACKENDAI_CLUSTER_HOST='': expected this container's host name, one of "
+        "BACKENDAI_CLUSTER_HOSTS (sub1,main1,sub2)"
+    )
+    assert error_of({k: v for k, v in sub2.items() if k != HOST}) == expected
+    assert error_of({**sub2, HOST: ""}) == expected
+
+
+def test_missing_hosts_with_size_above_one(sub2: dict[str, str]) -> None:
+    assert error_of({k: v for k, v in sub2.items() if k != HOSTS}) == (
+        "BACKENDAI_CLUSTER_HOSTS='': expected the 3 host names of the session "
+        "(BACKENDAI_CLUSTER_SIZE=3)"
+    )
+
+
+def test_replicas_not_adding_up(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, REPLICAS: "main:1,sub:3"}) == (
+        "BACKENDAI_CLUSTER_REPLICAS='main:1,sub:3': expected counts adding up to "
+        "BACKENDAI_CLUSTER_SIZE=3; they add up to 4"
+    )
+
+
+def test_replicas_count_of_a_role_differs_from_hosts(sub2: dict[str, str]) -> None:
+    message = error_of({**sub2, REPLICAS: "main:2,sub:1"})
+    assert message == (
+        "BACKENDAI_CLUSTER_REPLICAS='main:2,sub:1': expected role counts matching "
+        "BACKENDAI_CLUSTER_HOSTS: REPLICAS says 2 'main' host(s), BACKENDAI_CLUSTER_HOSTS "
+        "(sub1,main1,sub2) has 1"
+    )
+
+
+def test_replicas_missing_a_role_of_hosts(backendai_env) -> None:
+    env = backendai_env(["main1", "sub1", "ps1"], "sub1", local_rank=False)
+    env[REPLICAS] = "main:1,sub:2"
+    assert error_of(env) == (
+        "BACKENDAI_CLUSTER_REPLICAS='main:1,sub:2': expected every role of "
+        "BACKENDAI_CLUSTER_HOSTS listed; role 'ps' is missing"
+    )
+
+
+def test_replicas_role_with_zero_count_is_fine(sub2: dict[str, str]) -> None:
+    topo = backendai.topology({**sub2, REPLICAS: "main:1,ps:0,sub:2"})
+    assert hosts_of(topo) == THREE
+
+
+@pytest.mark.parametrize("value", ["garbage", "main:x", "main:1,sub", "main:-1", "1:1",
+                                   "main:1,,sub:2"])
+def test_replicas_malformed(sub2, value: str) -> None:
+    assert error_of({**sub2, REPLICAS: value}) == (
+        f"BACKENDAI_CLUSTER_REPLICAS={value!r}: expected comma-separated role:count pairs "
+        "such as main:1,sub:3"
+    )
+
+
+def test_replicas_role_twice(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, REPLICAS: "main:1,sub:1,sub:1"}) == (
+        "BACKENDAI_CLUSTER_REPLICAS='main:1,sub:1,sub:1': expected comma-separated "
+        "role:count pairs such as main:1,sub:3, each role once"
+    )
+
+
+def test_role_contradicts_host(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, ROLE: "main"}) == (
+        "BACKENDAI_CLUSTER_ROLE='main': expected 'sub', the role in BACKENDAI_CLUSTER_HOST=sub2"
+    )
+
+
+def test_idx_contradicts_host(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, IDX: "1"}) == (
+        "BACKENDAI_CLUSTER_IDX='1': expected 2, the index in BACKENDAI_CLUSTER_HOST=sub2"
+    )
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), [
+    (ROLE, "1sub", "a role name such as main or sub"),
+    (ROLE, "sub ", "a role name such as main or sub"),
+    (IDX, "0", "an integer >= 1"),
+    (IDX, "two", "an integer >= 1"),
+])
+def test_role_idx_malformed(sub2, name: str, value: str, expected: str) -> None:
+    assert error_of({**sub2, name: value}) == f"{name}={value!r}: expected {expected}"
+
+
+def test_empty_role_and_idx_count_as_unset(sub2: dict[str, str]) -> None:
+    assert backendai.topology({**sub2, ROLE: "", IDX: ""}).node_rank == 2
+
+
+def test_size_one_role_contradicting_host_is_rejected() -> None:
+    """ROLE/IDX contradicting HOST is an error in a one-container session too."""
+    with pytest.raises(TopologyError, match="BACKENDAI_CLUSTER_ROLE='sub'"):
+        backendai.topology({SIZE: "1", HOST: "main1", ROLE: "sub", IDX: "1"})
+
+
+def test_size_one_local_rank_other_than_zero_is_rejected() -> None:
+    """A one-node session has node rank 0 only; LOCAL_RANK=5 is inconsistent (section 5)."""
+    with pytest.raises(TopologyError, match="BACKENDAI_CLUSTER_LOCAL_RANK='5'"):
+        backendai.topology({SIZE: "1", HOST: "main1", LOCAL_RANK: "5"})
+
+
+def test_variables_without_size(sub2: dict[str, str]) -> None:
+    expected = (
+        "BACKENDAI_CLUSTER_SIZE='': expected the number of containers of the session (an "
+        "integer >= 1), since BACKENDAI_CLUSTER_HOST, BACKENDAI_CLUSTER_HOSTS, "
+        "BACKENDAI_CLUSTER_IDX, BACKENDAI_CLUSTER_LOCAL_RANK, BACKENDAI_CLUSTER_REPLICAS, "
+        "BACKENDAI_CLUSTER_ROLE are set"
+    )
+    assert error_of({k: v for k, v in sub2.items() if k != SIZE}) == expected
+    assert error_of({**sub2, SIZE: ""}) == expected
+
+
+def test_only_host_without_size() -> None:
+    assert error_of({HOST: "main1"}) == (
+        "BACKENDAI_CLUSTER_SIZE='': expected the number of containers of the session (an "
+        "integer >= 1), since BACKENDAI_CLUSTER_HOST is set"
+    )
+
+
+def test_long_value_is_shortened_in_message(sub2: dict[str, str]) -> None:
+    value = "x" * 500
+    assert error_of({**sub2, SIZE: value}) == (
+        f"BACKENDAI_CLUSTER_SIZE={'x' * 200 + '... (500 characters)'!r}: "
+        "expected an integer >= 1"
+    )
+
+
+def test_topology_from_uses_backendai_when_detected(sub2: dict[str, str]) -> None:
+    assert backendai.detect(sub2)
+    topo = topology_from(sub2)
+    assert topo.source == "backendai"
+    assert topo.node_rank == 2

@@ -1,0 +1,163 @@
+"""Image labels: labels files (flat JSON, docker image inspect) and --label parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from derive_env.errors import LabelError
+from derive_env.labels import (
+    OPT_IN,
+    PREFIX,
+    distributed_labels,
+    is_opted_in,
+    parse_label_option,
+    parse_labels_document,
+)
+
+FW = PREFIX + "frameworks"
+PORT = PREFIX + "master-port"
+
+
+def label_error(text: str, origin: str = "labels.json") -> str:
+    with pytest.raises(LabelError) as info:
+        parse_labels_document(text, origin)
+    assert info.value.exit_code == 4
+    return str(info.value)
+
+
+def test_prefix_and_opt_in_names() -> None:
+    assert PREFIX == "ai.backend.distributed."
+    assert OPT_IN == "ai.backend.distributed.frameworks"
+
+
+def test_flat_object() -> None:
+    text = json.dumps({FW: "pytorch,tensorflow", PORT: "23456"})
+    assert parse_labels_document(text, "f") == {FW: "pytorch,tensorflow", PORT: "23456"}
+
+
+def test_non_prefixed_labels_dropped() -> None:
+    text = json.dumps({
+        "maintainer": "me", "ai.backend.kernelspec": "1", "ai.backend.distributed": "x",
+        "org.opencontainers.image.version": 3, FW: "pytorch",
+    })
+    assert parse_labels_document(text, "f") == {FW: "pytorch"}
+
+
+def test_docker_image_inspect_list() -> None:
+    text = json.dumps([{
+        "Id": "sha256:abc",
+        "Config": {"Env": ["PATH=/bin"], "Labels": {"maintainer": "me", FW: "jax",
+                                                    PORT: "1"}},
+    }, {"Id": "second image, ignored", "Config": {"Labels": {FW: "tensorflow"}}}])
+    assert parse_labels_document(text, "f") == {FW: "jax", PORT: "1"}
+
+
+def test_docker_image_inspect_single_object() -> None:
+    text = json.dumps({"Id": "sha256:abc", "Config": {"Labels": {FW: "pytorch"}}})
+    assert parse_labels_document(text, "f") == {FW: "pytorch"}
+
+
+@pytest.mark.parametrize("text", [
+    '[{"Config": {"Labels": null}}]',
+    '{"Config": {"Labels": null}}',
+    '[{"Config": {}}]',
+    "{}",
+])
+def test_no_labels(text: str) -> None:
+    assert parse_labels_document(text, "f") == {}
+
+
+def test_empty_string_value_kept() -> None:
+    assert parse_labels_document(json.dumps({FW: ""}), "f") == {FW: ""}
+
+
+@pytest.mark.parametrize(("value", "shown", "hint"), [
+    (29500, "29500", "29500"),
+    (1.5, "1.5", "1.5"),
+])
+def test_non_string_value(value: object, shown: str, hint: str) -> None:
+    assert label_error(json.dumps({PORT: value})) == (
+        f"labels file labels.json: label {PORT} = {shown}: expected a JSON string (Docker "
+        f'label values are strings, write "{hint}")'
+    )
+
+
+def test_non_string_value_in_inspect_output() -> None:
+    text = json.dumps([{"Config": {"Labels": {FW: ["pytorch"]}}}])
+    assert label_error(text, "img.json").startswith(
+        f'labels file img.json: label {FW} = ["pytorch"]: expected a JSON string'
+    )
+
+
+def test_boolean_value_hint_is_json_not_python() -> None:
+    """The hint must show the JSON spelling (``"true"``), not Python's ``True``."""
+    message = label_error(json.dumps({PREFIX + "on-error": True}))
+    assert message == (
+        f"labels file labels.json: label {PREFIX}on-error = true: expected a JSON string "
+        '(Docker label values are strings, write "true")'
+    )
+
+
+def test_non_string_value_of_other_label_is_ignored() -> None:
+    assert parse_labels_document(json.dumps({"version": 3, FW: "pytorch"}), "f") == {
+        FW: "pytorch"
+    }
+
+
+def test_invalid_json() -> None:
+    assert label_error("{nope", "/etc/derive-env/labels.json") == (
+        "labels file /etc/derive-env/labels.json: not valid JSON (Expecting property name "
+        "enclosed in double quotes: line 1 column 2 (char 1))"
+    )
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000])
+def test_deeply_nested_json_is_a_label_error(text: str) -> None:
+    """json.loads raises RecursionError (not ValueError) here: it must not become a traceback."""
+    assert label_error(text).startswith("labels file labels.json: ")
+
+
+@pytest.mark.parametrize("text", ["[]", "[1]", '["x"]'])
+def test_list_not_inspect_output(text: str) -> None:
+    assert label_error(text) == (
+        "labels file labels.json: a JSON list must be `docker image inspect` output (a list "
+        "whose first item is an object with Config.Labels)"
+    )
+
+
+@pytest.mark.parametrize(("text", "kind"), [('"x"', "string"), ("3", "number"), ("1.5", "number"),
+                                            ("true", "boolean"), ("null", "null"),
+                                            ('{"Config": {"Labels": [1]}}', "array")])
+def test_not_an_object(text: str, kind: str) -> None:
+    assert label_error(text) == (
+        "labels file labels.json: expected a JSON object of labels or `docker image inspect` "
+        f"output, got a JSON {kind}"
+    )
+
+
+@pytest.mark.parametrize(("item", "pair"), [
+    ("ai.backend.distributed.frameworks=pytorch", (FW, "pytorch")),
+    ("k=a=b", ("k", "a=b")),
+    (" k =v ", ("k", "v ")),
+    ("k=", ("k", "")),
+])
+def test_label_option(item: str, pair: tuple[str, str]) -> None:
+    assert parse_label_option(item) == pair
+
+
+@pytest.mark.parametrize("item", ["k", "=v", " =v", ""])
+def test_label_option_bad(item: str) -> None:
+    with pytest.raises(LabelError) as info:
+        parse_label_option(item)
+    assert str(info.value) == f"--label {item!r}: expected KEY=VALUE"
+
+
+def test_distributed_labels_and_opt_in() -> None:
+    labels = {"maintainer": "me", FW: "pytorch", PORT: "1"}
+    assert distributed_labels(labels) == {FW: "pytorch", PORT: "1"}
+    assert is_opted_in(labels)
+    assert not is_opted_in({PORT: "1"})
+    assert not is_opted_in({})
+    assert is_opted_in({FW: ""})  # empty is "opted in with a bad value", never "off"

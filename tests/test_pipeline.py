@@ -1,0 +1,134 @@
+"""pipeline.derive: environment + labels -> derivation, end to end but pure."""
+
+from __future__ import annotations
+
+import pytest
+
+import derive_env
+from derive_env.errors import LabelError, TopologyError
+from derive_env.labels import PREFIX
+from derive_env.pipeline import Derivation, derive
+
+ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax", "maintainer": "someone"}
+HOSTS_ORDER = ["sub2", "main1", "sub1"]  # as a database query may return them
+
+
+@pytest.mark.parametrize("labels", [
+    {},
+    {"maintainer": "me", "ai.backend.kernelspec": "1"},
+    {PREFIX + "master-port": "23456"},            # other labels, but no opt-in
+    {PREFIX + "master-port": "not-a-port"},       # not validated when not opted in
+])
+def test_not_opted_in(backendai_env, labels) -> None:
+    assert derive(backendai_env(HOSTS_ORDER, "sub1"), labels) is None
+
+
+def test_not_opted_in_ignores_broken_cluster_variables() -> None:
+    broken = {"BACKENDAI_CLUSTER_SIZE": "banana", "MASTER_PORT": "nope"}
+    assert derive(broken, {}) is None
+
+
+def expected_changes(host: str, rank: int) -> dict[str, str]:
+    return {
+        "MASTER_ADDR": "main1",
+        "MASTER_PORT": "29500",
+        "NODE_RANK": str(rank),
+        "PET_NNODES": "3",
+        "PET_NODE_RANK": str(rank),
+        "PET_MASTER_ADDR": "main1",
+        "PET_MASTER_PORT": "29500",
+        "PET_NPROC_PER_NODE": "2",
+        "TF_CONFIG": (
+            '{"cluster":{"worker":["main1:2222","sub1:2222","sub2:2222"]},'
+            f'"task":{{"type":"worker","index":{rank}}}}}'
+        ),
+        "JAX_COORDINATOR_ADDRESS": "main1:1234",
+        "JAX_NUM_PROCESSES": "3",
+        "JAX_PROCESS_ID": str(rank),
+    }
+
+
+@pytest.mark.parametrize(("host", "rank"), [("main1", 0), ("sub1", 1), ("sub2", 2)])
+def test_three_node_session(backendai_env, host: str, rank: int) -> None:
+    env = {**backendai_env(HOSTS_ORDER, host), "GPU_COUNT": "2", "PATH": "/usr/bin",
+           "HOME": "/home/work"}
+    derivation = derive(env, ALL)
+    assert isinstance(derivation, Derivation)
+    assert derivation.changes() == expected_changes(host, rank)
+    assert list(derivation.changes()) == list(expected_changes(host, rank))  # framework order
+    assert derivation.topology.node_rank == rank
+    assert derivation.topology.this_node.host == host
+    assert derivation.policy.frameworks == ("pytorch", "tensorflow", "jax")
+    assert derivation.warnings == ()
+    assert not any(v.kept for v in derivation.variables)
+
+
+def test_three_node_session_every_container_agrees(backendai_env) -> None:
+    orders = [["sub2", "main1", "sub1"], ["main1", "sub1", "sub2"], ["sub1", "sub2", "main1"]]
+    results = [derive(backendai_env(order, host), ALL)
+               for order, host in zip(orders, ["sub2", "main1", "sub1"], strict=True)]
+    ranks = sorted(int(r.changes()["NODE_RANK"]) for r in results if r)
+    assert ranks == [0, 1, 2]
+    assert {r.changes()["MASTER_ADDR"] for r in results if r} == {"main1"}
+
+
+def test_framework_order_follows_table_not_label(backendai_env) -> None:
+    labels = {PREFIX + "frameworks": "jax,tensorflow,pytorch"}
+    derivation = derive(backendai_env(HOSTS_ORDER, "sub1"), labels)
+    assert derivation is not None
+    frameworks = [v.framework for v in derivation.variables]
+    assert frameworks == sorted(frameworks, key=["pytorch", "tensorflow", "jax"].index)
+
+
+def test_tensorflow_only(backendai_env) -> None:
+    derivation = derive(backendai_env(HOSTS_ORDER, "main1"), {PREFIX + "frameworks": "tensorflow"})
+    assert derivation is not None
+    assert list(derivation.changes()) == ["TF_CONFIG"]
+
+
+def test_bad_label_is_label_error(backendai_env) -> None:
+    with pytest.raises(LabelError):
+        derive(backendai_env(HOSTS_ORDER, "sub1"), {**ALL, PREFIX + "master-port": "0"})
+
+
+def test_bad_topology_is_topology_error(backendai_env) -> None:
+    env = {**backendai_env(HOSTS_ORDER, "sub1"), "BACKENDAI_CLUSTER_LOCAL_RANK": "0"}
+    with pytest.raises(TopologyError):
+        derive(env, ALL)
+
+
+def test_labels_checked_before_topology(backendai_env) -> None:
+    env = {**backendai_env(HOSTS_ORDER, "sub1"), "BACKENDAI_CLUSTER_SIZE": "x"}
+    with pytest.raises(LabelError):
+        derive(env, {**ALL, PREFIX + "typo": "1"})
+
+
+def test_inputs_not_modified(backendai_env) -> None:
+    env = backendai_env(HOSTS_ORDER, "sub1")
+    labels = dict(ALL)
+    before = (dict(env), dict(labels))
+    derive(env, labels)
+    assert (env, labels) == before
+
+
+def test_public_api() -> None:
+    assert derive_env.derive is derive
+    assert derive_env.Derivation is Derivation
+    assert issubclass(derive_env.TopologyError, derive_env.DeriveEnvError)
+    assert issubclass(derive_env.LabelError, derive_env.DeriveEnvError)
+    with pytest.raises(AttributeError):
+        _ = derive_env.no_such_name
+
+
+def test_tensorflow_only_image_ignores_a_malformed_master_addr(backendai_env) -> None:
+    """MASTER_ADDR is PyTorch's and JAX's input; a TensorFlow-only image must not fail on it."""
+    environ = {**backendai_env(["sub1", "main1"], "sub1"), "MASTER_ADDR": "not a host"}
+    labels = {PREFIX + "frameworks": "tensorflow"}
+    result = derive(environ, labels)
+    assert result is not None
+    assert result.changes() == {
+        "TF_CONFIG": '{"cluster":{"worker":["main1:2222","sub1:2222"]},'
+                     '"task":{"type":"worker","index":1}}'
+    }
+    with pytest.raises(TopologyError, match="MASTER_ADDR='not a host'"):
+        derive(environ, {PREFIX + "frameworks": "tensorflow,pytorch"})

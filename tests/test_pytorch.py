@@ -1,0 +1,251 @@
+"""PyTorch variables: MASTER_*, NODE_RANK, torchrun's PET_* defaults (contract section 6)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from derive_env.errors import TopologyError
+from derive_env.frameworks import Context, pytorch
+from derive_env.labels import PREFIX
+from derive_env.pipeline import derive
+from derive_env.policy import ImagePolicy
+from derive_env.sources import topology_from
+
+PER_PROCESS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+               "GROUP_RANK", "GROUP_WORLD_SIZE")
+MODE = PREFIX + "pytorch-mode"
+NPROC = PREFIX + "nproc-per-node"
+
+
+def pytorch_vars(environ, labels) -> dict[str, str]:
+    """The merged PyTorch variables (user-set ones carry the user's value)."""
+    derivation = derive(environ, labels)
+    assert derivation is not None
+    return {v.name: v.value for v in derivation.variables if v.framework == "pytorch"}
+
+
+def names_in_order(environ, labels) -> list[str]:
+    derivation = derive(environ, labels)
+    assert derivation is not None
+    return [v.name for v in derivation.variables if v.framework == "pytorch"]
+
+
+def test_torchrun_mode_values(backendai_env, opt_in) -> None:
+    env = backendai_env(["sub1", "main1", "sub2"], "sub2")
+    assert pytorch_vars(env, opt_in) == {
+        "MASTER_ADDR": "main1",
+        "MASTER_PORT": "29500",
+        "NODE_RANK": "2",
+        "PET_NNODES": "3",
+        "PET_NODE_RANK": "2",
+        "PET_MASTER_ADDR": "main1",
+        "PET_MASTER_PORT": "29500",
+    }
+    assert names_in_order(env, opt_in) == [
+        "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "PET_NNODES", "PET_NODE_RANK",
+        "PET_MASTER_ADDR", "PET_MASTER_PORT",
+    ]
+
+
+@pytest.mark.parametrize("host", ["main1", "sub1", "sub2"])
+def test_torchrun_mode_sets_no_per_process_rank(backendai_env, opt_in, host: str) -> None:
+    env = backendai_env(["sub2", "sub1", "main1"], host)
+    derivation = derive({**env, "GPU_COUNT": "4"}, {**opt_in, MODE: "torchrun"})
+    assert derivation is not None
+    names = {v.name for v in derivation.variables}
+    assert names.isdisjoint(PER_PROCESS)
+
+
+def test_process_per_container_mode(backendai_env, opt_in) -> None:
+    env = backendai_env(["sub1", "main1", "sub2"], "sub1")
+    got = pytorch_vars(env, {**opt_in, MODE: "process-per-container"})
+    assert got == {
+        "MASTER_ADDR": "main1",
+        "MASTER_PORT": "29500",
+        "NODE_RANK": "1",
+        "PET_NNODES": "3",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "main1",
+        "PET_MASTER_PORT": "29500",
+        "RANK": "1",
+        "WORLD_SIZE": "3",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+    }
+
+
+def test_process_per_container_sets_no_torchelastic_id(backendai_env, opt_in) -> None:
+    env = backendai_env(["main1", "sub1"], "sub1")
+    got = pytorch_vars(env, {**opt_in, MODE: "process-per-container"})
+    assert "TORCHELASTIC_RUN_ID" not in got
+
+
+def test_single_container(opt_in) -> None:
+    assert pytorch_vars({}, opt_in) == {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+        "NODE_RANK": "0",
+        "PET_NNODES": "1",
+        "PET_NODE_RANK": "0",
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": "29500",
+    }
+
+
+def test_single_container_backendai_size_one(backendai_env, opt_in) -> None:
+    got = pytorch_vars(backendai_env(["main1"], "main1"), opt_in)
+    assert (got["MASTER_ADDR"], got["PET_MASTER_ADDR"], got["PET_NNODES"]) == (
+        "127.0.0.1", "127.0.0.1", "1")
+
+
+@pytest.mark.parametrize(("labels", "extra", "nproc"), [
+    ({NPROC: "4"}, {"GPU_COUNT": "8"}, "4"),
+    ({NPROC: "2"}, {}, "2"),
+    ({}, {"GPU_COUNT": "8"}, "8"),
+    ({}, {"N_GPUS": "2"}, "2"),
+    ({}, {"GPU_COUNT": "0"}, None),
+    ({}, {}, None),
+])
+def test_nproc_per_node(backendai_env, opt_in, labels, extra, nproc) -> None:
+    env = {**backendai_env(["main1", "sub1"], "sub1"), **extra}
+    assert pytorch_vars(env, {**opt_in, **labels}).get("PET_NPROC_PER_NODE") == nproc
+
+
+def test_nproc_absent_is_explained(backendai_env, opt_in) -> None:
+    derivation = derive(backendai_env(["main1", "sub1"], "main1"), opt_in)
+    assert derivation is not None
+    assert (
+        "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
+        "(torchrun then starts 1 process unless told --nproc-per-node)"
+    ) in derivation.notes
+
+
+def test_nproc_sources(backendai_env, opt_in) -> None:
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "GPU_COUNT": "8"}
+    by_label = derive(env, {**opt_in, NPROC: "4"})
+    by_gpus = derive(env, opt_in)
+    assert by_label is not None and by_gpus is not None
+    src = {v.name: v.source for v in by_label.variables}
+    assert src["PET_NPROC_PER_NODE"] == "label ai.backend.distributed.nproc-per-node"
+    src = {v.name: v.source for v in by_gpus.variables}
+    assert src["PET_NPROC_PER_NODE"] == "GPU_COUNT: GPU count of this container"
+
+
+@pytest.mark.parametrize(("extra", "labels", "port", "source"), [
+    ({}, {}, "29500", "default (29500, PyTorch's)"),
+    ({}, {PREFIX + "master-port": "23456"}, "23456", "label ai.backend.distributed.master-port"),
+    ({"BACKENDAI_DIST_MASTER_PORT": "34567"}, {PREFIX + "master-port": "23456"}, "34567",
+     "BACKENDAI_DIST_MASTER_PORT"),
+])
+def test_master_port_precedence(backendai_env, opt_in, extra, labels, port, source) -> None:
+    env = {**backendai_env(["main1", "sub1"], "sub1"), **extra}
+    derivation = derive(env, {**opt_in, **labels})
+    assert derivation is not None
+    got = {v.name: v for v in derivation.variables}
+    assert got["MASTER_PORT"].value == port
+    assert got["PET_MASTER_PORT"].value == port
+    assert got["MASTER_PORT"].source == source
+    assert got["PET_MASTER_PORT"].source == f"same as MASTER_PORT: {source}"
+
+
+def test_user_master_port_beats_everything(backendai_env, opt_in) -> None:
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_PORT": "45678",
+           "BACKENDAI_DIST_MASTER_PORT": "34567"}
+    derivation = derive(env, {**opt_in, PREFIX + "master-port": "23456"})
+    assert derivation is not None
+    got = {v.name: v for v in derivation.variables}
+    assert (got["MASTER_PORT"].value, got["MASTER_PORT"].kept) == ("45678", True)
+    assert got["MASTER_PORT"].derived == "34567"  # what the topology alone gives
+    assert got["PET_MASTER_PORT"].value == "45678"
+    assert got["PET_MASTER_PORT"].source == "same as MASTER_PORT: MASTER_PORT (already set)"
+
+
+def test_user_master_addr_and_port_kept_and_fed(backendai_env) -> None:
+    env = {**backendai_env(["sub1", "main1"], "sub1"),
+           "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "1111"}
+    derivation = derive(env, {PREFIX + "frameworks": "pytorch,jax"})
+    assert derivation is not None
+    got = {v.name: v for v in derivation.variables}
+    assert got["MASTER_ADDR"].kept and got["MASTER_ADDR"].value == "10.1.2.3"
+    assert got["MASTER_ADDR"].derived == "main1"  # reported as overridden
+    assert got["MASTER_PORT"].kept and got["MASTER_PORT"].value == "1111"
+    assert got["MASTER_PORT"].derived == "29500"
+    assert got["PET_MASTER_ADDR"].value == "10.1.2.3"
+    assert not got["PET_MASTER_ADDR"].kept
+    assert got["PET_MASTER_PORT"].value == "1111"
+    assert got["JAX_COORDINATOR_ADDRESS"].value == "10.1.2.3:1234"
+    changes = derivation.changes()
+    assert "MASTER_ADDR" not in changes and "MASTER_PORT" not in changes
+    assert changes["PET_MASTER_ADDR"] == "10.1.2.3"
+    assert changes["PET_MASTER_PORT"] == "1111"
+
+
+def test_user_master_addr_host_name_fed(backendai_env, opt_in) -> None:
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_ADDR": "rdzv.example.org"}
+    got = pytorch_vars(env, opt_in)
+    assert got["MASTER_ADDR"] == got["PET_MASTER_ADDR"] == "rdzv.example.org"
+    assert got["MASTER_PORT"] == "29500"
+
+
+def test_empty_user_master_addr_counts_as_unset(backendai_env, opt_in) -> None:
+    env = {**backendai_env(["sub1", "main1"], "sub1"), "MASTER_ADDR": "", "MASTER_PORT": ""}
+    derivation = derive(env, opt_in)
+    assert derivation is not None
+    assert derivation.changes()["MASTER_ADDR"] == "main1"
+    assert derivation.changes()["MASTER_PORT"] == "29500"
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "70000", " 29500", "29500 ", "-1", "0x10"])
+def test_malformed_user_master_port(backendai_env, opt_in, value: str) -> None:
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_PORT": value}
+    with pytest.raises(TopologyError) as info:
+        derive(env, opt_in)
+    assert str(info.value) == f"MASTER_PORT={value!r}: expected a port number 1-65535"
+    assert info.value.exit_code == 3
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("main_1", "a host name (letters, digits, '-' and '.') or an IP address"),
+    ("main1:29500", "a host name or an IP address (IPv6 without brackets, no port)"),
+    ("[2001:db8::1]", "a host name or an IP address (IPv6 without brackets, no port)"),
+    ("fe80::1%eth0",
+     "a host name or an IP address without a zone; link-local IPv6 addresses with a zone "
+     "(fe80::...%eth0) cannot be carried in host:port values, use a global or unique-local "
+     "address or a host name"),
+])
+def test_malformed_user_master_addr(backendai_env, opt_in, value: str, expected: str) -> None:
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_ADDR": value}
+    with pytest.raises(TopologyError) as info:
+        derive(env, opt_in)
+    assert str(info.value) == f"MASTER_ADDR={value!r}: expected {expected}"
+
+
+def test_pytorch_module_directly(backendai_env) -> None:
+    """The module reads only the Context (topology, policy, master)."""
+    env = backendai_env(["sub2", "main1", "sub1"], "main1")
+    topo = topology_from(env)
+    policy = ImagePolicy.from_labels({PREFIX + "frameworks": "pytorch"})
+    ctx = Context(topology=topo, policy=policy, environ=env)
+    out = pytorch.derive(ctx)
+    assert {v.name: v.value for v in out.variables}["NODE_RANK"] == "0"
+    assert all(v.framework == "pytorch" for v in out.variables)
+    assert not out.warnings
+
+
+def test_torchrun_reads_pet_defaults(backendai_env, opt_in, monkeypatch) -> None:
+    """torchrun's own parser takes the derived PET_* values as its option defaults."""
+    run = pytest.importorskip("torch.distributed.run")
+    env = {**backendai_env(["sub1", "main1", "sub2"], "sub2"), "GPU_COUNT": "4"}
+    derivation = derive(env, opt_in)
+    assert derivation is not None
+    for name in list(os.environ):
+        if name.startswith("PET_"):
+            monkeypatch.delenv(name)
+    for name, value in derivation.changes().items():
+        monkeypatch.setenv(name, value)
+    args = run.parse_args(["train.py"])
+    assert (args.nnodes, args.node_rank, args.master_addr, args.master_port) == (
+        "3", 2, "main1", 29500)
+    assert args.nproc_per_node == "4"

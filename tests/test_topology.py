@@ -1,0 +1,170 @@
+"""ClusterTopology and the host helpers of derive_env.topology."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from derive_env.topology import (
+    SINGLE_NODE_MASTER,
+    ClusterTopology,
+    Node,
+    ProcessLayout,
+    host_port,
+    host_problem,
+    is_ipv6,
+    single_node_topology,
+)
+
+HOSTNAME_EXPECTED = "a host name (letters, digits, '-' and '.') or an IP address"
+ZONE_EXPECTED = (
+    "a host name or an IP address without a zone; link-local IPv6 addresses with a "
+    "zone (fe80::...%eth0) cannot be carried in host:port values, use a global or "
+    "unique-local address or a host name"
+)
+LINK_LOCAL_EXPECTED = (
+    "a host name or a routable IP address; a link-local IPv6 address needs a "
+    "zone, which cannot be carried in host:port values"
+)
+BAD_IPV6_EXPECTED = "a host name or an IP address (IPv6 without brackets, no port)"
+
+
+def nodes(*hosts: str) -> tuple[Node, ...]:
+    return tuple(Node(host=h) for h in hosts)
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["main1", "sub10", "node-3.cluster.local", "10.0.0.1", "198.18.0.10", "2001:db8::1",
+     "fd00::1", "::1", "a" * 63, "A1"],
+)
+def test_host_problem_accepts(host: str) -> None:
+    assert host_problem(host) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("main_1", HOSTNAME_EXPECTED),
+        ("", HOSTNAME_EXPECTED),
+        ("-main1", HOSTNAME_EXPECTED),
+        ("main1-", HOSTNAME_EXPECTED),
+        ("main1.", HOSTNAME_EXPECTED),
+        ("a" * 64, HOSTNAME_EXPECTED),
+        (" main1", HOSTNAME_EXPECTED),
+        ("main1:29500", BAD_IPV6_EXPECTED),
+        ("[2001:db8::1]", BAD_IPV6_EXPECTED),
+        ("2001:db8::zz", BAD_IPV6_EXPECTED),
+        ("fe80::1%eth0", ZONE_EXPECTED),
+        ("main1%eth0", ZONE_EXPECTED),
+        ("fe80::1", LINK_LOCAL_EXPECTED),
+        ("fe80::abcd:1", LINK_LOCAL_EXPECTED),
+    ],
+)
+def test_host_problem_rejects(host: str, expected: str) -> None:
+    assert host_problem(host) == expected
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "joined"),
+    [
+        ("main1", 2222, "main1:2222"),
+        ("10.0.0.1", 29500, "10.0.0.1:29500"),
+        ("2001:db8::1", 2222, "[2001:db8::1]:2222"),
+        ("::1", 1, "[::1]:1"),
+    ],
+)
+def test_host_port_brackets_ipv6_only(host: str, port: int, joined: str) -> None:
+    assert host_port(host, port) == joined
+    assert is_ipv6(host) == joined.startswith("[")
+
+
+def test_master_is_node_rank_zero_not_own_node() -> None:
+    topo = ClusterTopology(source="test", nodes=nodes("main1", "sub1", "sub2"), node_rank=2)
+    assert topo.master_addr == "main1"
+    assert topo.num_nodes == 3
+    assert topo.this_node == Node(host="sub2")
+
+
+def test_single_node_master_is_loopback() -> None:
+    topo = ClusterTopology(source="test", nodes=nodes("main1"), node_rank=0)
+    assert SINGLE_NODE_MASTER == "127.0.0.1"
+    assert topo.master_addr == "127.0.0.1"
+
+
+def test_single_node_topology_defaults() -> None:
+    topo = single_node_topology()
+    assert topo.source == "standalone"
+    assert topo.nodes == (Node(host="localhost"),)
+    assert topo.node_rank == 0
+    assert topo.master_addr == "127.0.0.1"
+    assert (topo.gpus_per_node, topo.master_port, topo.session_id, topo.processes) == (
+        None, None, None, None)
+
+
+def test_ipv6_master_stays_bare() -> None:
+    topo = ClusterTopology(source="test", nodes=nodes("2001:db8::1", "2001:db8::2"), node_rank=1)
+    assert topo.master_addr == "2001:db8::1"
+
+
+def test_node_rank_outside_nodes_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="node rank 3 is outside 3 nodes"):
+        ClusterTopology(source="test", nodes=nodes("main1", "sub1", "sub2"), node_rank=3)
+
+
+def test_negative_node_rank_is_rejected() -> None:
+    with pytest.raises(ValidationError):
+        ClusterTopology(source="test", nodes=nodes("main1"), node_rank=-1)
+
+
+def test_no_nodes_is_rejected() -> None:
+    with pytest.raises(ValidationError):
+        ClusterTopology(source="test", nodes=(), node_rank=0)
+
+
+def test_duplicate_hosts_are_rejected_case_insensitively() -> None:
+    with pytest.raises(ValidationError, match="host SUB1 appears twice"):
+        ClusterTopology(source="test", nodes=nodes("main1", "sub1", "SUB1"), node_rank=0)
+
+
+@pytest.mark.parametrize("port", [0, 65536])
+def test_master_port_range(port: int) -> None:
+    with pytest.raises(ValidationError):
+        ClusterTopology(source="test", nodes=nodes("main1"), node_rank=0, master_port=port)
+
+
+def test_topology_is_frozen() -> None:
+    topo = single_node_topology()
+    with pytest.raises(ValidationError):
+        topo.node_rank = 1  # type: ignore[misc]
+
+
+def test_inputs_of_joins_variable_names() -> None:
+    topo = ClusterTopology(
+        source="test", nodes=nodes("main1", "sub1"), node_rank=0,
+        inputs={"nodes": ("A", "B"), "gpus": ("GPU_COUNT",)},
+    )
+    assert topo.inputs_of("nodes") == "A + B"
+    assert topo.inputs_of("gpus") == "GPU_COUNT"
+    assert topo.inputs_of("master_port") == "(none)"
+
+
+def test_node_index_is_one_based() -> None:
+    assert Node(host="sub1", role="sub", index=1).index == 1
+    with pytest.raises(ValidationError):
+        Node(host="sub0", role="sub", index=0)
+
+
+def test_process_layout_ranks_in_range() -> None:
+    layout = ProcessLayout(rank=5, local_rank=1, world_size=8, local_world_size=2)
+    assert (layout.rank, layout.local_rank) == (5, 1)
+    with pytest.raises(ValidationError, match="rank and local rank must be below"):
+        ProcessLayout(rank=8, local_rank=0, world_size=8, local_world_size=2)
+    with pytest.raises(ValidationError, match="rank and local rank must be below"):
+        ProcessLayout(rank=0, local_rank=2, world_size=8, local_world_size=2)
+
+
+@pytest.mark.parametrize("host", ["999.1.1.1", "1.2.3", "10.0.0.256", "123"])
+def test_numeric_names_that_are_not_ipv4_are_rejected(host: str) -> None:
+    """RFC 1123 section 2.1: an all-numeric name is never a host name."""
+    assert host_problem(host) == "a host name or an IPv4 address (four numbers 0-255)"
