@@ -16,7 +16,11 @@ def main() -> None:
     if args and (args[0] == "--" or not args[0].startswith("-")):
         from derive_env.app import run_command
 
-        sys.exit(run_command(args[1:] if args[0] == "--" else args))
+        try:
+            status = run_command(args[1:] if args[0] == "--" else args)
+        except KeyboardInterrupt:  # e.g. Ctrl-C during a slow name lookup: no traceback
+            status = 130
+        sys.exit(status)
     from derive_env.cli import cli
 
     cli(prog_name="derive-env")

@@ -19,6 +19,7 @@ from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
     PREFIX,
+    check_not_opted_in,
     is_opted_in,
     parse_label_option,
     parse_labels_document,
@@ -50,9 +51,11 @@ def parse_env_file(text: str, origin: str) -> dict[str, str]:
             stripped = stripped[len("export "):].lstrip()
         key, sep, value = stripped.partition("=")
         if not sep or not _ENV_KEY.match(key):
+            # The line itself is not shown: it may hold a secret.
+            got = f"the name {shorten(key, 60)!r}" if sep else "a line without '='"
             raise UsageError(
                 f"--env-file {origin}, line {number}: expected KEY=VALUE with KEY a variable "
-                f"name, got {shorten(line)!r}"
+                f"name, got {got}"
             )
         if "\0" in value:
             raise UsageError(
@@ -65,16 +68,38 @@ def parse_env_file(text: str, origin: str) -> dict[str, str]:
     return result
 
 
-def _read_text(path: str, what: str, error: type[DeriveEnvError]) -> str:
+#: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
+MAX_INPUT_BYTES = 1 << 20
+
+
+def _read_text(
+    path: str, what: str, error: type[DeriveEnvError], *, missing_ok: bool = False
+) -> str | None:
+    """Read a small UTF-8 file (``-``: stdin); ``None`` when missing and ``missing_ok``.
+
+    :raises error: unreadable, larger than :data:`MAX_INPUT_BYTES`, or not UTF-8.
+    """
+    shown = "stdin" if path == "-" else repr(path)
     try:
         if path == "-":
-            return sys.stdin.read()
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(f"{what} {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            if sys.stdin is None:
+                raise error(f"{what} -: stdin is closed")
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
+    except FileNotFoundError as exc:
+        if missing_ok:
+            return None
+        raise error(f"{what} {shown}: cannot be read ({exc.strerror})") from None
     except OSError as exc:
-        raise error(f"{what} {path}: cannot be read ({exc.strerror})") from None
+        raise error(f"{what} {shown}: cannot be read ({exc.strerror})") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise error(f"{what} {shown}: larger than {MAX_INPUT_BYTES} bytes, not a {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {shown}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def read_environment(env_file: str | None) -> dict[str, str]:
@@ -82,46 +107,51 @@ def read_environment(env_file: str | None) -> dict[str, str]:
 
     The process's own is the one derive-env was started with: CPython's C-locale coercion
     (PEP 538) adds ``LC_CTYPE=C.UTF-8`` to ``os.environ`` at start-up, which must not reach
-    the command, so a ``LC_CTYPE`` absent from ``/proc/self/environ`` is dropped.
+    the command: ``LC_CTYPE`` is taken back as ``/proc/self/environ`` had it (or dropped).
     """
     if env_file is not None:
-        return parse_env_file(_read_text(env_file, "--env-file", UsageError), env_file)
+        text = _read_text(env_file, "--env-file", UsageError)
+        return parse_env_file(text or "", "stdin" if env_file == "-" else env_file)
     environ = dict(os.environ)
     if "LC_CTYPE" in environ:
         try:
             with open("/proc/self/environ", "rb") as handle:
-                initial = handle.read()
+                initial = handle.read().split(b"\0")
         except OSError:
             return environ
-        if not any(item.startswith(b"LC_CTYPE=") for item in initial.split(b"\0")):
+        original = [item[len(b"LC_CTYPE="):] for item in initial if item.startswith(b"LC_CTYPE=")]
+        if original:
+            environ["LC_CTYPE"] = os.fsdecode(original[-1])
+        else:
             del environ["LC_CTYPE"]
     return environ
 
 
 def load_labels(
     environ: Mapping[str, str],
-    labels_file: str | None = None,
+    labels_files: Sequence[str] = (),
     label_items: Sequence[str] = (),
 ) -> dict[str, str]:
-    """Gather the image's labels, later wins: labels file, ``--labels-file``, ``--label``.
+    """Gather the image's labels, later wins: labels file, ``--labels-file``s, ``--label``s.
 
     The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from the input environment, else from
     this process's: an ``--env-file`` rarely repeats the image's ``ENV``) or
-    ``/etc/derive-env/labels.json``; missing at the default path means no labels.
+    ``/etc/derive-env/labels.json``; only a default file that does not exist (ENOENT) means
+    no labels, any other failure to read it is an error.
 
-    :raises LabelError: an explicitly named file that cannot be read, or any file or
+    :raises LabelError: a file that cannot be read (but the missing default) or parsed, or a
         ``--label`` that cannot be parsed.
     """
     labels: dict[str, str] = {}
     baked = environ.get(LABELS_FILE_VARIABLE) or os.environ.get(LABELS_FILE_VARIABLE) or None
     path = baked or DEFAULT_LABELS_FILE
     what = f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file"
-    if baked is not None or os.path.exists(path):
-        labels.update(parse_labels_document(_read_text(path, what, LabelError), path))
-    if labels_file is not None:
-        origin = "stdin" if labels_file == "-" else labels_file
-        text = _read_text(labels_file, "--labels-file", LabelError)
-        labels.update(parse_labels_document(text, origin))
+    text = _read_text(path, what, LabelError, missing_ok=baked is None)
+    if text is not None:
+        labels.update(parse_labels_document(text, path))
+    for labels_file in labels_files:
+        text = _read_text(labels_file, "--labels-file", LabelError) or ""
+        labels.update(parse_labels_document(text, "stdin" if labels_file == "-" else labels_file))
     for item in label_items:
         key, value = parse_label_option(item)
         labels[key] = value
@@ -178,7 +208,7 @@ def run(
     dry_run: bool = False,
     fmt: str = "env",
     explain: bool = False,
-    labels_file: str | None = None,
+    labels_files: Sequence[str] = (),
     label_items: Sequence[str] = (),
     env_file: str | None = None,
 ) -> int:
@@ -190,15 +220,16 @@ def run(
     """
     try:
         environ = read_environment(env_file)
-        labels = load_labels(environ, labels_file, label_items)
+        labels = load_labels(environ, labels_files, label_items)
         if not is_opted_in(labels):
+            _check_not_opted_in(labels)
             return _finish(command, environ, None, dry_run, fmt, explain)
         # Host facts describe this machine: meaningless for another container's --env-file.
-        derivation = _derive(environ, labels, dry_run, host_facts=env_file is None)
-        if derivation is None:  # on-error=warn: already reported
-            if dry_run:
-                return 0
-            return _finish(command, environ, None, False, fmt, explain)
+        derivation = _derive(
+            environ, labels, command, dry_run, explain, host_facts=env_file is None
+        )
+        if derivation is None and dry_run and explain:  # on-error=warn, already reported
+            return _write("nothing derived: on-error=warn (see the warning above)\n")
         return _finish(command, environ, derivation, dry_run, fmt, explain)
     except DeriveEnvError as exc:
         _say("error", str(exc))
@@ -207,8 +238,23 @@ def run(
         return exc.exit_code
 
 
+def _check_not_opted_in(labels: Mapping[str, str]) -> None:
+    """Stray distributed labels without the opt-in one: an error, or a warning with warn."""
+    try:
+        check_not_opted_in(labels)
+    except LabelError as exc:
+        if labels.get(PREFIX + "on-error") != "warn":
+            raise
+        _say("warning", str(exc))
+
+
 def _derive(
-    environ: Mapping[str, str], labels: Mapping[str, str], dry_run: bool, host_facts: bool
+    environ: Mapping[str, str],
+    labels: Mapping[str, str],
+    command: Sequence[str],
+    dry_run: bool,
+    explain: bool,
+    host_facts: bool,
 ):
     from derive_env.errors import EnvironmentTooLarge
     from derive_env.launch import check_limits
@@ -220,11 +266,11 @@ def _derive(
         wants_facts = host_facts and PREFIX + "socket-ifname" in labels
         derivation = derive(environ, labels, gather_facts() if wants_facts else None)
         assert derivation is not None  # opted in, checked by the caller
-        check_limits((), {**environ, **derivation.changes()}, arg_max)
+        check_limits(command, {**environ, **derivation.changes()}, arg_max)
     except DeriveEnvError as exc:
         if isinstance(exc, EnvironmentTooLarge):
             # Too large already without derived variables: on-error=warn cannot help.
-            check_limits((), environ, arg_max)
+            check_limits(command, environ, arg_max)
         if on_error_of(labels) != "warn":
             raise
         _say("warning", str(exc))
@@ -232,19 +278,30 @@ def _derive(
             "nothing derived" if dry_run else "running the command with the environment unchanged"
         ))
         return None
-    for warning in derivation.warnings:
-        _say("warning", warning)
+    if not (dry_run and explain):  # --explain prints them in its own output
+        for warning in derivation.warnings:
+            _say("warning", warning)
     return derivation
+
+
+def _write(text: str) -> int:
+    """Print dry-run output; 0, or 1 with a message when stdout is closed or full."""
+    try:
+        # Kept values and session ids may hold undecodable bytes (surrogate escapes).
+        sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, AttributeError, ValueError) as exc:
+        _say("error", f"cannot write the dry-run output to stdout ({exc})")
+        return 1
+    return 0
 
 
 def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool) -> int:
     if dry_run:
         from derive_env import render
 
-        text = render.explain(derivation) if explain else render.render(derivation, fmt)
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return 0
+        return _write(render.explain(derivation) if explain else render.render(derivation, fmt))
     from derive_env.launch import exec_command
 
     changes = derivation.changes() if derivation else {}

@@ -39,12 +39,12 @@ Troubleshooting by message: the operator guide (docs/operator-guide.md in the so
     help="An image label (repeatable); wins over the labels files.",
 )
 @click.option(
-    "--labels-file", metavar="PATH",
+    "--labels-file", "labels_files", metavar="PATH", multiple=True,
     help="Labels as a JSON object or `docker image inspect` output ('-' for stdin); wins "
-         "over the image's /etc/derive-env/labels.json.",
+         "over the image's /etc/derive-env/labels.json (repeatable, later wins).",
 )
 @click.option(
-    "--env-file", metavar="PATH",
+    "--env-file", "env_files", metavar="PATH", multiple=True,
     help="Read the input environment from dotenv KEY=VALUE lines instead of this process's, "
          "e.g. to see what another container of the session would get.",
 )
@@ -55,8 +55,8 @@ def cli(
     fmt: str | None,
     explain: bool,
     label_items: tuple[str, ...],
-    labels_file: str | None,
-    env_file: str | None,
+    labels_files: tuple[str, ...],
+    env_files: tuple[str, ...],
     command: tuple[str, ...],
 ) -> None:
     """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
@@ -80,7 +80,10 @@ def cli(
             )
     elif explain and fmt is not None:
         raise click.UsageError("--explain prints for a person; drop --format.")
+    if len(env_files) > 1:
+        raise click.UsageError("--env-file given more than once: one environment at a time.")
     sys.exit(run(
         list(command), dry_run=dry_run, fmt=fmt or "env", explain=explain,
-        labels_file=labels_file, label_items=label_items, env_file=env_file,
+        labels_files=labels_files, label_items=label_items,
+        env_file=env_files[0] if env_files else None,
     ))

@@ -44,6 +44,8 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
     :raises LabelError: not JSON, not one of the shapes above, or a distributed label whose
         value is not a string (Docker labels are always strings; ``"29500"``, not ``29500``).
     """
+    if not text.strip():
+        raise LabelError(f"labels file {origin}: empty (expected a JSON object of labels)")
     try:
         document = json.loads(text)
     except ValueError as exc:
@@ -96,6 +98,25 @@ def parse_label_option(item: str) -> tuple[str, str]:
 def distributed_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """Keep the ``ai.backend.distributed.*`` labels of ``labels``."""
     return {k: v for k, v in labels.items() if k.startswith(PREFIX)}
+
+
+def check_not_opted_in(labels: Mapping[str, str]) -> None:
+    """For an image without the opt-in label: no other distributed label may be set.
+
+    Another ``ai.backend.distributed.*`` label without ``frameworks`` is almost always a
+    misspelt ``frameworks`` (``framework``, ``Frameworks``): a typo must not silently turn
+    distribution off (contract section 4).
+
+    :raises LabelError: naming the first such label.
+    """
+    stray = sorted(k for k in labels if k.startswith(PREFIX))
+    if stray:
+        raise LabelError(
+            f"label {shorten(stray[0], 120)}={shorten(labels[stray[0]])!r} is set but {OPT_IN} "
+            "is not, so the image did not opt in and nothing would be derived: is the "
+            f"frameworks label misspelt? Set {OPT_IN}, or remove the ai.backend.distributed.* "
+            "labels"
+        )
 
 
 def is_opted_in(labels: Mapping[str, str]) -> bool:

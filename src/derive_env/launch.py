@@ -111,9 +111,10 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     check_limits(argv, env, os.sysconf("SC_ARG_MAX"))
     program = find_command(argv[0], env.get("PATH"))
     for stream in (sys.stdout, sys.stderr):
-        # a closed or broken stream must not stop the exec
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
+        # A closed (None) or broken stream must not stop the exec.
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
     for signum in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(signum, signal.SIG_DFL)
     try:
@@ -127,22 +128,25 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
                 "(E2BIG)"
             ) from None
         if exc.errno == errno.ENOENT:
-            raise CommandNotFound(_missing_interpreter(argv[0], program)) from None
-        hint = " (no #! line? run it as: sh SCRIPT)" if exc.errno == errno.ENOEXEC else ""
-        raise CommandNotExecutable(f"{argv[0]}: {exc.strerror}{hint} ({program})") from None
+            raise CommandNotFound(_interpreter_problem(argv[0], program, exc)) from None
+        raise CommandNotExecutable(_interpreter_problem(argv[0], program, exc)) from None
 
 
-def _missing_interpreter(name: str, program: str) -> str:
-    """Explain ENOENT for a file that exists: its ``#!`` interpreter is missing."""
+def _interpreter_problem(name: str, program: str, exc: OSError) -> str:
+    """Explain an exec failure of a file that exists, naming its ``#!`` interpreter if any."""
     try:
         with open(program, "rb") as handle:
             first = handle.readline(256)
     except OSError:
         first = b""
-    if first.startswith(b"#!"):
+    if first.startswith(b"#!") and exc.errno in (errno.ENOENT, errno.EACCES):
         line = first[2:].decode("utf-8", "replace")
         interpreter = line.strip().split()[0] if line.strip() else ""
         crlf = line.rstrip("\n").endswith("\r")
         hint = " (the line ends in \\r: CRLF line endings)" if crlf else ""
-        return f"{name}: bad interpreter {interpreter!r} in its #! line{hint} ({program})"
-    return f"{name}: No such file or directory ({program})"
+        what = "not found" if exc.errno == errno.ENOENT else "not executable"
+        return f"{name}: bad interpreter {interpreter!r} in its #! line, {what}{hint} ({program})"
+    hint = ""
+    if exc.errno == errno.ENOEXEC and first and not first.startswith((b"#!", b"\x7fELF")):
+        hint = " (no #! line? run it as: sh SCRIPT)"
+    return f"{name}: {exc.strerror}{hint} ({program})"

@@ -43,6 +43,14 @@ def render(derivation: Derivation | None, fmt: str) -> str:
     raise ValueError(f"unknown format {fmt!r}")
 
 
+def _printable(value: str) -> str:
+    """A value for a person: control characters escaped (a kept value could otherwise forge
+    lines), cut at 300 characters."""
+    if not value.isprintable():
+        value = repr(value)
+    return value if len(value) <= 300 else value[:300] + "..."
+
+
 def _single_quoted(value: str) -> str:
     """``'value'`` for a POSIX shell, always quoted (contract: ``export KEY='value'``)."""
     quoted = shlex.quote(value)
@@ -60,7 +68,7 @@ def explain(derivation: Derivation | None) -> str:
     topo, policy = derivation.topology, derivation.policy
     me = topo.this_node
     lines = []
-    session = f" session {topo.session_id}" if topo.session_id else ""
+    session = f" session {_printable(topo.session_id)}" if topo.session_id else ""
     if topo.num_nodes == 1:
         lines.append(f"source: {topo.source}{session}, single-container session")
     else:
@@ -84,7 +92,7 @@ def explain(derivation: Derivation | None) -> str:
     lines.append("")
     width = max((len(v.name) for v in derivation.variables), default=0)
     for var in derivation.variables:
-        value = var.value if len(var.value) <= 300 else var.value[:300] + "..."
+        value = _printable(var.value)
         lines.append(f"{var.name:<{width}} = {value}")
         if var.kept:
             same = "same as derived" if var.derived == var.value else f"derived: {var.derived}"

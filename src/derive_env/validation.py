@@ -23,7 +23,9 @@ def parse_int(value: object, *, minimum: int, what: str | None = None) -> int:
     expected = what or f"an integer >= {minimum}"
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
-    elif isinstance(value, str) and _DIGITS.match(value) and len(value) <= 18:
+    elif isinstance(value, str) and _DIGITS.match(value):
+        if len(value) > 18:
+            raise ValueError(f"{expected} of at most 18 digits")
         number = int(value)
     else:
         raise ValueError(expected)

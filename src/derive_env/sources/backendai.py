@@ -237,18 +237,18 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
         raise TopologyError(describe(
             HOSTS, "", f"the {v.size} host names of the session ({SIZE}={v.size})"
         ))
+    if v.replicas is not None and sum(c for _, c in v.replicas) != v.size:
+        raise TopologyError(describe(
+            REPLICAS, present[REPLICAS],
+            f"counts adding up to {SIZE}={v.size}; they add up to "
+            f"{sum(c for _, c in v.replicas)}",
+        ))
     raw_hosts = present.get(HOSTS, "")
     if v.hosts is not None:
         if len(v.hosts) != v.size:
             raise TopologyError(describe(
                 HOSTS, raw_hosts,
                 f"exactly {v.size} entries ({SIZE}={v.size}), got {len(v.hosts)}",
-            ))
-        if v.replicas is not None and sum(c for _, c in v.replicas) != v.size:
-            raise TopologyError(describe(
-                REPLICAS, present[REPLICAS],
-                f"counts adding up to {SIZE}={v.size}; they add up to "
-                f"{sum(c for _, c in v.replicas)}",
             ))
         if v.host is None and len(v.hosts) > 1:
             raise TopologyError(describe(
@@ -287,6 +287,8 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
             ))
         rank_inputs = f"{LOCAL_RANK}, equal to the {rank_inputs}"
     if len(nodes) == 1:
+        if cluster_given:  # the cluster manager stated it: one node
+            inputs["nodes"] = (SIZE,) + ((HOSTS,) if v.hosts else ())
         return ClusterTopology(
             source="backendai", nodes=nodes, node_rank=0, gpus_per_node=gpus,
             master_port=v.master_port, session_id=v.session_id, inputs=inputs,
