@@ -215,9 +215,18 @@ def test_bad_gpu_count_without_cluster_variables() -> None:
 def test_other_launcher_topology_without_cluster_variables(name: str, value: str) -> None:
     with pytest.raises(TopologyError) as info:
         topology_from({name: value})
-    assert str(info.value).startswith(
-        f"{name}={value!r}: expected {'1' if name in ('WORLD_SIZE', 'PET_NNODES') else '0'} "
-        "or unset: no cluster manager's variables were found (BACKENDAI_CLUSTER_*)")
+    assert str(info.value) == other_launcher_message(name, value)
+    assert info.value.exit_code == 3
+
+
+def other_launcher_message(name: str, value: str) -> str:
+    single = "1" if name in ("WORLD_SIZE", "PET_NNODES") else "0"
+    return (
+        f"{name}={value!r}: expected {single} or unset: no cluster manager stated the nodes of "
+        "this session (no BACKENDAI_CLUSTER_* variables), so it is a single-container session, "
+        "but another launcher set a larger topology. Run the command without derive-env for "
+        "that launcher, or give the container its cluster manager's variables"
+    )
 
 
 def test_single_container_launcher_values_accepted() -> None:
@@ -532,3 +541,117 @@ def test_topology_from_uses_backendai_when_detected(sub2: dict[str, str]) -> Non
     topo = topology_from(sub2)
     assert topo.source == "backendai"
     assert topo.node_rank == 2
+
+
+# --- other launchers' topology variables (no cluster manager stated the nodes) ---------------
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("WORLD_SIZE", "01"), ("WORLD_SIZE", "0001"), ("PET_NNODES", "1:1"), ("PET_NNODES", "01:1"),
+    ("PET_NNODES", "1"), ("RANK", "00"), ("NODE_RANK", "000"), ("PET_NODE_RANK", "00"),
+    ("GROUP_RANK", "0"),
+])
+def test_other_launcher_single_values_are_compared_numerically(name: str, value: str) -> None:
+    topo = topology_from({name: value})
+    assert (topo.source, topo.num_nodes) == ("standalone", 1)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("PET_NNODES", "1:2"), ("PET_NNODES", "2:2"), ("PET_NNODES", "1:1:1"), ("PET_NNODES", "1:"),
+    ("WORLD_SIZE", "1.0"), ("WORLD_SIZE", "x"), ("WORLD_SIZE", "-1"), ("RANK", "\u0660"),
+    ("RANK", "-0"),
+])
+def test_other_launcher_values_that_are_not_single_are_refused(name: str, value: str) -> None:
+    with pytest.raises(TopologyError) as info:
+        topology_from({name: value})
+    assert str(info.value) == other_launcher_message(name, value)
+
+
+@pytest.mark.parametrize("extra", [
+    {"GPU_COUNT": "2"}, {"N_GPUS": "1"}, {"BACKENDAI_SESSION_ID": "sess-1"},
+    {"BACKENDAI_DIST_MASTER_PORT": "23456"},
+], ids=lambda e: next(iter(e)))
+def test_other_launcher_topology_refused_when_backendai_did_not_state_the_nodes(
+    extra: dict[str, str],
+) -> None:
+    # Backend.AI variables, but none stating the nodes: still a single container as far as
+    # derive-env knows, so WORLD_SIZE=4 contradicts it.
+    environ = {**extra, "WORLD_SIZE": "4"}
+    assert backendai.detect(environ)
+    with pytest.raises(TopologyError) as info:
+        topology_from(environ)
+    assert str(info.value) == other_launcher_message("WORLD_SIZE", "4")
+    topo = topology_from({**extra, "WORLD_SIZE": "1", "RANK": "0"})
+    assert (topo.source, topo.num_nodes) == ("backendai", 1)
+    assert "nodes" not in topo.inputs
+
+
+@pytest.mark.parametrize(("environ", "nodes_inputs"), [
+    ({SIZE: "1"}, (SIZE,)),
+    ({SIZE: "1", HOST: "main1"}, (SIZE,)),
+    ({SIZE: "1", HOSTS: "main1", HOST: "main1"}, (SIZE, HOSTS)),
+], ids=["size", "size-host", "size-hosts"])
+def test_backendai_single_container_session_keeps_other_launcher_values(
+    environ: dict[str, str], nodes_inputs: tuple[str, ...]
+) -> None:
+    # The cluster manager stated one node: a launcher inside it (WORLD_SIZE=4 processes)
+    # does not contradict that.
+    topo = topology_from({**environ, "WORLD_SIZE": "4", "RANK": "2", "PET_NNODES": "2"})
+    assert (topo.source, topo.num_nodes, topo.node_rank) == ("backendai", 1, 0)
+    assert topo.inputs["nodes"] == nodes_inputs
+
+
+def test_multi_node_session_keeps_other_launcher_values(sub2: dict[str, str]) -> None:
+    topo = topology_from({**sub2, "WORLD_SIZE": "12", "RANK": "7"})
+    assert (topo.num_nodes, topo.node_rank) == (3, 2)
+
+
+# --- REPLICAS against SIZE, number lengths ---------------------------------------------------
+
+
+def test_replicas_must_add_up_to_size_without_hosts() -> None:
+    assert error_of({SIZE: "1", REPLICAS: "main:1,sub:3"}) == (
+        "BACKENDAI_CLUSTER_REPLICAS='main:1,sub:3': expected counts adding up to "
+        "BACKENDAI_CLUSTER_SIZE=1; they add up to 4"
+    )
+    assert error_of({SIZE: "1", REPLICAS: "main:0"}) == (
+        "BACKENDAI_CLUSTER_REPLICAS='main:0': expected counts adding up to "
+        "BACKENDAI_CLUSTER_SIZE=1; they add up to 0"
+    )
+    for replicas in ("main:1", "main:1,sub:0"):
+        topo = backendai.topology({SIZE: "1", REPLICAS: replicas})
+        assert topo.num_nodes == 1
+
+
+@pytest.mark.parametrize(("name", "minimum"), [
+    (SIZE, 1), (IDX, 1), (LOCAL_RANK, 0), ("GPU_COUNT", 0), ("N_GPUS", 0),
+])
+def test_numbers_over_18_digits_say_so(sub2: dict[str, str], name: str, minimum: int) -> None:
+    value = "1" * 19
+    assert error_of({**sub2, name: value}) == (
+        f"{name}={value!r}: expected an integer >= {minimum} of at most 18 digits"
+    )
+
+
+def test_port_over_18_digits_says_so(sub2: dict[str, str]) -> None:
+    value = "9" * 19
+    assert error_of({**sub2, "BACKENDAI_DIST_MASTER_PORT": value}) == (
+        f"BACKENDAI_DIST_MASTER_PORT={value!r}: expected a port number 1-65535 of at most 18 "
+        "digits"
+    )
+
+
+def test_parse_int_digit_limit() -> None:
+    from derive_env.validation import parse_int
+
+    assert parse_int("9" * 18, minimum=1) == 10**18 - 1
+    assert parse_int("0" * 18, minimum=0) == 0
+    with pytest.raises(ValueError) as info:
+        parse_int("0" * 19, minimum=0)
+    assert str(info.value) == "an integer >= 0 of at most 18 digits"
+    with pytest.raises(ValueError) as info:
+        parse_int("1" * 19, minimum=1, what="a count")
+    assert str(info.value) == "a count of at most 18 digits"
+    with pytest.raises(ValueError) as info:  # not digits: the plain expectation
+        parse_int("x" * 19, minimum=1)
+    assert str(info.value) == "an integer >= 1"

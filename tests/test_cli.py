@@ -486,10 +486,23 @@ def test_not_opted_in_explain(sub1_env: Path) -> None:
     assert result.stdout == NOT_OPTED_IN
 
 
+def stray_label_message(label: str, value: str) -> str:
+    """The error for a distributed label set without the opt-in label."""
+    return (
+        f"label {label}={value!r} is set but ai.backend.distributed.frameworks is not, so the "
+        "image did not opt in and nothing would be derived: is the frameworks label misspelt? "
+        "Set ai.backend.distributed.frameworks, or remove the ai.backend.distributed.* labels"
+    )
+
+
 def test_other_labels_without_frameworks_are_not_an_opt_in(sub1_env: Path) -> None:
+    # Not an opt-in, and no longer silently ignored: a label error (exit 4), nothing printed.
     result = invoke(["--env-file", str(sub1_env), "--label", PREFIX + "master-port=1234",
                      "--dry-run", "--format", "json"])
-    assert (result.exit_code, result.stdout) == (0, "{}\n")
+    assert (result.exit_code, result.stdout) == (4, "")
+    assert result.stderr == (
+        f"derive-env: error: {stray_label_message(PREFIX + 'master-port', '1234')}\n"
+    )
 
 
 def test_not_opted_in_exec_passes_the_environment_unchanged(
@@ -565,8 +578,8 @@ def test_labels_variable_naming_a_missing_file_exits_4(tmp_path: Path) -> None:
     result = run_shim(["touch", str(marker)], env)
     assert result.returncode == 4
     assert text(result.stderr) == (
-        f"derive-env: error: labels file ($DERIVE_ENV_LABELS_FILE) {missing}: cannot be read "
-        "(No such file or directory)\n"
+        f"derive-env: error: labels file ($DERIVE_ENV_LABELS_FILE) {str(missing)!r}: cannot be "
+        "read (No such file or directory)\n"
         "derive-env: note: the command was not run (exit 4)\n"
     )
     assert not marker.exists()
@@ -574,8 +587,8 @@ def test_labels_variable_naming_a_missing_file_exits_4(tmp_path: Path) -> None:
     assert dry.returncode == 4
     assert dry.stdout == b""
     assert text(dry.stderr) == (
-        f"derive-env: error: labels file ($DERIVE_ENV_LABELS_FILE) {missing}: cannot be read "
-        "(No such file or directory)\n"
+        f"derive-env: error: labels file ($DERIVE_ENV_LABELS_FILE) {str(missing)!r}: cannot be "
+        "read (No such file or directory)\n"
     )
 
 
@@ -588,8 +601,8 @@ def test_labels_variable_in_env_file_naming_a_missing_file_exits_4(
     assert result.exit_code == 4
     assert result.stdout == ""
     assert result.stderr == (
-        f"derive-env: error: labels file ($DERIVE_ENV_LABELS_FILE) {missing}: cannot be read "
-        "(No such file or directory)\n"
+        f"derive-env: error: labels file ($DERIVE_ENV_LABELS_FILE) {str(missing)!r}: cannot be "
+        "read (No such file or directory)\n"
     )
 
 
@@ -598,7 +611,8 @@ def test_labels_file_option_missing_exits_4(sub1_env: Path, tmp_path: Path) -> N
     result = invoke(["--env-file", str(sub1_env), "--labels-file", str(missing), "--dry-run"])
     assert result.exit_code == 4
     assert result.stderr == (
-        f"derive-env: error: --labels-file {missing}: cannot be read (No such file or directory)\n"
+        f"derive-env: error: --labels-file {str(missing)!r}: cannot be read (No such file or "
+        "directory)\n"
     )
 
 
@@ -690,12 +704,22 @@ def test_on_error_warn_keeps_the_commands_exit_status(tmp_path: Path) -> None:
     assert result.returncode == 9
 
 
+#: What a dry run prints when on-error=warn swallowed an error: nothing derived, and still
+#: valid output of the format (json: an empty object).
+WARN_DRY_RUN_OUTPUT = {
+    "env": b"", "json": b"{}\n", "toml": b"", "shell": b"",
+    "--explain": b"nothing derived: on-error=warn (see the warning above)\n",
+}
+
+
 @pytest.mark.parametrize("mode", DRY_RUN_MODES, ids=lambda m: m[-1])
 def test_on_error_warn_dry_run_prints_nothing_and_exits_0(tmp_path: Path, mode: list[str]) -> None:
     labels = write_labels(tmp_path / "labels.json", {FW: "pytorch", ON_ERROR: "warn"})
     result = run_shim(["--dry-run", *mode], base_env(labels, **BAD_TOPOLOGY))
     assert result.returncode == 0
-    assert result.stdout == b""
+    assert result.stdout == WARN_DRY_RUN_OUTPUT[mode[-1]]
+    if mode[-1] == "json":
+        assert json.loads(result.stdout) == {}
     assert text(result.stderr) == (
         f"derive-env: warning: {BAD_TOPOLOGY_MESSAGE}\n"
         "derive-env: warning: on-error=warn: nothing derived\n"
@@ -844,3 +868,246 @@ def test_huge_input_does_not_flood_stderr(tmp_path: Path, case: str) -> None:
     assert result.returncode in (3, 4)
     assert "Traceback" not in text(result.stderr)
     assert len(result.stderr) < 4096, f"{len(result.stderr)} bytes of stderr"
+
+
+# --------------------------------------------------------------------------- several --labels-file
+
+
+def test_labels_file_is_repeatable_and_later_wins(sub1_env: Path, tmp_path: Path) -> None:
+    tensorflow = write_labels(tmp_path / "tensorflow.json", {FW: "tensorflow"})
+    pytorch = write_labels(tmp_path / "pytorch.json", {FW: "pytorch"})
+    args = ["--env-file", str(sub1_env), "--dry-run", "--format", "json"]
+    result = invoke([*args, "--labels-file", str(tensorflow), "--labels-file", str(pytorch)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        k: v for k, v in expected("sub1").items() if k != "TF_CONFIG"
+    }
+    result = invoke([*args, "--labels-file", str(pytorch), "--labels-file", str(tensorflow)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"TF_CONFIG": expected("sub1")["TF_CONFIG"]}
+
+
+def test_labels_file_from_stdin_and_a_file(sub1_env: Path, tmp_path: Path) -> None:
+    pytorch = write_labels(tmp_path / "pytorch.json", {FW: "pytorch", PREFIX + "master-port": "1"})
+    result = invoke(
+        ["--env-file", str(sub1_env), "--labels-file", str(pytorch), "--labels-file", "-",
+         "--dry-run", "--format", "json"],
+        json.dumps({FW: "pytorch,tensorflow"}),
+    )
+    assert result.exit_code == 0, result.output
+    want = {**expected("sub1"), "MASTER_PORT": "1", "PET_MASTER_PORT": "1"}
+    assert json.loads(result.stdout) == want
+
+
+@pytest.mark.parametrize("tail", [["--dry-run"], ["--", "cmd"]], ids=["dry-run", "exec"])
+def test_env_file_given_twice_is_a_usage_error(
+    sub1_env: Path, tmp_path: Path, fake_exec: None, tail: list[str]
+) -> None:
+    other = write_env_file(tmp_path / "main1.env", node_env("main1"), sub1_env)
+    result = invoke(["--env-file", str(sub1_env), "--env-file", str(other), *tail])
+    assert result.exit_code == 2, result.output
+    assert not isinstance(result.exception, Execed)
+    assert result.stdout == ""
+    assert result.stderr.startswith("Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n")
+    assert result.stderr.endswith(
+        "Error: --env-file given more than once: one environment at a time.\n"
+    )
+
+
+# --------------------------------------------------------------------------- reading input
+
+
+def run_shim_redirected(
+    redirect: str, args: Sequence[str], env: Mapping[str, str], *, script: bool = True
+) -> subprocess.CompletedProcess[bytes]:
+    """Run the shim with a shell redirection applied to it (``<&-``, ``>&-``, ``>/dev/full``)."""
+    prefix = [console_script()] if script else [sys.executable, "-m", "derive_env"]
+    return subprocess.run(
+        ["sh", "-c", f'exec "$@" {redirect}', "sh", *prefix, *args], env=dict(env),
+        capture_output=True, timeout=120, check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "code"), [("--labels-file", 4), ("--env-file", 2)]
+)
+def test_closed_stdin_is_an_error(empty_labels: Path, option: str, code: int) -> None:
+    result = run_shim_redirected("<&-", [option, "-", "--dry-run"], base_env(empty_labels))
+    assert (result.returncode, result.stdout) == (code, b"")
+    assert text(result.stderr) == f"derive-env: error: {option} -: stdin is closed\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "code"), [("--labels-file", 4), ("--env-file", 2)]
+)
+def test_endless_input_file_is_refused(empty_labels: Path, option: str, code: int) -> None:
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    result = run_shim([option, "/dev/zero", "--dry-run"], base_env(empty_labels))
+    assert (result.returncode, result.stdout) == (code, b"")
+    assert text(result.stderr) == (
+        f"derive-env: error: {option} '/dev/zero': larger than 1048576 bytes, too large to be one\n"
+    )
+
+
+def test_empty_labels_from_stdin_is_an_error(sub1_env: Path) -> None:
+    result = invoke(["--env-file", str(sub1_env), "--labels-file", "-", "--dry-run"], "")
+    assert (result.exit_code, result.stdout) == (4, "")
+    assert result.stderr == (
+        "derive-env: error: labels file stdin: empty (expected a JSON object of labels)\n"
+    )
+
+
+def test_default_labels_path_unreadable_exits_4(
+    monkeypatch: pytest.MonkeyPatch, clean_environ: Path, tmp_path: Path, fake_exec: None
+) -> None:
+    # Only a missing default file means "not opted in"; a directory there is an error.
+    monkeypatch.delenv(LABELS_VAR)
+    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", str(tmp_path))
+    message = f"derive-env: error: labels file {str(tmp_path)!r}: cannot be read (Is a directory)\n"
+    result = invoke(["--dry-run", "--format", "json"])
+    assert (result.exit_code, result.stdout, result.stderr) == (4, "", message)
+    result = invoke(["--label", "x=y", "--", "cmd"])
+    assert not isinstance(result.exception, Execed)
+    assert (result.exit_code, result.stderr) == (
+        4, message + "derive-env: note: the command was not run (exit 4)\n"
+    )
+
+
+# --------------------------------------------------------------------------- stray labels
+
+
+def test_misspelt_frameworks_label_stops_the_plain_entrypoint(tmp_path: Path) -> None:
+    labels = write_labels(tmp_path / "labels.json", {PREFIX + "framework": "pytorch"})
+    marker = tmp_path / "marker"
+    result = run_shim(["touch", str(marker)], base_env(labels, **node_env("sub1")))
+    assert result.returncode == 4
+    assert result.stdout == b""
+    assert text(result.stderr) == (
+        f"derive-env: error: {stray_label_message(PREFIX + 'framework', 'pytorch')}\n"
+        "derive-env: note: the command was not run (exit 4)\n"
+    )
+    assert not marker.exists()
+
+
+def test_capitalised_frameworks_label_is_not_an_opt_in_but_an_error(sub1_env: Path) -> None:
+    result = invoke(["--env-file", str(sub1_env), "--label", PREFIX + "Frameworks=pytorch",
+                     "--label", PREFIX + "master-port=1234", "--dry-run"])
+    assert (result.exit_code, result.stdout) == (4, "")
+    # The first stray label in sorted order is named.
+    assert result.stderr == (
+        f"derive-env: error: {stray_label_message(PREFIX + 'Frameworks', 'pytorch')}\n"
+    )
+
+
+@pytest.mark.parametrize("script", [True, False], ids=["console-script", "python-m"])
+def test_stray_label_with_on_error_warn_warns_and_runs_unchanged(
+    tmp_path: Path, script: bool
+) -> None:
+    labels = write_labels(tmp_path / "labels.json",
+                          {PREFIX + "framework": "pytorch", ON_ERROR: "warn"})
+    check = 'test -z "$MASTER_ADDR" && test -z "$PET_NNODES" && echo "$BACKENDAI_CLUSTER_HOST"'
+    result = run_shim(["sh", "-c", check], base_env(labels, **node_env("sub1")), script=script)
+    assert (result.returncode, result.stdout) == (0, b"sub1\n"), text(result.stderr)
+    assert text(result.stderr) == (
+        f"derive-env: warning: {stray_label_message(PREFIX + 'framework', 'pytorch')}\n"
+    )
+
+
+def test_stray_label_with_on_error_warn_dry_run(sub1_env: Path) -> None:
+    result = invoke(["--env-file", str(sub1_env), "--label", PREFIX + "framework=pytorch",
+                     "--label", ON_ERROR + "=warn", "--dry-run", "--format", "json"])
+    assert (result.exit_code, result.stdout) == (0, "{}\n")
+    assert result.stderr == (
+        f"derive-env: warning: {stray_label_message(PREFIX + 'framework', 'pytorch')}\n"
+    )
+
+
+# --------------------------------------------------------------------------- topology via the CLI
+
+
+def test_replicas_not_adding_up_to_size_without_hosts_exits_3(
+    tmp_path: Path, empty_labels: Path
+) -> None:
+    env_file = write_env_file(tmp_path / "one.env", {
+        "BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_CLUSTER_REPLICAS": "main:1,sub:3",
+    }, empty_labels)
+    result = invoke(["--env-file", str(env_file), "--label", FW + "=pytorch", "--dry-run"])
+    assert (result.exit_code, result.stdout) == (3, "")
+    assert result.stderr == (
+        "derive-env: error: BACKENDAI_CLUSTER_REPLICAS='main:1,sub:3': expected counts adding "
+        "up to BACKENDAI_CLUSTER_SIZE=1; they add up to 4\n"
+    )
+
+
+# --------------------------------------------------------------------------- dry-run output
+
+
+@pytest.mark.parametrize("mode", [["--format", "json"], ["--explain"]], ids=lambda m: m[-1])
+@pytest.mark.parametrize("opted_in", [True, False], ids=["opted-in", "not-opted-in"])
+def test_dry_run_to_a_closed_stdout_exits_1(
+    tmp_path: Path, mode: list[str], opted_in: bool
+) -> None:
+    labels = write_labels(tmp_path / "labels.json", {FW: "pytorch"} if opted_in else {})
+    result = run_shim_redirected(">&-", ["--dry-run", *mode], base_env(labels))
+    err = text(result.stderr)
+    assert result.returncode == 1, err
+    assert "Traceback" not in err
+    assert err == "derive-env: error: cannot write the dry-run output: stdout is closed\n"
+
+
+@pytest.mark.parametrize("mode", [["--format", "json"], ["--explain"]], ids=lambda m: m[-1])
+def test_dry_run_to_a_full_stdout_reports_it_without_a_traceback(
+    tmp_path: Path, mode: list[str]
+) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    labels = write_labels(tmp_path / "labels.json", {FW: "pytorch"})
+    result = run_shim_redirected(">/dev/full", ["--dry-run", *mode], base_env(labels))
+    err = text(result.stderr)
+    assert result.returncode != 0
+    assert "Traceback" not in err
+    assert err.startswith(
+        "derive-env: error: cannot write the dry-run output to stdout ([Errno 28] No space "
+        "left on device)\n"
+    ), err
+
+
+@pytest.mark.parametrize("mode", [["--format", "json"], ["--explain"]], ids=lambda m: m[-1])
+def test_dry_run_to_a_full_stdout_exits_1_with_one_message(
+    tmp_path: Path, mode: list[str]
+) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    labels = write_labels(tmp_path / "labels.json", {FW: "pytorch"})
+    result = run_shim_redirected(">/dev/full", ["--dry-run", *mode], base_env(labels))
+    assert (result.returncode, text(result.stderr)) == (1, (
+        "derive-env: error: cannot write the dry-run output to stdout ([Errno 28] No space "
+        "left on device)\n"
+    ))
+
+
+def test_explain_escapes_control_characters_and_survives_undecodable_bytes(
+    tmp_path: Path,
+) -> None:
+    labels = write_labels(tmp_path / "labels.json", {FW: "pytorch"})
+    env = {
+        b"PATH": os.fsencode(os.environ["PATH"]),
+        LABELS_VAR.encode(): os.fsencode(labels),
+        b"BACKENDAI_CLUSTER_SIZE": b"1",
+        # a kept value and the session id could otherwise forge lines or colour the terminal
+        b"BACKENDAI_SESSION_ID": b"s\xff\x1b[31m\nsource: forged",
+        b"PET_MASTER_ADDR": b"h\xfe\r\x1b[2K",
+        b"PYTHONIOENCODING": b"utf-8",  # strict: an unescaped surrogate could not be written
+    }
+    result = subprocess.run([console_script(), "--dry-run", "--explain"], env=env,
+                            capture_output=True, timeout=120, check=False)
+    assert result.returncode == 0, text(result.stderr)
+    assert result.stderr == b""
+    lines = result.stdout.decode("ascii").splitlines()
+    assert lines[0] == (
+        "source: backendai session 's\\udcff\\x1b[31m\\nsource: forged', single-container session"
+    )
+    at = lines.index("PET_MASTER_ADDR = 'h\\udcfe\\r\\x1b[2K'")
+    assert lines[at + 1].strip() == "kept: already set (derived: 127.0.0.1)"
+    assert not any(line.startswith("source: forged") for line in lines)

@@ -10,6 +10,7 @@ from derive_env.errors import LabelError
 from derive_env.labels import (
     OPT_IN,
     PREFIX,
+    check_not_opted_in,
     distributed_labels,
     is_opted_in,
     parse_label_option,
@@ -161,3 +162,59 @@ def test_distributed_labels_and_opt_in() -> None:
     assert not is_opted_in({PORT: "1"})
     assert not is_opted_in({})
     assert is_opted_in({FW: ""})  # empty is "opted in with a bad value", never "off"
+
+
+# --- empty labels files ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n", "\t\r\n \n"])
+def test_empty_document_is_an_error(text: str) -> None:
+    assert label_error(text, "/etc/derive-env/labels.json") == (
+        "labels file /etc/derive-env/labels.json: empty (expected a JSON object of labels)"
+    )
+
+
+# --- distributed labels without the opt-in label ---------------------------------------------
+
+
+def stray_message(shown_label: str, shown_value: str) -> str:
+    return (
+        f"label {shown_label}={shown_value!r} is set but ai.backend.distributed.frameworks is "
+        "not, so the image did not opt in and nothing would be derived: is the frameworks "
+        "label misspelt? Set ai.backend.distributed.frameworks, or remove the "
+        "ai.backend.distributed.* labels"
+    )
+
+
+@pytest.mark.parametrize("labels", [{}, {"maintainer": "me", "ai.backend.kernelspec": "1"}])
+def test_check_not_opted_in_accepts_no_distributed_labels(labels: dict[str, str]) -> None:
+    assert check_not_opted_in(labels) is None
+
+
+@pytest.mark.parametrize(
+    ("labels", "label", "value"),
+    [
+        ({PREFIX + "framework": "pytorch"}, PREFIX + "framework", "pytorch"),
+        ({PREFIX + "Frameworks": "jax"}, PREFIX + "Frameworks", "jax"),
+        ({PORT: "1234", PREFIX + "on-error": "warn", PREFIX + "frameworks ": "tensorflow"},
+         PREFIX + "frameworks ", "tensorflow"),
+        ({PORT: "1234", PREFIX + "on-error": "warn"}, PORT, "1234"),
+        ({PREFIX + "on-error": "warn"}, PREFIX + "on-error", "warn"),
+    ],
+)
+def test_check_not_opted_in_names_the_first_stray_label_in_sorted_order(
+    labels: dict[str, str], label: str, value: str
+) -> None:
+    assert not is_opted_in(labels)
+    with pytest.raises(LabelError) as info:
+        check_not_opted_in(labels)
+    assert str(info.value) == stray_message(label, value)
+    assert info.value.exit_code == 4
+
+
+def test_check_not_opted_in_shortens_a_huge_label() -> None:
+    key, value = PREFIX + "k" * 200, "v" * 500
+    with pytest.raises(LabelError) as info:
+        check_not_opted_in({key: value})
+    shown_key = key[:120] + f"... ({len(key)} characters)"
+    assert str(info.value) == stray_message(shown_key, "v" * 200 + "... (500 characters)")

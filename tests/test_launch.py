@@ -454,21 +454,63 @@ def test_binary_of_wrong_format_is_126(tmp_path: Path) -> None:
     garbage.chmod(0o755)
     result = run([*prefix, str(garbage)], env)
     assert result.returncode == 126
-    err = err_text(result)
-    assert err.startswith(f"derive-env: error: {garbage}: Exec format error")
-    assert "Traceback" not in err
+    # A binary: no hint to add a #! line.
+    assert err_text(result) == (
+        f"derive-env: error: {garbage}: Exec format error ({garbage})\n"
+        "derive-env: note: the command was not run (exit 126)\n"
+    )
 
 
-def test_missing_interpreter_is_127_like_shells(tmp_path: Path) -> None:
+def test_script_without_shebang_is_126_with_a_hint(tmp_path: Path) -> None:
+    prefix, env = _module_fast(tmp_path)
+    script = tmp_path / "no-shebang.sh"
+    script.write_text("echo hi\n")
+    script.chmod(0o755)
+    result = run([*prefix, str(script)], env)
+    assert result.returncode == 126
+    assert err_text(result) == (
+        f"derive-env: error: {script}: Exec format error (no #! line? run it as: sh SCRIPT) "
+        f"({script})\n"
+        "derive-env: note: the command was not run (exit 126)\n"
+    )
+
+
+@pytest.mark.parametrize("kind", ["file-without-x", "directory"])
+def test_interpreter_not_executable_is_126_naming_it(tmp_path: Path, kind: str) -> None:
+    prefix, env = _script_fast_opted_in(tmp_path)
+    if kind == "directory":
+        interpreter = tmp_path / "interp-dir"
+        interpreter.mkdir()
+    else:
+        interpreter = tmp_path / "interp"
+        interpreter.write_text("#!/bin/sh\necho interpreted\n")
+        interpreter.chmod(0o644)  # no x bit for anyone: EACCES even for root
+    script = tmp_path / "script"
+    script.write_text(f"#!{interpreter}\necho hi\n")
+    script.chmod(0o755)
+    result = run([*prefix, str(script)], env)
+    assert result.returncode == 126
+    assert err_text(result) == (
+        f"derive-env: error: {script}: bad interpreter '{interpreter}' in its #! line, not "
+        f"executable ({script})\n"
+        "derive-env: note: the command was not run (exit 126)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "shebang", ["#!/nonexistent/interpreter", "#!/usr/bin/nopython -u", "#! /usr/bin/nopython"]
+)
+def test_missing_interpreter_is_127_like_shells(tmp_path: Path, shebang: str) -> None:
     prefix, env = _script_fast_opted_in(tmp_path)
     script = tmp_path / "bad-interpreter"
-    script.write_text("#!/nonexistent/interpreter\necho hi\n")
+    script.write_text(f"{shebang}\necho hi\n")
     script.chmod(0o755)
+    interpreter = shebang[2:].split()[0]
     result = run([*prefix, str(script)], env)
     assert result.returncode == 127
     assert err_text(result) == (
-        f"derive-env: error: {script}: bad interpreter '/nonexistent/interpreter' in its #! "
-        f"line ({script})\n"
+        f"derive-env: error: {script}: bad interpreter '{interpreter}' in its #! "
+        f"line, not found ({script})\n"
         "derive-env: note: the command was not run (exit 127)\n"
     )
 
@@ -481,8 +523,8 @@ def test_crlf_shebang_is_127_with_a_hint(tmp_path: Path) -> None:
     result = run([*prefix, str(script)], env)
     assert result.returncode == 127
     assert err_text(result).startswith(
-        f"derive-env: error: {script}: bad interpreter '/bin/sh' in its #! line (the line ends "
-        f"in \\r: CRLF line endings) ({script})\n"
+        f"derive-env: error: {script}: bad interpreter '/bin/sh' in its #! line, not found (the "
+        f"line ends in \\r: CRLF line endings) ({script})\n"
     )
 
 
@@ -645,13 +687,12 @@ def test_exec_command_resets_signals_flushes_and_passes_argv_env(
     [
         (errno.E2BIG, EnvironmentTooLarge,
          "tool: the kernel refused the environment and arguments as too large (E2BIG)"),
-        (errno.ENOENT, CommandNotFound, "tool: bad interpreter '/bin/sh' in its #! line ({path})"),
-        (errno.EACCES, CommandNotExecutable, "tool: Permission denied ({path})"),
-        (
-            errno.ENOEXEC,
-            CommandNotExecutable,
-            "tool: Exec format error (no #! line? run it as: sh SCRIPT) ({path})",
-        ),
+        (errno.ENOENT, CommandNotFound,
+         "tool: bad interpreter '/bin/sh' in its #! line, not found ({path})"),
+        (errno.EACCES, CommandNotExecutable,
+         "tool: bad interpreter '/bin/sh' in its #! line, not executable ({path})"),
+        # The file has a #! line: no hint to add one.
+        (errno.ENOEXEC, CommandNotExecutable, "tool: Exec format error ({path})"),
         (errno.ETXTBSY, CommandNotExecutable, "tool: Text file busy ({path})"),
     ],
 )
@@ -660,6 +701,46 @@ def test_exec_command_maps_execve_errors(
     err: int, exc_type: type[Exception], message: str,
 ) -> None:
     tool = _executable(tmp_path / "tool")
+
+    def fake_execve(path, argv, env):
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(os, "execve", fake_execve)
+    with pytest.raises(exc_type) as info:
+        launch.exec_command(["tool"], {"PATH": str(tmp_path)})
+    assert str(info.value) == message.format(path=tool)
+
+
+@pytest.mark.parametrize(
+    ("content", "err", "exc_type", "message"),
+    [
+        # no #! line: the kernel's own words, a hint only for a script-like file (ENOEXEC)
+        (b"echo hi\n", errno.ENOEXEC, CommandNotExecutable,
+         "tool: Exec format error (no #! line? run it as: sh SCRIPT) ({path})"),
+        (b"\x7fELF\x02\x01\x01", errno.ENOEXEC, CommandNotExecutable,
+         "tool: Exec format error ({path})"),
+        (b"", errno.ENOEXEC, CommandNotExecutable, "tool: Exec format error ({path})"),
+        (b"echo hi\n", errno.EACCES, CommandNotExecutable, "tool: Permission denied ({path})"),
+        # ENOENT for an existing binary: its loader is missing
+        (b"\x7fELF\x02\x01\x01", errno.ENOENT, CommandNotFound,
+         "tool: No such file or directory ({path})"),
+        # with a #! line
+        (b"#!/usr/bin/nopython\n", errno.ENOENT, CommandNotFound,
+         "tool: bad interpreter '/usr/bin/nopython' in its #! line, not found ({path})"),
+        (b"#!/opt/interp -x\r\n", errno.EACCES, CommandNotExecutable,
+         "tool: bad interpreter '/opt/interp' in its #! line, not executable (the line ends in "
+         "\\r: CRLF line endings) ({path})"),
+        (b"#!\n", errno.ENOENT, CommandNotFound,
+         "tool: bad interpreter '' in its #! line, not found ({path})"),
+    ],
+)
+def test_exec_command_explains_by_file_content(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restore_signals: None,
+    content: bytes, err: int, exc_type: type[Exception], message: str,
+) -> None:
+    tool = tmp_path / "tool"
+    tool.write_bytes(content)
+    tool.chmod(0o755)
 
     def fake_execve(path, argv, env):
         raise OSError(err, os.strerror(err))
@@ -797,25 +878,35 @@ def test_cli_dry_run_with_a_too_large_environment_exits_5(tmp_path: Path) -> Non
     assert "HUGE_USER_VAR" in err_text(result)
 
 
-def test_cli_environment_over_arg_max_exits_5(tmp_path: Path) -> None:
+@pytest.mark.parametrize("opted_in", [True, False], ids=["opted-in", "not-opted-in"])
+def test_cli_environment_over_arg_max_exits_5(tmp_path: Path, opted_in: bool) -> None:
+    # An --env-file holds at most 1 MiB (app.MAX_INPUT_BYTES), less than ARG_MAX: the command
+    # line makes up the rest. Neither alone is too large; together they are, and the check
+    # counts the command's argv.
     arg_max = os.sysconf("SC_ARG_MAX")
     if arg_max > 64 << 20:
         pytest.skip(f"ARG_MAX is {arg_max} bytes here")
-    count = arg_max // 100_000 + 2
-    variables = {f"CHUNK_{i:03d}": chr(ord("a") + i % 26) * 100_000 for i in range(count)}
+    variables = {f"CHUNK_{i:03d}": chr(ord("a") + i) * 100_000 for i in range(9)}
     variables["CHUNK_BIGGEST"] = "z" * 120_000
-    labels = write_labels(tmp_path / "labels.json", {FW: "pytorch"})
+    labels = write_labels(tmp_path / "labels.json", {FW: "pytorch"} if opted_in else {})
     env_file = _big_env_file(tmp_path, labels, variables)
+    assert env_file.stat().st_size <= 1 << 20
+    env_bytes = sum(len(k) + 1 + len(v) + 1 for k, v in variables.items())
+    args = ["a" * 99_999] * ((arg_max - env_bytes) // 100_000 + 2)
     marker = tmp_path / "marker"
     env = {"PATH": os.environ["PATH"], LABELS_VAR: str(labels)}
-    result = run([console_script(), "--env-file", str(env_file), "--", "touch", str(marker)], env)
+    result = run(
+        [console_script(), "--env-file", str(env_file), "--", "touch", str(marker), *args], env
+    )
     err = err_text(result)
     assert result.returncode == 5, err[:2000]
-    assert f"the kernel's ARG_MAX is {arg_max} bytes" in err
-    assert (
+    assert err.startswith("derive-env: error: environment and command line take ")
+    assert f"the kernel's ARG_MAX is {arg_max} bytes (keeping 4096 spare)" in err
+    assert err.endswith(
         "Largest variables: CHUNK_BIGGEST (120015 bytes), CHUNK_000 (100011 bytes), "
         "CHUNK_001 (100011 bytes)\n"
-    ) in err
+        "derive-env: note: the command was not run (exit 5)\n"
+    )
     assert not marker.exists()
 
 
@@ -855,3 +946,97 @@ def test_closed_stdout_does_not_stop_the_exec(tmp_path: Path) -> None:
     result = run([PY, "-c", code], {"PATH": os.environ["PATH"]})
     assert result.returncode == 0, err_text(result)
     assert result.stdout == b"after-exec\n"
+
+
+# --------------------------------------------------------------------------- closed stdout / stderr
+
+
+def run_redirected(redirect: str, argv: Sequence[str], env: dict[str, str]
+                   ) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` with a shell redirection applied to it (``>&-``, ``2>&-``)."""
+    return run(["sh", "-c", f'exec "$@" {redirect}', "sh", *argv], env)
+
+
+@pytest.mark.parametrize("redirect", [">&-", "2>&-", ">&- 2>&-"])
+def test_closed_stdout_or_stderr_does_not_stop_the_exec_of_the_shim(
+    flavour: tuple[list[str], dict[str, str]], request: pytest.FixtureRequest, tmp_path: Path,
+    redirect: str,
+) -> None:
+    # `derive-env -- cmd >&-`: Python starts with sys.stdout None; the command must still run.
+    prefix, env = flavour
+    marker = tmp_path / "marker"
+    command = ["sh", "-c", 'echo "ran MASTER_ADDR=$MASTER_ADDR" > "$1"', "sh", str(marker)]
+    result = run_redirected(redirect, [*prefix, *command], env)
+    assert result.returncode == 0, err_text(result)
+    master = {"script-fast-opted-in": "127.0.0.1", "script-click-opted-in": "main1"}
+    name = request.node.callspec.params["flavour"]
+    assert marker.read_text() == f"ran MASTER_ADDR={master.get(name, '')}\n"
+
+
+BAD_TOPOLOGY = {
+    "BACKENDAI_CLUSTER_SIZE": "3", "BACKENDAI_CLUSTER_HOSTS": "main1,sub1",
+    "BACKENDAI_CLUSTER_HOST": "sub1",
+}
+
+
+@pytest.mark.parametrize(("on_error", "code"), [("warn", 0), ("fail", 3)])
+def test_closed_stderr_with_a_message_to_print(tmp_path: Path, on_error: str, code: int) -> None:
+    labels = write_labels(tmp_path / "labels.json",
+                          {FW: "pytorch", "ai.backend.distributed.on-error": on_error})
+    env = {"PATH": os.environ["PATH"], LABELS_VAR: str(labels), **BAD_TOPOLOGY}
+    marker = tmp_path / "marker"
+    result = run_redirected("2>&-", [console_script(), "--", "touch", str(marker)], env)
+    assert result.returncode == code
+    assert marker.exists() == (on_error == "warn")
+
+
+# --------------------------------------------------------------------------- Ctrl-C before the exec
+
+
+@pytest.mark.parametrize("script", [True, False], ids=["console-script", "python-m"])
+def test_ctrl_c_before_the_exec_exits_130_without_a_traceback(
+    tmp_path: Path, script: bool
+) -> None:
+    # The labels file is a FIFO: derive-env blocks in it until a writer comes. Opening the
+    # write end without blocking succeeds only once derive-env has it open for reading; it
+    # then waits in read() (the write end stays open, nothing is written): interrupt it there.
+    fifo = tmp_path / "labels.fifo"
+    os.mkfifo(fifo)
+    marker = tmp_path / "marker"
+    prefix = [console_script()] if script else [PY, "-m", "derive_env"]
+    env = {"PATH": os.environ["PATH"], LABELS_VAR: str(fifo)}
+    proc = subprocess.Popen(
+        [*prefix, "--", "touch", str(marker)], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, preexec_fn=_clean_signals,
+    )
+    writer = None
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while writer is None:
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                    raise
+                if proc.poll() is not None:
+                    pytest.fail(f"derive-env ended before reading the labels: {proc.returncode}")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"derive-env did not open the labels FIFO within {TIMEOUT} s")
+                time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            # The signal came between Python's last check and the read() syscall: the C
+            # handler ran, read() was not interrupted. End the read (EOF): the pending
+            # KeyboardInterrupt is raised at the next check, still before the exec.
+            os.close(writer)
+            writer = None
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        stop(proc)
+    assert proc.returncode == 130, err.decode("utf-8", "backslashreplace")
+    assert (out, err) == (b"", b"")
+    assert not marker.exists()

@@ -252,3 +252,25 @@ def test_explain_shortens_long_values_and_lists_warnings() -> None:
     assert f"LONG = {'x' * 300}..." in lines
     assert "       source: test source of LONG" in lines
     assert lines[-1] == "warning: look here"
+
+
+def test_explain_escapes_control_characters_in_values() -> None:
+    lines = explain(made({"A": "x\ny", "C": "plain ünï"}, kept={"B": "\x1b[2Jz\r"})).splitlines()
+    assert "A = 'x\\ny'" in lines
+    assert "C = plain ünï" in lines  # printable values are shown as they are
+    index = lines.index("B = '\\x1b[2Jz\\r'")
+    assert lines[index + 1] == "    kept: already set (derived: other)"
+
+
+def test_explain_escaped_value_is_still_cut_at_300_characters() -> None:
+    lines = explain(made({"NUL": "\0" * 400})).splitlines()
+    assert f"NUL = {repr(chr(0) * 400)[:300]}..." in lines
+
+
+def test_explain_escapes_the_session_id() -> None:
+    env = {"BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_SESSION_ID": "s1\nsource: forged\x1b[0m"}
+    lines = explain(derive(env, {PREFIX + "frameworks": "pytorch"})).splitlines()
+    assert lines[0] == (
+        "source: backendai session 's1\\nsource: forged\\x1b[0m', single-container session"
+    )
+    assert not any(line.startswith("source: forged") for line in lines)

@@ -9,6 +9,7 @@ before the exec.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -95,7 +96,7 @@ def _read_text(
     except OSError as exc:
         raise error(f"{what} {shown}: cannot be read ({exc.strerror})") from None
     if len(data) > MAX_INPUT_BYTES:
-        raise error(f"{what} {shown}: larger than {MAX_INPUT_BYTES} bytes, not a {what}")
+        raise error(f"{what} {shown}: larger than {MAX_INPUT_BYTES} bytes, too large to be one")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -199,7 +200,12 @@ def gather_facts():  # -> HostFacts; imported lazily with the pipeline
 
 
 def _say(kind: str, message: str) -> None:
-    sys.stderr.write(f"derive-env: {kind}: {shorten(message, 4000)}\n")
+    """One line on stderr; a closed or broken stderr must not change what happens next."""
+    if sys.stderr is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"derive-env: {kind}: {shorten(message, 4000)}\n")
+        sys.stderr.flush()
 
 
 def run(
@@ -286,13 +292,20 @@ def _derive(
 
 def _write(text: str) -> int:
     """Print dry-run output; 0, or 1 with a message when stdout is closed or full."""
+    if sys.stdout is None:
+        _say("error", "cannot write the dry-run output: stdout is closed")
+        return 1
     try:
         # Kept values and session ids may hold undecodable bytes (surrogate escapes).
         sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
         sys.stdout.write(text)
         sys.stdout.flush()
-    except (OSError, AttributeError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         _say("error", f"cannot write the dry-run output to stdout ({exc})")
+        # Drop what is still buffered, or the interpreter's final flush fails again (exit 120).
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
         return 1
     return 0
 

@@ -186,8 +186,10 @@ def summary(report: SessionReport) -> str:
     agree = sum(1 for w in report.workers if w.get("result") == world * (world + 1) / 2)
     lines += [
         "",
-        f"master: main1 (node rank 0); all-reduce of rank+1 over {world} ranks: "
-        f"{agree}/{world} ranks got {world * (world + 1) / 2:g}",
+        f"master: main1 (node rank 0), port {report.port} (random per run, from the "
+        "master-port label)",
+        f"all-reduce of rank+1 over {world} ranks: {agree}/{world} ranks got the expected "
+        f"{world * (world + 1) / 2:g} (1+2+...+{world})",
         "RESULT: OK" if report.ok else "RESULT: FAILED",
     ]
     lines += [f"  - {p}" for p in report.problems]
