@@ -993,3 +993,27 @@ def test_on_error_warn_cannot_help_when_the_command_alone_is_too_large(
     err = capsys.readouterr().err
     assert err.startswith("derive-env: error: environment and command line take ")
     assert err.endswith("derive-env: note: the command was not run (exit 5)\n")
+
+
+def test_pydantic_plugin_stand_in_answers_no_plugins_and_falls_back(monkeypatch) -> None:
+    """The stand-in for pydantic's plugin loader (startup cost, docs/performance.md) reports no
+    plugins, and any other name is served by the real module: a pydantic that changes its
+    loader loses the speed-up, never the start."""
+    import sys
+
+    from derive_env import app
+
+    name = "pydantic.plugin._loader"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    app._without_pydantic_plugins()
+    stub = sys.modules[name]
+    assert stub.get_plugins() == ()
+    assert stub.get_plugins("any", extra=1) == ()
+    with pytest.raises(AttributeError):
+        stub.__path__  # noqa: B018  (the import system probes dunders: no real import)
+    assert sys.modules[name] is stub
+    real_value = stub._plugins  # not in the stand-in: the real module is imported
+    assert sys.modules[name] is not stub
+    assert real_value is sys.modules[name]._plugins
+    app._without_pydantic_plugins()  # a loaded loader is left alone
+    assert sys.modules[name] is not stub

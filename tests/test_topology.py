@@ -151,8 +151,9 @@ def test_inputs_of_joins_variable_names() -> None:
 
 def test_node_index_is_one_based() -> None:
     assert Node(host="sub1", role="sub", index=1).index == 1
-    with pytest.raises(ValidationError):
-        Node(host="sub0", role="sub", index=0)
+    with pytest.raises(ValidationError, match="node indices are 1-based"):
+        ClusterTopology(source="test", nodes=(Node(host="sub0", role="sub", index=0),),
+                        node_rank=0)
 
 
 def test_process_layout_ranks_in_range() -> None:

@@ -7,7 +7,9 @@ start path): :func:`derive`, :class:`ClusterTopology`, :class:`DerivedVariable`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# Not from typing: importing typing costs ~0.3x of a bare interpreter start, and this
+# package is imported on the not-opted-in ENTRYPOINT path (docs/performance.md).
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -37,6 +39,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from derive_env.errors import DeriveEnvError, LabelError, TopologyError
     from derive_env.frameworks import DerivedVariable
     from derive_env.pipeline import Derivation, derive

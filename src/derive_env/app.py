@@ -254,6 +254,40 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
         _say("warning", str(exc))
 
 
+def _without_pydantic_plugins() -> None:
+    """Keep pydantic from importing ``importlib.metadata`` to look for plugins.
+
+    When the first model is built, pydantic imports its plugin loader
+    (``pydantic.plugin._loader``, private), which imports ``importlib.metadata`` and scans
+    every installed distribution: ~0.25x of the pydantic import on every opted-in container
+    start (docs/performance.md). derive-env's models use no plugin, and the exec'd program
+    is a new process that loads its own. The stand-in answers ``get_plugins()`` with none and
+    hands any other name to the real module, so a pydantic that changes its loader costs
+    the speed-up, never a failure.
+    """
+    name = "pydantic.plugin._loader"
+    if name in sys.modules:
+        return
+    import types
+
+    stub = types.ModuleType(name)
+
+    def get_plugins(*args: object, **kwargs: object) -> tuple[()]:
+        return ()
+
+    def real(attribute: str) -> object:
+        if attribute.startswith("__"):  # the import system probing (__path__ ...)
+            raise AttributeError(attribute)
+        del sys.modules[name]
+        from importlib import import_module
+
+        return getattr(import_module(name), attribute)
+
+    stub.get_plugins = get_plugins  # type: ignore[attr-defined]
+    stub.__getattr__ = real  # type: ignore[method-assign]
+    sys.modules[name] = stub
+
+
 def _derive(
     environ: Mapping[str, str],
     labels: Mapping[str, str],
@@ -262,6 +296,7 @@ def _derive(
     explain: bool,
     host_facts: bool,
 ):
+    _without_pydantic_plugins()
     from derive_env.errors import EnvironmentTooLarge
     from derive_env.launch import check_limits
     from derive_env.pipeline import derive

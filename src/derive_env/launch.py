@@ -17,9 +17,12 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
 
 from derive_env.errors import CommandNotExecutable, CommandNotFound, EnvironmentTooLarge
+
+TYPE_CHECKING = False  # not from typing: see derive_env/__init__.py
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 #: The kernel's limit on one argv or environment string, NUL included: 32 pages of 4 KiB
 #: (MAX_ARG_STRLEN, include/uapi/linux/binfmts.h).

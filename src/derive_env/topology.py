@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
 #: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
 _HOSTNAME = re.compile(
@@ -85,19 +85,21 @@ def host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if is_ipv6(host) else f"{host}:{port}"
 
 
-class Node(BaseModel):
+class Node(NamedTuple):
     """One container of the job.
+
+    A named tuple, not a pydantic model: a 4096-node session builds 4096 of them at every
+    container start. Sources validate host names before building nodes; the topology checks
+    the rest of its invariants (unique hosts, 1-based indices).
 
     :ivar host: the name or address the other nodes reach it by.
     :ivar role: the cluster manager's role for it (Backend.AI: ``main``, ``sub``), if any.
     :ivar index: its 1-based index within its role (Backend.AI's ``IDX``), if any.
     """
 
-    model_config = ConfigDict(frozen=True)
-
     host: str
     role: str | None = None
-    index: Annotated[int, Field(ge=1)] | None = None
+    index: int | None = None
 
 
 class ProcessLayout(BaseModel):
@@ -127,7 +129,8 @@ class ClusterTopology(BaseModel):
     Canonical order is the one every container computes identically from its own copy of
     the cluster manager's variables; node rank ``r`` is ``nodes[r]``, and the master is
     node rank 0. Invariants (checked on construction): at least one node, host names
-    unique (case-insensitively, as DNS compares them), ``0 <= node_rank < len(nodes)``.
+    unique (case-insensitively, as DNS compares them), node indices >= 1,
+    ``0 <= node_rank < len(nodes)``.
 
     :ivar source: which source produced it (``backendai``, ``standalone``).
     :ivar nodes: the nodes in canonical order.
@@ -143,7 +146,7 @@ class ClusterTopology(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     source: str
-    nodes: Annotated[tuple[Node, ...], Field(min_length=1)]
+    nodes: Annotated[tuple[InstanceOf[Node], ...], Field(min_length=1)]
     node_rank: _Count
     gpus_per_node: _Count | None = None
     master_port: Annotated[int, Field(ge=1, le=65535)] | None = None
@@ -155,12 +158,14 @@ class ClusterTopology(BaseModel):
     def _consistent(self) -> ClusterTopology:
         if self.node_rank >= len(self.nodes):
             raise ValueError(f"node rank {self.node_rank} is outside {len(self.nodes)} nodes")
-        seen: set[str] = set()
-        for node in self.nodes:
-            key = node.host.lower()
-            if key in seen:
-                raise ValueError(f"host {node.host} appears twice")
-            seen.add(key)
+        if any(node.index is not None and node.index < 1 for node in self.nodes):
+            raise ValueError("node indices are 1-based")
+        if len({node.host.lower() for node in self.nodes}) != len(self.nodes):
+            seen: set[str] = set()
+            for node in self.nodes:
+                if node.host.lower() in seen:
+                    raise ValueError(f"host {node.host} appears twice")
+                seen.add(node.host.lower())
         return self
 
     @property

@@ -77,15 +77,11 @@ def tf_config(topology: ClusterTopology, types: list[str], port: int) -> dict[st
     :param types: task type per node in canonical order (see :func:`task_types`).
     :param port: the TensorFlow server port (TCP) on every node.
     """
-    cluster: dict[str, list[str]] = {}
-    for task_type in _CLUSTER_ORDER:
-        members = [
-            host_port(n.host, port)
-            for n, t in zip(topology.nodes, types, strict=True)
-            if t == task_type
-        ]
-        if members:
-            cluster[task_type] = members
+    members: dict[str, list[str]] = {t: [] for t in _CLUSTER_ORDER}
+    for node, task_type in zip(topology.nodes, types, strict=True):
+        if task_type in members:  # not the evaluator
+            members[task_type].append(host_port(node.host, port))
+    cluster = {t: hosts for t, hosts in members.items() if hosts}
     own_type = types[topology.node_rank]
     index = types[: topology.node_rank].count(own_type)
     return {"cluster": cluster, "task": {"type": own_type, "index": index}}
@@ -110,13 +106,14 @@ def derive(ctx: Context) -> Contribution:
     out.variables.append(var("TF_CONFIG", json.dumps(config, separators=(",", ":")), source))
     out.notes.append("TensorFlow roles -> tasks:")
     counters: dict[str, int] = {}
-    for node, task_type in zip(topo.nodes, types, strict=True):
+    everyone = topo.num_nodes <= 16
+    for rank, (node, task_type) in enumerate(zip(topo.nodes, types, strict=True)):
         index = counters.get(task_type, 0)
         counters[task_type] = index + 1
         # A 4096-node table helps nobody: show the first of each type and this container.
-        if len(topo.nodes) <= 16 or node is topo.this_node or index == 0:
+        if everyone or index == 0 or rank == topo.node_rank:
             aside = " (left out of cluster)" if task_type == "evaluator" else ""
-            mark = "  <- this container" if node is topo.this_node else ""
+            mark = "  <- this container" if rank == topo.node_rank else ""
             out.notes.append(
                 f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}"
             )

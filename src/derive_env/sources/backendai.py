@@ -19,6 +19,7 @@ Empty variables count as unset, as in torch's ``env://`` rendezvous.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Annotated
 
@@ -66,16 +67,19 @@ def _split_hosts(value: object) -> tuple[str, ...]:
     for position, entry in enumerate(entries, start=1):
         if not entry:
             raise ValueError(f"no empty entries (entry {position} is empty)")
+        if len(entry) <= 63 and _ROLE_INDEX.match(entry):
+            continue  # main1, sub12: a valid host name (one regex instead of host_problem)
         problem = host_problem(entry)
         if problem:
             raise ValueError(f"every entry to be {problem} ({shorten(entry, 80)!r} is not)")
-    seen: set[str] = set()
-    for entry in entries:
-        if entry.lower() in seen:
-            raise ValueError(
-                f"no duplicate entries ({shorten(entry, 80)!r} appears more than once)"
-            )
-        seen.add(entry.lower())
+    if len({entry.lower() for entry in entries}) != len(entries):
+        seen: set[str] = set()
+        for entry in entries:
+            if entry.lower() in seen:
+                raise ValueError(
+                    f"no duplicate entries ({shorten(entry, 80)!r} appears more than once)"
+                )
+            seen.add(entry.lower())
     return entries
 
 
@@ -155,30 +159,33 @@ def _role_order(variables: BackendAIVariables, roles: set[str]) -> list[str]:
 def _canonical_nodes(variables: BackendAIVariables, raw_hosts: str) -> tuple[Node, ...]:
     hosts = variables.hosts or ()
     parsed: list[tuple[str, str, int]] = []
+    match = _ROLE_INDEX.match  # inlined: this loop runs once per node of the session
     for entry in hosts:
-        role_index = _role_index(entry)
-        if role_index is None:
+        found = match(entry)
+        if found is None:
             raise TopologyError(describe(
                 HOSTS, raw_hosts,
                 "every entry in Backend.AI's {role}{index} form (main1, sub2) so that every "
                 f"container computes the same node order; {entry!r} is not",
             ))
-        if role_index[1] < 1:
+        index = int(found["index"])
+        if index < 1:
             raise TopologyError(describe(
                 HOSTS, raw_hosts,
                 f"indices from 1 (Backend.AI numbers each role's hosts from 1); {entry!r} has "
-                f"{role_index[1]}",
+                f"{index}",
             ))
-        parsed.append((entry, *role_index))
-    seen: dict[tuple[str, int], str] = {}
-    for entry, role, index in parsed:
-        if (role, index) in seen:
-            raise TopologyError(describe(
-                HOSTS, raw_hosts,
-                f"one host per role and index; {seen[(role, index)]!r} and {entry!r} are both "
-                f"{role} #{index}",
-            ))
-        seen[(role, index)] = entry
+        parsed.append((entry, found["role"], index))
+    if len({(role, index) for _, role, index in parsed}) != len(parsed):
+        seen: dict[tuple[str, int], str] = {}
+        for entry, role, index in parsed:
+            if (role, index) in seen:
+                raise TopologyError(describe(
+                    HOSTS, raw_hosts,
+                    f"one host per role and index; {seen[(role, index)]!r} and {entry!r} are "
+                    f"both {role} #{index}",
+                ))
+            seen[(role, index)] = entry
     roles = {role for _, role, _ in parsed}
     if variables.replicas is not None:
         counts = dict(variables.replicas)
@@ -187,8 +194,9 @@ def _canonical_nodes(variables: BackendAIVariables, raw_hosts: str) -> tuple[Nod
                 REPLICAS, ",".join(f"{r}:{c}" for r, c in variables.replicas),
                 f"every role of {HOSTS} listed; role {role!r} is missing",
             ))
+        per_role = Counter(role for _, role, _ in parsed)
         for role, count in variables.replicas:
-            have = sum(1 for _, r, _ in parsed if r == role)
+            have = per_role[role]
             if have != count:
                 raise TopologyError(describe(
                     REPLICAS, ",".join(f"{r}:{c}" for r, c in variables.replicas),
@@ -196,8 +204,8 @@ def _canonical_nodes(variables: BackendAIVariables, raw_hosts: str) -> tuple[Nod
                     f"{HOSTS} ({raw_hosts}) has {have}",
                 ))
     position = {role: i for i, role in enumerate(_role_order(variables, roles))}
-    parsed.sort(key=lambda item: (position[item[1]], item[2]))
-    return tuple(Node(host=entry, role=role, index=index) for entry, role, index in parsed)
+    ordered = sorted([(position[role], index, entry, role) for entry, role, index in parsed])
+    return tuple(Node(entry, role, index) for _, index, entry, role in ordered)
 
 
 def topology(environ: Mapping[str, str]) -> ClusterTopology:
