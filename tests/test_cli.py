@@ -181,9 +181,10 @@ def test_help(flag: str) -> None:
         assert option in out
     assert "derive-env -- torchrun train.py" in out
     assert (
-        "Exit codes: 0 ok (or the command's own status), 2 usage, 3 bad cluster variables,"
+        "Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,"
     ) in out
-    assert "126 command not executable, 127 not found." in out
+    assert "3 bad cluster variables, 4 bad image label, 5 environment too large, 126 command" in out
+    assert "executable, 127 not found, 130 interrupted." in out
 
 
 def test_help_via_console_script(tmp_path: Path, empty_labels: Path) -> None:

@@ -11,8 +11,9 @@ from derive_env.app import run
 from derive_env.render import FORMATS
 
 _EPILOG = """\b
-Exit codes: 0 ok (or the command's own status), 2 usage, 3 bad cluster variables,
-4 bad image label, 5 environment too large, 126 command not executable, 127 not found.
+Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,
+3 bad cluster variables, 4 bad image label, 5 environment too large, 126 command not
+executable, 127 not found, 130 interrupted.
 Troubleshooting by message: the operator guide (docs/operator-guide.md in the source)."""
 
 

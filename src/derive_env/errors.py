@@ -10,6 +10,7 @@ Exit codes (documented in docs/operator-guide.md):
 ====  =====================================================================
 code  meaning
 ====  =====================================================================
+1     ``--dry-run`` output could not be written (stdout closed or full)
 2     usage: bad option, no command, unreadable or malformed ``--env-file``
 3     the cluster manager's topology variables are missing, malformed or
       inconsistent (or a user-set MASTER_ADDR / MASTER_PORT is malformed)
@@ -17,6 +18,7 @@ code  meaning
 5     the derived environment or the command line is too large to exec
 126   the command was found but cannot be executed
 127   the command was not found
+130   interrupted (SIGINT) before the exec
 ====  =====================================================================
 """
 

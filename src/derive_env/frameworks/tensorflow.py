@@ -105,16 +105,16 @@ def derive(ctx: Context) -> Contribution:
     )
     out.variables.append(var("TF_CONFIG", json.dumps(config, separators=(",", ":")), source))
     out.notes.append("TensorFlow roles -> tasks:")
-    counters: dict[str, int] = {}
-    everyone = topo.num_nodes <= 16
-    for rank, (node, task_type) in enumerate(zip(topo.nodes, types, strict=True)):
-        index = counters.get(task_type, 0)
-        counters[task_type] = index + 1
-        # A 4096-node table helps nobody: show the first of each type and this container.
-        if everyone or index == 0 or rank == topo.node_rank:
-            aside = " (left out of cluster)" if task_type == "evaluator" else ""
-            mark = "  <- this container" if rank == topo.node_rank else ""
-            out.notes.append(
-                f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}"
-            )
+    # A 4096-node table helps nobody: beyond 16 nodes, the first of each type and this one.
+    if topo.num_nodes <= 16:
+        shown = range(topo.num_nodes)
+    else:
+        firsts = {types.index(t) for t in set(types)}
+        shown = sorted(firsts | {topo.node_rank})
+    for rank in shown:
+        node, task_type = topo.nodes[rank], types[rank]
+        index = types[:rank].count(task_type)
+        aside = " (left out of cluster)" if task_type == "evaluator" else ""
+        mark = "  <- this container" if rank == topo.node_rank else ""
+        out.notes.append(f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}")
     return out
