@@ -1040,3 +1040,20 @@ def test_ctrl_c_before_the_exec_exits_130_without_a_traceback(
     assert proc.returncode == 130, err.decode("utf-8", "backslashreplace")
     assert (out, err) == (b"", b"")
     assert not marker.exists()
+
+
+def test_not_opted_in_path_imports_neither_pydantic_nor_click_nor_typing(tmp_path: Path) -> None:
+    """Startup on every container start (docs/performance.md): the ENTRYPOINT path of an
+    image that did not opt in stays clear of the heavy imports."""
+    labels = tmp_path / "labels.json"
+    labels.write_text("{}")
+    env = {"PATH": os.environ["PATH"], "DERIVE_ENV_LABELS_FILE": str(labels)}
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "derive_env", "--", "true"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "derive_env.launch" in imported
+    assert {"pydantic", "pydantic_core", "click", "typing"} & imported == set()
