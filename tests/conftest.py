@@ -112,3 +112,14 @@ def opt_in() -> dict[str, str]:
     """A fresh copy of :data:`OPT_IN` (tests may add labels to it)."""
     return dict(OPT_IN)
 
+
+@pytest.fixture
+def fake_exec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the exec with one that raises :class:`helpers.Execed` (argv, env)."""
+    from derive_env import launch
+    from helpers import Execed
+
+    def fake(argv, env):
+        raise Execed(list(argv), dict(env))
+
+    monkeypatch.setattr(launch, "exec_command", fake)

@@ -18,27 +18,13 @@ import pytest
 from derive_env import app, launch
 from derive_env.app import load_labels, parse_env_file, read_environment, run, run_command
 from derive_env.errors import LabelError, UsageError
+from helpers import Execed
 
 PREFIX = "ai.backend.distributed."
 FW = PREFIX + "frameworks"
 LABELS_VAR = "DERIVE_ENV_LABELS_FILE"
 
 
-class Execed(Exception):
-    """Raised by the fake exec: carries what would have been exec'd."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        super().__init__(repr(argv)[:300])  # a huge argv must not flood a failure report
-        self.argv = argv
-        self.env = env
-
-
-@pytest.fixture
-def fake_exec(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fake(argv, env):
-        raise Execed(list(argv), dict(env))
-
-    monkeypatch.setattr(launch, "exec_command", fake)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -21,8 +20,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from derive_env import __version__, app, launch
+from derive_env import __version__, app
 from derive_env.cli import cli
+from helpers import Execed, console_script
 
 PREFIX = "ai.backend.distributed."
 FW = PREFIX + "frameworks"
@@ -113,33 +113,11 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return labels
 
 
-class Execed(Exception):
-    """Raised by the fake exec: carries what would have been exec'd."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        super().__init__(argv)
-        self.argv = argv
-        self.env = env
-
-
-@pytest.fixture
-def fake_exec(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fake(argv, env):
-        raise Execed(list(argv), dict(env))
-
-    monkeypatch.setattr(launch, "exec_command", fake)
 
 
 def invoke(args: Sequence[str], stdin: str | None = None) -> Result:
     return CliRunner().invoke(cli, list(args), input=stdin, prog_name="derive-env")
 
-
-def console_script() -> str:
-    candidate = Path(sys.executable).with_name("derive-env")
-    found = str(candidate) if candidate.exists() else shutil.which("derive-env")
-    if not found:
-        pytest.skip("the derive-env console script is not installed next to this Python")
-    return found
 
 
 def base_env(labels_file: Path, **extra: str) -> dict[str, str]:

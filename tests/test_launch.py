@@ -26,6 +26,7 @@ import pytest
 from derive_env import launch
 from derive_env.errors import CommandNotExecutable, CommandNotFound, EnvironmentTooLarge
 from derive_env.launch import ARG_MAX_MARGIN, MAX_ARG_STRLEN, check_limits, find_command
+from helpers import console_script
 
 FW = "ai.backend.distributed.frameworks"
 LABELS_VAR = "DERIVE_ENV_LABELS_FILE"
@@ -34,13 +35,6 @@ TIMEOUT = 60
 
 # --------------------------------------------------------------------------- helpers
 
-
-def console_script() -> str:
-    candidate = Path(sys.executable).with_name("derive-env")
-    found = str(candidate) if candidate.exists() else shutil.which("derive-env")
-    if not found:
-        pytest.skip("the derive-env console script is not installed next to this Python")
-    return found
 
 
 def write_labels(path: Path, labels: dict[str, str]) -> Path:
