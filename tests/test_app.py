@@ -703,24 +703,6 @@ def test_default_labels_path_permission_denied_is_an_error(
     assert str(info.value) == f"labels file {path!r}: cannot be read (Permission denied)"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a directory without permissions")
-def test_default_labels_directory_without_permission_is_an_error(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    directory = tmp_path / "etc-derive-env"
-    directory.mkdir()
-    path = directory / "labels.json"
-    write_json(path, {FW: "pytorch"})
-    directory.chmod(0)
-    try:
-        monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", str(path))
-        with pytest.raises(LabelError) as info:
-            load_labels({})
-    finally:
-        directory.chmod(0o755)
-    assert str(info.value) == f"labels file {str(path)!r}: cannot be read (Permission denied)"
-
-
 def test_default_labels_path_empty_file_is_an_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

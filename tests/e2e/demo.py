@@ -129,10 +129,15 @@ def run_torch_session(bin_dir: Path, *, port: int | None = None) -> SessionRepor
 def _check(report: SessionReport) -> None:
     """Fill ``report.problems`` with every mismatch against the expected session."""
     problems = report.problems
+    decoder = json.JSONDecoder()
     for host, result in report.results.items():
         for line in result.stdout.splitlines():
-            if line.startswith("{"):
-                report.workers.append({**json.loads(line), "container": host})
+            # Tolerate two workers' lines run together: decode every object on the line.
+            position = line.find("{")
+            while position != -1:
+                worker, end = decoder.raw_decode(line, position)
+                report.workers.append({**worker, "container": host})
+                position = line.find("{", end)
         if not result.ok:
             problems.append(f"{host}: derive-env -- torchrun failed\n{result.describe()}")
     for host, derived in report.derived.items():

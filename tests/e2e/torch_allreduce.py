@@ -68,7 +68,10 @@ def main() -> int:
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         # Any failure must still produce the JSON line (torch's Dist*Error are RuntimeErrors).
         report["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-    print(json.dumps(report, sort_keys=True), flush=True)
+    # One write(2) for the whole line: the container's 2 workers share one stdout, and two
+    # print() calls (text, then newline) under PYTHONUNBUFFERED would interleave.
+    sys.stdout.flush()
+    os.write(1, (json.dumps(report, sort_keys=True) + "\n").encode())
     return 0 if report["ok"] else 1
 
 
