@@ -33,6 +33,7 @@ RUN pip install --no-cache-dir /opt/derive-env/src-copy && rm -rf /opt/derive-en
 
 # The example job: the gloo all-reduce that `make demo` runs. Replace with your own script.
 COPY tests/e2e/torch_allreduce.py /opt/derive-env/examples/allreduce.py
+COPY tests/e2e/worker_report.py /opt/derive-env/examples/worker_report.py
 
 # ---- Labels: one ARG per value. Declared after the heavy layers, so that changing a
 # ---- value does not rebuild torch.

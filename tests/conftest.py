@@ -119,7 +119,7 @@ def fake_exec(monkeypatch: pytest.MonkeyPatch) -> None:
     from derive_env import launch
     from helpers import Execed
 
-    def fake(argv, env):
+    def fake(argv, env, *, limits_checked=False):
         raise Execed(list(argv), dict(env))
 
     monkeypatch.setattr(launch, "exec_command", fake)

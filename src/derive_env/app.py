@@ -352,8 +352,10 @@ def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool
         return _write(render.explain(derivation) if explain else render.render(derivation, fmt))
     from derive_env.launch import exec_command
 
-    changes = derivation.changes() if derivation else {}
-    exec_command(command, {**environ, **changes})
+    if derivation is None:  # not opted in, or on-error=warn: the environment unchanged
+        exec_command(command, environ)
+    # _derive checked these exact argv and environment against the kernel's limits.
+    exec_command(command, {**environ, **derivation.changes()}, limits_checked=True)
 
 
 def run_command(command: Sequence[str]) -> int:

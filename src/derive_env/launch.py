@@ -103,15 +103,20 @@ def find_command(name: str, path: str | None) -> str:
     raise CommandNotFound(f"{name}: command not found in PATH={search}")
 
 
-def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+def exec_command(
+    argv: Sequence[str], env: Mapping[str, str], *, limits_checked: bool = False
+) -> NoReturn:
     """Replace this process with ``argv`` run in ``env``; returns only by raising.
 
     :param argv: the user's command, verbatim (``argv[0]`` is looked up in ``env['PATH']``).
     :param env: the complete environment of the command.
+    :param limits_checked: the caller already ran :func:`check_limits` on exactly these
+        ``argv`` and ``env`` (the opted-in path does, to honour on-error=warn): not again.
     :raises EnvironmentTooLarge: see :func:`check_limits` (also when the kernel says E2BIG).
     :raises CommandNotFound: exit 127. :raises CommandNotExecutable: exit 126.
     """
-    check_limits(argv, env, os.sysconf("SC_ARG_MAX"))
+    if not limits_checked:
+        check_limits(argv, env, os.sysconf("SC_ARG_MAX"))
     program = find_command(argv[0], env.get("PATH"))
     for stream in (sys.stdout, sys.stderr):
         # A closed (None) or broken stream must not stop the exec.

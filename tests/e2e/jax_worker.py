@@ -21,10 +21,11 @@ heartbeat, so a wrong coordinator address ends in an error instead of a hang.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
+
+from worker_report import emit, fail
 
 
 def main() -> int:
@@ -79,10 +80,8 @@ def main() -> int:
         finally:
             jax.distributed.shutdown()
     except Exception as exc:  # any failure must still produce the JSON line
-        report["error"] = f"{type(exc).__name__}: {exc}"[:3000]
-        report["ok"] = False
-    print(json.dumps(report, sort_keys=True), flush=True)
-    return 0 if report["ok"] else 1
+        fail(report, exc)
+    return emit(report)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,11 @@ process group, so a wrong master address fails instead of hanging.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import socket
 import sys
+
+from worker_report import emit, fail
 
 #: Variables a launcher (torchrun, Lightning, SLURM ...) sets per process; the shim must leave
 #: them to the launcher in torchrun mode. Recorded as the process found them.
@@ -98,10 +99,8 @@ def main() -> int:
             if torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()
     except Exception as exc:  # any failure must still produce the JSON line
-        report["error"] = f"{type(exc).__name__}: {exc}"[:3000]
-        report["ok"] = False
-    print(json.dumps(report, sort_keys=True), flush=True)
-    return 0 if report["ok"] else 1
+        fail(report, exc)
+    return emit(report)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import os
 import socket
 import sys
 
+from worker_report import emit, fail
+
 
 def task_value(task_type: str, task_id: int) -> float:
     """The number a task contributes: 100 for the chief, ``index + 1`` for a worker."""
@@ -76,10 +78,8 @@ def main() -> int:
             ok=True,
         )
     except Exception as exc:  # any failure must still produce the JSON line
-        report["error"] = f"{type(exc).__name__}: {exc}"[:3000]
-        report["ok"] = False
-    print(json.dumps(report, sort_keys=True), flush=True)
-    return 0 if report["ok"] else 1
+        fail(report, exc)
+    return emit(report)
 
 
 if __name__ == "__main__":

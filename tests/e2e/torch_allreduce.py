@@ -15,10 +15,11 @@ wrong master address ends in an error instead of hanging forever.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import socket
 import sys
+
+from worker_report import emit, fail
 
 
 def _env_int(name: str) -> int | None:
@@ -67,13 +68,8 @@ def main() -> int:
             dist.destroy_process_group()
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         # Any failure must still produce the JSON line (torch's Dist*Error are RuntimeErrors).
-        report["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-    # One write(2) for the whole line: the container's 2 workers share one stdout, and two
-    # print() calls (text, then newline) under PYTHONUNBUFFERED would interleave.
-    sys.stdout.flush()
-    os.write(1, (json.dumps(report, sort_keys=True) + "\n").encode())
-    return 0 if report["ok"] else 1
-
+        fail(report, exc)
+    return emit(report)
 
 if __name__ == "__main__":
     sys.exit(main())
