@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from derive_env.errors import LabelError
-from derive_env.labels import PREFIX
-from derive_env.policy import ImagePolicy, on_error_of
+from derive_env.labels import PREFIX, on_error_of
+from derive_env.policy import ImagePolicy
 
 FW = PREFIX + "frameworks"
 KNOWN = (

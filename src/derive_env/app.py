@@ -22,6 +22,7 @@ from derive_env.labels import (
     PREFIX,
     check_not_opted_in,
     is_opted_in,
+    on_error_of,
     parse_label_option,
     parse_labels_document,
 )
@@ -249,7 +250,7 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
     try:
         check_not_opted_in(labels)
     except LabelError as exc:
-        if labels.get(PREFIX + "on-error") != "warn":
+        if on_error_of(labels) != "warn":
             raise
         _say("warning", str(exc))
 
@@ -300,7 +301,6 @@ def _derive(
     from derive_env.errors import EnvironmentTooLarge
     from derive_env.launch import check_limits
     from derive_env.pipeline import derive
-    from derive_env.policy import on_error_of
 
     arg_max = os.sysconf("SC_ARG_MAX")
     try:

@@ -125,3 +125,13 @@ def is_opted_in(labels: Mapping[str, str]) -> bool:
     Its value is validated later (an empty or unknown value is an error, never "off").
     """
     return OPT_IN in labels
+
+
+def on_error_of(labels: Mapping[str, str]) -> str:
+    """The ``on-error`` choice, read on its own so that it applies to the other labels' errors.
+
+    Here, without pydantic, so the not-opted-in path can honour it too. An invalid value
+    reads as ``fail`` (and is reported by :meth:`ImagePolicy.from_labels`).
+    """
+    value = labels.get(PREFIX + "on-error", "fail")
+    return value if value in ("fail", "warn") else "fail"

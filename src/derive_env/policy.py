@@ -156,11 +156,3 @@ class ImagePolicy(BaseModel):
         alias = type(self).model_fields[field].alias
         return f"label {alias}" if alias in self.given else "default"
 
-
-def on_error_of(labels: Mapping[str, str]) -> str:
-    """The ``on-error`` choice, read on its own so that it applies to the other labels' errors.
-
-    An invalid ``on-error`` value reads as ``fail`` (and is reported by :meth:`from_labels`).
-    """
-    value = labels.get(PREFIX + "on-error", "fail")
-    return value if value in ("fail", "warn") else "fail"
