@@ -9,7 +9,6 @@ before the exec.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
@@ -27,7 +26,8 @@ from derive_env.labels import (
     parse_labels_document,
 )
 
-_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: A variable name; compiled on first use (re caches it): only --env-file needs it.
+_ENV_KEY = r"[A-Za-z_][A-Za-z0-9_]*\Z"
 
 
 def parse_env_file(text: str, origin: str) -> dict[str, str]:
@@ -52,7 +52,7 @@ def parse_env_file(text: str, origin: str) -> dict[str, str]:
         if stripped.startswith("export "):
             stripped = stripped[len("export "):].lstrip()
         key, sep, value = stripped.partition("=")
-        if not sep or not _ENV_KEY.match(key):
+        if not sep or not re.match(_ENV_KEY, key):
             # The line itself is not shown: it may hold a secret.
             got = f"the name {shorten(key, 60)!r}" if sep else "a line without '='"
             raise UsageError(
@@ -204,9 +204,11 @@ def _say(kind: str, message: str) -> None:
     """One line on stderr; a closed or broken stderr must not change what happens next."""
     if sys.stderr is None:
         return
-    with contextlib.suppress(OSError, ValueError):
+    try:  # not contextlib.suppress: importing contextlib is ~3% of a plain start
         sys.stderr.write(f"derive-env: {kind}: {shorten(message, 4000)}\n")
         sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def run(
@@ -338,9 +340,11 @@ def _write(text: str) -> int:
     except (OSError, ValueError) as exc:
         _say("error", f"cannot write the dry-run output to stdout ({exc})")
         # Drop what is still buffered, or the interpreter's final flush fails again (exit 120).
-        with contextlib.suppress(OSError, ValueError):
+        try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return 1
     return 0
 
@@ -356,6 +360,65 @@ def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool
         exec_command(command, environ)
     # _derive checked these exact argv and environment against the kernel's limits.
     exec_command(command, {**environ, **derivation.changes()}, limits_checked=True)
+
+
+#: The dry-run options :func:`dry_run_options` parses itself (the flags, and the options with
+#: a value), mapped to the keyword of :func:`run` that click's command (cli.py) fills.
+_FLAGS = {"--dry-run": "dry_run", "--explain": "explain"}
+_VALUED = {"--format": "fmt", "--label": "label_items", "--labels-file": "labels_files",
+           "--env-file": "env_file"}
+
+
+def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
+    """The keyword arguments of :func:`run` for a dry-run command line, parsed without click.
+
+    For the hook (``derive-env --dry-run --format shell``, on every Backend.AI container
+    start) and the operator's dry runs: importing click costs more than the whole derivation
+    (docs/performance.md). Accepted, in any order: ``--dry-run``, ``--explain``,
+    ``--format NAME`` / ``--format=NAME`` with a name of :data:`derive_env.formats.FORMATS`
+    (once), and ``--label``, ``--labels-file`` (repeatable), ``--env-file`` (once), each
+    ``--option VALUE`` or ``--option=VALUE``, the value taken verbatim as click takes it.
+
+    It only ever answers for a command line that click's command (cli.py) accepts with the
+    same meaning, and ``None`` for everything else (a command or ``--``, another option,
+    ``--help``, a missing or unknown value, a repeated ``--format``, no ``--dry-run``,
+    ``--explain`` with ``--format``, two ``--env-file``): click then parses it and says
+    what is wrong, so messages and exit codes are click's (tests/test_fast_path.py compares
+    both paths).
+
+    :param args: the command line without the program name.
+    :returns: ``run()``'s keyword arguments (``command`` excluded: a dry run has none here).
+    """
+    from derive_env.formats import FORMATS
+
+    found: dict[str, list[str]] = {"fmt": [], "label_items": [], "labels_files": [],
+                                   "env_file": []}
+    flags = {"dry_run": False, "explain": False}
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        position += 1
+        if arg in _FLAGS:
+            flags[_FLAGS[arg]] = True  # click accepts a flag twice
+            continue
+        name, equals, value = arg.partition("=")
+        if name not in _VALUED:
+            return None
+        if not equals:  # the value is the next word, whatever it is (as click takes it)
+            if position == len(args):
+                return None
+            value = args[position]
+            position += 1
+        found[_VALUED[name]].append(value)
+    fmt, env_file = found["fmt"], found["env_file"]
+    if (not flags["dry_run"] or len(fmt) > 1 or (fmt and fmt[0] not in FORMATS)
+            or (flags["explain"] and fmt) or len(env_file) > 1):
+        return None
+    return {
+        "dry_run": True, "fmt": fmt[0] if fmt else "env", "explain": flags["explain"],
+        "labels_files": tuple(found["labels_files"]), "label_items": tuple(found["label_items"]),
+        "env_file": env_file[0] if env_file else None,
+    }
 
 
 def run_command(command: Sequence[str]) -> int:

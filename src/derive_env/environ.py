@@ -22,7 +22,7 @@ def merge(environ: Mapping[str, str], derived: Sequence[DerivedVariable]) -> lis
     for var in derived:
         user = environ.get(var.name, "")
         if user:
-            var = var.model_copy(update={"kept": True, "value": user, "derived": var.value})
+            var = var._replace(kept=True, value=user, derived=var.value)
         merged.append(var)
     return merged
 

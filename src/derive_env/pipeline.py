@@ -8,8 +8,8 @@ command line (app.py) reads inputs and renders or execs the result.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from importlib import import_module
+from typing import NamedTuple
 
 from derive_env.environ import changes, merge
 from derive_env.frameworks import (
@@ -25,9 +25,8 @@ from derive_env.sources import topology_from
 from derive_env.topology import ClusterTopology
 
 
-@dataclass(frozen=True)
-class Derivation:
-    """The result for an opted-in image.
+class Derivation(NamedTuple):
+    """The result for an opted-in image (a named tuple: cheap to define at startup).
 
     :ivar variables: every derived variable, merged (kept ones flagged), in framework order.
     :ivar notes: lines for ``--explain`` (tables, what was not set and why).
@@ -37,8 +36,8 @@ class Derivation:
     topology: ClusterTopology
     policy: ImagePolicy
     variables: tuple[DerivedVariable, ...]
-    notes: tuple[str, ...] = field(default=())
-    warnings: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def changes(self) -> dict[str, str]:
         """The variables the exec adds or changes (not the kept ones)."""

@@ -7,12 +7,17 @@ The machine formats print exactly the variables the exec would add or change.
 from __future__ import annotations
 
 import json
-import shlex
 
+from derive_env.formats import FORMATS
 from derive_env.labels import OPT_IN
-from derive_env.pipeline import Derivation
 
-FORMATS = ("env", "json", "toml", "shell")
+# Not from typing, and the pipeline (pydantic) only for type checkers: an image that did not
+# opt in renders through here without importing pydantic (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from derive_env.pipeline import Derivation
+
+__all__ = ["FORMATS", "explain", "render"]
 #: --explain lists at most this many nodes (the first ones, the master, this container).
 _NODES_SHOWN = 16
 
@@ -53,6 +58,8 @@ def _printable(value: str) -> str:
 
 def _single_quoted(value: str) -> str:
     """``'value'`` for a POSIX shell, always quoted (contract: ``export KEY='value'``)."""
+    import shlex  # only when there is something to quote: not for an image that did not opt in
+
     quoted = shlex.quote(value)
     # shlex leaves safe words bare; those hold no quote or special character to escape.
     return quoted if quoted.startswith("'") else f"'{value}'"

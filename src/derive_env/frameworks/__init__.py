@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-
-from pydantic import BaseModel, ConfigDict
+from typing import NamedTuple
 
 from derive_env.errors import TopologyError, describe
 from derive_env.policy import ImagePolicy
@@ -28,8 +27,15 @@ FRAMEWORKS: dict[str, str] = {
 }
 
 
-class DerivedVariable(BaseModel):
+class DerivedVariable(NamedTuple):
     """One variable the shim sets, with where its value came from.
+
+    A named tuple, neither a pydantic model nor a dataclass: frameworks build it from values
+    they computed themselves (nothing to validate), and defining the class is paid on every
+    opted-in container start: a pydantic model's schema build costs about twice a named
+    tuple's definition, a frozen dataclass's generated methods about four times
+    (docs/performance.md). Immutable; :func:`derive_env.environ.merge` copies it with
+    ``_replace``.
 
     :ivar name: the variable's name, e.g. ``MASTER_ADDR``.
     :ivar value: the value in the command's environment (the user's when ``kept``).
@@ -39,8 +45,6 @@ class DerivedVariable(BaseModel):
     :ivar derived: when kept, the value the shim would have set.
     """
 
-    model_config = ConfigDict(frozen=True)
-
     name: str
     value: str
     source: str
@@ -49,15 +53,14 @@ class DerivedVariable(BaseModel):
     derived: str | None = None
 
 
-@dataclass(frozen=True)
-class Master:
+class Master(NamedTuple):
     """The master (node rank 0) address and port every framework derives from.
 
     ``addr``/``port`` are the effective values (a user-set ``MASTER_ADDR``/``MASTER_PORT``
     first); ``derived_addr``/``derived_port`` are what the topology and labels alone give,
     which is what ``MASTER_ADDR``/``MASTER_PORT`` themselves are derived as (and reported as
     overridden when the user set them). Addresses are bare (IPv6 without brackets); ports
-    are TCP ports.
+    are TCP ports. A named tuple: cheaper to define than a frozen dataclass (startup).
     """
 
     addr: str
