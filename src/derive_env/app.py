@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from derive_env.errors import DeriveEnvError, LabelError, UsageError, shorten
+from derive_env.hostfiles import HOST_FORMATS
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
@@ -228,8 +229,12 @@ def run(
     try:
         environ = read_environment(env_file)
         labels = load_labels(environ, labels_files, label_items)
-        if not is_opted_in(labels):
+        opted_in = is_opted_in(labels)
+        if not opted_in:
             _check_not_opted_in(labels)
+        if dry_run and not explain and fmt in HOST_FORMATS:
+            return _write(_host_list(environ, labels, fmt))
+        if not opted_in:
             return _finish(command, environ, None, dry_run, fmt, explain)
         # Host facts describe this machine: meaningless for another container's --env-file.
         derivation = _derive(
@@ -253,6 +258,14 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
         if on_error_of(labels) != "warn":
             raise
         _say("warning", str(exc))
+
+
+def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
+    """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
+    _without_pydantic_plugins()
+    from derive_env.hostfiles import render_for
+
+    return render_for(environ, labels, fmt)
 
 
 def _without_pydantic_plugins() -> None:
