@@ -16,7 +16,6 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from derive_env.errors import DeriveEnvError, LabelError, UsageError, shorten
-from derive_env.hostfiles import HOST_FORMATS
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
@@ -232,7 +231,7 @@ def run(
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
-        if dry_run and not explain and fmt in HOST_FORMATS:
+        if dry_run and not explain and _is_host_format(fmt):
             return _write(_host_list(environ, labels, fmt))
         if not opted_in:
             return _finish(command, environ, None, dry_run, fmt, explain)
@@ -258,6 +257,12 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
         if on_error_of(labels) != "warn":
             raise
         _say("warning", str(exc))
+
+
+def _is_host_format(fmt: str) -> bool:
+    from derive_env.hostfiles import HOST_FORMATS  # not on the exec path: it imports typing
+
+    return fmt in HOST_FORMATS
 
 
 def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
