@@ -22,8 +22,9 @@ Rules followed (each checked in the launcher's own source):
   checked with the real Debian ``mpirun.openmpi``.
 * MPICH Hydra (src/pm/hydra/lib/utils/args.c ``HYDU_parse_hostfile``,
   ``HYDU_process_mfile_token``): ``host:N`` per line, ``#`` comments; the host is cut at
-  the first ``:``, so an IPv6 literal cannot be written. Intel MPI's Hydra reads the same
-  ``host:N`` lines from ``-machinefile`` (its ``-f`` takes host names only).
+  the first ``:``, so an IPv6 literal cannot be written. Intel MPI (Developer Guide,
+  "Controlling Process Placement") documents ``host:N`` lines for ``-machinefile``; its
+  ``-f`` host file holds names only.
 * DeepSpeed (deepspeed/launcher/runner.py ``_parse_hostfile``): each line must match
   ``^(\\S+)\\s+slots=(\\d+)``, a host listed twice is an error; its ``--include`` /
   ``--exclude`` filters split ``host:slots`` at ``:`` and its MPI launchers hand the hosts
