@@ -38,12 +38,15 @@ the container's GPU count when > 0 (the same rule as ``PET_NPROC_PER_NODE``), wr
 every host: a Backend.AI session gives every container the same resources. Neither known:
 an error (exit 4) that says what to set. ``hosts`` needs no N.
 
-A single-container session lists ``localhost``: Open MPI (``hostfile.c``) and Hydra treat
-it as the local node and start the processes without SSH, as ``horovodrun`` does for
-``localhost:N``; it matches ``MASTER_ADDR=127.0.0.1`` (contract section 6).
+A single-container session lists ``localhost``: Open MPI (``hostfile.c`` maps
+``localhost`` to this node) and Hydra start the processes without SSH (both checked with
+the real launchers, tests/test_hostfiles.py), as ``horovodrun`` does for hosts that resolve
+to a local address (horovod/runner/util/network.py ``filter_local_addresses``); it matches
+``MASTER_ADDR=127.0.0.1`` (contract section 6).
 
-This module imports neither pydantic nor click at module level (app.py imports it on every
-start); :func:`render_for` imports the sources and the label policy when it runs.
+This module imports neither pydantic nor click at module level (only typing), so a light
+dry-run path can read :data:`HOST_FORMATS`; :func:`render_for` imports the sources and the
+label policy when it runs.
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ def render_hosts(
         raise ValueError(f"unknown host format {fmt!r}")
     syntax = _SYNTAX[fmt]
     n = slots_per_node(topology, nproc_label, fmt, opted_in=opted_in)
-    from derive_env.topology import is_ipv6
+    from derive_env.topology import is_ipv6  # topology imports pydantic: not at module level
 
     for rank, host in enumerate(hosts):
         if is_ipv6(host):
