@@ -233,6 +233,18 @@ def test_render_refuses_host_formats_and_unknown_ones() -> None:
         render_hosts(topology_of("main1"), "yaml", 2)
 
 
+def test_host_formats_load_without_heavy_imports() -> None:
+    """A fast dry-run path reads HOST_FORMATS; the module must stay as light as labels.py."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import derive_env.hostfiles"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "derive_env.hostfiles" in imported
+    assert {"pydantic", "pydantic_core", "click", "typing"} & imported == set()
+
+
 # ------------------------------------------------------------------ the command line
 
 

@@ -260,7 +260,7 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
 
 
 def _is_host_format(fmt: str) -> bool:
-    from derive_env.hostfiles import HOST_FORMATS  # not on the exec path: it imports typing
+    from derive_env.hostfiles import HOST_FORMATS  # not needed on the exec path
 
     return fmt in HOST_FORMATS
 
