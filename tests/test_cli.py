@@ -429,7 +429,8 @@ def test_explain_names_topology_and_sources(sub1_env: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[:6] == [
         "source: backendai session sess-42, 3 nodes; this container is sub1, node rank 1",
-        "nodes in canonical order (main first, then REPLICAS order, numeric index):",
+        "nodes in canonical order (from BACKENDAI_CLUSTER_REPLICAS: role main first, then the "
+        "roles in REPLICAS order, each role's hosts {role}1 to {role}{count}):",
         "     0  main1  (master)",
         "     1  sub1  (this container)",
         "     2  sub2",
