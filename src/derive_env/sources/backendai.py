@@ -207,7 +207,8 @@ def nodes_from_replicas(
     """The canonical node order rebuilt from REPLICAS, checked against HOSTS.
 
     Names are ``f"{role}{i}"`` for ``i`` in ``1..count`` (Backend.AI's
-    expand_kernel_groups_rule.py), roles in :func:`role_order`. One pass over the nodes.
+    expand_kernel_groups_rule.py), roles in :func:`role_order`. One pass over the nodes, no
+    per-node case folding (a role is folded once; digits have no case).
 
     :param replicas: the parsed ``role:count`` pairs, in REPLICAS order.
     :param hosts: the HOSTS entries (validated host names, unique case-insensitively, as
@@ -217,29 +218,35 @@ def nodes_from_replicas(
         ``a11``), naming REPLICAS; HOSTS is not exactly the rebuilt set, naming HOSTS and
         REPLICAS and the missing / extra names.
     """
-    spelled = {h.lower(): h for h in hosts}
+    listed = set(hosts)
+    folded: dict[str, str] | None = None  # lower -> HOSTS spelling, built only if needed
     claimed: dict[str, tuple[str, int]] = {}
     nodes: list[Node] = []
     missing: list[str] = []
     counts = dict(replicas)
     for role in role_order(list(counts)):
+        lower = role.lower()
         for index in range(1, counts[role] + 1):
-            name = f"{role}{index}"
-            key = name.lower()
+            key = f"{lower}{index}"
             if key in claimed:
                 other_role, other_index = claimed[key]
                 raise TopologyError(describe(
                     REPLICAS, raw_replicas,
                     "roles whose host names {role}{index} are all different (compared "
-                    f"case-insensitively, as DNS does); {name!r} is both {other_role} "
-                    f"#{other_index} and {role} #{index}",
+                    f"case-insensitively, as DNS does); {f'{role}{index}'!r} is both "
+                    f"{other_role} #{other_index} and {role} #{index}",
                 ))
             claimed[key] = (role, index)
-            host = spelled.get(key)
-            if host is None:
-                missing.append(name)
-                host = name
-            nodes.append(Node(host, role, index))
+            name = f"{role}{index}"
+            if name not in listed:  # spelled otherwise in HOSTS (SUB1), or not there
+                if folded is None:
+                    folded = {h.lower(): h for h in hosts}
+                host = folded.get(key)
+                if host is None:
+                    missing.append(name)
+                    host = name
+                name = host
+            nodes.append(Node(name, role, index))
     if missing:
         extra = [h for h in hosts if h.lower() not in claimed]
         raise TopologyError(describe(
@@ -452,7 +459,7 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
                 HOST, "", f"this container's host name, one of {HOSTS} ({raw_hosts})"
             ))
         own = v.host or v.hosts[0]
-        if own.lower() not in {h.lower() for h in v.hosts}:
+        if own not in v.hosts and own.lower() not in {h.lower() for h in v.hosts}:
             raise TopologyError(describe(HOST, own, f"one of {HOSTS} ({raw_hosts})"))
     else:
         own = v.host or "localhost"
@@ -470,8 +477,11 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
         else:
             nodes = nodes_from_host_names(v.hosts, raw_hosts)
             order = ORDER_FROM_HOSTS
-        own_key = own.lower()
-        position = next(i for i, n in enumerate(nodes) if n.host.lower() == own_key)
+        hosts_in_order = [n.host for n in nodes]
+        if own in hosts_in_order:  # as HOSTS spells it (C-speed scan), else case-folded
+            position = hosts_in_order.index(own)
+        else:
+            position = [h.lower() for h in hosts_in_order].index(own.lower())
     me = nodes[position]
     _check_role_idx(v, me, own, exact=v.replicas is not None)
     warnings: tuple[str, ...] = ()
