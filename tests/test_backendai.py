@@ -181,6 +181,13 @@ def test_roles_with_hyphens(backendai_env) -> None:
     assert topo.node_rank == 1
 
 
+def test_role_starting_with_a_digit(backendai_env) -> None:
+    env = backendai_env(["8gpu1", "main1"], "8gpu1", "8gpu:1,main:1")
+    topo = backendai.topology(env)
+    assert [(n.host, n.role, n.index) for n in topo.nodes] == [
+        ("main1", "main", 1), ("8gpu1", "8gpu", 1)]
+
+
 def test_role_ending_in_digits_contradicting_host(backendai_env) -> None:
     env = backendai_env(["main1", "a1001"], "a1001", "a100:1,main:1")
     assert error_of({**env, ROLE: "a", IDX: "1001"}) == (
@@ -238,12 +245,8 @@ def test_without_replicas_roles_ending_in_digits_fall_back(backendai_env) -> Non
 def test_without_replicas_local_rank_checked_against_parsed_groups(sub2) -> None:
     env = {**sub2, REPLICAS: ""}
     assert backendai.topology({**env, LOCAL_RANK: "1"}).warnings == (lr_warning(1, "sub2", 2),)
-    assert error_of({**env, LOCAL_RANK: "0"}) == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK='0': expected one of 1, 2 for container sub2 (role "
-        "'sub', index 2): Backend.AI gives its index - 1 plus the summed counts of the role "
-        "groups the session's request listed before its role, in any order (other groups: "
-        "main:1)"
-    )
+    assert error_of({**env, LOCAL_RANK: "0"}) == lr_error(
+        "0", "one of 1, 2", "sub2", "sub", 2, "main:1")
 
 
 def test_single_container_role_from_replicas() -> None:
@@ -263,6 +266,17 @@ def test_local_rank_agreeing_is_recorded_as_input(sub2: dict[str, str]) -> None:
         "position of BACKENDAI_CLUSTER_HOST=sub2 in the canonical order",)
     assert topo.inputs["nodes"] == (HOSTS, REPLICAS)
     assert (topo.warnings, topo.notes) == ((), ())
+
+
+def lr_error(value: str, possible: str, host: str, role: str, index: int, groups: str) -> str:
+    """The impossible-LOCAL_RANK message (spelled out once in full in
+    test_local_rank_no_group_order_gives)."""
+    return (
+        f"BACKENDAI_CLUSTER_LOCAL_RANK={value!r}: expected {possible} for container {host} "
+        f"(role {role!r}, index {index}): Backend.AI gives its index - 1 plus the summed counts "
+        "of the role groups the session's request listed before its role, in any order (other "
+        f"groups: {groups})"
+    )
 
 
 def lr_warning(local_rank: int, host: str, node_rank: int) -> str:
@@ -315,12 +329,8 @@ def test_local_rank_offset_must_be_a_subset_sum(backendai_env) -> None:
         topo = backendai.topology({**env, LOCAL_RANK: value})
         assert topo.node_rank == 4
         assert topo.warnings == (lr_warning(rank, "c1", 4),)
-    assert error_of({**env, LOCAL_RANK: "2"}) == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK='2': expected one of 0, 1, 3, 4 for container c1 (role "
-        "'c', index 1): Backend.AI gives its index - 1 plus the summed counts of the role "
-        "groups the session's request listed before its role, in any order (other groups: "
-        "b:3, main:1)"
-    )
+    assert error_of({**env, LOCAL_RANK: "2"}) == lr_error(
+        "2", "one of 0, 1, 3, 4", "c1", "c", 1, "b:3, main:1")
     assert error_of({**env, LOCAL_RANK: "5"}).startswith(
         "BACKENDAI_CLUSTER_LOCAL_RANK='5': expected one of 0, 1, 3, 4 for container c1 ")
 
@@ -328,12 +338,9 @@ def test_local_rank_offset_must_be_a_subset_sum(backendai_env) -> None:
 def test_local_rank_possible_values_listed_at_most_eight(backendai_env) -> None:
     hosts = ["main1", "a1", "b1", "b2", "c1", "c2", "c3", "c4", "sub1", "sub2"]
     env = backendai_env(hosts, "sub1", "a:1,b:2,c:4,main:1,sub:2")
-    assert error_of({**env, LOCAL_RANK: "9"}) == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK='9': expected one of 0, 1, 2, 3, 4, 5, 6, 7, ... (9 in "
-        "all) for container sub1 (role 'sub', index 1): Backend.AI gives its index - 1 plus "
-        "the summed counts of the role groups the session's request listed before its role, "
-        "in any order (other groups: a:1, b:2, c:4, main:1)"
-    )
+    assert error_of({**env, LOCAL_RANK: "9"}) == lr_error(
+        "9", "one of 0, 1, 2, 3, 4, 5, 6, 7, ... (9 in all)", "sub1", "sub", 1,
+        "a:1, b:2, c:4, main:1")
 
 
 def test_possible_local_ranks() -> None:
@@ -729,11 +736,8 @@ def test_size_one_role_contradicting_host_is_rejected() -> None:
 
 def test_size_one_local_rank_other_than_zero_is_rejected() -> None:
     """A one-node session has node rank 0 only; LOCAL_RANK=5 is inconsistent (section 5)."""
-    assert error_of({SIZE: "1", HOST: "main1", LOCAL_RANK: "5"}) == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK='5': expected 0 for container main1 (role 'main', index "
-        "1): Backend.AI gives its index - 1 plus the summed counts of the role groups the "
-        "session's request listed before its role, in any order (other groups: none)"
-    )
+    assert error_of({SIZE: "1", HOST: "main1", LOCAL_RANK: "5"}) == lr_error(
+        "5", "0", "main1", "main", 1, "none")
 
 
 def test_variables_without_size(sub2: dict[str, str]) -> None:
