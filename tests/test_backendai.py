@@ -238,7 +238,7 @@ def test_without_replicas_roles_ending_in_digits_fall_back(backendai_env) -> Non
         lr_warning(0, "a1002", 2),)
     assert error_of({**env, LOCAL_RANK: "3"}) == (
         "BACKENDAI_CLUSTER_LOCAL_RANK='3': expected one of 0, 1, 2 for container a1002 (role "
-        "'a', index 1002): a position among the 3 containers of the session"
+        "'a100', index 2): a position among the 3 containers of the session"
     )
 
 

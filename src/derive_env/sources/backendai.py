@@ -227,17 +227,16 @@ def nodes_from_replicas(
     for role in role_order(list(counts)):
         lower = role.lower()
         for index in range(1, counts[role] + 1):
-            key = f"{lower}{index}"
+            name, key = f"{role}{index}", f"{lower}{index}"
             if key in claimed:
                 other_role, other_index = claimed[key]
                 raise TopologyError(describe(
                     REPLICAS, raw_replicas,
                     "roles whose host names {role}{index} are all different (compared "
-                    f"case-insensitively, as DNS does); {f'{role}{index}'!r} is both "
-                    f"{other_role} #{other_index} and {role} #{index}",
+                    f"case-insensitively, as DNS does); {name!r} is both {other_role} "
+                    f"#{other_index} and {role} #{index}",
                 ))
             claimed[key] = (role, index)
-            name = f"{role}{index}"
             if name not in listed:  # spelled otherwise in HOSTS (SUB1), or not there
                 if folded is None:
                     folded = {h.lower(): h for h in hosts}
@@ -495,6 +494,8 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
             # #1001, accepted above since HOST == ROLE + IDX): the groups are then unknown.
             parsed_apart = v.role is not None and v.role.lower() != (me.role or "").lower()
             groups = None if parsed_apart else _counted(nodes)
+            if parsed_apart:  # name this container by its own ROLE/IDX (both given)
+                me, own_index = Node(me.host, v.role, v.idx), v.idx or 1
         warnings, notes = _check_local_rank(
             v.local_rank, present[LOCAL_RANK], me, own_index, position, groups, size
         )
