@@ -188,6 +188,15 @@ def test_role_starting_with_a_digit(backendai_env) -> None:
         ("main1", "main", 1), ("8gpu1", "8gpu", 1)]
 
 
+def test_role_of_sixteen_characters(backendai_env) -> None:
+    """Backend.AI's longest role (a 16-character column, models/kernel/row.py)."""
+    role = "gpu-a100-80g-sx4"
+    env = backendai_env([f"{role}1", "main1", f"{role}2"], f"{role}2", f"{role}:2,main:1")
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", f"{role}1", f"{role}2"]
+    assert (topo.node_rank, topo.this_node.role) == (2, role)
+
+
 def test_role_ending_in_digits_contradicting_host(backendai_env) -> None:
     env = backendai_env(["main1", "a1001"], "a1001", "a100:1,main:1")
     assert error_of({**env, ROLE: "a", IDX: "1001"}) == (
