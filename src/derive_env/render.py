@@ -67,7 +67,13 @@ def _single_quoted(value: str) -> str:
 
 
 def explain(derivation: Derivation | None) -> str:
-    """For a person: the topology, then each variable with its value and where it came from."""
+    """For a person: the topology, then each variable with its value and where it came from.
+
+    The topology part: source, session, node count; the nodes in canonical order under a
+    header naming the rule that built the order (``ClusterTopology.order``); the source's
+    notes (``ClusterTopology.notes``, e.g. a Backend.AI LOCAL_RANK that differs from the
+    node rank). Warnings (the source's first) close the text.
+    """
     if derivation is None:
         return (
             f"not opted in: the image has no label {OPT_IN}\n"
@@ -84,7 +90,9 @@ def explain(derivation: Derivation | None) -> str:
             f"source: {topo.source}{session}, {topo.num_nodes} nodes; this container is "
             f"{me.host}, node rank {topo.node_rank}"
         )
-        lines.append("nodes in canonical order (main first, then REPLICAS order, numeric index):")
+        # the source says which rule built the order (REPLICAS, or names parsed from HOSTS)
+        rule = f" ({topo.order})" if topo.order else ""
+        lines.append(f"nodes in canonical order{rule}:")
         for rank, node in enumerate(topo.nodes):
             shown = rank < _NODES_SHOWN or rank == topo.node_rank
             if not shown:
@@ -95,6 +103,7 @@ def explain(derivation: Derivation | None) -> str:
             lines.append(f"  {rank:>4}  {node.host}" + (f"  ({', '.join(tags)})" if tags else ""))
         if topo.num_nodes > _NODES_SHOWN:
             lines.append(f"  ... {topo.num_nodes} nodes in all")
+    lines += topo.notes  # e.g. the cluster manager's own rank, when it differs
     mode = f" (mode {policy.pytorch_mode})" if "pytorch" in policy.frameworks else ""
     lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
     lines.append("")
