@@ -168,13 +168,14 @@ def test_ipv6_metric() -> None:
 ROUTES = v4_table(v4("eth0", "0.0.0.0/0", gateway="172.17.0.1"), v4("eth0", "172.17.0.0/16"),
                   v4("baimulti0", "198.18.0.0/24"))
 NAMES = {"main1": ("198.18.0.10",), "sub1": ("198.18.0.11",), "sub2": ("198.18.0.12",)}
+NO_OVERLAY = ("lo", "eth0")
 
 
 def host_facts(*, interfaces=("lo", "eth0", "baimulti0"), names=None, hostname="sub1",
                routes=ROUTES) -> HostFacts:
     table = NAMES if names is None else names
     return HostFacts(interfaces=interfaces, routes_v4=routes, hostname=hostname,
-                     resolve=lambda host: table.get(host, ()))
+                     resolve=lambda names: {name: table.get(name, ()) for name in names})
 
 
 def run(environ, labels, host_facts_: HostFacts | None):
@@ -190,19 +191,30 @@ def sub1(backendai_env) -> dict[str, str]:
 
 
 def test_auto_routes_to_master(sub1, opt_in) -> None:
+    # Changed by issue 6 item 6: auto prefers baimulti0 itself, before the route rule.
     network, warnings = run(sub1, {**opt_in, IFNAME: "auto"}, host_facts())
     assert {k: v.value for k, v in network.items()} == {
         "GLOO_SOCKET_IFNAME": "baimulti0", "NCCL_SOCKET_IFNAME": "baimulti0"}
     assert network["GLOO_SOCKET_IFNAME"].source == (
-        "label ai.backend.distributed.socket-ifname=auto: route to the master main1 "
-        "(198.18.0.10)")
+        "label ai.backend.distributed.socket-ifname=auto: baimulti0, Backend.AI's multi-node "
+        "overlay")
+    assert warnings == []
+
+
+def test_auto_route_rule_without_overlay(sub1, opt_in) -> None:
+    routes = ROUTES.replace("baimulti0", "eth1")
+    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
+                            host_facts(interfaces=("lo", "eth0", "eth1"), routes=routes))
+    assert {k: (v.value, v.source) for k, v in network.items()} == {
+        name: ("eth1", "label ai.backend.distributed.socket-ifname=auto: route to the master "
+                       "main1 (198.18.0.10)")
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
     assert warnings == []
 
 
 def test_auto_follows_user_master_addr(sub1, opt_in) -> None:
     env = {**sub1, "MASTER_ADDR": "172.17.0.5"}
-    network, _ = run(env, {**opt_in, IFNAME: "auto"},
-                     host_facts(names={**NAMES, "172.17.0.5": ("172.17.0.5",)}))
+    network, _ = run(env, {**opt_in, IFNAME: "auto"}, host_facts(interfaces=NO_OVERLAY))
     assert network["NCCL_SOCKET_IFNAME"].value == "eth0"
 
 
@@ -216,7 +228,8 @@ def test_auto_skips_route_through_missing_interface(sub1, opt_in) -> None:
 
 
 def test_auto_without_route(sub1, opt_in) -> None:
-    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"}, host_facts(routes=HEADER + "\n"))
+    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
+                            host_facts(interfaces=NO_OVERLAY, routes=HEADER + "\n"))
     assert network == {}
     assert warnings == [
         "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
@@ -225,7 +238,8 @@ def test_auto_without_route(sub1, opt_in) -> None:
 
 
 def test_auto_master_not_resolvable(sub1, opt_in) -> None:
-    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"}, host_facts(names={}))
+    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
+                            host_facts(interfaces=NO_OVERLAY, names={"sub1": NAMES["sub1"]}))
     assert network == {}
     assert warnings == [
         "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
@@ -260,7 +274,7 @@ LOOPBACK_WARNING = (
 def test_loopback_warning_when_no_interface_hint(sub1, opt_in) -> None:
     names = {**NAMES, "sub1": ("127.0.1.1",)}
     network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
-                            host_facts(names=names, routes=HEADER + "\n"))
+                            host_facts(interfaces=NO_OVERLAY, names=names, routes=HEADER + "\n"))
     assert network == {}
     assert warnings == [
         "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
@@ -281,14 +295,14 @@ def test_no_loopback_warning_when_user_set_interface(sub1, opt_in) -> None:
     names = {**NAMES, "sub1": ("127.0.1.1",)}
     env = {**sub1, "GLOO_SOCKET_IFNAME": "eth0"}
     _, warnings = run(env, {**opt_in, IFNAME: "auto"},
-                      host_facts(names=names, routes=HEADER + "\n"))
+                      host_facts(interfaces=NO_OVERLAY, names=names, routes=HEADER + "\n"))
     assert LOOPBACK_WARNING not in warnings
 
 
 def test_no_loopback_warning_with_a_routable_address(sub1, opt_in) -> None:
     names = {**NAMES, "sub1": ("127.0.1.1", "198.18.0.11")}
     _, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
-                      host_facts(names=names, routes=HEADER + "\n"))
+                      host_facts(interfaces=NO_OVERLAY, names=names, routes=HEADER + "\n"))
     assert LOOPBACK_WARNING not in warnings
 
 
@@ -300,7 +314,8 @@ def test_no_loopback_warning_in_single_container(opt_in) -> None:
 
 
 def test_nothing_without_label(sub1, opt_in) -> None:
-    network, warnings = run(sub1, opt_in, host_facts(names={"sub1": ("127.0.1.1",)}))
+    network, warnings = run(sub1, opt_in,
+                            host_facts(interfaces=NO_OVERLAY, names={"sub1": ("127.0.1.1",)}))
     assert (network, warnings) == ({}, [])
 
 

@@ -197,7 +197,7 @@ def host_facts(draw):
                                        max_size=3, unique=True))),
         routes_v4=routes, routes_v6=draw(st.text(max_size=200)),
         addresses_v6=draw(st.text(max_size=100)), hostname=draw(st.sampled_from(["", "sub1"])),
-        resolve=lambda host: tuple(addresses),
+        resolve=lambda names: {name: tuple(addresses) for name in names},
     )
 
 
