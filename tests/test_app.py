@@ -832,9 +832,9 @@ def warning_session(
     labels = write_json(tmp_path / "labels.json", {FW: "pytorch", PREFIX + "socket-ifname": "auto"})
     monkeypatch.setenv(LABELS_VAR, labels)
     # sub1 resolves: a name that does not would add a warning of its own.
-    NAMES = {"main1": ("198.18.0.10",), "sub1": ("198.18.0.11",)}  # noqa: N806
+    names = {"main1": ("198.18.0.10",), "sub1": ("198.18.0.11",)}
     facts = HostFacts(interfaces=("lo", "eth0"), routes_v4=ROUTE_HEADER, hostname="sub1",
-                      resolve=lambda names: {n: NAMES.get(n, ()) for n in names})
+                      resolve=lambda wanted: {n: names.get(n, ()) for n in wanted})
     monkeypatch.setattr(app, "gather_facts", lambda full=True: facts)
 
 

@@ -155,7 +155,7 @@ VALID_LABELS = {
     PREFIX + "tensorflow-roles": st.sampled_from([
         "main:chief,sub:worker", "main:worker,sub:worker", "main:chief,sub:ps",
         "sub:worker,main:evaluator"]),
-    PREFIX + "socket-ifname": st.sampled_from(["auto", "eth0", "lo"]),
+    PREFIX + "socket-ifname": st.sampled_from(["auto", "none", "eth0", "lo"]),
     PREFIX + "on-error": st.sampled_from(["fail", "warn"]),
 }
 

@@ -28,6 +28,7 @@ in all by :data:`derive_env.frameworks.RESOLVE_SECONDS`.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 
@@ -133,10 +134,8 @@ def local_addresses_v4(fib_trie: str) -> frozenset[ipaddress.IPv4Address]:
         if match:
             leaf = match[1]
         elif leaf is not None and _TRIE_LOCAL.match(line):
-            try:
+            with contextlib.suppress(ValueError):
                 found.add(ipaddress.IPv4Address(leaf))
-            except ValueError:
-                pass
         elif not line.lstrip().startswith("/"):
             leaf = None
     return frozenset(found)
@@ -291,14 +290,9 @@ def _overlay_default(ctx: Context, out: Contribution) -> None:
     if ctx.topology.num_nodes == 1 or any(ctx.environ.get(name) for name in VARIABLES):
         return
     facts = ctx.facts
-    if facts is None:
-        out.notes.append(
-            "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME: set in the container at start to "
-            f"{OVERLAY} if it has that interface (Backend.AI's multi-node overlay; label "
-            f"{LABEL}=none turns this off; not shown here)"
-        )
-        return
-    if OVERLAY in facts.interfaces:
+    # Without host facts (--env-file: another container) the default is not decided; it
+    # adds no note either, to keep --explain of every multi-node session short.
+    if facts is not None and OVERLAY in facts.interfaces:
         _set(out, OVERLAY, (
             f"default: {OVERLAY}, Backend.AI's multi-node overlay interface, is present "
             f"(label {LABEL}=none turns this off)"
