@@ -28,7 +28,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sessions import LABEL, require, venv_bin
+from sessions import (
+    HERE,
+    LABEL,
+    random_ports,
+    reports_of,
+    require,
+    require_frameworks,
+    run_session,
+    venv_bin,
+)
 from simcluster import SimulatedCluster, backendai_env, can_simulate, scrambled_order
 
 from helpers import wait_for_handler
@@ -89,6 +98,27 @@ def test_overlay_interface_with_and_without_label(derive_env: str, tmp_path: Pat
     assert _ifnames(auto) == dict.fromkeys(HOSTS, ("baimulti0", "baimulti0"))
     assert _ifnames(off) == dict.fromkeys(HOSTS, (None, None))
     assert {v["MASTER_ADDR"] for v in off.values()} == {"main1"}
+
+
+def test_gloo_all_reduce_over_the_default_overlay_interface() -> None:
+    """Without any socket-ifname label, gloo runs over baimulti0 (docker_gwbridge next to it)."""
+    require_frameworks("torch")
+    labels = {LABEL + "frameworks": "pytorch", LABEL + "pytorch-mode": "process-per-container",
+              LABEL + "master-port": str(random_ports(1)[0])}
+    show = ('echo "GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"'
+            ' >&2; exec python "$0"')
+    results, _ = run_session(
+        labels, lambda host: ["sh", "-c", show, str(HERE / "torch_allreduce.py")], timeout=240,
+        # The sessions' eth0 hint, emptied: an empty value counts as unset.
+        extra_env={"GLOO_SOCKET_IFNAME": "", "E2E_PG_TIMEOUT_S": "120"},
+        cluster_options={"interface": "baimulti0", "gwbridge": True},
+    )
+    reports = reports_of(results)
+    assert {h: (r["rank"], r["result"]) for h, r in reports.items()} == {
+        "main1": (0, 6.0), "sub1": (1, 6.0), "sub2": (2, 6.0)}
+    for result in results.values():
+        assert "GLOO_SOCKET_IFNAME=baimulti0 NCCL_SOCKET_IFNAME=baimulti0" in (
+            result.stderr.splitlines()), result.describe()
 
 
 def test_auto_before_docker_28_takes_the_overlay_not_the_gwbridge(derive_env: str,
