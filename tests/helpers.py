@@ -30,6 +30,16 @@ def console_script() -> str:
     return found
 
 
+def require(ok: bool, reason: str) -> None:
+    """Skip when ``ok`` is false; under ``CI=true`` FAIL instead (a silent skip in CI would
+    report a framework or tool as proven when it was never run)."""
+    if ok:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but this test cannot run: {reason}")
+    pytest.skip(reason)
+
+
 def wait_for_handler(pid: int, signum: int, timeout: float = 5.0) -> None:
     """Until ``pid`` waits with its handler for ``signum`` installed, at most ``timeout`` s.
 

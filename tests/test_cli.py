@@ -153,7 +153,8 @@ def test_help(flag: str) -> None:
     assert result.exit_code == 0
     out = result.stdout
     assert out.startswith("Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n")
-    for option in ("--dry-run", "--format [env|json|toml|shell]", "--explain",
+    for option in ("--dry-run", "--format [env|json|toml|shell|hosts|openmpi-hostfile|"
+                   "mpich-hostfile|deepspeed-hostfile|horovod-hosts]", "--explain",
                    "--label KEY=VALUE", "--labels-file PATH", "--env-file PATH", "--version",
                    "-h, --help"):
         assert option in out
@@ -201,7 +202,9 @@ def test_version_via_subprocess(empty_labels: Path, script: bool) -> None:
         (["--dry-run", "--explain", "--format", "json"],
          "Error: --explain prints for a person; drop --format.\n"),
         (["--dry-run", "--format", "yaml"], "Error: Invalid value for '--format': 'yaml' is "
-                                            "not one of 'env', 'json', 'toml', 'shell'.\n"),
+                                            "not one of 'env', 'json', 'toml', 'shell', 'hosts', "
+                                            "'openmpi-hostfile', 'mpich-hostfile', "
+                                            "'deepspeed-hostfile', 'horovod-hosts'.\n"),
     ],
 )
 def test_usage_errors_exit_2(

@@ -43,7 +43,10 @@ def made(values: dict[str, str], kept: dict[str, str] | None = None) -> Derivati
 
 
 def test_formats() -> None:
-    assert FORMATS == ("env", "json", "toml", "shell")
+    assert FORMATS == (
+        "env", "json", "toml", "shell",
+        "hosts", "openmpi-hostfile", "mpich-hostfile", "deepspeed-hostfile", "horovod-hosts",
+    )
 
 
 def test_env(derivation: Derivation) -> None:

@@ -1,7 +1,10 @@
 """Render a derivation for ``--dry-run``: env, json, toml, shell, or explained for a person.
 
 Only derived variables are ever printed (the input environment can hold access keys).
-The machine formats print exactly the variables the exec would add or change.
+The machine formats print exactly the variables the exec would add or change. The host
+formats (:data:`derive_env.hostfiles.HOST_FORMATS`) print the session's nodes for a
+launcher instead; they need the topology, not the derivation, and are rendered by
+:func:`derive_env.hostfiles.render_for`.
 """
 
 from __future__ import annotations
@@ -9,10 +12,12 @@ from __future__ import annotations
 import json
 import shlex
 
+from derive_env.hostfiles import HOST_FORMATS
 from derive_env.labels import OPT_IN
 from derive_env.pipeline import Derivation
 
-FORMATS = ("env", "json", "toml", "shell")
+#: Every ``--format`` choice: the variable formats, then the host formats.
+FORMATS = ("env", "json", "toml", "shell", *HOST_FORMATS)
 #: --explain lists at most this many nodes (the first ones, the master, this container).
 _NODES_SHOWN = 16
 
@@ -27,7 +32,8 @@ def render(derivation: Derivation | None, fmt: str) -> str:
     * ``shell``: POSIX ``export KEY='value'`` lines, safe to ``eval`` whatever the values
       contain (``shlex.quote``).
 
-    :raises ValueError: an unknown format (the command line only passes known ones).
+    :raises ValueError: an unknown format, or a host format (those need the topology:
+        :func:`derive_env.hostfiles.render_for`); the command line passes neither here.
     """
     values = derivation.changes() if derivation else {}
     if fmt == "json":
@@ -40,6 +46,8 @@ def render(derivation: Derivation | None, fmt: str) -> str:
         return "".join(f"export {k}={_single_quoted(v)}\n" for k, v in values.items())
     if fmt == "env":
         return "".join(f"{k}={v}\n" for k, v in values.items())
+    if fmt in HOST_FORMATS:
+        raise ValueError(f"format {fmt!r} is rendered by derive_env.hostfiles.render_for")
     raise ValueError(f"unknown format {fmt!r}")
 
 
