@@ -562,7 +562,9 @@ def test_auto_takes_the_interface_of_the_own_name_in_etc_hosts(sub1, opt_in) -> 
         "label ai.backend.distributed.socket-ifname=auto: the interface holding 198.18.0.11, "
         "the address of this container's host name sub1 in /etc/hosts")
     assert values(network) == both("eth0")
-    assert (list(warnings), notes) == ([], [])
+    assert (list(warnings), notes) == ([], [
+        "label ai.backend.distributed.socket-ifname=auto: no peer's name resolved within 5 s "
+        "(main1, sub2): the subnet rule was not checked"])
 
 
 def test_auto_rejects_the_gwbridge_whose_subnet_holds_no_peer(sub1, opt_in) -> None:
@@ -606,7 +608,9 @@ def test_subnet_rule_not_applied_when_no_peer_resolves(sub1, opt_in) -> None:
     overlay = swarm(names={}, interfaces=(*GWBRIDGE, "baimulti0"))
     network, _, notes = network_only(sub1, {**opt_in, IFNAME: "auto"}, overlay)
     assert values(network) == both("baimulti0")
-    assert notes == []
+    assert notes == [
+        "label ai.backend.distributed.socket-ifname=auto: no peer's name resolved within 5 s "
+        "(main1, sub2): the subnet rule was not checked"]
 
 
 def test_auto_overlay_rejected_when_its_subnet_holds_no_peer(sub1, opt_in) -> None:

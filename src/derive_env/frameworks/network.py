@@ -374,6 +374,11 @@ def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[
             )
         break
     out.notes += [f"label {LABEL}=auto: not chosen: {reason}" for reason in rejected]
+    if peers and not peer_addresses:
+        out.notes.append(
+            f"label {LABEL}=auto: no peer's name resolved within {RESOLVE_SECONDS:g} s "
+            f"({', '.join(peers)}): the subnet rule was not checked"
+        )
     if chosen is None:
         if rejected:
             out.warnings.append(
