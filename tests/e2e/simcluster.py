@@ -7,6 +7,11 @@ its own, so nothing is added to the machine's own (root) network namespace:
     <prefix>-br    : bridge "br0", one veth end "v<i>" per host attached to it
     <prefix>-<host>: "lo" up, "eth0" = 198.18.0.(10+i)/24, /etc/hosts from /etc/netns/<ns>/hosts
 
+Options: ``interface="baimulti0"`` names the session interface as Backend.AI's overlay does
+on Docker 28+; ``gwbridge=True`` adds a docker_gwbridge look-alike ``eth1`` (the same address
+on every host, the default route); ``blackhole_dns=True`` points resolv.conf at a DNS server
+that never answers; ``command(..., pid1=True)`` runs a command as PID 1 of a PID namespace.
+
 Why namespaces instead of loopback: on a shared loopback every 127.x address reaches every
 listener, so a wrong master address still "works" and an end-to-end test proves nothing. Here
 a server listens only inside its own container and a wrong address fails as in production.
