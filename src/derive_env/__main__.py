@@ -51,7 +51,8 @@ def main() -> None:
 def _exit_now(status: int) -> None:
     """End a dry run without the interpreter's teardown, once the output is flushed.
 
-    Nothing is left to do at exit (no atexit handler, no thread, no file open for writing),
+    Nothing is left to do at exit (no atexit handler, no file open for writing; a resolver
+    thread still waiting on DNS is a daemon, which a normal exit does not wait for either),
     and tearing down the modules (pydantic's, when opted in) costs about 8% of the hook's
     run on every container start (docs/performance.md). Should a flush fail, the normal
     exit runs instead, which reports it as it would have.
