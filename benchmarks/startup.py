@@ -1,8 +1,14 @@
-"""Startup cost of the ENTRYPOINT path ``derive-env -- /bin/true`` (issue 2, item 12).
+"""Startup cost of both paths of a container start (issue 2, item 12; issue 6, item 3).
 
-Measures the wall time of a container start through the shim, the way Docker runs it
-(exec-form ``ENTRYPOINT ["derive-env", "--"]``: the console-script wrapper next to the
-interpreter, labels from the labels file named by ``DERIVE_ENV_LABELS_FILE``, no options),
+Measures the wall time of a container start through the shim, side by side on its two
+paths, each the way it really runs (the console-script wrapper next to the interpreter,
+labels from the labels file named by ``DERIVE_ENV_LABELS_FILE``):
+
+* ``entrypoint``: ``derive-env -- /bin/true``, as Docker runs the exec-form
+  ``ENTRYPOINT ["derive-env", "--"]``;
+* ``hook``: ``derive-env --dry-run --format shell``, what Backend.AI's sourced
+  ``/opt/container/bootstrap.sh`` runs (docker/bootstrap.sh) on every container start;
+
 for three cases:
 
 * ``opted-in/4``: an opted-in image (frameworks ``pytorch,tensorflow``) in a 4-node
@@ -13,7 +19,7 @@ for three cases:
 
 against two floors on the same interpreter: ``python -I -c pass`` (the bare interpreter)
 and ``python -I -c "from pydantic import BaseModel"`` (the cost of the mandated dependency).
-``python -I -m derive_env -- /bin/true`` is measured too, for information.
+``python -I -m derive_env ...`` is measured too, for information.
 
 Method: every case runs once per round, round-robin (each round starts one case later, so
 no case always follows the same one), after a few warm-up rounds; each run is a fresh
@@ -22,17 +28,31 @@ timed with ``perf_counter`` around spawn + ``wait4`` (and the child's user+syste
 from ``wait4``'s rusage). Reported: medians, the ratios of medians against the targets,
 and for each ratio the median of the per-round ratios (paired within one round, so it is
 less sensitive to a shared machine's load drifting between rounds). Before timing, every
-shim case is run once with a command that dumps its environment, to check that it really
-derived what it should (an error path exits early and would look fast).
+shim case is checked once: the ENTRYPOINT path with a command that dumps its environment,
+the hook path by eval'ing its output in ``sh`` and dumping the shell's environment; each
+must have derived what it should (an error path exits early and would look fast).
+``--instructions`` adds instruction counts (valgrind's callgrind, deterministic: a
+cross-check that the machine's load cannot move; the ENTRYPOINT path then runs a command
+that is not found, so the same work runs up to the exec).
 
-Targets (issue 2, item 12): opted-in / pydantic floor <= 1.5; not-opted-in / bare
-interpreter <= 2.0; 4096 nodes / 4 nodes <= 1.2. Plus an import check: the not-opted-in
-path must import neither pydantic nor click (``-X importtime``); the opted-in path's
-heaviest imports are listed.
+Targets, per path (ENTRYPOINT: issue 2, item 12; hook: issue 6, item 3):
+
+==================================  ==========  =====
+ratio                               entrypoint  hook
+==================================  ==========  =====
+opted-in / pydantic floor           1.5         1.3
+not-opted-in / bare interpreter     2.0         2.0
+4096 nodes / 4 nodes                1.2         1.1
+==================================  ==========  =====
+
+Plus an import check: the not-opted-in path, on both paths, must import neither pydantic
+nor click (``-X importtime``); the opted-in path's heaviest imports are listed.
 
 Usage::
 
-    python benchmarks/startup.py [--rounds 30] [--warmup 3] [--json] [--check]
+    python benchmarks/startup.py [--rounds 30] [--warmup 3] [--path entrypoint|hook|both]
+                                 [--entry script|module|both] [--instructions] [--json]
+                                 [--check]
 
 Run it with the interpreter of the environment under test: the console script is looked
 up next to ``sys.executable``. Exit status: 0; with ``--check``, 1 when a target (or the
@@ -46,6 +66,8 @@ import json
 import os
 import platform
 import random
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -66,13 +88,17 @@ ONE_MODEL = "floor: one pydantic model"
 ONE_MODEL_CODE = "from pydantic import BaseModel\nclass M(BaseModel):\n    x: int\nM(x=1)"
 OPTED_4, PLAIN, OPTED_4096 = "opted-in/4", "not-opted-in", "opted-in/4096"
 ENTRIES = ("script", "module")
+ENTRYPOINT, HOOK = "entrypoint", "hook"
+PATHS = (ENTRYPOINT, HOOK)
+#: the shim's arguments on each path (the ENTRYPOINT path's command comes after ``--``).
+PATH_ARGS = {ENTRYPOINT: ["--", "/bin/true"], HOOK: ["--dry-run", "--format", "shell"]}
 
-#: (name, numerator case, denominator case, target; None: for information only)
-RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
-    ("opted-in / pydantic floor", OPTED_4, PYDANTIC, 1.5),
-    ("not-opted-in / bare interpreter", PLAIN, BARE, 2.0),
-    ("4096 nodes / 4 nodes", OPTED_4096, OPTED_4, 1.2),
-    ("opted-in / one-model floor", OPTED_4, ONE_MODEL, None),
+#: (name, numerator case, denominator case, {path: target}; no target: for information only)
+RATIOS: tuple[tuple[str, str, str, dict[str, float]], ...] = (
+    ("opted-in / pydantic floor", OPTED_4, PYDANTIC, {ENTRYPOINT: 1.5, HOOK: 1.3}),
+    ("not-opted-in / bare interpreter", PLAIN, BARE, {ENTRYPOINT: 2.0, HOOK: 2.0}),
+    ("4096 nodes / 4 nodes", OPTED_4096, OPTED_4, {ENTRYPOINT: 1.2, HOOK: 1.1}),
+    ("opted-in / one-model floor", OPTED_4, ONE_MODEL, {}),
 )
 
 
@@ -82,13 +108,16 @@ class BenchmarkError(Exception):
 
 @dataclass
 class Case:
-    """One command to time: a floor, or the shim on one input (entry ``script``/``module``)."""
+    """One command to time: a floor, or the shim on one input (entry ``script``/``module``,
+    path ``entrypoint``/``hook``)."""
 
     key: str
     label: str
     argv: list[str]
     env: dict[str, str]
     entry: str = ""
+    path: str = ""
+    instructions: int | None = None
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
 
@@ -145,8 +174,10 @@ def find_console_script() -> Path:
     return script
 
 
-def build_cases(script: Path, labels: tuple[Path, Path], entries: Sequence[str]) -> list[Case]:
-    """The floors and, for each entry form, the three shim cases."""
+def build_cases(
+    script: Path, labels: tuple[Path, Path], entries: Sequence[str], paths: Sequence[str]
+) -> list[Case]:
+    """The floors and, for each path and entry form, the three shim cases."""
     python = sys.executable
     base = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8"}
     opted_file, plain_file = labels
@@ -164,12 +195,14 @@ def build_cases(script: Path, labels: tuple[Path, Path], entries: Sequence[str])
         Case(ONE_MODEL, "python -I -c 'from pydantic ...; class M(BaseModel) ...; M(x=1)'",
              [python, "-I", "-c", ONE_MODEL_CODE], dict(base)),
     ]
-    for entry in entries:
-        prefix = [str(script)] if entry == "script" else [python, "-I", "-m", "derive_env"]
-        shown = "derive-env" if entry == "script" else "python -I -m derive_env"
-        for key, env in inputs.items():
-            cases.append(Case(key, f"{shown} -- /bin/true  [{key}]",
-                              [*prefix, "--", "/bin/true"], env, entry))
+    for path in paths:
+        for entry in entries:
+            prefix = [str(script)] if entry == "script" else [python, "-I", "-m", "derive_env"]
+            shown = "derive-env" if entry == "script" else "python -I -m derive_env"
+            args = PATH_ARGS[path]
+            for key, env in inputs.items():
+                cases.append(Case(key, f"{shown} {' '.join(args)}  [{key}]",
+                                  [*prefix, *args], env, entry, path))
     return cases
 
 
@@ -190,25 +223,52 @@ def spawn(argv: Sequence[str], env: dict[str, str]) -> tuple[float, float, int]:
     return wall, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status)
 
 
-def capture(argv: Sequence[str], env: dict[str, str], stderr: bool = False) -> tuple[int, str]:
-    """Run ``argv`` once; returns (exit status, stdout or stderr text)."""
-    proc = subprocess.run(list(argv), env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, check=False)
+def capture(
+    argv: Sequence[str], env: dict[str, str], stderr: bool = False, stdin: str | None = None
+) -> tuple[int, str]:
+    """Run ``argv`` once (``stdin`` as its input, else /dev/null); returns (exit status,
+    stdout or stderr text)."""
+    proc = subprocess.run(list(argv), env=env, input=stdin, capture_output=True, text=True,
+                          check=False, stdin=None if stdin is not None else subprocess.DEVNULL)
     return proc.returncode, proc.stderr if stderr else proc.stdout
 
 
-def validate(case: Case) -> None:
-    """Run a shim case once with an environment dump as the command and check the result."""
-    dump = [sys.executable, "-I", "-c",
-            "import json, os; print(json.dumps(dict(os.environ)))"]
-    argv = [*case.argv[: case.argv.index("--") + 1], *dump]
-    status, out = capture(argv, case.env)
+DUMP = [sys.executable, "-I", "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
+#: Source the hook's output as Backend.AI's entrypoint (#!/bin/sh) would, then dump.
+EVAL_IN_SH = 'eval "$(cat)" && exec "$@"'
+
+
+def environment_after(case: Case) -> tuple[dict[str, str], dict[str, str]]:
+    """The command's environment after the shim, and the one it would have without it.
+
+    ENTRYPOINT path: the shim execs the dump. Hook path: its output is eval'd by ``sh``,
+    which then execs the dump; the baseline is the same ``sh`` eval'ing nothing (``sh``
+    adds ``PWD`` and the like of its own).
+    """
+    if case.path == ENTRYPOINT:
+        status, out = capture([*case.argv[: case.argv.index("--") + 1], *DUMP], case.env)
+        if status != 0:
+            raise BenchmarkError(f"{case.label}: exit {status}, expected 0 (run it by hand)")
+        return json.loads(out), case.env
+    status, exports = capture(case.argv, case.env)
     if status != 0:
         raise BenchmarkError(f"{case.label}: exit {status}, expected 0 (run it by hand)")
-    got = json.loads(out)
-    added = {k: v for k, v in got.items() if case.env.get(k) != v}
+    if case.key == PLAIN and exports:
+        raise BenchmarkError(f"{case.label}: printed {exports[:200]!r}, expected nothing")
+    shell = ["sh", "-c", EVAL_IN_SH, "sh", *DUMP]
+    status, out = capture(shell, case.env, stdin=exports)
+    status_base, base = capture(shell, case.env, stdin="")
+    if status != 0 or status_base != 0:
+        raise BenchmarkError(f"{case.label}: sh could not eval the output (exit {status})")
+    return json.loads(out), json.loads(base)
+
+
+def validate(case: Case) -> None:
+    """Run a shim case once as its path runs, and check the environment its command gets."""
+    got, before = environment_after(case)
+    added = {k: v for k, v in got.items() if before.get(k) != v}
     if case.key == PLAIN:
-        if added or got.keys() != case.env.keys():
+        if added or got.keys() != before.keys():
             raise BenchmarkError(f"{case.label}: environment changed: {sorted(added)}")
         return
     nodes = int(case.env["BACKENDAI_CLUSTER_SIZE"])
@@ -291,9 +351,9 @@ def median_by_name(runs: list[list[Import]]) -> dict[str, Import]:
     }
 
 
-def import_check(cases: list[Case], runs: int, top: int) -> dict:
-    """Which modules each path imports beyond the bare interpreter, and the heaviest ones."""
-    by_key = {c.key: c for c in cases if c.entry == "script"}
+def import_check(cases: list[Case], runs: int, top: int, path: str) -> dict:
+    """Which modules ``path`` imports beyond the bare interpreter, and the heaviest ones."""
+    by_key = {c.key: c for c in cases if c.entry == "script" and c.path == path}
     bare = {i.name for run in importtime_runs(
         [sys.executable, "-X", "importtime", "-c", "pass"], by_key[PLAIN].env, 1) for i in run}
     floor = median_by_name(importtime_runs(
@@ -335,6 +395,28 @@ def import_check(cases: list[Case], runs: int, top: int) -> dict:
     return report
 
 
+# -- instruction counts ----------------------------------------------------------------------
+
+
+def count_instructions(case: Case) -> int:
+    """Instructions the case executes (valgrind's callgrind, ``PYTHONHASHSEED=0``).
+
+    The ENTRYPOINT path runs a command that is not found instead of ``/bin/true``, so that
+    what is counted is derive-env's work up to the exec, not ``/bin/true``'s.
+    """
+    argv = list(case.argv)
+    if case.path == ENTRYPOINT:
+        argv[-1] = "/nonexistent/derive-env-benchmark"
+    env = {**case.env, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                           *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, check=False)
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if found is None:
+        raise BenchmarkError(f"{case.label}: valgrind failed: {proc.stderr[-300:]}")
+    return int(found.group(1))
+
+
 # -- results ---------------------------------------------------------------------------------
 
 
@@ -344,30 +426,37 @@ def summary(case: Case) -> dict:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
     return {
-        "case": case.key, "entry": case.entry or "floor", "command": case.label,
+        "case": case.key, "path": case.path or "floor", "entry": case.entry or "floor",
+        "command": case.label,
         "median_wall_ms": round(statistics.median(case.wall) * 1000, 2),
         "p10_wall_ms": round(quantile(case.wall, 0.1) * 1000, 2),
         "p90_wall_ms": round(quantile(case.wall, 0.9) * 1000, 2),
         "median_cpu_ms": round(statistics.median(case.cpu) * 1000, 2),
+        "instructions": case.instructions,
     }
 
 
-def ratios(cases: list[Case], entry: str) -> list[dict]:
+def ratios(cases: list[Case], entry: str, path: str) -> list[dict]:
+    """Every ratio of :data:`RATIOS` for one entry form of one path."""
     floors = {c.key: c for c in cases if not c.entry}
-    shim = {c.key: c for c in cases if c.entry == entry}
+    shim = {c.key: c for c in cases if c.entry == entry and c.path == path}
     everything = {**floors, **shim}
     result = []
-    for name, num_key, den_key, target in RATIOS:
+    for name, num_key, den_key, targets in RATIOS:
         num, den = everything[num_key], everything[den_key]
+        target = targets.get(path)
         wall = statistics.median(num.wall) / statistics.median(den.wall)
         paired = [a / b for a, b in zip(num.wall, den.wall, strict=True)]
         cpu = statistics.median(num.cpu) / statistics.median(den.cpu)
         quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [paired[0]] * 3
+        instructions = (round(num.instructions / den.instructions, 3)
+                        if num.instructions and den.instructions else None)
         result.append({
-            "entry": entry, "ratio": name, "target": target,
+            "path": path, "entry": entry, "ratio": name, "target": target,
             "wall": round(wall, 3), "paired_median": round(statistics.median(paired), 3),
             "paired_iqr": [round(quartiles[0], 3), round(quartiles[2], 3)],
-            "cpu": round(cpu, 3), "passed": None if target is None else wall <= target,
+            "cpu": round(cpu, 3), "instructions": instructions,
+            "passed": None if target is None else wall <= target,
         })
     return result
 
@@ -382,35 +471,11 @@ def machine() -> dict:
     }
 
 
-def print_report(result: dict) -> None:
-    m = result["machine"]
-    print(f"derive-env startup: {m['implementation']} {m['python']} ({m['executable']}), "
-          f"{m['cpus']} CPUs, load {m['loadavg']}, {result['rounds']} rounds "
-          f"(+{result['warmup']} warm-up), round-robin")
-    print()
-    print(f"{'case':<62} {'median':>9} {'p10':>9} {'p90':>9} {'cpu':>9}")
-    for row in result["cases"]:
-        print(f"{row['command']:<62} {row['median_wall_ms']:>7.1f}ms {row['p10_wall_ms']:>7.1f}ms"
-              f" {row['p90_wall_ms']:>7.1f}ms {row['median_cpu_ms']:>7.1f}ms")
-    print()
-    print(f"{'ratio (median wall / median wall)':<44} {'entry':<7} {'value':>6} {'target':>7}"
-          f"  {'paired (IQR)':<22} {'cpu':>6}  result")
-    for r in result["ratios"]:
-        if r["passed"] is None:
-            verdict, target = "(info)", "-"
-        else:
-            verdict = ("pass" if r["passed"] else "MISS") + (
-                "" if r["entry"] == "script" else " (info)")
-            target = f"<= {r['target']}"
-        iqr = f"{r['paired_median']:.2f} ({r['paired_iqr'][0]:.2f}-{r['paired_iqr'][1]:.2f})"
-        print(f"{r['ratio']:<44} {r['entry']:<7} {r['wall']:>6.2f} {target:>7}"
-              f"  {iqr:<22} {r['cpu']:>6.2f}  {verdict}")
-    imports = result.get("imports")
-    if not imports:
-        return
+def print_imports(path: str, imports: dict) -> None:
     plain, opted = imports[PLAIN], imports[OPTED_4]
     print()
-    print(f"imports (-X importtime, median of {imports['runs']} runs, beyond `python -c pass`):")
+    print(f"imports of the {path} path (-X importtime, median of {imports['runs']} runs, "
+          "beyond `python -c pass`):")
     verdict = "pass" if plain["passed"] else "MISS: " + ", ".join(plain["forbidden_imported"])
     print(f"  not-opted-in: {plain['modules_beyond_interpreter']} modules, "
           f"{plain['self_us_beyond_interpreter'] / 1000:.1f} ms self; "
@@ -433,14 +498,48 @@ def print_report(result: dict) -> None:
         print(f"      {item['module']:<44} {item['self_us'] / 1000:>7.1f} ms")
 
 
+def print_report(result: dict) -> None:
+    m = result["machine"]
+    print(f"derive-env startup: {m['implementation']} {m['python']} ({m['executable']}), "
+          f"{m['cpus']} CPUs, load {m['loadavg']}, {result['rounds']} rounds "
+          f"(+{result['warmup']} warm-up), round-robin")
+    print()
+    print(f"{'case':<72} {'median':>9} {'p10':>9} {'p90':>9} {'cpu':>9} {'instr':>7}")
+    for row in result["cases"]:
+        instr = f"{row['instructions'] / 1e6:.0f}M" if row["instructions"] else "-"
+        print(f"{row['command']:<72} {row['median_wall_ms']:>7.1f}ms {row['p10_wall_ms']:>7.1f}ms"
+              f" {row['p90_wall_ms']:>7.1f}ms {row['median_cpu_ms']:>7.1f}ms {instr:>7}")
+    print()
+    print(f"{'ratio (median wall / median wall)':<34} {'path':<10} {'entry':<7} {'value':>6} "
+          f"{'target':>7}  {'paired (IQR)':<18} {'cpu':>5} {'instr':>6}  result")
+    for r in result["ratios"]:
+        if r["passed"] is None:
+            verdict, target = "(info)", "-"
+        else:
+            verdict = ("pass" if r["passed"] else "MISS") + (
+                "" if r["entry"] == "script" else " (info)")
+            target = f"<= {r['target']}"
+        iqr = f"{r['paired_median']:.2f} ({r['paired_iqr'][0]:.2f}-{r['paired_iqr'][1]:.2f})"
+        instr = f"{r['instructions']:.2f}" if r["instructions"] else "-"
+        print(f"{r['ratio']:<34} {r['path']:<10} {r['entry']:<7} {r['wall']:>6.2f} {target:>7}"
+              f"  {iqr:<18} {r['cpu']:>5.2f} {instr:>6}  {verdict}")
+    for path, imports in (result.get("imports") or {}).items():
+        print_imports(path, imports)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30, help="timed rounds (default 30)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
+    parser.add_argument("--path", choices=(*PATHS, "both"), default="both",
+                        help="the ENTRYPOINT path, the hook path, or both (default)")
     parser.add_argument("--entry", choices=(*ENTRIES, "both"), default="both",
                         help="console script, python -I -m derive_env, or both (default)")
     parser.add_argument("--importtime-runs", type=int, default=5,
                         help="-X importtime runs per path, medians taken (default 5; 0: skip)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count instructions (valgrind --tool=callgrind, one run "
+                             "per case: slow)")
     parser.add_argument("--top", type=int, default=12, help="modules listed (default 12)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument("--check", action="store_true",
@@ -449,15 +548,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds < 1 or args.warmup < 0 or args.importtime_runs < 0:
         parser.error("--rounds must be >= 1, --warmup and --importtime-runs >= 0")
     entries = ENTRIES if args.entry == "both" else (args.entry,)
+    paths = PATHS if args.path == "both" else (args.path,)
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind (apt-get install valgrind)")
     try:
         with tempfile.TemporaryDirectory(prefix="derive-env-bench-") as tmp:
             script = find_console_script()
-            cases = build_cases(script, write_labels(Path(tmp)), entries)
+            cases = build_cases(script, write_labels(Path(tmp)), entries, paths)
             for case in cases:
                 if case.entry:
                     validate(case)
-            imports = import_check(cases, args.importtime_runs, args.top) if (
-                args.importtime_runs and "script" in entries) else None
+            imports = {path: import_check(cases, args.importtime_runs, args.top, path)
+                       for path in paths} if (args.importtime_runs and "script" in entries) else {}
+            if args.instructions:
+                for case in cases:
+                    if case.entry in ("", "script"):
+                        case.instructions = count_instructions(case)
             run_rounds(cases, args.rounds, args.warmup)
     except BenchmarkError as exc:
         print(f"startup.py: error: {exc}", file=sys.stderr)
@@ -465,13 +571,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "machine": machine(), "rounds": args.rounds, "warmup": args.warmup,
         "cases": [summary(c) for c in cases],
-        "ratios": [r for entry in entries for r in ratios(cases, entry)],
+        "ratios": [r for path in paths for entry in entries for r in ratios(cases, entry, path)],
         "imports": imports,
     }
     checked = [r["passed"] for r in result["ratios"]
                if r["entry"] == "script" and r["passed"] is not None]
-    if imports:
-        checked.append(imports[PLAIN]["passed"])
+    checked += [report[PLAIN]["passed"] for report in imports.values()]
     result["passed"] = all(checked)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -77,9 +77,11 @@ def _resolve_none(hosts: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return {host: () for host in hosts}
 
 
-@dataclass(frozen=True)
-class HostFacts:
+class HostFacts(NamedTuple):
     """Facts of the running container, read at the edge (app.py) only when a rule needs them.
+
+    A named tuple (immutable, built by keyword): cheaper to define than a frozen dataclass,
+    on every opted-in start (docs/performance.md).
 
     :ivar interfaces: names of the network interfaces (``/sys/class/net``). Without the
         ``socket-ifname`` label the edge only looks for ``baimulti0`` (one stat), so then
@@ -103,28 +105,35 @@ class HostFacts:
     local_v4: str = ""
     hosts: str = ""
     hostname: str = ""
-    resolve: Callable[[Sequence[str]], Mapping[str, tuple[str, ...]]] = field(
-        default=_resolve_none
-    )
+    resolve: Callable[[Sequence[str]], Mapping[str, tuple[str, ...]]] = _resolve_none
 
 
 #: Seconds that all name resolution of one start may take together (docs/operator-guide.md).
 RESOLVE_SECONDS = 5.0
 
 
-@dataclass(frozen=True)
 class Context:
     """Everything a framework may read.
 
     ``master`` is resolved on first use, so an image whose frameworks never read the master
-    (TensorFlow only) is not stopped by a malformed user-set ``MASTER_ADDR``.
+    (TensorFlow only) is not stopped by a malformed user-set ``MASTER_ADDR``. A plain class
+    (it caches ``master`` and ``facts``): a dataclass's generated methods would cost about
+    1% of the pydantic import at every opted-in start (docs/performance.md).
+
+    :ivar host: host facts, or a function that reads them on first use (:attr:`facts`).
     """
 
-    topology: ClusterTopology
-    policy: ImagePolicy
-    environ: Mapping[str, str]
-    #: host facts, or a function that reads them on first use (:attr:`facts`).
-    host: HostFacts | Callable[[], HostFacts] | None = None
+    def __init__(
+        self,
+        topology: ClusterTopology,
+        policy: ImagePolicy,
+        environ: Mapping[str, str],
+        host: HostFacts | Callable[[], HostFacts] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.policy = policy
+        self.environ = environ
+        self.host = host
 
     @cached_property
     def facts(self) -> HostFacts | None:
