@@ -1053,18 +1053,26 @@ def test_ctrl_c_before_the_exec_exits_130_without_a_traceback(
     assert not marker.exists()
 
 
-def test_not_opted_in_path_imports_neither_pydantic_nor_click_nor_typing(tmp_path: Path) -> None:
-    """Startup on every container start (docs/performance.md): the ENTRYPOINT path of an
-    image that did not opt in stays clear of the heavy imports."""
+@pytest.mark.parametrize(("args", "reached"), [
+    (["--", "true"], "derive_env.launch"),  # the ENTRYPOINT path
+    (["--dry-run", "--format", "shell"], "derive_env.render"),  # the hook's (bootstrap.sh)
+    (["--format=shell", "--dry-run"], "derive_env.render"),
+    (["--dry-run", "--explain"], "derive_env.render"),
+])
+def test_not_opted_in_path_imports_neither_pydantic_nor_click_nor_typing(
+    tmp_path: Path, args: list[str], reached: str
+) -> None:
+    """Startup on every container start (docs/performance.md): the ENTRYPOINT path and the
+    hook's dry run of an image that did not opt in stay clear of the heavy imports."""
     labels = tmp_path / "labels.json"
     labels.write_text("{}")
     env = {"PATH": os.environ["PATH"], "DERIVE_ENV_LABELS_FILE": str(labels)}
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "derive_env", "--", "true"],
+        [sys.executable, "-X", "importtime", "-m", "derive_env", *args],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "derive_env.launch" in imported
+    assert reached in imported
     assert {"pydantic", "pydantic_core", "click", "typing"} & imported == set()

@@ -1,0 +1,297 @@
+"""The fast dry-run path (issue 6, item 3) changes speed only, never behaviour.
+
+``derive-env --dry-run --format shell`` (the Backend.AI hook's command) and the other dry-run
+forms are parsed by :func:`derive_env.app.dry_run_options` without importing click. Each
+command line below runs twice in-process, once through ``derive_env.__main__.main`` (the
+console script's entry) and once through click's command itself, in the same environment:
+stdout, stderr and the exit status must be identical, and the path taken must be the one
+expected (fast, or handed to click). Subprocess tests then check the real console script:
+no click import, complete output despite the exit without teardown, the same result as
+click's with stdout on a full device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import derive_env.__main__ as entry
+from derive_env import app, cli
+from derive_env.formats import FORMATS
+from helpers import console_script
+
+PREFIX = "ai.backend.distributed."
+FW = PREFIX + "frameworks"
+LABELS_VAR = "DERIVE_ENV_LABELS_FILE"
+
+
+class ClickReached(Exception):
+    """Raised by the stand-in for click's command: main() handed the command line over."""
+
+
+@pytest.fixture
+def files(tmp_path: Path, backendai_env) -> dict[str, str]:
+    """Paths the command lines refer to (``{name}`` in an argv below)."""
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({FW: "pytorch,tensorflow"}))
+    other = tmp_path / "other.env"
+    other.write_text("".join(
+        f"{k}={v}\n" for k, v in backendai_env(["sub2", "main1", "sub1"], "sub2").items()
+    ))
+    return {"labels": str(labels), "envfile": str(other), "missing": str(tmp_path / "nope")}
+
+
+#: (argv, taken by the fast path). ``{labels}``, ``{envfile}``, ``{missing}``: see ``files``.
+ARGVS: list[tuple[list[str], bool]] = [
+    # the hook's command and its spellings
+    (["--dry-run", "--format", "shell"], True),
+    (["--format", "shell", "--dry-run"], True),
+    (["--dry-run", "--format=shell"], True),
+    (["--format=shell", "--dry-run"], True),
+    *[(["--dry-run", "--format", fmt], True) for fmt in FORMATS],
+    (["--dry-run"], True),
+    (["--dry-run", "--dry-run", "--format", "env"], True),  # click accepts a flag twice
+    (["--dry-run", "--explain"], True),
+    (["--explain", "--dry-run"], True),
+    # labels and environments given on the command line
+    (["--dry-run", "--label", FW + "=pytorch"], True),
+    (["--dry-run", "--label=" + FW + "=jax", "--format", "json"], True),
+    (["--label", FW + "=tensorflow", "--dry-run", "--label", PREFIX + "on-error=warn"], True),
+    (["--dry-run", "--label", "no-equals-sign"], True),  # a label error (exit 4)
+    (["--dry-run", "--label="], True),
+    (["--dry-run", "--label", "--format"], True),  # click takes "--format" as the value too
+    (["--dry-run", "--labels-file", "{labels}", "--format", "toml"], True),
+    (["--dry-run", "--labels-file={labels}", "--labels-file", "{labels}"], True),
+    (["--dry-run", "--labels-file", "{missing}"], True),
+    (["--dry-run", "--env-file", "{envfile}", "--format", "shell"], True),
+    (["--dry-run", "--env-file={envfile}", "--explain"], True),
+    (["--dry-run", "--env-file", "{missing}"], True),
+    # everything else goes to click, unchanged
+    (["--dry-run", "--format"], False),
+    (["--dry-run", "--format", "bogus"], False),
+    (["--dry-run", "--format="], False),
+    (["--dry-run", "--format", "SHELL"], False),
+    (["--dry-run", "--format", "json", "--format", "shell"], False),
+    (["--dry-run", "--format", "--explain"], False),
+    (["--dry-run", "--explain", "--format", "json"], False),
+    (["--dry-run", "--env-file", "{envfile}", "--env-file", "{envfile}"], False),
+    (["--dry-run", "--label"], False),
+    (["--dry-run", "--labels-file"], False),
+    (["--format", "shell"], False),
+    (["--explain"], False),
+    (["--label", FW + "=pytorch"], False),
+    (["--dry-run=1"], False),
+    (["--dry-run", "--bogus"], False),
+    (["--dry"], False),
+    (["--Dry-run"], False),
+    (["--dry-run", "--form", "shell"], False),
+    (["--dry-run", "-h"], False),
+    (["--help"], False),
+    (["--version"], False),
+    (["--dry-run", "--"], False),
+    (["--dry-run", "--", "true"], False),
+    (["--dry-run", "true"], False),
+    (["--dry-run", ""], False),
+    (["--dry-run", "-"], False),
+    (["-"], False),
+    ([], False),
+]
+
+#: name -> (environment without the labels variable, labels file content)
+ENVIRONMENTS: dict[str, tuple[Callable[..., dict[str, str]], dict[str, str]]] = {
+    "not-opted-in": (lambda bai: {}, {}),
+    "stray-label": (lambda bai: {}, {PREFIX + "framework": "pytorch"}),
+    "opted-in": (lambda bai: bai(["sub1", "main1", "sub2"], "sub1"), {FW: "pytorch,tensorflow"}),
+    "bad-topology": (
+        lambda bai: {**bai(["sub1", "main1"], "sub1"), "BACKENDAI_CLUSTER_SIZE": "3"},
+        {FW: "pytorch"},
+    ),
+    "warn": (
+        lambda bai: {**bai(["sub1", "main1"], "sub1"), "BACKENDAI_CLUSTER_SIZE": "3"},
+        {FW: "pytorch", PREFIX + "on-error": "warn"},
+    ),
+    "quoting": (
+        lambda bai: {**bai(["sub1", "main1"], "sub1"),
+                     "MASTER_PORT": "1", "PET_NPROC_PER_NODE": "a'b\n$(touch x)"},
+        {FW: "pytorch"},
+    ),
+}
+
+
+def _setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str],
+           labels: dict[str, str]) -> None:
+    baked = tmp_path / "baked-labels.json"
+    baked.write_text(json.dumps(labels))
+    for name in list(os.environ):
+        if name.startswith(("BACKENDAI_", "DERIVE_ENV_", "MASTER_", "PET_", "_DERIVE_ENV")):
+            monkeypatch.delenv(name)
+    for name in ("GPU_COUNT", "N_GPUS", "TF_CONFIG", "NODE_RANK", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**env, LABELS_VAR: str(baked)}.items():
+        monkeypatch.setenv(name, value)
+
+
+def _outcome(call: Callable[[], object], capsys: pytest.CaptureFixture[str]
+             ) -> tuple[int | str, str, str]:
+    capsys.readouterr()
+    try:
+        call()
+        code: int | str = "returned"
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_main(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+             capsys: pytest.CaptureFixture[str]) -> tuple[tuple[int | str, str, str], bool]:
+    """main() with click's command replaced: (outcome, whether click was reached)."""
+    reached = []
+
+    def stand_in(*args: object, **kwargs: object) -> None:
+        reached.append(True)
+        raise ClickReached
+
+    def exit_now(status: int) -> None:  # os._exit would end the test run
+        raise SystemExit(status)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "argv", ["derive-env", *argv])
+        patch.setattr(cli, "cli", stand_in)
+        patch.setattr(entry.os, "_exit", exit_now)
+        try:
+            outcome = _outcome(entry.main, capsys)
+        except ClickReached:
+            outcome = ("click", "", "")
+    return outcome, bool(reached)
+
+
+def run_click(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | str, str, str]:
+    """click's command itself, as main() would call it."""
+    return _outcome(lambda: cli.cli.main(args=argv, prog_name="derive-env"), capsys)
+
+
+@pytest.mark.parametrize("environment", sorted(ENVIRONMENTS))
+@pytest.mark.parametrize(("argv", "fast"), ARGVS, ids=[" ".join(a) or "(none)" for a, _ in ARGVS])
+def test_fast_path_equals_click(
+    argv: list[str], fast: bool, environment: str, files: dict[str, str], backendai_env,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    make_env, labels = ENVIRONMENTS[environment]
+    _setup(monkeypatch, tmp_path, make_env(backendai_env), labels)
+    argv = [arg.format(**files) for arg in argv]
+    monkeypatch.chdir(tmp_path)  # a value that executed would leave ./x behind
+    assert (app.dry_run_options(argv) is not None) == fast
+    main_outcome, reached_click = run_main(argv, monkeypatch, capsys)
+    assert reached_click == (not fast)
+    click_outcome = run_click(argv, capsys)
+    if fast:
+        assert main_outcome == click_outcome
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_comparison_can_fail(files: dict[str, str], backendai_env, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A fast path that rendered another format would be caught: outputs really differ."""
+    _setup(monkeypatch, tmp_path, backendai_env(["sub1", "main1"], "sub1"), {FW: "pytorch"})
+    (shell, _), json_ = (run_main(["--dry-run", "--format", "shell"], monkeypatch, capsys),
+                         run_click(["--dry-run", "--format", "json"], capsys))
+    assert shell[0] == json_[0] == 0
+    assert shell[1].startswith("export MASTER_ADDR='main1'\n")
+    assert shell != json_
+
+
+def test_dry_run_options_keywords() -> None:
+    """The exact keywords click's command would pass to app.run for the same line."""
+    assert app.dry_run_options(
+        ["--label=a=b", "--dry-run", "--labels-file", "L1", "--format=toml", "--label", "c=d",
+         "--labels-file=L2", "--env-file", "E"]
+    ) == {"dry_run": True, "fmt": "toml", "explain": False, "labels_files": ("L1", "L2"),
+          "label_items": ("a=b", "c=d"), "env_file": "E"}
+    assert app.dry_run_options(["--dry-run"]) == {
+        "dry_run": True, "fmt": "env", "explain": False, "labels_files": (),
+        "label_items": (), "env_file": None}
+
+
+def test_shell_completion_goes_to_click(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    """click answers completion requests (``_DERIVE_ENV_COMPLETE``) before parsing."""
+    _setup(monkeypatch, tmp_path, {}, {})
+    monkeypatch.setenv("_DERIVE_ENV_COMPLETE", "bash_source")
+    _, reached_click = run_main(["--dry-run", "--format", "shell"], monkeypatch, capsys)
+    assert reached_click
+
+
+def test_ctrl_c_ends_both_paths_alike(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str],
+                                      tmp_path: Path) -> None:
+    """click's standalone mode: a blank line, ``Aborted!``, exit 1; the fast path the same."""
+    _setup(monkeypatch, tmp_path, {}, {})
+
+    def interrupted(*args: object, **kwargs: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "run", interrupted)
+    monkeypatch.setattr(cli, "run", interrupted)
+    argv = ["--dry-run", "--format", "shell"]
+    assert run_click(argv, capsys) == (1, "", "\nAborted!\n")
+    assert run_main(argv, monkeypatch, capsys) == ((1, "", "\nAborted!\n"), False)
+
+
+# ------------------------------------------------------------------ the real console script
+
+
+def _script_env(tmp_path: Path, labels: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps(labels))
+    return {"PATH": os.environ["PATH"], LABELS_VAR: str(path), **extra}
+
+
+CLICK_ONLY = [sys.executable, "-c",
+              "import sys; from derive_env.cli import cli; cli(prog_name='derive-env')"]
+
+
+def test_console_script_hook_imports_no_click_and_prints_everything(
+    tmp_path: Path, backendai_env
+) -> None:
+    """The exit without teardown loses nothing: a 64-node TF_CONFIG is printed whole."""
+    hosts = ["main1", *(f"sub{i}" for i in range(1, 64))]
+    env = _script_env(tmp_path, {FW: "pytorch,tensorflow"}, backendai_env(hosts[::-1], "sub7"))
+    argv = ["--dry-run", "--format", "shell"]
+    fast = subprocess.run([sys.executable, "-X", "importtime", console_script(), *argv],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    slow = subprocess.run([*CLICK_ONLY, *argv], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in fast.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "pydantic" in imported and "click" not in imported
+    assert (fast.returncode, fast.stdout) == (slow.returncode, slow.stdout) == (0, slow.stdout)
+    workers = json.loads(slow.stdout.split("export TF_CONFIG=", 1)[1].strip().strip("'"))
+    assert workers["cluster"]["worker"] == [f"{h}:2222" for h in hosts]
+    assert workers["task"] == {"type": "worker", "index": 7}
+
+
+@pytest.mark.parametrize("labels", [{}, {FW: "pytorch"}])
+def test_console_script_full_stdout_same_as_click(tmp_path: Path, labels: dict[str, str],
+                                                  backendai_env) -> None:
+    """stdout on /dev/full: the same message and exit 1 on both paths (the flush before the
+    exit without teardown must not hide it)."""
+    env = _script_env(tmp_path, labels, backendai_env(["sub1", "main1"], "sub1"))
+    argv = ["--dry-run", "--format", "json"]
+    results = []
+    for command in ([console_script(), *argv], [*CLICK_ONLY, *argv]):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(command, env=env, stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=60, check=False)
+        results.append((proc.returncode, proc.stderr))
+    assert results[0] == results[1]
+    assert results[0] == (1, "derive-env: error: cannot write the dry-run output to stdout "
+                             "([Errno 28] No space left on device)\n")
