@@ -18,18 +18,35 @@
 #     0 and prints no exports: the session starts without the derived variables.
 #   - An image that did not opt in (no ai.backend.distributed.frameworks label) gets no
 #     exports and no message.
+#   - derive-env not installed (not on PATH, and no /opt/derive-env/bin/derive-env, where
+#     the packaged install puts it): a message says so and the container starts without
+#     the variables. It stops only for an error derive-env reports under on-error=fail; a
+#     hook that cannot run derive-env cannot know whether the image opted in or asked for
+#     on-error=warn, and must not stop the images that did not opt in.
+#   - POSIX sh only (dash, busybox ash, bash); works under the entrypoint's "set -e" too.
 #
 # The hook must return quickly (Backend.AI waits for it). derive-env takes well under a
 # second, except with label socket-ifname=auto, where it may wait up to 5 s in all for
 # the names of the master, the peers and its own host to resolve.
 
-_derive_env_out=$(derive-env --dry-run --format shell)
-_derive_env_rc=$?
-if [ "$_derive_env_rc" -ne 0 ]; then
+if command -v derive-env >/dev/null 2>&1; then
+    _derive_env_bin=derive-env
+elif [ -x /opt/derive-env/bin/derive-env ]; then
+    _derive_env_bin=/opt/derive-env/bin/derive-env
+else
+    _derive_env_bin=
+fi
+if [ -z "$_derive_env_bin" ]; then
+    echo "bootstrap.sh: derive-env is not installed (not on PATH, no" \
+        "/opt/derive-env/bin/derive-env): the session starts without the distributed" \
+        "training variables. See docs/integration.md (Backend.AI hook)." >&2
+elif _derive_env_out=$("$_derive_env_bin" --dry-run --format shell); then
+    # POSIX `export NAME='value'` lines, quoted by derive-env to be safe for eval.
+    eval "$_derive_env_out"
+else
+    _derive_env_rc=$?
     echo "bootstrap.sh: derive-env failed (exit $_derive_env_rc); the container stops here." \
         "See the message above and docs/operator-guide.md (troubleshooting)." >&2
     exit "$_derive_env_rc"
 fi
-# The output is POSIX `export NAME='value'` lines, quoted to be safe for eval.
-eval "$_derive_env_out"
-unset _derive_env_out _derive_env_rc
+unset _derive_env_bin _derive_env_out _derive_env_rc
