@@ -23,6 +23,7 @@ numbered per task type in canonical node order.
 from __future__ import annotations
 
 import json
+from operator import itemgetter
 
 from derive_env.errors import LabelError, describe
 from derive_env.frameworks import Context, Contribution, variable
@@ -77,16 +78,18 @@ def tf_config(topology: ClusterTopology, types: list[str], port: int) -> dict[st
     :param types: task type per node in canonical order (see :func:`task_types`).
     :param port: the TensorFlow server port (TCP) on every node.
     """
-    members: dict[str, list[str]] = {t: [] for t in _CLUSTER_ORDER}
-    add = {t: hosts.append for t, hosts in members.items()}  # not the evaluator
     suffix = f":{port}"
-    # Once per node at every container start (4096 nodes benchmarked): no call per host
-    # but for an IPv6 literal, which host_port brackets.
-    for node, task_type in zip(topology.nodes, types, strict=True):
-        append = add.get(task_type)
-        if append is not None:
-            host = node.host
-            append(host + suffix if ":" not in host else host_port(host, port))
+    # Once per node at every container start (4096 nodes benchmarked): one string per host,
+    # a call only for an IPv6 literal (host_port brackets it); Node is a named tuple, 0 host.
+    addresses = [host + suffix if ":" not in host else host_port(host, port)
+                 for host in map(itemgetter(0), topology.nodes)]
+    members: dict[str, list[str]] = {t: [] for t in _CLUSTER_ORDER}
+    if types.count("worker") == len(types):  # the default: every node a worker
+        members["worker"] = addresses
+    else:
+        for address, task_type in zip(addresses, types, strict=True):
+            if task_type in members:  # not the evaluator
+                members[task_type].append(address)
     cluster = {t: hosts for t, hosts in members.items() if hosts}
     own_type = types[topology.node_rank]
     index = types[: topology.node_rank].count(own_type)
