@@ -251,14 +251,17 @@ def check_user_values(
     :raises TopologyError: (exit 3) an identity variable different from its derived value;
         a ``PET_MASTER_*`` that contradicts the master address or port; in a session of more
         than one node, a loopback master address, or one naming a node other than node rank
-        0. The first found, in variable order; all from data every node shares, so every
-        node of a session stops on the same variable.
+        0. The first found: first the checks whose verdict is the same on every node (sizes,
+        addresses), then the per-node ones (node rank...), so that, wherever possible, every
+        node of a session stops naming the same variable.
     """
     warnings: list[str] = []
     multi = topology.num_nodes > 1
     checked: set[str] = set()  # hosts already checked (MASTER_ADDR and PET_MASTER_ADDR)
     per_node: list[str] = []
-    for var in variables:
+    # The checks whose verdict is the same on every node first (sizes, addresses), so that
+    # every node of a session stops naming the same variable when one of them fails.
+    for var in sorted(variables, key=lambda v: v.name in PER_NODE):
         if not var.kept:
             continue
         derived = var.derived or ""
