@@ -805,8 +805,9 @@ def test_run_stray_label_with_on_error_warn_warns_and_runs_unchanged(
 def test_run_stray_label_with_an_invalid_on_error_is_still_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_exec: None
 ) -> None:
-    # on-error reads as fail unless it is exactly "warn" (as for an opted-in image).
-    labels = {PREFIX + "framework": "pytorch", PREFIX + "on-error": "Warn"}
+    # on-error reads as fail unless it is "warn" (as for an opted-in image). Changed
+    # deliberately (issue 7): keyword values ignore letter case, so "Warn" now warns.
+    labels = {PREFIX + "framework": "pytorch", PREFIX + "on-error": "ignore"}
     env_file = env_file_with_labels(tmp_path, labels)
     assert run(["cmd"], env_file=str(env_file)) == 4
     assert capsys.readouterr().err.startswith(

@@ -254,3 +254,164 @@ def test_the_command_line_never_tracebacks_on_a_bad_env_file(tmp_path: Path) -> 
     assert result.returncode == 2
     assert result.stderr.startswith(f"derive-env: error: --env-file {bad} (dotenv lines), line ")
     assert "Traceback" not in result.stderr
+
+
+# --- item 3: labels -------------------------------------------------------------------------
+
+from derive_env.errors import LabelError  # noqa: E402
+from derive_env.labels import (  # noqa: E402  (grouped with the tests that use them)
+    LABEL_NAMES,
+    PREFIX,
+    check_not_opted_in,
+    near_miss,
+    on_error_of,
+    parse_labels_document,
+)
+from derive_env.policy import ImagePolicy  # noqa: E402
+
+
+def test_label_names_match_the_policy() -> None:
+    aliases = {f.alias for f in ImagePolicy.model_fields.values() if f.alias}
+    assert {PREFIX + n for n in LABEL_NAMES} == aliases
+
+
+@pytest.mark.parametrize(("key", "meant", "why"), [
+    ("ai.backend.distibuted.frameworks", PREFIX + "frameworks",
+     "its prefix is two edits or fewer from ai.backend.distributed."),
+    ("AI.BACKEND.DISTRIBUTED.FRAMEWORKS", PREFIX + "frameworks", "the same but for letter case"),
+    ("Ai.Backend.Distributed.on-error", PREFIX + "on-error", "the same but for letter case"),
+    ("ai.backend.frameworks", PREFIX + "frameworks",
+     "a derive-env label name under ai.backend."),
+    ("ai.backend.distributed-frameworks", PREFIX + "frameworks", "two edits or fewer from it"),
+    ("ai.backend.distrbuted.master-port", PREFIX + "master-port",
+     "its prefix is two edits or fewer from ai.backend.distributed."),
+])
+def test_near_misses(key: str, meant: str, why: str) -> None:
+    assert near_miss(key) == (meant, why)
+
+
+@pytest.mark.parametrize("key", [
+    PREFIX + "frameworks", PREFIX + "nonsense", "ai.backend.kernelspec", "ai.backend.features",
+    "ai.backend.resource.min.cpu", "ai.backend.service-ports", "ai.backend.envs.corecount",
+    "org.opencontainers.image.version", "maintainer", "ai.backend.base-distro", "",
+])
+def test_not_near_misses(key: str) -> None:
+    assert near_miss(key) is None
+
+
+def test_misspelt_opt_in_label_is_an_error_on_the_not_opted_in_path() -> None:
+    with pytest.raises(LabelError) as info:
+        check_not_opted_in({"ai.backend.distibuted.frameworks": "pytorch",
+                            "ai.backend.kernelspec": "1"})
+    assert str(info.value) == (
+        "label ai.backend.distibuted.frameworks='pytorch': expected the key "
+        "ai.backend.distributed.frameworks (its prefix is two edits or fewer from "
+        "ai.backend.distributed.); derive-env reads only keys starting exactly with "
+        "ai.backend.distributed., so this label would be ignored. Rename it"
+    )
+    assert info.value.exit_code == 4
+
+
+def test_all_bad_labels_are_reported_in_one_run() -> None:
+    labels = {PREFIX + "frameworks": "pytorch,tf", PREFIX + "master-port": "0",
+              "AI.BACKEND.DISTRIBUTED.JAX-PORT": "1", PREFIX + "master_port": "1"}
+    with pytest.raises(LabelError) as info:
+        ImagePolicy.from_labels(labels)
+    assert str(info.value).splitlines() == [
+        "4 label problems:",
+        "  1. label AI.BACKEND.DISTRIBUTED.JAX-PORT='1': expected the key "
+        "ai.backend.distributed.jax-port (the same but for letter case); derive-env reads only "
+        "keys starting exactly with ai.backend.distributed., so this label would be ignored. "
+        "Rename it",
+        "  2. label ai.backend.distributed.master_port='1': expected a known label; known: "
+        "ai.backend.distributed.frameworks, ai.backend.distributed.jax-port, "
+        "ai.backend.distributed.master-port, ai.backend.distributed.nproc-per-node, "
+        "ai.backend.distributed.on-error, ai.backend.distributed.pytorch-mode, "
+        "ai.backend.distributed.socket-ifname, ai.backend.distributed.tensorflow-port, "
+        "ai.backend.distributed.tensorflow-roles",
+        "  3. label ai.backend.distributed.frameworks='pytorch,tf': expected a comma list of "
+        "pytorch, tensorflow, jax; 'tf' is not one",
+        "  4. label ai.backend.distributed.master-port='0': expected a port number 1-65535",
+    ]
+
+
+def test_misspelt_label_of_an_opted_in_image_is_an_error() -> None:
+    from derive_env.pipeline import derive
+
+    with pytest.raises(LabelError) as info:
+        derive({}, {PREFIX + "frameworks": "pytorch", "ai.backend.distributed.master-prot": "1"})
+    assert str(info.value).startswith(
+        "label ai.backend.distributed.master-prot='1': expected a known label; known: ")
+    with pytest.raises(LabelError) as info:
+        derive({}, {PREFIX + "frameworks": "pytorch", "ai.backend.master-port": "1"})
+    assert str(info.value).startswith(
+        "label ai.backend.master-port='1': expected the key ai.backend.distributed.master-port ")
+
+
+def test_keyword_values_ignore_letter_case_names_do_not() -> None:
+    policy = ImagePolicy.from_labels({
+        PREFIX + "frameworks": "PyTorch,JAX", PREFIX + "pytorch-mode": "Process-Per-Container",
+        PREFIX + "on-error": "Warn", PREFIX + "socket-ifname": "AUTO",
+        PREFIX + "tensorflow-roles": "main:Chief,Sub:WORKER",
+    })
+    assert policy.frameworks == ("pytorch", "jax")
+    assert (policy.pytorch_mode, policy.on_error, policy.socket_ifname) == (
+        "process-per-container", "warn", "auto")
+    assert policy.tensorflow_roles == (("main", "chief"), ("Sub", "worker"))
+    assert on_error_of({PREFIX + "on-error": "WARN"}) == "warn"
+    assert ImagePolicy.from_labels({PREFIX + "frameworks": "jax",
+                                    PREFIX + "socket-ifname": "Eth0"}).socket_ifname == "Eth0"
+
+
+def test_docker_inspect_config_output_is_a_labels_file() -> None:
+    config = {"Hostname": "", "Env": ["PATH=/bin"], "Cmd": ["python"],
+              "Labels": {PREFIX + "frameworks": "pytorch", "maintainer": "x"}}
+    assert parse_labels_document(json.dumps(config), "c.json") == {PREFIX + "frameworks": "pytorch"}
+    assert parse_labels_document(json.dumps({**config, "Labels": None}), "c.json") == {}
+
+
+def test_every_non_string_label_value_is_reported() -> None:
+    with pytest.raises(LabelError) as info:
+        parse_labels_document(json.dumps({PREFIX + "master-port": 1, PREFIX + "jax-port": None,
+                                          "ai.backend.distibuted.frameworks": True}), "l.json")
+    assert str(info.value).splitlines() == [
+        "3 label problems:",
+        "  1. labels file l.json: label ai.backend.distributed.master-port = 1: expected a JSON "
+        'string (Docker label values are strings, write "1")',
+        "  2. labels file l.json: label ai.backend.distributed.jax-port = null: expected a JSON "
+        "string (Docker label values are strings)",
+        "  3. labels file l.json: label ai.backend.distibuted.frameworks = true: expected a JSON "
+        'string (Docker label values are strings, write "true")',
+    ]
+
+
+def test_reading_problems_of_every_source_are_reported_together(tmp_path: Path) -> None:
+    from derive_env.app import load_labels
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(LabelError) as info:
+        load_labels({"DERIVE_ENV_LABELS_FILE": str(tmp_path / "none.json")}, [str(bad)],
+                    ["novalue"])
+    lines = str(info.value).splitlines()
+    assert lines[0] == "3 label problems:"
+    assert lines[1].startswith("  1. labels file ($DERIVE_ENV_LABELS_FILE) ")
+    assert lines[2].startswith(f"  2. labels file {bad}: not valid JSON")
+    assert lines[3] == "  3. --label 'novalue': expected KEY=VALUE"
+
+
+@given(labels=st.dictionaries(
+    st.one_of(st.sampled_from([PREFIX + n for n in LABEL_NAMES]),
+              st.sampled_from(["ai.backend.distibuted.frameworks", "AI.BACKEND.DISTRIBUTED.X",
+                               "ai.backend.frameworks", "ai.backend.kernelspec"]),
+              st.text(max_size=30)),
+    st.text(max_size=20), max_size=6))
+@FUZZ
+def test_label_sets_never_crash(labels: dict[str, str]) -> None:
+    from derive_env.pipeline import derive
+
+    try:
+        derive({}, labels)
+        check_not_opted_in(labels) if PREFIX + "frameworks" not in labels else None
+    except DeriveEnvError:
+        return

@@ -22,6 +22,7 @@ from derive_env.labels import (
     PREFIX,
     check_not_opted_in,
     is_opted_in,
+    join_problems,
     on_error_of,
     parse_label_option,
     parse_labels_document,
@@ -251,21 +252,33 @@ def load_labels(
     no labels, any other failure to read it is an error.
 
     :raises LabelError: a file that cannot be read (but the missing default) or parsed, or a
-        ``--label`` that cannot be parsed.
+        ``--label`` that cannot be parsed: every such problem of every source in one message.
     """
     labels: dict[str, str] = {}
+    problems: list[str] = []
+
+    def read(path: str, what: str, missing_ok: bool = False) -> None:
+        try:
+            text = _read_text(path, what, LabelError, missing_ok=missing_ok)
+            if text is not None or not missing_ok:
+                labels.update(parse_labels_document(text or "", "stdin" if path == "-" else path))
+        except LabelError as exc:
+            problems.append(str(exc))
+
     baked = environ.get(LABELS_FILE_VARIABLE) or os.environ.get(LABELS_FILE_VARIABLE) or None
-    path = baked or DEFAULT_LABELS_FILE
-    what = f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file"
-    text = _read_text(path, what, LabelError, missing_ok=baked is None)
-    if text is not None:
-        labels.update(parse_labels_document(text, path))
+    read(baked or DEFAULT_LABELS_FILE,
+         f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
     for labels_file in labels_files:
-        text = _read_text(labels_file, "--labels-file", LabelError) or ""
-        labels.update(parse_labels_document(text, "stdin" if labels_file == "-" else labels_file))
+        read(labels_file, "--labels-file")
     for item in label_items:
-        key, value = parse_label_option(item)
+        try:
+            key, value = parse_label_option(item)
+        except LabelError as exc:
+            problems.append(str(exc))
+            continue
         labels[key] = value
+    if problems:
+        raise LabelError(join_problems(problems))
     return labels
 
 

@@ -19,7 +19,7 @@ from derive_env.frameworks import (
     HostFacts,
     network,
 )
-from derive_env.labels import distributed_labels, is_opted_in
+from derive_env.labels import is_opted_in
 from derive_env.policy import ImagePolicy
 from derive_env.sources import topology_from
 from derive_env.topology import ClusterTopology
@@ -63,10 +63,9 @@ def derive(
         topology (:func:`derive_env.sources.topology_from`); a user-set value that
         contradicts the derived one (:func:`derive_env.environ.check_user_values`).
     """
-    labels = distributed_labels(labels)
     if not is_opted_in(labels):
         return None
-    policy = ImagePolicy.from_labels(labels)
+    policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
     topology = topology_from(environ)
     ctx = Context(topology=topology, policy=policy, environ=environ, facts=facts)
     variables: list[DerivedVariable] = []
