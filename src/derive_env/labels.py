@@ -29,6 +29,9 @@ LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
 LABEL_NAMES = ("frameworks", "master-port", "tensorflow-port", "jax-port", "pytorch-mode",
                "nproc-per-node", "tensorflow-roles", "socket-ifname", "on-error")
 _BACKEND = "ai.backend."
+#: The 3-grams of "distributed": two edits destroy at most six of these nine, so a key within
+#: two edits of a derive-env key contains one of them (a cheap filter before the distance).
+_GRAMS = ("dis", "ist", "str", "tri", "rib", "ibu", "but", "ute", "ted")
 
 
 def join_problems(problems: list[str]) -> str:
@@ -75,12 +78,14 @@ def near_miss(key: str) -> tuple[str, str] | None:
     lowered = key.lower()
     if lowered.startswith(PREFIX):
         return lowered, "the same but for letter case"
-    prefix, dot, name = key.rpartition(".")
-    if dot and _within_two_edits(prefix + ".", PREFIX):
-        return PREFIX + name.lower(), "its prefix is two edits or fewer from " + PREFIX
     if lowered.startswith(_BACKEND) and lowered[len(_BACKEND):] in LABEL_NAMES:
         return PREFIX + lowered[len(_BACKEND):], f"a derive-env label name under {_BACKEND}"
-    if lowered.startswith(_BACKEND[:3]):  # "ai.": only then can it be close to a label
+    if not any(gram in lowered for gram in _GRAMS):
+        return None
+    prefix, dot, name = key.rpartition(".")
+    if dot and _within_two_edits(prefix.lower() + ".", PREFIX):
+        return PREFIX + name.lower(), "its prefix is two edits or fewer from " + PREFIX
+    if lowered.startswith(_BACKEND[:2]):  # "ai" (two edits may touch the rest)
         for label in LABEL_NAMES:
             if _within_two_edits(lowered, PREFIX + label):
                 return PREFIX + label, "two edits or fewer from it"
