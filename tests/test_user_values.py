@@ -442,6 +442,10 @@ def test_another_launchers_multi_process_job_is_refused(environ, message) -> Non
      "SLURM_PROCID": "0", "SLURM_LOCALID": "0"},  # srun -n1 in a 2-node allocation
     {"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0",
      "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"},
+    # mpirun -np 1 (Open MPI 4.1, recorded): PMIx's variables too, Open MPI's say the size
+    {"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_NODE_RANK": "0",
+     "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "PMIX_RANK": "0",
+     "PMIX_NAMESPACE": "37879809"},
     {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1"},
     {"TORCHELASTIC_RUN_ID": "r", "WORLD_SIZE": "1", "RANK": "0", "GROUP_WORLD_SIZE": "1"},
     {"JOB_COMPLETION_INDEX": "0"}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"},

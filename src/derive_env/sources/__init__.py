@@ -165,6 +165,8 @@ def launcher_problem(environ: Mapping[str, str], session: str | None) -> str | N
         session of 3 nodes"``), or ``None`` for none.
     :returns: the message, naming the variable, the launcher and the fix.
     """
+    unsized: Launcher | None = None  # a launcher that started us without saying the size
+    sized = False  # some launcher's complete set states the size (one process)
     for launcher in LAUNCHERS:
         if any(environ.get(name) for name in launcher.unless):
             continue
@@ -177,14 +179,6 @@ def launcher_problem(environ: Mapping[str, str], session: str | None) -> str | N
             count = _sagemaker_hosts(environ["SM_HOSTS"])
             if count != 1:
                 stated = [("SM_HOSTS", environ["SM_HOSTS"])]
-        if not stated and complete and not launcher.sized:
-            name = launcher.detect[0]
-            return describe(
-                name, environ[name],
-                f"unset: {launcher.name} started this process ({' and '.join(launcher.detect)} "
-                f"are set) without saying how many processes the job has, and {_NO_SOURCE}; "
-                f"describing a job of one process could be wrong. {launcher.fix}",
-            )
         if stated:
             name, value = stated[0]
             single = dict(launcher.states).get(name, "a JSON list of one host")
@@ -196,6 +190,20 @@ def launcher_problem(environ: Mapping[str, str], session: str | None) -> str | N
                 f"{single} or unset: {launcher.name} states a job of more than one "
                 f"{launcher.unit}, and {_NO_SOURCE}; {outcome}. {launcher.fix}",
             )
+        if complete and launcher.sized:
+            sized = True
+        elif complete and unsized is None:
+            unsized = launcher
+    if unsized is not None and not sized:
+        # Open MPI also sets PMIx's variables, and its own say the size: only PMIx (or a
+        # Kubernetes index) alone leaves it unknown.
+        name = unsized.detect[0]
+        return describe(
+            name, environ[name],
+            f"unset: {unsized.name} started this process ({' and '.join(unsized.detect)} "
+            f"are set) without saying how many processes the job has, and {_NO_SOURCE}; "
+            f"describing a job of one process could be wrong. {unsized.fix}",
+        )
     return None
 
 
