@@ -283,6 +283,9 @@ def test_label_names_match_the_policy() -> None:
     ("ai.backend.frameworks", PREFIX + "frameworks",
      "a derive-env label name under ai.backend."),
     ("ai.backend.distributed-frameworks", PREFIX + "frameworks", "two edits or fewer from it"),
+    ("ai.backend.framework", PREFIX + "frameworks", "a derive-env label name under ai.backend."),
+    ("ai.backend.master_port", PREFIX + "master-port",
+     "a derive-env label name under ai.backend."),
     ("ai.backend.distrbuted.master-port", PREFIX + "master-port",
      "its prefix is two edits or fewer from ai.backend.distributed."),
 ])

@@ -42,32 +42,33 @@ def join_problems(problems: list[str]) -> str:
         f"  {n}. {p}" for n, p in enumerate(problems, start=1))
 
 
-def _within_two_edits(a: str, b: str) -> bool:
-    """Levenshtein distance <= 2 (insertions, deletions, substitutions), cheaply.
+def _within_two_edits(a: str, b: str, edits: int = 2) -> bool:
+    """Levenshtein distance <= ``edits`` (insertions, deletions, substitutions), cheaply.
 
-    A band of width 2 around the diagonal: a few hundred steps for label-length keys, and
-    none for the many labels whose length differs by more (difflib costs an import).
+    A band of that width around the diagonal: a few hundred steps for label-length keys,
+    and none for the many labels whose length differs by more (difflib costs an import).
     """
-    if abs(len(a) - len(b)) > 2:
+    if abs(len(a) - len(b)) > edits:
         return False
     previous = list(range(len(b) + 1))
     for i, char in enumerate(a, start=1):
-        current = [i] + [3] * len(b)
-        for j in range(max(1, i - 2), min(len(b), i + 2) + 1):
+        current = [i] + [edits + 1] * len(b)
+        for j in range(max(1, i - edits), min(len(b), i + edits) + 1):
             current[j] = min(previous[j] + 1, current[j - 1] + 1,
                              previous[j - 1] + (char != b[j - 1]))
-        if min(current) > 2:
+        if min(current) > edits:
             return False
         previous = current
-    return previous[-1] <= 2
+    return previous[-1] <= edits
 
 
 def near_miss(key: str) -> tuple[str, str] | None:
     """The ``ai.backend.distributed.*`` key that ``key`` was probably meant to be.
 
-    A near miss (issue 7): equal to such a key but for letter case; a prefix at most two
-    edits from ``ai.backend.distributed.``; a known label name right under ``ai.backend.``
-    (``ai.backend.frameworks``); or the whole key at most two edits from a known label.
+    A near miss (issue 7): equal to such a key but for letter case; a known label name (or
+    one edit from one) right under ``ai.backend.`` (``ai.backend.frameworks``); a prefix at
+    most two edits from ``ai.backend.distributed.``; or the whole key at most two edits
+    from a known label.
     Keys starting exactly with the prefix are not near misses (unknown ones are reported by
     the policy).
 
@@ -78,8 +79,11 @@ def near_miss(key: str) -> tuple[str, str] | None:
     lowered = key.lower()
     if lowered.startswith(PREFIX):
         return lowered, "the same but for letter case"
-    if lowered.startswith(_BACKEND) and lowered[len(_BACKEND):] in LABEL_NAMES:
-        return PREFIX + lowered[len(_BACKEND):], f"a derive-env label name under {_BACKEND}"
+    if lowered.startswith(_BACKEND):
+        rest = lowered[len(_BACKEND):]
+        for label in LABEL_NAMES:  # the prefix lost "distributed.", the name one edit at most
+            if rest == label or _within_two_edits(rest, label, edits=1):
+                return PREFIX + label, f"a derive-env label name under {_BACKEND}"
     if not any(gram in lowered for gram in _GRAMS):
         return None
     prefix, dot, name = key.rpartition(".")
