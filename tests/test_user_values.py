@@ -57,16 +57,23 @@ def test_session_wide_node_rank_zero_fails_on_every_other_node(backendai_env) ->
             "node and two nodes would claim the same rank. Remove NODE_RANK from the "
             "session's environment (derive-env derives it on every node), or " + WARN_FIX
         )
-    # Node rank 0 keeps it (it is its value) but is told what happens elsewhere.
+    # Node rank 0 keeps it (it is its value), silently: after Backend.AI's hook every derived
+    # value is in the environment of a terminal that runs derive-env again.
     derivation = derive(session(backendai_env, "main1", **user), ALL)
     kept = {v.name: (v.value, v.derived) for v in derivation.variables if v.kept}
     assert kept == {"NODE_RANK": ("0", "0"), "PET_NODE_RANK": ("0", "0")}
-    assert derivation.warnings == (
-        "NODE_RANK, PET_NODE_RANK set and equal to this node's values (node rank 0), so kept; "
-        "if set for the whole session, every other node has the same value and stops with an "
-        "error, and this node waits for them at the rendezvous",
-    )
+    assert derivation.warnings == ()
     assert "NODE_RANK" not in derivation.changes()
+
+
+def test_running_again_after_the_hook_keeps_everything_silently(backendai_env) -> None:
+    for host in HOSTS:
+        env = session(backendai_env, host)
+        first = derive(env, PPC)
+        again = derive({**env, **first.changes()}, PPC)
+        assert again.changes() == {}
+        assert again.warnings == ()
+        assert all(v.kept and v.value == v.derived for v in again.variables)
 
 
 @pytest.mark.parametrize(("user", "name", "expected", "what"), [

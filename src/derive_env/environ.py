@@ -246,8 +246,7 @@ def check_user_values(
 ) -> list[str]:
     """Check the kept (user-set) variables of :func:`merge` against the topology.
 
-    :returns: warnings (a master host name that is not a node of the session; a per-node
-        value kept because it happens to match this node, in a session of several nodes).
+    :returns: warnings (a master host name that is not a node of the session).
     :raises TopologyError: (exit 3) an identity variable different from its derived value;
         a ``PET_MASTER_*`` that contradicts the master address or port; in a session of more
         than one node, a loopback master address, or one naming a node other than node rank
@@ -258,7 +257,6 @@ def check_user_values(
     warnings: list[str] = []
     multi = topology.num_nodes > 1
     checked: set[str] = set()  # hosts already checked (MASTER_ADDR and PET_MASTER_ADDR)
-    per_node: list[str] = []
     # The checks whose verdict is the same on every node first (sizes, addresses), so that
     # every node of a session stops naming the same variable when one of them fails.
     for var in sorted(variables, key=lambda v: v.name in PER_NODE):
@@ -268,8 +266,8 @@ def check_user_values(
         if var.name in IDENTITY:
             if not same_value(var.name, var.value, derived):
                 raise _identity_error(var, topology)
-            if multi and var.name in PER_NODE:
-                per_node.append(var.name)
+            # Equal: kept silently. Not warned about: a shell in a Backend.AI container,
+            # after the hook, has every derived value set, and runs derive-env again.
         elif var.name in FOLLOWS and not same_value(var.name, var.value, derived):
             leader = FOLLOWS[var.name]
             raise TopologyError(describe(
@@ -287,11 +285,4 @@ def check_user_values(
                 raise error
             if warning is not None:
                 warnings.append(warning)
-    if per_node:
-        warnings.append(
-            f"{', '.join(per_node)} set and equal to this node's value{'s' * (len(per_node) > 1)}"
-            f" (node rank {topology.node_rank}), so kept; if set for the whole session, every "
-            "other node has the same value and stops with an error, and this node waits for "
-            "them at the rendezvous"
-        )
     return warnings
