@@ -215,7 +215,8 @@ def _read_text(
 
 
 def read_environment(env_file: str | None) -> dict[str, str]:
-    """The input environment: the ``--env-file`` when given, else the process's own.
+    """The input environment: the ``--env-file`` when given (any format of
+    :func:`parse_env_file`), else the process's own.
 
     The process's own is the one derive-env was started with: CPython's C-locale coercion
     (PEP 538) adds ``LC_CTYPE=C.UTF-8`` to ``os.environ`` at start-up, which must not reach

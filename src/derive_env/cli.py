@@ -41,8 +41,9 @@ Troubleshooting by message: the operator guide (docs/operator-guide.md in the so
 )
 @click.option(
     "--labels-file", "labels_files", metavar="PATH", multiple=True,
-    help="Labels as a JSON object or `docker image inspect` output ('-' for stdin); wins "
-         "over the image's /etc/derive-env/labels.json (repeatable, later wins).",
+    help="Labels as a JSON object, `docker image inspect` output or its {{json .Config}} "
+         "('-' for stdin); wins over the image's /etc/derive-env/labels.json (repeatable, "
+         "later wins).",
 )
 @click.option(
     "--env-file", "env_files", metavar="PATH", multiple=True,
