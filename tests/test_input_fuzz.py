@@ -302,6 +302,23 @@ def test_not_near_misses(key: str) -> None:
     assert near_miss(key) is None
 
 
+def test_misspelt_opt_in_label_stops_the_entrypoint_path(tmp_path: Path) -> None:
+    # The plain ENTRYPOINT path (no click, no pydantic): the command is not run.
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"Labels": {"AI.BACKEND.DISTRIBUTED.FRAMEWORKS": "pytorch"}}))
+    env = {"PATH": os.environ["PATH"], "DERIVE_ENV_LABELS_FILE": str(labels)}
+    result = subprocess.run([sys.executable, "-m", "derive_env", "--", "echo", "ran"], env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert (result.returncode, result.stdout) == (4, "")
+    assert result.stderr == (
+        "derive-env: error: label AI.BACKEND.DISTRIBUTED.FRAMEWORKS='pytorch': expected the key "
+        "ai.backend.distributed.frameworks (the same but for letter case); derive-env reads "
+        "only keys starting exactly with ai.backend.distributed., so this label would be "
+        "ignored. Rename it\n"
+        "derive-env: note: the command was not run (exit 4)\n"
+    )
+
+
 def test_misspelt_opt_in_label_is_an_error_on_the_not_opted_in_path() -> None:
     with pytest.raises(LabelError) as info:
         check_not_opted_in({"ai.backend.distibuted.frameworks": "pytorch",
