@@ -3,11 +3,13 @@
 Built on :class:`simcluster.SimulatedCluster` (one network namespace per node, module doc
 there). On top of it:
 
-- one ``munged`` (foreground, in the first node's namespace) whose socket and key live in a
+- a login node (namespace ``login``, not a Slurm node) where the daemons below and every
+  client run;
+- one ``munged`` (foreground, on the login node) whose socket and key live in a
   temporary folder; every Slurm daemon and client finds it through ``AuthInfo=socket=`` in
   slurm.conf (the socket is a file, so every namespace reaches it over the shared
   filesystem);
-- one ``slurmctld -D`` in the first node's namespace (the "login node": clients run there);
+- one ``slurmctld -D`` on the login node;
 - one ``slurmd -D -N <name>`` per node namespace, ``NodeAddr`` = that namespace's address;
 - slurm.conf with node names that need the full hostlist grammar (zero padding and dashes,
   ``gpu-a100-[09-11]``), ``ProctrackType=proctrack/linuxproc``, ``TaskPlugin=task/none``, a
@@ -26,7 +28,7 @@ folder. Standard library only::
 
 Run ``python slurmcluster.py --hold`` to start a cluster, print ``READY <prefix> <tmpdir>``
 and wait for Ctrl-C (used by the cleanup test; handy to try commands by hand with
-``ip netns exec <prefix>-gpu-a100-09 env SLURM_CONF=<tmpdir>/slurm.conf srun ...``).
+``ip netns exec <prefix>-login env SLURM_CONF=<tmpdir>/slurm.conf srun ...``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from simcluster import HostResult, SimulatedCluster, can_simulate  # noqa: E402
 
 __all__ = [
     "DAEMONS",
+    "LOGIN",
     "NODES",
     "NODELIST",
     "SlurmCluster",
@@ -59,6 +62,9 @@ __all__ = [
 
 #: The simulated nodes, in Slurm's (sorted) order; hostlist form in NODELIST.
 NODES = ["gpu-a100-09", "gpu-a100-10", "gpu-a100-11"]
+#: The login node: a namespace that is NOT a Slurm node; munged, slurmctld and every client
+#: run there (as on a real cluster: salloc's shell and its mpirun run outside the allocation).
+LOGIN = "login"
 #: What SLURM_JOB_NODELIST says for a job on all of NODES (zero padding kept, dashes in names).
 NODELIST = "gpu-a100-[09-11]"
 #: Programs a cluster needs (daemons and clients).
@@ -115,7 +121,8 @@ class SlurmCluster:
     ``nodes``: node names (default NODES; lowercase DNS labels); ``prefix``: namespace prefix
     (default ``ds<pid % 100000>``); ``ready_timeout``: seconds for the daemons to be ready.
     After ``__enter__``: ``tmp`` (the temporary folder), ``conf`` (slurm.conf path),
-    ``sim`` (the SimulatedCluster), ``login`` (the node clients run on, nodes[0]).
+    ``sim`` (the SimulatedCluster: the nodes, then LOGIN), ``login`` (LOGIN, where clients
+    run). Node i has address 198.18.0.(10+i), the login node the next one.
 
     Raises SlurmError (with the daemon's log tail) when a daemon fails or is not ready in
     time, SimulationError when namespaces cannot be made; in both cases after cleaning up.
@@ -130,8 +137,10 @@ class SlurmCluster:
         self.nodes = list(nodes or NODES)
         self.prefix = prefix if prefix is not None else f"ds{os.getpid() % 100000}"
         self.ready_timeout = ready_timeout
-        self.login = self.nodes[0]
-        self.sim = SimulatedCluster(self.nodes, prefix=self.prefix)
+        if LOGIN in self.nodes:
+            raise ValueError(f"{LOGIN!r} is the login node's name; not usable as a node")
+        self.login = LOGIN
+        self.sim = SimulatedCluster([*self.nodes, LOGIN], prefix=self.prefix)
         self.tmp = Path()
         self.conf = Path()
         self.ctld_port, self.slurmd_port = _free_port_pair()
@@ -318,12 +327,14 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
         node: str | None = None,
     ) -> HostResult:
         """Run a client (``srun``, ``sbatch``, ``salloc``, ``mpirun``...) on ``node`` (default:
-        the login node, nodes[0]) with :meth:`client_env` plus ``env``; wait at most
+        the login node) with :meth:`client_env` plus ``env``; wait at most
         ``timeout`` s (then it is killed, timed_out=True). HOSTNAME is the node's name, as
-        a login shell would export it."""
+        a login shell would export it. The working folder is ``tmp``/shared (so
+        SLURM_SUBMIT_DIR does not depend on where the tests run)."""
         host = node or self.login
         full = self.client_env({"HOSTNAME": host, **(env or {})})
-        return self.sim.run_all({host: (argv, full)}, timeout=timeout)[host]
+        cwd = ["env", "-C", str(self.tmp / "shared")]
+        return self.sim.run_all({host: ([*cwd, *argv], full)}, timeout=timeout)[host]
 
     def wait_jobs_done(self, timeout: float = 30.0) -> None:
         """Wait until ``squeue`` lists no job (bounded; SlurmError after ``timeout`` s)."""
