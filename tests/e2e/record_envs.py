@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slurmcluster import NODES, SlurmCluster, SlurmError  # noqa: E402
+from slurmcluster import NODES, SlurmCluster, SlurmError
 
 __all__ = ["FIXTURES", "RAN_ON", "RUN_DIR", "SCENARIOS", "Scenario", "dump_env", "kept", "load_env",
            "load_fixture"]
@@ -323,8 +323,8 @@ Versions:
 
 Cluster (`tests/e2e/slurmcluster.py`): nodes {nodes} (`gpu-a100-[09-11]`), each a network
 namespace with address 198.18.0.10-12, one slurmd each; munged, slurmctld and every client
-on a login node outside the allocation (`login`, 198.18.0.13), `CPUs=4` per node, `select/cons_tres`, `CR_CPU`,
-`proctrack/linuxproc`, `task/none`, fresh state (job ids from 1, in this order). Clients
+on a login node outside the allocation (`login`, 198.18.0.13); `CPUs=4` per node,
+`select/cons_tres`, `CR_CPU`, `proctrack/linuxproc`, `task/none`, fresh state (job ids from 1, in this order). Clients
 start with only PATH, HOME, LANG, SLURM_CONF and HOSTNAME=login (what a login shell
 exports), in `$RUN/shared`: tasks inherit that HOSTNAME, which is NOT their node's name.
 The cluster's temporary folder (`$RUN`) is written as `{run_dir}`; ports and pids are as recorded.

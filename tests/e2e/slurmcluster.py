@@ -48,13 +48,13 @@ from typing import Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simcluster import HostResult, SimulatedCluster, can_simulate  # noqa: E402
+from simcluster import HostResult, SimulatedCluster, can_simulate
 
 __all__ = [
     "DAEMONS",
     "LOGIN",
-    "NODES",
     "NODELIST",
+    "NODES",
     "SlurmCluster",
     "SlurmError",
     "can_run_slurm",
