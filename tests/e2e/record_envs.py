@@ -324,10 +324,11 @@ Versions:
 Cluster (`tests/e2e/slurmcluster.py`): nodes {nodes} (`gpu-a100-[09-11]`), each a network
 namespace with address 198.18.0.10-12, one slurmd each; munged, slurmctld and every client
 on a login node outside the allocation (`login`, 198.18.0.13); `CPUs=4` per node,
-`select/cons_tres`, `CR_CPU`, `proctrack/linuxproc`, `task/none`, fresh state (job ids from 1, in this order). Clients
-start with only PATH, HOME, LANG, SLURM_CONF and HOSTNAME=login (what a login shell
-exports), in `$RUN/shared`: tasks inherit that HOSTNAME, which is NOT their node's name.
-The cluster's temporary folder (`$RUN`) is written as `{run_dir}`; ports and pids are as recorded.
+`select/cons_tres`, `CR_CPU`, `proctrack/linuxproc`, `task/none`, fresh state (job ids
+from 1, in this order). Clients start with only PATH, HOME, LANG, SLURM_CONF and
+HOSTNAME=login (what a login shell exports), in `$RUN/shared`: tasks inherit that
+HOSTNAME, which is NOT their node's name. The cluster's temporary folder (`$RUN`) is
+written as `{run_dir}`; ports and pids are as recorded.
 `$OUT` below is the scenario's output folder; each task runs `env -0 >$OUT/<task>.env0;
 uname -n >$OUT/<task>.host`.
 

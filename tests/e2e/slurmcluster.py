@@ -26,7 +26,7 @@ folder. Standard library only::
     with SlurmCluster() as slurm:
         res = slurm.run(["srun", "-N3", "--ntasks-per-node=2", "hostname"], timeout=30)
 
-Run ``python slurmcluster.py --hold`` to start a cluster, print ``READY <prefix> <tmpdir>``
+Run ``python slurmcluster.py --hold [PREFIX]`` to start a cluster, print ``READY <prefix> <tmpdir>``
 and wait for Ctrl-C (used by the cleanup test; handy to try commands by hand with
 ``ip netns exec <prefix>-login env SLURM_CONF=<tmpdir>/slurm.conf srun ...``).
 """
@@ -358,9 +358,10 @@ ConstrainDevices=no
 """
 
 
-def _hold() -> int:
-    """``--hold``: start a cluster, print READY <prefix> <tmpdir>, wait for Ctrl-C/SIGTERM."""
-    with SlurmCluster() as slurm:
+def _hold(prefix: str | None) -> int:
+    """``--hold [PREFIX]``: start a cluster, print ``READY <prefix> <tmpdir>``, wait for
+    Ctrl-C/SIGTERM, clean up, exit 0."""
+    with SlurmCluster(prefix=prefix) as slurm:
         print(f"READY {slurm.prefix} {slurm.tmp}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while True:
@@ -369,7 +370,7 @@ def _hold() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--hold"]:
-        sys.exit(_hold())
+    if sys.argv[1:2] == ["--hold"] and len(sys.argv) <= 3:
+        sys.exit(_hold(sys.argv[2] if len(sys.argv) == 3 else None))
     print(__doc__)
     sys.exit(2)
