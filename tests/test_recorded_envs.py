@@ -30,12 +30,13 @@ from record_envs import (
 N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
 ALL3 = "gpu-a100-[09-11]"
 
-#: Scenario -> its job id: a fresh slurmctld numbers jobs from 1, scenarios run in order.
-JOB_IDS = {
+#: Scenario -> its job id: a fresh slurmctld numbers jobs from 1, scenarios run in order
+#: (None: over SSH, no Slurm job).
+JOB_IDS: dict[str, str | None] = {
     "srun-block": "1", "srun-cyclic": "2", "srun-uneven": "3", "srun-arbitrary": "4",
     "sbatch-3node": "5", "sbatch-1node": "6", "salloc-shell": "7", "srun-pty": "8",
     "srun-pmi2": "9", "ompi-in-salloc": "10", "ompi-in-sbatch": "11", "mpich-in-salloc": "12",
-    "mpich-in-sbatch": "13",
+    "mpich-in-sbatch": "13", "ompi-ssh": None, "mpich-ssh": None,
 }
 
 
@@ -72,8 +73,8 @@ def test_every_scenario_is_recorded() -> None:
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_job_id_and_its_alias(name: str) -> None:
     # SLURM_JOBID is the old name of SLURM_JOB_ID (env.c); a source checks they agree.
-    assert common(name, "SLURM_JOB_ID") == JOB_IDS[name]
-    assert common(name, "SLURM_JOBID") == JOB_IDS[name]
+    assert common(name, "SLURM_JOB_ID") == (JOB_IDS[name] or "<unset>")
+    assert common(name, "SLURM_JOBID") == (JOB_IDS[name] or "<unset>")
 
 
 def test_dotenv_round_trip() -> None:
@@ -343,3 +344,30 @@ def test_mpich_in_sbatch_copies_mpiexecs_slurmd_nodename_to_every_rank() -> None
         (N09, "0", N09, "0"), (N09, "0", N09, "0"), (N10, "1", N09, "0"),
         (N10, "1", N09, "0"), (N11, "2", N09, "0"), (N11, "2", N09, "0"),
     ]
+
+
+# -- MPI over SSH, no Slurm job ----------------------------------------------------------------
+
+
+def test_ompi_over_ssh_has_ranks_and_no_slurm() -> None:
+    assert ompi_table("ompi-ssh") == OMPI_6
+    for _, env in scenario("ompi-ssh").values():
+        # Open MPI forwards only its own variables: nothing of Slurm, no HOSTNAME at all.
+        assert [k for k in env if k.startswith(("SLURM", "PMI_", "MPI_LOCAL"))] == []
+        assert "HOSTNAME" not in env
+    assert common("ompi-ssh", "OMPI_MCA_plm") == "rsh"
+    assert ";tcp://198.18.0.13:" in common("ompi-ssh", "OMPI_MCA_orte_hnp_uri")
+    # Slots, not processes (3.3): 2 per -H entry plus mpirun's own host (login, no rank).
+    assert common("ompi-ssh", "OMPI_UNIVERSE_SIZE") == "8"
+    assert common("ompi-ssh", "OMPI_COMM_WORLD_SIZE") == "6"
+
+
+def test_mpich_over_ssh_copies_mpiexecs_environment() -> None:
+    rows = [(h, e["PMI_RANK"], e["PMI_SIZE"], e["MPI_LOCALRANKID"], e["MPI_LOCALNRANKS"])
+            for h, e in scenario("mpich-ssh").values()]
+    assert rows == [row[:5] for row in HYDRA_6]
+    for _, env in scenario("mpich-ssh").values():
+        # Only what mpiexec's own environment had (no job): SLURM_CONF, HOSTNAME=login.
+        assert [k for k in env if k.startswith("SLURM")] == ["SLURM_CONF"]
+        assert env["HOSTNAME"] == "login"
+        assert env["PMI_FD"].isdigit()

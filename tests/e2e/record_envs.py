@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slurmcluster import NODES, SlurmCluster, SlurmError
+from slurmcluster import NODES, SSH_PORT, SlurmCluster, SlurmError, find_program
 
 __all__ = ["FIXTURES", "RAN_ON", "RUN_DIR", "SCENARIOS", "Scenario", "dump_env", "kept", "load_env",
            "load_fixture"]
@@ -123,12 +123,14 @@ def load_fixture(path: Path) -> Recorded:
 class Scenario:
     """One recorded run: ``argv`` run on the login node (``{cap}`` in it stands for the
     capture command, ``{out}`` for the scenario's output folder), ``about`` says what it
-    shows. ``batch``: argv submits a batch job (sbatch); the recorder waits for it."""
+    shows. ``batch``: argv submits a batch job (sbatch); the recorder waits for it. ``ssh``:
+    run over the nodes' sshd, outside Slurm (these come last: they make no job)."""
 
     argv: tuple[str, ...]
     about: str
     batch: bool = False
     needs: str = ""  # a program the scenario needs besides Slurm (skipped without it)
+    ssh: bool = False  # needs the nodes' sshd; ``{ssh}`` in argv is the ssh wrapper
 
 
 def _cap(name: str) -> str:
@@ -142,6 +144,7 @@ def _cap(name: str) -> str:
 _OMPI = ("mpirun.openmpi", "--allow-run-as-root")
 _OMPI_TASK = "rank$OMPI_COMM_WORLD_RANK"
 _MPICH = ("mpiexec.mpich", "-launcher", "slurm")
+_HOSTS_2 = ",".join(f"{n}:2" for n in NODES)  # 2 slots per node, for the ssh launches
 _ORDER = ",".join([NODES[2], NODES[0], NODES[1], NODES[2]])  # rank 0 on the LAST node
 
 #: Scenario name -> Scenario, in recording order (job ids depend on it).
@@ -217,6 +220,22 @@ SCENARIOS: dict[str, Scenario] = {
         batch=True,
         needs="mpiexec.mpich",
     ),
+    "ompi-ssh": Scenario(
+        (*_OMPI, "--mca", "plm_rsh_agent", "{ssh}", "-H", _HOSTS_2, "-np", "6",
+         "sh", "-c", _cap(_OMPI_TASK)),
+        "Open MPI mpirun on the login node over SSH (sshd on port 2200 on every node), no "
+        "Slurm job: ranks know nothing of Slurm",
+        needs="mpirun.openmpi",
+        ssh=True,
+    ),
+    "mpich-ssh": Scenario(
+        ("mpiexec.mpich", "-launcher", "ssh", "-launcher-exec", "{ssh}", "-hosts", _HOSTS_2,
+         "-n", "6", "sh", "-c", _cap("rank$PMI_RANK")),
+        "MPICH Hydra mpiexec on the login node over SSH, no Slurm job (Hydra copies "
+        "mpiexec's environment, so SLURM_CONF and HOSTNAME=login reach every rank)",
+        needs="mpiexec.mpich",
+        ssh=True,
+    ),
 }
 
 _JOB_SCRIPTS = {
@@ -232,9 +251,10 @@ _JOB_SCRIPTS = {
 def _versions() -> dict[str, str]:
     """Version lines of the managers used (first line of each ``--version``)."""
     out = {}
-    for prog in ("srun", "munged", "mpirun.openmpi", "mpiexec.mpich"):
-        if shutil.which(prog) or shutil.which(prog, path="/usr/sbin"):
-            cmd = [prog, "--version"] if prog != "srun" else ["srun", "-V"]
+    for prog in ("slurmctld", "munged", "mpirun.openmpi", "mpiexec.mpich", "sshd"):
+        path = find_program(prog)
+        if path:  # slurmctld -V needs no slurm.conf (srun -V does)
+            cmd = [path, "-V" if prog in ("slurmctld", "sshd") else "--version"]
             try:
                 res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
             except (OSError, subprocess.TimeoutExpired):
@@ -259,7 +279,8 @@ def record(slurm: SlurmCluster, name: str, timeout: float = 60.0) -> dict[str, R
         script = out / "job.sh"
         script.write_text(_JOB_SCRIPTS[name].replace("{out}", str(out)))
         script.chmod(0o755)
-    argv = [a.replace("{out}", str(out)) for a in sc.argv]
+    ssh = str(getattr(slurm, "ssh_wrapper", "{ssh}"))
+    argv = [a.replace("{out}", str(out)).replace("{ssh}", ssh) for a in sc.argv]
     res = slurm.run(argv, timeout=timeout)
     if not res.ok:
         raise SlurmError(f"scenario {name}: {res.describe()}\n{slurm.log_tail('slurmctld.log')}")
@@ -295,7 +316,7 @@ def write_readme(names: list[str], skipped: Mapping[str, str]) -> None:
     vers = "\n".join(f"- `{k}`: {v}" for k, v in _versions().items())
     rows = []
     for name, sc in SCENARIOS.items():
-        cmd = " ".join(sc.argv).replace("{out}", "$OUT")
+        cmd = " ".join(sc.argv).replace("{out}", "$OUT").replace("{ssh}", "$RUN/ssh/ssh")
         state = "recorded" if name in names else f"NOT recorded: {skipped.get(name, 'not run')}"
         rows.append(f"### {name}\n\n{sc.about}. {state}.\n\n```\n{cmd}\n```\n")
         if name in _JOB_SCRIPTS:
@@ -303,7 +324,8 @@ def write_readme(names: list[str], skipped: Mapping[str, str]) -> None:
                         + "```\n")
     FIXTURES.mkdir(parents=True, exist_ok=True)
     (FIXTURES / "README.md").write_text(README.format(
-        versions=vers, nodes=", ".join(NODES), run_dir=RUN_DIR, scenarios="\n".join(rows)))
+        versions=vers, nodes=", ".join(NODES), run_dir=RUN_DIR, ssh_port=SSH_PORT,
+        scenarios="\n".join(rows)))
 
 
 README = """\
@@ -321,16 +343,18 @@ Versions:
 
 {versions}
 
-Cluster (`tests/e2e/slurmcluster.py`): nodes {nodes} (`gpu-a100-[09-11]`), each a network
-namespace with address 198.18.0.10-12, one slurmd each; munged, slurmctld and every client
-on a login node outside the allocation (`login`, 198.18.0.13); `CPUs=4` per node,
-`select/cons_tres`, `CR_CPU`, `proctrack/linuxproc`, `task/none`, fresh state (job ids
-from 1, in this order). Clients start with only PATH, HOME, LANG, SLURM_CONF and
-HOSTNAME=login (what a login shell exports), in `$RUN/shared`: tasks inherit that
-HOSTNAME, which is NOT their node's name. The cluster's temporary folder (`$RUN`) is
-written as `{run_dir}`; ports and pids are as recorded.
-`$OUT` below is the scenario's output folder; each task runs `env -0 >$OUT/<task>.env0;
-uname -n >$OUT/<task>.host`.
+Cluster (`tests/e2e/slurmcluster.py`): nodes `gpu-a100-[09-11]` =
+{nodes}, each a network namespace with address 198.18.0.10-12,
+one slurmd each; munged, slurmctld and every client on a login node outside the
+allocation (`login`, 198.18.0.13); `CPUs=4` per node, `select/cons_tres`, `CR_CPU`,
+`proctrack/linuxproc`, `task/none`, fresh state (job ids from 1, in this order).
+Clients start with only PATH, HOME, LANG, SLURM_CONF and HOSTNAME=login (what a login
+shell exports), in `$RUN/shared`: tasks inherit that HOSTNAME, which is NOT their node's
+name. The cluster's temporary folder (`$RUN`) is written as `{run_dir}`; ports and pids
+are as recorded.
+`$RUN/ssh/ssh` runs `ssh -F $RUN/ssh/ssh_config` (port {ssh_port}, root, a key made for the
+run, no host key checks). `$OUT` below is the scenario's output folder; each task runs
+`env -0 >$OUT/<task>.env0; uname -n >$OUT/<task>.host`.
 
 ## Scenarios
 
@@ -347,13 +371,17 @@ def main(argv: list[str]) -> int:
         return 2
     results: dict[str, dict[str, Recorded]] = {}
     skipped: dict[str, str] = {}
-    with SlurmCluster() as slurm:
+    ssh = any(SCENARIOS[n].ssh for n in names) and find_program("sshd") is not None
+    with SlurmCluster(ssh=ssh) as slurm:
         for name in SCENARIOS:  # always in order: job ids depend on it
             if name not in names:
                 continue
             need = SCENARIOS[name].needs
             if need and not shutil.which(need):
                 skipped[name] = f"`{need}` not installed"
+                continue
+            if SCENARIOS[name].ssh and not ssh:
+                skipped[name] = "`sshd` not installed (openssh-server)"
                 continue
             try:
                 results[name] = record(slurm, name)

@@ -58,6 +58,7 @@ __all__ = [
     "SlurmCluster",
     "SlurmError",
     "can_run_slurm",
+    "find_program",
 ]
 
 #: The simulated nodes, in Slurm's (sorted) order; hostlist form in NODELIST.
@@ -87,12 +88,12 @@ def can_run_slurm() -> tuple[bool, str]:
     if not ok:
         return ok, why
     for prog in DAEMONS:
-        if _which(prog) is None:
+        if find_program(prog) is None:
             return False, f"`{prog}` not found (install slurm-wlm and munge: `make venv`)"
     return True, ""
 
 
-def _which(prog: str) -> str | None:
+def find_program(prog: str) -> str | None:
     """Full path of ``prog`` on PATH or in /usr/sbin (daemons live there), else None."""
     return shutil.which(prog) or shutil.which(prog, path="/usr/sbin:/sbin")
 
@@ -122,7 +123,8 @@ class SlurmCluster:
     (default ``ds<pid % 100000>``); ``ready_timeout``: seconds for the daemons to be ready.
     After ``__enter__``: ``tmp`` (the temporary folder), ``conf`` (slurm.conf path),
     ``sim`` (the SimulatedCluster: the nodes, then LOGIN), ``login`` (LOGIN, where clients
-    run). Node i has address 198.18.0.(10+i), the login node the next one.
+    run). Node i has address 198.18.0.(10+i), the login node the next one. ``ssh=True``
+    also starts one sshd per node on SSH_PORT (root, key only) and sets ``ssh_wrapper``.
 
     Raises SlurmError (with the daemon's log tail) when a daemon fails or is not ready in
     time, SimulationError when namespaces cannot be made; in both cases after cleaning up.
@@ -133,10 +135,12 @@ class SlurmCluster:
         nodes: list[str] | None = None,
         prefix: str | None = None,
         ready_timeout: float = READY_TIMEOUT_S,
+        ssh: bool = False,
     ) -> None:
         self.nodes = list(nodes or NODES)
         self.prefix = prefix if prefix is not None else f"ds{os.getpid() % 100000}"
         self.ready_timeout = ready_timeout
+        self.ssh = ssh
         if LOGIN in self.nodes:
             raise ValueError(f"{LOGIN!r} is the login node's name; not usable as a node")
         self.login = LOGIN
@@ -189,7 +193,7 @@ class SlurmCluster:
         self._daemon(
             "munged",
             [
-                _which("munged") or "munged", "-F", "--force",
+                find_program("munged") or "munged", "-F", "--force",
                 f"--socket={self.munge_socket}", f"--key-file={key}",
                 f"--pid-file={self.tmp / 'run' / 'munged.pid'}",
                 f"--log-file={self.tmp / 'log' / 'munged.log'}",
@@ -203,17 +207,51 @@ class SlurmCluster:
         (self.tmp / "cgroup.conf").write_text(CGROUP_CONF)
         self._daemon(
             "slurmctld",
-            [_which("slurmctld") or "slurmctld", "-D", "-i", "-f", str(self.conf)],
+            [find_program("slurmctld") or "slurmctld", "-D", "-i", "-f", str(self.conf)],
             self.login,
         )
         self._wait("slurmctld", self._ctld_answers, "slurmctld.log")
         for node in self.nodes:
             self._daemon(
                 f"slurmd {node}",
-                [_which("slurmd") or "slurmd", "-D", "-N", node, "-f", str(self.conf)],
+                [find_program("slurmd") or "slurmd", "-D", "-N", node, "-f", str(self.conf)],
                 node,
             )
         self._wait("every node idle", self._all_idle, "slurmctld.log")
+        if self.ssh:
+            self._start_sshd()
+
+    def _start_sshd(self) -> None:
+        """One ``sshd -D`` per node on SSH_PORT (Backend.AI's port), root by key only, every
+        key and file in tmp/ssh; ``ssh_wrapper`` runs ssh with our client config (for
+        ``mpirun --mca plm_rsh_agent`` and ``mpiexec -launcher-exec``). Waits (bounded)
+        until ``ssh <node> true`` works from the login node for every node."""
+        d = self.tmp / "ssh"
+        d.mkdir(mode=0o700)
+        keygen = find_program("ssh-keygen") or "ssh-keygen"
+        for key in ("host_ed25519", "id_ed25519"):
+            subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)],
+                           check=True, timeout=30, capture_output=True)
+        (d / "authorized_keys").write_text((d / "id_ed25519.pub").read_text())
+        # sshd refuses to start without its privilege separation folder (Debian's tmpfiles
+        # create it at boot; a container may not have it). Empty, root-owned: left in place.
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        for node in self.nodes:
+            cfg = d / f"sshd_config.{node}"
+            cfg.write_text(SSHD_CONFIG.format(
+                port=SSH_PORT, addr=self.sim.addresses[node], dir=d, node=node))
+            sshd = find_program("sshd") or "sshd"
+            self._daemon(f"sshd {node}", [sshd, "-D", "-e", "-f", str(cfg)], node)
+        (d / "ssh_config").write_text(SSH_CONFIG.format(port=SSH_PORT, dir=d))
+        self.ssh_wrapper = d / "ssh"
+        self.ssh_wrapper.write_text(f'#!/bin/sh\nexec ssh -F {d / "ssh_config"} "$@"\n')
+        self.ssh_wrapper.chmod(0o755)
+        self._wait("sshd on every node", self._all_ssh, "sshd.gpu-a100-09.out")
+
+    def _all_ssh(self) -> bool:
+        return all(
+            self.run([str(self.ssh_wrapper), n, "true"], timeout=10).ok for n in self.nodes
+        )
 
     def _daemon(self, name: str, argv: list[str], node: str) -> None:
         """Start a foreground daemon in ``node``'s namespace; output to log/<name>.out."""
@@ -346,6 +384,36 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
             time.sleep(0.3)
         raise SlurmError(f"jobs still queued after {timeout}s: {res.stdout.strip()}")
 
+
+#: TCP port of every node's sshd (the one Backend.AI uses between containers).
+SSH_PORT = 2200
+
+SSHD_CONFIG = """\
+Port {port}
+ListenAddress {addr}
+HostKey {dir}/host_ed25519
+PidFile {dir}/sshd.{node}.pid
+AuthorizedKeysFile {dir}/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PrintMotd no
+"""
+
+SSH_CONFIG = """\
+Host *
+  Port {port}
+  User root
+  IdentityFile {dir}/id_ed25519
+  IdentitiesOnly yes
+  BatchMode yes
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  GlobalKnownHostsFile /dev/null
+  LogLevel ERROR
+"""
 
 #: Nothing constrained: Slurm runs without touching cgroups (task/none, proctrack/linuxproc).
 CGROUP_CONF = """\
