@@ -17,7 +17,8 @@ a fixed order, one after the other), node names, addresses, task layout. The clu
 temporary folder (in SLURM_CONF, SLURM_HOSTFILE) is replaced by RUN_DIR; ports (srun's,
 mpirun's URIs) and pids vary per run and are kept as recorded.
 
-Importable: ``load_fixture``, ``load_env``, ``dump_env``, ``kept``, ``SCENARIOS``, ``FIXTURES``.
+Importable: ``record_all``, ``stable``, ``load_fixture``, ``load_env``, ``dump_env``, ``kept``,
+``SCENARIOS``, ``FIXTURES``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from slurmcluster import NODES, SSH_PORT, SlurmCluster, SlurmError, find_program
 
-__all__ = ["FIXTURES", "RAN_ON", "RUN_DIR", "SCENARIOS", "Scenario", "dump_env", "kept", "load_env",
-           "load_fixture"]
+__all__ = [
+    "FIXTURES",
+    "RAN_ON",
+    "RUN_DIR",
+    "SCENARIOS",
+    "VARYING",
+    "Scenario",
+    "dump_env",
+    "kept",
+    "load_env",
+    "load_fixture",
+    "record_all",
+    "stable",
+]
 
 #: Where the fixtures live (one folder per scenario).
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
@@ -362,13 +375,12 @@ run, no host key checks). `$OUT` below is the scenario's output folder; each tas
 """
 
 
-def main(argv: list[str]) -> int:
-    """Record the scenarios named in ``argv`` (default: all); 0 when all of them worked."""
-    names = argv or list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown:
-        print(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
-        return 2
+def record_all(
+    names: list[str], log: bool = True
+) -> tuple[dict[str, dict[str, Recorded]], dict[str, str]]:
+    """Record ``names`` (in SCENARIOS order) on one fresh cluster. Returns (scenario -> task ->
+    Recorded, scenario -> why it was not recorded). A scenario whose program is missing or
+    whose run fails is reported in the second dict, the others still run."""
     results: dict[str, dict[str, Recorded]] = {}
     skipped: dict[str, str] = {}
     ssh = any(SCENARIOS[n].ssh for n in names) and find_program("sshd") is not None
@@ -387,11 +399,40 @@ def main(argv: list[str]) -> int:
                 results[name] = record(slurm, name)
             except SlurmError as exc:
                 skipped[name] = str(exc).splitlines()[0][:200]
-                print(exc, file=sys.stderr)
+                if log:
+                    print(exc, file=sys.stderr)
                 continue
-            print(f"{name}: {len(results[name])} task(s)", flush=True)
+            if log:
+                print(f"{name}: {len(results[name])} task(s)", flush=True)
+    return results, skipped
+
+
+def stable(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the variables whose values differ from run to run (VARYING): what two
+    recordings of the same scenario must agree on exactly."""
+    return {k: v for k, v in env.items() if not VARYING.search(k)}
+
+
+#: Names whose values change per run (found by diffing two recordings): ports, pids, the
+#: controller's port in SLURM_WORKING_CLUSTER, Open MPI/PMIx job ids, URIs, session paths.
+VARYING = re.compile(
+    r"_PORT$|^SLURM_TASK_PID$|^SLURM_WORKING_CLUSTER$|_uri$|^PMIX_SERVER_(URI|TMPDIR)|"
+    r"^PMIX_(NAMESPACE|ID)$|^PMIX_DSTORE_|^OMPI_MCA_orte_(precondition_transports|"
+    r"jobfam_session_dir)$|^OMPI_MCA_ess_base_jobid$|^OMPI_FILE_LOCATION$"
+)
+
+
+def main(argv: list[str]) -> int:
+    """Record the scenarios named in ``argv`` (default: all) into FIXTURES (README.md too when
+    all are recorded); 0 when all of them worked, 1 when some were not, 2 on a bad name."""
+    names = argv or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
+        return 2
+    results, skipped = record_all(names)
     write_fixtures(results)
-    if argv == [] or set(names) == set(SCENARIOS):
+    if set(names) == set(SCENARIOS):
         write_readme(list(results), skipped)
     return 0 if not skipped else 1
 

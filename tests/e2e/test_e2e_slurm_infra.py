@@ -1,7 +1,8 @@
 """The real-Slurm harness itself (tests/e2e/slurmcluster.py): a job runs on every node, and
 every daemon, namespace and temporary folder is gone afterwards, also after a failed setup and
-after Ctrl-C. Needs root, ``ip netns``, slurm-wlm and munge: skipped without them, FAILS under
-CI=true (helpers.require)."""
+after Ctrl-C; and the recorder (record_envs.py) reproduces the recorded fixtures. Needs root,
+``ip netns``, slurm-wlm and munge (the recorder test also Open MPI, MPICH, script, sshd):
+skipped without them, FAILS under CI=true (helpers.require)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
 
+from record_envs import FIXTURES, SCENARIOS, load_fixture, record_all, stable
 from simcluster import NETNS_ETC, NETNS_RUN
-from slurmcluster import NODELIST, NODES, SlurmCluster, SlurmError, can_run_slurm
+from slurmcluster import NODELIST, NODES, SlurmCluster, SlurmError, can_run_slurm, find_program
 
 from helpers import require
 
@@ -102,3 +104,21 @@ def test_ctrl_c_removes_everything() -> None:
             child.kill()
             child.wait(timeout=10)
     assert _leftovers(prefix, tmp) == []
+
+
+def test_a_fresh_recording_matches_the_fixtures() -> None:
+    """Every scenario re-recorded on a new cluster gives the fixtures' tasks, on the same
+    nodes, with the same values (except the VARYING ones): the golden tests' oracle is what
+    the installed Slurm/Open MPI/MPICH do today, not a one-off."""
+    _require_slurm()
+    for prog in ("mpirun.openmpi", "mpiexec.mpich", "script", "sshd"):
+        require(find_program(prog) is not None, f"`{prog}` not installed")
+    results, skipped = record_all(list(SCENARIOS), log=False)
+    assert skipped == {}
+    for name, tasks in results.items():
+        fixtures = {f.stem: load_fixture(f) for f in sorted((FIXTURES / name).glob("*.env"))}
+        assert sorted(tasks) == sorted(fixtures), name
+        for task, (host, env) in tasks.items():
+            want_host, want_env = fixtures[task]
+            assert (name, task, host) == (name, task, want_host)
+            assert stable(env) == stable(want_env), f"{name}/{task}"
