@@ -28,6 +28,7 @@ managers:
 	command -v munged >/dev/null || missing="$$missing munge"; \
 	command -v mpirun.openmpi >/dev/null || missing="$$missing openmpi-bin"; \
 	command -v mpiexec.mpich >/dev/null || missing="$$missing mpich"; \
+	dpkg -s libpmix-dev >/dev/null 2>&1 || missing="$$missing libpmix-dev"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 

@@ -11,6 +11,7 @@ a source would also use. No root needed: this only reads files.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -36,7 +37,8 @@ JOB_IDS: dict[str, str | None] = {
     "srun-block": "1", "srun-cyclic": "2", "srun-uneven": "3", "srun-arbitrary": "4",
     "sbatch-3node": "5", "sbatch-1node": "6", "salloc-shell": "7", "srun-pty": "8",
     "srun-pmi2": "9", "ompi-in-salloc": "10", "ompi-in-sbatch": "11", "mpich-in-salloc": "12",
-    "mpich-in-sbatch": "13", "ompi-ssh": None, "mpich-ssh": None,
+    "mpich-in-sbatch": "13", "srun-pmix": "14", "srun-cray-shasta": "15", "ompi-ssh": None,
+    "mpich-ssh": None,
 }
 
 
@@ -116,7 +118,7 @@ def test_srun_block_layout() -> None:
 
 
 @pytest.mark.parametrize("name", ["srun-block", "srun-cyclic", "srun-uneven", "srun-arbitrary",
-                                  "srun-pty", "srun-pmi2"])
+                                  "srun-pty", "srun-pmi2", "srun-pmix", "srun-cray-shasta"])
 def test_slurmd_nodename_is_the_real_node_and_hostname_is_not(name: str) -> None:
     for host, env in scenario(name).values():
         assert env["SLURMD_NODENAME"] == host
@@ -189,6 +191,35 @@ def test_srun_pmi2_adds_slurm_pmi_variables_that_agree() -> None:
     # mapping is a PMI2 key, not a variable): a local rank never comes from PMI_* here.
     assert common("srun-pmi2", "MPI_LOCALRANKID") == "<unset>"
     assert common("srun-pmi2", "SLURM_PMI2_PROC_MAPPING") == "<unset>"
+
+
+def test_srun_pmix_gives_a_rank_and_a_mapping_but_no_size() -> None:
+    assert step_table("srun-pmix") == step_table("srun-block")
+    for host, env in scenario("srun-pmix").values():
+        assert env["PMIX_RANK"] == env["SLURM_PROCID"]
+        assert env["PMIX_HOSTNAME"] == host
+        # The PMIx server is node-local (loopback): never a master address (3.4).
+        assert re.fullmatch(r"pmix-server\.\d+;tcp4://127\.0\.0\.1:\d+", env["PMIX_SERVER_URI41"])
+        # PMIx alone gives a rank but no size; no PMI-1/2 variables either.
+        assert [k for k in env if k.startswith("PMI_") or k.startswith("PMIX_SIZE")] == []
+    assert common("srun-pmix", "PMIX_NAMESPACE") == "slurm.pmix.14.0"
+    # Node layout vector: (vector,(first node, node count, tasks per node)).
+    assert common("srun-pmix", "SLURM_PMIX_MAPPING_SERV") == "(vector,(0,3,2))"
+    assert common("srun-pmix", "SLURM_MPI_TYPE") == "pmix"
+
+
+def test_srun_cray_shasta_sets_only_pals_ids() -> None:
+    # Slurm's plugin (src/plugins/mpi/cray_shasta/mpi_cray_shasta.c, mpi_p_slurmstepd_task)
+    # sets PALS_APID, PALS_RANKID, PALS_NODEID, PALS_SPOOL_DIR, PALS_APINFO only: no
+    # PALS_LOCAL_RANKID and no PMI_* (those come from HPE's own PALS launcher).
+    assert step_table("srun-cray-shasta") == step_table("srun-block")
+    for host, env in scenario("srun-cray-shasta").values():
+        assert env["PALS_RANKID"] == env["SLURM_PROCID"]
+        assert env["PALS_NODEID"] == env["SLURM_NODEID"]
+        assert sorted(k for k in env if k.startswith(("PALS_", "PMI"))) == [
+            "PALS_APID", "PALS_APINFO", "PALS_NODEID", "PALS_RANKID", "PALS_SPOOL_DIR"]
+        assert env["PALS_SPOOL_DIR"] == f"{RUN_DIR}/spool/{host}/mpi_cray_shasta/15.0"
+    assert common("srun-cray-shasta", "PALS_APID") == "15.0"  # <job id>.<step id>
 
 
 # -- 3.2 batch script and salloc shell ---------------------------------------------------------

@@ -233,6 +233,16 @@ SCENARIOS: dict[str, Scenario] = {
         batch=True,
         needs="mpiexec.mpich",
     ),
+    "srun-pmix": Scenario(
+        ("srun", "--mpi=pmix", "-N3", "--ntasks-per-node=2", "sh", "-c",
+         _cap("task$SLURM_PROCID")),
+        "srun --mpi=pmix step (Slurm's PMIx v4 plugin; needs libpmix-dev for libpmix.so)",
+    ),
+    "srun-cray-shasta": Scenario(
+        ("srun", "--mpi=cray_shasta", "-N3", "--ntasks-per-node=2", "sh", "-c",
+         _cap("task$SLURM_PROCID")),
+        "srun --mpi=cray_shasta step (Slurm's Cray PALS plugin)",
+    ),
     "ompi-ssh": Scenario(
         (*_OMPI, "--mca", "plm_rsh_agent", "{ssh}", "-H", _HOSTS_2, "-np", "6",
          "sh", "-c", _cap(_OMPI_TASK)),

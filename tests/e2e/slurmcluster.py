@@ -182,7 +182,7 @@ class SlurmCluster:
 
     def _start(self) -> None:
         """munged, then slurmctld, then every slurmd; each waited for (bounded)."""
-        for d in ("state", "spool", "log", "run", "shared"):
+        for d in ("state", "spool", "log", "run", "shared", "nodetmp"):
             (self.tmp / d).mkdir(mode=0o755)
         # munged refuses a group/world-writable path to its socket and key.
         os.chmod(self.tmp, 0o755)
@@ -212,9 +212,20 @@ class SlurmCluster:
         )
         self._wait("slurmctld", self._ctld_answers, "slurmctld.log")
         for node in self.nodes:
+            # Each node's TmpFS is its own (as on separate machines): slurmd runs in a mount
+            # namespace where tmp/nodetmp.<node> is mounted over tmp/nodetmp. Why: Slurm's
+            # PMIx plugin makes <TmpFS>/spmix_appdir_<uid>_<job>.<step> on every node and
+            # fails with EEXIST when the nodes share one folder.
+            private = self.tmp / f"nodetmp.{node}"
+            private.mkdir(mode=0o755)
             self._daemon(
                 f"slurmd {node}",
-                [find_program("slurmd") or "slurmd", "-D", "-N", node, "-f", str(self.conf)],
+                [
+                    "unshare", "-m", "--propagation", "private", "sh", "-c",
+                    'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh",
+                    str(private), str(self.tmp / "nodetmp"),
+                    find_program("slurmd") or "slurmd", "-D", "-N", node, "-f", str(self.conf),
+                ],
                 node,
             )
         self._wait("every node idle", self._all_idle, "slurmctld.log")
@@ -315,6 +326,7 @@ CredType=cred/munge
 AuthInfo=socket={self.munge_socket}
 StateSaveLocation={t}/state
 SlurmdSpoolDir={t}/spool/%n
+TmpFS={t}/nodetmp
 SlurmctldPidFile={t}/run/slurmctld.pid
 SlurmdPidFile={t}/run/slurmd.%n.pid
 SlurmctldLogFile={t}/log/slurmctld.log
