@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -173,7 +174,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "srun-uneven": Scenario(
         ("srun", "-N3", "-n5", "sh", "-c", _cap("task$SLURM_PROCID")),
-        "srun step, 5 tasks on 3 nodes (2,2,1)",
+        "srun step, 5 tasks on 3 nodes: block fills the first node's 4 CPUs first (3,1,1)",
     ),
     "srun-arbitrary": Scenario(
         ("env", "SLURM_HOSTFILE={out}/hostfile", "srun", "-m", "arbitrary", "-n4",
@@ -339,7 +340,7 @@ def write_readme(names: list[str], skipped: Mapping[str, str]) -> None:
     vers = "\n".join(f"- `{k}`: {v}" for k, v in _versions().items())
     rows = []
     for name, sc in SCENARIOS.items():
-        cmd = " ".join(sc.argv).replace("{out}", "$OUT").replace("{ssh}", "$RUN/ssh/ssh")
+        cmd = shlex.join(sc.argv).replace("{out}", "$OUT").replace("{ssh}", "$RUN/ssh/ssh")
         state = "recorded" if name in names else f"NOT recorded: {skipped.get(name, 'not run')}"
         rows.append(f"### {name}\n\n{sc.about}. {state}.\n\n```\n{cmd}\n```\n")
         if name in _JOB_SCRIPTS:
@@ -376,7 +377,8 @@ shell exports), in `$RUN/shared`: tasks inherit that HOSTNAME, which is NOT thei
 name. The cluster's temporary folder (`$RUN`) is written as `{run_dir}`; ports and pids
 are as recorded.
 `$RUN/ssh/ssh` runs `ssh -F $RUN/ssh/ssh_config` (port {ssh_port}, root, a key made for the
-run, no host key checks). `$OUT` below is the scenario's output folder; each task runs
+run, no host key checks). `$OUT` below is the scenario's output folder, substituted before
+the run (commands are argv, quoted as by `shlex.join`); each task runs
 `env -0 >$OUT/<task>.env0; uname -n >$OUT/<task>.host`.
 
 ## Scenarios
