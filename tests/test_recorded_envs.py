@@ -388,7 +388,7 @@ def test_ompi_over_ssh_has_ranks_and_no_slurm() -> None:
         assert "HOSTNAME" not in env
     assert common("ompi-ssh", "OMPI_MCA_plm") == "rsh"
     assert ";tcp://198.18.0.13:" in common("ompi-ssh", "OMPI_MCA_orte_hnp_uri")
-    # Slots, not processes (3.3): 2 per -H entry plus mpirun's own host (login, no rank).
+    # Not a process count (3.3): 8 although -H lists 6 slots and 6 ranks run.
     assert common("ompi-ssh", "OMPI_UNIVERSE_SIZE") == "8"
     assert common("ompi-ssh", "OMPI_COMM_WORLD_SIZE") == "6"
 

@@ -381,6 +381,33 @@ run, no host key checks). `$OUT` below is the scenario's output folder, substitu
 the run (commands are argv, quoted as by `shlex.join`); each task runs
 `env -0 >$OUT/<task>.env0; uname -n >$OUT/<task>.host`.
 
+## What the recordings show (pinned by tests/test_recorded_envs.py)
+
+- `HOSTNAME` in a task is the submitting shell's (`login`), never the task's node; in a batch
+  script it is the batch node's, and every step started there copies that.
+- `ENVIRONMENT=BATCH` is inherited by the tasks of an `srun` inside a batch script.
+- `-N3 -n5` gives `SLURM_STEP_TASKS_PER_NODE=3,1(x2)` (block fills the first node), not 2,2,1.
+- `-m arbitrary`: `SLURM_NODEID` is the position in the sorted step node list, so rank 0 is
+  on `SLURM_NODEID=2` (`gpu-a100-11`); the node whose `SLURM_GTIDS` holds 0 is the master.
+- Open MPI `mpirun` in `salloc` (on the login node): ranks see the orted step
+  (`SLURM_STEP_NUM_TASKS=3`, one per node) beside `OMPI_COMM_WORLD_SIZE=6`. In a batch
+  script, the ranks on the batch node are mpirun's own children (no `SLURM_STEP_*`), the
+  others are in a 2-node step whose `SLURM_NODEID` is 0 on `gpu-a100-10`.
+- MPICH 4.0 Hydra in a batch script copies mpiexec's `SLURMD_NODENAME` and `SLURM_GTIDS`
+  into every rank (its Slurm bootstrap withholds only a fixed list of `SLURM_*` names,
+  pmodels/mpich `src/pm/hydra/tools/bootstrap/external/slurm_env.c`), so
+  `SLURMD_NODENAME == hosts[SLURM_NODEID]` fails on the other nodes.
+- `--mpi=pmi2`: `PMI_RANK`, `PMI_SIZE`, `PMI_FD`, `PMI_JOBID=<job>.<step>`; no local rank
+  and no `SLURM_PMI2_PROC_MAPPING` variable.
+- `--mpi=pmix`: `PMIX_RANK`, `PMIX_NAMESPACE=slurm.pmix.<job>.<step>`,
+  `SLURM_PMIX_MAPPING_SERV=(vector,(0,3,2))`, a loopback `PMIX_SERVER_URI*`; no size.
+- `--mpi=cray_shasta`: only `PALS_APID`, `PALS_RANKID`, `PALS_NODEID`, `PALS_SPOOL_DIR`,
+  `PALS_APINFO` (no `PMI_*`, no `PALS_LOCAL_RANKID`: Slurm's
+  `src/plugins/mpi/cray_shasta/mpi_cray_shasta.c` sets no more).
+- Open MPI over SSH: no `SLURM_*`, no `HOSTNAME`; `OMPI_UNIVERSE_SIZE=8` although `-H`
+  lists 6 slots and `OMPI_COMM_WORLD_SIZE=6`: never a process count.
+- `srun --pty`: `SLURM_PTY_PORT` set, one task (`SLURM_STEP_NUM_TASKS=1`).
+
 ## Scenarios
 
 {scenarios}

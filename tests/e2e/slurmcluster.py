@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Self
 
@@ -272,12 +272,12 @@ class SlurmCluster:
                 node, argv, self.client_env(), inherit=False, stdout=out,
                 stderr=subprocess.STDOUT))
 
-    def _wait(self, what: str, ready: object, log: str) -> None:
+    def _wait(self, what: str, ready: Callable[[], bool], log: str) -> None:
         """Poll ``ready()`` until true; SlurmError with the tail of ``log`` after the timeout
         or when a daemon we started has exited."""
         deadline = time.monotonic() + self.ready_timeout
         while True:
-            if ready():  # type: ignore[operator]
+            if ready():
                 return
             dead = [p for p in self._daemons if p.poll() is not None]
             if dead or time.monotonic() >= deadline:
