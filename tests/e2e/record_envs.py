@@ -303,7 +303,7 @@ def record(slurm: SlurmCluster, name: str, timeout: float = 60.0) -> dict[str, R
         script = out / "job.sh"
         script.write_text(_JOB_SCRIPTS[name].replace("{out}", str(out)))
         script.chmod(0o755)
-    ssh = str(getattr(slurm, "ssh_wrapper", "{ssh}"))
+    ssh = str(slurm.ssh_wrapper or "{ssh}")
     argv = [a.replace("{out}", str(out)).replace("{ssh}", ssh) for a in sc.argv]
     res = slurm.run(argv, timeout=timeout)
     if not res.ok:

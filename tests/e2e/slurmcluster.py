@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shlex
 import shutil
 import socket
 import subprocess
@@ -150,6 +151,7 @@ class SlurmCluster:
         self.ctld_port, self.slurmd_port = _free_port_pair()
         self._entered = False
         self._daemons: list[subprocess.Popen[bytes]] = []
+        self.ssh_wrapper: Path | None = None  # set when ssh=True, after __enter__
 
     # -- setup / teardown ----------------------------------------------------------------
 
@@ -255,11 +257,13 @@ class SlurmCluster:
             self._daemon(f"sshd {node}", [sshd, "-D", "-e", "-f", str(cfg)], node)
         (d / "ssh_config").write_text(SSH_CONFIG.format(port=SSH_PORT, dir=d))
         self.ssh_wrapper = d / "ssh"
-        self.ssh_wrapper.write_text(f'#!/bin/sh\nexec ssh -F {d / "ssh_config"} "$@"\n')
+        config = shlex.quote(str(d / "ssh_config"))
+        self.ssh_wrapper.write_text(f'#!/bin/sh\nexec ssh -F {config} "$@"\n')
         self.ssh_wrapper.chmod(0o755)
-        self._wait("sshd on every node", self._all_ssh, "sshd.gpu-a100-09.out")
+        self._wait("sshd on every node", self._all_ssh, f"sshd.{self.nodes[0]}.out")
 
     def _all_ssh(self) -> bool:
+        assert self.ssh_wrapper is not None
         return all(
             self.run([str(self.ssh_wrapper), n, "true"], timeout=10).ok for n in self.nodes
         )
