@@ -155,6 +155,12 @@ def _cap(name: str) -> str:
     return f"env -0 >{{out}}/{name}.env0; uname -n >{{out}}/{name}.host"
 
 
+def _srun(*options: str) -> tuple[str, ...]:
+    """argv of an srun step with ``options`` whose every task records itself as
+    task<SLURM_PROCID>."""
+    return ("srun", *options, "sh", "-c", _cap("task$SLURM_PROCID"))
+
+
 _OMPI = ("mpirun.openmpi", "--allow-run-as-root")
 _OMPI_TASK = "rank$OMPI_COMM_WORLD_RANK"
 _MPICH = ("mpiexec.mpich", "-launcher", "slurm")
@@ -164,21 +170,19 @@ _ORDER = ",".join([NODES[2], NODES[0], NODES[1], NODES[2]])  # rank 0 on the LAS
 #: Scenario name -> Scenario, in recording order (job ids depend on it).
 SCENARIOS: dict[str, Scenario] = {
     "srun-block": Scenario(
-        ("srun", "-N3", "--ntasks-per-node=2", "sh", "-c", _cap("task$SLURM_PROCID")),
+        _srun("-N3", "--ntasks-per-node=2"),
         "srun step, block distribution (default), 2 tasks on each of 3 nodes",
     ),
     "srun-cyclic": Scenario(
-        ("srun", "-N3", "--ntasks-per-node=2", "-m", "cyclic", "sh", "-c",
-         _cap("task$SLURM_PROCID")),
+        _srun("-N3", "--ntasks-per-node=2", "-m", "cyclic"),
         "srun step, cyclic distribution: rank r on node r mod 3",
     ),
     "srun-uneven": Scenario(
-        ("srun", "-N3", "-n5", "sh", "-c", _cap("task$SLURM_PROCID")),
+        _srun("-N3", "-n5"),
         "srun step, 5 tasks on 3 nodes: block fills the first node's 4 CPUs first (3,1,1)",
     ),
     "srun-arbitrary": Scenario(
-        ("env", "SLURM_HOSTFILE={out}/hostfile", "srun", "-m", "arbitrary", "-n4",
-         "sh", "-c", _cap("task$SLURM_PROCID")),
+        ("env", "SLURM_HOSTFILE={out}/hostfile", *_srun("-m", "arbitrary", "-n4")),
         f"srun -m arbitrary, SLURM_HOSTFILE lines {_ORDER}: rank 0 on the last node",
     ),
     "sbatch-3node": Scenario(
@@ -203,8 +207,7 @@ SCENARIOS: dict[str, Scenario] = {
         needs="script",
     ),
     "srun-pmi2": Scenario(
-        ("srun", "--mpi=pmi2", "-N3", "--ntasks-per-node=2", "sh", "-c",
-         _cap("task$SLURM_PROCID")),
+        _srun("--mpi=pmi2", "-N3", "--ntasks-per-node=2"),
         "srun --mpi=pmi2 step: Slurm's PMI2 variables besides the step's",
     ),
     "ompi-in-salloc": Scenario(
@@ -235,13 +238,11 @@ SCENARIOS: dict[str, Scenario] = {
         needs="mpiexec.mpich",
     ),
     "srun-pmix": Scenario(
-        ("srun", "--mpi=pmix", "-N3", "--ntasks-per-node=2", "sh", "-c",
-         _cap("task$SLURM_PROCID")),
+        _srun("--mpi=pmix", "-N3", "--ntasks-per-node=2"),
         "srun --mpi=pmix step (Slurm's PMIx v4 plugin; needs libpmix-dev for libpmix.so)",
     ),
     "srun-cray-shasta": Scenario(
-        ("srun", "--mpi=cray_shasta", "-N3", "--ntasks-per-node=2", "sh", "-c",
-         _cap("task$SLURM_PROCID")),
+        _srun("--mpi=cray_shasta", "-N3", "--ntasks-per-node=2"),
         "srun --mpi=cray_shasta step (Slurm's Cray PALS plugin)",
     ),
     "ompi-ssh": Scenario(
