@@ -138,8 +138,9 @@ def parse_reserved_ports(text: str) -> frozenset[int]:
     for item in text.strip().split(","):
         if not item:
             continue
-        lo, _, hi = item.partition("-")
-        hi = hi or lo
+        lo, dash, hi = item.partition("-")
+        if not dash:
+            hi = lo
         if not (lo.isascii() and lo.isdigit() and hi.isascii() and hi.isdigit()):
             raise ValueError(f"ports and port ranges separated by commas, not {item!r}")
         ports.update(range(int(lo), int(hi) + 1))
