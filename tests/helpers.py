@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,11 @@ def require(ok: bool, reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true but this test cannot run: {reason}")
     pytest.skip(reason)
+
+
+def value_error(function: Callable[..., object], *args: object, **kwargs: object) -> str:
+    """The text of the ValueError that ``function(*args, **kwargs)`` raises (fails if none):
+    the pure parsers' messages complete a sentence "expected ..." and are asserted exactly."""
+    with pytest.raises(ValueError) as caught:
+        function(*args, **kwargs)
+    return str(caught.value)

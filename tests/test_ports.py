@@ -7,6 +7,7 @@ import binascii
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from derive_env.ports import (
     read_ephemeral_range,
     read_reserved_ports,
 )
+from helpers import value_error
 
 
 def _documented(manager: str, job: str, step: str, high: int = 60999) -> tuple[int, int, int]:
@@ -124,9 +126,10 @@ def test_granted_ports_need_no_window() -> None:
     ],
 )
 def test_errors(ephemeral: tuple[int, int], reserved: frozenset[int], expected: str) -> None:
-    with pytest.raises(ValueError) as caught:
-        job_ports("slurm", "123", "0", ephemeral=ephemeral, reserved=reserved)
-    assert str(caught.value) == expected
+    assert (
+        value_error(job_ports, "slurm", "123", "0", ephemeral=ephemeral, reserved=reserved)
+        == expected
+    )
 
 
 def test_two_free_ports_are_not_enough_but_three_are() -> None:
@@ -199,9 +202,10 @@ def test_read_ephemeral_range(tmp_path: Path) -> None:
     assert read_ephemeral_range(str(tmp_path / "missing")) == DEFAULT_EPHEMERAL_RANGE
     assert DEFAULT_EPHEMERAL_RANGE == (32768, 60999)
     path.write_bytes(b"\xff\n")
-    with pytest.raises(ValueError) as caught:
-        read_ephemeral_range(str(path))
-    assert str(caught.value) == "two port numbers 'low high', not '\ufffd\\n'"
+    assert (
+        value_error(read_ephemeral_range, str(path))
+        == "two port numbers 'low high', not '\ufffd\\n'"
+    )
 
 
 def test_read_this_machines_range() -> None:
@@ -221,30 +225,24 @@ def test_read_reserved_ports(tmp_path: Path) -> None:
     assert read_reserved_ports(str(tmp_path / "missing")) == frozenset()
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("", "two port numbers 'low high', not ''"),
-        ("32768", "two port numbers 'low high', not '32768'"),
-        ("32768 60999 1", "two port numbers 'low high', not '32768 60999 1'"),
-        ("32768 -1", "two port numbers 'low high', not '32768 -1'"),
-    ],
-)
-def test_parse_port_range_errors(text: str, expected: str) -> None:
-    with pytest.raises(ValueError) as caught:
-        parse_port_range(text)
-    assert str(caught.value) == expected
+_RANGE, _RESERVED = parse_port_range, parse_reserved_ports
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("parse", "text", "expected"),
     [
-        ("8080,x", "ports and port ranges separated by commas, not 'x'"),
-        ("9000-", "ports and port ranges separated by commas, not '9000-'"),
-        ("9000-9001-9002", "ports and port ranges separated by commas, not '9000-9001-9002'"),
+        (_RANGE, "", "two port numbers 'low high', not ''"),
+        (_RANGE, "32768", "two port numbers 'low high', not '32768'"),
+        (_RANGE, "32768 60999 1", "two port numbers 'low high', not '32768 60999 1'"),
+        (_RANGE, "32768 -1", "two port numbers 'low high', not '32768 -1'"),
+        (_RESERVED, "8080,x", "ports and port ranges separated by commas, not 'x'"),
+        (_RESERVED, "9000-", "ports and port ranges separated by commas, not '9000-'"),
+        (
+            _RESERVED,
+            "9000-9001-9002",
+            "ports and port ranges separated by commas, not '9000-9001-9002'",
+        ),
     ],
 )
-def test_parse_reserved_ports_errors(text: str, expected: str) -> None:
-    with pytest.raises(ValueError) as caught:
-        parse_reserved_ports(text)
-    assert str(caught.value) == expected
+def test_parse_errors(parse: Callable[[str], object], text: str, expected: str) -> None:
+    assert value_error(parse, text) == expected

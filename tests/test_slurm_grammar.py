@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -21,7 +22,7 @@ from derive_env.sources.slurm_grammar import (
     expand_tasks_per_node,
     parse_resv_ports,
 )
-from helpers import require
+from helpers import require, value_error
 
 try:
     import hostlist as python_hostlist  # python-hostlist, the [test] extra
@@ -133,15 +134,14 @@ ERRORS = [
 
 @pytest.mark.parametrize(("text", "expected"), ERRORS, ids=[text[:30] for text, _ in ERRORS])
 def test_expand_hostlist_errors(text: str, expected: str) -> None:
-    with pytest.raises(ValueError) as caught:
-        expand_hostlist(text)
-    assert str(caught.value) == expected
+    assert value_error(expand_hostlist, text) == expected
 
 
 def test_too_many_items_in_one_bracket() -> None:
-    with pytest.raises(ValueError) as caught:
-        expand_hostlist("n[" + ",".join(["1"] * (256 * 1024 + 1)) + "]")
-    assert str(caught.value) == "at most 262144 items in one bracket, not 262145"
+    assert (
+        value_error(expand_hostlist, "n[" + ",".join(["1"] * (256 * 1024 + 1)) + "]")
+        == "at most 262144 items in one bracket, not 262145"
+    )
 
 
 # --- differential: python-hostlist --------------------------------------------------------
@@ -294,29 +294,6 @@ def test_expand_tasks_per_node(text: str, counts: tuple[int, ...]) -> None:
     assert expand_tasks_per_node(text) == counts
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("", "items N or N(xK) with N a task count 0-65535, not ''"),
-        ("1,,2", "items N or N(xK) with N a task count 0-65535, not ''"),
-        ("2(x0)", "items N or N(xK) with K >= 1, not '2(x0)'"),
-        ("2(x3)x", "items N or N(xK) with K >= 1, not '2(x3)x'"),
-        ("2(x)", "items N or N(xK) with K >= 1, not '2(x)'"),
-        ("2(3)", "items N or N(xK) with N a task count 0-65535, not '2(3)'"),
-        ("2 (x3)", "items N or N(xK) with N a task count 0-65535, not '2 (x3)'"),
-        ("-1", "items N or N(xK) with N a task count 0-65535, not '-1'"),
-        ("+1", "items N or N(xK) with N a task count 0-65535, not '+1'"),
-        ("65536", "items N or N(xK) with N a task count 0-65535, not '65536'"),
-        ("\u0661", "items N or N(xK) with N a task count 0-65535, not '\u0661'"),
-        ("1(x65537)", "at most 65536 nodes, not more from '1(x65537)'"),
-    ],
-)
-def test_expand_tasks_per_node_errors(text: str, expected: str) -> None:
-    with pytest.raises(ValueError) as caught:
-        expand_tasks_per_node(text)
-    assert str(caught.value) == expected
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 65535), st.integers(1, 40)), min_size=1, max_size=8))
 def test_tasks_per_node_same_as_python_hostlist(items: list[tuple[int, int]]) -> None:
@@ -345,19 +322,34 @@ def test_parse_resv_ports(text: str, ports: tuple[int, ...]) -> None:
     assert parse_resv_ports(text) == ports
 
 
+_TPN, _PORTS = expand_tasks_per_node, parse_resv_ports
+
+
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("parse", "text", "expected"),
     [
-        ("", "a list of TCP ports such as 12000-12003, not an empty value"),
-        (" ", "a list of TCP ports such as 12000-12003, not an empty value"),
-        ("0-3", "TCP ports 1-65535, not 0-3"),
-        ("65535-65536", "TCP ports 1-65535, not 65535-65536"),
-        ("12003-12000", "a range lo-hi with lo <= hi, not '12003-12000'"),
-        ("12000,", "a number or range lo-hi in brackets, not ''"),
-        ("[12000]", "a number or range lo-hi in brackets, not '[12000]'"),
+        (_TPN, "", "items N or N(xK) with N a task count 0-65535, not ''"),
+        (_TPN, "1,,2", "items N or N(xK) with N a task count 0-65535, not ''"),
+        (_TPN, "2(x0)", "items N or N(xK) with K >= 1, not '2(x0)'"),
+        (_TPN, "2(x3)x", "items N or N(xK) with K >= 1, not '2(x3)x'"),
+        (_TPN, "2(x)", "items N or N(xK) with K >= 1, not '2(x)'"),
+        (_TPN, "2(3)", "items N or N(xK) with N a task count 0-65535, not '2(3)'"),
+        (_TPN, "2 (x3)", "items N or N(xK) with N a task count 0-65535, not '2 (x3)'"),
+        (_TPN, "-1", "items N or N(xK) with N a task count 0-65535, not '-1'"),
+        (_TPN, "+1", "items N or N(xK) with N a task count 0-65535, not '+1'"),
+        (_TPN, "65536", "items N or N(xK) with N a task count 0-65535, not '65536'"),
+        (_TPN, "\u0661", "items N or N(xK) with N a task count 0-65535, not '\u0661'"),
+        (_TPN, "1(x65537)", "at most 65536 nodes, not more from '1(x65537)'"),
+        (_PORTS, "", "a list of TCP ports such as 12000-12003, not an empty value"),
+        (_PORTS, " ", "a list of TCP ports such as 12000-12003, not an empty value"),
+        (_PORTS, "0-3", "TCP ports 1-65535, not 0-3"),
+        (_PORTS, "65535-65536", "TCP ports 1-65535, not 65535-65536"),
+        (_PORTS, "12003-12000", "a range lo-hi with lo <= hi, not '12003-12000'"),
+        (_PORTS, "12000,", "a number or range lo-hi in brackets, not ''"),
+        (_PORTS, "[12000]", "a number or range lo-hi in brackets, not '[12000]'"),
     ],
 )
-def test_parse_resv_ports_errors(text: str, expected: str) -> None:
-    with pytest.raises(ValueError) as caught:
-        parse_resv_ports(text)
-    assert str(caught.value) == expected
+def test_tasks_per_node_and_resv_ports_errors(
+    parse: Callable[[str], object], text: str, expected: str
+) -> None:
+    assert value_error(parse, text) == expected
