@@ -275,6 +275,34 @@ def test_same_as_scontrol(scontrol: dict[str, str]) -> None:
     assert mismatches == []
 
 
+_HOST = st.builds(
+    lambda prefix, number, width, suffix: (
+        f"{prefix}{'' if number is None else f'{number:0{width}d}'}{suffix}"
+    ),
+    st.sampled_from(["n", "gpu-a100-", "rack1-node", "b04-", "login", ""]),
+    st.none() | st.integers(0, 1200),
+    st.integers(1, 4),
+    st.sampled_from(["", "", "", "-ib", ".hpc"]),
+).filter(bool)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(_HOST, min_size=1, max_size=12))
+def test_inverts_slurms_own_compression(scontrol: dict[str, str], hosts: list[str]) -> None:
+    """What Slurm writes: ``scontrol show hostlist`` compresses a list of names the way
+    srun writes SLURM_STEP_NODELIST (``hostlist_ranged_string``, order kept); expanding
+    that gives the names back, in order, duplicates included."""
+    run = subprocess.run(
+        ["scontrol", "show", "hostlist", ",".join(hosts)],
+        env=scontrol,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
+    assert expand_hostlist(run.stdout.strip()) == tuple(hosts)
+
+
 # --- SLURM_STEP_TASKS_PER_NODE -----------------------------------------------------------
 
 
