@@ -246,3 +246,21 @@ _RANGE, _RESERVED = parse_port_range, parse_reserved_ports
 )
 def test_parse_errors(parse: Callable[[str], object], text: str, expected: str) -> None:
     assert value_error(parse, text) == expected
+
+
+def test_building_blocks_import_only_the_standard_library() -> None:
+    """Both run on every container start of the Slurm source: no pydantic, click or typing
+    (the grammar is loaded by path, as its package's __init__ is not this test's subject)."""
+    grammar = Path(__file__).resolve().parents[1] / "src/derive_env/sources/slurm_grammar.py"
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('g', {str(grammar)!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "import derive_env.ports\n"
+        "print(sorted(m for m in ('typing', 'pydantic', 'click', 'hashlib', 're')"
+        " if m in sys.modules))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert run.stdout == "[]\n"
