@@ -222,7 +222,10 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
         # No bracket: the separators alone split it (the common single-host case).
         for separator in "\t\n ":
             text = text.replace(separator, ",")
-        return tuple(host for host in text.split(",") if host)
+        hosts = tuple(host for host in text.split(",") if host)
+        if len(hosts) > MAX_HOSTS:
+            raise ValueError(f"at most {MAX_HOSTS} hosts in a host list")
+        return hosts
     out: list[str] = []
     for token in _next_tokens(text):
         open_at = token.rfind("[")
