@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,11 @@ def wait_for_handler(pid: int, signum: int, timeout: float = 5.0) -> None:
                 return
         time.sleep(0.02)
     raise AssertionError(f"pid {pid} installed no handler for signal {signum} in {timeout} s")
+
+
+def value_error(function: Callable[..., object], *args: object, **kwargs: object) -> str:
+    """The text of the ValueError that ``function(*args, **kwargs)`` raises (fails if none):
+    the pure parsers' messages complete a sentence "expected ..." and are asserted exactly."""
+    with pytest.raises(ValueError) as caught:
+        function(*args, **kwargs)
+    return str(caught.value)
