@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(FRAMEWORKS)
-	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet -e . --group test
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -66,7 +66,7 @@ test-py%:
 	rm -rf .venv-py$*
 	$(INTERP) -m venv .venv-py$*
 	.venv-py$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-py$*/bin/python -m pip install --quiet -e '.[test]'
+	.venv-py$*/bin/python -m pip install --quiet -e . --group test
 	touch $@
 
 # Wheel and sdist into dist/, checked by twine. A light venv of its own (.venv-dist): building
