@@ -37,7 +37,7 @@ clean:
 # venv per interpreter (.venv-py3.10 ...: the package and the test tools, no frameworks).
 # Interpreters come from pyenv (`$(pyenv root)/versions/3.10.*/bin/python3`, newest patch)
 # or from PATH (python3.10). Missing: skipped with a message, but under CI=true it fails.
-.PHONY: test-pythons dist wheelhouse
+.PHONY: test-pythons test-lowest dist wheelhouse
 OTHER_PYTHONS  ?= 3.10 3.12 3.13
 PYENV_VERSIONS := $(shell pyenv root 2>/dev/null || echo "$(HOME)/.pyenv")/versions
 # Everything but the simulated clusters (tests/e2e), the tests that import torch, TensorFlow
@@ -48,7 +48,7 @@ UNIT_ONLY      := -m "not e2e and not frameworks and not packaging" --ignore=tes
 python_of = $$( { ls -d $(PYENV_VERSIONS)/$(1).*/bin/python3 2>/dev/null | sort -V | tail -n 1; \
 	command -v python$(1); } | head -n 1)
 
-test-pythons: $(addprefix test-py,$(OTHER_PYTHONS))
+test-pythons: $(addprefix test-py,$(OTHER_PYTHONS)) test-lowest
 
 test-py%:
 	@interp=$(call python_of,$*); \
@@ -67,6 +67,26 @@ test-py%:
 	$(INTERP) -m venv .venv-py$*
 	.venv-py$*/bin/python -m pip install --quiet --upgrade pip
 	.venv-py$*/bin/python -m pip install --quiet -e . --group test
+	touch $@
+
+# The lowest versions pyproject.toml allows (tests/test_packaging.py checks that they are
+# its lower bounds), on the oldest supported Python: the ranges must hold what they promise.
+LOWEST_DEPS := pydantic==2.6.0 click==8.4.0 tomli-w==1.0.0
+test-lowest:
+	@interp=$(call python_of,3.10); \
+	if [ -z "$$interp" ]; then \
+	  case "$(CI)" in [Tt][Rr][Uu][Ee]) echo "make: CPython 3.10 not found, needed for the lowest dependency versions" >&2; exit 1;; esac; \
+	  echo "make: skipping the lowest dependency versions: no CPython 3.10"; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory .venv-py3.10-lowest/.installed INTERP="$$interp" \
+	&& echo "== unit and CLI tests on CPython 3.10 with $(LOWEST_DEPS)" \
+	&& .venv-py3.10-lowest/bin/pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
+
+.venv-py3.10-lowest/.installed: pyproject.toml Makefile
+	rm -rf .venv-py3.10-lowest
+	$(INTERP) -m venv .venv-py3.10-lowest
+	.venv-py3.10-lowest/bin/python -m pip install --quiet --upgrade pip
+	.venv-py3.10-lowest/bin/python -m pip install --quiet -e . --group test $(LOWEST_DEPS)
 	touch $@
 
 # Wheel and sdist into dist/, checked by twine. A light venv of its own (.venv-dist): building

@@ -12,7 +12,8 @@ One wheel and sdist are built per test session (``python -m build``, as ``make d
   ``derive-env -- python -c ...`` in a "training" venv that pins pydantic 1.x and click 7;
   the user's code runs in the user's interpreter with the derived variables, and nothing of
   derive-env's venv (VIRTUAL_ENV, PYTHONPATH, PYTHONHOME, its interpreter or its path) leaks
-  into the command's environment.
+  into the command's environment, also when the image's PYTHONPATH holds that pydantic 1.x;
+* the documented wrapper (``python -I -m derive_env``) for images that set PYTHONHOME.
 
 Needs the network for the online installs (the package index is reachable here and on CI).
 The interpreters come from pyenv, as in the Makefile; under ``CI=true`` a missing one fails.
@@ -35,10 +36,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
-
-from sessions import require
 
 from helpers import tomllib
 
@@ -73,6 +70,11 @@ def find_python(version: str) -> str:
 
     The same search as the Makefile's ``python_of``; skips (fails under CI=true) if none.
     """
+    # Imported here, not at module level: tests/e2e needs 3.11, and this module must still
+    # be collected (then deselected) by the per-Python runs on 3.10.
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+    from sessions import require
+
     root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
     if shutil.which("pyenv"):
         out = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30)
@@ -184,6 +186,8 @@ def test_wheel_metadata_lists_exactly_the_runtime_dependencies(dist: dict[str, P
     assert required == sorted(requirement_key(r) for r in pyproject_dependencies())
     assert [name for name, _ in required] == ["click", "pydantic", "tomli-w"]
     assert dict(required)["pydantic"] == {">=2.6", "<3"}
+    # click 8.4's wording of its usage errors is what the CLI tests (and docs) show
+    assert dict(required)["click"] == {">=8.4", "<9"}
     assert metadata.get_all("Provides-Extra") is None  # test tools are a dependency group
     assert license_text == (REPO / "LICENSE").read_text()
     assert "Apache License\n                           Version 2.0" in license_text
@@ -192,6 +196,22 @@ def test_wheel_metadata_lists_exactly_the_runtime_dependencies(dist: dict[str, P
         assert f"Programming Language :: Python :: {version}" in classifiers
     assert "derive_env/__main__.py" in names
     assert not [n for n in names if n.startswith("tests/")]
+
+
+def test_makefile_tests_the_lower_bounds_of_the_ranges() -> None:
+    """``make test``'s run with the lowest allowed versions uses exactly the lower bounds."""
+    (line,) = [
+        line for line in (REPO / "Makefile").read_text().splitlines()
+        if line.startswith("LOWEST_DEPS :=")
+    ]
+    pinned = dict(pin.split("==") for pin in line.split(":=", 1)[1].split())
+    lower = {}
+    for name, specifiers in map(requirement_key, pyproject_dependencies()):
+        (bound,) = [s[2:] for s in specifiers if s.startswith(">=")]
+        lower[name] = bound
+    assert {name: version.removesuffix(".0") for name, version in pinned.items()} == {
+        name: version.removesuffix(".0") for name, version in lower.items()
+    }
 
 
 def test_sdist_holds_license_sources_and_tests(dist: dict[str, Path]) -> None:
@@ -342,3 +362,36 @@ def _read_env(path: Path) -> dict[str, str]:
     lines = path.read_text().splitlines()
     pairs = (line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
     return {key.strip(): value.strip() for key, value in pairs}
+
+
+def test_isolated_mode_wrapper_survives_an_images_pythonhome(
+    training_venv: Path, online_venvs: dict[str, Path], tmp_path: Path
+) -> None:
+    """docs/integration.md's fix for an image that sets PYTHONHOME: a wrapper running
+    derive-env's Python with -I. derive-env runs; the command still gets PYTHONHOME."""
+    documented = r"""printf '#!/bin/sh\nexec /opt/derive-env/bin/python -I -m derive_env "$@"\n'"""
+    assert documented in (REPO / "docs" / "integration.md").read_text()
+    own = online_venvs["3.10"]
+    wrapper = tmp_path / "derive-env"
+    wrapper.write_text(f'#!/bin/sh\nexec {own / "python"} -I -m derive_env "$@"\n')
+    wrapper.chmod(0o755)
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({PREFIX + "frameworks": "pytorch"}))
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DERIVE_ENV_LABELS_FILE": str(labels),
+        # The training venv's prefix as PYTHONHOME: no stdlib there for derive-env's Python.
+        "PYTHONHOME": str(training_venv.parent),
+        **_read_env(REPO / "docker" / "env" / "sub2.env"),
+    }
+    # derive-env's symlinked script does not even start under this PYTHONHOME:
+    broken = subprocess.run([str(own / "derive-env"), "--version"], capture_output=True,
+                            text=True, timeout=60, env=env)
+    assert broken.returncode != 0
+    assert "No module named 'encodings'" in broken.stderr
+    result = subprocess.run(
+        [str(wrapper), "--", "/bin/sh", "-c", 'echo "$PYTHONHOME $NODE_RANK $MASTER_ADDR"'],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{training_venv.parent} 2 main1\n"
