@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 test: lint
-	$(VENV)/bin/pytest -q tests
+	$(PY) -m pytest -q tests
 	$(MAKE) --no-print-directory test-pythons
 
 demo: $(STAMP)
@@ -60,7 +60,7 @@ test-py%:
 	fi; \
 	$(MAKE) --no-print-directory .venv-py$*/.installed INTERP="$$interp" \
 	&& echo "== unit and CLI tests on $$(.venv-py$*/bin/python -VV | head -n 1)" \
-	&& .venv-py$*/bin/pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
+	&& .venv-py$*/bin/python -m pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
 
 .venv-py%/.installed: pyproject.toml Makefile
 	rm -rf .venv-py$*
@@ -80,7 +80,7 @@ test-lowest:
 	fi; \
 	$(MAKE) --no-print-directory .venv-py3.10-lowest/.installed INTERP="$$interp" \
 	&& echo "== unit and CLI tests on CPython 3.10 with $(LOWEST_DEPS)" \
-	&& .venv-py3.10-lowest/bin/pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
+	&& .venv-py3.10-lowest/bin/python -m pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
 
 .venv-py3.10-lowest/.installed: pyproject.toml Makefile
 	rm -rf .venv-py3.10-lowest
