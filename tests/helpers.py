@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,3 +35,34 @@ def console_script() -> str:
     if not found:
         pytest.skip("the derive-env console script is not installed next to this Python")
     return found
+
+
+def require(ok: bool, reason: str) -> None:
+    """Skip when ``ok`` is false; under ``CI=true`` FAIL instead (a silent skip in CI would
+    report a framework or tool as proven when it was never run)."""
+    if ok:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but this test cannot run: {reason}")
+    pytest.skip(reason)
+
+
+def wait_for_handler(pid: int, signum: int, timeout: float = 5.0) -> None:
+    """Until ``pid`` waits with its handler for ``signum`` installed, at most ``timeout`` s.
+
+    SIGTERM: the bit in SigCgt of /proc/PID/status. SIGINT, which Python always catches:
+    the resolver's thread exists (the handler follows it at once), then a moment more.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if signum == signal.SIGINT:
+            if len(os.listdir(f"/proc/{pid}/task")) > 1:
+                time.sleep(0.2)
+                return
+        else:
+            status = Path(f"/proc/{pid}/status").read_text()
+            caught = next(x for x in status.splitlines() if x.startswith("SigCgt:"))
+            if int(caught.split()[1], 16) & (1 << (signum - 1)):
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"pid {pid} installed no handler for signal {signum} in {timeout} s")

@@ -831,9 +831,11 @@ def warning_session(
         monkeypatch.setenv(key, value)
     labels = write_json(tmp_path / "labels.json", {FW: "pytorch", PREFIX + "socket-ifname": "auto"})
     monkeypatch.setenv(LABELS_VAR, labels)
+    # sub1 resolves: a name that does not would add a warning of its own.
+    names = {"main1": ("198.18.0.10",), "sub1": ("198.18.0.11",)}
     facts = HostFacts(interfaces=("lo", "eth0"), routes_v4=ROUTE_HEADER, hostname="sub1",
-                      resolve=lambda host: {"main1": ("198.18.0.10",)}.get(host, ()))
-    monkeypatch.setattr(app, "gather_facts", lambda: facts)
+                      resolve=lambda wanted: {n: names.get(n, ()) for n in wanted})
+    monkeypatch.setattr(app, "gather_facts", lambda full=True: facts)
 
 
 def test_explain_prints_warnings_in_its_output_only(

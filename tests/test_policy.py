@@ -64,6 +64,9 @@ def test_every_label_parsed() -> None:
     assert len(p.given) == 9
 
 
+IFNAME_EXPECTED = "'auto', 'none' or a network interface name (1-15 characters, e.g. eth0)"
+
+
 @pytest.mark.parametrize(("value", "names"), [
     ("pytorch", ("pytorch",)),
     ("tensorflow,pytorch", ("tensorflow", "pytorch")),
@@ -115,10 +118,10 @@ def test_empty_frameworks(value: str) -> None:
     ("nproc-per-node", "-2", "an integer >= 1"),
     ("on-error", "ignore", "fail or warn"),
     ("on-error", "WARN", "fail or warn"),
-    ("socket-ifname", "eth 0", "'auto' or a network interface name (1-15 characters, e.g. eth0)"),
-    ("socket-ifname", "a" * 16, "'auto' or a network interface name (1-15 characters, e.g. eth0)"),
-    ("socket-ifname", "", "'auto' or a network interface name (1-15 characters, e.g. eth0)"),
-    ("socket-ifname", "eth0/1", "'auto' or a network interface name (1-15 characters, e.g. eth0)"),
+    ("socket-ifname", "eth 0", IFNAME_EXPECTED),
+    ("socket-ifname", "a" * 16, IFNAME_EXPECTED),
+    ("socket-ifname", "", IFNAME_EXPECTED),
+    ("socket-ifname", "eth0/1", IFNAME_EXPECTED),
 ])
 def test_bad_value(label: str, value: str, expected: str) -> None:
     assert label_error({FW: "pytorch", PREFIX + label: value}) == (

@@ -160,12 +160,23 @@ def load_labels(
     return labels
 
 
-def gather_facts():  # -> HostFacts; imported lazily with the pipeline
-    """Read this container's interfaces, routes and name resolution (socket-ifname label)."""
-    import socket
-    import time
+def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the pipeline
+    """Read this container's network facts (frameworks/network.py's rules).
 
-    from derive_env.frameworks import HostFacts
+    :param full: everything label ``socket-ifname`` uses: interface names
+        (``/sys/class/net``), routes (``/proc/net/route``, ``ipv6_route``), own addresses
+        (``if_inet6``, ``fib_trie``), ``/etc/hosts``, the host name, and a resolver bounded
+        by ``RESOLVE_SECONDS`` (5 s) for all names of this start together. ``False`` (no
+        label): only whether ``baimulti0`` exists, one stat.
+    :returns: a ``HostFacts``; unreadable files read as empty.
+    """
+    from derive_env.frameworks import RESOLVE_SECONDS, HostFacts
+    from derive_env.frameworks.network import OVERLAY
+
+    if not full:
+        present = os.path.exists(f"/sys/class/net/{OVERLAY}")
+        return HostFacts(interfaces=(OVERLAY,) if present else ())
+    import socket
 
     def read(path: str) -> str:
         try:
@@ -173,18 +184,6 @@ def gather_facts():  # -> HostFacts; imported lazily with the pipeline
                 return handle.read()
         except OSError:
             return ""
-
-    def resolve(host: str) -> tuple[str, ...]:
-        # Names may take a moment to appear in Docker's embedded DNS: retry for up to 5 s.
-        deadline = time.monotonic() + 5.0
-        while True:
-            try:
-                infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-                return tuple(dict.fromkeys(str(info[4][0]) for info in infos))
-            except (socket.gaierror, UnicodeError):
-                if time.monotonic() > deadline:
-                    return ()
-                time.sleep(0.25)
 
     try:
         interfaces = tuple(sorted(os.listdir("/sys/class/net")))
@@ -195,9 +194,116 @@ def gather_facts():  # -> HostFacts; imported lazily with the pipeline
         routes_v4=read("/proc/net/route"),
         routes_v6=read("/proc/net/ipv6_route"),
         addresses_v6=read("/proc/net/if_inet6"),
+        local_v4=read("/proc/net/fib_trie"),
+        hosts=read("/etc/hosts"),
         hostname=socket.gethostname(),
-        resolve=resolve,
+        resolve=Resolver(RESOLVE_SECONDS),
     )
+
+
+class Resolver:
+    """Resolve host names at once, all calls of one start sharing one deadline.
+
+    Each name gets a daemon thread that calls ``getaddrinfo`` and, while the name is unknown,
+    retries every 0.25 s (containers start together: a peer's name may appear in Docker's
+    DNS a moment later). The caller waits until every name it asked for has an answer or
+    the deadline, ``seconds`` after the first call, has passed; a lookup still hanging then
+    (a DNS server that does not answer) is left behind: daemon threads neither delay the
+    exit nor survive the exec. SIGTERM and SIGINT during the wait end the process at once
+    (:func:`exit_on_signals`).
+
+    :param seconds: the bound for all names of all calls together, in seconds.
+    :param lookup: ``socket.getaddrinfo``'s signature (tests pass a slow or failing one).
+    """
+
+    RETRY_SECONDS = 0.25
+
+    def __init__(self, seconds: float, lookup=None) -> None:
+        import socket
+        import threading
+
+        self._seconds = seconds
+        self._lookup = lookup or socket.getaddrinfo
+        self._deadline: float | None = None
+        self._results: dict[str, tuple[str, ...]] = {}
+        self._started: set[str] = set()
+        self._done = threading.Condition()
+
+    def __call__(self, names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """``{name: addresses}`` for ``names``, ``()`` for a name without an answer in time."""
+        import threading
+        import time
+
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self._seconds
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            if name not in self._started:
+                self._started.add(name)
+                threading.Thread(target=self._resolve, args=(name,), daemon=True,
+                                 name=f"resolve {name}").start()
+        with exit_on_signals("resolving host names (label socket-ifname)"), self._done:
+            while any(name not in self._results for name in wanted):
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._done.wait(remaining)
+            return {name: self._results.get(name, ()) for name in wanted}
+
+    def _resolve(self, name: str) -> None:
+        import socket
+        import time
+
+        assert self._deadline is not None
+        addresses: tuple[str, ...] = ()
+        while True:
+            try:
+                infos = self._lookup(name, None, type=socket.SOCK_STREAM)
+                addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+                break
+            except UnicodeError:  # not a name IDNA can encode: it never resolves
+                break
+            except OSError:  # gaierror: unknown yet, or DNS not answering
+                if time.monotonic() + self.RETRY_SECONDS >= self._deadline:
+                    break
+                time.sleep(self.RETRY_SECONDS)
+        with self._done:
+            self._results[name] = addresses
+            self._done.notify_all()
+
+
+@contextlib.contextmanager
+def exit_on_signals(what: str):
+    """While the body waits: SIGTERM or SIGINT exits 143 or 130 at once, running nothing.
+
+    A process that is PID 1 (the image's ENTRYPOINT without tini) gets no default action for
+    any signal, so without a handler ``docker stop``'s SIGTERM would be ignored and the
+    command run anyway. The handlers are installed in the main thread only, and the previous
+    ones put back afterwards (the exec resets caught signals to their default anyway); a
+    signal inherited as ignored stays ignored, as it would reach the command.
+
+    :param what: the wait, for the message (``... while <what>``).
+    """
+    import signal
+    import threading
+
+    def handler(signum: int, frame: object) -> None:
+        code = 128 + signum
+        _say("error", f"interrupted by {signal.Signals(signum).name} while {what}: "
+                      f"nothing was run (exit {code})")
+        os._exit(code)
+
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+            if previous is not signal.SIG_IGN:
+                saved[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, previous in saved.items():
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
 
 def _say(kind: str, message: str) -> None:
@@ -228,8 +334,12 @@ def run(
     try:
         environ = read_environment(env_file)
         labels = load_labels(environ, labels_files, label_items)
-        if not is_opted_in(labels):
+        opted_in = is_opted_in(labels)
+        if not opted_in:
             _check_not_opted_in(labels)
+        if dry_run and not explain and _is_host_format(fmt):
+            return _write(_host_list(environ, labels, fmt))
+        if not opted_in:
             return _finish(command, environ, None, dry_run, fmt, explain)
         # Host facts describe this machine: meaningless for another container's --env-file.
         derivation = _derive(
@@ -253,6 +363,20 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
         if on_error_of(labels) != "warn":
             raise
         _say("warning", str(exc))
+
+
+def _is_host_format(fmt: str) -> bool:
+    from derive_env.hostfiles import HOST_FORMATS  # not needed on the exec path
+
+    return fmt in HOST_FORMATS
+
+
+def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
+    """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
+    _without_pydantic_plugins()
+    from derive_env.hostfiles import render_for
+
+    return render_for(environ, labels, fmt)
 
 
 def _without_pydantic_plugins() -> None:
@@ -304,8 +428,9 @@ def _derive(
 
     arg_max = os.sysconf("SC_ARG_MAX")
     try:
-        wants_facts = host_facts and PREFIX + "socket-ifname" in labels
-        derivation = derive(environ, labels, gather_facts() if wants_facts else None)
+        # Read only if a rule asks (ctx.facts); everything only with the socket-ifname label.
+        full = PREFIX + "socket-ifname" in labels
+        derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None)
         assert derivation is not None  # opted in, checked by the caller
         check_limits(command, {**environ, **derivation.changes()}, arg_max)
     except DeriveEnvError as exc:

@@ -14,6 +14,7 @@ _EPILOG = """\b
 Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,
 3 bad cluster variables, 4 bad image label, 5 environment too large, 126 command not
 executable, 127 not found, 130 interrupted.
+143 SIGTERM while resolving host names (label socket-ifname=auto); 130 for SIGINT there.
 Troubleshooting by message: the operator guide (docs/operator-guide.md in the source)."""
 
 
@@ -29,7 +30,8 @@ Troubleshooting by message: the operator guide (docs/operator-guide.md in the so
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default=None,
     help="Dry-run output: KEY=VALUE lines (env, default), one JSON object, a TOML table, "
-         "or eval-safe `export` lines (shell).",
+         "eval-safe `export` lines (shell), or the session's nodes for a launcher (hosts, "
+         "openmpi-/mpich-/deepspeed-hostfile, horovod-hosts).",
 )
 @click.option(
     "--explain", is_flag=True,

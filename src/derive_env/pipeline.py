@@ -7,7 +7,7 @@ command line (app.py) reads inputs and renders or execs the result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 
@@ -48,14 +48,16 @@ class Derivation:
 def derive(
     environ: Mapping[str, str],
     labels: Mapping[str, str],
-    facts: HostFacts | None = None,
+    facts: HostFacts | Callable[[], HostFacts] | None = None,
 ) -> Derivation | None:
     """Derive the framework variables of one container.
 
     :param environ: the container's environment (cluster manager's and user's variables).
     :param labels: the image's labels (other prefixes than ``ai.backend.distributed.`` are
         ignored).
-    :param facts: host facts, needed only with the ``socket-ifname`` label.
+    :param facts: host facts, or a function that reads them, called at most once and only
+        when a rule needs them (the ``socket-ifname`` label; the ``baimulti0`` default of a
+        session of more than one node). ``None``: not this container (``--env-file``).
     :returns: ``None`` when the image did not opt in (no ``frameworks`` label).
     :raises LabelError: bad labels (exit 4).
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
@@ -66,10 +68,10 @@ def derive(
         return None
     policy = ImagePolicy.from_labels(labels)
     topology = topology_from(environ)
-    ctx = Context(topology=topology, policy=policy, environ=environ, facts=facts)
+    ctx = Context(topology=topology, policy=policy, environ=environ, host=facts)
     variables: list[DerivedVariable] = []
     notes: list[str] = []
-    warnings: list[str] = []
+    warnings: list[str] = list(topology.warnings)  # the source's first: they concern the input
     modules = [import_module(FRAMEWORKS[n]) for n in FRAMEWORKS if n in policy.frameworks]
     for module in (*modules, network):
         part = module.derive(ctx)

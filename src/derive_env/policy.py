@@ -14,7 +14,9 @@ label                                            value (default)
 ``ai.backend.distributed.nproc-per-node``        integer >= 1 (the GPU count, when > 0)
 ``ai.backend.distributed.tensorflow-roles``      ``role:type`` pairs, type one of chief,
                                                  worker, ps, evaluator (every node a worker)
-``ai.backend.distributed.socket-ifname``         ``auto`` or an interface name (unset)
+``ai.backend.distributed.socket-ifname``         ``auto``, ``none`` or an interface name
+                                                 (unset: ``baimulti0`` when present in a
+                                                 session of more than one node)
 ``ai.backend.distributed.on-error``              ``fail`` | ``warn`` (``fail``)
 ===============================================  ===========================================
 
@@ -78,7 +80,9 @@ def _tf_roles(value: object) -> tuple[tuple[str, str], ...]:
 
 def _ifname(value: object) -> str:
     if not isinstance(value, str) or not _IFNAME.match(value):
-        raise ValueError("'auto' or a network interface name (1-15 characters, e.g. eth0)")
+        raise ValueError(
+            "'auto', 'none' or a network interface name (1-15 characters, e.g. eth0)"
+        )
     return value
 
 

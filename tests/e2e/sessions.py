@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
 
 from simcluster import (
     HostResult,
@@ -41,6 +42,8 @@ from simcluster import (
     canonical_order,
     scrambled_order,
 )
+
+from helpers import require
 
 __all__ = [
     "HERE",
@@ -74,16 +77,6 @@ BASE_ENV: dict[str, str] = {
     "PYTHONUNBUFFERED": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-
-
-def require(ok: bool, reason: str) -> None:
-    """Skip when ``ok`` is false; under ``CI=true`` FAIL instead (a silent skip in CI would
-    report a framework as proven when it was never run)."""
-    if ok:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but this e2e test cannot run: {reason}")
-    pytest.skip(reason)
 
 
 def venv_bin() -> Path:
@@ -122,6 +115,7 @@ def run_session(
     *,
     extra_env: Mapping[str, str] | None = None,
     hosts: list[str] | None = None,
+    cluster_options: Mapping[str, object] | None = None,
 ) -> tuple[dict[str, HostResult], list[str]]:
     """Run ``derive-env -- argv_for(host)`` in every container of a fresh simulated session.
 
@@ -132,6 +126,8 @@ def run_session(
         killed and marked ``timed_out``.
     :param extra_env: variables for every container on top of :data:`BASE_ENV`.
     :param hosts: container names (default :data:`HOSTS`).
+    :param cluster_options: keyword arguments of :class:`simcluster.SimulatedCluster`
+        (``interface="baimulti0"``, ``gwbridge=True`` ...).
     :returns: (host -> HostResult in canonical order, the BACKENDAI_CLUSTER_HOSTS order used).
     """
     hosts = list(hosts or HOSTS)
@@ -159,7 +155,7 @@ def run_session(
                 "PATH": path,
             }
             per_host[host] = ([exe, "--", *argv_for(host)], env)
-        with SimulatedCluster(hosts, prefix=_unique_prefix()) as cluster:
+        with SimulatedCluster(hosts, prefix=_unique_prefix(), **(cluster_options or {})) as cluster:
             results = cluster.run_all(per_host, timeout=timeout)
     return results, order
 

@@ -7,6 +7,11 @@ its own, so nothing is added to the machine's own (root) network namespace:
     <prefix>-br    : bridge "br0", one veth end "v<i>" per host attached to it
     <prefix>-<host>: "lo" up, "eth0" = 198.18.0.(10+i)/24, /etc/hosts from /etc/netns/<ns>/hosts
 
+Options: ``interface="baimulti0"`` names the session interface as Backend.AI's overlay does
+on Docker 28+; ``gwbridge=True`` adds a docker_gwbridge look-alike ``eth1`` (the same address
+on every host, the default route); ``blackhole_dns=True`` points resolv.conf at a DNS server
+that never answers; ``command(..., pid1=True)`` runs a command as PID 1 of a PID namespace.
+
 Why namespaces instead of loopback: on a shared loopback every 127.x address reaches every
 listener, so a wrong master address still "works" and an end-to-end test proves nothing. Here
 a server listens only inside its own container and a wrong address fails as in production.
@@ -50,6 +55,7 @@ __all__ = [
     "backendai_env",
     "can_simulate",
     "canonical_order",
+    "local_rank_of",
     "scrambled_order",
 ]
 
@@ -60,6 +66,12 @@ SUBNET_BITS = 24
 #: Host i (0-based position in ``hosts``) gets 198.18.0.(FIRST_HOST_OCTET + i).
 FIRST_HOST_OCTET = 10
 MAX_HOSTS = 240  # keeps the last octet <= 249
+#: The docker_gwbridge look-alike (``gwbridge=True``): the same address on every host, as
+#: each agent's docker_gwbridge hands out its own 172.18.0.x.
+GWBRIDGE_ADDRESS = "198.18.1.2"
+GWBRIDGE_GATEWAY = "198.18.1.1"
+#: ``blackhole_dns=True``: the resolver asks <net>.2, behind a dead-end interface in <net>.0/24.
+BLACKHOLE_DNS_NET = "198.18.200"
 
 #: Root of the per-namespace config files that ``ip netns exec`` bind-mounts over /etc.
 NETNS_ETC = Path("/etc/netns")
@@ -244,18 +256,49 @@ def canonical_order(hosts: list[str], replicas: str | None = None) -> list[str]:
     by NUMERIC index (sub2 before sub10). Roles missing from ``replicas`` go last, by name.
 
     ``hosts`` are names ``{role}{idx}``; ``replicas`` like ``"main:1,sub:2"`` (None = roles
-    sorted by name). Raises ValueError on a host without a trailing index.
+    sorted by name). With ``replicas``, a host's role and index are the ones whose
+    ``f"{role}{idx}"`` it is (a role may end in digits: ``a100:2`` gives ``a1001``, ``a1002``).
+    Raises ValueError on a host without a trailing index (or not from ``replicas``).
     """
     role_pos: dict[str, int] = {"main": -1}
-    if replicas:
-        for i, pair in enumerate(replicas.split(",")):
-            role_pos.setdefault(pair.split(":", 1)[0].strip(), i)
+    pairs = _replica_pairs(replicas) if replicas else []
+    for i, (role, _) in enumerate(pairs):
+        role_pos.setdefault(role, i)
 
     def key(host: str) -> tuple[int, str, int]:
-        role, idx = _split_host(host)
+        role, idx = _role_index(host, pairs)
         return (role_pos.get(role, 1 << 20), role, idx)
 
     return sorted(hosts, key=key)
+
+
+def _replica_pairs(replicas: str) -> list[tuple[str, int]]:
+    """``"main:1,a100:2"`` -> [("main", 1), ("a100", 2)] (split as Backend.AI does, rsplit)."""
+    pairs = []
+    for pair in replicas.split(","):
+        role, _, count = pair.strip().rpartition(":")
+        pairs.append((role, int(count)))
+    return pairs
+
+
+def _role_index(host: str, pairs: list[tuple[str, int]]) -> tuple[str, int]:
+    """(role, idx) of ``host``: from REPLICAS ``pairs`` when given, else split off the name."""
+    for role, count in pairs:
+        rest = host[len(role):]
+        if host.lower().startswith(role.lower()) and rest.isdigit() and 1 <= int(rest) <= count \
+                and str(int(rest)) == rest:
+            return role, int(rest)
+    return _split_host(host)
+
+
+def local_rank_of(host: str, replicas: str, group_order: list[str]) -> int:
+    """BACKENDAI_CLUSTER_LOCAL_RANK as Backend.AI computes it: the position over the role groups
+    in the order the session's request listed them (``group_order``), then by index
+    (expand_kernel_groups_rule.py). Inputs: a host, REPLICAS, the roles in request order."""
+    pairs = _replica_pairs(replicas)
+    counts = dict(pairs)
+    role, idx = _role_index(host, pairs)
+    return sum(counts[r] for r in group_order[:group_order.index(role)]) + idx - 1
 
 
 def scrambled_order(hosts: list[str]) -> list[str]:
@@ -280,6 +323,7 @@ def backendai_env(
     replicas: str | None = None,
     session_id: str = "e2e-simulated-session",
     gpu_count: int | None = None,
+    group_order: list[str] | None = None,
 ) -> dict[str, str]:
     """The cluster variables Backend.AI would give container ``host`` of a session.
 
@@ -287,10 +331,11 @@ def backendai_env(
     caller should make it NOT start with main1, since the real order is not guaranteed);
     ``host`` = this container; ``replicas`` = ``role:count`` pairs (default: counted from the
     hosts, sorted by role name, e.g. ``main:1,sub:2``); ``session_id``; ``gpu_count`` = adds
-    GPU_COUNT and N_GPUS when given.
+    GPU_COUNT and N_GPUS when given; ``group_order`` = the roles in the order the session's
+    request listed the groups (LOCAL_RANK follows it; default: canonical, main first).
 
     Output: BACKENDAI_CLUSTER_SIZE, _HOSTS, _HOST, _ROLE, _IDX (1-based within the role),
-    _LOCAL_RANK (0-based canonical index: main1=0, sub1=1, ...), _REPLICAS, and
+    _LOCAL_RANK (0-based, by default the canonical index: main1=0, sub1=1, ...), _REPLICAS, and
     BACKENDAI_SESSION_ID, all strings. Raises ValueError if ``host`` is not in ``hosts_order``
     or a name is not ``{role}{idx}``.
     """
@@ -302,14 +347,16 @@ def backendai_env(
             role_of_h = _split_host(h)[0]
             counts[role_of_h] = counts.get(role_of_h, 0) + 1
         replicas = ",".join(f"{r}:{n}" for r, n in sorted(counts.items()))
-    role, idx = _split_host(host)
+    role, idx = _role_index(host, _replica_pairs(replicas))
+    if group_order is None:  # Backend.AI's default session lists main first
+        group_order = sorted((r for r, _ in _replica_pairs(replicas)), key=lambda r: r != "main")
     env = {
         "BACKENDAI_CLUSTER_SIZE": str(len(hosts_order)),
         "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts_order),
         "BACKENDAI_CLUSTER_HOST": host,
         "BACKENDAI_CLUSTER_ROLE": role,
         "BACKENDAI_CLUSTER_IDX": str(idx),
-        "BACKENDAI_CLUSTER_LOCAL_RANK": str(canonical_order(hosts_order, replicas).index(host)),
+        "BACKENDAI_CLUSTER_LOCAL_RANK": str(local_rank_of(host, replicas, group_order)),
         "BACKENDAI_CLUSTER_REPLICAS": replicas,
         "BACKENDAI_SESSION_ID": session_id,
     }
@@ -329,7 +376,15 @@ class SimulatedCluster:
     a namespace of that name already exists (never touches a namespace it did not make).
     """
 
-    def __init__(self, hosts: list[str], *, prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        hosts: list[str],
+        *,
+        prefix: str | None = None,
+        interface: str = "eth0",
+        gwbridge: bool = False,
+        blackhole_dns: bool = False,
+    ) -> None:
         if not hosts:
             raise ValueError("need at least one host")
         if len(hosts) > MAX_HOSTS:
@@ -340,6 +395,14 @@ class SimulatedCluster:
             if not _HOST_RE.match(h):
                 raise ValueError(f"host name {h!r} is not a lowercase DNS label")
         self.prefix = prefix if prefix is not None else f"de{os.getpid() % 100000}"
+        #: the container's interface on the session network (``baimulti0``: Docker 28+ overlay).
+        self.interface = interface
+        #: add ``eth1``, a docker_gwbridge look-alike: GWBRIDGE_ADDRESS on every host (it
+        #: reaches only the local host) and the default route through it.
+        self.gwbridge = gwbridge
+        #: a DNS server that never answers (behind a dead-end interface), so a name
+        #: outside /etc/hosts waits for the resolver's timeout instead of failing at once.
+        self.blackhole_dns = blackhole_dns
         if not _PREFIX_RE.match(self.prefix):
             raise ValueError(f"prefix {self.prefix!r} must match {_PREFIX_RE.pattern}")
         self.hosts: list[str] = list(hosts)
@@ -432,13 +495,33 @@ class SimulatedCluster:
             peer = f"v{i}"  # bridge-side name; interface names must be <= 15 chars
             # Create the pair in the bridge namespace with the container end born directly in the
             # host namespace as "eth0" (no name clash: each end lives in its own namespace).
-            _ip(br, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            link = self.interface
+            _ip(br, "link", "add", peer, "type", "veth", "peer", "name", link, "netns", ns)
             _ip(br, "link", "set", peer, "master", "br0", "up")
             _ip(ns, "link", "set", "lo", "up")
-            _ip(ns, "addr", "add", f"{self.addresses[host]}/{SUBNET_BITS}", "dev", "eth0")
-            _ip(ns, "link", "set", "eth0", "up")
+            _ip(ns, "addr", "add", f"{self.addresses[host]}/{SUBNET_BITS}", "dev", link)
+            _ip(ns, "link", "set", link, "up")
+            if self.gwbridge:
+                self._add_dead_end(ns, "eth1", f"{GWBRIDGE_ADDRESS}/24")
+                _ip(ns, "route", "add", "default", "via", GWBRIDGE_GATEWAY, "dev", "eth1")
+            if self.blackhole_dns:
+                self._add_dead_end(ns, "dns0", f"{BLACKHOLE_DNS_NET}.1/24")
             self._write_etc(ns, hosts_text)
         self._wait_links_up()
+
+    @staticmethod
+    def _add_dead_end(ns: str, name: str, address: str) -> None:
+        """Interface ``name`` with ``address`` in namespace ``ns`` that nothing answers on.
+
+        A veth pair whose other end (``<name>p``, no address) stays in the same namespace:
+        packets to a neighbour go unanswered (no ARP reply) instead of failing at once, as
+        they would with an unreachable route. Kernels without the dummy driver have veth.
+        """
+        peer = f"{name}p"
+        _ip(ns, "link", "add", name, "type", "veth", "peer", "name", peer)
+        _ip(ns, "addr", "add", address, "dev", name)
+        _ip(ns, "link", "set", peer, "up")
+        _ip(ns, "link", "set", name, "up")
 
     def _write_etc(self, ns: str, hosts_text: str) -> None:
         """Write /etc/netns/<ns>/hosts (and an empty-ish resolv.conf) for ``ip netns exec``."""
@@ -456,7 +539,10 @@ class SimulatedCluster:
         # does for peers) must fail at once and the same way on every machine, whatever DNS
         # server the machine's resolv.conf names. With no "nameserver" line glibc asks
         # 127.0.0.1:53, which refuses at once inside the namespace.
-        if Path("/etc/resolv.conf").exists():
+        if self.blackhole_dns:
+            (d / "resolv.conf").write_text(
+                f"nameserver {BLACKHOLE_DNS_NET}.2\noptions timeout:5 attempts:2\n")
+        elif Path("/etc/resolv.conf").exists():
             (d / "resolv.conf").write_text("options timeout:1 attempts:1\n")
 
     def _wait_links_up(self) -> None:
@@ -465,7 +551,7 @@ class SimulatedCluster:
         pending = {h: self.namespace(h) for h in self.hosts}
         while pending:
             for host, ns in list(pending.items()):
-                info = json.loads(_ip(ns, "-j", "link", "show", "eth0") or "[]")
+                info = json.loads(_ip(ns, "-j", "link", "show", self.interface) or "[]")
                 if info and "LOWER_UP" in info[0].get("flags", []):
                     del pending[host]
             if not pending:
@@ -534,16 +620,20 @@ class SimulatedCluster:
 
     # -- running things ------------------------------------------------------------------
 
-    def command(self, host: str, argv: list[str]) -> list[str]:
+    def command(self, host: str, argv: list[str], *, pid1: bool = False) -> list[str]:
         """argv that runs ``argv`` in ``host``'s network namespace, in a new UTS namespace whose
         hostname is ``host``. ``ip netns exec`` also bind-mounts /etc/netns/<ns>/hosts over
-        /etc/hosts. Raises ValueError on an empty argv, KeyError on an unknown host.
+        /etc/hosts. ``pid1``: also in a new PID namespace (with its own /proc), where ``argv``
+        is PID 1 as a container's ENTRYPOINT without an init is (no signal has a default
+        action there). Raises ValueError on an empty argv, KeyError on an unknown host.
         """
         if not argv:
             raise ValueError("empty argv")
         ns = self.namespace(host)
         # "$0" is the hostname, "$@" the command: no shell quoting of user arguments needed.
         enter = ["ip", "netns", "exec", ns, "unshare", "-u"]
+        if pid1:
+            enter += ["--pid", "--fork", "--mount-proc"]
         return [*enter, "sh", "-c", 'hostname "$0" && exec "$@"', host, *argv]
 
     def container_env(
