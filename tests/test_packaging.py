@@ -209,8 +209,16 @@ def test_makefile_tests_the_lower_bounds_of_the_ranges() -> None:
     for name, specifiers in map(requirement_key, pyproject_dependencies()):
         (bound,) = [s[2:] for s in specifiers if s.startswith(">=")]
         lower[name] = bound
-    assert {name: version.removesuffix(".0") for name, version in pinned.items()} == {
-        name: version.removesuffix(".0") for name, version in lower.items()
+
+    def release(version: str) -> tuple[int, ...]:
+        """``"1.0.0"`` and ``"1.0"`` -> ``(1,)``: equal versions compare equal."""
+        parts = [int(n) for n in version.split(".")]
+        while parts and parts[-1] == 0:
+            parts.pop()
+        return tuple(parts)
+
+    assert {name: release(v) for name, v in pinned.items()} == {
+        name: release(v) for name, v in lower.items()
     }
 
 
