@@ -12,6 +12,13 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI (test extra `tomli`), for the TOML output tests
+    import tomli as tomllib
+
+__all__ = ["Execed", "console_script", "tomllib"]
+
 
 class Execed(Exception):
     """Raised by the fake exec (fixture ``fake_exec``): carries what would have been exec'd."""

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from click.testing import CliRunner, Result
 
 from derive_env import __version__, app
 from derive_env.cli import cli
-from helpers import Execed, console_script
+from helpers import Execed, console_script, tomllib
 
 PREFIX = "ai.backend.distributed."
 FW = PREFIX + "frameworks"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
@@ -15,6 +14,7 @@ from derive_env.pipeline import Derivation, derive
 from derive_env.policy import ImagePolicy
 from derive_env.render import FORMATS, explain, render
 from derive_env.topology import single_node_topology
+from helpers import tomllib
 
 TF_CONFIG = '{"cluster":{"worker":["main1:2222","sub1:2222"]},"task":{"type":"worker","index":1}}'
 
