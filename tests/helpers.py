@@ -7,9 +7,17 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI (test extra `tomli`), for the TOML output tests
+    import tomli as tomllib
+
+__all__ = ["Execed", "console_script", "tomllib"]
 
 
 class Execed(Exception):
@@ -59,3 +67,11 @@ def wait_for_handler(pid: int, signum: int, timeout: float = 5.0) -> None:
                 return
         time.sleep(0.02)
     raise AssertionError(f"pid {pid} installed no handler for signal {signum} in {timeout} s")
+
+
+def value_error(function: Callable[..., object], *args: object, **kwargs: object) -> str:
+    """The text of the ValueError that ``function(*args, **kwargs)`` raises (fails if none):
+    the pure parsers' messages complete a sentence "expected ..." and are asserted exactly."""
+    with pytest.raises(ValueError) as caught:
+        function(*args, **kwargs)
+    return str(caught.value)

@@ -72,6 +72,8 @@ ARGVS: list[tuple[list[str], bool]] = [
     (["--dry-run", "--env-file", "{envfile}", "--format", "shell"], True),
     (["--dry-run", "--env-file={envfile}", "--explain"], True),
     (["--dry-run", "--env-file", "{missing}"], True),
+    (["--dry-run", "--env-file", "-"], True),
+    (["--dry-run", "--labels-file", "-", "--format", "json"], True),
     # everything else goes to click, unchanged
     (["--dry-run", "--format"], False),
     (["--dry-run", "--format", "bogus"], False),
@@ -81,6 +83,7 @@ ARGVS: list[tuple[list[str], bool]] = [
     (["--dry-run", "--format", "--explain"], False),
     (["--dry-run", "--explain", "--format", "json"], False),
     (["--dry-run", "--env-file", "{envfile}", "--env-file", "{envfile}"], False),
+    (["--dry-run", "--env-file", "-", "--labels-file", "-"], False),
     (["--dry-run", "--label"], False),
     (["--dry-run", "--labels-file"], False),
     (["--format", "shell"], False),

@@ -21,6 +21,7 @@ from derive_env.labels import (
     PREFIX,
     check_not_opted_in,
     is_opted_in,
+    join_problems,
     on_error_of,
     parse_label_option,
     parse_labels_document,
@@ -30,44 +31,153 @@ from derive_env.labels import (
 _ENV_KEY = r"[A-Za-z_][A-Za-z0-9_]*\Z"
 
 
+#: How the formats are named in messages (the format assumed is always said).
+_LINES = "dotenv lines"
+_ENVIRON_TXT = "Backend.AI environ.txt lines"
+_NUL = "NUL-separated, as /proc/PID/environ and env -0"
+_INSPECT = "docker inspect JSON"
+_USE_NUL = ("capture the environment with `env -0` (or copy /proc/PID/environ, or "
+            "`docker exec CONTAINER env -0`), which --env-file reads exactly")
+
+
 def parse_env_file(text: str, origin: str) -> dict[str, str]:
-    """Parse dotenv ``KEY=VALUE`` lines (as ``--env-file`` takes them).
+    """Parse an ``--env-file``, detecting its format from its content.
 
-    Blank lines and lines starting with ``#`` are skipped; an ``export`` prefix is allowed;
-    a value wholly inside matching single or double quotes loses them (no escapes are
-    interpreted); otherwise the value is taken as written, less blanks at the line's ends.
-    Lines end at ``\n`` (``\r\n`` too).
+    Formats (the one assumed is named in every error, after the file name):
 
-    :raises UsageError: a line that is not ``KEY=VALUE`` with a valid variable name, or a
-        value holding a NUL byte.
+    * NUL-separated ``KEY=VALUE`` entries, each ending in a NUL byte: ``/proc/PID/environ``,
+      ``env -0``, ``docker exec CONTAINER env -0``. Exact: values may span lines, exported
+      shell functions (``BASH_FUNC_f%%``) are carried as they are. Chosen when the text
+      ends in a NUL byte.
+    * ``docker inspect CONTAINER`` (or IMAGE) output: a JSON list of one object whose
+      ``Config.Env`` lists ``KEY=VALUE`` strings; also the object alone, ``{{json .Config}}``
+      (an object with ``Env``) and ``{{json .Config.Env}}`` (the list of strings). Chosen
+      when the text starts with ``[`` or ``{`` (no variable name does).
+    * Backend.AI's ``/home/config/environ.txt`` (a file of that name): ``KEY=VALUE`` lines
+      taken as written, split at the first ``=``, as Backend.AI's kernel runner reads it.
+    * Otherwise dotenv / ``env`` output ``KEY=VALUE`` lines: blank lines and lines starting
+      with ``#`` are skipped; an ``export`` prefix is allowed; a value wholly inside matching
+      single or double quotes loses them (no escapes are interpreted); otherwise the value
+      is taken as written, less blanks at the line's ends. Lines end at ``\n`` (``\r\n``
+      too). A value spanning lines or an exported shell function cannot be read from lines
+      exactly: the error says to capture with ``env -0``.
+
+    :param origin: how to name the file in messages (its path, or ``stdin``).
+    :raises UsageError: (exit 2) an entry or line that is not ``KEY=VALUE``, JSON that is
+        not ``docker inspect`` output, a NUL byte in a line file; the message names the file,
+        the format assumed and the line or entry, never the value (it may be a secret).
     """
+    if text.endswith("\0"):
+        return _parse_nul(text, origin)
+    if text.lstrip()[:1] in ("[", "{"):
+        return _parse_inspect(text, origin)
+    literal = origin.replace("\\", "/").rsplit("/", 1)[-1] == "environ.txt"
+    return _parse_lines(text, origin, literal)
+
+
+def _entry(item: str, where: str, entry_kind: str, number: int) -> tuple[str, str]:
+    """``KEY=VALUE`` of one NUL-separated or JSON entry (any name but an empty one)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        got = "an empty name" if sep else "no '='"
+        raise UsageError(f"{where}, {entry_kind} {number}: expected KEY=VALUE, got {got}")
+    return key, value
+
+
+def _parse_nul(text: str, origin: str) -> dict[str, str]:
+    where = f"--env-file {origin} ({_NUL})"
     result: dict[str, str] = {}
+    for number, item in enumerate(text[:-1].split("\0"), start=1):
+        if item:  # an empty entry holds no variable
+            key, value = _entry(item, where, "entry", number)
+            result[key] = value
+    return result
+
+
+def _parse_inspect(text: str, origin: str) -> dict[str, str]:
+    import json
+
+    where = f"--env-file {origin} ({_INSPECT}, as it starts with {text.lstrip()[0]!r})"
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{where}: not valid JSON ({shorten(str(exc))})") from None
+    if isinstance(document, list) and document and all(isinstance(i, dict) for i in document):
+        if len(document) > 1:
+            raise UsageError(
+                f"{where}: holds {len(document)} containers; inspect one (docker inspect "
+                "CONTAINER > FILE)"
+            )
+        document = document[0]
+    if isinstance(document, dict):
+        config = document.get("Config")
+        holder = config if isinstance(config, dict) else document
+        if "Env" not in holder:
+            raise UsageError(
+                f"{where}: expected `docker inspect` output, an object with Config.Env (or "
+                "Env); found none"
+            )
+        document = holder["Env"] if holder["Env"] is not None else []
+    if not isinstance(document, list) or not all(isinstance(i, str) for i in document):
+        raise UsageError(f"{where}: expected Config.Env to be a list of KEY=VALUE strings")
+    result: dict[str, str] = {}
+    for number, item in enumerate(document, start=1):
+        key, value = _entry(item, where, "Env entry", number)
+        if "\0" in item:
+            raise UsageError(f"{where}, Env entry {number}: {key} contains a NUL byte, which "
+                             "no environment variable can hold")
+        result[key] = value
+    return result
+
+
+def _parse_lines(text: str, origin: str, literal: bool) -> dict[str, str]:
+    where = f"--env-file {origin} ({_ENVIRON_TXT if literal else _LINES})"
+    if "\0" in text:
+        line = text[: text.index("\0")].count("\n") + 1
+        raise UsageError(
+            f"{where}, line {line}: contains a NUL byte, which no environment variable can "
+            "hold; a NUL-separated file (env -0, /proc/PID/environ) ends in one: this one "
+            "does not, so it was read as lines"
+        )
+    result: dict[str, str] = {}
+    previous: tuple[str, int] | None = None  # the last variable read, for the hint
     # Lines end at \n only (and a \r before it): str.splitlines() would also cut values at
     # form feeds, \x1c-\x1e, \x85 and U+2028.
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw[:-1] if raw.endswith("\r") else raw
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        if stripped.startswith("export "):
-            stripped = stripped[len("export "):].lstrip()
-        key, sep, value = stripped.partition("=")
+        if literal:
+            if not line:
+                continue
+            key, sep, value = line.partition("=")
+        else:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            if stripped.startswith("export "):
+                stripped = stripped[len("export "):].lstrip()
+            key, sep, value = stripped.partition("=")
         if not sep or not re.match(_ENV_KEY, key):
-            # The line itself is not shown: it may hold a secret.
-            got = f"the name {shorten(key, 60)!r}" if sep else "a line without '='"
-            raise UsageError(
-                f"--env-file {origin}, line {number}: expected KEY=VALUE with KEY a variable "
-                f"name, got {got}"
-            )
-        if "\0" in value:
-            raise UsageError(
-                f"--env-file {origin}, line {number}: {key} contains a NUL byte, which no "
-                "environment variable can hold"
-            )
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            raise UsageError(_line_problem(where, number, key, sep, value, previous))
+        if not literal and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         result[key] = value
+        previous = (key, number)
     return result
+
+
+def _line_problem(
+    where: str, number: int, key: str, sep: str, value: str, previous: tuple[str, int] | None
+) -> str:
+    """Why a line is not ``KEY=VALUE``, without showing it (it may hold a secret)."""
+    if sep and key.startswith("BASH_FUNC_") and value.lstrip().startswith("()"):
+        return (f"{where}, line {number}: {shorten(key, 60)} is an exported shell function, "
+                f"which `env` prints over several lines; {_USE_NUL}")
+    got = f"the name {shorten(key, 60)!r}" if sep else "a line without '='"
+    message = f"{where}, line {number}: expected KEY=VALUE with KEY a variable name, got {got}"
+    if previous is not None:
+        message += (f"; if the file is `env` output, the value of {shorten(previous[0], 60)} "
+                    f"(line {previous[1]}) may span lines: {_USE_NUL}")
+    return message
 
 
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
@@ -105,7 +215,8 @@ def _read_text(
 
 
 def read_environment(env_file: str | None) -> dict[str, str]:
-    """The input environment: the ``--env-file`` when given, else the process's own.
+    """The input environment: the ``--env-file`` when given (any format of
+    :func:`parse_env_file`), else the process's own.
 
     The process's own is the one derive-env was started with: CPython's C-locale coercion
     (PEP 538) adds ``LC_CTYPE=C.UTF-8`` to ``os.environ`` at start-up, which must not reach
@@ -142,21 +253,33 @@ def load_labels(
     no labels, any other failure to read it is an error.
 
     :raises LabelError: a file that cannot be read (but the missing default) or parsed, or a
-        ``--label`` that cannot be parsed.
+        ``--label`` that cannot be parsed: every such problem of every source in one message.
     """
     labels: dict[str, str] = {}
+    problems: list[str] = []
+
+    def read(path: str, what: str, missing_ok: bool = False) -> None:
+        try:
+            text = _read_text(path, what, LabelError, missing_ok=missing_ok)
+            if text is not None or not missing_ok:
+                labels.update(parse_labels_document(text or "", "stdin" if path == "-" else path))
+        except LabelError as exc:
+            problems.append(str(exc))
+
     baked = environ.get(LABELS_FILE_VARIABLE) or os.environ.get(LABELS_FILE_VARIABLE) or None
-    path = baked or DEFAULT_LABELS_FILE
-    what = f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file"
-    text = _read_text(path, what, LabelError, missing_ok=baked is None)
-    if text is not None:
-        labels.update(parse_labels_document(text, path))
+    read(baked or DEFAULT_LABELS_FILE,
+         f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
     for labels_file in labels_files:
-        text = _read_text(labels_file, "--labels-file", LabelError) or ""
-        labels.update(parse_labels_document(text, "stdin" if labels_file == "-" else labels_file))
+        read(labels_file, "--labels-file")
     for item in label_items:
-        key, value = parse_label_option(item)
+        try:
+            key, value = parse_label_option(item)
+        except LabelError as exc:
+            problems.append(str(exc))
+            continue
         labels[key] = value
+    if problems:
+        raise LabelError(join_problems(problems))
     return labels
 
 
@@ -513,7 +636,8 @@ def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
     It only ever answers for a command line that click's command (cli.py) accepts with the
     same meaning, and ``None`` for everything else (a command or ``--``, another option,
     ``--help``, a missing or unknown value, a repeated ``--format``, no ``--dry-run``,
-    ``--explain`` with ``--format``, two ``--env-file``): click then parses it and says
+    ``--explain`` with ``--format``, two ``--env-file``, stdin for both ``--env-file`` and
+    ``--labels-file``; a check added to cli.py must be added here): click then parses it and says
     what is wrong, so messages and exit codes are click's (tests/test_fast_path.py compares
     both paths).
 
@@ -543,7 +667,8 @@ def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
         found[_VALUED[name]].append(value)
     fmt, env_file = found["fmt"], found["env_file"]
     if (not flags["dry_run"] or len(fmt) > 1 or (fmt and fmt[0] not in FORMATS)
-            or (flags["explain"] and fmt) or len(env_file) > 1):
+            or (flags["explain"] and fmt) or len(env_file) > 1
+            or ("-" in env_file and "-" in found["labels_files"])):  # cli.py's checks
         return None
     return {
         "dry_run": True, "fmt": fmt[0] if fmt else "env", "explain": flags["explain"],

@@ -149,9 +149,14 @@ class Context:
 
 @dataclass
 class Contribution:
-    """What one framework adds: variables, lines for ``--explain``, warnings."""
+    """What one framework adds: variables, lines for ``--explain``, warnings.
+
+    ``checks`` are values the framework does not set but a user-set variable of that name
+    must equal (see :func:`derive_env.environ.merge`).
+    """
 
     variables: list[DerivedVariable] = field(default_factory=list)
+    checks: list[DerivedVariable] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
