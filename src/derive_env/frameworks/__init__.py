@@ -10,7 +10,6 @@ plus one line.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
@@ -147,18 +146,28 @@ class Context:
         return master_of(self.topology, self.policy, self.environ)
 
 
-@dataclass
 class Contribution:
     """What one framework adds: variables, lines for ``--explain``, warnings.
 
     ``checks`` are values the framework does not set but a user-set variable of that name
-    must equal (see :func:`derive_env.environ.merge`).
+    must equal (see :func:`derive_env.environ.merge`). Each list starts empty, or as a copy
+    of the one given. A plain class: a dataclass's generated methods would cost about 0.7%
+    of the pydantic import at every opted-in start (docs/performance.md).
     """
 
-    variables: list[DerivedVariable] = field(default_factory=list)
-    checks: list[DerivedVariable] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    __slots__ = ("checks", "notes", "variables", "warnings")
+
+    def __init__(
+        self,
+        variables: Sequence[DerivedVariable] = (),
+        checks: Sequence[DerivedVariable] = (),
+        notes: Sequence[str] = (),
+        warnings: Sequence[str] = (),
+    ) -> None:
+        self.variables: list[DerivedVariable] = list(variables)
+        self.checks: list[DerivedVariable] = list(checks)
+        self.notes: list[str] = list(notes)
+        self.warnings: list[str] = list(warnings)
 
 
 def master_of(
