@@ -99,10 +99,9 @@ def explain(derivation: Derivation | None) -> str:
         # the source says which rule built the order (REPLICAS, or names parsed from HOSTS)
         rule = f" ({topo.order})" if topo.order else ""
         lines.append(f"nodes in canonical order{rule}:")
-        for rank, node in enumerate(topo.nodes):
-            shown = rank < _NODES_SHOWN or rank == topo.node_rank
-            if not shown:
-                continue
+        # The first nodes and this one: no pass over a 4096-node session's others.
+        for rank in sorted({*range(min(topo.num_nodes, _NODES_SHOWN)), topo.node_rank}):
+            node = topo.nodes[rank]
             tags = (["master"] if rank == 0 else []) + (
                 ["this container"] if rank == topo.node_rank else []
             )
