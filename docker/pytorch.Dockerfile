@@ -73,6 +73,10 @@ RUN derive-env --dry-run --explain
 # Backend.AI ignores ENTRYPOINT and sources this hook instead (see docker/bootstrap.sh).
 COPY docker/bootstrap.sh /opt/container/bootstrap.sh
 RUN chmod 0755 /opt/container/bootstrap.sh
+# The batch command runs only in main1: this starts a command in every container over
+# the session's SSH (see docker/on-every-node.sh).
+COPY docker/on-every-node.sh /usr/local/bin/on-every-node
+RUN chmod 0755 /usr/local/bin/on-every-node
 
 # Exec form. tini (PID 1) -> derive-env -> exec CMD, so CMD keeps derive-env's PID.
 ENTRYPOINT ["tini", "--", "derive-env", "--"]

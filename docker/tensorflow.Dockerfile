@@ -58,6 +58,10 @@ RUN derive-env --dry-run --explain
 # Backend.AI ignores ENTRYPOINT and sources this hook instead (see docker/bootstrap.sh).
 COPY docker/bootstrap.sh /opt/container/bootstrap.sh
 RUN chmod 0755 /opt/container/bootstrap.sh
+# The batch command runs only in main1: this starts a command in every container over
+# the session's SSH (see docker/on-every-node.sh).
+COPY docker/on-every-node.sh /usr/local/bin/on-every-node
+RUN chmod 0755 /usr/local/bin/on-every-node
 
 ENTRYPOINT ["tini", "--", "derive-env", "--"]
 # A smoke test of the multi-worker setup: builds the strategy from TF_CONFIG and prints

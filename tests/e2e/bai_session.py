@@ -36,6 +36,7 @@ import dataclasses
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -72,6 +73,8 @@ MOUNT_POINTS = (Path("/opt/container"), Path("/home/config"), Path("/home/work")
                 Path("/root/.ssh"), Path("/run/sshd"))
 #: Variables the shells on the way set themselves: not exports of the hook.
 _SHELL_NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
+#: Processes per container (the nproc-per-node label of the example image).
+NPROC_PER_NODE = 2
 #: Seconds the other containers get to stop after main1's runner has ended.
 STOP_GRACE_S = 5.0
 
@@ -108,7 +111,7 @@ TEMPLATE = Layout("template", ("main1", "worker1", "worker2"), "main:1,worker:2"
 LAYOUTS = (DEFAULT, TEMPLATE)
 
 
-def torch_labels(port: int, nproc_per_node: int = 2) -> dict[str, str]:
+def torch_labels(port: int, nproc_per_node: int = NPROC_PER_NODE) -> dict[str, str]:
     """Image labels of the PyTorch example: torchrun mode, ``nproc_per_node`` processes per
     container, master ``port`` (TCP), the socket interface chosen by derive-env."""
     return {
@@ -416,13 +419,13 @@ TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "PET_NNODES", "PET
                    "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NPROC_PER_NODE")
 TORCH_SCRIPT = HERE / "torch_allreduce.py"
 #: main1's batch command, as docs/backendai.md tells users: torchrun with no flags, everywhere.
-TORCH_BATCH = f"on-every-node torchrun {TORCH_SCRIPT}"
+TORCH_BATCH = f"on-every-node torchrun {shlex.quote(str(TORCH_SCRIPT))}"
 #: Session variable: seconds for the workers' process group and all-reduce.
 TORCH_USER_ENV = {"E2E_PG_TIMEOUT_S": "90"}
 
 
 def expected_torch_exports(layout: Layout, host: str, port: int,
-                           nproc_per_node: int = 2) -> dict[str, str]:
+                           nproc_per_node: int = NPROC_PER_NODE) -> dict[str, str]:
     """The PyTorch variables the hook must export in ``host`` (master port ``port``)."""
     rank = str(layout.hosts.index(host))
     return {
@@ -433,14 +436,19 @@ def expected_torch_exports(layout: Layout, host: str, port: int,
     }
 
 
-def torch_problems(result: SessionResult, port: int, nproc_per_node: int = 2) -> list[str]:
+def torch_problems(result: SessionResult, port: int,
+                   nproc_per_node: int = NPROC_PER_NODE) -> list[str]:
     """Every way the torch session of ``result`` differs from the expected one (empty: all
     ranks agree): the hook's exports per container, the batch status, each worker's rank,
     node rank, host, master and all-reduce sum."""
     layout = result.layout
     problems = []
     for host in layout.hosts:
-        got = result.containers[host].exports
+        record = result.containers[host]
+        if record.runner_env is None:
+            problems.append(f"{host}: the hook stopped the container (exit {record.returncode})")
+            continue
+        got = record.exports
         for name, value in expected_torch_exports(layout, host, port, nproc_per_node).items():
             if got.get(name) != value:
                 problems.append(f"{host}: the hook exported {name}={got.get(name)!r}, "
@@ -467,6 +475,12 @@ def torch_problems(result: SessionResult, port: int, nproc_per_node: int = 2) ->
     return problems
 
 
+def _shown_first(name: str) -> tuple[int, str]:
+    """Sort key: the PyTorch variables in contract order, then the others by name."""
+    order = TORCH_VARIABLES
+    return (order.index(name), "") if name in order else (len(order), name)
+
+
 def torch_summary(result: SessionResult, port: int, problems: list[str]) -> str:
     """For a person: per container what the hook exported, its node rank and master, the
     worker ranks it ran; then the all-reduce and the verdict."""
@@ -483,14 +497,14 @@ def torch_summary(result: SessionResult, port: int, problems: list[str]) -> str:
                      f"node rank {exports.get('NODE_RANK', '?')}, master "
                      f"{exports.get('MASTER_ADDR', '?')}, worker ranks "
                      f"{','.join(map(str, ranks)) or '-'}")
-        shown = {k: v for k, v in exports.items()
+        shown = {k: exports[k] for k in sorted(exports, key=_shown_first)
                  if k in ("MASTER_ADDR", "NODE_RANK") or k.startswith("PET_")}
         lines.append("    hook exported: " + (" ".join(f"{k}={v}" for k, v in shown.items())
                                               or "nothing (see its stderr below)"))
         if record.runner_env is None:
             lines.append("    container stopped by the hook:\n      "
                          + record.stderr.strip().replace("\n", "\n      "))
-    world = len(layout.hosts) * 2
+    world = len(layout.hosts) * NPROC_PER_NODE
     agree = sum(1 for w in workers if w.get("result") == world * (world + 1) / 2)
     lines += ["", f"master port {port} (random per run); all-reduce of rank+1 over {world} "
               f"ranks: {agree}/{world} got {world * (world + 1) / 2:g}",
