@@ -10,6 +10,7 @@
 #   each argument single-quoted for the remote shell, so it arrives byte for byte.
 # - Containers start without a barrier: a peer's SSH is retried once a second for up to
 #   ON_EVERY_NODE_SSH_WAIT seconds (default 60) before the command starts there.
+# - COMMAND's standard input is /dev/null on every node.
 # - Waits for all. Exit status: 0 when every node exited 0, else the first non-zero status
 #   in canonical order; a line on stderr names each node that failed (ssh's own failures
 #   are status 255).
@@ -25,6 +26,10 @@ if [ "$#" -eq 0 ]; then
     exit 2
 fi
 hosts=$(derive-env --dry-run --format hosts) || exit
+if [ -z "$hosts" ]; then
+    echo "on-every-node: derive-env --dry-run --format hosts listed no host" >&2
+    exit 1
+fi
 self=${BACKENDAI_CLUSTER_HOST:-$(hostname)}
 wait_s=${ON_EVERY_NODE_SSH_WAIT:-60}
 
@@ -59,7 +64,7 @@ ready() {
 
 pids=
 stop() {
-    trap '' INT TERM
+    trap 'kill -KILL $pids 2>/dev/null' INT TERM  # a second Ctrl-C: no more waiting
     # shellcheck disable=SC2086 # one word per pid
     kill -TERM $pids 2>/dev/null
     wait

@@ -24,9 +24,11 @@ def _sh(shell: str) -> list[str]:
     """argv prefix that runs a script with ``shell``."""
     return [shell, "sh"] if shell == "busybox" else [shell]
 
+
 FAKE_DERIVE_ENV = """#!/bin/sh
 [ "$*" = "--dry-run --format hosts" ] || { echo "unexpected: $*" >&2; exit 9; }
-printf 'main1\\nsub1\\nsub2\\n'
+[ -z "${FAKE_RC-}" ] || { echo "derive-env: error: fake" >&2; exit "$FAKE_RC"; }
+printf '%s\\n' ${FAKE_HOSTS-main1 sub1 sub2}
 """
 # ssh [-tt] [-o X]... HOST COMMAND: log the call, run COMMAND as HOST's remote shell would.
 FAKE_SSH = """#!/bin/sh
@@ -46,9 +48,10 @@ def _bin(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def _run(tmp_path: Path, shell: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, shell: str, *args: str, **fake: str
+         ) -> subprocess.CompletedProcess[str]:
     env = {"PATH": f"{_bin(tmp_path)}:/usr/bin:/bin", "BACKENDAI_CLUSTER_HOST": "main1",
-           "LOG": str(tmp_path), "NODE": "main1"}
+           "LOG": str(tmp_path), "NODE": "main1", **fake}
     return subprocess.run([*_sh(shell), str(SCRIPT), *args], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=30, check=False)
 
@@ -101,3 +104,14 @@ def test_no_command_is_a_usage_error(tmp_path: Path, shell: str) -> None:
         proc = _run(tmp_path, shell, *args)
         assert (proc.returncode, proc.stderr) == (
             2, "usage: on-every-node [--] COMMAND [ARG]...\n")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_derive_env_failure_stops_before_any_node(tmp_path: Path, shell: str) -> None:
+    proc = _run(tmp_path, shell, "touch", "ran", FAKE_RC="3")
+    assert (proc.returncode, proc.stderr) == (3, "derive-env: error: fake\n")
+    assert not (tmp_path / "ran").exists()
+    proc = _run(tmp_path, shell, "touch", "ran", FAKE_HOSTS="")
+    assert (proc.returncode, proc.stderr) == (
+        1, "on-every-node: derive-env --dry-run --format hosts listed no host\n")
+    assert not (tmp_path / "ran").exists()
