@@ -280,7 +280,6 @@ def backendai_env(
     replicas: str | None = None,
     session_id: str = "e2e-simulated-session",
     gpu_count: int | None = None,
-    group_order: list[str] | None = None,
 ) -> dict[str, str]:
     """The cluster variables Backend.AI would give container ``host`` of a session.
 
@@ -288,13 +287,10 @@ def backendai_env(
     caller should make it NOT start with main1, since the real order is not guaranteed);
     ``host`` = this container; ``replicas`` = ``role:count`` pairs (default: counted from the
     hosts, sorted by role name, e.g. ``main:1,sub:2``); ``session_id``; ``gpu_count`` = adds
-    GPU_COUNT and N_GPUS when given; ``group_order`` = the roles in the order the session's
-    request listed its kernel groups (a cluster template may list workers before main), which
-    is what Backend.AI's LOCAL_RANK follows (expand_kernel_groups_rule.py); default: canonical.
+    GPU_COUNT and N_GPUS when given.
 
     Output: BACKENDAI_CLUSTER_SIZE, _HOSTS, _HOST, _ROLE, _IDX (1-based within the role),
-    _LOCAL_RANK (0-based index: canonical, main1=0, sub1=1, ..., unless ``group_order``),
-    _REPLICAS, and
+    _LOCAL_RANK (0-based canonical index: main1=0, sub1=1, ...), _REPLICAS, and
     BACKENDAI_SESSION_ID, all strings. Raises ValueError if ``host`` is not in ``hosts_order``
     or a name is not ``{role}{idx}``.
     """
@@ -307,17 +303,13 @@ def backendai_env(
             counts[role_of_h] = counts.get(role_of_h, 0) + 1
         replicas = ",".join(f"{r}:{n}" for r, n in sorted(counts.items()))
     role, idx = _split_host(host)
-    local_rank = canonical_order(hosts_order, replicas).index(host)
-    if group_order is not None:
-        counts = {r: int(n) for r, n in (p.rsplit(":", 1) for p in replicas.split(","))}
-        local_rank = sum(counts[r] for r in group_order[: group_order.index(role)]) + idx - 1
     env = {
         "BACKENDAI_CLUSTER_SIZE": str(len(hosts_order)),
         "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts_order),
         "BACKENDAI_CLUSTER_HOST": host,
         "BACKENDAI_CLUSTER_ROLE": role,
         "BACKENDAI_CLUSTER_IDX": str(idx),
-        "BACKENDAI_CLUSTER_LOCAL_RANK": str(local_rank),
+        "BACKENDAI_CLUSTER_LOCAL_RANK": str(canonical_order(hosts_order, replicas).index(host)),
         "BACKENDAI_CLUSTER_REPLICAS": replicas,
         "BACKENDAI_SESSION_ID": session_id,
     }
