@@ -50,6 +50,7 @@ __all__ = [
     "backendai_env",
     "can_simulate",
     "canonical_order",
+    "local_rank_of",
     "scrambled_order",
 ]
 
@@ -244,18 +245,49 @@ def canonical_order(hosts: list[str], replicas: str | None = None) -> list[str]:
     by NUMERIC index (sub2 before sub10). Roles missing from ``replicas`` go last, by name.
 
     ``hosts`` are names ``{role}{idx}``; ``replicas`` like ``"main:1,sub:2"`` (None = roles
-    sorted by name). Raises ValueError on a host without a trailing index.
+    sorted by name). With ``replicas``, a host's role and index are the ones whose
+    ``f"{role}{idx}"`` it is (a role may end in digits: ``a100:2`` gives ``a1001``, ``a1002``).
+    Raises ValueError on a host without a trailing index (or not from ``replicas``).
     """
     role_pos: dict[str, int] = {"main": -1}
-    if replicas:
-        for i, pair in enumerate(replicas.split(",")):
-            role_pos.setdefault(pair.split(":", 1)[0].strip(), i)
+    pairs = _replica_pairs(replicas) if replicas else []
+    for i, (role, _) in enumerate(pairs):
+        role_pos.setdefault(role, i)
 
     def key(host: str) -> tuple[int, str, int]:
-        role, idx = _split_host(host)
+        role, idx = _role_index(host, pairs)
         return (role_pos.get(role, 1 << 20), role, idx)
 
     return sorted(hosts, key=key)
+
+
+def _replica_pairs(replicas: str) -> list[tuple[str, int]]:
+    """``"main:1,a100:2"`` -> [("main", 1), ("a100", 2)] (split as Backend.AI does, rsplit)."""
+    pairs = []
+    for pair in replicas.split(","):
+        role, _, count = pair.strip().rpartition(":")
+        pairs.append((role, int(count)))
+    return pairs
+
+
+def _role_index(host: str, pairs: list[tuple[str, int]]) -> tuple[str, int]:
+    """(role, idx) of ``host``: from REPLICAS ``pairs`` when given, else split off the name."""
+    for role, count in pairs:
+        rest = host[len(role):]
+        if host.lower().startswith(role.lower()) and rest.isdigit() and 1 <= int(rest) <= count \
+                and str(int(rest)) == rest:
+            return role, int(rest)
+    return _split_host(host)
+
+
+def local_rank_of(host: str, replicas: str, group_order: list[str]) -> int:
+    """BACKENDAI_CLUSTER_LOCAL_RANK as Backend.AI computes it: the position over the role groups
+    in the order the session's request listed them (``group_order``), then by index
+    (expand_kernel_groups_rule.py). Inputs: a host, REPLICAS, the roles in request order."""
+    pairs = _replica_pairs(replicas)
+    counts = dict(pairs)
+    role, idx = _role_index(host, pairs)
+    return sum(counts[r] for r in group_order[:group_order.index(role)]) + idx - 1
 
 
 def scrambled_order(hosts: list[str]) -> list[str]:
@@ -280,6 +312,7 @@ def backendai_env(
     replicas: str | None = None,
     session_id: str = "e2e-simulated-session",
     gpu_count: int | None = None,
+    group_order: list[str] | None = None,
 ) -> dict[str, str]:
     """The cluster variables Backend.AI would give container ``host`` of a session.
 
@@ -287,10 +320,11 @@ def backendai_env(
     caller should make it NOT start with main1, since the real order is not guaranteed);
     ``host`` = this container; ``replicas`` = ``role:count`` pairs (default: counted from the
     hosts, sorted by role name, e.g. ``main:1,sub:2``); ``session_id``; ``gpu_count`` = adds
-    GPU_COUNT and N_GPUS when given.
+    GPU_COUNT and N_GPUS when given; ``group_order`` = the roles in the order the session's
+    request listed the groups (LOCAL_RANK follows it; default: canonical, main first).
 
     Output: BACKENDAI_CLUSTER_SIZE, _HOSTS, _HOST, _ROLE, _IDX (1-based within the role),
-    _LOCAL_RANK (0-based canonical index: main1=0, sub1=1, ...), _REPLICAS, and
+    _LOCAL_RANK (0-based, by default the canonical index: main1=0, sub1=1, ...), _REPLICAS, and
     BACKENDAI_SESSION_ID, all strings. Raises ValueError if ``host`` is not in ``hosts_order``
     or a name is not ``{role}{idx}``.
     """
@@ -302,14 +336,16 @@ def backendai_env(
             role_of_h = _split_host(h)[0]
             counts[role_of_h] = counts.get(role_of_h, 0) + 1
         replicas = ",".join(f"{r}:{n}" for r, n in sorted(counts.items()))
-    role, idx = _split_host(host)
+    role, idx = _role_index(host, _replica_pairs(replicas))
+    if group_order is None:  # Backend.AI's default session lists main first
+        group_order = sorted((r for r, _ in _replica_pairs(replicas)), key=lambda r: r != "main")
     env = {
         "BACKENDAI_CLUSTER_SIZE": str(len(hosts_order)),
         "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts_order),
         "BACKENDAI_CLUSTER_HOST": host,
         "BACKENDAI_CLUSTER_ROLE": role,
         "BACKENDAI_CLUSTER_IDX": str(idx),
-        "BACKENDAI_CLUSTER_LOCAL_RANK": str(canonical_order(hosts_order, replicas).index(host)),
+        "BACKENDAI_CLUSTER_LOCAL_RANK": str(local_rank_of(host, replicas, group_order)),
         "BACKENDAI_CLUSTER_REPLICAS": replicas,
         "BACKENDAI_SESSION_ID": session_id,
     }

@@ -180,6 +180,19 @@ def test_backendai_env_canonical_ranks() -> None:
         backendai_env(HOSTS, "sub9")
 
 
+def test_backendai_env_group_order_and_roles_ending_in_digits() -> None:
+    """LOCAL_RANK follows the request's group order; a100:2 names a1001, a1002 (role a100)."""
+    order = ["worker1", "main1", "worker2"]
+    ranks = {h: backendai_env(order, h, "main:1,worker:2", group_order=["worker", "main"])
+             ["BACKENDAI_CLUSTER_LOCAL_RANK"] for h in order}
+    assert ranks == {"worker1": "0", "worker2": "1", "main1": "2"}
+    env = backendai_env(["a1002", "main1", "a1001"], "a1002", "a100:2,main:1")
+    assert (env["BACKENDAI_CLUSTER_ROLE"], env["BACKENDAI_CLUSTER_IDX"],
+            env["BACKENDAI_CLUSTER_LOCAL_RANK"]) == ("a100", "2", "2")
+    assert simcluster.canonical_order(["a1002", "b1", "main1", "a1001"], "a100:2,b:1,main:1") == [
+        "main1", "a1001", "a1002", "b1"]
+
+
 def test_namespaces_created_and_removed() -> None:
     """Setup makes bridge + host namespaces with hostname, address and hosts file; exit removes
     all of them and nothing is added to the root namespace."""
