@@ -74,7 +74,7 @@ trap 'stop 130' INT
 trap 'stop 143' TERM
 
 for host in $hosts; do
-    if [ "$host" = "$self" ]; then
+    if [ "$host" = "$self" ] || [ "$host" = localhost ]; then  # localhost: one container
         "$@" &
     else
         { ready "$host" && exec ssh -tt -o LogLevel=ERROR "$host" "$remote" </dev/null; } &

@@ -115,3 +115,12 @@ def test_derive_env_failure_stops_before_any_node(tmp_path: Path, shell: str) ->
     assert (proc.returncode, proc.stderr) == (
         1, "on-every-node: derive-env --dry-run --format hosts listed no host\n")
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_single_container_session_runs_locally(tmp_path: Path, shell: str) -> None:
+    """derive-env lists ``localhost`` for a single-container session: no SSH at all."""
+    proc = _run(tmp_path, shell, "sh", "-c", 'echo "$NODE" > "$LOG/ran"', FAKE_HOSTS="localhost")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (tmp_path / "ran").read_text() == "main1\n"
+    assert not (tmp_path / "ssh.calls").exists()

@@ -167,7 +167,8 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
 def test_on_every_node_signal_stops_every_node(sig: signal.Signals, status: int) -> None:
     """SIGTERM / Ctrl-C to on-every-node stops the command on every node, the remote ones
     too (their sessions get SIGHUP), and it exits 143 / 130."""
