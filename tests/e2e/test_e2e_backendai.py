@@ -90,9 +90,10 @@ def test_template_session_workers_listed_first() -> None:
     assert problems == [], torch_summary(result, port, problems) + "\n" + result.describe()
     assert {h: c.exports["NODE_RANK"] for h, c in result.containers.items()} == {
         "main1": "0", "worker1": "1", "worker2": "2"}
-    for host in TEMPLATE.hosts:
-        # The hook's derive-env says why LOCAL_RANK is not the node rank (a warning).
-        assert "BACKENDAI_CLUSTER_LOCAL_RANK" in result.containers[host].stderr, host
+    for host, local_rank, rank in (("main1", 2, 0), ("worker1", 0, 1), ("worker2", 1, 2)):
+        # The hook's derive-env says, in the container's log, why LOCAL_RANK is not used.
+        assert (f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank} is not the node rank of this "
+                f"container ({host}): {rank}.") in result.containers[host].stderr, host
     assert session.leftovers() == []
 
 
