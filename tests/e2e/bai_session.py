@@ -22,7 +22,8 @@ hostname, /etc/hosts naming every container) runs, as root:
 ``on-every-node`` (docker/on-every-node.sh) is on every container's PATH, as an image
 installs it. Nothing changes on the machine outside a temporary folder, except the mount
 points that do not exist yet (/opt/container, /home/config, /home/work, /root/.ssh and the
-sshd privilege separation folder /run/sshd): they are made empty and removed afterwards.
+sshd privilege separation folder /run/sshd): they are made empty and removed afterwards, by
+the last of the sessions running at the same time (a registry in the temporary folder).
 Every process, namespace and folder is removed on exit, also on failure.
 
     with BackendAISession(DEFAULT, "on-every-node hostname", labels) as session:
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import random
@@ -42,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -224,8 +226,8 @@ class BackendAISession:
         self.bin_dir = bin_dir or Path(sys.executable).parent
         self.prefix = f"bai{os.getpid() % 100000}x{random.randrange(1000)}"
         self._stack = contextlib.ExitStack()
-        self._made_dirs: list[Path] = []
-        self._absent_before: list[Path] = []  # mount points (and parents) we had to make
+        self._made_dirs: list[Path] = []  # mount points (and parents) absent on the machine
+        self._registered = False
         self._procs: dict[str, tuple[subprocess.Popen[Any], Any, Any]] = {}
         self.tmp = Path()
         self.cluster: SimulatedCluster | None = None
@@ -238,26 +240,38 @@ class BackendAISession:
         return self.tmp / host
 
     def _make_mount_points(self) -> None:
-        """Create the missing mount points (and missing parents), remembering each."""
-        for point in MOUNT_POINTS:
-            missing = []
-            p = point
-            while not p.exists():
-                missing.append(p)
-                p = p.parent
-            for d in reversed(missing):
-                d.mkdir(mode=0o755)
-                self._made_dirs.append(d)
-                self._absent_before.append(d)
+        """Create the missing mount points (and missing parents), registered (see
+        :func:`_mount_point_registry`) so that sessions running at the same time, in this or
+        another process, share them and the last one to end removes them."""
+        with _mount_point_registry() as registry:
+            for point in MOUNT_POINTS:
+                missing = []
+                p = point
+                while not p.exists():
+                    missing.append(p)
+                    p = p.parent
+                for d in reversed(missing):
+                    d.mkdir(mode=0o755)
+                    registry["made"].append(str(d))
+            self._made_dirs = [Path(d) for d in registry["made"]]
+            registry["users"].append([os.getpid(), self.prefix])
+            self._registered = True
 
     def _remove_mount_points(self) -> list[str]:
+        """Unregister; the last session to end removes the mount points made (in reverse)."""
+        if not self._registered:
+            return []
         problems = []
-        for d in reversed(self._made_dirs):
-            try:
-                d.rmdir()
-            except OSError as exc:
-                problems.append(f"could not remove {d}: {exc}")
-        self._made_dirs.clear()
+        with _mount_point_registry() as registry:
+            registry["users"].remove([os.getpid(), self.prefix])
+            self._registered = False
+            if not registry["users"]:
+                for d in reversed(registry["made"]):
+                    try:
+                        Path(d).rmdir()
+                    except OSError as exc:
+                        problems.append(f"could not remove {d}: {exc}")
+                registry["made"].clear()
         return problems
 
     def _prepare(self) -> None:
@@ -355,7 +369,10 @@ class BackendAISession:
             found.append(f"a mount under {self.tmp}")
         found += [f"namespace {p}" for p in Path("/run/netns").glob(f"{self.prefix}-*")]
         found += [f"folder {p}" for p in Path("/etc/netns").glob(f"{self.prefix}-*")]
-        found += [f"folder {p}" for p in [self.tmp, *self._absent_before] if p.exists()]
+        found += [f"folder {self.tmp}"] if self.tmp.exists() else []
+        with _mount_point_registry() as registry:
+            if not registry["users"]:  # else another session still uses them
+                found += [f"folder {p}" for p in self._made_dirs if p.exists()]
         return found
 
     def start(self) -> None:
@@ -405,6 +422,39 @@ class BackendAISession:
         """:meth:`start`, then :meth:`wait` ``timeout`` seconds."""
         self.start()
         return self.wait(timeout)
+
+
+#: Which mount points the sessions made and which sessions use them (pid, prefix), guarded by
+#: an flock on its ".lock" file beside it (both in the temporary folder).
+_REGISTRY = Path(tempfile.gettempdir()) / "derive-env-bai-mount-points.json"
+
+
+@contextlib.contextmanager
+def _mount_point_registry() -> Iterator[dict[str, list[Any]]]:
+    """The registry, locked, with sessions of dead processes dropped; written back on exit
+    (removed when no session uses it). Why: tests of several engineers or runs may simulate
+    sessions at the same time; removing a mount point another session uses would break it."""
+    with open(_REGISTRY.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        registry = {"made": [], "users": []}
+        if _REGISTRY.exists():
+            registry = json.loads(_REGISTRY.read_text())
+        registry["users"] = [u for u in registry["users"] if _pid_alive(u[0])]
+        yield registry
+        if registry["users"] or registry["made"]:
+            _REGISTRY.write_text(json.dumps(registry))
+        else:
+            _REGISTRY.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _read(f: Any) -> str:
