@@ -18,7 +18,7 @@
 #   client too, which closes the remote terminal so the remote command gets SIGHUP
 #   (torchrun stops its workers on both); then exit 130 / 143.
 # - `-tt` gives the remote command a terminal (needed for that SIGHUP): its stderr arrives
-#   on our stdout; `stty -onlcr` keeps its line ends as they are.
+#   on our stdout; `stty -onlcr` keeps its line ends as they are; its input is /dev/null.
 
 [ "${1-}" = "--" ] && shift
 if [ "$#" -eq 0 ]; then
@@ -48,6 +48,7 @@ remote="stty -onlcr 2>/dev/null; cd $(quote "$PWD") && exec"
 for arg in "$@"; do
     remote="$remote $(quote "$arg")"
 done
+remote="$remote </dev/null"
 
 # ready HOST: wait (at most wait_s seconds) until HOST's SSH runs a command.
 ready() {

@@ -127,13 +127,15 @@ def test_openmpi_hostfile_mpirun_over_session_ssh() -> None:
 
 
 def test_on_every_node_status_arguments_and_cleanup_after_failure() -> None:
-    """Arguments arrive byte for byte on every node, in its working directory; the exit
+    """Arguments arrive byte for byte on every node, in its working directory, with no input
+    to read; the SSH sessions see the runner's environment (NODE_RANK); the exit
     status is the first non-zero one in canonical order, each failed node named; a failing
     batch command that leaves a process running leaves nothing on the machine."""
     _require_sessions()
     arg = "it's  \"two\"\n$HOME `x` \\ *\n\n"
     batch = (
-        "on-every-node mkdir sub && cd sub && on-every-node sh -c '"
+        # cat: COMMAND's input is at its end on every node (a terminal's would block).
+        "on-every-node mkdir sub && cd sub && on-every-node sh -c 'cat; "
         "printf \"%s|%s|%s\" \"$(hostname)\" \"$PWD\" \"$1\" > \"$(hostname).out\"; "
         "sleep 600 </dev/null >/dev/null 2>&1 & "
         f"exit $((NODE_RANK + 3))' sh {shlex.quote(arg)}"
