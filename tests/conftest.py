@@ -3,8 +3,9 @@
 The helpers are exposed as fixtures (not imported by name from this file), so that they
 work whatever conftest files other folders add and whatever pytest import mode is used.
 
-* ``backendai_env(hosts_order, host, replicas=None, ...)``: the ``BACKENDAI_CLUSTER_*``
-  variables of one container, as Backend.AI sets them (HOSTS in the order given).
+* ``backendai_env(hosts_order, host, replicas=None, ..., group_order=None)``: the
+  ``BACKENDAI_CLUSTER_*`` variables of one container, as Backend.AI sets them (HOSTS in the
+  order given, LOCAL_RANK following the request's role group order).
 * ``canonical_order(hosts, replicas=None)``: the node order of contract section 5,
   computed independently of the code under test (the oracle for the tests).
 * ``opt_in``: a fresh copy of :data:`OPT_IN`, the minimal label set of an opted-in image.
@@ -51,12 +52,39 @@ def _replica_pairs(hosts: Sequence[str], replicas: Replicas) -> list[tuple[str, 
     return list(replicas)
 
 
+def _role_of(host: str, pairs: Sequence[tuple[str, int]]) -> tuple[str, int]:
+    """The (role, index) whose ``f"{role}{index}"`` is ``host`` (case-insensitively), found
+    from the REPLICAS pairs as Backend.AI builds the names (a role may end in digits)."""
+    found = [(role, i) for role, count in pairs for i in range(1, count + 1)
+             if f"{role}{i}".lower() == host.lower()]
+    if len(found) != 1:
+        raise ValueError(f"{host!r} is not exactly one host name of {pairs}")
+    return found[0]
+
+
 def canonical_order(hosts: Iterable[str], replicas: Replicas = None) -> list[str]:
-    """Contract section 5: ``main`` first, then the roles in REPLICAS order, numeric index."""
+    """Contract section 5: ``main`` first, then the roles in REPLICAS order, each role's
+    hosts ``{role}1..{role}{count}`` (names as ``hosts`` spells them)."""
     hosts = list(hosts)
-    roles = [role for role, _ in _replica_pairs(hosts, replicas)]
+    pairs = _replica_pairs(hosts, replicas)
+    roles = [role for role, _ in pairs]
     roles = ["main"] + [r for r in roles if r != "main"] if "main" in roles else roles
-    return sorted(hosts, key=lambda h: (roles.index(split_host(h)[0]), split_host(h)[1]))
+
+    def key(host: str) -> tuple[int, int]:
+        role, index = _role_of(host, pairs)
+        return roles.index(role), index
+
+    return sorted(hosts, key=key)
+
+
+def backendai_local_rank(host: str, pairs: Sequence[tuple[str, int]],
+                         group_order: Sequence[str]) -> int:
+    """``BACKENDAI_CLUSTER_LOCAL_RANK`` of ``host`` as Backend.AI computes it: the position
+    over the role groups in the order the session's request listed them (``group_order``),
+    then by index (expand_kernel_groups_rule.py)."""
+    counts = dict(pairs)
+    role, index = _role_of(host, pairs)
+    return sum(counts[r] for r in group_order[:list(group_order).index(role)]) + index - 1
 
 
 def make_backendai_env(
@@ -66,6 +94,7 @@ def make_backendai_env(
     *,
     local_rank: bool = True,
     session_id: str = "sess-0123",
+    group_order: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """The Backend.AI variables of container ``host`` in a session of ``hosts_order``.
 
@@ -74,13 +103,16 @@ def make_backendai_env(
     :param host: this container's host name (must be one of them).
     :param replicas: ``role:count`` pairs (string, mapping or pairs) in the order REPLICAS
         should list them; default: counted from the hosts, sorted by role name.
-    :param local_rank: set ``BACKENDAI_CLUSTER_LOCAL_RANK`` (the canonical position).
+    :param local_rank: set ``BACKENDAI_CLUSTER_LOCAL_RANK``.
+    :param group_order: the order in which the session's request listed the role groups
+        (LOCAL_RANK follows it); default: main first, then REPLICAS order (the canonical
+        position, as Backend.AI's default session gives).
     """
     hosts = hosts_order.split(",") if isinstance(hosts_order, str) else list(hosts_order)
     if host not in hosts:
         raise ValueError(f"{host!r} is not one of {hosts}")
     pairs = _replica_pairs(hosts, replicas)
-    role, index = split_host(host)
+    role, index = _role_of(host, pairs)
     env = {
         "BACKENDAI_CLUSTER_SIZE": str(len(hosts)),
         "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts),
@@ -91,7 +123,9 @@ def make_backendai_env(
         "BACKENDAI_SESSION_ID": session_id,
     }
     if local_rank:
-        env["BACKENDAI_CLUSTER_LOCAL_RANK"] = str(canonical_order(hosts, pairs).index(host))
+        if group_order is None:
+            group_order = sorted((r for r, _ in pairs), key=lambda r: r != "main")
+        env["BACKENDAI_CLUSTER_LOCAL_RANK"] = str(backendai_local_rank(host, pairs, group_order))
     return env
 
 

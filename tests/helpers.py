@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -25,3 +26,13 @@ def console_script() -> str:
     if not found:
         pytest.skip("the derive-env console script is not installed next to this Python")
     return found
+
+
+def require(ok: bool, reason: str) -> None:
+    """Skip when ``ok`` is false; under ``CI=true`` FAIL instead (a silent skip in CI would
+    report a framework or tool as proven when it was never run)."""
+    if ok:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but this test cannot run: {reason}")
+    pytest.skip(reason)

@@ -130,6 +130,141 @@ def test_roles_and_indices_recorded(sub2: dict[str, str]) -> None:
     assert topo.session_id == "sess-0123"
 
 
+def test_order_rule_is_recorded(sub2: dict[str, str]) -> None:
+    assert backendai.topology(sub2).order == (
+        "from BACKENDAI_CLUSTER_REPLICAS: role main first, then the roles in REPLICAS order, "
+        "each role's hosts {role}1 to {role}{count}"
+    )
+    assert backendai.topology({**sub2, REPLICAS: ""}).order == (
+        "no BACKENDAI_CLUSTER_REPLICAS: roles and indices parsed from the "
+        "BACKENDAI_CLUSTER_HOSTS names {role}{index}; role main first, then roles by name, "
+        "each by numeric index"
+    )
+    assert backendai.topology({SIZE: "1", HOST: "main1"}).order is None
+
+
+def test_replicas_not_starting_with_main(backendai_env) -> None:
+    """Backend.AI sorts REPLICAS by role name: aux before main."""
+    hosts = ["aux1", "main1", "sub1", "sub2"]
+    for listed in (hosts, ["main1", "sub1", "aux1", "sub2"]):
+        ranks = {}
+        for host in hosts:
+            env = backendai_env(listed, host, "aux:1,main:1,sub:2")
+            topo = backendai.topology(env)
+            assert hosts_of(topo) == ["main1", "aux1", "sub1", "sub2"]
+            assert topo.master_addr == "main1"
+            assert topo.warnings == ()
+            ranks[host] = topo.node_rank
+        assert ranks == {"main1": 0, "aux1": 1, "sub1": 2, "sub2": 3}
+
+
+def test_roles_ending_in_digits(backendai_env) -> None:
+    """Host names are f"{role}{idx}": role a100 gives a1001, a1002 (never a #1001)."""
+    hosts = ["a1001", "main1", "a1002", "b21"]
+    env = backendai_env(hosts, "a1002", "a100:2,b2:1,main:1")
+    assert (env[ROLE], env[IDX], env[LOCAL_RANK]) == ("a100", "2", "2")
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", "a1001", "a1002", "b21"]
+    assert [(n.role, n.index) for n in topo.nodes] == [
+        ("main", 1), ("a100", 1), ("a100", 2), ("b2", 1)]
+    assert topo.node_rank == 2
+    assert topo.warnings == ()
+
+
+def test_roles_with_hyphens(backendai_env) -> None:
+    hosts = ["gpu-21", "main1", "gpu-22", "cpu-1"]
+    env = backendai_env(hosts, "cpu-1", "cpu-:1,gpu-2:2,main:1")
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", "cpu-1", "gpu-21", "gpu-22"]
+    assert [(n.role, n.index) for n in topo.nodes] == [
+        ("main", 1), ("cpu-", 1), ("gpu-2", 1), ("gpu-2", 2)]
+    assert topo.node_rank == 1
+
+
+def test_role_starting_with_a_digit(backendai_env) -> None:
+    env = backendai_env(["8gpu1", "main1"], "8gpu1", "8gpu:1,main:1")
+    topo = backendai.topology(env)
+    assert [(n.host, n.role, n.index) for n in topo.nodes] == [
+        ("main1", "main", 1), ("8gpu1", "8gpu", 1)]
+
+
+def test_role_of_sixteen_characters(backendai_env) -> None:
+    """Backend.AI's longest role (a 16-character column, models/kernel/row.py)."""
+    role = "gpu-a100-80g-sx4"
+    env = backendai_env([f"{role}1", "main1", f"{role}2"], f"{role}2", f"{role}:2,main:1")
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", f"{role}1", f"{role}2"]
+    assert (topo.node_rank, topo.this_node.role) == (2, role)
+
+
+def test_role_ending_in_digits_contradicting_host(backendai_env) -> None:
+    env = backendai_env(["main1", "a1001"], "a1001", "a100:1,main:1")
+    assert error_of({**env, ROLE: "a", IDX: "1001"}) == (
+        "BACKENDAI_CLUSTER_ROLE='a': expected 'a100', the role in BACKENDAI_CLUSTER_HOST=a1001"
+    )
+    assert error_of({**env, IDX: "2"}) == (
+        "BACKENDAI_CLUSTER_IDX='2': expected 1, the index in BACKENDAI_CLUSTER_HOST=a1001"
+    )
+
+
+@pytest.mark.parametrize("listed", [["main1", "worker1", "worker2"],
+                                    ["worker1", "main1", "worker2"]])
+def test_template_session_listing_workers_first(backendai_env, listed: list[str]) -> None:
+    """Issue 6: a template ``main:1,worker:2`` whose request lists the workers first gives
+    worker1=0, worker2=1, main1=2. Every container starts, with the same order."""
+    expected_rank = {"main1": 0, "worker1": 1, "worker2": 2}
+    backendai_rank = {"worker1": 0, "worker2": 1, "main1": 2}
+    for host in listed:
+        env = backendai_env(listed, host, "main:1,worker:2", group_order=["worker", "main"])
+        assert env[LOCAL_RANK] == str(backendai_rank[host])
+        topo = backendai.topology(env)
+        assert hosts_of(topo) == ["main1", "worker1", "worker2"]
+        assert topo.node_rank == expected_rank[host]
+        assert topo.warnings == (lr_warning(backendai_rank[host], host, expected_rank[host]),)
+        assert topo.notes == lr_notes(backendai_rank[host], host, expected_rank[host])
+
+
+def test_hosts_compared_case_insensitively(backendai_env) -> None:
+    env = backendai_env(["SUB1", "Main1", "sub2"], "SUB1", "main:1,sub:2")
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["Main1", "SUB1", "sub2"]  # spelled as HOSTS spells them
+    assert topo.node_rank == 1
+    assert topo.master_addr == "Main1"
+    assert backendai.topology({**env, HOST: "sub1"}).node_rank == 1
+
+
+def test_without_replicas_roles_ending_in_digits_fall_back(backendai_env) -> None:
+    """Without REPLICAS the names are split (a1001 read as a #1001): every container splits
+    the same HOSTS the same way, and HOST == ROLE + IDX is accepted."""
+    env = backendai_env(["a1002", "main1", "a1001"], "a1002", "a100:2,main:1")
+    del env[REPLICAS]
+    topo = backendai.topology(env)
+    assert hosts_of(topo) == ["main1", "a1001", "a1002"]
+    assert topo.node_rank == 2
+    assert topo.order.startswith("no BACKENDAI_CLUSTER_REPLICAS: ")
+    assert topo.warnings == ()
+    assert backendai.topology({**env, LOCAL_RANK: "0"}).warnings == (
+        lr_warning(0, "a1002", 2),)
+    assert error_of({**env, LOCAL_RANK: "3"}) == (
+        "BACKENDAI_CLUSTER_LOCAL_RANK='3': expected one of 0, 1, 2 for container a1002 (role "
+        "'a100', index 2): a position among the 3 containers of the session"
+    )
+
+
+def test_without_replicas_local_rank_checked_against_parsed_groups(sub2) -> None:
+    env = {**sub2, REPLICAS: ""}
+    assert backendai.topology({**env, LOCAL_RANK: "1"}).warnings == (lr_warning(1, "sub2", 2),)
+    assert error_of({**env, LOCAL_RANK: "0"}) == lr_error(
+        "0", "one of 1, 2", "sub2", "sub", 2, "main:1")
+
+
+def test_single_container_role_from_replicas() -> None:
+    topo = backendai.topology({SIZE: "1", HOSTS: "a1001", HOST: "a1001", ROLE: "a100",
+                               IDX: "1", REPLICAS: "a100:1", LOCAL_RANK: "0"})
+    assert [(n.host, n.role, n.index) for n in topo.nodes] == [("a1001", "a100", 1)]
+    assert (topo.warnings, topo.notes) == ((), ())
+
+
 # --- LOCAL_RANK -----------------------------------------------------------------------------
 
 
@@ -137,28 +272,91 @@ def test_local_rank_agreeing_is_recorded_as_input(sub2: dict[str, str]) -> None:
     topo = backendai.topology(sub2)
     assert topo.node_rank == 2
     assert topo.inputs["node_rank"] == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK, equal to the position of BACKENDAI_CLUSTER_HOST=sub2 in "
-        "the canonical order",)
+        "position of BACKENDAI_CLUSTER_HOST=sub2 in the canonical order",)
     assert topo.inputs["nodes"] == (HOSTS, REPLICAS)
+    assert (topo.warnings, topo.notes) == ((), ())
 
 
-def test_local_rank_mismatch(sub2: dict[str, str]) -> None:
-    assert error_of({**sub2, LOCAL_RANK: "1"}) == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK='1': expected 2, the position of "
-        "BACKENDAI_CLUSTER_HOST=sub2 in the canonical node order (main1, sub1, sub2); the "
-        "containers of this session would disagree on node ranks"
+def lr_error(value: str, possible: str, host: str, role: str, index: int, groups: str) -> str:
+    """The impossible-LOCAL_RANK message (spelled out once in full in
+    test_local_rank_no_group_order_gives)."""
+    return (
+        f"BACKENDAI_CLUSTER_LOCAL_RANK={value!r}: expected {possible} for container {host} "
+        f"(role {role!r}, index {index}): Backend.AI gives its index - 1 plus the summed counts "
+        "of the role groups the session's request listed before its role, in any order (other "
+        f"groups: {groups})"
     )
 
 
-def test_local_rank_mismatch_lists_at_most_eight_hosts(backendai_env) -> None:
-    hosts = ["main1"] + [f"sub{i}" for i in range(1, 10)]
-    env = backendai_env(hosts, "sub3")
-    assert error_of({**env, LOCAL_RANK: "0"}) == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK='0': expected 3, the position of "
-        "BACKENDAI_CLUSTER_HOST=sub3 in the canonical node order (main1, sub1, sub2, sub3, "
-        "sub4, sub5, sub6, sub7, ...); the containers of this session would disagree on "
-        "node ranks"
+def lr_warning(local_rank: int, host: str, node_rank: int) -> str:
+    return (
+        f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank} is not the node rank of this container "
+        f"({host}): {node_rank}. Backend.AI counts in the order the session's request listed "
+        "the role groups, which a container cannot see; derive-env uses the canonical node "
+        "order, the same on every container. Do not use BACKENDAI_CLUSTER_LOCAL_RANK as a node "
+        "rank in this session"
     )
+
+
+def lr_notes(local_rank: int, host: str, node_rank: int) -> tuple[str, str]:
+    return (
+        f"node rank {node_rank}: the position of {host} in the canonical order above",
+        f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank}: its position in the order the request "
+        "listed the role groups (not used)",
+    )
+
+
+def test_local_rank_of_another_group_order_is_a_warning(sub2: dict[str, str]) -> None:
+    """A request listing sub before main: sub1=0, sub2=1, main1=2 (a valid session)."""
+    topo = backendai.topology({**sub2, LOCAL_RANK: "1"})
+    assert topo.node_rank == 2
+    assert hosts_of(topo) == THREE
+    assert topo.warnings == (lr_warning(1, "sub2", 2),)
+    assert topo.notes == lr_notes(1, "sub2", 2)
+
+
+def test_local_rank_no_group_order_gives(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, LOCAL_RANK: "0"}) == (
+        "BACKENDAI_CLUSTER_LOCAL_RANK='0': expected one of 1, 2 for container sub2 (role "
+        "'sub', index 2): Backend.AI gives its index - 1 plus the summed counts of the role "
+        "groups the session's request listed before its role, in any order (other groups: "
+        "main:1)"
+    )
+
+
+def test_local_rank_outside_session(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, LOCAL_RANK: "3"}).startswith(
+        "BACKENDAI_CLUSTER_LOCAL_RANK='3': expected one of 1, 2 for container sub2 ")
+
+
+def test_local_rank_offset_must_be_a_subset_sum(backendai_env) -> None:
+    """Offsets of role c are sums of subsets of {main:1, b:3}: 0, 1, 3, 4; never 2."""
+    hosts = ["main1", "b1", "b2", "b3", "c1", "c2"]
+    env = backendai_env(hosts, "c1", "b:3,c:2,main:1")
+    assert env[LOCAL_RANK] == "4"  # default group order main, b, c
+    for value, rank in (("0", 0), ("1", 1), ("3", 3)):  # c,main,b / main,c,b / b,c,main
+        topo = backendai.topology({**env, LOCAL_RANK: value})
+        assert topo.node_rank == 4
+        assert topo.warnings == (lr_warning(rank, "c1", 4),)
+    assert error_of({**env, LOCAL_RANK: "2"}) == lr_error(
+        "2", "one of 0, 1, 3, 4", "c1", "c", 1, "b:3, main:1")
+    assert error_of({**env, LOCAL_RANK: "5"}).startswith(
+        "BACKENDAI_CLUSTER_LOCAL_RANK='5': expected one of 0, 1, 3, 4 for container c1 ")
+
+
+def test_local_rank_possible_values_listed_at_most_eight(backendai_env) -> None:
+    hosts = ["main1", "a1", "b1", "b2", "c1", "c2", "c3", "c4", "sub1", "sub2"]
+    env = backendai_env(hosts, "sub1", "a:1,b:2,c:4,main:1,sub:2")
+    assert error_of({**env, LOCAL_RANK: "9"}) == lr_error(
+        "9", "one of 0, 1, 2, 3, 4, 5, 6, 7, ... (9 in all)", "sub1", "sub", 1,
+        "a:1, b:2, c:4, main:1")
+
+
+def test_possible_local_ranks() -> None:
+    assert backendai.possible_local_ranks(1, [], 1) == [0]
+    assert backendai.possible_local_ranks(2, [1], 3) == [1, 2]
+    assert backendai.possible_local_ranks(1, [3, 1], 6) == [0, 1, 3, 4]
+    assert backendai.possible_local_ranks(3, [2, 2], 7) == [2, 4, 6]
 
 
 @pytest.mark.parametrize("value", [None, ""])
@@ -374,9 +572,9 @@ def test_hosts_not_in_role_index_form(sub2: dict[str, str]) -> None:
     )
 
 
-def test_hosts_same_role_and_index(sub2: dict[str, str]) -> None:
+def test_hosts_same_role_and_index_without_replicas(sub2: dict[str, str]) -> None:
     assert error_of({**sub2, HOSTS: "sub01,main1,sub1", HOST: "sub1", IDX: "1",
-                     LOCAL_RANK: ""}) == (
+                     LOCAL_RANK: "", REPLICAS: ""}) == (
         "BACKENDAI_CLUSTER_HOSTS='sub01,main1,sub1': expected one host per role and index; "
         "'sub01' and 'sub1' are both sub #1"
     )
@@ -433,12 +631,21 @@ def test_replicas_not_adding_up(sub2: dict[str, str]) -> None:
     )
 
 
+def test_hosts_not_the_names_replicas_gives(sub2: dict[str, str]) -> None:
+    assert error_of({**sub2, HOSTS: "sub01,main1,sub1", HOST: "sub1", IDX: "1",
+                     LOCAL_RANK: ""}) == (
+        "BACKENDAI_CLUSTER_HOSTS='sub01,main1,sub1': expected exactly the host names "
+        "BACKENDAI_CLUSTER_REPLICAS=main:1,sub:2 gives ({role}1 to {role}{count} for each "
+        "role); missing: sub2; not from BACKENDAI_CLUSTER_REPLICAS: sub01"
+    )
+
+
 def test_replicas_count_of_a_role_differs_from_hosts(sub2: dict[str, str]) -> None:
     message = error_of({**sub2, REPLICAS: "main:2,sub:1"})
     assert message == (
-        "BACKENDAI_CLUSTER_REPLICAS='main:2,sub:1': expected role counts matching "
-        "BACKENDAI_CLUSTER_HOSTS: REPLICAS says 2 'main' host(s), BACKENDAI_CLUSTER_HOSTS "
-        "(sub1,main1,sub2) has 1"
+        "BACKENDAI_CLUSTER_HOSTS='sub1,main1,sub2': expected exactly the host names "
+        "BACKENDAI_CLUSTER_REPLICAS=main:2,sub:1 gives ({role}1 to {role}{count} for each "
+        "role); missing: main2; not from BACKENDAI_CLUSTER_REPLICAS: sub2"
     )
 
 
@@ -446,8 +653,34 @@ def test_replicas_missing_a_role_of_hosts(backendai_env) -> None:
     env = backendai_env(["main1", "sub1", "ps1"], "sub1", local_rank=False)
     env[REPLICAS] = "main:1,sub:2"
     assert error_of(env) == (
-        "BACKENDAI_CLUSTER_REPLICAS='main:1,sub:2': expected every role of "
-        "BACKENDAI_CLUSTER_HOSTS listed; role 'ps' is missing"
+        "BACKENDAI_CLUSTER_HOSTS='main1,sub1,ps1': expected exactly the host names "
+        "BACKENDAI_CLUSTER_REPLICAS=main:1,sub:2 gives ({role}1 to {role}{count} for each "
+        "role); missing: sub2; not from BACKENDAI_CLUSTER_REPLICAS: ps1"
+    )
+
+
+def test_hosts_mismatch_lists_at_most_eight_names(backendai_env) -> None:
+    hosts = ["main1"] + [f"w{i}" for i in range(1, 11)]
+    env = backendai_env(hosts, "main1", "main:1,sub:10", local_rank=False)
+    message = error_of(env)
+    assert message.endswith(
+        "missing: sub1, sub2, sub3, sub4, sub5, sub6, sub7, sub8, ... (10 in all); not from "
+        "BACKENDAI_CLUSTER_REPLICAS: w1, w2, w3, w4, w5, w6, w7, w8, ... (10 in all)"
+    )
+
+
+@pytest.mark.parametrize(("replicas", "name", "first", "second"), [
+    ("a:11,a1:1,main:1", "a11", "a #11", "a1 #1"),  # met in canonical order: main, a, a1
+    ("Sub:1,main:1,sub:1", "sub1", "Sub #1", "sub #1"),
+    ("gpu-1:11,gpu-11:1,main:1", "gpu-111", "gpu-1 #11", "gpu-11 #1"),
+])
+def test_replicas_names_colliding(replicas: str, name: str, first: str, second: str) -> None:
+    size = sum(int(pair.rsplit(":", 1)[1]) for pair in replicas.split(","))
+    hosts = ",".join(["main1"] + [f"h{i}" for i in range(1, size)])
+    assert error_of({SIZE: str(size), HOSTS: hosts, HOST: "main1", REPLICAS: replicas}) == (
+        f"BACKENDAI_CLUSTER_REPLICAS={replicas!r}: expected roles whose host names "
+        "{role}{index} are all different (compared case-insensitively, as DNS does); "
+        f"{name!r} is both {first} and {second}"
     )
 
 
@@ -484,9 +717,15 @@ def test_idx_contradicts_host(sub2: dict[str, str]) -> None:
     )
 
 
+ROLE_EXPECTED = ("a role name such as main or sub (letters, digits and '-', with a letter, "
+                 "not starting with '-')")
+
+
 @pytest.mark.parametrize(("name", "value", "expected"), [
-    (ROLE, "1sub", "a role name such as main or sub"),
-    (ROLE, "sub ", "a role name such as main or sub"),
+    (ROLE, "sub ", ROLE_EXPECTED),
+    (ROLE, "-sub", ROLE_EXPECTED),
+    (ROLE, "sub_1", ROLE_EXPECTED),
+    (ROLE, "100", ROLE_EXPECTED),
     (IDX, "0", "an integer >= 1"),
     (IDX, "two", "an integer >= 1"),
 ])
@@ -506,8 +745,8 @@ def test_size_one_role_contradicting_host_is_rejected() -> None:
 
 def test_size_one_local_rank_other_than_zero_is_rejected() -> None:
     """A one-node session has node rank 0 only; LOCAL_RANK=5 is inconsistent (section 5)."""
-    with pytest.raises(TopologyError, match="BACKENDAI_CLUSTER_LOCAL_RANK='5'"):
-        backendai.topology({SIZE: "1", HOST: "main1", LOCAL_RANK: "5"})
+    assert error_of({SIZE: "1", HOST: "main1", LOCAL_RANK: "5"}) == lr_error(
+        "5", "0", "main1", "main", 1, "none")
 
 
 def test_variables_without_size(sub2: dict[str, str]) -> None:

@@ -153,7 +153,8 @@ def test_help(flag: str) -> None:
     assert result.exit_code == 0
     out = result.stdout
     assert out.startswith("Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n")
-    for option in ("--dry-run", "--format [env|json|toml|shell]", "--explain",
+    for option in ("--dry-run", "--format [env|json|toml|shell|hosts|openmpi-hostfile|"
+                   "mpich-hostfile|deepspeed-hostfile|horovod-hosts]", "--explain",
                    "--label KEY=VALUE", "--labels-file PATH", "--env-file PATH", "--version",
                    "-h, --help"):
         assert option in out
@@ -201,7 +202,9 @@ def test_version_via_subprocess(empty_labels: Path, script: bool) -> None:
         (["--dry-run", "--explain", "--format", "json"],
          "Error: --explain prints for a person; drop --format.\n"),
         (["--dry-run", "--format", "yaml"], "Error: Invalid value for '--format': 'yaml' is "
-                                            "not one of 'env', 'json', 'toml', 'shell'.\n"),
+                                            "not one of 'env', 'json', 'toml', 'shell', 'hosts', "
+                                            "'openmpi-hostfile', 'mpich-hostfile', "
+                                            "'deepspeed-hostfile', 'horovod-hosts'.\n"),
     ],
 )
 def test_usage_errors_exit_2(
@@ -422,6 +425,28 @@ def test_kept_user_values_left_out_of_json_and_shown_as_kept_in_explain(
     assert lines[at + 1].strip() == "source: same as MASTER_PORT: MASTER_PORT (already set)"
 
 
+def test_template_session_listing_workers_first_starts_with_a_warning(
+    tmp_path: Path, empty_labels: Path
+) -> None:
+    """Issue 6: main:1,sub:2 requested sub first (sub1=0, sub2=1, main1=2): every container
+    exits 0 with the canonical node rank and a warning on stderr."""
+    backendai = {"main1": 2, "sub1": 0, "sub2": 1}
+    for host, local_rank in backendai.items():
+        env = {**node_env(host), "BACKENDAI_CLUSTER_LOCAL_RANK": str(local_rank)}
+        env_file = write_env_file(tmp_path / f"{host}.env", env, empty_labels)
+        result = invoke(["--env-file", str(env_file), "--label", FW + "=pytorch", "--dry-run",
+                         "--format", "json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["NODE_RANK"] == str(CANONICAL.index(host))
+        assert result.stderr == (
+            f"derive-env: warning: BACKENDAI_CLUSTER_LOCAL_RANK={local_rank} is not the node "
+            f"rank of this container ({host}): {CANONICAL.index(host)}. Backend.AI counts in "
+            "the order the session's request listed the role groups, which a container cannot "
+            "see; derive-env uses the canonical node order, the same on every container. Do "
+            "not use BACKENDAI_CLUSTER_LOCAL_RANK as a node rank in this session\n"
+        )
+
+
 def test_explain_names_topology_and_sources(sub1_env: Path) -> None:
     result = invoke(["--env-file", str(sub1_env), "--label", FW + "=pytorch,tensorflow",
                      "--dry-run", "--explain"])
@@ -429,7 +454,8 @@ def test_explain_names_topology_and_sources(sub1_env: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[:6] == [
         "source: backendai session sess-42, 3 nodes; this container is sub1, node rank 1",
-        "nodes in canonical order (main first, then REPLICAS order, numeric index):",
+        "nodes in canonical order (from BACKENDAI_CLUSTER_REPLICAS: role main first, then the "
+        "roles in REPLICAS order, each role's hosts {role}1 to {role}{count}):",
         "     0  main1  (master)",
         "     1  sub1  (this container)",
         "     2  sub2",

@@ -92,9 +92,22 @@ def test_bad_label_is_label_error(backendai_env) -> None:
 
 
 def test_bad_topology_is_topology_error(backendai_env) -> None:
-    env = {**backendai_env(HOSTS_ORDER, "sub1"), "BACKENDAI_CLUSTER_LOCAL_RANK": "0"}
+    # sub1 of main:1,sub:2 is 0 (sub listed first) or 1 (main first), never 2
+    env = {**backendai_env(HOSTS_ORDER, "sub1"), "BACKENDAI_CLUSTER_LOCAL_RANK": "2"}
     with pytest.raises(TopologyError):
         derive(env, ALL)
+
+
+def test_source_warnings_come_first(backendai_env) -> None:
+    env = backendai_env(HOSTS_ORDER, "sub1", group_order=["sub", "main"])
+    assert env["BACKENDAI_CLUSTER_LOCAL_RANK"] == "0"
+    derivation = derive(env, ALL)
+    assert derivation is not None
+    assert derivation.changes()["NODE_RANK"] == "1"
+    assert len(derivation.topology.warnings) == 1
+    assert derivation.warnings[:1] == derivation.topology.warnings
+    assert derivation.topology.warnings[0].startswith(
+        "BACKENDAI_CLUSTER_LOCAL_RANK=0 is not the node rank of this container (sub1): 1. ")
 
 
 def test_labels_checked_before_topology(backendai_env) -> None:

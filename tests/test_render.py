@@ -43,7 +43,10 @@ def made(values: dict[str, str], kept: dict[str, str] | None = None) -> Derivati
 
 
 def test_formats() -> None:
-    assert FORMATS == ("env", "json", "toml", "shell")
+    assert FORMATS == (
+        "env", "json", "toml", "shell",
+        "hosts", "openmpi-hostfile", "mpich-hostfile", "deepspeed-hostfile", "horovod-hosts",
+    )
 
 
 def test_env(derivation: Derivation) -> None:
@@ -177,7 +180,8 @@ def test_explain(derivation: Derivation) -> None:
     lines = text.splitlines()
     assert lines[:5] == [
         "source: backendai session s1, 2 nodes; this container is sub1, node rank 1",
-        "nodes in canonical order (main first, then REPLICAS order, numeric index):",
+        "nodes in canonical order (from BACKENDAI_CLUSTER_REPLICAS: role main first, then the "
+        "roles in REPLICAS order, each role's hosts {role}1 to {role}{count}):",
         "     0  main1  (master)",
         "     1  sub1  (this container)",
         "frameworks: pytorch, tensorflow (mode torchrun)",
@@ -196,6 +200,41 @@ def test_explain(derivation: Derivation) -> None:
     assert f"TF_CONFIG       = {TF_CONFIG}" in lines
     assert "  sub: sub1 -> worker 1  <- this container" in lines
     assert text.endswith("\n")
+
+
+def test_explain_order_without_replicas(backendai_env) -> None:
+    env = backendai_env(["sub1", "main1"], "sub1")
+    del env["BACKENDAI_CLUSTER_REPLICAS"]
+    result = derive(env, {PREFIX + "frameworks": "pytorch"})
+    assert explain(result).splitlines()[1] == (
+        "nodes in canonical order (no BACKENDAI_CLUSTER_REPLICAS: roles and indices parsed from "
+        "the BACKENDAI_CLUSTER_HOSTS names {role}{index}; role main first, then roles by name, "
+        "each by numeric index):"
+    )
+
+
+def test_explain_shows_local_rank_of_another_group_order(backendai_env) -> None:
+    """A template listing sub before main: LOCAL_RANK 0 for sub1, node rank 1; both shown."""
+    env = backendai_env(["sub1", "main1"], "sub1", group_order=["sub", "main"])
+    result = derive(env, {PREFIX + "frameworks": "pytorch"})
+    lines = explain(result).splitlines()
+    assert lines[:6] == [
+        "source: backendai session sess-0123, 2 nodes; this container is sub1, node rank 1",
+        "nodes in canonical order (from BACKENDAI_CLUSTER_REPLICAS: role main first, then the "
+        "roles in REPLICAS order, each role's hosts {role}1 to {role}{count}):",
+        "     0  main1  (master)",
+        "     1  sub1  (this container)",
+        "node rank 1: the position of sub1 in the canonical order above",
+        "BACKENDAI_CLUSTER_LOCAL_RANK=0: its position in the order the request listed the role "
+        "groups (not used)",
+    ]
+    assert lines[-1] == (
+        "warning: BACKENDAI_CLUSTER_LOCAL_RANK=0 is not the node rank of this container (sub1): "
+        "1. Backend.AI counts in the order the session's request listed the role groups, which "
+        "a container cannot see; derive-env uses the canonical node order, the same on every "
+        "container. Do not use BACKENDAI_CLUSTER_LOCAL_RANK as a node rank in this session"
+    )
+    assert "NODE_RANK       = 1" in lines
 
 
 def test_explain_kept_master_addr_shows_topology_value(backendai_env) -> None:

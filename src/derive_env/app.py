@@ -228,8 +228,12 @@ def run(
     try:
         environ = read_environment(env_file)
         labels = load_labels(environ, labels_files, label_items)
-        if not is_opted_in(labels):
+        opted_in = is_opted_in(labels)
+        if not opted_in:
             _check_not_opted_in(labels)
+        if dry_run and not explain and _is_host_format(fmt):
+            return _write(_host_list(environ, labels, fmt))
+        if not opted_in:
             return _finish(command, environ, None, dry_run, fmt, explain)
         # Host facts describe this machine: meaningless for another container's --env-file.
         derivation = _derive(
@@ -253,6 +257,20 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
         if on_error_of(labels) != "warn":
             raise
         _say("warning", str(exc))
+
+
+def _is_host_format(fmt: str) -> bool:
+    from derive_env.hostfiles import HOST_FORMATS  # not needed on the exec path
+
+    return fmt in HOST_FORMATS
+
+
+def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
+    """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
+    _without_pydantic_plugins()
+    from derive_env.hostfiles import render_for
+
+    return render_for(environ, labels, fmt)
 
 
 def _without_pydantic_plugins() -> None:

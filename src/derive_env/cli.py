@@ -29,7 +29,8 @@ Troubleshooting by message: the operator guide (docs/operator-guide.md in the so
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default=None,
     help="Dry-run output: KEY=VALUE lines (env, default), one JSON object, a TOML table, "
-         "or eval-safe `export` lines (shell).",
+         "eval-safe `export` lines (shell), or the session's nodes for a launcher (hosts, "
+         "openmpi-/mpich-/deepspeed-hostfile, horovod-hosts).",
 )
 @click.option(
     "--explain", is_flag=True,

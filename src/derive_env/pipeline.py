@@ -69,7 +69,7 @@ def derive(
     ctx = Context(topology=topology, policy=policy, environ=environ, facts=facts)
     variables: list[DerivedVariable] = []
     notes: list[str] = []
-    warnings: list[str] = []
+    warnings: list[str] = list(topology.warnings)  # the source's first: they concern the input
     modules = [import_module(FRAMEWORKS[n]) for n in FRAMEWORKS if n in policy.frameworks]
     for module in (*modules, network):
         part = module.derive(ctx)

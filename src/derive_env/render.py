@@ -1,7 +1,10 @@
 """Render a derivation for ``--dry-run``: env, json, toml, shell, or explained for a person.
 
 Only derived variables are ever printed (the input environment can hold access keys).
-The machine formats print exactly the variables the exec would add or change.
+The machine formats print exactly the variables the exec would add or change. The host
+formats (:data:`derive_env.hostfiles.HOST_FORMATS`) print the session's nodes for a
+launcher instead; they need the topology, not the derivation, and are rendered by
+:func:`derive_env.hostfiles.render_for`.
 """
 
 from __future__ import annotations
@@ -9,10 +12,12 @@ from __future__ import annotations
 import json
 import shlex
 
+from derive_env.hostfiles import HOST_FORMATS
 from derive_env.labels import OPT_IN
 from derive_env.pipeline import Derivation
 
-FORMATS = ("env", "json", "toml", "shell")
+#: Every ``--format`` choice: the variable formats, then the host formats.
+FORMATS = ("env", "json", "toml", "shell", *HOST_FORMATS)
 #: --explain lists at most this many nodes (the first ones, the master, this container).
 _NODES_SHOWN = 16
 
@@ -27,7 +32,8 @@ def render(derivation: Derivation | None, fmt: str) -> str:
     * ``shell``: POSIX ``export KEY='value'`` lines, safe to ``eval`` whatever the values
       contain (``shlex.quote``).
 
-    :raises ValueError: an unknown format (the command line only passes known ones).
+    :raises ValueError: an unknown format, or a host format (those need the topology:
+        :func:`derive_env.hostfiles.render_for`); the command line passes neither here.
     """
     values = derivation.changes() if derivation else {}
     if fmt == "json":
@@ -40,6 +46,8 @@ def render(derivation: Derivation | None, fmt: str) -> str:
         return "".join(f"export {k}={_single_quoted(v)}\n" for k, v in values.items())
     if fmt == "env":
         return "".join(f"{k}={v}\n" for k, v in values.items())
+    if fmt in HOST_FORMATS:
+        raise ValueError(f"format {fmt!r} is rendered by derive_env.hostfiles.render_for")
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -59,7 +67,13 @@ def _single_quoted(value: str) -> str:
 
 
 def explain(derivation: Derivation | None) -> str:
-    """For a person: the topology, then each variable with its value and where it came from."""
+    """For a person: the topology, then each variable with its value and where it came from.
+
+    The topology part: source, session, node count; the nodes in canonical order under a
+    header naming the rule that built the order (``ClusterTopology.order``); the source's
+    notes (``ClusterTopology.notes``, e.g. a Backend.AI LOCAL_RANK that differs from the
+    node rank). Warnings (the source's first) close the text.
+    """
     if derivation is None:
         return (
             f"not opted in: the image has no label {OPT_IN}\n"
@@ -76,7 +90,9 @@ def explain(derivation: Derivation | None) -> str:
             f"source: {topo.source}{session}, {topo.num_nodes} nodes; this container is "
             f"{me.host}, node rank {topo.node_rank}"
         )
-        lines.append("nodes in canonical order (main first, then REPLICAS order, numeric index):")
+        # the source says which rule built the order (REPLICAS, or names parsed from HOSTS)
+        rule = f" ({topo.order})" if topo.order else ""
+        lines.append(f"nodes in canonical order{rule}:")
         for rank, node in enumerate(topo.nodes):
             shown = rank < _NODES_SHOWN or rank == topo.node_rank
             if not shown:
@@ -87,6 +103,7 @@ def explain(derivation: Derivation | None) -> str:
             lines.append(f"  {rank:>4}  {node.host}" + (f"  ({', '.join(tags)})" if tags else ""))
         if topo.num_nodes > _NODES_SHOWN:
             lines.append(f"  ... {topo.num_nodes} nodes in all")
+    lines += topo.notes  # e.g. the cluster manager's own rank, when it differs
     mode = f" (mode {policy.pytorch_mode})" if "pytorch" in policy.frameworks else ""
     lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
     lines.append("")

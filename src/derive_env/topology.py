@@ -141,6 +141,12 @@ class ClusterTopology(BaseModel):
     :ivar processes: the per-process layer, when the source knows it.
     :ivar inputs: for provenance, the input variables behind each aspect: keys ``nodes``,
         ``node_rank``, ``gpus``, ``master_port``.
+    :ivar order: for ``--explain``, the rule that put ``nodes`` in this order (e.g. "from
+        BACKENDAI_CLUSTER_REPLICAS: ..."), if the source has one to state.
+    :ivar notes: for ``--explain``, lines about the topology (e.g. a cluster manager's own
+        rank that differs from the node rank).
+    :ivar warnings: things about the source's variables an operator should know that do not
+        stop the command (printed on stderr, like the frameworks' warnings).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -153,6 +159,9 @@ class ClusterTopology(BaseModel):
     session_id: str | None = None
     processes: ProcessLayout | None = None
     inputs: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    order: str | None = None
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterTopology:

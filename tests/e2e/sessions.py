@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
 
 from simcluster import (
     HostResult,
@@ -41,6 +42,8 @@ from simcluster import (
     canonical_order,
     scrambled_order,
 )
+
+from helpers import require
 
 __all__ = [
     "HERE",
@@ -74,16 +77,6 @@ BASE_ENV: dict[str, str] = {
     "PYTHONUNBUFFERED": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-
-
-def require(ok: bool, reason: str) -> None:
-    """Skip when ``ok`` is false; under ``CI=true`` FAIL instead (a silent skip in CI would
-    report a framework as proven when it was never run)."""
-    if ok:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but this e2e test cannot run: {reason}")
-    pytest.skip(reason)
 
 
 def venv_bin() -> Path:

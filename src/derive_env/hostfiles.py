@@ -1,0 +1,192 @@
+"""Host lists and hostfiles for launchers that start processes over SSH (issue 6, item 5).
+
+``derive-env --dry-run --format FORMAT`` prints the nodes of the session in canonical order
+(node rank order, the master first) in the syntax a launcher reads:
+
+* ``hosts``: ``main1``, for anything that reads one host per line;
+* ``openmpi-hostfile``: ``main1 slots=N``, for Open MPI's ``mpirun --hostfile FILE``;
+* ``mpich-hostfile``: ``main1:N``, for MPICH's ``mpiexec -f FILE`` and Intel MPI's
+  ``mpirun -machinefile FILE``;
+* ``deepspeed-hostfile``: ``main1 slots=N``, for ``deepspeed --hostfile FILE``;
+* ``horovod-hosts``: ``main1:N,sub1:N,...``, for ``horovodrun -H "$(...)"``.
+
+Entries are one per line, except ``horovod-hosts``: one line, entries joined by commas.
+No comment lines: the hostfile readers below skip them, but ``hosts`` is also read by shell
+loops and ``horovod-hosts`` is a command-line value.
+
+Rules followed (each checked in the launcher's own source):
+
+* Open MPI 4.1 (orte/util/hostfile/hostfile_lex.l, hostfile.c): ``host slots=N`` per line,
+  ``#`` comments; node names of letters, digits, ``.`` and ``-`` only: ``mpirun`` refuses
+  an IPv6 literal ("the regex parser has detected the presence of an illegal character"),
+  checked with the real Debian ``mpirun.openmpi``.
+* MPICH Hydra (src/pm/hydra/lib/utils/args.c ``HYDU_parse_hostfile``,
+  ``HYDU_process_mfile_token``): ``host:N`` per line, ``#`` comments; the host is cut at
+  the first ``:``, so an IPv6 literal cannot be written. Intel MPI (Developer Guide,
+  "Controlling Process Placement") documents ``host:N`` lines for ``-machinefile``; its
+  ``-f`` host file holds names only.
+* DeepSpeed (deepspeed/launcher/runner.py ``_parse_hostfile``): each line must match
+  ``^(\\S+)\\s+slots=(\\d+)``, a host listed twice is an error; its ``--include`` /
+  ``--exclude`` filters split ``host:slots`` at ``:`` and its MPI launchers hand the hosts
+  to ``mpirun``, so an IPv6 literal is refused here too.
+* Horovod (horovod/runner/common/util/hosts.py ``parse_hosts``,
+  ``parse_hosts_and_slots``): ``-H`` takes ``host:N`` entries joined by ``,``, each
+  matching ``^[\\w.-]+:[0-9]+$``: no IPv6 literal.
+
+N (slots, processes per node) is the label ``ai.backend.distributed.nproc-per-node``, else
+the container's GPU count when > 0 (the same rule as ``PET_NPROC_PER_NODE``), written for
+every host: a Backend.AI session gives every container the same resources. Neither known:
+an error (exit 4) that says what to set. ``hosts`` needs no N.
+
+A single-container session lists ``localhost``: Open MPI (``hostfile.c`` maps
+``localhost`` to this node) and Hydra start the processes without SSH (both checked with
+the real launchers, tests/test_hostfiles.py), as ``horovodrun`` does for hosts that resolve
+to a local address (horovod/runner/util/network.py ``filter_local_addresses``); it matches
+``MASTER_ADDR=127.0.0.1`` (contract section 6).
+
+This module imports neither pydantic, click nor typing at module level, so a light
+dry-run path can read :data:`HOST_FORMATS`; :func:`render_for` imports the sources and the
+label policy when it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from derive_env.errors import LabelError, TopologyError
+from derive_env.labels import OPT_IN, PREFIX, distributed_labels, is_opted_in
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~9 ms at startup)
+if TYPE_CHECKING:
+    from derive_env.topology import ClusterTopology
+
+#: The host-list formats of ``--format`` (names fixed by issue 6; others rely on them).
+HOST_FORMATS: tuple[str, ...] = (
+    "hosts", "openmpi-hostfile", "mpich-hostfile", "deepspeed-hostfile", "horovod-hosts",
+)
+#: What a single-container session lists (the local node for every launcher here).
+SINGLE_CONTAINER_HOST = "localhost"
+NPROC_LABEL = PREFIX + "nproc-per-node"
+
+
+#: How each launcher reads hosts: (entry template, separator between entries, why it
+#: cannot take an IPv6 literal). Plain tuples: this module loads on every dry run.
+_SYNTAX: dict[str, tuple[str, str, str]] = {
+    "openmpi-hostfile": (
+        "{host} slots={n}", "\n",
+        "Open MPI's mpirun accepts only node names of letters, digits, '.' and '-'",
+    ),
+    "mpich-hostfile": (
+        "{host}:{n}", "\n", "MPICH's and Intel MPI's Hydra cut each host:N line at the first ':'"
+    ),
+    "deepspeed-hostfile": (
+        "{host} slots={n}", "\n",
+        "DeepSpeed splits host:slots at ':' (--include/--exclude) and hands the hosts to mpirun",
+    ),
+    "horovod-hosts": (
+        "{host}:{n}", ",", "horovodrun -H takes only host:N entries with host of [A-Za-z0-9_.-]"
+    ),
+}
+
+
+def launcher_hosts(topology: ClusterTopology) -> tuple[str, ...]:
+    """The hosts a launcher is given, in canonical order (node rank order, master first).
+
+    :returns: the nodes' hosts; ``("localhost",)`` for a single-container session.
+    """
+    if topology.num_nodes == 1:
+        return (SINGLE_CONTAINER_HOST,)
+    return tuple(node.host for node in topology.nodes)
+
+
+def slots_per_node(
+    topology: ClusterTopology, nproc_label: int | None, fmt: str, *, opted_in: bool = True
+) -> int:
+    """N of ``host slots=N`` / ``host:N``: processes to start on each node.
+
+    :param topology: the session; its ``gpus_per_node`` is this container's GPU count.
+    :param nproc_label: the validated label ``nproc-per-node`` (``None`` when unset).
+    :param fmt: the format asked for, named in the error.
+    :param opted_in: whether the image opted in; without it the label cannot be used, and
+        the error says so.
+    :returns: the label, else the GPU count when > 0 (as ``PET_NPROC_PER_NODE``).
+    :raises LabelError: neither is known (exit 4); the message says what to set.
+    """
+    if nproc_label is not None:
+        return nproc_label
+    if topology.gpus_per_node:
+        return topology.gpus_per_node
+    if topology.gpus_per_node is None:
+        gpus = "the cluster manager gave no GPU count"
+    else:
+        gpus = f"{topology.inputs_of('gpus')} is 0"
+    needs = f"--format {fmt} needs the number of processes per node"
+    if opted_in:
+        raise LabelError(
+            f"{needs}: set the image label {NPROC_LABEL} (for example --label "
+            f"{NPROC_LABEL}=2); the container's GPU count cannot stand in for it ({gpus})"
+        )
+    raise LabelError(
+        f"{needs}, and the container's GPU count cannot give it ({gpus}); the image did not "
+        f"opt in ({OPT_IN} is not set), so the label {NPROC_LABEL} cannot give it either: opt "
+        f"the image in and set {NPROC_LABEL}, or use --format hosts and give the launcher the "
+        "process count yourself"
+    )
+
+
+def render_hosts(
+    topology: ClusterTopology, fmt: str, nproc_label: int | None, *, opted_in: bool = True
+) -> str:
+    """The host list of ``topology`` in ``fmt`` (one of :data:`HOST_FORMATS`).
+
+    :param nproc_label: the validated label ``nproc-per-node``, ``None`` when unset.
+    :param opted_in: see :func:`slots_per_node`.
+    :returns: the text to print, ending in a newline.
+    :raises LabelError: N is needed and unknown (:func:`slots_per_node`).
+    :raises TopologyError: a host is an IPv6 literal and the launcher cannot take one
+        (exit 3); every container has the same hosts, so every one refuses alike.
+    :raises ValueError: ``fmt`` is not a host format (the command line passes only those).
+    """
+    hosts = launcher_hosts(topology)
+    if fmt == "hosts":
+        return "".join(f"{host}\n" for host in hosts)
+    if fmt not in _SYNTAX:
+        raise ValueError(f"unknown host format {fmt!r}")
+    entry, separator, no_ipv6 = _SYNTAX[fmt]
+    n = slots_per_node(topology, nproc_label, fmt, opted_in=opted_in)
+    from derive_env.topology import is_ipv6  # topology imports pydantic: not at module level
+
+    for rank, host in enumerate(hosts):
+        if is_ipv6(host):
+            raise TopologyError(
+                f"--format {fmt}: node {host} (node rank {rank}, from "
+                f"{topology.inputs_of('nodes')}) is an IPv6 address, and {no_ipv6}; "
+                "give the containers host names, or use --format hosts"
+            )
+    return separator.join(entry.format(host=h, n=n) for h in hosts) + "\n"
+
+
+def render_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
+    """The host list for ``fmt`` from a container's environment and its image's labels.
+
+    Needs only the topology, so it works for an image that did not opt in too (it sets no
+    variable); then the labels are not read for N. An opted-in image's labels are validated
+    as on every start. ``on-error=warn`` does not apply: there is no command to run
+    unchanged, and an empty host list would start a job on no node.
+
+    :param environ: the input environment (the cluster manager's variables).
+    :param labels: the image's labels; stray labels of an image that did not opt in must
+        already have been checked (app.py).
+    :raises TopologyError: bad cluster variables (exit 3), or see :func:`render_hosts`.
+    :raises LabelError: bad labels, or N unknown (exit 4).
+    """
+    from derive_env.sources import topology_from
+
+    labels = distributed_labels(labels)
+    opted_in = is_opted_in(labels)
+    nproc = None
+    if opted_in:
+        from derive_env.policy import ImagePolicy
+
+        nproc = ImagePolicy.from_labels(labels).nproc_per_node
+    return render_hosts(topology_from(environ), fmt, nproc, opted_in=opted_in)
