@@ -19,8 +19,9 @@ FROM python:3.11-slim
 
 # tini reaps zombie processes and forwards signals. derive-env itself execs the command
 # (same PID) and does not reap children, so something must, when the program does not.
+# openssh-client: on-every-node's ssh on Backend.AI (which brings only the server).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends tini \
+ && apt-get install -y --no-install-recommends tini openssh-client \
  && rm -rf /var/lib/apt/lists/*
 
 ARG TORCH_VERSION=2.13.0

@@ -12,8 +12,9 @@ FROM python:3.11-slim
 
 # tini reaps zombie processes and forwards signals; derive-env execs the command and
 # does not reap children.
+# openssh-client: on-every-node's ssh on Backend.AI (which brings only the server).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends tini \
+ && apt-get install -y --no-install-recommends tini openssh-client \
  && rm -rf /var/lib/apt/lists/*
 
 ARG TENSORFLOW_VERSION=2.21.0
