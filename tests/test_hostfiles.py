@@ -328,10 +328,10 @@ def test_cli_stray_label_with_warn_warns_and_ignores_the_label(tmp_path: Path) -
 
 
 def test_cli_bad_cluster_variables_exit_3(tmp_path: Path) -> None:
-    env_file = write_env(tmp_path, session_env("main1", BACKENDAI_CLUSTER_LOCAL_RANK="2"))
+    env_file = write_env(tmp_path, session_env("main1", BACKENDAI_CLUSTER_LOCAL_RANK="7"))
     result = invoke("--dry-run", "--format", "hosts", "--env-file", str(env_file))
     assert (result.exit_code, result.stdout) == (3, "")
-    assert result.stderr.startswith("derive-env: error: BACKENDAI_CLUSTER_LOCAL_RANK='2': ")
+    assert result.stderr.startswith("derive-env: error: BACKENDAI_CLUSTER_LOCAL_RANK='7': ")
 
 
 def test_console_script_prints_hosts_and_no_secret(tmp_path: Path) -> None:
