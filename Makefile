@@ -7,18 +7,13 @@ PIP    := $(PY) -m pip
 FRAMEWORKS := torch==2.13.0 tensorflow-cpu==2.21.0 jax==0.10.2 jaxlib==0.10.2 lightning==2.6.6
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint venv clean system-packages
-
-# Debian packages the e2e tests run for real, "program:package": each is installed (one
-# apt-get update, then apt-get install) only when its program is missing.
-SYSTEM_PACKAGES += /usr/sbin/sshd:openssh-server
-SYSTEM_PACKAGES += /usr/bin/mpirun.openmpi:openmpi-bin
+.PHONY: test demo lint venv clean managers
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(FRAMEWORKS)
-	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet -e . --group test
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -26,15 +21,108 @@ venv: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
-system-packages:
-	@missing=; for t in $(SYSTEM_PACKAGES); do test -x "$${t%%:*}" || missing="$$missing $${t#*:}"; done; \
-	if [ -n "$$missing" ]; then apt-get update && apt-get install -y --no-install-recommends $$missing; fi
+# Real cluster managers and sshd for the e2e tests (Debian packages, root): only the missing ones.
+managers:
+	@export PATH="$$PATH:/usr/sbin:/sbin"; missing=""; \
+	command -v slurmctld >/dev/null || missing="$$missing slurm-wlm"; \
+	command -v munged >/dev/null || missing="$$missing munge"; \
+	command -v sshd >/dev/null || missing="$$missing openssh-server"; \
+	command -v mpirun.openmpi >/dev/null || missing="$$missing openmpi-bin"; \
+	command -v mpiexec.mpich >/dev/null || missing="$$missing mpich"; \
+	dpkg -s libpmix-dev >/dev/null 2>&1 || missing="$$missing libpmix-dev"; \
+	if [ -n "$$missing" ]; then apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
-test: lint system-packages
-	$(VENV)/bin/pytest -q tests
+test: lint managers
+	$(PY) -m pytest -q tests
+	$(MAKE) --no-print-directory test-pythons
 
-demo: $(STAMP) system-packages
+demo: $(STAMP) managers
 	$(PY) tests/e2e/demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf .venv-py* .venv-dist dist wheelhouse
+
+# ---- Other Pythons and packaging (issue 8) ------------------------------------------------
+# `make test` also runs the unit and CLI tests on every other supported CPython, in a light
+# venv per interpreter (.venv-py3.10 ...: the package and the test tools, no frameworks).
+# Interpreters come from pyenv (`$(pyenv root)/versions/3.10.*/bin/python3`, newest patch)
+# or from PATH (python3.10). Missing: skipped with a message, but under CI=true it fails.
+.PHONY: test-pythons test-lowest dist wheelhouse
+OTHER_PYTHONS  ?= 3.10 3.12 3.13
+PYENV_VERSIONS := $(shell pyenv root 2>/dev/null || echo "$(HOME)/.pyenv")/versions
+# Everything but the simulated clusters (tests/e2e), the tests that import torch, TensorFlow
+# or JAX (only the main venv has them) and the wheel/venv builds (run once, from the main venv).
+UNIT_ONLY      := -m "not e2e and not frameworks and not packaging" --ignore=tests/e2e
+
+# $(call python_of,3.10): path of that interpreter, or nothing.
+python_of = $$( { ls -d $(PYENV_VERSIONS)/$(1).*/bin/python3 2>/dev/null | sort -V | tail -n 1; \
+	command -v python$(1); } | head -n 1)
+
+test-pythons: $(addprefix test-py,$(OTHER_PYTHONS)) test-lowest
+
+test-py%:
+	@interp=$(call python_of,$*); \
+	if [ -z "$$interp" ]; then \
+	  case "$(CI)" in [Tt][Rr][Uu][Ee]) \
+	    echo "make: CPython $* not found (looked in $(PYENV_VERSIONS)/$*.* and for python$* on PATH); under CI=true every supported Python must be tested" >&2; exit 1;; \
+	  esac; \
+	  echo "make: skipping the tests on CPython $*: no interpreter found (looked in $(PYENV_VERSIONS)/$*.* and for python$* on PATH)"; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory .venv-py$*/.installed INTERP="$$interp" \
+	&& echo "== unit and CLI tests on $$(.venv-py$*/bin/python -VV | head -n 1)" \
+	&& .venv-py$*/bin/python -m pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
+
+.venv-py%/.installed: pyproject.toml Makefile
+	rm -rf .venv-py$*
+	$(INTERP) -m venv .venv-py$*
+	.venv-py$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-py$*/bin/python -m pip install --quiet -e . --group test
+	touch $@
+
+# The lowest versions pyproject.toml allows (tests/test_packaging.py checks that they are
+# its lower bounds), on the oldest supported Python: the ranges must hold what they promise.
+LOWEST_DEPS := pydantic==2.6.0 click==8.4.0 tomli-w==1.0.0
+test-lowest:
+	@interp=$(call python_of,3.10); \
+	if [ -z "$$interp" ]; then \
+	  case "$(CI)" in [Tt][Rr][Uu][Ee]) echo "make: CPython 3.10 not found, needed for the lowest dependency versions" >&2; exit 1;; esac; \
+	  echo "make: skipping the lowest dependency versions: no CPython 3.10"; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory .venv-py3.10-lowest/.installed INTERP="$$interp" \
+	&& echo "== unit and CLI tests on CPython 3.10 with $(LOWEST_DEPS)" \
+	&& .venv-py3.10-lowest/bin/python -m pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
+
+.venv-py3.10-lowest/.installed: pyproject.toml Makefile
+	rm -rf .venv-py3.10-lowest
+	$(INTERP) -m venv .venv-py3.10-lowest
+	.venv-py3.10-lowest/bin/python -m pip install --quiet --upgrade pip
+	.venv-py3.10-lowest/bin/python -m pip install --quiet -e . --group test $(LOWEST_DEPS)
+	touch $@
+
+# Wheel and sdist into dist/, checked by twine. A light venv of its own (.venv-dist): building
+# the wheel must not need the 3 GB test venv.
+DIST_STAMP := .venv-dist/.installed
+$(DIST_STAMP): Makefile
+	$(PYTHON) -m venv .venv-dist
+	.venv-dist/bin/python -m pip install --quiet --upgrade pip
+	.venv-dist/bin/python -m pip install --quiet 'build>=1.2' 'twine>=5'
+	touch $@
+
+dist: $(DIST_STAMP)
+	rm -rf dist
+	.venv-dist/bin/python -m build --outdir dist .
+	.venv-dist/bin/twine check --strict dist/*
+
+# An offline install for images built without internet: the wheel and every dependency, for
+# one target Python and platform, in wheelhouse/ (`COPY wheelhouse/` + `pip install --no-index`;
+# see docs/integration.md). E.g. make wheelhouse WHEELHOUSE_PYTHON=3.10
+WHEELHOUSE_PYTHON   ?= 3.11
+WHEELHOUSE_PLATFORM ?= manylinux2014_x86_64
+wheelhouse: dist
+	rm -rf wheelhouse
+	.venv-dist/bin/python -m pip download --quiet --dest wheelhouse --only-binary=:all: \
+	  --python-version $(WHEELHOUSE_PYTHON) --implementation cp \
+	  --platform $(WHEELHOUSE_PLATFORM) dist/*.whl
+	@ls wheelhouse

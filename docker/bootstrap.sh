@@ -20,8 +20,8 @@
 #     exports and no message.
 #
 # The hook must return quickly (Backend.AI waits for it). derive-env takes well under a
-# second, except with label socket-ifname, where it may wait up to 5 s for the master's
-# name to resolve.
+# second, except with label socket-ifname=auto, where it may wait up to 5 s in all for
+# the names of the master, the peers and its own host to resolve.
 
 _derive_env_out=$(derive-env --dry-run --format shell)
 _derive_env_rc=$?

@@ -13,8 +13,28 @@
 # /etc/derive-env/labels.json (what derive-env reads at run time: a container cannot read
 # its own image's labels). tests/test_docker_examples.py checks that both agree.
 #
-# This example uses a slim Python base and torch from PyPI. For GPUs, start from a CUDA
-# base image instead; for a CPU-only image, install torch from PyTorch's CPU wheel index.
+# Air-gapped build (no package index for derive-env): `make wheelhouse`, then add
+# --build-arg DERIVE_ENV_WHEELS=wheelhouse.
+
+# ---- derive-env's wheels, made in a stage of their own, chosen by DERIVE_ENV_WHEELS:
+# ----   source     (default) built here from this repository's copy; pip fetches the
+# ----              dependencies (pydantic, click, tomli-w) from the package index;
+# ----   wheelhouse the folder wheelhouse/ of the build context, made beforehand on a
+# ----              connected machine by `make wheelhouse WHEELHOUSE_PYTHON=3.11` (for
+# ----              air-gapped builds: no index is used). See docs/integration.md.
+# ---- Only the chosen stage is built (BuildKit, Docker's default builder since 23.0).
+ARG DERIVE_ENV_WHEELS=source
+
+FROM python:3.11-slim AS derive-env-wheels-source
+COPY pyproject.toml README.md LICENSE /opt/derive-env-src/
+COPY src /opt/derive-env-src/src
+RUN pip wheel --no-cache-dir --wheel-dir /wheelhouse /opt/derive-env-src
+
+FROM scratch AS derive-env-wheels-wheelhouse
+COPY wheelhouse/ /wheelhouse/
+
+FROM derive-env-wheels-${DERIVE_ENV_WHEELS} AS derive-env-wheels
+
 FROM python:3.11-slim
 
 # tini reaps zombie processes and forwards signals. derive-env itself execs the command
@@ -24,13 +44,23 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends tini openssh-client \
  && rm -rf /var/lib/apt/lists/*
 
+# The CPU build of torch, from PyTorch's CPU wheel index: this example trains over gloo on
+# CPUs, and the default wheel would pull several GB of CUDA libraries. For GPUs: start FROM
+# a CUDA base image and replace the index's last part `cpu` with your CUDA build (e.g.
+# `cu126`), or drop --index-url for the default wheel, which bundles CUDA; then NCCL.
 ARG TORCH_VERSION=2.13.0
-RUN pip install --no-cache-dir "torch==${TORCH_VERSION}"
+RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu \
+      "torch==${TORCH_VERSION}"
 
-# derive-env from this repository's copy (only what the build needs; no .venv, no tests).
-COPY pyproject.toml README.md /opt/derive-env/src-copy/
-COPY src /opt/derive-env/src-copy/src
-RUN pip install --no-cache-dir /opt/derive-env/src-copy && rm -rf /opt/derive-env/src-copy
+# derive-env in a venv of its own, only its command linked onto PATH: its pydantic and click
+# never meet the training code's (which may pin pydantic 1.x or click 7), and `python` is
+# still the image's. Installed from the wheels of the first stages, with no index.
+COPY --from=derive-env-wheels /wheelhouse/ /tmp/derive-env-wheelhouse/
+RUN python3 -m venv /opt/derive-env \
+ && /opt/derive-env/bin/pip install --no-cache-dir --no-index \
+      --find-links /tmp/derive-env-wheelhouse derive-env \
+ && ln -s /opt/derive-env/bin/derive-env /usr/local/bin/derive-env \
+ && rm -rf /tmp/derive-env-wheelhouse
 
 # The example job: the gloo all-reduce that `make demo` runs. Replace with your own script.
 COPY tests/e2e/torch_allreduce.py /opt/derive-env/examples/allreduce.py

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI (test extra `tomli`), for the TOML output tests
+    import tomli as tomllib
+
+__all__ = ["Execed", "console_script", "tomllib"]
 
 
 class Execed(Exception):
@@ -36,3 +46,32 @@ def require(ok: bool, reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true but this test cannot run: {reason}")
     pytest.skip(reason)
+
+
+def wait_for_handler(pid: int, signum: int, timeout: float = 5.0) -> None:
+    """Until ``pid`` waits with its handler for ``signum`` installed, at most ``timeout`` s.
+
+    SIGTERM: the bit in SigCgt of /proc/PID/status. SIGINT, which Python always catches:
+    the resolver's thread exists (the handler follows it at once), then a moment more.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if signum == signal.SIGINT:
+            if len(os.listdir(f"/proc/{pid}/task")) > 1:
+                time.sleep(0.2)
+                return
+        else:
+            status = Path(f"/proc/{pid}/status").read_text()
+            caught = next(x for x in status.splitlines() if x.startswith("SigCgt:"))
+            if int(caught.split()[1], 16) & (1 << (signum - 1)):
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"pid {pid} installed no handler for signal {signum} in {timeout} s")
+
+
+def value_error(function: Callable[..., object], *args: object, **kwargs: object) -> str:
+    """The text of the ValueError that ``function(*args, **kwargs)`` raises (fails if none):
+    the pure parsers' messages complete a sentence "expected ..." and are asserted exactly."""
+    with pytest.raises(ValueError) as caught:
+        function(*args, **kwargs)
+    return str(caught.value)

@@ -102,6 +102,8 @@ def test_env_file_later_line_wins_and_crlf_is_accepted() -> None:
 
 
 NO_EQUALS = "a line without '='"
+USE_NUL = ("capture the environment with `env -0` (or copy /proc/PID/environ, or "
+           "`docker exec CONTAINER env -0`), which --env-file reads exactly")
 
 
 @pytest.mark.parametrize(
@@ -121,8 +123,9 @@ def test_env_file_malformed_line_names_file_and_line(text: str, number: int, got
     with pytest.raises(UsageError) as info:
         parse_env_file(text, "sub2.env")
     assert str(info.value) == (
-        f"--env-file sub2.env, line {number}: expected KEY=VALUE with KEY a variable name, "
-        f"got {got}"
+        f"--env-file sub2.env (dotenv lines), line {number}: expected KEY=VALUE with KEY a "
+        f"variable name, got {got}" + ("; if the file is `env` output, the value of A (line "
+        f"{number - 1}) may span lines: {USE_NUL}" if "A=1" in text else "")
     )
     assert info.value.exit_code == 2
 
@@ -142,8 +145,9 @@ def test_env_file_malformed_line_is_not_echoed(line: str, got: str) -> None:
     with pytest.raises(UsageError) as info:
         parse_env_file(f"OK=1\n{line}\n", "secrets.env")
     assert str(info.value) == (
-        "--env-file secrets.env, line 2: expected KEY=VALUE with KEY a variable name, "
-        f"got {got}"
+        "--env-file secrets.env (dotenv lines), line 2: expected KEY=VALUE with KEY a "
+        f"variable name, got {got}; if the file is `env` output, the value of OK (line 1) "
+        f"may span lines: {USE_NUL}"
     )
     assert "s3cr3t" not in str(info.value)
 
@@ -153,8 +157,8 @@ def test_env_file_malformed_long_name_is_shortened() -> None:
     with pytest.raises(UsageError) as info:
         parse_env_file(f"{name}=v\n", "x.env")
     assert str(info.value) == (
-        "--env-file x.env, line 1: expected KEY=VALUE with KEY a variable name, got the name "
-        f"{name[:60] + '... (300 characters)'!r}"
+        "--env-file x.env (dotenv lines), line 1: expected KEY=VALUE with KEY a variable name, "
+        f"got the name {name[:60] + '... (300 characters)'!r}"
     )
 
 
@@ -162,15 +166,21 @@ def test_env_file_lines_are_split_on_newline_only() -> None:
     # A dotenv file is "\n"-separated lines; str.splitlines() also splits on \f, \v, \x1c-\x1e,
     # \x85 and U+2028, which cuts such a value in two and shifts every later line number.
     assert parse_env_file("A=x\x0cy\nB=2\n", "x.env") == {"A": "x\x0cy", "B": "2"}
-    with pytest.raises(UsageError, match=r"line 2: .* got a line without '='\Z"):
+    with pytest.raises(UsageError, match=r"line 2: .* got a line without '='; if the file"):
         parse_env_file("A=x\u2028y\nbad\n", "x.env")
 
 
 def test_env_file_nul_is_rejected_with_the_line_number() -> None:
     # No environment variable can hold a NUL; accepting it ends in os.execve's ValueError
-    # (a traceback) instead of a usage error that names the line.
-    with pytest.raises(UsageError, match=r"x\.env, line 2"):
+    # (a traceback) instead of a usage error that names the line. Changed deliberately
+    # (issue 7): a file ENDING in a NUL is a NUL-separated one (env -0), and read as such.
+    with pytest.raises(UsageError) as info:
         parse_env_file("A=1\nB=x\x00y\n", "x.env")
+    assert str(info.value) == (
+        "--env-file x.env (dotenv lines), line 2: contains a NUL byte, which no environment "
+        "variable can hold; a NUL-separated file (env -0, /proc/PID/environ) ends in one: this "
+        "one does not, so it was read as lines"
+    )
 
 
 # --------------------------------------------------------------------------- read_environment
@@ -648,8 +658,9 @@ def test_env_file_from_stdin_names_stdin_in_messages(monkeypatch: pytest.MonkeyP
     with pytest.raises(UsageError) as info:
         read_environment("-")
     assert str(info.value) == (
-        "--env-file stdin, line 2: expected KEY=VALUE with KEY a variable name, got a line "
-        "without '='"
+        "--env-file stdin (dotenv lines), line 2: expected KEY=VALUE with KEY a variable name, "
+        "got a line without '='; if the file is `env` output, the value of A (line 1) may span "
+        f"lines: {USE_NUL}"
     )
     monkeypatch.setattr(sys, "stdin", stdin_of(b"export A=1\nB='x y'\n"))
     assert read_environment("-") == {"A": "1", "B": "x y"}
@@ -794,8 +805,9 @@ def test_run_stray_label_with_on_error_warn_warns_and_runs_unchanged(
 def test_run_stray_label_with_an_invalid_on_error_is_still_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_exec: None
 ) -> None:
-    # on-error reads as fail unless it is exactly "warn" (as for an opted-in image).
-    labels = {PREFIX + "framework": "pytorch", PREFIX + "on-error": "Warn"}
+    # on-error reads as fail unless it is "warn" (as for an opted-in image). Changed
+    # deliberately (issue 7): keyword values ignore letter case, so "Warn" now warns.
+    labels = {PREFIX + "framework": "pytorch", PREFIX + "on-error": "ignore"}
     env_file = env_file_with_labels(tmp_path, labels)
     assert run(["cmd"], env_file=str(env_file)) == 4
     assert capsys.readouterr().err.startswith(
@@ -831,9 +843,11 @@ def warning_session(
         monkeypatch.setenv(key, value)
     labels = write_json(tmp_path / "labels.json", {FW: "pytorch", PREFIX + "socket-ifname": "auto"})
     monkeypatch.setenv(LABELS_VAR, labels)
+    # sub1 resolves: a name that does not would add a warning of its own.
+    names = {"main1": ("198.18.0.10",), "sub1": ("198.18.0.11",)}
     facts = HostFacts(interfaces=("lo", "eth0"), routes_v4=ROUTE_HEADER, hostname="sub1",
-                      resolve=lambda host: {"main1": ("198.18.0.10",)}.get(host, ()))
-    monkeypatch.setattr(app, "gather_facts", lambda: facts)
+                      resolve=lambda wanted: {n: names.get(n, ()) for n in wanted})
+    monkeypatch.setattr(app, "gather_facts", lambda full=True: facts)
 
 
 def test_explain_prints_warnings_in_its_output_only(

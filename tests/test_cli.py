@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from click.testing import CliRunner, Result
 
 from derive_env import __version__, app
 from derive_env.cli import cli
-from helpers import Execed, console_script
+from helpers import Execed, console_script, tomllib
 
 PREFIX = "ai.backend.distributed."
 FW = PREFIX + "frameworks"
@@ -405,7 +404,8 @@ def test_dry_run_shell_format_is_safe_to_eval(sub1_env: Path) -> None:
 def test_kept_user_values_left_out_of_json_and_shown_as_kept_in_explain(
     tmp_path: Path, empty_labels: Path
 ) -> None:
-    env = {**node_env("sub1"), "MASTER_PORT": "1234", "PET_NNODES": "5"}
+    # PET_NNODES=3:3 states the derived 3 as data (torchrun's MIN:MAX), so it is kept.
+    env = {**node_env("sub1"), "MASTER_PORT": "1234", "PET_NNODES": "3:3"}
     env_file = write_env_file(tmp_path / "kept.env", env, empty_labels)
     args = ["--env-file", str(env_file), "--label", FW + "=pytorch,tensorflow", "--dry-run"]
     result = invoke([*args, "--format", "json"])
@@ -419,7 +419,7 @@ def test_kept_user_values_left_out_of_json_and_shown_as_kept_in_explain(
     lines = explained.stdout.splitlines()
     at = lines.index("MASTER_PORT        = 1234")
     assert lines[at + 1].strip() == "kept: already set (derived: 29500)"
-    at = lines.index("PET_NNODES         = 5")
+    at = lines.index("PET_NNODES         = 3:3")
     assert lines[at + 1].strip() == "kept: already set (derived: 3)"
     at = lines.index("PET_MASTER_PORT    = 1234")
     assert lines[at + 1].strip() == "source: same as MASTER_PORT: MASTER_PORT (already set)"
@@ -1095,14 +1095,15 @@ def test_dry_run_to_a_full_stdout_exits_1_with_one_message(
 def test_explain_escapes_control_characters_and_survives_undecodable_bytes(
     tmp_path: Path,
 ) -> None:
-    labels = write_labels(tmp_path / "labels.json", {FW: "pytorch"})
+    labels = write_labels(tmp_path / "labels.json", {FW: "pytorch,jax"})
     env = {
         b"PATH": os.fsencode(os.environ["PATH"]),
         LABELS_VAR.encode(): os.fsencode(labels),
         b"BACKENDAI_CLUSTER_SIZE": b"1",
         # a kept value and the session id could otherwise forge lines or colour the terminal
         b"BACKENDAI_SESSION_ID": b"s\xff\x1b[31m\nsource: forged",
-        b"PET_MASTER_ADDR": b"h\xfe\r\x1b[2K",
+        # a session-wide value, kept unchecked (PET_MASTER_ADDR must now follow MASTER_ADDR)
+        b"JAX_COORDINATOR_ADDRESS": b"h\xfe\r\x1b[2K",
         b"PYTHONIOENCODING": b"utf-8",  # strict: an unescaped surrogate could not be written
     }
     result = subprocess.run([console_script(), "--dry-run", "--explain"], env=env,
@@ -1113,6 +1114,6 @@ def test_explain_escapes_control_characters_and_survives_undecodable_bytes(
     assert lines[0] == (
         "source: backendai session 's\\udcff\\x1b[31m\\nsource: forged', single-container session"
     )
-    at = lines.index("PET_MASTER_ADDR = 'h\\udcfe\\r\\x1b[2K'")
-    assert lines[at + 1].strip() == "kept: already set (derived: 127.0.0.1)"
+    at = lines.index("JAX_COORDINATOR_ADDRESS = 'h\\udcfe\\r\\x1b[2K'")
+    assert lines[at + 1].strip() == "kept: already set (derived: 127.0.0.1:1234)"
     assert not any(line.startswith("source: forged") for line in lines)

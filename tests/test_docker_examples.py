@@ -2,14 +2,19 @@
 
 What is checked, by reading the files and running derive-env on them:
 
-* docker/compose.yaml runs services main1, sub1, sub2, each with its own host name and its
-  docker/env/<service>.env (the compose file keeps the variables in env files so that this
-  test can read them without a YAML library);
+* docker/compose.yaml (PyTorch image), compose.tensorflow.yaml and compose.jax.yaml run
+  services main1, sub1, sub2, each with its own host name and its docker/env/<service>.env
+  (the compose files keep the variables in env files so that this test can read them
+  without a YAML library), built from their own example Dockerfile;
 * the env files describe one Backend.AI session (same HOSTS, not starting with main1;
   LOCAL_RANK main1=0, sub1=1, sub2=2);
-* each example Dockerfile declares every label value once as a build ARG, and its LABEL
-  instruction and the labels file its RUN step writes hold the same labels, which
-  derive-env accepts;
+* each example Dockerfile (PyTorch, TensorFlow, JAX) declares every label value once as a
+  build ARG, and its LABEL instruction and the labels file its RUN step writes hold the
+  same labels, which derive-env accepts;
+* each installs derive-env isolated (a venv of its own, only the command linked onto PATH)
+  from a wheelhouse with ``pip install --no-index``: built from the source in a stage of
+  its own, or the build context's ``wheelhouse/`` (``make wheelhouse``) for air-gapped
+  builds; the PyTorch image takes torch from PyTorch's CPU wheel index;
 * ``derive-env --dry-run --format json`` run for each service with each image's labels
   gives one consistent session: master main1, 3 nodes, node ranks 0, 1, 2 matching the
   host names, the same TF_CONFIG cluster everywhere;
@@ -33,7 +38,21 @@ REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
 SERVICES = ("main1", "sub1", "sub2")
 NODE_RANKS = {"main1": 0, "sub1": 1, "sub2": 2}
-DOCKERFILES = ("pytorch.Dockerfile", "tensorflow.Dockerfile")
+DOCKERFILES = ("pytorch.Dockerfile", "tensorflow.Dockerfile", "jax.Dockerfile")
+#: compose file -> the example Dockerfile its services build
+COMPOSE_FILES = {
+    "compose.yaml": "docker/pytorch.Dockerfile",
+    "compose.tensorflow.yaml": "docker/tensorflow.Dockerfile",
+    "compose.jax.yaml": "docker/jax.Dockerfile",
+}
+#: The isolated install (docs/integration.md), as every example image runs it.
+ISOLATED_INSTALL = (
+    "python3 -m venv /opt/derive-env "
+    "&& /opt/derive-env/bin/pip install --no-cache-dir --no-index "
+    "--find-links /tmp/derive-env-wheelhouse derive-env "
+    "&& ln -s /opt/derive-env/bin/derive-env /usr/local/bin/derive-env"
+)
+TORCH_CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 PREFIX = "ai.backend.distributed."
 SHARED = (
     "BACKENDAI_SESSION_ID",
@@ -202,30 +221,36 @@ def image_labels(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, P
 # ---------------------------------------------------------------- compose and env files
 
 
-def test_compose_runs_three_services_from_their_env_files() -> None:
-    services = compose_services((DOCKER / "compose.yaml").read_text())
+@pytest.mark.parametrize("compose_file", list(COMPOSE_FILES))
+def test_compose_runs_three_services_from_their_env_files(compose_file: str) -> None:
+    text = (DOCKER / compose_file).read_text()
+    services = compose_services(text)
     assert sorted(services) == sorted(SERVICES)
     for name, spec in services.items():
         assert spec.get("hostname") == name
         assert spec.get("env_file") == [f"env/{name}.env"]
         assert (DOCKER / "env" / f"{name}.env").is_file()
         assert spec.get("networks") is None or spec.get("networks") == ["session"]
+    # the services share one anchor: the build of this file's example image
+    assert f"    dockerfile: {COMPOSE_FILES[compose_file]}\n" in text
+    assert (REPO / COMPOSE_FILES[compose_file]).is_file()
 
 
-def test_compose_reader_agrees_with_a_yaml_parser() -> None:
+@pytest.mark.parametrize("compose_file", list(COMPOSE_FILES))
+def test_compose_reader_agrees_with_a_yaml_parser(compose_file: str) -> None:
     """Guard for the small reader above, where a YAML library happens to be installed.
 
     PyYAML is no dependency of derive-env; it comes with Lightning in the test virtualenv.
     """
     yaml = pytest.importorskip("yaml")
-    document = yaml.safe_load((DOCKER / "compose.yaml").read_text())
-    ours = compose_services((DOCKER / "compose.yaml").read_text())
+    document = yaml.safe_load((DOCKER / compose_file).read_text())
+    ours = compose_services((DOCKER / compose_file).read_text())
     assert sorted(document["services"]) == sorted(ours)
     for name, spec in document["services"].items():
         assert spec["hostname"] == ours[name]["hostname"]
         assert spec["env_file"] == ours[name]["env_file"]
         assert spec["networks"] == ["session"]
-        assert spec["build"]["dockerfile"] == "docker/pytorch.Dockerfile"
+        assert spec["build"]["dockerfile"] == COMPOSE_FILES[compose_file]
         assert (DOCKER / spec["build"]["context"] / spec["build"]["dockerfile"]).is_file()
 
 
@@ -270,14 +295,70 @@ def test_dockerfile_entrypoint_copies_and_build_check(dockerfile: str) -> None:
     entrypoints = [rest for word, rest in instructions if word == "ENTRYPOINT"]
     assert [json.loads(e) for e in entrypoints] == [["tini", "--", "derive-env", "--"]]
     assert all(isinstance(json.loads(rest), list) for word, rest in instructions if word == "CMD")
+    stages = {rest.split()[-1] for word, rest in instructions if word == "FROM" and " AS " in rest}
     for word, rest in instructions:
         if word == "COPY":
-            *sources, _destination = rest.split()
+            flags = [w for w in rest.split() if w.startswith("--")]
+            *sources, _destination = [w for w in rest.split() if not w.startswith("--")]
+            if flags:  # only COPY --from=<an earlier stage of this file>
+                assert [f.partition("=")[::2] for f in flags] == [("--from", "derive-env-wheels")]
+                assert "derive-env-wheels" in stages
+                continue
             for source in sources:
+                if source == "wheelhouse/":  # made by `make wheelhouse`, for air-gapped builds
+                    continue
                 assert (REPO / source).exists(), f"{dockerfile}: COPY {source}: not in the repo"
     runs = [rest for word, rest in instructions if word == "RUN"]
     assert any("tini" in run and "apt-get install" in run for run in runs)
     assert "derive-env --dry-run --explain" in runs, "the build should validate the labels"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_dockerfile_installs_derive_env_isolated_from_a_wheelhouse(dockerfile: str) -> None:
+    """Stages: the wheels (from source, or from the build context's wheelhouse/), chosen by
+    ARG DERIVE_ENV_WHEELS; then the image, whose only install of derive-env is the isolated
+    one, with no index, before the build's own check."""
+    instructions = dockerfile_instructions(DOCKER / dockerfile)
+    froms = [rest for word, rest in instructions if word == "FROM"]
+    assert froms == [
+        "python:3.11-slim AS derive-env-wheels-source",
+        "scratch AS derive-env-wheels-wheelhouse",
+        "derive-env-wheels-${DERIVE_ENV_WHEELS} AS derive-env-wheels",
+        "python:3.11-slim",
+    ]
+    assert instructions[0] == ("ARG", "DERIVE_ENV_WHEELS=source")  # global: before any FROM
+    source_stage = instructions[: [w for w, _ in instructions].index("FROM", 2)]
+    assert ("RUN", "pip wheel --no-cache-dir --wheel-dir /wheelhouse /opt/derive-env-src") in (
+        source_stage)
+    assert ("COPY", "wheelhouse/ /wheelhouse/") in instructions
+    image = instructions[len(instructions) - instructions[::-1].index(("FROM", froms[-1])):]
+    runs = [" ".join(rest.split()) for word, rest in image if word == "RUN"]
+    installs = [run for run in runs if "derive-env" in run and "pip install" in run]
+    assert len(installs) == 1, installs
+    assert installs[0].startswith(ISOLATED_INSTALL), installs[0]
+    assert runs.index(installs[0]) < runs.index("derive-env --dry-run --explain")
+    assert ("COPY", "--from=derive-env-wheels /wheelhouse/ /tmp/derive-env-wheelhouse/") in image
+    torch_installs = [run for run in runs if "torch==" in run]
+    if dockerfile == "pytorch.Dockerfile":
+        assert len(torch_installs) == 1 and TORCH_CPU_INDEX in torch_installs[0], torch_installs
+    # The air-gapped stage's wheelhouse/ must reach the build context: ignored by git only.
+    assert "wheelhouse/" in (REPO / ".gitignore").read_text().split()
+    assert not any(
+        "wheelhouse" in line for line in (REPO / ".dockerignore").read_text().splitlines()
+        if not line.startswith("#")
+    )
+
+
+def test_dockerignore_keeps_venvs_caches_and_test_output_out() -> None:
+    ignored = {
+        line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for pattern in (".venv", ".venv-py*", ".venv-dist", "**/__pycache__", ".pytest_cache",
+                    ".ruff_cache", ".hypothesis", "dist", "build"):
+        assert pattern in ignored, pattern
+    for needed in ("pyproject.toml", "README.md", "LICENSE", "src", "docker", "tests"):
+        assert needed not in ignored, needed
 
 
 def test_dockerfile_labels_are_valid_for_derive_env(image_labels: tuple[str, Path]) -> None:
@@ -331,6 +412,12 @@ def test_services_agree_on_the_session(
         assert len(tasks) == 3
         first = configs["main1"]["cluster"]
         assert (first.get("chief") or first["worker"])[0].startswith("main1:")
+
+    if "jax" in frameworks:
+        for service, out in derived.items():
+            assert out["JAX_COORDINATOR_ADDRESS"] == "main1:1234", service
+            assert out["JAX_NUM_PROCESSES"] == "3", service
+            assert out["JAX_PROCESS_ID"] == str(NODE_RANKS[service]), service
 
     assert frameworks, name
 

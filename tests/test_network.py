@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import pytest
 
@@ -168,13 +169,14 @@ def test_ipv6_metric() -> None:
 ROUTES = v4_table(v4("eth0", "0.0.0.0/0", gateway="172.17.0.1"), v4("eth0", "172.17.0.0/16"),
                   v4("baimulti0", "198.18.0.0/24"))
 NAMES = {"main1": ("198.18.0.10",), "sub1": ("198.18.0.11",), "sub2": ("198.18.0.12",)}
+NO_OVERLAY = ("lo", "eth0")
 
 
 def host_facts(*, interfaces=("lo", "eth0", "baimulti0"), names=None, hostname="sub1",
                routes=ROUTES) -> HostFacts:
     table = NAMES if names is None else names
     return HostFacts(interfaces=interfaces, routes_v4=routes, hostname=hostname,
-                     resolve=lambda host: table.get(host, ()))
+                     resolve=lambda names: {name: table.get(name, ()) for name in names})
 
 
 def run(environ, labels, host_facts_: HostFacts | None):
@@ -190,19 +192,30 @@ def sub1(backendai_env) -> dict[str, str]:
 
 
 def test_auto_routes_to_master(sub1, opt_in) -> None:
+    # Changed by issue 6 item 6: auto prefers baimulti0 itself, before the route rule.
     network, warnings = run(sub1, {**opt_in, IFNAME: "auto"}, host_facts())
     assert {k: v.value for k, v in network.items()} == {
         "GLOO_SOCKET_IFNAME": "baimulti0", "NCCL_SOCKET_IFNAME": "baimulti0"}
     assert network["GLOO_SOCKET_IFNAME"].source == (
-        "label ai.backend.distributed.socket-ifname=auto: route to the master main1 "
-        "(198.18.0.10)")
+        "label ai.backend.distributed.socket-ifname=auto: baimulti0, Backend.AI's multi-node "
+        "overlay")
+    assert warnings == []
+
+
+def test_auto_route_rule_without_overlay(sub1, opt_in) -> None:
+    routes = ROUTES.replace("baimulti0", "eth1")
+    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
+                            host_facts(interfaces=("lo", "eth0", "eth1"), routes=routes))
+    assert {k: (v.value, v.source) for k, v in network.items()} == {
+        name: ("eth1", "label ai.backend.distributed.socket-ifname=auto: route to the master "
+                       "main1 (198.18.0.10)")
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
     assert warnings == []
 
 
 def test_auto_follows_user_master_addr(sub1, opt_in) -> None:
     env = {**sub1, "MASTER_ADDR": "172.17.0.5"}
-    network, _ = run(env, {**opt_in, IFNAME: "auto"},
-                     host_facts(names={**NAMES, "172.17.0.5": ("172.17.0.5",)}))
+    network, _ = run(env, {**opt_in, IFNAME: "auto"}, host_facts(interfaces=NO_OVERLAY))
     assert network["NCCL_SOCKET_IFNAME"].value == "eth0"
 
 
@@ -216,7 +229,8 @@ def test_auto_skips_route_through_missing_interface(sub1, opt_in) -> None:
 
 
 def test_auto_without_route(sub1, opt_in) -> None:
-    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"}, host_facts(routes=HEADER + "\n"))
+    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
+                            host_facts(interfaces=NO_OVERLAY, routes=HEADER + "\n"))
     assert network == {}
     assert warnings == [
         "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
@@ -225,7 +239,8 @@ def test_auto_without_route(sub1, opt_in) -> None:
 
 
 def test_auto_master_not_resolvable(sub1, opt_in) -> None:
-    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"}, host_facts(names={}))
+    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
+                            host_facts(interfaces=NO_OVERLAY, names={"sub1": NAMES["sub1"]}))
     assert network == {}
     assert warnings == [
         "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
@@ -257,15 +272,27 @@ LOOPBACK_WARNING = (
 )
 
 
-def test_loopback_warning_when_no_interface_hint(sub1, opt_in) -> None:
-    names = {**NAMES, "sub1": ("127.0.1.1",)}
+UNRESOLVED_WARNING = (
+    "this container's host name 'sub1' did not resolve within 5 s: gloo then binds to the "
+    "loopback address 127.0.0.1 and advertises it to the other nodes, which cannot reach "
+    "it; add the name to /etc/hosts or set GLOO_SOCKET_IFNAME"
+)
+
+
+
+
+@pytest.mark.parametrize(("names", "resolved", "warning"), [
+    ({**NAMES, "sub1": ("127.0.1.1",)}, "198.18.0.10", LOOPBACK_WARNING),
+    ({}, "not resolvable", UNRESOLVED_WARNING),   # issue 7 item 5: the own name does not resolve
+])
+def test_loopback_warning_when_no_interface_hint(sub1, opt_in, names, resolved, warning) -> None:
     network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
-                            host_facts(names=names, routes=HEADER + "\n"))
+                            host_facts(interfaces=NO_OVERLAY, names=names, routes=HEADER + "\n"))
     assert network == {}
     assert warnings == [
         "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
-        "'main1' (resolved: 198.18.0.10); GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set",
-        LOOPBACK_WARNING,
+        f"'main1' (resolved: {resolved}); GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set",
+        warning,
     ]
 
 
@@ -281,14 +308,14 @@ def test_no_loopback_warning_when_user_set_interface(sub1, opt_in) -> None:
     names = {**NAMES, "sub1": ("127.0.1.1",)}
     env = {**sub1, "GLOO_SOCKET_IFNAME": "eth0"}
     _, warnings = run(env, {**opt_in, IFNAME: "auto"},
-                      host_facts(names=names, routes=HEADER + "\n"))
+                      host_facts(interfaces=NO_OVERLAY, names=names, routes=HEADER + "\n"))
     assert LOOPBACK_WARNING not in warnings
 
 
 def test_no_loopback_warning_with_a_routable_address(sub1, opt_in) -> None:
     names = {**NAMES, "sub1": ("127.0.1.1", "198.18.0.11")}
     _, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
-                      host_facts(names=names, routes=HEADER + "\n"))
+                      host_facts(interfaces=NO_OVERLAY, names=names, routes=HEADER + "\n"))
     assert LOOPBACK_WARNING not in warnings
 
 
@@ -300,7 +327,8 @@ def test_no_loopback_warning_in_single_container(opt_in) -> None:
 
 
 def test_nothing_without_label(sub1, opt_in) -> None:
-    network, warnings = run(sub1, opt_in, host_facts(names={"sub1": ("127.0.1.1",)}))
+    network, warnings = run(sub1, opt_in,
+                            host_facts(interfaces=NO_OVERLAY, names={"sub1": ("127.0.1.1",)}))
     assert (network, warnings) == ({}, [])
 
 
@@ -322,3 +350,339 @@ def test_user_set_ifname_kept(sub1, opt_in) -> None:
     assert derivation is not None
     assert derivation.changes()["NCCL_SOCKET_IFNAME"] == "baimulti0"
     assert "GLOO_SOCKET_IFNAME" not in derivation.changes()
+
+
+# --- helpers for the rules of issues 6 and 7 ------------------------------------------------
+
+
+def network_only(environ, labels, facts_):
+    """Only the network module's contribution (not the merge, which has rules of its own)."""
+    from derive_env.frameworks import Context, network
+    from derive_env.policy import ImagePolicy
+    from derive_env.sources import topology_from
+
+    ctx = Context(topology=topology_from(environ), policy=ImagePolicy.from_labels(labels),
+                  environ=environ, host=facts_)
+    part = network.derive(ctx)
+    return {v.name: v for v in part.variables}, part.warnings, part.notes
+
+
+def values(network) -> dict[str, str]:
+    return {name: v.value for name, v in network.items()}
+
+
+def both(iface: str) -> dict[str, str]:
+    return {"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface}
+
+
+#: Recorded in a simulated container with an overlay eth0 and a gwbridge eth1 (README there).
+RECORDED = Path(__file__).parent / "data" / "netns-gwbridge"
+FIB_TRIE = (RECORDED / "fib_trie").read_text()
+
+
+def test_local_addresses_from_fib_trie() -> None:
+    from derive_env.frameworks.network import local_addresses_v4
+
+    assert local_addresses_v4(FIB_TRIE) == {
+        ipaddress.IPv4Address(a) for a in ("127.0.0.1", "198.18.0.11", "198.18.1.2")}
+    assert local_addresses_v4("") == frozenset()
+    assert local_addresses_v4("|-- 999.1.1.1\n   /32 host LOCAL\n") == frozenset()
+
+
+def test_hosts_addresses() -> None:
+    from derive_env.frameworks.network import hosts_addresses
+
+    hosts = ("127.0.0.1\tlocalhost\n# 198.18.0.99 sub1\n198.18.0.11 SUB1 sub1.session  # own\n"
+             "2001:db8::11 other sub1\nnot-an-ip sub1\n198.18.0.11 sub1\n127.0.1.1 sub1\n")
+    assert hosts_addresses(hosts, "sub1") == ["198.18.0.11", "2001:db8::11", "127.0.1.1"]
+    assert hosts_addresses(hosts, "sub1.session") == ["198.18.0.11"]
+    assert hosts_addresses(hosts, "sub2") == []
+    assert hosts_addresses(hosts, "") == []
+
+
+def test_connected_subnets_leave_out_gateways_default_lo_and_link_local() -> None:
+    from derive_env.frameworks.network import connected_subnets
+
+    table = v4_table(v4("eth1", "0.0.0.0/0", gateway="198.18.1.1"), v4("eth1", "198.18.1.0/24"),
+                     v4("eth0", "198.18.0.0/24"), v4("eth0", "10.9.0.0/16", gateway="198.18.0.1"),
+                     v4("eth0", "169.254.0.0/16"), v4("lo", "127.0.0.0/8"))
+    routes6 = "\n".join([v6("eth0", "fe80::/64"), v6("eth0", "fd00:1::/64"),
+                         v6("eth0", "ff00::/8"), v6("eth0", "fd00:9::/64", flags=0x3)])
+    assert connected_subnets(facts(routes_v4=table, routes_v6=routes6)) == {
+        "eth1": [ipaddress.ip_network("198.18.1.0/24")],
+        "eth0": [ipaddress.ip_network("198.18.0.0/24"), ipaddress.ip_network("fd00:1::/64")],
+    }
+
+
+def test_own_interface() -> None:
+    from derive_env.frameworks.network import own_interface
+
+    table = v4_table(v4("eth0", "198.18.0.0/16"), v4("eth2", "198.18.0.0/24"),
+                     v4("eth1", "198.18.1.0/24"))
+    host = facts(routes_v4=table, local_v4=FIB_TRIE, addresses_v6=inet6("2001:db8::11", "eth3"))
+    assert own_interface("198.18.0.11", host) == "eth2"   # the longest prefix holding it
+    assert own_interface("198.18.1.2", host) == "eth1"
+    assert own_interface("198.18.0.12", host) is None     # not an address of this container
+    assert own_interface("2001:db8::11", host) == "eth3"
+    assert own_interface("2001:db8::12", host) is None
+
+
+# --- the baimulti0 default (no label) ---------------------------------------------------------
+
+DEFAULT_SOURCE = (
+    "default: baimulti0, Backend.AI's multi-node overlay interface, is present (label "
+    "ai.backend.distributed.socket-ifname=none turns this off)"
+)
+
+
+def test_default_overlay_without_label(sub1, opt_in) -> None:
+    network, warnings = run(sub1, opt_in, HostFacts(interfaces=("baimulti0",)))
+    assert {k: (v.value, v.source) for k, v in network.items()} == {
+        "GLOO_SOCKET_IFNAME": ("baimulti0", DEFAULT_SOURCE),
+        "NCCL_SOCKET_IFNAME": ("baimulti0", DEFAULT_SOURCE),
+    }
+    assert warnings == []
+
+
+@pytest.mark.parametrize("user", [{"GLOO_SOCKET_IFNAME": "eth0"}, {"NCCL_SOCKET_IFNAME": "^lo"}])
+def test_default_overlay_not_when_the_user_set_either(sub1, opt_in, user) -> None:
+    derivation = derive({**sub1, **user}, opt_in, HostFacts(interfaces=("baimulti0",)))
+    assert derivation is not None
+    assert [v.name for v in derivation.variables if v.framework == "network"] == []
+
+
+def test_default_overlay_empty_user_value_counts_as_unset(sub1, opt_in) -> None:
+    network, _ = run({**sub1, "GLOO_SOCKET_IFNAME": ""}, opt_in,
+                     HostFacts(interfaces=("baimulti0",)))
+    assert values(network) == both("baimulti0")
+
+
+def test_default_overlay_not_without_baimulti0(sub1, opt_in) -> None:
+    assert run(sub1, opt_in, HostFacts(interfaces=("lo", "eth0"))) == ({}, [])
+
+
+def test_default_overlay_not_in_a_single_container(opt_in) -> None:
+    assert run({}, opt_in, HostFacts(interfaces=("baimulti0",))) == ({}, [])
+
+
+def test_label_none_turns_the_default_off(sub1, opt_in) -> None:
+    assert run(sub1, {**opt_in, IFNAME: "none"}, host_facts()) == ({}, [])
+
+
+def test_default_overlay_not_decided_without_host_facts(sub1, opt_in) -> None:
+    derivation = derive(sub1, opt_in, None)
+    assert derivation is not None
+    assert [v for v in derivation.variables if v.framework == "network"] == []
+    assert not [n for n in derivation.notes if "SOCKET_IFNAME" in n]
+
+
+def test_host_facts_read_only_when_a_rule_needs_them(backendai_env, sub1, opt_in) -> None:
+    calls = []
+
+    def reader() -> HostFacts:
+        calls.append(1)
+        return HostFacts(interfaces=("baimulti0",))
+
+    derive({}, opt_in, reader)                                       # single container
+    derive({**sub1, "NCCL_SOCKET_IFNAME": "eth0"}, opt_in, reader)   # the user decided
+    derive(sub1, {**opt_in, IFNAME: "none"}, reader)                 # turned off
+    assert calls == []
+    derivation = derive(sub1, opt_in, reader)
+    assert calls == [1]
+    assert derivation is not None and derivation.changes()["NCCL_SOCKET_IFNAME"] == "baimulti0"
+
+
+# --- never lo in a session of more than one node ---------------------------------------------
+
+LO_LABEL_ERROR = (
+    "label ai.backend.distributed.socket-ifname='lo': expected an interface the other nodes "
+    "can reach in a session of 3 nodes; lo is loopback, gloo and NCCL would advertise "
+    "127.0.0.1 (use auto, or the interface of the network between the nodes)"
+)
+
+
+@pytest.mark.parametrize("with_facts", [True, False])
+def test_label_lo_is_an_error_for_more_than_one_node(sub1, opt_in, with_facts) -> None:
+    with pytest.raises(LabelError) as info:
+        derive(sub1, {**opt_in, IFNAME: "lo"}, host_facts() if with_facts else None)
+    assert str(info.value) == LO_LABEL_ERROR
+    assert info.value.exit_code == 4
+
+
+def test_label_lo_in_a_single_container(opt_in) -> None:
+    network, warnings = run({}, {**opt_in, IFNAME: "lo"}, host_facts())
+    assert (values(network), warnings) == (both("lo"), [])
+
+
+LOOPBACK_MASTER_WARNING = (
+    "label ai.backend.distributed.socket-ifname=auto: no usable interface (lo is loopback, "
+    "which the other nodes cannot reach); GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set"
+)
+
+
+@pytest.mark.parametrize(("master", "names"), [
+    ("localhost", {"localhost": ("127.0.0.1", "::1")}),
+    ("127.0.0.1", {}),
+    ("main1", {"main1": ("127.0.1.1",)}),   # a Debian-style /etc/hosts line for the master
+])
+def test_auto_never_lo_for_more_than_one_node(sub1, opt_in, master, names) -> None:
+    env = {**sub1, "MASTER_ADDR": master} if master != "main1" else sub1
+    network, warnings, notes = network_only(
+        env, {**opt_in, IFNAME: "auto"},
+        host_facts(interfaces=NO_OVERLAY, names={"sub1": NAMES["sub1"], **names}))
+    assert network == {}
+    assert list(warnings) == [LOOPBACK_MASTER_WARNING]
+    assert notes == [
+        "label ai.backend.distributed.socket-ifname=auto: not chosen: lo is loopback, which "
+        "the other nodes cannot reach"]
+
+
+# --- /etc/hosts, the subnet rule and docker_gwbridge -------------------------------------------
+
+# A container of a Swarm overlay before Docker 28: the overlay is eth0 (198.18.0.0/24), and
+# eth1 is its docker_gwbridge (198.18.1.0/24, the default route), which reaches only the
+# local host: the same address on every node.
+GWBRIDGE_ROUTES = (RECORDED / "route").read_text()
+GWBRIDGE = ("lo", "eth0", "eth1")
+
+
+def swarm(*, hosts="", names=None, interfaces=GWBRIDGE) -> HostFacts:
+    return HostFacts(interfaces=interfaces, routes_v4=GWBRIDGE_ROUTES, local_v4=FIB_TRIE,
+                     hosts=hosts, hostname="sub1",
+                     resolve=lambda ns: {n: (NAMES if names is None else names).get(n, ())
+                                         for n in ns})
+
+
+def test_auto_takes_the_interface_of_the_own_name_in_etc_hosts(sub1, opt_in) -> None:
+    network, warnings, notes = network_only(
+        sub1, {**opt_in, IFNAME: "auto"},
+        swarm(hosts="127.0.0.1 localhost\n127.0.1.1 sub1\n198.18.0.11 sub1\n", names={}))
+    assert {k: v.source for k, v in network.items()} == dict.fromkeys(
+        ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"),
+        "label ai.backend.distributed.socket-ifname=auto: the interface holding 198.18.0.11, "
+        "the address of this container's host name sub1 in /etc/hosts")
+    assert values(network) == both("eth0")
+    assert (list(warnings), notes) == ([], [
+        "label ai.backend.distributed.socket-ifname=auto: no peer's name resolved within 5 s "
+        "(main1, sub2): the subnet rule was not checked"])
+
+
+def test_auto_rejects_the_gwbridge_whose_subnet_holds_no_peer(sub1, opt_in) -> None:
+    network, warnings, notes = network_only(
+        sub1, {**opt_in, IFNAME: "auto"}, swarm(hosts="198.18.1.2 sub1\n"))
+    assert values(network) == both("eth0")   # the route to the master main1 198.18.0.10
+    assert list(warnings) == []
+    assert notes == [
+        "label ai.backend.distributed.socket-ifname=auto: not chosen: eth1: its subnets "
+        "(198.18.1.0/24) hold none of the peers' addresses (main1 198.18.0.10, sub2 "
+        "198.18.0.12)"]
+
+
+def test_auto_rejects_a_route_through_the_gwbridge(sub1, opt_in) -> None:
+    # The master's name resolves to an address only the default route (gwbridge) leads to.
+    names = {"main1": ("203.0.113.10",), "sub2": ("198.18.0.12",), "sub1": ("198.18.0.11",)}
+    network, warnings, _ = network_only(sub1, {**opt_in, IFNAME: "auto"}, swarm(names=names))
+    assert network == {}
+    assert list(warnings) == [
+        "label ai.backend.distributed.socket-ifname=auto: no usable interface (eth1: its "
+        "subnets (198.18.1.0/24) hold none of the peers' addresses (main1 203.0.113.10, sub2 "
+        "198.18.0.12)); GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set"]
+
+
+def test_auto_rejects_an_etc_hosts_address_that_is_not_ours(sub1, opt_in) -> None:
+    network, _, notes = network_only(
+        sub1, {**opt_in, IFNAME: "auto"}, swarm(hosts="198.18.0.99 sub1\n"))
+    assert values(network) == both("eth0")
+    assert notes == [
+        "label ai.backend.distributed.socket-ifname=auto: not chosen: 198.18.0.99 (sub1 in "
+        "/etc/hosts) is not an address of this container"]
+
+
+def test_subnet_rule_not_applied_when_no_peer_resolves(sub1, opt_in) -> None:
+    env = {**sub1, "MASTER_ADDR": "203.0.113.10"}   # an IP literal: needs no resolution
+    names = {"sub1": ("198.18.0.11",)}
+    # The master is a peer and has an address, so eth1 is still rejected ...
+    network, _, _ = network_only(env, {**opt_in, IFNAME: "auto"}, swarm(names=names))
+    assert network == {}
+    # ... but with the overlay present and nothing resolved, baimulti0 is taken unchecked.
+    overlay = swarm(names={}, interfaces=(*GWBRIDGE, "baimulti0"))
+    network, _, notes = network_only(sub1, {**opt_in, IFNAME: "auto"}, overlay)
+    assert values(network) == both("baimulti0")
+    assert notes == [
+        "label ai.backend.distributed.socket-ifname=auto: no peer's name resolved within 5 s "
+        "(main1, sub2): the subnet rule was not checked"]
+
+
+def test_auto_overlay_rejected_when_its_subnet_holds_no_peer(sub1, opt_in) -> None:
+    overlay = swarm(interfaces=(*GWBRIDGE, "baimulti0"))
+    network, _, notes = network_only(sub1, {**opt_in, IFNAME: "auto"}, overlay)
+    assert values(network) == both("eth0")
+    assert notes == [
+        "label ai.backend.distributed.socket-ifname=auto: not chosen: baimulti0: its subnets "
+        "(none) hold none of the peers' addresses (main1 198.18.0.10, sub2 198.18.0.12)"]
+
+
+def test_auto_resolves_once_the_master_a_few_peers_and_the_own_name(backendai_env, opt_in
+                                                                     ) -> None:
+    hosts = ["main1", *(f"sub{i}" for i in range(1, 20))]
+    env = backendai_env(hosts, "sub5")
+    calls = []
+
+    def resolve(names):
+        calls.append(list(names))
+        return {}
+
+    network_only(env, {**opt_in, IFNAME: "auto"},
+                 HostFacts(interfaces=NO_OVERLAY, hostname="sub5", resolve=resolve))
+    assert calls == [["main1", "sub1", "sub2", "sub3", "sub4", "sub6", "sub7", "sub8", "sub5"]]
+
+
+def test_explain_says_why_a_candidate_was_rejected(sub1, opt_in) -> None:
+    from derive_env import render
+
+    derivation = derive(sub1, {**opt_in, IFNAME: "auto"}, swarm(hosts="198.18.1.2 sub1\n"))
+    text = render.explain(derivation)
+    assert (
+        "label ai.backend.distributed.socket-ifname=auto: not chosen: eth1: its subnets "
+        "(198.18.1.0/24) hold none of the peers' addresses (main1 198.18.0.10, sub2 "
+        "198.18.0.12)\n") in text
+
+
+# --- equal routes (NVIDIA/nccl#1581) -----------------------------------------------------------
+
+EQUAL = v4_table(v4("eth1", "198.18.0.0/24", metric=100), v4("eth0", "198.18.0.0/24", metric=100),
+                 v4("eth2", "198.18.0.0/24", metric=100), v4("eth3", "198.18.0.0/24", metric=200))
+
+
+def test_route_choice_follows_table_order_on_equal_routes() -> None:
+    from derive_env.frameworks.network import route_choice
+
+    assert route_choice("198.18.0.10", facts(routes_v4=EQUAL)) == ("eth1", ("eth0", "eth2"))
+    assert route_choice("198.18.0.10", facts(routes_v4=v4_table(v4("eth0", "198.18.0.0/24"))
+                                             )) == ("eth0", ())
+
+
+def test_auto_warns_on_equal_routes(sub1, opt_in) -> None:
+    host = HostFacts(interfaces=("lo", "eth0", "eth1", "eth2", "eth3"), routes_v4=EQUAL,
+                     hostname="sub1", resolve=lambda ns: {n: NAMES.get(n, ()) for n in ns})
+    network, warnings, _ = network_only(sub1, {**opt_in, IFNAME: "auto"}, host)
+    assert values(network) == both("eth1")
+    assert list(warnings) == [
+        "label ai.backend.distributed.socket-ifname=auto: the routes to the master main1 "
+        "through eth1 and eth0, eth2 have the same prefix and metric; took eth1, the first in "
+        "the routing table, as the kernel does, but another node may list them in another "
+        "order and choose differently (NVIDIA/nccl#1581); give the routes different metrics, "
+        "or name the interface in the label"]
+
+
+# --- the own host name does not resolve --------------------------------------------------------
+
+def test_no_unresolved_warning_when_an_interface_is_chosen(sub1, opt_in) -> None:
+    network, warnings = run(sub1, {**opt_in, IFNAME: "auto"}, host_facts(names={}))
+    assert values(network) == both("baimulti0")
+    assert warnings == []
+
+
+def test_no_unresolved_warning_in_a_single_container(opt_in) -> None:
+    _, warnings = run({}, {**opt_in, IFNAME: "auto"}, host_facts(names={}))
+    assert warnings == []

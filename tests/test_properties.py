@@ -155,7 +155,7 @@ VALID_LABELS = {
     PREFIX + "tensorflow-roles": st.sampled_from([
         "main:chief,sub:worker", "main:worker,sub:worker", "main:chief,sub:ps",
         "sub:worker,main:evaluator"]),
-    PREFIX + "socket-ifname": st.sampled_from(["auto", "eth0", "lo"]),
+    PREFIX + "socket-ifname": st.sampled_from(["auto", "none", "eth0", "lo"]),
     PREFIX + "on-error": st.sampled_from(["fail", "warn"]),
 }
 
@@ -197,7 +197,7 @@ def host_facts(draw):
                                        max_size=3, unique=True))),
         routes_v4=routes, routes_v6=draw(st.text(max_size=200)),
         addresses_v6=draw(st.text(max_size=100)), hostname=draw(st.sampled_from(["", "sub1"])),
-        resolve=lambda host: tuple(addresses),
+        resolve=lambda names: {name: tuple(addresses) for name in names},
     )
 
 

@@ -234,6 +234,7 @@ def test_pytorch_module_directly(backendai_env) -> None:
     assert not out.warnings
 
 
+@pytest.mark.frameworks
 def test_torchrun_reads_pet_defaults(backendai_env, opt_in, monkeypatch) -> None:
     """torchrun's own parser takes the derived PET_* values as its option defaults."""
     run = pytest.importorskip("torch.distributed.run")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
@@ -15,6 +14,7 @@ from derive_env.pipeline import Derivation, derive
 from derive_env.policy import ImagePolicy
 from derive_env.render import FORMATS, explain, render
 from derive_env.topology import single_node_topology
+from helpers import tomllib
 
 TF_CONFIG = '{"cluster":{"worker":["main1:2222","sub1:2222"]},"task":{"type":"worker","index":1}}'
 
@@ -252,11 +252,12 @@ def test_explain_kept_same_value(backendai_env) -> None:
 
 
 def test_explain_kept_with_other_value(backendai_env) -> None:
-    env = {**backendai_env(["main1", "sub1"], "sub1"), "NODE_RANK": "7"}
+    # A session-wide value (a different NODE_RANK is an error since issue 7).
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_PORT": "7777"}
     text = explain(derive(env, {PREFIX + "frameworks": "pytorch"}))
     lines = text.splitlines()
-    index = lines.index("NODE_RANK       = 7")
-    assert lines[index + 1] == "                  kept: already set (derived: 1)"
+    index = lines.index("MASTER_PORT     = 7777")
+    assert lines[index + 1] == "                  kept: already set (derived: 29500)"
 
 
 def test_explain_not_opted_in() -> None:

@@ -305,6 +305,7 @@ LAYOUTS = {
 }
 
 
+@pytest.mark.frameworks
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_tf_config_resolver(tf, monkeypatch, backendai_env, layout: str) -> None:
     from tensorflow.python.distribute import multi_worker_util
@@ -330,6 +331,7 @@ def test_tf_config_resolver(tf, monkeypatch, backendai_env, layout: str) -> None
             assert dict(resolver.num_accelerators()) == accelerators
 
 
+@pytest.mark.frameworks
 def test_tf_config_resolver_ipv6(tf, monkeypatch) -> None:
     for rank in range(3):
         text = values(tensorflow, v6_context(rank, {}))["TF_CONFIG"]

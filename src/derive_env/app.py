@@ -22,6 +22,7 @@ from derive_env.labels import (
     PREFIX,
     check_not_opted_in,
     is_opted_in,
+    join_problems,
     on_error_of,
     parse_label_option,
     parse_labels_document,
@@ -30,44 +31,153 @@ from derive_env.labels import (
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+#: How the formats are named in messages (the format assumed is always said).
+_LINES = "dotenv lines"
+_ENVIRON_TXT = "Backend.AI environ.txt lines"
+_NUL = "NUL-separated, as /proc/PID/environ and env -0"
+_INSPECT = "docker inspect JSON"
+_USE_NUL = ("capture the environment with `env -0` (or copy /proc/PID/environ, or "
+            "`docker exec CONTAINER env -0`), which --env-file reads exactly")
+
+
 def parse_env_file(text: str, origin: str) -> dict[str, str]:
-    """Parse dotenv ``KEY=VALUE`` lines (as ``--env-file`` takes them).
+    """Parse an ``--env-file``, detecting its format from its content.
 
-    Blank lines and lines starting with ``#`` are skipped; an ``export`` prefix is allowed;
-    a value wholly inside matching single or double quotes loses them (no escapes are
-    interpreted); otherwise the value is taken as written, less blanks at the line's ends.
-    Lines end at ``\n`` (``\r\n`` too).
+    Formats (the one assumed is named in every error, after the file name):
 
-    :raises UsageError: a line that is not ``KEY=VALUE`` with a valid variable name, or a
-        value holding a NUL byte.
+    * NUL-separated ``KEY=VALUE`` entries, each ending in a NUL byte: ``/proc/PID/environ``,
+      ``env -0``, ``docker exec CONTAINER env -0``. Exact: values may span lines, exported
+      shell functions (``BASH_FUNC_f%%``) are carried as they are. Chosen when the text
+      ends in a NUL byte.
+    * ``docker inspect CONTAINER`` (or IMAGE) output: a JSON list of one object whose
+      ``Config.Env`` lists ``KEY=VALUE`` strings; also the object alone, ``{{json .Config}}``
+      (an object with ``Env``) and ``{{json .Config.Env}}`` (the list of strings). Chosen
+      when the text starts with ``[`` or ``{`` (no variable name does).
+    * Backend.AI's ``/home/config/environ.txt`` (a file of that name): ``KEY=VALUE`` lines
+      taken as written, split at the first ``=``, as Backend.AI's kernel runner reads it.
+    * Otherwise dotenv / ``env`` output ``KEY=VALUE`` lines: blank lines and lines starting
+      with ``#`` are skipped; an ``export`` prefix is allowed; a value wholly inside matching
+      single or double quotes loses them (no escapes are interpreted); otherwise the value
+      is taken as written, less blanks at the line's ends. Lines end at ``\n`` (``\r\n``
+      too). A value spanning lines or an exported shell function cannot be read from lines
+      exactly: the error says to capture with ``env -0``.
+
+    :param origin: how to name the file in messages (its path, or ``stdin``).
+    :raises UsageError: (exit 2) an entry or line that is not ``KEY=VALUE``, JSON that is
+        not ``docker inspect`` output, a NUL byte in a line file; the message names the file,
+        the format assumed and the line or entry, never the value (it may be a secret).
     """
+    if text.endswith("\0"):
+        return _parse_nul(text, origin)
+    if text.lstrip()[:1] in ("[", "{"):
+        return _parse_inspect(text, origin)
+    literal = origin.replace("\\", "/").rsplit("/", 1)[-1] == "environ.txt"
+    return _parse_lines(text, origin, literal)
+
+
+def _entry(item: str, where: str, entry_kind: str, number: int) -> tuple[str, str]:
+    """``KEY=VALUE`` of one NUL-separated or JSON entry (any name but an empty one)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        got = "an empty name" if sep else "no '='"
+        raise UsageError(f"{where}, {entry_kind} {number}: expected KEY=VALUE, got {got}")
+    return key, value
+
+
+def _parse_nul(text: str, origin: str) -> dict[str, str]:
+    where = f"--env-file {origin} ({_NUL})"
     result: dict[str, str] = {}
+    for number, item in enumerate(text[:-1].split("\0"), start=1):
+        if item:  # an empty entry holds no variable
+            key, value = _entry(item, where, "entry", number)
+            result[key] = value
+    return result
+
+
+def _parse_inspect(text: str, origin: str) -> dict[str, str]:
+    import json
+
+    where = f"--env-file {origin} ({_INSPECT}, as it starts with {text.lstrip()[0]!r})"
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{where}: not valid JSON ({shorten(str(exc))})") from None
+    if isinstance(document, list) and document and all(isinstance(i, dict) for i in document):
+        if len(document) > 1:
+            raise UsageError(
+                f"{where}: holds {len(document)} containers; inspect one (docker inspect "
+                "CONTAINER > FILE)"
+            )
+        document = document[0]
+    if isinstance(document, dict):
+        config = document.get("Config")
+        holder = config if isinstance(config, dict) else document
+        if "Env" not in holder:
+            raise UsageError(
+                f"{where}: expected `docker inspect` output, an object with Config.Env (or "
+                "Env); found none"
+            )
+        document = holder["Env"] if holder["Env"] is not None else []
+    if not isinstance(document, list) or not all(isinstance(i, str) for i in document):
+        raise UsageError(f"{where}: expected Config.Env to be a list of KEY=VALUE strings")
+    result: dict[str, str] = {}
+    for number, item in enumerate(document, start=1):
+        key, value = _entry(item, where, "Env entry", number)
+        if "\0" in item:
+            raise UsageError(f"{where}, Env entry {number}: {key} contains a NUL byte, which "
+                             "no environment variable can hold")
+        result[key] = value
+    return result
+
+
+def _parse_lines(text: str, origin: str, literal: bool) -> dict[str, str]:
+    where = f"--env-file {origin} ({_ENVIRON_TXT if literal else _LINES})"
+    if "\0" in text:
+        line = text[: text.index("\0")].count("\n") + 1
+        raise UsageError(
+            f"{where}, line {line}: contains a NUL byte, which no environment variable can "
+            "hold; a NUL-separated file (env -0, /proc/PID/environ) ends in one: this one "
+            "does not, so it was read as lines"
+        )
+    result: dict[str, str] = {}
+    previous: tuple[str, int] | None = None  # the last variable read, for the hint
     # Lines end at \n only (and a \r before it): str.splitlines() would also cut values at
     # form feeds, \x1c-\x1e, \x85 and U+2028.
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw[:-1] if raw.endswith("\r") else raw
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        if stripped.startswith("export "):
-            stripped = stripped[len("export "):].lstrip()
-        key, sep, value = stripped.partition("=")
+        if literal:
+            if not line:
+                continue
+            key, sep, value = line.partition("=")
+        else:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            if stripped.startswith("export "):
+                stripped = stripped[len("export "):].lstrip()
+            key, sep, value = stripped.partition("=")
         if not sep or not _ENV_KEY.match(key):
-            # The line itself is not shown: it may hold a secret.
-            got = f"the name {shorten(key, 60)!r}" if sep else "a line without '='"
-            raise UsageError(
-                f"--env-file {origin}, line {number}: expected KEY=VALUE with KEY a variable "
-                f"name, got {got}"
-            )
-        if "\0" in value:
-            raise UsageError(
-                f"--env-file {origin}, line {number}: {key} contains a NUL byte, which no "
-                "environment variable can hold"
-            )
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            raise UsageError(_line_problem(where, number, key, sep, value, previous))
+        if not literal and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         result[key] = value
+        previous = (key, number)
     return result
+
+
+def _line_problem(
+    where: str, number: int, key: str, sep: str, value: str, previous: tuple[str, int] | None
+) -> str:
+    """Why a line is not ``KEY=VALUE``, without showing it (it may hold a secret)."""
+    if sep and key.startswith("BASH_FUNC_") and value.lstrip().startswith("()"):
+        return (f"{where}, line {number}: {shorten(key, 60)} is an exported shell function, "
+                f"which `env` prints over several lines; {_USE_NUL}")
+    got = f"the name {shorten(key, 60)!r}" if sep else "a line without '='"
+    message = f"{where}, line {number}: expected KEY=VALUE with KEY a variable name, got {got}"
+    if previous is not None:
+        message += (f"; if the file is `env` output, the value of {shorten(previous[0], 60)} "
+                    f"(line {previous[1]}) may span lines: {_USE_NUL}")
+    return message
 
 
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
@@ -105,7 +215,8 @@ def _read_text(
 
 
 def read_environment(env_file: str | None) -> dict[str, str]:
-    """The input environment: the ``--env-file`` when given, else the process's own.
+    """The input environment: the ``--env-file`` when given (any format of
+    :func:`parse_env_file`), else the process's own.
 
     The process's own is the one derive-env was started with: CPython's C-locale coercion
     (PEP 538) adds ``LC_CTYPE=C.UTF-8`` to ``os.environ`` at start-up, which must not reach
@@ -142,30 +253,53 @@ def load_labels(
     no labels, any other failure to read it is an error.
 
     :raises LabelError: a file that cannot be read (but the missing default) or parsed, or a
-        ``--label`` that cannot be parsed.
+        ``--label`` that cannot be parsed: every such problem of every source in one message.
     """
     labels: dict[str, str] = {}
+    problems: list[str] = []
+
+    def read(path: str, what: str, missing_ok: bool = False) -> None:
+        try:
+            text = _read_text(path, what, LabelError, missing_ok=missing_ok)
+            if text is not None or not missing_ok:
+                labels.update(parse_labels_document(text or "", "stdin" if path == "-" else path))
+        except LabelError as exc:
+            problems.append(str(exc))
+
     baked = environ.get(LABELS_FILE_VARIABLE) or os.environ.get(LABELS_FILE_VARIABLE) or None
-    path = baked or DEFAULT_LABELS_FILE
-    what = f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file"
-    text = _read_text(path, what, LabelError, missing_ok=baked is None)
-    if text is not None:
-        labels.update(parse_labels_document(text, path))
+    read(baked or DEFAULT_LABELS_FILE,
+         f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
     for labels_file in labels_files:
-        text = _read_text(labels_file, "--labels-file", LabelError) or ""
-        labels.update(parse_labels_document(text, "stdin" if labels_file == "-" else labels_file))
+        read(labels_file, "--labels-file")
     for item in label_items:
-        key, value = parse_label_option(item)
+        try:
+            key, value = parse_label_option(item)
+        except LabelError as exc:
+            problems.append(str(exc))
+            continue
         labels[key] = value
+    if problems:
+        raise LabelError(join_problems(problems))
     return labels
 
 
-def gather_facts():  # -> HostFacts; imported lazily with the pipeline
-    """Read this container's interfaces, routes and name resolution (socket-ifname label)."""
-    import socket
-    import time
+def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the pipeline
+    """Read this container's network facts (frameworks/network.py's rules).
 
-    from derive_env.frameworks import HostFacts
+    :param full: everything label ``socket-ifname`` uses: interface names
+        (``/sys/class/net``), routes (``/proc/net/route``, ``ipv6_route``), own addresses
+        (``if_inet6``, ``fib_trie``), ``/etc/hosts``, the host name, and a resolver bounded
+        by ``RESOLVE_SECONDS`` (5 s) for all names of this start together. ``False`` (no
+        label): only whether ``baimulti0`` exists, one stat.
+    :returns: a ``HostFacts``; unreadable files read as empty.
+    """
+    from derive_env.frameworks import RESOLVE_SECONDS, HostFacts
+    from derive_env.frameworks.network import OVERLAY
+
+    if not full:
+        present = os.path.exists(f"/sys/class/net/{OVERLAY}")
+        return HostFacts(interfaces=(OVERLAY,) if present else ())
+    import socket
 
     def read(path: str) -> str:
         try:
@@ -173,18 +307,6 @@ def gather_facts():  # -> HostFacts; imported lazily with the pipeline
                 return handle.read()
         except OSError:
             return ""
-
-    def resolve(host: str) -> tuple[str, ...]:
-        # Names may take a moment to appear in Docker's embedded DNS: retry for up to 5 s.
-        deadline = time.monotonic() + 5.0
-        while True:
-            try:
-                infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-                return tuple(dict.fromkeys(str(info[4][0]) for info in infos))
-            except (socket.gaierror, UnicodeError):
-                if time.monotonic() > deadline:
-                    return ()
-                time.sleep(0.25)
 
     try:
         interfaces = tuple(sorted(os.listdir("/sys/class/net")))
@@ -195,9 +317,116 @@ def gather_facts():  # -> HostFacts; imported lazily with the pipeline
         routes_v4=read("/proc/net/route"),
         routes_v6=read("/proc/net/ipv6_route"),
         addresses_v6=read("/proc/net/if_inet6"),
+        local_v4=read("/proc/net/fib_trie"),
+        hosts=read("/etc/hosts"),
         hostname=socket.gethostname(),
-        resolve=resolve,
+        resolve=Resolver(RESOLVE_SECONDS),
     )
+
+
+class Resolver:
+    """Resolve host names at once, all calls of one start sharing one deadline.
+
+    Each name gets a daemon thread that calls ``getaddrinfo`` and, while the name is unknown,
+    retries every 0.25 s (containers start together: a peer's name may appear in Docker's
+    DNS a moment later). The caller waits until every name it asked for has an answer or
+    the deadline, ``seconds`` after the first call, has passed; a lookup still hanging then
+    (a DNS server that does not answer) is left behind: daemon threads neither delay the
+    exit nor survive the exec. SIGTERM and SIGINT during the wait end the process at once
+    (:func:`exit_on_signals`).
+
+    :param seconds: the bound for all names of all calls together, in seconds.
+    :param lookup: ``socket.getaddrinfo``'s signature (tests pass a slow or failing one).
+    """
+
+    RETRY_SECONDS = 0.25
+
+    def __init__(self, seconds: float, lookup=None) -> None:
+        import socket
+        import threading
+
+        self._seconds = seconds
+        self._lookup = lookup or socket.getaddrinfo
+        self._deadline: float | None = None
+        self._results: dict[str, tuple[str, ...]] = {}
+        self._started: set[str] = set()
+        self._done = threading.Condition()
+
+    def __call__(self, names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """``{name: addresses}`` for ``names``, ``()`` for a name without an answer in time."""
+        import threading
+        import time
+
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self._seconds
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            if name not in self._started:
+                self._started.add(name)
+                threading.Thread(target=self._resolve, args=(name,), daemon=True,
+                                 name=f"resolve {name}").start()
+        with exit_on_signals("resolving host names (label socket-ifname)"), self._done:
+            while any(name not in self._results for name in wanted):
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._done.wait(remaining)
+            return {name: self._results.get(name, ()) for name in wanted}
+
+    def _resolve(self, name: str) -> None:
+        import socket
+        import time
+
+        assert self._deadline is not None
+        addresses: tuple[str, ...] = ()
+        while True:
+            try:
+                infos = self._lookup(name, None, type=socket.SOCK_STREAM)
+                addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+                break
+            except UnicodeError:  # not a name IDNA can encode: it never resolves
+                break
+            except OSError:  # gaierror: unknown yet, or DNS not answering
+                if time.monotonic() + self.RETRY_SECONDS >= self._deadline:
+                    break
+                time.sleep(self.RETRY_SECONDS)
+        with self._done:
+            self._results[name] = addresses
+            self._done.notify_all()
+
+
+@contextlib.contextmanager
+def exit_on_signals(what: str):
+    """While the body waits: SIGTERM or SIGINT exits 143 or 130 at once, running nothing.
+
+    A process that is PID 1 (the image's ENTRYPOINT without tini) gets no default action for
+    any signal, so without a handler ``docker stop``'s SIGTERM would be ignored and the
+    command run anyway. The handlers are installed in the main thread only, and the previous
+    ones put back afterwards (the exec resets caught signals to their default anyway); a
+    signal inherited as ignored stays ignored, as it would reach the command.
+
+    :param what: the wait, for the message (``... while <what>``).
+    """
+    import signal
+    import threading
+
+    def handler(signum: int, frame: object) -> None:
+        code = 128 + signum
+        _say("error", f"interrupted by {signal.Signals(signum).name} while {what}: "
+                      f"nothing was run (exit {code})")
+        os._exit(code)
+
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+            if previous is not signal.SIG_IGN:
+                saved[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, previous in saved.items():
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
 
 def _say(kind: str, message: str) -> None:
@@ -322,8 +551,9 @@ def _derive(
 
     arg_max = os.sysconf("SC_ARG_MAX")
     try:
-        wants_facts = host_facts and PREFIX + "socket-ifname" in labels
-        derivation = derive(environ, labels, gather_facts() if wants_facts else None)
+        # Read only if a rule asks (ctx.facts); everything only with the socket-ifname label.
+        full = PREFIX + "socket-ifname" in labels
+        derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None)
         assert derivation is not None  # opted in, checked by the caller
         check_limits(command, {**environ, **derivation.changes()}, arg_max)
     except DeriveEnvError as exc:

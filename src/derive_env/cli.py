@@ -14,6 +14,7 @@ _EPILOG = """\b
 Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,
 3 bad cluster variables, 4 bad image label, 5 environment too large, 126 command not
 executable, 127 not found, 130 interrupted.
+143 SIGTERM while resolving host names (label socket-ifname=auto); 130 for SIGINT there.
 Troubleshooting by message: the operator guide (docs/operator-guide.md in the source)."""
 
 
@@ -42,13 +43,16 @@ Troubleshooting by message: the operator guide (docs/operator-guide.md in the so
 )
 @click.option(
     "--labels-file", "labels_files", metavar="PATH", multiple=True,
-    help="Labels as a JSON object or `docker image inspect` output ('-' for stdin); wins "
-         "over the image's /etc/derive-env/labels.json (repeatable, later wins).",
+    help="Labels as a JSON object, `docker image inspect` output or its {{json .Config}} "
+         "('-' for stdin); wins over the image's /etc/derive-env/labels.json (repeatable, "
+         "later wins).",
 )
 @click.option(
     "--env-file", "env_files", metavar="PATH", multiple=True,
-    help="Read the input environment from dotenv KEY=VALUE lines instead of this process's, "
-         "e.g. to see what another container of the session would get.",
+    help="Read the input environment from a file instead of this process's, e.g. to see what "
+         "another container of the session would get: env -0 or /proc/PID/environ output, "
+         "docker inspect output, Backend.AI's environ.txt, or dotenv KEY=VALUE lines "
+         "('-' for stdin).",
 )
 @click.version_option(__version__, prog_name="derive-env")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
@@ -84,6 +88,11 @@ def cli(
         raise click.UsageError("--explain prints for a person; drop --format.")
     if len(env_files) > 1:
         raise click.UsageError("--env-file given more than once: one environment at a time.")
+    if "-" in env_files and "-" in labels_files:
+        raise click.UsageError(
+            "--env-file - and --labels-file - both read stdin, which holds one file: give one "
+            "of them a path."
+        )
     sys.exit(run(
         list(command), dry_run=dry_run, fmt=fmt or "env", explain=explain,
         labels_files=labels_files, label_items=label_items,

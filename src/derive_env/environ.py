@@ -1,32 +1,288 @@
 """Merge: derived variables against the environment they will be added to.
 
-Rule (contract section 6): a variable the environment already holds with a non-empty value
-is kept, and reported as kept (with the value the shim would have set). An empty value
-counts as unset, as torch's ``env://`` rendezvous treats it.
+Rules (contract section 6). A cluster manager copies a session's user-defined variables
+unchanged into EVERY container (Backend.AI's launcher spreads the session environment into
+each container's), so a value already in the environment is the same on every node:
+
+* Values that are the same on every node (:data:`SESSION_WIDE`: the master address and port,
+  ``PET_NPROC_PER_NODE``, the JAX coordinator, the socket interface): a non-empty user-set
+  value wins and is reported as kept. The frameworks already fed it to what derives from it
+  (:func:`derive_env.frameworks.master_of`); the followers (:data:`FOLLOWS`,
+  ``PET_MASTER_*``) must then agree with it. A loopback master address in a session of more
+  than one node is an error, a master that is another node than node rank 0 too (node rank
+  0 serves the rendezvous), and a host name that is not a node of the session a warning.
+* Values that identify the node or size the job (:data:`IDENTITY`): kept when equal to the
+  derived value (compared as data: ``01`` is 1, ``3:3`` nodes is 3, ``TF_CONFIG`` as JSON);
+  a different value is an error naming the variable, both values and why.
+
+An empty value counts as unset, as torch's ``env://`` rendezvous treats it.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from collections.abc import Mapping, Sequence
 
+from derive_env.errors import TopologyError, describe, shorten
 from derive_env.frameworks import DerivedVariable
+from derive_env.topology import ClusterTopology
+
+#: Same on every node: a user-set value wins (and the frameworks feed it to its dependents).
+SESSION_WIDE = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "PET_NPROC_PER_NODE", "JAX_COORDINATOR_ADDRESS",
+    "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+})
+#: Derived from a session-wide value: a user-set one must agree with it (follower -> leader).
+FOLLOWS = {"PET_MASTER_ADDR": "MASTER_ADDR", "PET_MASTER_PORT": "MASTER_PORT"}
+#: Identify this node (differ between nodes) or size the job (same on every node): a user-set
+#: value must equal the derived one. Value: what the variable is, for messages.
+IDENTITY = {
+    "NODE_RANK": "this node's node rank",
+    "PET_NODE_RANK": "this node's node rank",
+    "RANK": "this node's rank, one process per node",
+    "JAX_PROCESS_ID": "this node's JAX process id (one process per node)",
+    "TF_CONFIG": "this node's TF_CONFIG",
+    "PET_NNODES": "the number of nodes",
+    "WORLD_SIZE": "the number of processes, one per node",
+    "LOCAL_RANK": "the local rank of the one process per node",
+    "LOCAL_WORLD_SIZE": "the number of processes per node, one",
+    "JAX_NUM_PROCESSES": "the number of JAX processes, one per node",
+}
+#: The identity variables whose value differs between nodes: set for the whole session, it
+#: is right on at most one node.
+PER_NODE = frozenset({"NODE_RANK", "PET_NODE_RANK", "RANK", "JAX_PROCESS_ID", "TF_CONFIG"})
+#: Variables holding the master's address (JAX's as ``host:port``).
+_ADDRESSES = ("MASTER_ADDR", "PET_MASTER_ADDR", "JAX_COORDINATOR_ADDRESS")
+#: Names that resolve to loopback (RFC 6761 ``localhost``; Debian's /etc/hosts ip6 names).
+_LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain")
+_FIX = "set label ai.backend.distributed.on-error=warn to run the command unchanged"
 
 
-def merge(environ: Mapping[str, str], derived: Sequence[DerivedVariable]) -> list[DerivedVariable]:
+def _kept(var: DerivedVariable, user: str) -> DerivedVariable:
+    # The one place a variable is copied (a frozen dataclass would use dataclasses.replace).
+    return var.model_copy(update={"kept": True, "value": user, "derived": var.value})
+
+
+def merge(
+    environ: Mapping[str, str],
+    derived: Sequence[DerivedVariable],
+    checks: Sequence[DerivedVariable] = (),
+) -> list[DerivedVariable]:
     """Mark each derived variable ``kept`` when ``environ`` already has it (non-empty).
 
-    :returns: the variables in the same order; a kept one carries the user's value as
-        ``value`` and the shim's as ``derived``.
+    :param checks: values derive-env does not set but a user-set value must match (the
+        per-process variables in PyTorch's ``torchrun`` mode); included, as kept, only when
+        the environment has them.
+    :returns: the variables in the same order, then the user-set checks; a kept one carries
+        the user's value as ``value`` and the shim's as ``derived``. Nothing is validated
+        here: :func:`check_user_values` does that.
     """
     merged = []
     for var in derived:
         user = environ.get(var.name, "")
-        if user:
-            var = var.model_copy(update={"kept": True, "value": user, "derived": var.value})
-        merged.append(var)
+        merged.append(_kept(var, user) if user else var)
+    merged += [_kept(var, environ[var.name]) for var in checks if environ.get(var.name)]
     return merged
 
 
 def changes(variables: Sequence[DerivedVariable]) -> dict[str, str]:
     """The variables the exec adds or changes: the derived ones that were not kept."""
     return {v.name: v.value for v in variables if not v.kept}
+
+
+def _integer(value: str) -> int | None:
+    text = value.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
+def _nodes(value: str) -> int | None:
+    """torchrun's ``--nnodes``: ``N`` or ``MIN:MAX``; static only when MIN == MAX."""
+    low, sep, high = value.partition(":")
+    low_n, high_n = _integer(low), _integer(high) if sep else _integer(low)
+    return low_n if low_n is not None and low_n == high_n else None
+
+
+def _json(value: str) -> object:
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return ValueError  # a sentinel no parsed document equals
+
+
+def same_value(name: str, user: str, derived: str) -> bool:
+    """Whether a user-set ``name=user`` states the same as derive-env's ``derived``.
+
+    Compared as data: integers numerically (``01`` = ``1``, blanks around ignored, as
+    ``int()`` in torch and user code does), ``PET_NNODES`` as torchrun reads it (``3:3`` =
+    ``3``), ``TF_CONFIG`` as parsed JSON (key order and blanks do not matter), host names
+    without regard to case; anything else as text.
+    """
+    if user == derived:
+        return True
+    if name == "TF_CONFIG":
+        return _json(user) == _json(derived)
+    if name == "PET_NNODES":
+        return _nodes(user) is not None and _nodes(user) == _nodes(derived)
+    if name in ("PET_MASTER_ADDR", "MASTER_ADDR"):
+        return user.strip().lower() == derived.lower()
+    number = _integer(user)
+    return number is not None and number == _integer(derived)
+
+
+def _tf_difference(user: str, derived: str) -> str:
+    """Which part of a user-set TF_CONFIG differs, for the message."""
+    document = _json(user)
+    if not isinstance(document, dict):
+        return "it is not a JSON object"
+    expected = json.loads(derived)
+    parts = [key for key in ("cluster", "task") if document.get(key) != expected[key]]
+    extra = sorted(set(document) - {"cluster", "task"})
+    if extra:
+        parts.append("extra keys " + ", ".join(shorten(k, 40) for k in extra[:3]))
+    if not parts:
+        return "it differs"
+    return "its " + " and ".join(parts) + (" differ" if len(parts) > 1 else " differs")
+
+
+def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> TopologyError:
+    derived = var.derived or ""
+    if var.name in PER_NODE:
+        why = (
+            "a value set for the whole session is copied into every container, so it is "
+            "right on at most one node" + (
+                "" if var.name == "TF_CONFIG" else " and two nodes would claim the same rank"
+            )
+        )
+    else:
+        why = (
+            f"the session has {topology.num_nodes} node(s); a value set for the whole session "
+            "sizes the job wrongly on every node (each would train alone or wait for "
+            "processes that never come)"
+        )
+    if var.name == "TF_CONFIG":
+        detail = f" ({_tf_difference(var.value, derived)})"
+    else:
+        detail = f" ({shorten(var.source, 160)})"
+    return TopologyError(
+        describe(var.name, var.value, f"{shorten(derived)!r}, {IDENTITY[var.name]}{detail}")
+        + f": {why}. Remove {var.name} from the session's environment (derive-env "
+        f"derives it on every node), or {_FIX}"
+    )
+
+
+def _host_of(name: str, value: str) -> str:
+    """The host part of an address variable (JAX's ``host:port``, IPv6 bracketed)."""
+    value = value.strip()
+    if name != "JAX_COORDINATOR_ADDRESS":
+        return value
+    if value.startswith("["):
+        return value[1:].partition("]")[0]
+    return value.rpartition(":")[0] if value.count(":") == 1 else value
+
+
+def is_loopback(host: str) -> bool:
+    """``127.0.0.0/8``, ``::1`` (also IPv4-mapped), ``0.0.0.0`` / ``::`` (which connect to
+    this host on Linux) and the ``localhost`` names (RFC 6761, including ``*.localhost``)."""
+    lowered = host.lower().rstrip(".")
+    if lowered in _LOOPBACK_NAMES or lowered.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(lowered)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or address.is_unspecified
+                or (mapped is not None and mapped.is_loopback))
+
+
+def _address_problem(
+    var: DerivedVariable, topology: ClusterTopology
+) -> tuple[TopologyError | None, str | None]:
+    """A user-set master address in a session of more than one node: (error, warning)."""
+    host = _host_of(var.name, var.value)
+    hosts = [node.host for node in topology.nodes]
+    master = hosts[0]
+    shown = ", ".join(hosts[:8]) + (", ..." if len(hosts) > 8 else "")
+    if is_loopback(host):
+        return TopologyError(describe(
+            var.name, var.value,
+            f"the host of node rank 0 ({master}) or another address every node reaches; a "
+            f"loopback address in a session of {topology.num_nodes} nodes makes every node "
+            f"connect to itself, so the nodes never meet. Remove {var.name} from the "
+            f"session's environment (derive-env derives it), or {_FIX}",
+        )), None
+    lowered = [h.lower() for h in hosts]
+    if host.lower() in lowered[1:]:
+        rank = lowered.index(host.lower())
+        return TopologyError(describe(
+            var.name, var.value,
+            f"the host of node rank 0 ({master}); {host} is node rank {rank}, and node rank 0 "
+            "serves the rendezvous (torchrun's static rendezvous, init_process_group's store, "
+            "JAX's coordinator) on its own host, so every node would wait at "
+            f"{host}. Remove {var.name} from the session's environment (derive-env derives "
+            f"it), or {_FIX}",
+        )), None
+    if host.lower() in lowered or _is_ip(host):
+        return None, None  # an IP literal cannot be matched to a node without resolving it
+    return None, (
+        f"{var.name}={shorten(var.value)!r} is not a node of this session ({shown}): kept, so "
+        f"every node connects to {shorten(host, 80)}; node rank 0 ({master}) serves the "
+        f"rendezvous on its own host, so this works only if {shorten(host, 80)} is another "
+        f"name of {master}"
+    )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def check_user_values(
+    variables: Sequence[DerivedVariable], topology: ClusterTopology
+) -> list[str]:
+    """Check the kept (user-set) variables of :func:`merge` against the topology.
+
+    :returns: warnings (a master host name that is not a node of the session).
+    :raises TopologyError: (exit 3) an identity variable different from its derived value;
+        a ``PET_MASTER_*`` that contradicts the master address or port; in a session of more
+        than one node, a loopback master address, or one naming a node other than node rank
+        0. The first found: first the checks whose verdict is the same on every node (sizes,
+        addresses), then the per-node ones (node rank...), so that, wherever possible, every
+        node of a session stops naming the same variable.
+    """
+    warnings: list[str] = []
+    multi = topology.num_nodes > 1
+    checked: set[str] = set()  # hosts already checked (MASTER_ADDR and PET_MASTER_ADDR)
+    # The checks whose verdict is the same on every node first (sizes, addresses), so that
+    # every node of a session stops naming the same variable when one of them fails.
+    for var in sorted(variables, key=lambda v: v.name in PER_NODE):
+        if not var.kept:
+            continue
+        derived = var.derived or ""
+        if var.name in IDENTITY:
+            if not same_value(var.name, var.value, derived):
+                raise _identity_error(var, topology)
+            # Equal: kept silently. Not warned about: a shell in a Backend.AI container,
+            # after the hook, has every derived value set, and runs derive-env again.
+        elif var.name in FOLLOWS and not same_value(var.name, var.value, derived):
+            leader = FOLLOWS[var.name]
+            raise TopologyError(describe(
+                var.name, var.value,
+                f"{derived!r}, the same as {leader} ({shorten(var.source, 160)}): torchrun "
+                f"would meet at {shorten(var.value, 80)} while init_process_group and "
+                f"Lightning use {leader}. Set {leader} instead (derive-env derives "
+                f"{var.name} from it), or both to the same value",
+            ))
+        host = _host_of(var.name, var.value).lower()
+        if multi and var.name in _ADDRESSES and host not in checked:
+            checked.add(host)
+            error, warning = _address_problem(var, topology)
+            if error is not None:
+                raise error
+            if warning is not None:
+                warnings.append(warning)
+    return warnings

@@ -24,6 +24,95 @@ DEFAULT_LABELS_FILE = "/etc/derive-env/labels.json"
 _JSON_TYPES = {str: "string", int: "number", float: "number", bool: "boolean",
                type(None): "null", list: "array"}
 LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
+#: The label names under :data:`PREFIX` (the keys of :class:`~derive_env.policy.ImagePolicy`;
+#: a test keeps them equal), here so the near-miss check needs no pydantic.
+LABEL_NAMES = ("frameworks", "master-port", "tensorflow-port", "jax-port", "pytorch-mode",
+               "nproc-per-node", "tensorflow-roles", "socket-ifname", "on-error")
+_BACKEND = "ai.backend."
+#: The 3-grams of "distributed": two edits destroy at most six of these nine, so a key within
+#: two edits of a derive-env key contains one of them (a cheap filter before the distance).
+_GRAMS = ("dis", "ist", "str", "tri", "rib", "ibu", "but", "ute", "ted")
+
+
+def join_problems(problems: list[str]) -> str:
+    """One message for every problem found: the problem itself, or a numbered list."""
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} label problems:\n" + "\n".join(
+        f"  {n}. {p}" for n, p in enumerate(problems, start=1))
+
+
+def _within_two_edits(a: str, b: str, edits: int = 2) -> bool:
+    """Levenshtein distance <= ``edits`` (insertions, deletions, substitutions), cheaply.
+
+    A band of that width around the diagonal: a few hundred steps for label-length keys,
+    and none for the many labels whose length differs by more (difflib costs an import).
+    """
+    if abs(len(a) - len(b)) > edits:
+        return False
+    previous = list(range(len(b) + 1))
+    for i, char in enumerate(a, start=1):
+        current = [i] + [edits + 1] * len(b)
+        for j in range(max(1, i - edits), min(len(b), i + edits) + 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1,
+                             previous[j - 1] + (char != b[j - 1]))
+        if min(current) > edits:
+            return False
+        previous = current
+    return previous[-1] <= edits
+
+
+def near_miss(key: str) -> tuple[str, str] | None:
+    """The ``ai.backend.distributed.*`` key that ``key`` was probably meant to be.
+
+    A near miss (issue 7): equal to such a key but for letter case; a known label name (or
+    one edit from one) right under ``ai.backend.`` (``ai.backend.frameworks``); a prefix at
+    most two edits from ``ai.backend.distributed.``; or the whole key at most two edits
+    from a known label.
+    Keys starting exactly with the prefix are not near misses (unknown ones are reported by
+    the policy).
+
+    :returns: ``(meant, why)``, or ``None``.
+    """
+    if key.startswith(PREFIX):
+        return None
+    lowered = key.lower()
+    if lowered.startswith(PREFIX):
+        return lowered, "the same but for letter case"
+    if lowered.startswith(_BACKEND):
+        rest = lowered[len(_BACKEND):]
+        for label in LABEL_NAMES:  # the prefix lost "distributed.", the name one edit at most
+            if rest == label or _within_two_edits(rest, label, edits=1):
+                return PREFIX + label, f"a derive-env label name under {_BACKEND}"
+    if not any(gram in lowered for gram in _GRAMS):
+        return None
+    prefix, dot, name = key.rpartition(".")
+    if dot and _within_two_edits(prefix.lower() + ".", PREFIX):
+        return PREFIX + name.lower(), "its prefix is two edits or fewer from " + PREFIX
+    if lowered.startswith(_BACKEND[:2]):  # "ai" (two edits may touch the rest)
+        for label in LABEL_NAMES:
+            if _within_two_edits(lowered, PREFIX + label):
+                return PREFIX + label, "two edits or fewer from it"
+    return None
+
+
+def label_problems(labels: Mapping[str, str]) -> list[str]:
+    """Messages for the keys that are near misses of a derive-env label (see :func:`near_miss`).
+
+    Pydantic-free and cheap: it runs on the not-opted-in path too, where a misspelt opt-in
+    label would otherwise silently turn distribution off.
+    """
+    problems = []
+    for key in sorted(labels):
+        miss = near_miss(key)
+        if miss is not None:
+            meant, why = miss
+            problems.append(
+                f"label {shorten(key, 120)}={shorten(labels[key])!r}: expected the key {meant} "
+                f"({why}); derive-env reads only keys starting exactly with {PREFIX}, so this "
+                "label would be ignored. Rename it"
+            )
+    return problems
 
 
 def parse_labels_document(text: str, origin: str) -> dict[str, str]:
@@ -34,9 +123,11 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
     * a flat JSON object ``{"ai.backend.distributed.frameworks": "pytorch", ...}``, as
       also printed by ``docker image inspect --format '{{json .Config.Labels}}'``;
     * the output of ``docker image inspect IMAGE``: a JSON list whose first item has
-      ``Config.Labels`` (``null`` there means no labels); a single such item is accepted too.
+      ``Config.Labels`` (``null`` there means no labels); a single such item is accepted too;
+    * ``docker inspect --format '{{json .Config}}'``: an object with ``Labels``.
 
-    Labels outside the ``ai.backend.distributed.`` prefix are dropped (images carry many).
+    Labels outside the ``ai.backend.distributed.`` prefix are dropped (images carry many),
+    but near misses of it (:func:`near_miss`) are kept, for :func:`label_problems` to report.
 
     :param text: the file's content, already decoded.
     :param origin: how to name the file in messages (its path, or ``stdin``).
@@ -64,23 +155,31 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
         if labels is None:
             return {}
         document = labels
+    elif (isinstance(document, dict) and "Labels" in document
+          and isinstance(document["Labels"], dict | None)
+          and not any(isinstance(k, str) and k.startswith(PREFIX) for k in document)):
+        document = document["Labels"] or {}  # {{json .Config}}
     if not isinstance(document, dict):
         raise LabelError(
             f"labels file {origin}: expected a JSON object of labels or `docker image inspect` "
             f"output, got a JSON {_JSON_TYPES.get(type(document), 'value')}"
         )
     result: dict[str, str] = {}
+    problems: list[str] = []
     for key, value in document.items():
-        if not key.startswith(PREFIX):
+        if not key.startswith(PREFIX) and near_miss(key) is None:
             continue
         if not isinstance(value, str):
             shown = shorten(json.dumps(value), 80)
             hint = f', write "{shown}"' if isinstance(value, int | float | bool) else ""
-            raise LabelError(
+            problems.append(
                 f"labels file {origin}: label {shorten(key, 120)} = {shown}: expected a JSON "
                 f"string (Docker label values are strings{hint})"
             )
+            continue
         result[key] = value
+    if problems:
+        raise LabelError(join_problems(problems))
     return result
 
 
@@ -107,16 +206,22 @@ def check_not_opted_in(labels: Mapping[str, str]) -> None:
     misspelt ``frameworks`` (``framework``, ``Frameworks``): a typo must not silently turn
     distribution off (contract section 4).
 
-    :raises LabelError: naming the first such label.
+    Also a near miss of a derive-env key (:func:`label_problems`), such as
+    ``ai.backend.distibuted.frameworks``: that is how a misspelt opt-in label looks.
+
+    :raises LabelError: naming the near misses and the first stray label, in one message.
     """
+    problems = label_problems(labels)
     stray = sorted(k for k in labels if k.startswith(PREFIX))
     if stray:
-        raise LabelError(
+        problems.append(
             f"label {shorten(stray[0], 120)}={shorten(labels[stray[0]])!r} is set but {OPT_IN} "
             "is not, so the image did not opt in and nothing would be derived: is the "
             f"frameworks label misspelt? Set {OPT_IN}, or remove the ai.backend.distributed.* "
             "labels"
         )
+    if problems:
+        raise LabelError(join_problems(problems))
 
 
 def is_opted_in(labels: Mapping[str, str]) -> bool:
@@ -130,8 +235,9 @@ def is_opted_in(labels: Mapping[str, str]) -> bool:
 def on_error_of(labels: Mapping[str, str]) -> str:
     """The ``on-error`` choice, read on its own so that it applies to the other labels' errors.
 
-    Here, without pydantic, so the not-opted-in path can honour it too. An invalid value
+    Here, without pydantic, so the not-opted-in path can honour it too. Letter case does not
+    matter (``Warn``), as for every keyword value (docs/operator-guide.md). An invalid value
     reads as ``fail`` (and is reported by :meth:`ImagePolicy.from_labels`).
     """
-    value = labels.get(PREFIX + "on-error", "fail")
+    value = labels.get(PREFIX + "on-error", "fail").lower()
     return value if value in ("fail", "warn") else "fail"

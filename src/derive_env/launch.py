@@ -156,5 +156,7 @@ def _interpreter_problem(name: str, program: str, exc: OSError) -> str:
         return f"{name}: bad interpreter {interpreter!r} in its #! line, {what}{hint} ({program})"
     hint = ""
     if exc.errno == errno.ENOEXEC and first and not first.startswith((b"#!", b"\x7fELF")):
-        hint = " (no #! line? run it as: sh SCRIPT)"
+        # A shell would run such a file with sh; a .py file wants its interpreter instead.
+        interpreter = "python" if name.endswith(".py") else "sh"
+        hint = f" (no #! line? run it as: {interpreter} SCRIPT)"
     return f"{name}: {exc.strerror}{hint} ({program})"

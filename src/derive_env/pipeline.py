@@ -7,11 +7,11 @@ command line (app.py) reads inputs and renders or execs the result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 
-from derive_env.environ import changes, merge
+from derive_env.environ import changes, check_user_values, merge
 from derive_env.frameworks import (
     FRAMEWORKS,
     Context,
@@ -19,7 +19,7 @@ from derive_env.frameworks import (
     HostFacts,
     network,
 )
-from derive_env.labels import distributed_labels, is_opted_in
+from derive_env.labels import is_opted_in
 from derive_env.policy import ImagePolicy
 from derive_env.sources import topology_from
 from derive_env.topology import ClusterTopology
@@ -48,35 +48,42 @@ class Derivation:
 def derive(
     environ: Mapping[str, str],
     labels: Mapping[str, str],
-    facts: HostFacts | None = None,
+    facts: HostFacts | Callable[[], HostFacts] | None = None,
 ) -> Derivation | None:
     """Derive the framework variables of one container.
 
     :param environ: the container's environment (cluster manager's and user's variables).
     :param labels: the image's labels (other prefixes than ``ai.backend.distributed.`` are
         ignored).
-    :param facts: host facts, needed only with the ``socket-ifname`` label.
+    :param facts: host facts, or a function that reads them, called at most once and only
+        when a rule needs them (the ``socket-ifname`` label; the ``baimulti0`` default of a
+        session of more than one node). ``None``: not this container (``--env-file``).
     :returns: ``None`` when the image did not opt in (no ``frameworks`` label).
     :raises LabelError: bad labels (exit 4).
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
-        ``MASTER_ADDR`` / ``MASTER_PORT`` (exit 3).
+        ``MASTER_ADDR`` / ``MASTER_PORT`` (exit 3); another launcher's multi-process
+        topology (:func:`derive_env.sources.topology_from`); a user-set value that
+        contradicts the derived one (:func:`derive_env.environ.check_user_values`).
     """
-    labels = distributed_labels(labels)
     if not is_opted_in(labels):
         return None
-    policy = ImagePolicy.from_labels(labels)
+    policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
     topology = topology_from(environ)
-    ctx = Context(topology=topology, policy=policy, environ=environ, facts=facts)
+    ctx = Context(topology=topology, policy=policy, environ=environ, host=facts)
     variables: list[DerivedVariable] = []
+    checks: list[DerivedVariable] = []
     notes: list[str] = []
     warnings: list[str] = list(topology.warnings)  # the source's first: they concern the input
     modules = [import_module(FRAMEWORKS[n]) for n in FRAMEWORKS if n in policy.frameworks]
     for module in (*modules, network):
         part = module.derive(ctx)
         variables += part.variables
+        checks += part.checks
         notes += part.notes
         warnings += part.warnings
+    merged = merge(environ, variables, checks)
+    warnings += check_user_values(merged, topology)
     return Derivation(
-        topology=topology, policy=policy, variables=tuple(merge(environ, variables)),
+        topology=topology, policy=policy, variables=tuple(merged),
         notes=tuple(notes), warnings=tuple(warnings),
     )

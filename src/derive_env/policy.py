@@ -14,12 +14,17 @@ label                                            value (default)
 ``ai.backend.distributed.nproc-per-node``        integer >= 1 (the GPU count, when > 0)
 ``ai.backend.distributed.tensorflow-roles``      ``role:type`` pairs, type one of chief,
                                                  worker, ps, evaluator (every node a worker)
-``ai.backend.distributed.socket-ifname``         ``auto`` or an interface name (unset)
+``ai.backend.distributed.socket-ifname``         ``auto``, ``none`` or an interface name
+                                                 (unset: ``baimulti0`` when present in a
+                                                 session of more than one node)
 ``ai.backend.distributed.on-error``              ``fail`` | ``warn`` (``fail``)
 ===============================================  ===========================================
 
-Unknown keys under the prefix, unknown framework names and bad values are errors: a typo
-must never silently turn distribution off.
+Unknown keys under the prefix, near misses of the prefix, unknown framework names and bad
+values are errors, all reported at once: a typo must never silently turn distribution off.
+Letter case: keyword values (framework names, ``pytorch-mode``, ``on-error``, the task types
+of ``tensorflow-roles``, ``auto``) are matched without regard to case; names (interfaces,
+roles) are taken as written.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from derive_env.errors import LabelError, describe, shorten
-from derive_env.labels import PREFIX
-from derive_env.validation import first_error, parse_int, parse_port
+from derive_env.labels import PREFIX, distributed_labels, join_problems, label_problems
+from derive_env.validation import errors_of, parse_int, parse_port
 
 FRAMEWORK_NAMES = ("pytorch", "tensorflow", "jax")
 TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
@@ -68,6 +73,7 @@ def _tf_roles(value: object) -> tuple[tuple[str, str], ...]:
     pairs: list[tuple[str, str]] = []
     for part in value.split(","):
         role, sep, task_type = (s.strip() for s in part.partition(":"))
+        task_type = task_type.lower()
         if not sep or not _ROLE.match(role) or task_type not in TF_TASK_TYPES:
             raise ValueError(f"{expected}; {shorten(part.strip(), 60)!r} is not one")
         if role in dict(pairs):
@@ -78,8 +84,11 @@ def _tf_roles(value: object) -> tuple[tuple[str, str], ...]:
 
 def _ifname(value: object) -> str:
     if not isinstance(value, str) or not _IFNAME.match(value):
-        raise ValueError("'auto' or a network interface name (1-15 characters, e.g. eth0)")
-    return value
+        raise ValueError(
+            "'auto', 'none' or a network interface name (1-15 characters, e.g. eth0)"
+        )
+    # Keywords ignore letter case (the label-value rule); interface names are exact.
+    return value.lower() if value.lower() in ("auto", "none") else value
 
 
 def _positive(value: object) -> int:
@@ -88,9 +97,9 @@ def _positive(value: object) -> int:
 
 def _choice(*choices: str) -> BeforeValidator:
     def parse(value: object) -> str:
-        if value not in choices:
+        if not isinstance(value, str) or value.lower() not in choices:
             raise ValueError(" or ".join(choices))
-        return str(value)
+        return value.lower()
 
     return BeforeValidator(parse)
 
@@ -133,23 +142,34 @@ class ImagePolicy(BaseModel):
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> ImagePolicy:
-        """Validate the ``ai.backend.distributed.*`` labels of an opted-in image.
+        """Validate the labels of an opted-in image.
 
-        :param labels: label -> value; other prefixes must already be filtered out.
-        :raises LabelError: an unknown key under the prefix, or a bad value; the message
-            names the label, its value and what was expected.
+        :param labels: label -> value, every label of the image (other prefixes are
+            ignored, but near misses of ``ai.backend.distributed.`` are reported).
+        :raises LabelError: near misses of the prefix, unknown keys under it, bad values:
+            every problem in one message, each naming the label, its value and what was
+            expected.
         """
+        problems = label_problems(labels)
+        labels = distributed_labels(labels)
         known = {f.alias for f in cls.model_fields.values() if f.alias}
         for key in sorted(labels):
             if key not in known:
-                raise LabelError(describe(
+                problems.append(describe(
                     f"label {key}", labels[key],
                     "a known label; known: " + ", ".join(sorted(known)),
                 ))
         try:
-            return cls.model_validate({**labels, "given": tuple(sorted(labels))})
+            policy = cls.model_validate(
+                {**{k: v for k, v in labels.items() if k in known}, "given": tuple(sorted(labels))}
+            )
         except ValidationError as exc:
-            raise LabelError(first_error(exc, kind="label ")) from None
+            problems += errors_of(exc, kind="label ")
+            policy = None
+        if problems:
+            raise LabelError(join_problems(problems))
+        assert policy is not None
+        return policy
 
     def label_or_default(self, field: str) -> str:
         """Provenance of a field: ``label <key>`` when set, else ``default``."""

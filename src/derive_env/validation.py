@@ -42,6 +42,19 @@ def parse_port(value: object) -> int:
     return number
 
 
+def errors_of(exc: ValidationError, kind: str = "") -> list[str]:
+    """Every error of ``exc`` as ``NAME='value': expected ...`` (see :func:`first_error`)."""
+    messages = []
+    for error in exc.errors(include_url=False):
+        name = ".".join(str(part) for part in error["loc"]) or "input"
+        cause = error.get("ctx", {}).get("error")
+        expected = str(cause) if isinstance(cause, ValueError) else error["msg"]
+        value = error.get("input")
+        messages.append(describe(
+            f"{kind}{name}", value if isinstance(value, str) else repr(value), expected))
+    return messages
+
+
 def first_error(exc: ValidationError, kind: str = "") -> str:
     """Turn the first error of ``exc`` into ``NAME='value': expected ...``.
 
@@ -49,9 +62,4 @@ def first_error(exc: ValidationError, kind: str = "") -> str:
         variable or label names) and parsers raising ``ValueError("<expectation>")``.
     :param kind: put before the name, e.g. ``"label "``.
     """
-    error = exc.errors(include_url=False)[0]
-    name = ".".join(str(part) for part in error["loc"]) or "input"
-    cause = error.get("ctx", {}).get("error")
-    expected = str(cause) if isinstance(cause, ValueError) else error["msg"]
-    value = error.get("input")
-    return describe(f"{kind}{name}", value if isinstance(value, str) else repr(value), expected)
+    return errors_of(exc, kind)[0]

@@ -115,6 +115,7 @@ def run_session(
     *,
     extra_env: Mapping[str, str] | None = None,
     hosts: list[str] | None = None,
+    cluster_options: Mapping[str, object] | None = None,
 ) -> tuple[dict[str, HostResult], list[str]]:
     """Run ``derive-env -- argv_for(host)`` in every container of a fresh simulated session.
 
@@ -125,6 +126,8 @@ def run_session(
         killed and marked ``timed_out``.
     :param extra_env: variables for every container on top of :data:`BASE_ENV`.
     :param hosts: container names (default :data:`HOSTS`).
+    :param cluster_options: keyword arguments of :class:`simcluster.SimulatedCluster`
+        (``interface="baimulti0"``, ``gwbridge=True`` ...).
     :returns: (host -> HostResult in canonical order, the BACKENDAI_CLUSTER_HOSTS order used).
     """
     hosts = list(hosts or HOSTS)
@@ -152,7 +155,7 @@ def run_session(
                 "PATH": path,
             }
             per_host[host] = ([exe, "--", *argv_for(host)], env)
-        with SimulatedCluster(hosts, prefix=_unique_prefix()) as cluster:
+        with SimulatedCluster(hosts, prefix=_unique_prefix(), **(cluster_options or {})) as cluster:
             results = cluster.run_all(per_host, timeout=timeout)
     return results, order
 

@@ -7,6 +7,11 @@ its own, so nothing is added to the machine's own (root) network namespace:
     <prefix>-br    : bridge "br0", one veth end "v<i>" per host attached to it
     <prefix>-<host>: "lo" up, "eth0" = 198.18.0.(10+i)/24, /etc/hosts from /etc/netns/<ns>/hosts
 
+Options: ``interface="baimulti0"`` names the session interface as Backend.AI's overlay does
+on Docker 28+; ``gwbridge=True`` adds a docker_gwbridge look-alike ``eth1`` (the same address
+on every host, the default route); ``blackhole_dns=True`` points resolv.conf at a DNS server
+that never answers; ``command(..., pid1=True)`` runs a command as PID 1 of a PID namespace.
+
 Why namespaces instead of loopback: on a shared loopback every 127.x address reaches every
 listener, so a wrong master address still "works" and an end-to-end test proves nothing. Here
 a server listens only inside its own container and a wrong address fails as in production.
@@ -61,6 +66,12 @@ SUBNET_BITS = 24
 #: Host i (0-based position in ``hosts``) gets 198.18.0.(FIRST_HOST_OCTET + i).
 FIRST_HOST_OCTET = 10
 MAX_HOSTS = 240  # keeps the last octet <= 249
+#: The docker_gwbridge look-alike (``gwbridge=True``): the same address on every host, as
+#: each agent's docker_gwbridge hands out its own 172.18.0.x.
+GWBRIDGE_ADDRESS = "198.18.1.2"
+GWBRIDGE_GATEWAY = "198.18.1.1"
+#: ``blackhole_dns=True``: the resolver asks <net>.2, behind a dead-end interface in <net>.0/24.
+BLACKHOLE_DNS_NET = "198.18.200"
 
 #: Root of the per-namespace config files that ``ip netns exec`` bind-mounts over /etc.
 NETNS_ETC = Path("/etc/netns")
@@ -365,7 +376,15 @@ class SimulatedCluster:
     a namespace of that name already exists (never touches a namespace it did not make).
     """
 
-    def __init__(self, hosts: list[str], *, prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        hosts: list[str],
+        *,
+        prefix: str | None = None,
+        interface: str = "eth0",
+        gwbridge: bool = False,
+        blackhole_dns: bool = False,
+    ) -> None:
         if not hosts:
             raise ValueError("need at least one host")
         if len(hosts) > MAX_HOSTS:
@@ -376,6 +395,14 @@ class SimulatedCluster:
             if not _HOST_RE.match(h):
                 raise ValueError(f"host name {h!r} is not a lowercase DNS label")
         self.prefix = prefix if prefix is not None else f"de{os.getpid() % 100000}"
+        #: the container's interface on the session network (``baimulti0``: Docker 28+ overlay).
+        self.interface = interface
+        #: add ``eth1``, a docker_gwbridge look-alike: GWBRIDGE_ADDRESS on every host (it
+        #: reaches only the local host) and the default route through it.
+        self.gwbridge = gwbridge
+        #: a DNS server that never answers (behind a dead-end interface), so a name
+        #: outside /etc/hosts waits for the resolver's timeout instead of failing at once.
+        self.blackhole_dns = blackhole_dns
         if not _PREFIX_RE.match(self.prefix):
             raise ValueError(f"prefix {self.prefix!r} must match {_PREFIX_RE.pattern}")
         self.hosts: list[str] = list(hosts)
@@ -468,13 +495,33 @@ class SimulatedCluster:
             peer = f"v{i}"  # bridge-side name; interface names must be <= 15 chars
             # Create the pair in the bridge namespace with the container end born directly in the
             # host namespace as "eth0" (no name clash: each end lives in its own namespace).
-            _ip(br, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            link = self.interface
+            _ip(br, "link", "add", peer, "type", "veth", "peer", "name", link, "netns", ns)
             _ip(br, "link", "set", peer, "master", "br0", "up")
             _ip(ns, "link", "set", "lo", "up")
-            _ip(ns, "addr", "add", f"{self.addresses[host]}/{SUBNET_BITS}", "dev", "eth0")
-            _ip(ns, "link", "set", "eth0", "up")
+            _ip(ns, "addr", "add", f"{self.addresses[host]}/{SUBNET_BITS}", "dev", link)
+            _ip(ns, "link", "set", link, "up")
+            if self.gwbridge:
+                self._add_dead_end(ns, "eth1", f"{GWBRIDGE_ADDRESS}/24")
+                _ip(ns, "route", "add", "default", "via", GWBRIDGE_GATEWAY, "dev", "eth1")
+            if self.blackhole_dns:
+                self._add_dead_end(ns, "dns0", f"{BLACKHOLE_DNS_NET}.1/24")
             self._write_etc(ns, hosts_text)
         self._wait_links_up()
+
+    @staticmethod
+    def _add_dead_end(ns: str, name: str, address: str) -> None:
+        """Interface ``name`` with ``address`` in namespace ``ns`` that nothing answers on.
+
+        A veth pair whose other end (``<name>p``, no address) stays in the same namespace:
+        packets to a neighbour go unanswered (no ARP reply) instead of failing at once, as
+        they would with an unreachable route. Kernels without the dummy driver have veth.
+        """
+        peer = f"{name}p"
+        _ip(ns, "link", "add", name, "type", "veth", "peer", "name", peer)
+        _ip(ns, "addr", "add", address, "dev", name)
+        _ip(ns, "link", "set", peer, "up")
+        _ip(ns, "link", "set", name, "up")
 
     def _write_etc(self, ns: str, hosts_text: str) -> None:
         """Write /etc/netns/<ns>/hosts (and an empty-ish resolv.conf) for ``ip netns exec``."""
@@ -492,7 +539,10 @@ class SimulatedCluster:
         # does for peers) must fail at once and the same way on every machine, whatever DNS
         # server the machine's resolv.conf names. With no "nameserver" line glibc asks
         # 127.0.0.1:53, which refuses at once inside the namespace.
-        if Path("/etc/resolv.conf").exists():
+        if self.blackhole_dns:
+            (d / "resolv.conf").write_text(
+                f"nameserver {BLACKHOLE_DNS_NET}.2\noptions timeout:5 attempts:2\n")
+        elif Path("/etc/resolv.conf").exists():
             (d / "resolv.conf").write_text("options timeout:1 attempts:1\n")
 
     def _wait_links_up(self) -> None:
@@ -501,7 +551,7 @@ class SimulatedCluster:
         pending = {h: self.namespace(h) for h in self.hosts}
         while pending:
             for host, ns in list(pending.items()):
-                info = json.loads(_ip(ns, "-j", "link", "show", "eth0") or "[]")
+                info = json.loads(_ip(ns, "-j", "link", "show", self.interface) or "[]")
                 if info and "LOWER_UP" in info[0].get("flags", []):
                     del pending[host]
             if not pending:
@@ -570,16 +620,20 @@ class SimulatedCluster:
 
     # -- running things ------------------------------------------------------------------
 
-    def command(self, host: str, argv: list[str]) -> list[str]:
+    def command(self, host: str, argv: list[str], *, pid1: bool = False) -> list[str]:
         """argv that runs ``argv`` in ``host``'s network namespace, in a new UTS namespace whose
         hostname is ``host``. ``ip netns exec`` also bind-mounts /etc/netns/<ns>/hosts over
-        /etc/hosts. Raises ValueError on an empty argv, KeyError on an unknown host.
+        /etc/hosts. ``pid1``: also in a new PID namespace (with its own /proc), where ``argv``
+        is PID 1 as a container's ENTRYPOINT without an init is (no signal has a default
+        action there). Raises ValueError on an empty argv, KeyError on an unknown host.
         """
         if not argv:
             raise ValueError("empty argv")
         ns = self.namespace(host)
         # "$0" is the hostname, "$@" the command: no shell quoting of user arguments needed.
         enter = ["ip", "netns", "exec", ns, "unshare", "-u"]
+        if pid1:
+            enter += ["--pid", "--fork", "--mount-proc"]
         return [*enter, "sh", "-c", 'hostname "$0" && exec "$@"', host, *argv]
 
     def container_env(

@@ -9,7 +9,7 @@ plus one line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -70,24 +70,43 @@ class Master:
     derived_port_source: str
 
 
+def _resolve_none(hosts: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    return {host: () for host in hosts}
+
+
 @dataclass(frozen=True)
 class HostFacts:
-    """Facts of the running container, read at the edge (cli) only when a label needs them.
+    """Facts of the running container, read at the edge (app.py) only when a rule needs them.
 
-    :ivar interfaces: names of the network interfaces (``/sys/class/net``).
-    :ivar routes_v4: the text of ``/proc/net/route``.
+    :ivar interfaces: names of the network interfaces (``/sys/class/net``). Without the
+        ``socket-ifname`` label the edge only looks for ``baimulti0`` (one stat), so then
+        this holds ``baimulti0`` or nothing.
+    :ivar routes_v4: the text of ``/proc/net/route`` (the main routing table).
     :ivar routes_v6: the text of ``/proc/net/ipv6_route``.
     :ivar addresses_v6: the text of ``/proc/net/if_inet6`` (own IPv6 addresses).
+    :ivar local_v4: the text of ``/proc/net/fib_trie`` (own IPv4 addresses: ``/32 host
+        LOCAL`` entries).
+    :ivar hosts: the text of ``/etc/hosts`` (read without any DNS wait).
     :ivar hostname: the container's own host name (``gethostname()``).
-    :ivar resolve: host name -> its IP addresses (``getaddrinfo``); ``()`` when unknown.
+    :ivar resolve: host names -> each one's IP addresses (``getaddrinfo``; ``()`` for a name
+        that did not resolve), all names of one call resolved at once against one deadline
+        shared by every call of one start (:data:`RESOLVE_SECONDS`).
     """
 
     interfaces: tuple[str, ...] = ()
     routes_v4: str = ""
     routes_v6: str = ""
     addresses_v6: str = ""
+    local_v4: str = ""
+    hosts: str = ""
     hostname: str = ""
-    resolve: Callable[[str], tuple[str, ...]] = field(default=lambda host: ())
+    resolve: Callable[[Sequence[str]], Mapping[str, tuple[str, ...]]] = field(
+        default=_resolve_none
+    )
+
+
+#: Seconds that all name resolution of one start may take together (docs/operator-guide.md).
+RESOLVE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +120,14 @@ class Context:
     topology: ClusterTopology
     policy: ImagePolicy
     environ: Mapping[str, str]
-    facts: HostFacts | None = None
+    #: host facts, or a function that reads them on first use (:attr:`facts`).
+    host: HostFacts | Callable[[], HostFacts] | None = None
+
+    @cached_property
+    def facts(self) -> HostFacts | None:
+        """The host facts; a reader given as ``host`` is called once, on first use, so a
+        start that needs none reads nothing."""
+        return self.host() if callable(self.host) else self.host
 
     @cached_property
     def master(self) -> Master:
@@ -111,9 +137,14 @@ class Context:
 
 @dataclass
 class Contribution:
-    """What one framework adds: variables, lines for ``--explain``, warnings."""
+    """What one framework adds: variables, lines for ``--explain``, warnings.
+
+    ``checks`` are values the framework does not set but a user-set variable of that name
+    must equal (see :func:`derive_env.environ.merge`).
+    """
 
     variables: list[DerivedVariable] = field(default_factory=list)
+    checks: list[DerivedVariable] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 

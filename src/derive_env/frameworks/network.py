@@ -1,39 +1,78 @@
 """Interface hints for gloo and NCCL: ``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``.
 
-Enabled by label ``ai.backend.distributed.socket-ifname``: ``auto`` picks the interface
-the kernel routes to the master through (longest-prefix match over the main routing table,
-``/proc/net/route`` and ``/proc/net/ipv6_route``, no external tools); a name is used as is.
-Either way, an interface that does not exist in the container is never emitted. gloo reads
-``GLOO_SOCKET_IFNAME`` (torch/csrc/distributed/c10d/init.cpp), NCCL reads
-``NCCL_SOCKET_IFNAME`` (NCCL environment variables documentation).
+gloo reads ``GLOO_SOCKET_IFNAME`` (torch/csrc/distributed/c10d/init.cpp); without it, it
+binds to the address its host name resolves to, and falls back to the loopback address when
+the name does not resolve to one of its own (ProcessGroupGloo::createDefaultDevice). NCCL
+reads ``NCCL_SOCKET_IFNAME`` (NCCL User Guide, "Environment Variables").
 
-Also warns when, in a session of more than one node, this container's host name resolves
-only to loopback: gloo then advertises 127.0.0.1 to its peers, which cannot reach it.
+Rules, in order (docs/operator-guide.md, "socket-ifname"):
+
+* label ``ai.backend.distributed.socket-ifname=none``: nothing is set.
+* no label, a session of more than one node, neither variable set by the user, and the
+  container has ``baimulti0`` (Backend.AI's multi-node overlay interface, Docker 28+): both
+  are set to it. Only one stat of ``/sys/class/net/baimulti0``, no name resolution.
+* an interface name: used as is; it must exist in the container, and ``lo`` is an error in
+  a session of more than one node (gloo would advertise 127.0.0.1 to the other nodes).
+* ``auto``: the first candidate that is usable: ``baimulti0``; the interface holding the
+  address the own host name has in ``/etc/hosts`` (read as a file: no DNS wait); the
+  interface the kernel routes to the master through (longest prefix, then lowest metric,
+  then the first in table order as the kernel does, with a warning: NVIDIA/nccl#1581).
+  Never ``lo`` in a session of more than one node; never an interface none of whose
+  connected subnets holds an address of the session's peers (when peers resolved: the
+  ``docker_gwbridge`` of a Swarm overlay reaches only the local host). In a single-container
+  session only the route rule applies (the master is 127.0.0.1, so ``lo``).
+
+All name resolution of one start happens in one call of :attr:`HostFacts.resolve`, bounded
+in all by :data:`derive_env.frameworks.RESOLVE_SECONDS`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import re
 
 from derive_env.errors import LabelError, describe
-from derive_env.frameworks import Context, Contribution, HostFacts, variable
+from derive_env.frameworks import (
+    RESOLVE_SECONDS,
+    Context,
+    Contribution,
+    HostFacts,
+    variable,
+)
 from derive_env.labels import PREFIX
 
 LABEL = PREFIX + "socket-ifname"
+#: Backend.AI's multi-node overlay interface (Docker 28+; older Docker: an ``ethN``).
+OVERLAY = "baimulti0"
+#: Linux's loopback device: one per network namespace, always this name (loopback_net_init).
+LOOPBACK = "lo"
+#: The variables set, both to the same interface.
+VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+#: Peers resolved for the subnet rule: the first ones in canonical order, so a session of
+#: thousands of nodes does not ask DNS for every node at every container start.
+MAX_PEERS = 8
+
 _RTF_UP = 0x1
+_RTF_GATEWAY = 0x2
+_NOT_SET = "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set"
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Route = tuple[IPNetwork, int, str, bool]  # network, metric, interface, via a gateway
 
 var = variable("network")
 
 
-def _routes_v4(text: str) -> list[tuple[ipaddress.IPv4Network, int, str]]:
-    routes = []
+def _routes_v4(text: str) -> list[Route]:
+    routes: list[Route] = []
     for line in text.splitlines()[1:]:
         fields = line.split()
         if len(fields) < 8:
             continue
         iface, dest, flags, metric, mask = fields[0], fields[1], fields[3], fields[6], fields[7]
         try:
-            if not int(flags, 16) & _RTF_UP:
+            flag_bits = int(flags, 16)
+            if not flag_bits & _RTF_UP:
                 continue
             # /proc/net/route prints addresses as host-order (little-endian) hex.
             net = ipaddress.IPv4Network(
@@ -41,14 +80,14 @@ def _routes_v4(text: str) -> list[tuple[ipaddress.IPv4Network, int, str]]:
                  bin(int.from_bytes(bytes.fromhex(mask), "little")).count("1")),
                 strict=False,
             )
-            routes.append((net, int(metric), iface))
+            routes.append((net, int(metric), iface, bool(flag_bits & _RTF_GATEWAY)))
         except ValueError:
             continue
     return routes
 
 
-def _routes_v6(text: str) -> list[tuple[ipaddress.IPv6Network, int, str]]:
-    routes = []
+def _routes_v6(text: str) -> list[Route]:
+    routes: list[Route] = []
     for line in text.splitlines():
         fields = line.split()
         if len(fields) < 10:
@@ -61,7 +100,7 @@ def _routes_v6(text: str) -> list[tuple[ipaddress.IPv6Network, int, str]]:
         except ValueError:
             continue
         if flags & _RTF_UP:
-            routes.append((net, metric, iface))
+            routes.append((net, metric, iface, bool(flags & _RTF_GATEWAY)))
     return routes
 
 
@@ -77,84 +116,321 @@ def _own_v6(text: str) -> dict[ipaddress.IPv6Address, str]:
     return own
 
 
-def route_interface(address: str, facts: HostFacts) -> str | None:
+_TRIE_LEAF = re.compile(r"\s*\|--\s+(\d+\.\d+\.\d+\.\d+)\s*$")
+_TRIE_LOCAL = re.compile(r"\s*/32\s+host\s+LOCAL\s*$")
+
+
+def local_addresses_v4(fib_trie: str) -> frozenset[ipaddress.IPv4Address]:
+    """This container's own IPv4 addresses, from the text of ``/proc/net/fib_trie``.
+
+    A leaf ``|-- a.b.c.d`` followed by a ``/32 host LOCAL`` line is an address of this
+    network namespace: a local route of the kernel's local table (net/ipv4/fib_trie.c,
+    ``fib_trie_seq_show``). Other and malformed lines are skipped.
+    """
+    found: set[ipaddress.IPv4Address] = set()
+    leaf: str | None = None
+    for line in fib_trie.splitlines():
+        match = _TRIE_LEAF.match(line)
+        if match:
+            leaf = match[1]
+        elif leaf is not None and _TRIE_LOCAL.match(line):
+            with contextlib.suppress(ValueError):
+                found.add(ipaddress.IPv4Address(leaf))
+        elif not line.lstrip().startswith("/"):
+            leaf = None
+    return frozenset(found)
+
+
+def hosts_addresses(hosts: str, hostname: str) -> list[str]:
+    """The addresses ``/etc/hosts`` gives ``hostname`` (case-insensitive), in file order.
+
+    glibc's files backend reads the same lines (``address name [alias...]``, ``#`` starts a
+    comment, hosts(5)). Entries whose address is not an IP literal are skipped.
+    """
+    wanted = hostname.lower()
+    found: list[str] = []
+    if not wanted:
+        return found
+    for line in hosts.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2 or wanted not in (name.lower() for name in fields[1:]):
+            continue
+        try:
+            address = str(ipaddress.ip_address(fields[0]))
+        except ValueError:
+            continue
+        if address not in found:
+            found.append(address)
+    return found
+
+
+def route_choice(address: str, facts: HostFacts) -> tuple[str | None, tuple[str, ...]]:
     """The interface the kernel's main routing table sends ``address`` through.
 
-    Longest prefix first, then lowest metric. Loopback addresses go through ``lo``. For
-    IPv6, this container's own addresses (``/proc/net/if_inet6``) map to the interface
-    holding them, and routes through ``lo`` (the local table's) are skipped otherwise.
+    Longest prefix first, then lowest metric; among routes equal in both, the first in table
+    order, which is the one the kernel uses (a later one with the same prefix and metric was
+    appended after it, ``ip route append``). Loopback addresses go through ``lo``. For IPv6,
+    this container's own addresses (``/proc/net/if_inet6``) map to the interface holding
+    them, and routes through ``lo`` (the local table's) are skipped otherwise.
 
-    :returns: the interface name, or ``None`` when no route matches.
+    :returns: the interface name (``None`` when no route matches), and the other interfaces
+        that have a route as good (prefix and metric) to ``address``, in table order.
     """
     ip = ipaddress.ip_address(address)
     if ip.is_loopback:
-        return "lo"
-    candidates: list[tuple[int, int, str]] = []
+        return LOOPBACK, ()
     if isinstance(ip, ipaddress.IPv4Address):
-        candidates = [(-n.prefixlen, m, i) for n, m, i in _routes_v4(facts.routes_v4) if ip in n]
+        routes = [r for r in _routes_v4(facts.routes_v4) if ip in r[0]]
     else:
         own = _own_v6(facts.addresses_v6)
         if ip in own:
-            return own[ip]
-        candidates = [
-            (-n.prefixlen, m, i)
-            for n, m, i in _routes_v6(facts.routes_v6)
-            if ip in n and i != "lo"
-        ]
-    return min(candidates)[2] if candidates else None
+            return own[ip], ()
+        routes = [r for r in _routes_v6(facts.routes_v6) if ip in r[0] and r[2] != LOOPBACK]
+    if not routes:
+        return None, ()
+    best = min((-net.prefixlen, metric) for net, metric, _, _ in routes)
+    equal = [iface for net, metric, iface, _ in routes if (-net.prefixlen, metric) == best]
+    chosen = equal[0]
+    return chosen, tuple(dict.fromkeys(i for i in equal if i != chosen))
+
+
+def route_interface(address: str, facts: HostFacts) -> str | None:
+    """The interface of :func:`route_choice`, or ``None`` when no route matches."""
+    return route_choice(address, facts)[0]
+
+
+def connected_subnets(facts: HostFacts) -> dict[str, list[IPNetwork]]:
+    """Interface -> the subnets it reaches directly (routes without a gateway).
+
+    From the main routing tables: ``/0`` routes, link-local and multicast prefixes and
+    routes through ``lo`` are left out (they say nothing about which peers an interface
+    reaches).
+    """
+    subnets: dict[str, list[IPNetwork]] = {}
+    for net, _, iface, gateway in _routes_v4(facts.routes_v4) + _routes_v6(facts.routes_v6):
+        if gateway or net.prefixlen == 0 or iface == LOOPBACK:
+            continue
+        if net.is_link_local or net.is_multicast:
+            continue
+        subnets.setdefault(iface, [])
+        if net not in subnets[iface]:
+            subnets[iface].append(net)
+    return subnets
+
+
+def own_interface(address: str, facts: HostFacts) -> str | None:
+    """The interface holding ``address`` as one of this container's own addresses.
+
+    IPv4: ``address`` must be local (``/proc/net/fib_trie``); its interface is the one whose
+    directly connected subnet holds it (longest prefix, then table order). IPv6:
+    ``/proc/net/if_inet6``. ``None`` when it is not an address of this container.
+    """
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        return _own_v6(facts.addresses_v6).get(ip)
+    if ip not in local_addresses_v4(facts.local_v4):
+        return None
+    holding = [
+        (-net.prefixlen, position, iface)
+        for position, (net, _, iface, gateway) in enumerate(_routes_v4(facts.routes_v4))
+        if not gateway and ip in net and iface != LOOPBACK
+    ]
+    return min(holding)[2] if holding else None
 
 
 def derive(ctx: Context) -> Contribution:
-    """Interface hints, when the ``socket-ifname`` label asks for them.
+    """Interface hints: the ``socket-ifname`` label's, or the ``baimulti0`` default.
 
-    :raises LabelError: the label names an interface this container does not have.
+    :raises LabelError: the label names an interface this container does not have, or
+        ``lo`` in a session of more than one node.
     """
     out = Contribution()
-    wanted, facts = ctx.policy.socket_ifname, ctx.facts
-    if wanted is None:
+    wanted = ctx.policy.socket_ifname
+    if wanted == "none":
         return out
+    if wanted is None:
+        _overlay_default(ctx, out)
+        return out
+    if wanted == LOOPBACK and ctx.topology.num_nodes > 1:
+        # Decided from the label and the session size, which every node shares: all stop.
+        raise LabelError(describe(
+            f"label {LABEL}", wanted,
+            f"an interface the other nodes can reach in a session of {ctx.topology.num_nodes} "
+            "nodes; lo is loopback, gloo and NCCL would advertise 127.0.0.1 (use auto, or "
+            "the interface of the network between the nodes)",
+        ))
+    facts = ctx.facts
     if facts is None:
         out.notes.append(
             f"GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME: label {LABEL}={wanted} is decided in the "
             "container at start, from its own interfaces and routes (not shown here)"
         )
         return out
-    _derive_interface(ctx, facts, wanted, out)
-    user_set = ctx.environ.get("GLOO_SOCKET_IFNAME") or ctx.environ.get("NCCL_SOCKET_IFNAME")
-    if ctx.topology.num_nodes > 1 and facts.hostname and not out.variables and not user_set:
-        # Without an interface hint gloo advertises the address its host name resolves to.
-        resolved = facts.resolve(facts.hostname)
-        if resolved and all(ipaddress.ip_address(a).is_loopback for a in resolved):
-            out.warnings.append(
-                f"this container's host name {facts.hostname!r} resolves only to loopback "
-                f"({', '.join(resolved)}): gloo and NCCL would advertise it to the other "
-                "nodes, which cannot reach it; fix /etc/hosts or set GLOO_SOCKET_IFNAME"
-            )
-    return out
-
-
-def _derive_interface(ctx: Context, facts: HostFacts, wanted: str, out: Contribution) -> None:
     if wanted != "auto":
         if wanted not in facts.interfaces:
             raise LabelError(describe(
                 f"label {LABEL}", wanted,
                 f"'auto' or an interface of this container ({', '.join(facts.interfaces)})",
             ))
-        iface, source = wanted, f"label {LABEL}"
-    else:
-        addresses = facts.resolve(ctx.master.addr)
-        routed = [(a, route_interface(a, facts)) for a in addresses]
-        found = [(a, i) for a, i in routed if i and i in facts.interfaces]
-        if not found:
-            out.warnings.append(
-                f"label {LABEL}=auto: no interface routes to the master {ctx.master.addr!r} "
-                f"(resolved: {', '.join(addresses) or 'not resolvable'}); "
-                "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set"
-            )
-            return
-        address, iface = found[0]
-        source = f"label {LABEL}=auto: route to the master {ctx.master.addr} ({address})"
-    out.variables += [
-        var("GLOO_SOCKET_IFNAME", iface, source),
-        var("NCCL_SOCKET_IFNAME", iface, source),
+        _set(out, wanted, f"label {LABEL}")
+        return out
+    resolved = _auto(ctx, facts, out)
+    user_set = ctx.environ.get("GLOO_SOCKET_IFNAME") or ctx.environ.get("NCCL_SOCKET_IFNAME")
+    if ctx.topology.num_nodes > 1 and facts.hostname and not out.variables and not user_set:
+        _hostname_warning(facts.hostname, resolved, out)
+    return out
+
+
+def _set(out: Contribution, iface: str, source: str) -> None:
+    out.variables += [var(name, iface, source) for name in VARIABLES]
+
+
+def _overlay_default(ctx: Context, out: Contribution) -> None:
+    """No label: ``baimulti0`` in a session of more than one node, when the user set none."""
+    if ctx.topology.num_nodes == 1 or any(ctx.environ.get(name) for name in VARIABLES):
+        return
+    facts = ctx.facts
+    # Without host facts (--env-file: another container) the default is not decided; it
+    # adds no note either, to keep --explain of every multi-node session short.
+    if facts is not None and OVERLAY in facts.interfaces:
+        _set(out, OVERLAY, (
+            f"default: {OVERLAY}, Backend.AI's multi-node overlay interface, is present "
+            f"(label {LABEL}=none turns this off)"
+        ))
+
+
+def _addresses(name: str, resolved: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """An IP literal is its own address; a name has what resolution found."""
+    try:
+        return (str(ipaddress.ip_address(name)),)
+    except ValueError:
+        return tuple(resolved.get(name, ()))
+
+
+def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[str, ...]]:
+    """``auto``: the first usable candidate (module docstring); returns what was resolved."""
+    topology = ctx.topology
+    multi = topology.num_nodes > 1
+    master = ctx.master.addr
+    peers = [n.host for r, n in enumerate(topology.nodes) if r != topology.node_rank]
+    if master.lower() != topology.this_node.host.lower():
+        # A user-set MASTER_ADDR need not be a node; it is a peer all the same.
+        peers.insert(0, master)
+    peers = list(dict.fromkeys(peers))[:MAX_PEERS] if multi else []
+    names = [master, *peers, facts.hostname] if multi else [master]
+    names = [n for n in dict.fromkeys(names) if n and not _addresses(n, {})]
+    resolved = dict(facts.resolve(names)) if names else {}
+    peer_addresses = [
+        (host, address) for host in peers for address in _addresses(host, resolved)
     ]
+    subnets = connected_subnets(facts)
+
+    # (interface, provenance, interfaces with an equally good route)
+    candidates: list[tuple[str, str, tuple[str, ...]]] = []
+    rejected: list[str] = []
+    if multi:
+        if OVERLAY in facts.interfaces:
+            candidates.append(
+                (OVERLAY, f"label {LABEL}=auto: {OVERLAY}, Backend.AI's multi-node overlay", ())
+            )
+        for address in hosts_addresses(facts.hosts, facts.hostname):
+            if ipaddress.ip_address(address).is_loopback:
+                continue
+            iface = own_interface(address, facts)
+            if iface is None:
+                rejected.append(
+                    f"{address} ({facts.hostname} in /etc/hosts) is not an address of this "
+                    "container"
+                )
+                continue
+            candidates.append((iface, (
+                f"label {LABEL}=auto: the interface holding {address}, the address of this "
+                f"container's host name {facts.hostname} in /etc/hosts"
+            ), ()))
+    master_addresses = _addresses(master, resolved)
+    for address in master_addresses:
+        iface, ties = route_choice(address, facts)
+        if iface and iface in facts.interfaces:
+            candidates.append(
+                (iface, f"label {LABEL}=auto: route to the master {master} ({address})", ties)
+            )
+
+    chosen = None
+    for iface, source, ties in candidates:
+        reason = _unusable(iface, multi, subnets, peer_addresses)
+        if reason:
+            if reason not in rejected:
+                rejected.append(reason)
+            continue
+        chosen = iface
+        _set(out, iface, source)
+        if ties:
+            out.warnings.append(
+                f"label {LABEL}=auto: the routes to the master {master} through {iface} and "
+                f"{', '.join(ties)} have the same prefix and metric; took {iface}, the first "
+                "in the routing table, as the kernel does, but another node may list them in "
+                "another order and choose differently (NVIDIA/nccl#1581); give the routes "
+                "different metrics, or name the interface in the label"
+            )
+        break
+    out.notes += [f"label {LABEL}=auto: not chosen: {reason}" for reason in rejected]
+    if peers and not peer_addresses:
+        out.notes.append(
+            f"label {LABEL}=auto: no peer's name resolved within {RESOLVE_SECONDS:g} s "
+            f"({', '.join(peers)}): the subnet rule was not checked"
+        )
+    if chosen is None:
+        if rejected:
+            out.warnings.append(
+                f"label {LABEL}=auto: no usable interface ({'; '.join(rejected)}); {_NOT_SET}"
+            )
+        else:
+            out.warnings.append(
+                f"label {LABEL}=auto: no interface routes to the master {master!r} "
+                f"(resolved: {', '.join(master_addresses) or 'not resolvable'}); {_NOT_SET}"
+            )
+    return resolved
+
+
+def _unusable(
+    iface: str,
+    multi: bool,
+    subnets: dict[str, list[IPNetwork]],
+    peer_addresses: list[tuple[str, str]],
+) -> str | None:
+    """Why a candidate interface cannot carry the job's traffic, or ``None`` when it can."""
+    if not multi:
+        return None
+    if iface == LOOPBACK:
+        return f"{LOOPBACK} is loopback, which the other nodes cannot reach"
+    if not peer_addresses:
+        return None  # no peer resolved in time: the subnet rule cannot be checked
+    nets = subnets.get(iface, [])
+    if any(ipaddress.ip_address(a) in net for _, a in peer_addresses for net in nets):
+        return None
+    shown = ", ".join(f"{host} {address}" for host, address in peer_addresses[:4])
+    more = ", ..." if len(peer_addresses) > 4 else ""
+    return (
+        f"{iface}: its subnets ({', '.join(map(str, nets)) or 'none'}) hold none of the "
+        f"peers' addresses ({shown}{more})"
+    )
+
+
+def _hostname_warning(
+    hostname: str, resolved: dict[str, tuple[str, ...]], out: Contribution
+) -> None:
+    """gloo without an interface hint binds to what its host name resolves to."""
+    addresses = _addresses(hostname, resolved)
+    if not addresses:
+        out.warnings.append(
+            f"this container's host name {hostname!r} did not resolve within "
+            f"{RESOLVE_SECONDS:g} s: gloo then binds to the loopback address 127.0.0.1 and "
+            "advertises it to the other nodes, which cannot reach it; add the name to "
+            "/etc/hosts or set GLOO_SOCKET_IFNAME"
+        )
+    elif all(ipaddress.ip_address(a).is_loopback for a in addresses):
+        out.warnings.append(
+            f"this container's host name {hostname!r} resolves only to loopback "
+            f"({', '.join(addresses)}): gloo and NCCL would advertise it to the other "
+            "nodes, which cannot reach it; fix /etc/hosts or set GLOO_SOCKET_IFNAME"
+        )

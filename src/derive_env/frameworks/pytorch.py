@@ -13,7 +13,9 @@ Rules followed:
   Lightning and launchers set ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` per process, and a
   container-level ``RANK``/``LOCAL_RANK`` makes Lightning and NePS take the launcher for an
   already-launched worker. Mode ``process-per-container`` adds them for scripts that call
-  ``init_process_group("env://")`` once per container.
+  ``init_process_group("env://")`` once per container. In ``torchrun`` mode with more
+  than one node, a user-set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` is
+  checked (not set) against one process per node (``Contribution.checks``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,18 @@ def derive(ctx: Context) -> Contribution:
             var("WORLD_SIZE", topo.num_nodes, f"{nodes_src}: number of nodes ({mode})"),
             var("LOCAL_RANK", 0, f"{mode}: one process per container"),
             var("LOCAL_WORLD_SIZE", 1, f"{mode}: one process per container"),
+        ]
+    elif topo.num_nodes > 1:
+        # torchrun sets these per worker; a container-level value (set for the whole
+        # session) is read by what runs without torchrun (Lightning, NePS, env://), so it
+        # must describe the one layout a container-level value can: one process per node.
+        why = "torchrun mode: not set, torchrun sets it per worker; at container level only " \
+              "one process per node fits"
+        out.checks += [
+            var("RANK", topo.node_rank, why),
+            var("WORLD_SIZE", topo.num_nodes, why),
+            var("LOCAL_RANK", 0, why),
+            var("LOCAL_WORLD_SIZE", 1, why),
         ]
     return out
 

@@ -9,14 +9,132 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import import_module
+from typing import NamedTuple
 
 from derive_env.errors import TopologyError, describe
 from derive_env.topology import ClusterTopology, single_node_topology
 
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
-#: multi-node or multi-process topology, with the value a single container has.
+#: multi-node or multi-process topology, with the value a single container has. Checked only
+#: when no cluster manager stated the nodes: inside a session they are user values
+#: (contract section 6, :mod:`derive_env.environ`).
 _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "PET_NODE_RANK": 0, "GROUP_RANK": 0}
+
+
+class Launcher(NamedTuple):
+    """How a launcher derive-env has no source for states ranks or sizes (sources.md 3).
+
+    :ivar name: for messages.
+    :ivar detect: its complete set of variables (all present: this launcher started us).
+    :ivar states: ``(variable, single-process value)``: one set to anything else states
+        more than one process, complete set or not.
+    :ivar fix: what to do, ending the message.
+    :ivar unless: variables whose presence means another context (a Slurm step, not the
+        batch script); the launcher is then not considered.
+    :ivar sized: False when the complete set cannot tell the job's size (PMIx, Kubernetes):
+        then the set alone is refused, on every process alike.
+    :ivar partial: whether ``states`` count without the complete set (an MPI rank alone is
+        still an MPI job; a batch script's node count alone is not a batch script).
+    :ivar unit: what the size counts (``process``, ``node``), for messages.
+    """
+
+    name: str
+    detect: tuple[str, ...]
+    states: tuple[tuple[str, int], ...]
+    fix: str
+    unless: tuple[str, ...] = ()
+    sized: bool = True
+    partial: bool = True
+    unit: str = "process"
+
+
+_NO_SOURCE = "derive-env has no source for it yet (planned)"
+_WARN = ("or set label ai.backend.distributed.on-error=warn to run it with the environment "
+         "unchanged")
+_RUN_WITHOUT = f"Run the command without derive-env (set the framework variables from the " \
+               f"launcher's), {_WARN}"
+
+#: Launchers in precedence order, innermost first (sources.md 3.13): the first that states
+#: more than one process is named.
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher(
+        "torchrun (torchelastic)", ("TORCHELASTIC_RUN_ID",),
+        (("GROUP_WORLD_SIZE", 1), ("GROUP_RANK", 0), ("WORLD_SIZE", 1), ("RANK", 0),
+         ("LOCAL_WORLD_SIZE", 1)),
+        "derive-env runs inside a torchrun worker; start it outside instead: "
+        "derive-env -- torchrun ... (it sets torchrun's PET_* defaults)", partial=False,
+    ),
+    Launcher(
+        "Open MPI (mpirun)",
+        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+         "OMPI_COMM_WORLD_LOCAL_SIZE"),
+        (("OMPI_COMM_WORLD_SIZE", 1), ("OMPI_COMM_WORLD_RANK", 0),
+         ("OMPI_COMM_WORLD_LOCAL_SIZE", 1), ("OMPI_COMM_WORLD_LOCAL_RANK", 0)),
+        _RUN_WITHOUT,
+    ),
+    Launcher(
+        "MVAPICH2 (mpirun_rsh)",
+        ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+         "MV2_COMM_WORLD_LOCAL_SIZE"),
+        (("MV2_COMM_WORLD_SIZE", 1), ("MV2_COMM_WORLD_RANK", 0),
+         ("MV2_COMM_WORLD_LOCAL_SIZE", 1), ("MV2_COMM_WORLD_LOCAL_RANK", 0)),
+        _RUN_WITHOUT,
+    ),
+    Launcher(
+        "Cray PALS (mpiexec)", ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_NODEID"),
+        (("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0)),
+        _RUN_WITHOUT,
+    ),
+    Launcher(
+        "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
+        ("PMI_RANK", "PMI_SIZE"),
+        (("PMI_SIZE", 1), ("PMI_RANK", 0), ("PMI_LOCAL_SIZE", 1), ("PMI_LOCAL_RANK", 0),
+         ("MPI_LOCALNRANKS", 1), ("MPI_LOCALRANKID", 0)),
+        _RUN_WITHOUT,
+    ),
+    Launcher(
+        "a PMIx launcher (Open MPI 5 prterun, srun --mpi=pmix)", ("PMIX_RANK", "PMIX_NAMESPACE"),
+        (("PMIX_RANK", 0),), _RUN_WITHOUT, sized=False,
+    ),
+    Launcher(
+        "a Slurm step (srun)",
+        ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
+         "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID",
+         "SLURM_NODEID"),
+        (("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1), ("SLURM_PROCID", 0),
+         ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0)),
+        _RUN_WITHOUT,
+    ),
+    Launcher(
+        "a Slurm batch script or salloc shell",
+        ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"),
+        (("SLURM_JOB_NUM_NODES", 1), ("SLURM_NNODES", 1)),
+        "The batch script runs on the first node only and only srun starts the others: run "
+        "derive-env inside the srun step (srun --ntasks-per-node=1 derive-env -- torchrun ...)",
+        unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST"), partial=False, unit="node",
+    ),
+    Launcher(
+        "Flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"),
+        (("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1)), _RUN_WITHOUT,
+    ),
+    Launcher(
+        "LSF jsrun", ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK"),
+        (("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0), ("JSM_NAMESPACE_LOCAL_RANK", 0)),
+        _RUN_WITHOUT,
+    ),
+    Launcher(
+        "a Kubernetes indexed job", ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"),
+        (("JOB_COMPLETION_INDEX", 0),), _RUN_WITHOUT, sized=False,
+    ),
+    Launcher(
+        "SageMaker", ("SM_HOSTS", "SM_CURRENT_HOST"), (), _RUN_WITHOUT, unit="host",
+    ),
+    Launcher(
+        "AWS Batch multi-node parallel", ("AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX"),
+        (("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0)), _RUN_WITHOUT,
+    ),
+)
 
 
 def _single(value: str, single: int) -> bool:
@@ -24,6 +142,69 @@ def _single(value: str, single: int) -> bool:
     parts = value.split(":")
     return len(parts) <= 2 and all(p.strip().isascii() and p.strip().isdigit()
                                    and int(p) == single for p in parts)
+
+
+def _sagemaker_hosts(value: str) -> int | None:
+    """The number of hosts in ``SM_HOSTS`` (a JSON list), ``None`` when unreadable."""
+    import json
+
+    try:
+        hosts = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    return len(hosts) if isinstance(hosts, list) else None
+
+
+def launcher_problem(environ: Mapping[str, str], session: str | None) -> str | None:
+    """Say which launcher started more than one process, or ``None``.
+
+    Until sources for them exist, derive-env refuses rather than describe one process under
+    a multi-process launcher (every process of such a job would derive a job of one).
+
+    :param session: the cluster manager session the container is in (``"a Backend.AI
+        session of 3 nodes"``), or ``None`` for none.
+    :returns: the message, naming the variable, the launcher and the fix.
+    """
+    unsized: Launcher | None = None  # a launcher that started us without saying the size
+    sized = False  # some launcher's complete set states the size (one process)
+    for launcher in LAUNCHERS:
+        if any(environ.get(name) for name in launcher.unless):
+            continue
+        complete = all(environ.get(name) for name in launcher.detect)
+        if not complete and not launcher.partial:
+            continue
+        stated = [(name, environ[name]) for name, single in launcher.states
+                  if environ.get(name) and not _single(environ[name], single)]
+        if launcher.name == "SageMaker" and complete:
+            count = _sagemaker_hosts(environ["SM_HOSTS"])
+            if count != 1:
+                stated = [("SM_HOSTS", environ["SM_HOSTS"])]
+        if stated:
+            name, value = stated[0]
+            single = dict(launcher.states).get(name, "a JSON list of one host")
+            outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
+                       "launcher's ranks yet" if session else
+                       f"derive-env would describe a job of one {launcher.unit}")
+            return describe(
+                name, value,
+                f"{single} or unset: {launcher.name} states a job of more than one "
+                f"{launcher.unit}, and {_NO_SOURCE}; {outcome}. {launcher.fix}",
+            )
+        if complete and launcher.sized:
+            sized = True
+        elif complete and unsized is None:
+            unsized = launcher
+    if unsized is not None and not sized:
+        # Open MPI also sets PMIx's variables, and its own say the size: only PMIx (or a
+        # Kubernetes index) alone leaves it unknown.
+        name = unsized.detect[0]
+        return describe(
+            name, environ[name],
+            f"unset: {unsized.name} started this process ({' and '.join(unsized.detect)} "
+            f"are set) without saying how many processes the job has, and {_NO_SOURCE}; "
+            f"describing a job of one process could be wrong. {unsized.fix}",
+        )
+    return None
 
 
 def check_single_container(environ: Mapping[str, str]) -> None:
@@ -47,6 +228,9 @@ def check_single_container(environ: Mapping[str, str]) -> None:
             ))
 
 
+#: Cluster managers by source name, for messages.
+_MANAGERS = {"backendai": "Backend.AI"}
+
 #: (name, module) in priority order: the first whose ``detect`` is true is used.
 SOURCES: tuple[tuple[str, str], ...] = (
     ("backendai", "derive_env.sources.backendai"),
@@ -62,7 +246,8 @@ def topology_from(environ: Mapping[str, str]) -> ClusterTopology:
     :raises TopologyError: the detected source's variables are bad; or no source was
         detected while the environment states another topology (``WORLD_SIZE=4``,
         ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
-        container would contradict it, and nothing is guessed.
+        container would contradict it, and nothing is guessed; or, session or not, another
+        launcher's variables state more than one process (:func:`launcher_problem`).
     """
     topology = single_node_topology()
     for _name, module_name in SOURCES:
@@ -70,6 +255,15 @@ def topology_from(environ: Mapping[str, str]) -> ClusterTopology:
         if module.detect(environ):
             topology = module.topology(environ)
             break
-    if "nodes" not in topology.inputs:  # no source stated the nodes
+    stated = "nodes" in topology.inputs
+    # Launchers first: their message names the launcher and the fix.
+    problem = launcher_problem(
+        environ,
+        f"a {_MANAGERS.get(topology.source, topology.source)} session of {topology.num_nodes} "
+        "node(s)" if stated else None,
+    )
+    if problem:
+        raise TopologyError(problem)
+    if not stated:
         check_single_container(environ)
     return topology

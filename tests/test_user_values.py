@@ -1,0 +1,524 @@
+"""User-set values (contract section 6) and other launchers' topologies (issue 7, items 1, 2).
+
+A cluster manager copies the session's user-defined variables into every container, so a
+user-set value is the same on every node: values that are the same on every node win,
+values that identify a node or size the job must equal the derived value. And a launcher
+derive-env has no source for (srun, mpirun, torchrun, ...) is refused rather than described
+as a job of one process.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from derive_env import launch
+from derive_env.environ import FOLLOWS, IDENTITY, SESSION_WIDE, is_loopback, same_value
+from derive_env.errors import CommandNotExecutable, DeriveEnvError, TopologyError
+from derive_env.labels import PREFIX
+from derive_env.pipeline import derive
+from derive_env.sources import LAUNCHERS, topology_from
+from derive_env.topology import host_port
+
+ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
+PPC = {**ALL, PREFIX + "pytorch-mode": "process-per-container"}
+HOSTS = ["sub1", "main1", "sub2"]  # HOSTS order of the session; canonical: main1, sub1, sub2
+WARN_FIX = ("set label ai.backend.distributed.on-error=warn to run the command unchanged")
+
+
+def session(backendai_env, host: str, **user: str) -> dict[str, str]:
+    return {**backendai_env(HOSTS, host), **user}
+
+
+def error(environ: dict[str, str], labels: dict[str, str] = ALL) -> str:
+    with pytest.raises(TopologyError) as info:
+        derive(environ, labels)
+    assert info.value.exit_code == 3
+    return str(info.value)
+
+
+# --- item 1: identity variables --------------------------------------------------------------
+
+
+def test_session_wide_node_rank_zero_fails_on_every_other_node(backendai_env) -> None:
+    # pytorch/pytorch#76367: NODE_RANK=0 PET_NODE_RANK=0 set for the session.
+    user = {"NODE_RANK": "0", "PET_NODE_RANK": "0"}
+    for host, rank in (("sub1", 1), ("sub2", 2)):
+        assert error(session(backendai_env, host, **user)) == (
+            f"NODE_RANK='0': expected '{rank}', this node's node rank "
+            f"(position of BACKENDAI_CLUSTER_HOST={host} in the canonical order): a value "
+            "set for the "
+            "whole session is copied into every container, so it is right on at most one "
+            "node and two nodes would claim the same rank. Remove NODE_RANK from the "
+            "session's environment (derive-env derives it on every node), or " + WARN_FIX
+        )
+    # Node rank 0 keeps it (it is its value), silently: after Backend.AI's hook every derived
+    # value is in the environment of a terminal that runs derive-env again.
+    derivation = derive(session(backendai_env, "main1", **user), ALL)
+    kept = {v.name: (v.value, v.derived) for v in derivation.variables if v.kept}
+    assert kept == {"NODE_RANK": ("0", "0"), "PET_NODE_RANK": ("0", "0")}
+    assert derivation.warnings == ()
+    assert "NODE_RANK" not in derivation.changes()
+
+
+def test_running_again_after_the_hook_keeps_everything_silently(backendai_env) -> None:
+    for host in HOSTS:
+        env = session(backendai_env, host)
+        first = derive(env, PPC)
+        again = derive({**env, **first.changes()}, PPC)
+        assert again.changes() == {}
+        assert again.warnings == ()
+        assert all(v.kept and v.value == v.derived for v in again.variables)
+
+
+@pytest.mark.parametrize(("user", "name", "expected", "what"), [
+    ({"PET_NNODES": "1"}, "PET_NNODES", "3", "the number of nodes"),
+    ({"WORLD_SIZE": "1", "RANK": "0"}, "WORLD_SIZE", "3",
+     "the number of processes, one per node"),
+    ({"JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0"}, "JAX_NUM_PROCESSES", "3",
+     "the number of JAX processes, one per node"),
+    ({"LOCAL_WORLD_SIZE": "2"}, "LOCAL_WORLD_SIZE", "1",
+     "the number of processes per node, one"),
+])
+def test_a_job_of_one_is_refused_on_every_node(backendai_env, user, name, expected, what) -> None:
+    for host in ("main1", "sub1", "sub2"):
+        message = error(session(backendai_env, host, **user), PPC)
+        assert message.startswith(f"{name}={user[name]!r}: expected '{expected}', {what} (")
+        assert message.endswith(
+            "): the session has 3 node(s); a value set for the whole session sizes the job "
+            "wrongly on every node (each would train alone or wait for processes that never "
+            f"come). Remove {name} from the session's environment (derive-env derives it on "
+            "every node), or " + WARN_FIX
+        )
+
+
+def test_stale_one_host_tf_config_is_refused(backendai_env) -> None:
+    stale = '{"cluster":{"worker":["localhost:2222"]},"task":{"type":"worker","index":0}}'
+    assert error(session(backendai_env, "sub1", TF_CONFIG=stale)) == (
+        f"TF_CONFIG={stale!r}: expected "
+        '\'{"cluster":{"worker":["main1:2222","sub1:2222","sub2:2222"]},"task":{"type":"worker",'
+        '"index":1}}\', this node\'s TF_CONFIG (its cluster and task differ): a value set for '
+        "the whole session is copied into every container, so it is right on at most one "
+        "node. Remove TF_CONFIG from the session's environment (derive-env derives it on every "
+        "node), or " + WARN_FIX
+    )
+
+
+def test_tf_config_is_compared_as_data(backendai_env) -> None:
+    same = json.dumps({"task": {"index": 1, "type": "worker"},
+                       "cluster": {"worker": ["main1:2222", "sub1:2222", "sub2:2222"]}}, indent=2)
+    derivation = derive(session(backendai_env, "sub1", TF_CONFIG=same), ALL)
+    tf = next(v for v in derivation.variables if v.name == "TF_CONFIG")
+    assert (tf.kept, tf.value) == (True, same)
+    assert "TF_CONFIG" not in derivation.changes()
+    broken = error(session(backendai_env, "sub1", TF_CONFIG="{not json"))
+    assert "this node's TF_CONFIG (it is not a JSON object): " in broken
+
+
+@pytest.mark.parametrize(("name", "user", "derived", "same"), [
+    ("NODE_RANK", "01", "1", True), ("NODE_RANK", " 1 ", "1", True),
+    ("NODE_RANK", "1.0", "1", False),
+    ("NODE_RANK", "-1", "1", False), ("PET_NNODES", "3:3", "3", True),
+    ("PET_NNODES", "1:3", "3", False), ("PET_NNODES", "03", "3", True),
+    ("PET_MASTER_ADDR", "MAIN1", "main1", True), ("RANK", "\u0661", "1", False),
+    ("TF_CONFIG", '{"a": [1, 2]}', '{"a":[1,2]}', True), ("TF_CONFIG", "[]", "{}", False),
+])
+def test_same_value_compares_data(name, user, derived, same) -> None:
+    assert same_value(name, user, derived) is same
+
+
+def test_equal_identity_values_are_kept_silently_in_a_single_container() -> None:
+    derivation = derive({"NODE_RANK": "0", "JAX_NUM_PROCESSES": "1", "WORLD_SIZE": "1"}, PPC)
+    assert {v.name for v in derivation.variables if v.kept} == {
+        "NODE_RANK", "JAX_NUM_PROCESSES", "WORLD_SIZE"}
+    assert derivation.warnings == ()
+
+
+def test_single_container_process_per_container_world_size_must_be_one(backendai_env) -> None:
+    # Changed deliberately (issue 7): a Backend.AI single-container session no longer keeps a
+    # WORLD_SIZE that contradicts the derived 1 in process-per-container mode.
+    message = error({**backendai_env(["main1"], "main1"), "WORLD_SIZE": "4"}, PPC)
+    assert message.startswith("WORLD_SIZE='4': expected '1', the number of processes, one per ")
+
+
+# --- item 1: torchrun mode: per-process variables checked, never set -------------------------
+
+
+def test_torchrun_mode_checks_container_level_rank_against_one_process_per_node(
+    backendai_env,
+) -> None:
+    message = error(session(backendai_env, "sub2", RANK="0"))
+    assert message.startswith(
+        "RANK='0': expected '2', this node's rank, one process per node (torchrun mode: not "
+        "set, torchrun sets it per worker; at container level only one process per node fits)"
+    )
+    derivation = derive(session(backendai_env, "sub2", RANK="2", LOCAL_RANK="0"), ALL)
+    kept = {v.name: v.value for v in derivation.variables if v.kept}
+    assert kept == {"RANK": "2", "LOCAL_RANK": "0"}
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} & set(derivation.changes())
+
+
+def test_torchrun_mode_leaves_per_process_values_alone_in_a_single_container(
+    backendai_env,
+) -> None:
+    environ = {**backendai_env(["main1"], "main1"), "RANK": "3", "WORLD_SIZE": "4",
+               "LOCAL_RANK": "3"}
+    derivation = derive(environ, ALL)
+    names = {v.name for v in derivation.variables}
+    assert not names & {"RANK", "WORLD_SIZE", "LOCAL_RANK"}
+
+
+# --- item 1: session-wide values and the master address --------------------------------------
+
+
+@pytest.mark.parametrize("addr", ["localhost", "127.0.0.1", "127.1.2.3", "::1", "LOCALHOST",
+                                  "0.0.0.0", "::ffff:127.0.0.1", "node.localhost"])
+def test_loopback_master_addr_in_a_multi_node_session_is_an_error(backendai_env, addr) -> None:
+    # modelscope/ms-swift#2485
+    assert error(session(backendai_env, "sub1", MASTER_ADDR=addr)) == (
+        f"MASTER_ADDR={addr!r}: expected the host of node rank 0 (main1) or another address "
+        "every node reaches; a loopback address in a session of 3 nodes makes every node "
+        "connect to itself, so the nodes never meet. Remove MASTER_ADDR from the session's "
+        "environment (derive-env derives it), or " + WARN_FIX
+    )
+
+
+def test_loopback_master_addr_with_socket_ifname_auto_never_yields_lo(backendai_env) -> None:
+    labels = {**ALL, PREFIX + "socket-ifname": "auto"}
+    assert error(session(backendai_env, "sub1", MASTER_ADDR="localhost"), labels).startswith(
+        "MASTER_ADDR='localhost': expected the host of node rank 0 (main1)")
+
+
+def test_loopback_master_addr_in_a_single_container_is_kept() -> None:
+    derivation = derive({"MASTER_ADDR": "localhost"}, ALL)
+    assert derivation.warnings == ()
+    assert next(v for v in derivation.variables if v.name == "MASTER_ADDR").kept
+
+
+def test_master_addr_outside_the_session_warns_and_feeds_the_dependents(backendai_env) -> None:
+    # AMD-AGI/Primus#721, aws-samples/aws-hpc-tutorials#448
+    derivation = derive(session(backendai_env, "sub1", MASTER_ADDR="headnode"), ALL)
+    assert derivation.warnings == (
+        "MASTER_ADDR='headnode' is not a node of this session (main1, sub1, sub2): kept, so "
+        "every node connects to headnode; node rank 0 (main1) serves the rendezvous on its own "
+        "host, so this works only if headnode is another name of main1",
+    )
+    changes = derivation.changes()
+    assert changes["PET_MASTER_ADDR"] == "headnode"
+    assert changes["JAX_COORDINATOR_ADDRESS"] == "headnode:1234"
+    assert "MASTER_ADDR" not in changes
+
+
+def test_master_addr_of_another_node_is_an_error(backendai_env) -> None:
+    assert error(session(backendai_env, "main1", MASTER_ADDR="Sub2")) == (
+        "MASTER_ADDR='Sub2': expected the host of node rank 0 (main1); Sub2 is node rank 2, and "
+        "node rank 0 serves the rendezvous (torchrun's static rendezvous, init_process_group's "
+        "store, JAX's coordinator) on its own host, so every node would wait at Sub2. Remove "
+        "MASTER_ADDR from the session's environment (derive-env derives it), or " + WARN_FIX
+    )
+
+
+@pytest.mark.parametrize("addr", ["main1", "MAIN1", "10.0.0.7", "2001:db8::1"])
+def test_master_addr_of_node_rank_0_or_an_address_is_kept_silently(backendai_env, addr) -> None:
+    derivation = derive(session(backendai_env, "sub1", MASTER_ADDR=addr), ALL)
+    assert derivation.warnings == ()
+    assert derivation.changes()["PET_MASTER_ADDR"] == addr
+
+
+def test_pet_master_addr_must_follow_master_addr(backendai_env) -> None:
+    assert error(session(backendai_env, "sub1", PET_MASTER_ADDR="other")) == (
+        "PET_MASTER_ADDR='other': expected 'main1', the same as MASTER_ADDR (same as "
+        "MASTER_ADDR: BACKENDAI_CLUSTER_HOSTS + BACKENDAI_CLUSTER_REPLICAS: node rank 0 in "
+        "canonical order): torchrun would meet at other while init_process_group and Lightning "
+        "use MASTER_ADDR. Set MASTER_ADDR instead (derive-env derives PET_MASTER_ADDR from "
+        "it), or both to the same value"
+    )
+    both = derive(session(backendai_env, "sub1", MASTER_ADDR="10.0.0.7",
+                          PET_MASTER_ADDR="10.0.0.7", MASTER_PORT="2000",
+                          PET_MASTER_PORT="2000"), ALL)
+    assert {v.name for v in both.variables if v.kept} >= {"PET_MASTER_ADDR", "PET_MASTER_PORT"}
+    assert error(session(backendai_env, "sub1", PET_MASTER_PORT="1")).startswith(
+        "PET_MASTER_PORT='1': expected '29500', the same as MASTER_PORT (")
+
+
+def test_jax_coordinator_on_loopback_is_an_error(backendai_env) -> None:
+    message = error(session(backendai_env, "sub1", JAX_COORDINATOR_ADDRESS="127.0.0.1:1234"))
+    assert message.startswith("JAX_COORDINATOR_ADDRESS='127.0.0.1:1234': expected the host of")
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("localhost", True), ("localhost.", True), ("ip6-localhost", True), ("127.255.0.1", True),
+    ("::1", True), ("main1", False), ("10.0.0.1", False), ("localhostx", False),
+    ("2001:db8::1", False),
+])
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_on_error_warn_runs_the_command_unchanged(
+    backendai_env, tmp_path, fake_exec, capsys,
+) -> None:
+    from derive_env.app import run
+    from helpers import Execed
+
+    environ = session(backendai_env, "sub1", NODE_RANK="0")
+    env_file = tmp_path / "sub1.env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in environ.items()))
+    labels = [f"{PREFIX}frameworks=pytorch", f"{PREFIX}on-error=warn"]
+    with pytest.raises(Execed) as info:
+        run(["train"], label_items=labels, env_file=str(env_file))
+    assert info.value.env == environ
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("derive-env: warning: NODE_RANK='0': expected '1', this node's ")
+    assert err[1] == ("derive-env: warning: on-error=warn: running the command with the "
+                      "environment unchanged")
+
+
+def test_every_derived_variable_is_classified(backendai_env) -> None:
+    labels = {**PPC, PREFIX + "nproc-per-node": "2"}
+    derivation = derive(session(backendai_env, "sub1", GLOO_SOCKET_IFNAME="eth0"), labels)
+    names = {v.name for v in derivation.variables}
+    classified = set(IDENTITY) | SESSION_WIDE | set(FOLLOWS)
+    assert names <= classified, names - classified
+
+
+# --- item 1: the property ---------------------------------------------------------------------
+
+PROPERTY = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _base(env: dict[str, str], labels: dict[str, str]) -> dict[str, str]:
+    derivation = derive(env, labels)
+    assert derivation is not None
+    return derivation.changes()
+
+
+def _equal(name: str, user: str, derived: str) -> bool:
+    """Independent oracle of the documented "same as data" rule."""
+    if name == "TF_CONFIG":
+        try:
+            return json.loads(user) == json.loads(derived)
+        except ValueError:
+            return False
+    if name == "PET_NNODES" and ":" in user:
+        low, _, high = user.partition(":")
+        return low.strip() == high.strip() and _equal(name, low, derived)
+    text = user.strip()
+    return text.isascii() and text.isdigit() and int(text) == int(derived)
+
+
+@given(
+    size=st.integers(1, 5), mode=st.sampled_from([ALL, PPC]), order=st.randoms(),
+    presets=st.dictionaries(
+        st.sampled_from([*sorted(IDENTITY), "MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR",
+                         "PET_NPROC_PER_NODE"]),
+        st.one_of(st.sampled_from(["", "0", "1", "2", "01", " 1", "3:3", "x", "-1", "main1",
+                                   "sub1", "headnode", "localhost", "10.0.0.9", "29500"]),
+                  st.just("derived-of-node-0"), st.just("derived-of-this-node")),
+        max_size=5,
+    ),
+)
+@PROPERTY
+def test_every_node_execs_the_derived_values_or_fails_naming_a_variable(
+    backendai_env, size, mode, order, presets,
+) -> None:
+    hosts = ["main1"] + [f"sub{i}" for i in range(1, size)]
+    seen = {host: order.sample(hosts, len(hosts)) for host in hosts}  # each node's HOSTS order
+    bases = [_base(backendai_env(seen[host], host), mode) for host in hosts]
+    for rank, host in enumerate(hosts):
+        base = bases[rank]
+        user = {}
+        for name, choice in presets.items():
+            if choice == "derived-of-node-0":
+                choice = bases[0].get(name, "1")
+            elif choice == "derived-of-this-node":
+                choice = base.get(name, "1")
+            user[name] = choice
+        env = {**backendai_env(seen[host], host), **user}
+        try:
+            derivation = derive(env, mode)
+        except DeriveEnvError as exc:
+            named = [n for n in user if user[n] and str(exc).startswith(f"{n}=")]
+            assert named, str(exc)
+            continue
+        execed = {**env, **derivation.changes()}
+        set_by_user = {n for n, v in user.items() if v}
+        master = user.get("MASTER_ADDR") or base["MASTER_ADDR"]
+        port = user.get("MASTER_PORT") or base["MASTER_PORT"]
+        for name, value in base.items():
+            if name in set_by_user:
+                assert execed[name] == user[name]
+                if name in IDENTITY:
+                    assert _equal(name, user[name], value), (name, user[name], value)
+            elif name == "PET_MASTER_ADDR":
+                assert execed[name] == master
+            elif name == "PET_MASTER_PORT":
+                assert int(execed[name]) == int(port)
+            elif name == "JAX_COORDINATOR_ADDRESS":
+                assert execed[name] == host_port(master, 1234)
+            else:
+                assert execed[name] == value, name
+        # Presets equal to the derived values (and no other preset) never fail.
+    same = {n: bases[0][n] for n in bases[0] if n in IDENTITY}
+    assert derive({**backendai_env(hosts, "main1"), **same}, mode) is not None
+
+
+# --- item 2: other launchers -----------------------------------------------------------------
+
+NO_SOURCE = "and derive-env has no source for it yet (planned); "
+RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
+               "launcher's), or set label ai.backend.distributed.on-error=warn to run it with "
+               "the environment unchanged")
+
+#: An srun step's task variables for `srun -N2 -n8`, task 3, as Slurm's env.c writes them
+#: (sources.md 3.1); typed, not recorded (no Slurm cluster here; mpirun and mpiexec are
+#: recorded in tests/e2e/test_e2e_launchers.py).
+SRUN_TASK_3 = {
+    "SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
+    "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "8",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_PROCID": "3", "SLURM_LOCALID": "3",
+    "SLURM_NODEID": "0", "SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_JOB_NODELIST": "node[1-2]", "SLURMD_NODENAME": "node1",
+}
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"OMPI_COMM_WORLD_SIZE": "8"},
+     "OMPI_COMM_WORLD_SIZE='8': expected 1 or unset: Open MPI (mpirun) states a job of more "
+     f"than one process, {NO_SOURCE}derive-env would describe a job of one process. "
+     + RUN_WITHOUT),
+    ({"SLURM_NTASKS": "8", "SLURM_PROCID": "3"},
+     "SLURM_PROCID='3': expected 0 or unset: a Slurm step (srun) states a job of more than one "
+     f"process, {NO_SOURCE}derive-env would describe a job of one process. " + RUN_WITHOUT),
+    (SRUN_TASK_3,
+     "SLURM_STEP_NUM_TASKS='8': expected 1 or unset: a Slurm step (srun) states a job of more "
+     f"than one process, {NO_SOURCE}derive-env would describe a job of one process. "
+     + RUN_WITHOUT),
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2",
+      "SLURM_NTASKS": "2", "ENVIRONMENT": "BATCH"},
+     "SLURM_JOB_NUM_NODES='2': expected 1 or unset: a Slurm batch script or salloc shell states "
+     f"a job of more than one node, {NO_SOURCE}derive-env would describe a job of one node. The "
+     "batch script runs on the first node only and only srun starts the others: run "
+     "derive-env inside the srun step (srun --ntasks-per-node=1 derive-env -- torchrun ...)"),
+    ({"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1"},
+     "PMI_SIZE='4': expected 1 or unset: a PMI launcher (MPICH Hydra, Intel MPI, srun "
+     "--mpi=pmi2, Flux) states a job of more than one process, "
+     f"{NO_SOURCE}derive-env would describe a job of one process. " + RUN_WITHOUT),
+    ({"PMIX_RANK": "0", "PMIX_NAMESPACE": "prterun-x-1@1"},
+     "PMIX_RANK='0': expected unset: a PMIx launcher (Open MPI 5 prterun, srun --mpi=pmix) "
+     "started this process (PMIX_RANK and PMIX_NAMESPACE are set) without saying how many "
+     "processes the job has, and derive-env has no source for it yet (planned); describing a "
+     "job of one process could be wrong. " + RUN_WITHOUT),
+    ({"TORCHELASTIC_RUN_ID": "r1", "WORLD_SIZE": "4", "RANK": "1", "GROUP_WORLD_SIZE": "2"},
+     "GROUP_WORLD_SIZE='2': expected 1 or unset: torchrun (torchelastic) states a job of more "
+     f"than one process, {NO_SOURCE}derive-env would describe a job of one process. derive-env "
+     "runs inside a torchrun worker; start it outside instead: derive-env -- torchrun ... (it "
+     "sets torchrun's PET_* defaults)"),
+    ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"},
+     "JOB_COMPLETION_INDEX='0': expected unset: a Kubernetes indexed job started this process "
+     "(JOB_COMPLETION_INDEX and KUBERNETES_SERVICE_HOST are set) without saying how many "
+     "processes the job has, and derive-env has no source for it yet (planned); describing a "
+     "job of one process could be wrong. " + RUN_WITHOUT),
+    ({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"},
+     "SM_HOSTS='[\"algo-1\",\"algo-2\"]': expected a JSON list of one host or unset: SageMaker "
+     f"states a job of more than one host, {NO_SOURCE}derive-env would describe a job of one "
+     "host. " + RUN_WITHOUT),
+    ({"MV2_COMM_WORLD_RANK": "2"}, None), ({"PALS_RANKID": "5"}, None),
+    ({"FLUX_JOB_SIZE": "4"}, None), ({"JSM_NAMESPACE_SIZE": "6"}, None),
+    ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"}, None),
+], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
+def test_another_launchers_multi_process_job_is_refused(environ, message) -> None:
+    for labels in (ALL, PPC):
+        text = error(environ, labels)
+        if message is not None:
+            assert text == message
+        else:
+            name = next(iter(environ))
+            assert text.startswith(f"{name}={environ[name]!r}: expected ")
+            assert NO_SOURCE in text
+
+
+@pytest.mark.parametrize("environ", [
+    {"SLURM_JOB_ID": "7"},  # an ssh session into an allocated node
+    {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_NUM_NODES": "1",
+     "SLURM_NTASKS": "8", "SLURM_PROCID": "0"},  # single-node batch script
+    {**SRUN_TASK_3, "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_NUM_NODES": "1",
+     "SLURM_PROCID": "0", "SLURM_LOCALID": "0"},  # srun -n1 in a 2-node allocation
+    {"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0",
+     "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"},
+    # mpirun -np 1 (Open MPI 4.1, recorded): PMIx's variables too, Open MPI's say the size
+    {"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_NODE_RANK": "0",
+     "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "PMIX_RANK": "0",
+     "PMIX_NAMESPACE": "37879809"},
+    {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1"},
+    {"TORCHELASTIC_RUN_ID": "r", "WORLD_SIZE": "1", "RANK": "0", "GROUP_WORLD_SIZE": "1"},
+    {"JOB_COMPLETION_INDEX": "0"}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"},
+    {"OMPI_MCA_btl_tcp_if_exclude": "lo,docker0"},  # set by Backend.AI, not a launcher
+], ids=lambda e: ",".join(sorted(e))[:60])
+def test_single_process_or_no_launcher_is_a_single_container(environ) -> None:
+    topology = topology_from(environ)
+    assert (topology.num_nodes, topology.node_rank) == (1, 0)
+
+
+def test_launcher_inside_a_backendai_session_is_refused(backendai_env) -> None:
+    environ = {**backendai_env(HOSTS, "sub1"), "OMPI_COMM_WORLD_SIZE": "6",
+               "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    assert error(environ) == (
+        "OMPI_COMM_WORLD_SIZE='6': expected 1 or unset: Open MPI (mpirun) states a job of more "
+        f"than one process, {NO_SOURCE}inside a Backend.AI session of 3 node(s), whose nodes "
+        "derive-env cannot combine with the launcher's ranks yet. " + RUN_WITHOUT
+    )
+
+
+def test_every_launcher_has_a_complete_set() -> None:
+    assert all(launcher.detect for launcher in LAUNCHERS)
+    assert len({launcher.name for launcher in LAUNCHERS}) == len(LAUNCHERS)
+
+
+LAUNCHER_NAMES = sorted({n for lnch in LAUNCHERS for n in (*lnch.detect, *dict(lnch.states))})
+
+
+@given(
+    launcher=st.dictionaries(st.sampled_from(LAUNCHER_NAMES),
+                             st.one_of(st.sampled_from(["0", "1", "2", "01", "", "x", "[]",
+                                                        '["a"]', "1:1"]), st.text(max_size=8)),
+                             max_size=8),
+    with_session=st.booleans(),
+)
+@PROPERTY
+def test_launcher_variables_never_crash(backendai_env, launcher, with_session) -> None:
+    environ = {**(backendai_env(HOSTS, "sub1") if with_session else {}), **launcher}
+    try:
+        derive(environ, ALL)
+    except DeriveEnvError as exc:
+        assert isinstance(exc, TopologyError)
+        assert any(str(exc).startswith(f"{n}=") for n in launcher), str(exc)
+
+
+# --- item 7: the no-#!-line hint --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("train.py", "python SCRIPT"), ("train.sh", "sh SCRIPT"), ("train", "sh SCRIPT"),
+])
+def test_no_shebang_hint_names_the_interpreter(tmp_path, monkeypatch, name, hint) -> None:
+    script = tmp_path / name
+    script.write_text("print('hi')\n")
+    script.chmod(0o755)
+
+    def fake_execve(path, argv, env):
+        raise OSError(errno.ENOEXEC, os.strerror(errno.ENOEXEC))
+
+    monkeypatch.setattr(os, "execve", fake_execve)
+    with pytest.raises(CommandNotExecutable) as info:
+        launch.exec_command([str(script)], {"PATH": "/bin"})
+    assert str(info.value) == (
+        f"{script}: Exec format error (no #! line? run it as: {hint}) ({script})"
+    )
