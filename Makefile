@@ -21,12 +21,13 @@ venv: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
-# Real cluster managers for the e2e tests, and the shells the hook is tested in (Debian
-# packages, root): only the missing ones.
+# Real cluster managers and sshd for the e2e tests, and the shells the hook is tested in
+# (Debian packages, root): only the missing ones.
 managers:
 	@export PATH="$$PATH:/usr/sbin:/sbin"; missing=""; \
 	command -v slurmctld >/dev/null || missing="$$missing slurm-wlm"; \
 	command -v munged >/dev/null || missing="$$missing munge"; \
+	command -v sshd >/dev/null || missing="$$missing openssh-server"; \
 	command -v mpirun.openmpi >/dev/null || missing="$$missing openmpi-bin"; \
 	command -v mpiexec.mpich >/dev/null || missing="$$missing mpich"; \
 	command -v dash >/dev/null || missing="$$missing dash"; \
@@ -39,7 +40,7 @@ test: lint managers
 	$(PY) -m pytest -q tests
 	$(MAKE) --no-print-directory test-pythons
 
-demo: $(STAMP)
+demo: $(STAMP) managers
 	$(PY) tests/e2e/demo.py
 
 clean:

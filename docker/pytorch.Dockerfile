@@ -39,8 +39,9 @@ FROM python:3.11-slim
 
 # tini reaps zombie processes and forwards signals. derive-env itself execs the command
 # (same PID) and does not reap children, so something must, when the program does not.
+# openssh-client: on-every-node's ssh on Backend.AI (which brings only the server).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends tini \
+ && apt-get install -y --no-install-recommends tini openssh-client \
  && rm -rf /var/lib/apt/lists/*
 
 # The CPU build of torch, from PyTorch's CPU wheel index: this example trains over gloo on
@@ -103,6 +104,10 @@ RUN derive-env --dry-run --explain
 # Backend.AI ignores ENTRYPOINT and sources this hook instead (see docker/bootstrap.sh).
 COPY docker/bootstrap.sh /opt/container/bootstrap.sh
 RUN chmod 0755 /opt/container/bootstrap.sh
+# The batch command runs only in main1: this starts a command in every container over
+# the session's SSH (see docker/on-every-node.sh).
+COPY docker/on-every-node.sh /usr/local/bin/on-every-node
+RUN chmod 0755 /usr/local/bin/on-every-node
 
 # Exec form. tini (PID 1) -> derive-env -> exec CMD, so CMD keeps derive-env's PID.
 ENTRYPOINT ["tini", "--", "derive-env", "--"]

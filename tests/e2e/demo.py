@@ -1,20 +1,24 @@
-"""`make demo`: a simulated 3-container Backend.AI session running `derive-env -- torchrun`.
+"""`make demo`: the main job as Backend.AI starts it, in a simulated 3-container session.
 
-Each container is a process in its own network namespace (tests/e2e/simcluster.py): its own
-``eth0`` on 198.18.0.0/24, ``main1``/``sub1``/``sub2`` resolving through its own
-/etc/hosts, its own hostname. Every container gets the ``BACKENDAI_CLUSTER_*`` variables
-Backend.AI would give it, with ``BACKENDAI_CLUSTER_HOSTS`` deliberately NOT starting with
-``main1``, and the image labels ``frameworks=pytorch``, ``nproc-per-node=2``, a random
-``master-port`` and ``socket-ifname=auto``. Then, in every container at once:
+Backend.AI ignores the image's ENTRYPOINT: each container's entrypoint SOURCES the image's
+hook /opt/container/bootstrap.sh (docker/bootstrap.sh: ``eval "$(derive-env --dry-run
+--format shell)"``) and then execs the kernel runner, which serves SSH on port 2200 with its
+environment; only ``main1`` runs the batch command. tests/e2e/bai_session.py builds exactly
+that, one network namespace per container (tests/e2e/simcluster.py), OpenSSH's sshd standing
+in for Backend.AI's dropbear. The batch command is what docs/backendai.md tells users:
 
-    derive-env -- torchrun tests/e2e/torch_allreduce.py
+    on-every-node torchrun tests/e2e/torch_allreduce.py
 
-with no torchrun flags: torchrun takes everything from the ``PET_*`` variables derive-env
-set. The 6 ranks (3 containers x 2 processes) do a gloo all-reduce. Exit status 0 only when
-all 6 agree on the expected sum and each container got the node rank of its canonical
-position. Needs root (``ip netns``); every namespace is removed afterwards.
+with no torchrun flags: on-every-node (docker/on-every-node.sh) runs it in main1 and over SSH
+in the others; torchrun takes everything from the ``PET_*`` variables the hook exported. The
+6 ranks (3 containers x 2 processes) do a gloo all-reduce. Two layouts run: the default
+session (``main:1,sub:2``, BACKENDAI_CLUSTER_HOSTS ``sub1,main1,sub2``) and a cluster template
+listing its workers first (``main:1,worker:2``, LOCAL_RANK worker1=0, worker2=1, main1=2).
+For each container the demo prints what the hook exported, its node rank and its master;
+exit status 0 only when all ranks of both sessions agree. Needs root, sshd and torch.
 
-Usable as a library: :func:`run_torch_session` returns a :class:`SessionReport`.
+:func:`run_torch_session` is the ENTRYPOINT path (``derive-env -- torchrun`` as every
+container's command: Docker, Compose, Kubernetes), used by tests/e2e/test_e2e_torch.py.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bai_session
 from simcluster import (
     HostResult,
     SimulatedCluster,
@@ -201,24 +206,45 @@ def summary(report: SessionReport) -> str:
     return "\n".join(lines)
 
 
+def run_backendai_demo(layout: bai_session.Layout, bin_dir: Path) -> tuple[str, bool]:
+    """One layout's torch session on Backend.AI's start path: (summary for a person, ok)."""
+    port = random.randrange(20000, 60000)
+    with bai_session.BackendAISession(layout, bai_session.TORCH_BATCH,
+                                      bai_session.torch_labels(port, NPROC_PER_NODE),
+                                      user_env=bai_session.TORCH_USER_ENV,
+                                      bin_dir=bin_dir) as session:
+        result = session.run(timeout=TORCH_TIMEOUT_S)
+    problems = bai_session.torch_problems(result, port, NPROC_PER_NODE)
+    return bai_session.torch_summary(result, port, problems), not problems
+
+
 def main() -> int:
-    """Run the demo; 0 when all ranks agree, 1 when not, 2 when it cannot run here."""
+    """Run the demo; 0 when all ranks agree in both layouts, 1 when not, 2 when it cannot
+    run here."""
     ok, reason = can_simulate()
     if not ok:
         print(f"make demo needs root and working `ip netns` to simulate containers: {reason}",
               file=sys.stderr)
+        return 2
+    missing = bai_session.missing_tools()
+    if missing:
+        print(f"make demo needs {', '.join(missing)} (Debian: openssh-server)", file=sys.stderr)
         return 2
     bin_dir = Path(sys.executable).parent
     if not (bin_dir / "torchrun").exists() or not (bin_dir / "derive-env").exists():
         print(f"derive-env and torchrun must be installed next to {sys.executable} "
               "(run `make demo`, which builds .venv)", file=sys.stderr)
         return 2
-    print("derive-env demo: a 3-container Backend.AI session, one network namespace per "
-          f"container, `derive-env -- torchrun` with {NPROC_PER_NODE} processes each ...",
-          flush=True)
-    report = run_torch_session(bin_dir)
-    print(summary(report))
-    return 0 if report.ok else 1
+    all_ok = True
+    for layout in bai_session.LAYOUTS:
+        print(f"derive-env demo ({layout.name} layout): 3 containers started as Backend.AI "
+              "does (hook sourced, runner with sshd on 2200); main1 runs "
+              "`on-every-node torchrun allreduce.py`, 2 processes each ...", flush=True)
+        text, ok = run_backendai_demo(layout, bin_dir)
+        print(text + "\n", flush=True)
+        all_ok = all_ok and ok
+    print("ALL RANKS AGREE in both layouts" if all_ok else "FAILED: see above")
+    return 0 if all_ok else 1
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""The main job, for real: `derive-env -- torchrun` in 3 simulated containers, 6 gloo ranks.
+"""The ENTRYPOINT path, for real: `derive-env -- torchrun` in 3 simulated containers, 6 ranks.
 
-Same session as `make demo` (tests/e2e/demo.py): BACKENDAI_CLUSTER_HOSTS not starting with
-main1, one network namespace per container, so a wrong master address would fail here as
-it would in production. Under CI=true a machine that cannot run it FAILS the test.
+Docker, Compose and Kubernetes run the image's ENTRYPOINT in every container
+(demo.run_torch_session); Backend.AI's start path (hook, SSH fan-out) is
+test_e2e_backendai.py. BACKENDAI_CLUSTER_HOSTS not starting with main1, one network
+namespace per container, so a wrong master address would fail here as it would in
+production. Under CI=true a machine that cannot run it FAILS the test.
 """
 
 from __future__ import annotations
