@@ -46,7 +46,10 @@ import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typing.Self is 3.11+; tests outside e2e/ import this on 3.10 too
+    from typing import Self
 
 __all__ = [
     "HostResult",
