@@ -236,7 +236,8 @@ def test_shell_completion_goes_to_click(monkeypatch: pytest.MonkeyPatch,
 def test_ctrl_c_ends_both_paths_alike(monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str],
                                       tmp_path: Path) -> None:
-    """click's standalone mode: a blank line, ``Aborted!``, exit 1; the fast path the same."""
+    """Ctrl-C before the exec: exit 130 with one line, on the click path and the fast path
+    alike (and as the ENTRYPOINT path, which exits 130 too)."""
     _setup(monkeypatch, tmp_path, {}, {})
 
     def interrupted(*args: object, **kwargs: object) -> int:
@@ -245,8 +246,9 @@ def test_ctrl_c_ends_both_paths_alike(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(app, "run", interrupted)
     monkeypatch.setattr(cli, "run", interrupted)
     argv = ["--dry-run", "--format", "shell"]
-    assert run_click(argv, capsys) == (1, "", "\nAborted!\n")
-    assert run_main(argv, monkeypatch, capsys) == ((1, "", "\nAborted!\n"), False)
+    said = "derive-env: error: interrupted before the exec (SIGINT); nothing was run\n"
+    assert run_click(argv, capsys) == (130, "", said)
+    assert run_main(argv, monkeypatch, capsys) == ((130, "", said), False)
 
 
 # ------------------------------------------------------------------ the real console script

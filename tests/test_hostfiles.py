@@ -399,3 +399,25 @@ def test_mpich_starts_n_processes_from_the_hostfile(tmp_path: Path, n: int) -> N
     result = run_launcher([mpiexec, "-f", str(hostfile), "sh", "-c", RANK_SCRIPT])
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == [f"rank {r}" for r in range(n)]
+
+
+def test_near_miss_label_is_reported_on_the_hostfile_path_too() -> None:
+    """A misspelt prefix stops a hostfile dry run as it stops every other path (exit 4),
+    instead of being dropped so that the GPU count silently gives the slots."""
+    labels = {FW: "pytorch", "ai.backend.distibuted.nproc-per-node": "2"}
+    with pytest.raises(LabelError) as info:
+        render_for(session_env("main1", GPU_COUNT="8"), labels, "openmpi-hostfile")
+    assert "ai.backend.distibuted.nproc-per-node" in str(info.value)
+    assert "expected the key ai.backend.distributed.nproc-per-node" in str(info.value)
+
+
+def test_user_set_pet_nproc_per_node_gives_the_slots() -> None:
+    """torchrun starts the user's PET_NPROC_PER_NODE (the merge keeps it over the label):
+    the slots of every hostfile say the same, so mpirun and torchrun agree."""
+    environ = session_env("sub1", PET_NPROC_PER_NODE="3")
+    assert render_for(environ, WITH_NPROC, "openmpi-hostfile") == (
+        "main1 slots=3\nsub1 slots=3\nsub2 slots=3\n"
+    )
+    # Not an integer (torchrun's auto/gpu): the label gives N.
+    environ = session_env("sub1", PET_NPROC_PER_NODE="auto")
+    assert render_for(environ, WITH_NPROC, "mpich-hostfile") == "main1:2\nsub1:2\nsub2:2\n"

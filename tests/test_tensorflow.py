@@ -341,3 +341,15 @@ def test_tf_config_resolver_ipv6(tf, monkeypatch) -> None:
         assert (resolver.task_type, resolver.task_id) == ("worker", rank)
         assert resolver.master() == f"[{V6[rank]}]:2222"
         assert dict(resolver.num_accelerators()) == expected_accelerators(tf)
+
+
+def test_roles_ending_in_digits_can_be_mapped(backendai_env) -> None:
+    """A role the Backend.AI source accepts (``a100`` -> hosts ``a1001``, ``a1002``) is a role
+    the tensorflow-roles label can map: one role rule for both (topology.ROLE_NAME)."""
+    labels = {PREFIX + "frameworks": "tensorflow", ROLES: "main:chief,a100:worker"}
+    hosts = ["a1002", "main1", "a1001"]
+    environ = backendai_env(hosts, "a1002", "a100:2,main:1")
+    assert json.loads(tf_config_of(environ, labels)) == {
+        "cluster": {"chief": ["main1:2222"], "worker": ["a1001:2222", "a1002:2222"]},
+        "task": {"type": "worker", "index": 1},
+    }

@@ -522,3 +522,12 @@ def test_no_shebang_hint_names_the_interpreter(tmp_path, monkeypatch, name, hint
     assert str(info.value) == (
         f"{script}: Exec format error (no #! line? run it as: {hint}) ({script})"
     )
+
+
+def test_huge_launcher_value_is_an_error_not_a_traceback() -> None:
+    """5000 digits (int() refuses past 4300): a TopologyError naming the variable."""
+    huge = "1" * 5000
+    with pytest.raises(TopologyError) as info:
+        derive({"WORLD_SIZE": huge}, ALL)
+    assert info.value.exit_code == 3
+    assert str(info.value).startswith("WORLD_SIZE='" + "1" * 200 + "... (5000 characters)'")

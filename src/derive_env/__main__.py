@@ -69,7 +69,9 @@ def main() -> None:
         try:
             status = run([], **options)  # type: ignore[arg-type]
         except KeyboardInterrupt:
-            status = _aborted()
+            from derive_env.app import interrupted
+
+            status = interrupted()
         _exit_now(status)
     from derive_env.cli import cli
 
@@ -92,17 +94,6 @@ def _exit_now(status: int) -> None:
     except (OSError, ValueError):
         sys.exit(status)
     os._exit(status)
-
-
-def _aborted() -> int:
-    """What click's standalone mode does on Ctrl-C, so both dry-run paths end alike: a blank
-    line closing the terminal's ``^C`` echo, ``Aborted!``, exit status 1 (click.core)."""
-    try:
-        sys.stderr.write("\nAborted!\n")
-        sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):  # stderr closed or gone
-        pass
-    return 1
 
 
 if __name__ == "__main__":

@@ -435,6 +435,12 @@ def _exit_on_signals(what: str):
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
 
+def interrupted() -> int:
+    """Ctrl-C (SIGINT) before the exec, on every path: say so, exit status 130 (errors.py)."""
+    _say("error", "interrupted before the exec (SIGINT); nothing was run")
+    return 130
+
+
 def _say(kind: str, message: str) -> None:
     """One line on stderr; a closed or broken stderr must not change what happens next."""
     if sys.stderr is None:

@@ -93,8 +93,14 @@ def cli(
             "--env-file - and --labels-file - both read stdin, which holds one file: give one "
             "of them a path."
         )
-    sys.exit(run(
-        list(command), dry_run=dry_run, fmt=fmt or "env", explain=explain,
-        labels_files=labels_files, label_items=label_items,
-        env_file=env_files[0] if env_files else None,
-    ))
+    try:
+        status = run(
+            list(command), dry_run=dry_run, fmt=fmt or "env", explain=explain,
+            labels_files=labels_files, label_items=label_items,
+            env_file=env_files[0] if env_files else None,
+        )
+    except KeyboardInterrupt:  # 130 as on the other paths, not click's "Aborted!" exit 1
+        from derive_env.app import interrupted
+
+        status = interrupted()
+    sys.exit(status)

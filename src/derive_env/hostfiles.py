@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from derive_env.errors import LabelError, TopologyError
-from derive_env.labels import OPT_IN, PREFIX, distributed_labels, is_opted_in
+from derive_env.labels import OPT_IN, PREFIX, is_opted_in
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~9 ms at startup)
 if TYPE_CHECKING:
@@ -176,17 +176,25 @@ def render_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) 
 
     :param environ: the input environment (the cluster manager's variables).
     :param labels: the image's labels; stray labels of an image that did not opt in must
-        already have been checked (app.py).
+        already have been checked (app.py). N: a user-set integer ``PET_NPROC_PER_NODE``
+        (kept by the merge, so torchrun starts that many), else the label, else the GPU
+        count.
     :raises TopologyError: bad cluster variables (exit 3), or see :func:`render_hosts`.
     :raises LabelError: bad labels, or N unknown (exit 4).
     """
     from derive_env.sources import topology_from
 
-    labels = distributed_labels(labels)
+    # All labels go to ImagePolicy: it reports near misses (ai.backend.distibuted....) as
+    # every other path does, instead of silently dropping them.
     opted_in = is_opted_in(labels)
     nproc = None
     if opted_in:
         from derive_env.policy import ImagePolicy
 
         nproc = ImagePolicy.from_labels(labels).nproc_per_node
+        # A user-set PET_NPROC_PER_NODE (same on every node) is what torchrun starts, and
+        # the merge keeps it over the label: the slots must say the same.
+        user = environ.get("PET_NPROC_PER_NODE", "").strip()
+        if user.isascii() and user.isdigit() and len(user) <= 18 and int(user) > 0:
+            nproc = int(user)
     return render_hosts(topology_from(environ), fmt, nproc, opted_in=opted_in)

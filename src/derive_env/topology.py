@@ -26,6 +26,13 @@ _HOSTNAME = re.compile(
 
 _NUMERIC = re.compile(r"[0-9.]+\Z")
 
+#: A cluster manager's role name (Backend.AI: free-form, ``main``, ``sub``, ``a100``,
+#: ``gpu-2``): letters, digits and '-', with a letter, not starting with '-', so that
+#: ``{role}{idx}`` is a host name (Backend.AI's default_hostname in
+#: expand_kernel_groups_rule.py). Shared by the Backend.AI source and the tensorflow-roles
+#: label, so a role the source accepts can always be mapped.
+ROLE_NAME = re.compile(r"(?=[0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]*\Z")
+
 #: Address used as master in a single-container session (contract section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
 

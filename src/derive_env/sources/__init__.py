@@ -139,8 +139,9 @@ LAUNCHERS: tuple[Launcher, ...] = (
 
 def _single(value: str, single: int) -> bool:
     """Whether ``value`` states the single-container value (``01``, torchrun's ``1:1`` too)."""
-    parts = value.split(":")
-    return len(parts) <= 2 and all(p.strip().isascii() and p.strip().isdigit()
+    parts = [p.strip() for p in value.split(":")]
+    # At most 18 digits: int() of a longer string is slow, and refused past 4300 digits.
+    return len(parts) <= 2 and all(p.isascii() and p.isdigit() and len(p) <= 18
                                    and int(p) == single for p in parts)
 
 
