@@ -261,7 +261,7 @@ def test_explicit_interface_not_present(sub1, opt_in) -> None:
         derive(sub1, {**opt_in, IFNAME: "ib0"}, host_facts())
     assert str(info.value) == (
         "label ai.backend.distributed.socket-ifname='ib0': expected 'auto' or an interface of "
-        "this container (lo, eth0, baimulti0)"
+        "this container, sub1 (lo, eth0, baimulti0)"
     )
 
 

@@ -270,7 +270,9 @@ def derive(ctx: Context) -> Contribution:
         if wanted not in facts.interfaces:
             raise LabelError(describe(
                 f"label {LABEL}", wanted,
-                f"'auto' or an interface of this container ({', '.join(facts.interfaces)})",
+                # Only this container can check its own interfaces: name it (contract 7).
+                f"'auto' or an interface of this container, "
+                f"{ctx.topology.this_node.host} ({', '.join(facts.interfaces)})",
             ))
         _set(out, wanted, f"label {LABEL}")
         return out
