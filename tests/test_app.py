@@ -610,6 +610,49 @@ def test_endless_labels_file_is_refused_not_read_forever(no_default_labels: Path
     )
 
 
+@pytest.mark.parametrize("via", ["variable", "option", "env-file"])
+def test_fifo_is_refused_at_once_not_waited_on(
+    via: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_default_labels: Path
+) -> None:
+    """A FIFO with no writer would block open() forever (and the container start with it)."""
+    fifo = tmp_path / "labels.fifo"
+    os.mkfifo(fifo)
+    tail = (f" {str(fifo)!r}: a FIFO or socket, which can wait for a writer forever; write "
+            "it to a file first, or give - for stdin")
+    if via == "env-file":
+        with pytest.raises(UsageError) as info:
+            read_environment(str(fifo))
+        assert str(info.value) == "--env-file" + tail
+        return
+    with pytest.raises(LabelError) as info:
+        if via == "variable":
+            load_labels({"DERIVE_ENV_LABELS_FILE": str(fifo)})
+        else:
+            load_labels({}, [str(fifo)])
+    what = "labels file ($DERIVE_ENV_LABELS_FILE)" if via == "variable" else "--labels-file"
+    assert str(info.value) == what + tail
+
+
+def test_env_file_json_lone_surrogate_is_a_usage_error(tmp_path: Path) -> None:
+    """docker inspect JSON may carry \\ud800: no exec'd environment can hold it (no traceback)."""
+    path = tmp_path / "inspect.json"
+    path.write_text('{"Env":["PATH=/bin","A=\\ud800"]}', encoding="utf-8")
+    with pytest.raises(UsageError) as info:
+        read_environment(str(path))
+    assert str(info.value) == (
+        f"--env-file {path}: variable 'A' holds a lone UTF-16 surrogate (a JSON escape such "
+        "as \\ud800), which no environment variable can hold"
+    )
+
+
+def test_labels_file_path_with_a_lone_surrogate_is_an_error(no_default_labels: Path) -> None:
+    with pytest.raises(LabelError) as info:
+        load_labels({"DERIVE_ENV_LABELS_FILE": "/tmp/\ud800"})
+    assert str(info.value) == (
+        "labels file ($DERIVE_ENV_LABELS_FILE) '/tmp/\\ud800': not a valid file path"
+    )
+
+
 def test_stdin_over_one_mib_is_an_error(
     monkeypatch: pytest.MonkeyPatch, no_default_labels: Path
 ) -> None:
@@ -700,7 +743,7 @@ def test_default_labels_path_permission_denied_is_an_error(
     # EACCES, e.g. /etc/derive-env without search permission for the container's user
     # (simulated: the tests may run as root, which permissions do not stop).
     path = str(tmp_path / "etc-derive-env" / "labels.json")
-    real_open = open
+    real_open = os.open
 
     def fake_open(file, *args, **kwargs):
         if file == path:
@@ -708,7 +751,7 @@ def test_default_labels_path_permission_denied_is_an_error(
         return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", path)
-    monkeypatch.setattr(app, "open", fake_open, raising=False)
+    monkeypatch.setattr(app.os, "open", fake_open)
     with pytest.raises(LabelError) as info:
         load_labels({})
     assert str(info.value) == f"labels file {path!r}: cannot be read (Permission denied)"

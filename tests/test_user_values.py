@@ -177,7 +177,8 @@ def test_torchrun_mode_leaves_per_process_values_alone_in_a_single_container(
 
 
 @pytest.mark.parametrize("addr", ["localhost", "127.0.0.1", "127.1.2.3", "::1", "LOCALHOST",
-                                  "0.0.0.0", "::ffff:127.0.0.1", "node.localhost"])
+                                  "0.0.0.0", "::ffff:127.0.0.1", "node.localhost",
+                                  "0x7f000001", "0x7f.1", "0x0", "localhost6"])
 def test_loopback_master_addr_in_a_multi_node_session_is_an_error(backendai_env, addr) -> None:
     # modelscope/ms-swift#2485
     assert error(session(backendai_env, "sub1", MASTER_ADDR=addr)) == (
@@ -255,6 +256,9 @@ def test_jax_coordinator_on_loopback_is_an_error(backendai_env) -> None:
     ("localhost", True), ("localhost.", True), ("ip6-localhost", True), ("127.255.0.1", True),
     ("::1", True), ("main1", False), ("10.0.0.1", False), ("localhostx", False),
     ("2001:db8::1", False),
+    # inet_aton's legacy forms, which getaddrinfo resolves (glibc): hex, octal, short.
+    ("0x7f000001", True), ("0177.0.0.1", True), ("0x7f.1", True), ("2130706433", True),
+    ("0x0a000001", False), ("a1001", False), ("0x", False), ("0x7f.0x100000000", False),
 ])
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback

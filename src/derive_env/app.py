@@ -198,8 +198,19 @@ def _read_text(
                 raise error(f"{what} -: stdin is closed")
             data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
         else:
-            with open(path, "rb") as handle:
+            # O_NONBLOCK: opening a FIFO must not wait for a writer (it would stall the
+            # container start with no message). Devices (/dev/null) are read as before.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as handle:
+                if os.fstat(fd).st_mode & 0o170000 in (0o010000, 0o140000):  # FIFO, socket
+                    raise error(
+                        f"{what} {shown}: a FIFO or socket, which can wait for a writer "
+                        "forever; write it to a file first, or give - for stdin"
+                    )
+                os.set_blocking(fd, True)
                 data = handle.read(MAX_INPUT_BYTES + 1)
+    except (UnicodeEncodeError, ValueError):  # a path no file system can hold (\ud800, NUL)
+        raise error(f"{what} {shorten(ascii(path), 200)}: not a valid file path") from None
     except FileNotFoundError as exc:
         if missing_ok:
             return None
@@ -224,7 +235,20 @@ def read_environment(env_file: str | None) -> dict[str, str]:
     """
     if env_file is not None:
         text = _read_text(env_file, "--env-file", UsageError)
-        return parse_env_file(text or "", "stdin" if env_file == "-" else env_file)
+        origin = "stdin" if env_file == "-" else env_file
+        parsed = parse_env_file(text or "", origin)
+        for key, value in parsed.items():
+            try:
+                os.fsencode(key)
+                os.fsencode(value)
+            except UnicodeEncodeError:
+                # JSON's \ud800 escapes: a lone surrogate no exec'd environment can hold.
+                raise UsageError(
+                    f"--env-file {origin}: variable {shorten(ascii(key), 120)} holds a lone "
+                    "UTF-16 surrogate (a JSON escape such as \\ud800), which no environment "
+                    "variable can hold"
+                ) from None
+        return parsed
     environ = dict(os.environ)
     if "LC_CTYPE" in environ:
         try:
