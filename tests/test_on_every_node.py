@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_bootstrap_hook import isolated  # noqa: F401 (fixture: a shell with an empty /opt)
 
 SCRIPT = Path(__file__).resolve().parent.parent / "docker" / "on-every-node.sh"
 #: POSIX shells to run it with (busybox's sh is what small images have).
