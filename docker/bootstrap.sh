@@ -23,7 +23,8 @@
 #     the variables. It stops only for an error derive-env reports under on-error=fail; a
 #     hook that cannot run derive-env cannot know whether the image opted in or asked for
 #     on-error=warn, and must not stop the images that did not opt in.
-#   - POSIX sh only (dash, busybox ash, bash); works under the entrypoint's "set -e" too.
+#   - POSIX sh only (dash, busybox ash, bash); Backend.AI's entrypoint does not use
+#     "set -e", but the hook also works if the sourcing shell does.
 #
 # The hook must return quickly (Backend.AI waits for it). derive-env takes well under a
 # second, except with label socket-ifname=auto, where it may wait up to 5 s in all for

@@ -35,8 +35,9 @@ FROM python:3.11-slim
 
 # tini reaps zombie processes and forwards signals; derive-env execs the command and
 # does not reap children.
+# openssh-client: on-every-node's ssh on Backend.AI (which brings only the server).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends tini \
+ && apt-get install -y --no-install-recommends tini openssh-client \
  && rm -rf /var/lib/apt/lists/*
 
 # jax from the package index pulls the CPU jaxlib. For GPUs: start FROM a CUDA base image
@@ -88,6 +89,10 @@ RUN derive-env --dry-run --explain
 # Backend.AI ignores ENTRYPOINT and sources this hook instead (see docker/bootstrap.sh).
 COPY docker/bootstrap.sh /opt/container/bootstrap.sh
 RUN chmod 0755 /opt/container/bootstrap.sh
+# The batch command runs only in main1: this starts a command in every container over
+# the session's SSH (see docker/on-every-node.sh).
+COPY docker/on-every-node.sh /usr/local/bin/on-every-node
+RUN chmod 0755 /usr/local/bin/on-every-node
 
 ENTRYPOINT ["tini", "--", "derive-env", "--"]
 CMD ["python", "/opt/derive-env/examples/jax_worker.py"]

@@ -4,7 +4,10 @@
 #
 #     on-every-node [--] COMMAND [ARG]...      e.g.   on-every-node torchrun train.py
 #
-# - Hosts: `derive-env --dry-run --format hosts`, the canonical order every node agrees on.
+# - Hosts: `derive-env --dry-run --format hosts`, the canonical order every node agrees on;
+#   derive-env from PATH, else /opt/derive-env/bin/derive-env (as bootstrap.sh); neither:
+#   a message and exit status 127. This container is the host equal to BACKENDAI_CLUSTER_HOST
+#   (else `hostname`), compared case-insensitively as derive-env does.
 # - This container runs COMMAND itself; each other one over `ssh -tt HOST` (Backend.AI's
 #   ~/.ssh/config gives port 2200 and the cluster key), in the current working directory,
 #   each argument single-quoted for the remote shell, so it arrives byte for byte.
@@ -25,12 +28,24 @@ if [ "$#" -eq 0 ]; then
     echo "usage: on-every-node [--] COMMAND [ARG]..." >&2
     exit 2
 fi
-hosts=$(derive-env --dry-run --format hosts) || exit
+# The same lookup as bootstrap.sh: PATH, then the packaged install's own venv.
+if command -v derive-env >/dev/null 2>&1; then
+    derive_env=derive-env
+elif [ -x /opt/derive-env/bin/derive-env ]; then
+    derive_env=/opt/derive-env/bin/derive-env
+else
+    echo "on-every-node: derive-env is not installed (not on PATH, no" \
+        "/opt/derive-env/bin/derive-env)" >&2
+    exit 127
+fi
+hosts=$("$derive_env" --dry-run --format hosts) || exit
 if [ -z "$hosts" ]; then
     echo "on-every-node: derive-env --dry-run --format hosts listed no host" >&2
     exit 1
 fi
-self=${BACKENDAI_CLUSTER_HOST:-$(hostname)}
+# lower case WORD: host names compare case-insensitively, as derive-env matches HOST.
+lower() { printf '%s' "$1" | tr '[:upper:]' '[:lower:]'; }
+self=$(lower "${BACKENDAI_CLUSTER_HOST:-$(hostname)}")
 wait_s=${ON_EVERY_NODE_SSH_WAIT:-60}
 
 # quote WORD: WORD as one single-quoted shell word ('  becomes  '\'' ).
@@ -75,7 +90,8 @@ trap 'stop 130' INT
 trap 'stop 143' TERM
 
 for host in $hosts; do
-    if [ "$host" = "$self" ] || [ "$host" = localhost ]; then  # localhost: one container
+    host_lc=$(lower "$host")
+    if [ "$host_lc" = "$self" ] || [ "$host_lc" = localhost ]; then  # localhost: one container
         "$@" &
     else
         { ready "$host" && exec ssh -tt -o LogLevel=ERROR "$host" "$remote" </dev/null; } &

@@ -9,14 +9,22 @@ work whatever conftest files other folders add and whatever pytest import mode i
 * ``canonical_order(hosts, replicas=None)``: the node order of contract section 5,
   computed independently of the code under test (the oracle for the tests).
 * ``opt_in``: a fresh copy of :data:`OPT_IN`, the minimal label set of an opted-in image.
+* ``isolated``: the command prefix that runs a program with an empty ``/opt`` (private
+  mount namespace; ``FALLBACK=PATH`` becomes ``/opt/derive-env/bin/derive-env``), for the
+  tests of docker/bootstrap.sh and docker/on-every-node.sh.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pytest
+
+from helpers import require
 
 #: The label set of an image that opted in for PyTorch, and nothing else.
 OPT_IN: dict[str, str] = {"ai.backend.distributed.frameworks": "pytorch"}
@@ -157,3 +165,26 @@ def fake_exec(monkeypatch: pytest.MonkeyPatch) -> None:
         raise Execed(list(argv), dict(env))
 
     monkeypatch.setattr(launch, "exec_command", fake)
+
+
+#: Mount an empty tmpfs on /opt (private mount namespace); FALLBACK, when set, becomes
+#: /opt/derive-env/bin/derive-env. Then run the shell under test.
+ISOLATE = '''mount -t tmpfs tmpfs /opt || exit 90
+if [ -n "$FALLBACK" ]; then
+    mkdir -p /opt/derive-env/bin && ln -s "$FALLBACK" /opt/derive-env/bin/derive-env || exit 91
+fi
+unset FALLBACK
+exec "$@"
+'''
+
+
+@pytest.fixture(scope="module")
+def isolated() -> list[str]:
+    """The command prefix that runs a shell with an empty /opt (root, unshare)."""
+    require(os.geteuid() == 0, "needs root: a private mount namespace with a tmpfs on /opt")
+    unshare = shutil.which("unshare")
+    require(unshare is not None, "unshare (util-linux) is not installed")
+    prefix = [str(unshare), "--mount", "--propagation", "private", "sh", "-c", ISOLATE, "isolate"]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=60, check=False)
+    require(probe.returncode == 0, f"cannot mount a tmpfs in a mount namespace: {probe.stderr!r}")
+    return prefix

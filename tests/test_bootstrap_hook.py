@@ -47,15 +47,6 @@ set > "$3"
 echo "entrypoint: hook returned" >&2
 exec "$4" -c 'import json, os; print(json.dumps(dict(os.environ)))'
 '''
-#: Mount an empty tmpfs on /opt (private mount namespace); FALLBACK, when set, becomes
-#: /opt/derive-env/bin/derive-env. Then run the shell under test.
-ISOLATE = '''mount -t tmpfs tmpfs /opt || exit 90
-if [ -n "$FALLBACK" ]; then
-    mkdir -p /opt/derive-env/bin && ln -s "$FALLBACK" /opt/derive-env/bin/derive-env || exit 91
-fi
-unset FALLBACK
-exec "$@"
-'''
 #: Shell variables that change by themselves between two `set`s (bash keeps these).
 VOLATILE = {"_", "LINENO", "PIPESTATUS", "BASH_LINENO", "BASH_SOURCE", "BASH_ARGC",
             "BASH_ARGV", "BASH_COMMAND", "RANDOM", "SECONDS", "SRANDOM", "EPOCHREALTIME",
@@ -112,18 +103,6 @@ def shell(request: pytest.FixtureRequest) -> list[str]:
     require(shutil.which(argv[0]) is not None,
             f"{argv[0]} is not installed (the Makefile installs dash and busybox)")
     return argv
-
-
-@pytest.fixture(scope="module")
-def isolated() -> list[str]:
-    """The command prefix that runs a shell with an empty /opt (root, unshare)."""
-    require(os.geteuid() == 0, "needs root: a private mount namespace with a tmpfs on /opt")
-    unshare = shutil.which("unshare")
-    require(unshare is not None, "unshare (util-linux) is not installed")
-    prefix = [str(unshare), "--mount", "--propagation", "private", "sh", "-c", ISOLATE, "isolate"]
-    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=TIMEOUT, check=False)
-    require(probe.returncode == 0, f"cannot mount a tmpfs in a mount namespace: {probe.stderr!r}")
-    return prefix
 
 
 def source_hook(

@@ -310,6 +310,11 @@ def test_dockerfile_entrypoint_copies_and_build_check(dockerfile: str) -> None:
                 assert (REPO / source).exists(), f"{dockerfile}: COPY {source}: not in the repo"
     runs = [rest for word, rest in instructions if word == "RUN"]
     assert any("tini" in run and "apt-get install" in run for run in runs)
+    # Backend.AI: the fan-out script and its ssh client (Backend.AI brings only the server).
+    assert any("openssh-client" in run and "apt-get install" in run for run in runs)
+    copies = [rest for word, rest in instructions if word == "COPY"]
+    assert "docker/on-every-node.sh /usr/local/bin/on-every-node" in copies
+    assert "chmod 0755 /usr/local/bin/on-every-node" in runs
     assert "derive-env --dry-run --explain" in runs, "the build should validate the labels"
 
 

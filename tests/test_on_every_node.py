@@ -124,3 +124,50 @@ def test_single_container_session_runs_locally(tmp_path: Path, shell: str) -> No
     assert (proc.returncode, proc.stderr) == (0, "")
     assert (tmp_path / "ran").read_text() == "main1\n"
     assert not (tmp_path / "ssh.calls").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_this_container_matched_case_insensitively(tmp_path: Path, shell: str) -> None:
+    """BACKENDAI_CLUSTER_HOST ``Main1`` is the listed ``main1`` (derive-env matches HOST so):
+    it runs locally, not over SSH to itself."""
+    proc = _run(tmp_path, shell, "sh", "-c", 'echo "$NODE" > "$LOG/ran.$NODE"',
+                BACKENDAI_CLUSTER_HOST="Main1", FAKE_HOSTS="main1 SUB1")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (tmp_path / "ran.main1").read_text() == "main1\n"
+    assert (tmp_path / "ran.SUB1").read_text() == "SUB1\n"
+    calls = (tmp_path / "ssh.calls").read_text().splitlines()
+    assert [c.rsplit(" ", 1)[1] for c in calls] == ["SUB1", "SUB1"]
+
+
+def _isolated_run(isolated: list[str], tmp_path: Path, shell: str, *, fallback: str
+                  ) -> subprocess.CompletedProcess[str]:
+    """Run the script with no derive-env on PATH and an /opt holding only ``fallback`` (when
+    not empty) as /opt/derive-env/bin/derive-env (private mount namespace)."""
+    bin_dir = _bin(tmp_path)
+    real = bin_dir.parent / "derive-env-fake"
+    (bin_dir / "derive-env").rename(real)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "BACKENDAI_CLUSTER_HOST": "main1",
+           "LOG": str(tmp_path), "NODE": "main1", "FALLBACK": fallback and str(real)}
+    return subprocess.run(
+        [*isolated, *_sh(shell), str(SCRIPT), "sh", "-c", 'echo "$NODE" >> "$LOG/ran"'],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_derive_env_from_opt_when_not_on_path(
+        isolated: list[str], tmp_path: Path, shell: str) -> None:
+    """The packaged install (/opt/derive-env/bin/derive-env), found as bootstrap.sh finds it."""
+    proc = _isolated_run(isolated, tmp_path, shell, fallback="yes")
+    assert proc.returncode not in (90, 91), proc.stderr  # the isolation itself failed
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert sorted((tmp_path / "ran").read_text().splitlines()) == ["main1", "sub1", "sub2"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_derive_env_not_installed_says_so(
+        isolated: list[str], tmp_path: Path, shell: str) -> None:
+    proc = _isolated_run(isolated, tmp_path, shell, fallback="")
+    assert (proc.returncode, proc.stderr) == (
+        127, "on-every-node: derive-env is not installed (not on PATH, no "
+        "/opt/derive-env/bin/derive-env)\n")
+    assert not (tmp_path / "ran").exists()

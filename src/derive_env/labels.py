@@ -1,8 +1,11 @@
 """Image labels: where they come from and how they are read, without pydantic.
 
-This module only gathers the raw ``ai.backend.distributed.*`` labels into a flat
-``{label: value}`` dict (contract section 4); :mod:`derive_env.policy` validates them into
-an :class:`~derive_env.policy.ImagePolicy`. It stays free of pydantic so that the
+This module gathers the raw ``ai.backend.distributed.*`` labels into a flat
+``{label: value}`` dict (contract section 4), and also keeps the near misses of a
+derive-env label (a wrong letter case or prefix, :func:`near_miss`) and reports them
+(:func:`label_problems`), so that a misspelt opt-in label is an error, not a silent
+opt-out; :mod:`derive_env.policy` validates the labels into an
+:class:`~derive_env.policy.ImagePolicy`. It stays free of pydantic so that the
 not-opted-in path (no ``frameworks`` label) can exec the command without importing it.
 
 Sources, later wins: the labels file baked into the image (default

@@ -52,13 +52,14 @@ def derive(
     """Derive the framework variables of one container.
 
     :param environ: the container's environment (cluster manager's and user's variables).
-    :param labels: the image's labels (other prefixes than ``ai.backend.distributed.`` are
-        ignored).
+    :param labels: the image's labels. Keys under other prefixes are ignored, except near
+        misses of a derive-env label (``AI.Backend.Distributed.frameworks``,
+        ``ai.backend.frameworks``; :func:`derive_env.labels.near_miss`), which are errors.
     :param facts: host facts, or a function that reads them, called at most once and only
         when a rule needs them (the ``socket-ifname`` label; the ``baimulti0`` default of a
         session of more than one node). ``None``: not this container (``--env-file``).
     :returns: ``None`` when the image did not opt in (no ``frameworks`` label).
-    :raises LabelError: bad labels (exit 4).
+    :raises LabelError: bad labels, near misses included (exit 4).
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
         ``MASTER_ADDR`` / ``MASTER_PORT`` (exit 3); another launcher's multi-process
         topology (:func:`derive_env.sources.topology_from`); a user-set value that

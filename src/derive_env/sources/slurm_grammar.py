@@ -2,8 +2,9 @@
 
 A port of Slurm's own parser (SchedMD/slurm@284c3b9, ``src/common/hostlist.c``, the
 one-dimensional grammar every non-BlueGene cluster uses), not a re-invention. Standard
-library only, no regular expression, no typing import: the Slurm source imports it on every
-container start.
+library only, no regular expression, no typing import, because the Slurm source will import
+it on every container start. It is the building block for that planned source: no source
+uses it yet (only tests/test_slurm_grammar.py does).
 
 Host list grammar (``expand_hostlist``), rule by rule with the C function it follows:
 
