@@ -16,6 +16,16 @@ LOCAL_RANK, REPLICAS = B + "LOCAL_RANK", B + "REPLICAS"
 THREE = ["main1", "sub1", "sub2"]
 
 
+
+def only_here(container: str) -> str:
+    """The end of an error about a per-container variable: it names the container (contract
+    section 7: a check only one node can make names that node)."""
+    return (f" (set for {container} only: it stops alone while the other containers of the "
+            "session may start and wait for it)")
+
+
+ONLY_SUB2 = only_here("container sub2")
+
 def hosts_of(topo: ClusterTopology) -> list[str]:
     return [n.host for n in topo.nodes]
 
@@ -372,7 +382,7 @@ def test_absent_local_rank_uses_position(backendai_env, value: str | None) -> No
 
 def test_local_rank_not_integer(sub2: dict[str, str]) -> None:
     assert error_of({**sub2, LOCAL_RANK: "-1"}) == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK='-1': expected an integer >= 0"
+        "BACKENDAI_CLUSTER_LOCAL_RANK='-1': expected an integer >= 0" + ONLY_SUB2
     )
 
 
@@ -402,8 +412,10 @@ def test_gpu_count_and_port_without_cluster_variables(extra, gpus, port) -> None
 
 
 def test_bad_gpu_count_without_cluster_variables() -> None:
-    with pytest.raises(TopologyError, match=r"^GPU_COUNT='x': expected an integer >= 0$"):
+    with pytest.raises(TopologyError) as info:
         topology_from({"GPU_COUNT": "x"})
+    assert str(info.value) == "GPU_COUNT='x': expected an integer >= 0" + only_here(
+        "this container")
 
 
 @pytest.mark.parametrize(("name", "value"), [
@@ -484,14 +496,16 @@ def test_gpu_count(sub2, extra, gpus, inputs) -> None:
 
 def test_gpu_counts_disagree(sub2: dict[str, str]) -> None:
     assert error_of({**sub2, "GPU_COUNT": "2", "N_GPUS": "3"}) == (
-        "N_GPUS='3': expected the same count as GPU_COUNT=2"
+        "N_GPUS='3': expected the same count as GPU_COUNT=2" + ONLY_SUB2
     )
 
 
 @pytest.mark.parametrize(("name", "value"), [("GPU_COUNT", "-1"), ("N_GPUS", "two"),
                                              ("GPU_COUNT", "1.5")])
 def test_gpu_count_not_integer(sub2, name: str, value: str) -> None:
-    assert error_of({**sub2, name: value}) == f"{name}={value!r}: expected an integer >= 0"
+    assert error_of({**sub2, name: value}) == (
+        f"{name}={value!r}: expected an integer >= 0" + ONLY_SUB2
+    )
 
 
 def test_dist_master_port(sub2: dict[str, str]) -> None:
@@ -599,7 +613,7 @@ def test_own_host_missing(sub2: dict[str, str]) -> None:
 def test_own_host_invalid(sub2: dict[str, str]) -> None:
     assert error_of({**sub2, HOST: " sub2"}) == (
         "BACKENDAI_CLUSTER_HOST=' sub2': expected a host name (letters, digits, '-' and '.') "
-        "or an IP address"
+        "or an IP address" + ONLY_SUB2
     )
 
 
@@ -730,7 +744,7 @@ ROLE_EXPECTED = ("a role name such as main or sub (letters, digits and '-', with
     (IDX, "two", "an integer >= 1"),
 ])
 def test_role_idx_malformed(sub2, name: str, value: str, expected: str) -> None:
-    assert error_of({**sub2, name: value}) == f"{name}={value!r}: expected {expected}"
+    assert error_of({**sub2, name: value}) == f"{name}={value!r}: expected {expected}" + ONLY_SUB2
 
 
 def test_empty_role_and_idx_count_as_unset(sub2: dict[str, str]) -> None:
@@ -869,6 +883,7 @@ def test_numbers_over_18_digits_say_so(sub2: dict[str, str], name: str, minimum:
     value = "1" * 19
     assert error_of({**sub2, name: value}) == (
         f"{name}={value!r}: expected an integer >= {minimum} of at most 18 digits"
+        + ("" if name == SIZE else ONLY_SUB2)  # SIZE is the same in every container
     )
 
 

@@ -417,7 +417,10 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
     try:
         v = BackendAIVariables.model_validate(present)
     except ValidationError as exc:
-        raise TopologyError(first_error(exc)) from None
+        message = first_error(exc)
+        if message.partition("=")[0] in _PER_CONTAINER:
+            message += _only_here(environ)
+        raise TopologyError(message) from None
 
     cluster_given = sorted(
         k for k, value in environ.items() if k.startswith(_CLUSTER_PREFIX) and value
@@ -520,9 +523,21 @@ def _counted(nodes: Sequence[Node]) -> tuple[tuple[str, int], ...]:
     return tuple(counts.items())
 
 
+#: Variables Backend.AI sets per container: a bad one stops this container alone.
+_PER_CONTAINER = frozenset({HOST, ROLE, IDX, LOCAL_RANK, GPU_COUNT, N_GPUS})
+
+
+def _only_here(environ: Mapping[str, str]) -> str:
+    """The end of a message about a per-container value: name the container (contract 7)."""
+    host = environ.get(HOST, "").strip()
+    shown = f"container {shorten(host, 80)}" if host else "this container"
+    return (f" (set for {shown} only: it stops alone while the other containers of the "
+            "session may start and wait for it)")
+
+
 def _gpu_count(v: BackendAIVariables, present: Mapping[str, str]) -> int | None:
     if v.gpu_count is not None and v.n_gpus is not None and v.gpu_count != v.n_gpus:
         raise TopologyError(describe(
             N_GPUS, present[N_GPUS], f"the same count as {GPU_COUNT}={present[GPU_COUNT]}"
-        ))
+        ) + _only_here(present))
     return v.gpu_count if v.gpu_count is not None else v.n_gpus
