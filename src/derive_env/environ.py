@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.frameworks import DerivedVariable
 from derive_env.topology import ClusterTopology
+from derive_env.validation import count_of, static_count
 
 #: Same on every node: a user-set value wins (and the frameworks feed it to its dependents).
 SESSION_WIDE = frozenset({
@@ -121,18 +122,6 @@ def changes(variables: Sequence[DerivedVariable]) -> dict[str, str]:
     return {v.name: v.value for v in variables if not v.kept}
 
 
-def _integer(value: str) -> int | None:
-    text = value.strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
-
-
-def _nodes(value: str) -> int | None:
-    """torchrun's ``--nnodes``: ``N`` or ``MIN:MAX``; static only when MIN == MAX."""
-    low, sep, high = value.partition(":")
-    low_n, high_n = _integer(low), _integer(high) if sep else _integer(low)
-    return low_n if low_n is not None and low_n == high_n else None
-
-
 def _json(value: str) -> object:
     try:
         return json.loads(value)
@@ -153,11 +142,11 @@ def same_value(name: str, user: str, derived: str) -> bool:
     if name == "TF_CONFIG":
         return _json(user) == _json(derived)
     if name == "PET_NNODES":
-        return _nodes(user) is not None and _nodes(user) == _nodes(derived)
+        return static_count(user) is not None and static_count(user) == static_count(derived)
     if name in ("PET_MASTER_ADDR", "MASTER_ADDR"):
         return user.strip().lower() == derived.lower()
-    number = _integer(user)
-    return number is not None and number == _integer(derived)
+    number = count_of(user)
+    return number is not None and number == count_of(derived)
 
 
 def _tf_difference(user: str, derived: str) -> str:

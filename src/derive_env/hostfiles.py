@@ -194,7 +194,9 @@ def render_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) 
         nproc = ImagePolicy.from_labels(labels).nproc_per_node
         # A user-set PET_NPROC_PER_NODE (same on every node) is what torchrun starts, and
         # the merge keeps it over the label: the slots must say the same.
-        user = environ.get("PET_NPROC_PER_NODE", "").strip()
-        if user.isascii() and user.isdigit() and len(user) <= 18 and int(user) > 0:
-            nproc = int(user)
+        from derive_env.validation import count_of
+
+        user = count_of(environ.get("PET_NPROC_PER_NODE", ""))
+        if user:
+            nproc = user
     return render_hosts(topology_from(environ), fmt, nproc, opted_in=opted_in)

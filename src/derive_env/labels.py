@@ -23,6 +23,9 @@ from derive_env.errors import LabelError, shorten
 
 PREFIX = "ai.backend.distributed."
 OPT_IN = PREFIX + "frameworks"
+#: The names the frameworks label accepts, in the order their variables are listed; the one
+#: list (frameworks.FRAMEWORKS maps each to its module, policy validates the label with it).
+FRAMEWORK_NAMES = ("pytorch", "tensorflow", "jax")
 DEFAULT_LABELS_FILE = "/etc/derive-env/labels.json"
 _JSON_TYPES = {str: "string", int: "number", float: "number", bool: "boolean",
                type(None): "null", list: "array"}

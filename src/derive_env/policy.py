@@ -36,11 +36,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from derive_env.errors import LabelError, describe, shorten
-from derive_env.labels import PREFIX, distributed_labels, join_problems, label_problems
+from derive_env.labels import (
+    FRAMEWORK_NAMES,
+    PREFIX,
+    distributed_labels,
+    join_problems,
+    label_problems,
+)
 from derive_env.topology import ROLE_NAME
 from derive_env.validation import errors_of, parse_int, parse_port
 
-FRAMEWORK_NAMES = ("pytorch", "tensorflow", "jax")
 TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 _ROLE = ROLE_NAME  # the Backend.AI source's rule: a role may end in digits (a100)
 #: Linux interface names: 1-15 characters, no '/', blanks or ':' (dev_valid_name()).

@@ -34,6 +34,22 @@ def parse_int(value: object, *, minimum: int, what: str | None = None) -> int:
     return number
 
 
+def count_of(text: str) -> int | None:
+    """A count as a user or launcher writes it: decimal digits, blanks around allowed, at
+    most 18 digits (int() of a longer string is slow, and refused past 4300 digits);
+    ``None`` for anything else. Compared as data, not parsed strictly like a manager's."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
+def static_count(text: str) -> int | None:
+    """``N``, or torchrun's ``MIN:MAX`` with MIN == MAX (a static size), as :func:`count_of`;
+    ``None`` for anything else (an elastic range, a word)."""
+    low, sep, high = text.partition(":")
+    low_n = count_of(low)
+    return low_n if low_n is not None and low_n == (count_of(high) if sep else low_n) else None
+
+
 def parse_port(value: object) -> int:
     """Parse a TCP port number, 1-65535."""
     number = parse_int(value, minimum=1, what="a port number 1-65535")

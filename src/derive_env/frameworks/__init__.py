@@ -14,16 +14,13 @@ from functools import cached_property
 from typing import NamedTuple
 
 from derive_env.errors import TopologyError, describe
+from derive_env.labels import FRAMEWORK_NAMES
 from derive_env.policy import ImagePolicy
 from derive_env.topology import ClusterTopology, host_problem
 from derive_env.validation import parse_port
 
 #: framework name -> module, in the order their variables are listed.
-FRAMEWORKS: dict[str, str] = {
-    "pytorch": "derive_env.frameworks.pytorch",
-    "tensorflow": "derive_env.frameworks.tensorflow",
-    "jax": "derive_env.frameworks.jax",
-}
+FRAMEWORKS: dict[str, str] = {name: f"derive_env.frameworks.{name}" for name in FRAMEWORK_NAMES}
 
 
 class DerivedVariable(NamedTuple):

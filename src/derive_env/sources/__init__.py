@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from derive_env.errors import TopologyError, describe
 from derive_env.topology import ClusterTopology, single_node_topology
+from derive_env.validation import static_count
 
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
 #: multi-node or multi-process topology, with the value a single container has. Checked only
@@ -139,10 +140,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
 
 def _single(value: str, single: int) -> bool:
     """Whether ``value`` states the single-container value (``01``, torchrun's ``1:1`` too)."""
-    parts = [p.strip() for p in value.split(":")]
-    # At most 18 digits: int() of a longer string is slow, and refused past 4300 digits.
-    return len(parts) <= 2 and all(p.isascii() and p.isdigit() and len(p) <= 18
-                                   and int(p) == single for p in parts)
+    return static_count(value) == single
 
 
 def _sagemaker_hosts(value: str) -> int | None:
