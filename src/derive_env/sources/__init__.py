@@ -227,11 +227,112 @@ def check_single_container(environ: Mapping[str, str]) -> None:
             ))
 
 
+class Source(NamedTuple):
+    """One line of the source table: how to see a source without importing its module.
+
+    :ivar name: for ``--source NAME`` / ``DERIVE_ENV_SOURCE`` and messages.
+    :ivar module: its module; imported only when all of ``detect`` are set.
+    :ivar detect: its complete set of variables, every one non-empty (a partial set never
+        selects a source: sources.md 3.13).
+    :ivar depth: its place in the launch, innermost first (architecture.md, "Sources
+        compose"): 0 torchrun, 1 an MPI launcher, 2 an srun step, 3 a Slurm allocation,
+        4 a node-level manager (Backend.AI, Kubeflow).
+    :ivar title: for a person.
+    :ivar unless: variables whose presence (non-empty) means another context: the source
+        is then not seen.
+    :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
+        derive-env itself exports, so a second run inside a session must not take them
+        for a manager).
+    :ivar any_of: seen when ANY of ``detect`` (or a variable starting with ``prefix``) is
+        set: for a source that reports a partial set itself, as an error naming what is
+        missing (Backend.AI, contract section 5), instead of ignoring it.
+    :ivar prefix: see ``any_of``.
+    """
+
+    name: str
+    module: str
+    detect: tuple[str, ...]
+    depth: int
+    title: str
+    unless: tuple[str, ...] = ()
+    fallback: bool = False
+    any_of: bool = False
+    prefix: str | None = None
+
+
+_SOURCE = "derive_env.sources."
+
+#: Every source, innermost first; ties keep table order. One line per source.
+SOURCES: tuple[Source, ...] = (
+    Source("torchrun", _SOURCE + "torchrun",
+           ("TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+            "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
+           0, "torchrun (torchelastic)"),
+    Source("openmpi", _SOURCE + "mpi",
+           ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE"), 1, "Open MPI (mpirun)"),
+    Source("mvapich2", _SOURCE + "mpi",
+           ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+            "MV2_COMM_WORLD_LOCAL_SIZE"), 1, "MVAPICH2 (mpirun_rsh)"),
+    Source("hydra", _SOURCE + "mpi",
+           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1,
+           "MPICH Hydra or Intel MPI (mpiexec)"),
+    Source("pals", _SOURCE + "mpi",
+           ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_NODEID", "PMI_SIZE"), 1,
+           "Cray PALS (mpiexec)"),
+    Source("slurm-step", _SOURCE + "slurm",
+           ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
+            "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID",
+            "SLURM_LOCALID", "SLURM_NODEID"), 2, "a Slurm step (srun)"),
+    Source("slurm-allocation", _SOURCE + "slurm",
+           ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3,
+           "a Slurm allocation (batch script or salloc shell)"),
+    Source("backendai", _SOURCE + "backendai",
+           ("BACKENDAI_CLUSTER_SIZE", "BACKENDAI_CLUSTER_HOSTS", "BACKENDAI_CLUSTER_HOST",
+            "BACKENDAI_CLUSTER_ROLE", "BACKENDAI_CLUSTER_IDX", "BACKENDAI_CLUSTER_LOCAL_RANK",
+            "BACKENDAI_CLUSTER_REPLICAS", "BACKENDAI_SESSION_ID", "GPU_COUNT", "N_GPUS",
+            "BACKENDAI_DIST_MASTER_PORT"), 4, "a Backend.AI session",
+           any_of=True, prefix="BACKENDAI_CLUSTER_"),
+    Source("kubeflow-pytorchjob", _SOURCE + "kubeflow",
+           ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK",
+            "PET_NNODES", "PET_NPROC_PER_NODE"), 4, "a Kubeflow PyTorchJob (v1)",
+           unless=("TORCHELASTIC_RUN_ID",), fallback=True),
+    Source("kubeflow-trainjob", _SOURCE + "kubeflow",
+           ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+            "PET_NPROC_PER_NODE"), 4, "a Kubeflow TrainJob (v2)",
+           unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True),
+)
+
+#: Source names by ``--source``; ``auto`` (detect) and ``none`` (a single container).
+SOURCE_NAMES = tuple(source.name for source in SOURCES)
+
+
+def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
+    if any(environ.get(name) for name in source.unless):
+        return False
+    if not source.any_of:
+        return all(environ.get(name) for name in source.detect)
+    return any(environ.get(name) for name in source.detect) or (
+        source.prefix is not None
+        and any(v and k.startswith(source.prefix) for k, v in environ.items()))
+
+
+def seen_sources(environ: Mapping[str, str]) -> list[Source]:
+    """The table lines whose complete set of variables is set, innermost first.
+
+    Costs one dictionary lookup per variable of each line: no module is imported to learn
+    that its variables are absent.
+    """
+    seen = [s for s in SOURCES if _is_seen(s, environ)]
+    if len(seen) > 1:
+        seen = [s for s in seen if not s.fallback] or seen[:1]
+    return sorted(seen, key=lambda s: s.depth)
+
+
 #: Cluster managers by source name, for messages.
 _MANAGERS = {"backendai": "Backend.AI"}
 
-#: (name, module) in priority order: the first whose ``detect`` is true is used.
-SOURCES: tuple[tuple[str, str], ...] = (
+_OLD_SOURCES: tuple[tuple[str, str], ...] = (
     ("backendai", "derive_env.sources.backendai"),
 )
 
@@ -249,7 +350,7 @@ def topology_from(environ: Mapping[str, str]) -> ClusterTopology:
         launcher's variables state more than one process (:func:`launcher_problem`).
     """
     topology = single_node_topology()
-    for _name, module_name in SOURCES:
+    for _name, module_name in _OLD_SOURCES:
         module = import_module(module_name)
         if module.detect(environ):
             topology = module.topology(environ)
