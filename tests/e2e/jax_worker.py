@@ -10,10 +10,10 @@ collectives on the CPU over gloo (the default of ``jax_cpu_collectives_implement
 * a jitted ``jnp.sum`` over a global array holding ``(process_index + 1) ** 2`` per process
   (an XLA all-reduce across the processes).
 
-Output: ONE JSON line on stdout with keys hostname, env (the JAX_* variables seen),
-process_count, process_index, device_count, local_device_count, gathered (list), sum,
-psum_of_squares, jax_version, ok (plus "error" with the exception on failure). Exit status
-0 if ok, else 1.
+Output: ONE JSON line on stdout with keys hostname, launcher (worker_report.launcher_ids),
+env (the JAX_* variables seen), process_count, process_index, device_count,
+local_device_count, gathered (list), sum, psum_of_squares, jax_version, ok (plus "error"
+with the exception on failure). Exit status 0 if ok, else 1.
 
 Timeouts (seconds, from E2E_JAX_TIMEOUT_S, default 60): distributed initialisation and the
 heartbeat, so a wrong coordinator address ends in an error instead of a hang.
@@ -25,7 +25,7 @@ import os
 import socket
 import sys
 
-from worker_report import emit, fail
+from worker_report import emit, fail, launcher_ids
 
 
 def main() -> int:
@@ -33,6 +33,7 @@ def main() -> int:
     timeout_s = int(float(os.environ.get("E2E_JAX_TIMEOUT_S", "60")))
     report: dict[str, object] = {
         "hostname": socket.gethostname(),
+        "launcher": launcher_ids(),
         "env": {k: v for k, v in os.environ.items() if k.startswith("JAX_")},
         "ok": False,
     }

@@ -11,9 +11,9 @@ collectives in the replica context (one CPU replica per task):
 The value of a task is 100 for the chief and ``index + 1`` for worker ``index``, so every
 layout has a distinct, exactly known sum (all floats are small integers, exact in float32).
 
-Output: ONE JSON line on stdout with keys hostname, tf_config (parsed), task_type, task_id,
-num_replicas_in_sync, is_chief, value, all_reduce, reduce, all_gather (list), tf_version, ok (plus
-"error" on failure). Exit status 0 if ok, else 1.
+Output: ONE JSON line on stdout with keys hostname, launcher (worker_report.launcher_ids),
+tf_config (parsed), task_type, task_id, num_replicas_in_sync, is_chief, value, all_reduce,
+reduce, all_gather (list), tf_version, ok (plus "error" on failure). Exit status 0 if ok, else 1.
 
 Timeout: collectives time out after E2E_TF_TIMEOUT_S seconds (default 60), so a worker that
 cannot reach its peers fails instead of hanging.
@@ -26,7 +26,7 @@ import os
 import socket
 import sys
 
-from worker_report import emit, fail
+from worker_report import emit, fail, launcher_ids
 
 
 def task_value(task_type: str, task_id: int) -> float:
@@ -37,7 +37,8 @@ def task_value(task_type: str, task_id: int) -> float:
 def main() -> int:
     """Build the strategy, run the collectives, print one JSON line; return exit status."""
     timeout_s = float(os.environ.get("E2E_TF_TIMEOUT_S", "60"))
-    report: dict[str, object] = {"hostname": socket.gethostname(), "ok": False}
+    report: dict[str, object] = {"hostname": socket.gethostname(),
+        "launcher": launcher_ids(), "ok": False}
     try:
         report["tf_config"] = json.loads(os.environ["TF_CONFIG"])
         import tensorflow as tf

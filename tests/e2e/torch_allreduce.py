@@ -5,8 +5,10 @@ MASTER_ADDR, MASTER_PORT, LOCAL_RANK, GROUP_RANK = node rank), contributes the t
 [rank + 1], and all-reduces with SUM; the expected result is world_size * (world_size + 1) / 2.
 
 Output: exactly ONE JSON line on stdout with keys rank, local_rank, world_size, group_rank,
-master_addr, master_port, hostname, result, expected, ok (plus "error" if joining or the
-all-reduce failed). Exit status 0 if ok, 1 otherwise.
+master_addr, master_port, hostname, launcher (worker_report.launcher_ids), env (the
+variables of ENV_PREFIXES this process saw, for the tests to assert exactly what derive-env
+set), result, expected, ok (plus "error" if
+joining or the all-reduce failed). Exit status 0 if ok, 1 otherwise.
 
 Timeout: E2E_PG_TIMEOUT_S seconds (default 60) for init_process_group and the collective, so a
 wrong master address ends in an error instead of hanging forever.
@@ -19,7 +21,13 @@ import os
 import socket
 import sys
 
-from worker_report import emit, fail
+from worker_report import emit, fail, launcher_ids
+
+#: Prefixes of the variables reported under "env": what torch's env:// and torchrun read.
+ENV_PREFIXES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "MASTER_", "PET_", "TORCHELASTIC_",
+)
 
 
 def _env_int(name: str) -> int | None:
@@ -41,6 +49,8 @@ def main() -> int:
         "master_addr": os.environ.get("MASTER_ADDR"),
         "master_port": _env_int("MASTER_PORT"),
         "hostname": socket.gethostname(),
+        "launcher": launcher_ids(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
         "result": None,
         "expected": None,
         "ok": False,

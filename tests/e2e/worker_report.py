@@ -12,6 +12,17 @@ import json
 import os
 import sys
 
+#: The launcher's own identity variables of a task (which task a report came from), when set.
+LAUNCHER_IDS = (
+    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "MPI_LOCALRANKID",
+)
+
+
+def launcher_ids() -> dict[str, str]:
+    """The variables of :data:`LAUNCHER_IDS` this process has (name -> value)."""
+    return {k: os.environ[k] for k in LAUNCHER_IDS if k in os.environ}
+
 
 def fail(report: dict[str, object], exc: BaseException) -> None:
     """Record ``exc`` in ``report`` (shortened to 3000 characters) and mark it not ok."""

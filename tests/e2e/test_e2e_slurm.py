@@ -1,0 +1,201 @@
+"""Issue #9 item 8a: real Slurm jobs whose every task runs ``derive-env -- ...`` as a user would.
+
+One real Slurm 22.05 cluster for the module (tests/e2e/slurmcluster.py: slurmctld and munged
+on a login node, one slurmd per node ``gpu-a100-[09-11]`` at 198.18.0.10-12, each node a
+network namespace, so a wrong master address fails as in production). The image's labels
+reach every task through DERIVE_ENV_LABELS_FILE, gloo uses eth0. Each test asserts the exact
+variables every rank saw (rank, local rank, world size, node, master = the host of rank 0,
+port) and the result of a real collective across the 6 ranks:
+
+- ``srun -N3 --ntasks-per-node=2 derive-env -- python torch_allreduce.py``: the process layer
+  (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_*; no PET_*), the master
+  port derived from the job and step ids (src/derive_env/ports.py) without a port label;
+- ``srun -N3 --ntasks-per-node=1 derive-env -- torchrun --nproc-per-node=2 ...``: the node
+  layer (PET_*), torchrun started with no other flag;
+- ``srun -m arbitrary`` with SLURM_HOSTFILE putting rank 0 on the LAST node;
+- a JAX job and a TensorFlow (MultiWorkerMirroredStrategy) job, one process per task.
+
+E2E_HPC_STANDIN=1 runs the same jobs with a hand-written stand-in for derive-env (hpc_jobs).
+Needs root, ``ip netns``, slurm-wlm, munge, torch (and jax, tensorflow): skipped without
+them, FAILS under CI=true.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hpc_jobs import HERE, NODES, STANDIN, cluster, job_env, launch, reports, require_hpc
+from hpc_jobs import write_labels as labels_file
+from slurmcluster import SlurmCluster
+
+from derive_env.ports import job_ports, parse_port_range, parse_reserved_ports
+
+pytestmark = pytest.mark.e2e
+
+#: Seconds a whole job may take (srun kills the step at --time; the harness kills srun later).
+JOB_TIMEOUT_S = 150.0
+#: srun's own limit on a step (minutes), below JOB_TIMEOUT_S so Slurm cleans up first.
+STEP_TIME = "--time=2"
+TORCH = str(HERE / "torch_allreduce.py")
+#: Block distribution, 2 tasks per node: the node of every rank.
+BLOCK_HOSTS = [n for n in NODES for _ in range(2)]
+#: Variables torchrun reads as defaults: never set for a per-process job.
+PET = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+       "PET_NPROC_PER_NODE")
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmCluster]:
+    """One cluster for every job of this module (removed afterwards, also on failure)."""
+    require_hpc("srun", modules=("torch",))
+    with cluster() as slurm:
+        yield slurm
+
+
+def _port() -> int:
+    return random.randrange(20000, 30000)
+
+
+def _srun(slurm: SlurmCluster, options: list[str], command: list[str], env: dict[str, str],
+          ) -> object:
+    """Run ``srun OPTIONS COMMAND`` on the login node with ``env``; the HostResult."""
+    return slurm.run(["srun", STEP_TIME, *options, *command], timeout=JOB_TIMEOUT_S, env=env)
+
+
+def _derived_port(slurm: SlurmCluster, job_id: str, step_id: str) -> int:
+    """The master port every task must compute without a label: ports.py's rule for
+    (slurm, job, step) with the nodes' own ephemeral range and reserved ports."""
+    ranges = slurm.run(["cat", "/proc/sys/net/ipv4/ip_local_port_range",
+                        "/proc/sys/net/ipv4/ip_local_reserved_ports"], node=NODES[0])
+    assert ranges.ok, ranges.describe()
+    lines = ranges.stdout.splitlines()
+    return job_ports("slurm", job_id, step_id, parse_port_range(lines[0]),
+                     parse_reserved_ports("\n".join(lines[1:])))[0]
+
+
+def _process_env(rank: int, local: int, node: int, master: str, port: int) -> dict[str, str]:
+    """What a task of a per-process job must see (the contract of issue #9 item 4)."""
+    return {
+        "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "6",
+        "LOCAL_WORLD_SIZE": "2", "NODE_RANK": str(node),
+        "MASTER_ADDR": master, "MASTER_PORT": str(port),
+    }
+
+
+def test_srun_two_tasks_per_node_every_process_joins_by_env(slurm: SlurmCluster) -> None:
+    """srun -N3 --ntasks-per-node=2, no port label: each of the 6 tasks gets its own rank,
+    master gpu-a100-09 (node 0 holds rank 0), the port of (slurm, job, step); no PET_*."""
+    labels = labels_file(slurm, {"frameworks": "pytorch"})
+    port = _port()  # only the stand-in uses it; derive-env derives one from the job
+    res = _srun(slurm, ["-N3", "--ntasks-per-node=2"],
+                [*launch("process", NODES[0], port), "python", TORCH], job_env(labels))
+    got = reports(res, 6, "rank")
+    ids = got[0]["launcher"]
+    if not STANDIN:
+        port = _derived_port(slurm, ids["SLURM_JOB_ID"], ids["SLURM_STEP_ID"])
+    assert [(r["hostname"], r["launcher"]["SLURM_PROCID"]) for r in got] == [
+        (h, str(i)) for i, h in enumerate(BLOCK_HOSTS)]
+    for rank, r in enumerate(got):
+        seen = {k: v for k, v in r["env"].items() if k in _process_env(0, 0, 0, "", 0)}
+        assert seen == _process_env(rank, rank % 2, rank // 2, NODES[0], port), r
+        assert [k for k in r["env"] if k.startswith("PET_")] == [], r["env"]
+    assert {r["result"] for r in got} == {21.0}
+
+
+def test_srun_one_task_per_node_torchrun_needs_no_flags(slurm: SlurmCluster) -> None:
+    """srun -N3 --ntasks-per-node=1 derive-env -- torchrun --nproc-per-node=2: the node layer
+    (PET_NNODES=3, PET_NODE_RANK = the node's index, PET_MASTER_* = gpu-a100-09 and the
+    label's port) makes torchrun give ranks 2*node + local; 6 ranks sum to 21."""
+    port = _port()
+    labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(port)})
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node=2", TORCH]
+    res = _srun(slurm, ["-N3", "--ntasks-per-node=1"],
+                [*launch("node", NODES[0], port), *torchrun], job_env(labels))
+    got = reports(res, 6, "rank")
+    assert [(r["hostname"], r["local_rank"], r["group_rank"]) for r in got] == [
+        (h, i % 2, i // 2) for i, h in enumerate(BLOCK_HOSTS)]
+    for rank, r in enumerate(got):
+        node = str(rank // 2)
+        node_layer = {k: r["env"].get(k) for k in (*PET, "NODE_RANK")}
+        assert node_layer == {
+            "PET_NNODES": "3", "PET_NODE_RANK": node, "PET_MASTER_ADDR": NODES[0],
+            "PET_MASTER_PORT": str(port), "PET_NPROC_PER_NODE": None, "NODE_RANK": node,
+        }, r["env"]
+        # torchrun's own per-worker values, from derive-env's node layer.
+        assert (r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"], r["env"]["WORLD_SIZE"]) == (
+            NODES[0], str(port), "6")
+    assert {r["result"] for r in got} == {21.0}
+
+
+def test_srun_arbitrary_rank0_on_the_last_node(slurm: SlurmCluster) -> None:
+    """-m arbitrary, SLURM_HOSTFILE gpu-a100-11 x2, -09 x2, -10 x2: rank 0 runs on the LAST
+    node of the (sorted) step node list, so the master is gpu-a100-11, whose NODE_RANK is
+    its SLURM_NODEID (2); the all-reduce joins there."""
+    port = _port()
+    order = [NODES[2], NODES[2], NODES[0], NODES[0], NODES[1], NODES[1]]
+    hostfile = slurm.tmp / "shared" / "hostfile-arbitrary"
+    hostfile.write_text("\n".join(order) + "\n")
+    labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(port)})
+    env = job_env(labels, SLURM_HOSTFILE=str(hostfile))
+    res = _srun(slurm, ["-m", "arbitrary", "-n6"],
+                [*launch("process", NODES[2], port), "python", TORCH], env)
+    got = reports(res, 6, "rank")
+    assert [r["hostname"] for r in got] == order
+    node_rank = {NODES[2]: 2, NODES[0]: 0, NODES[1]: 1}
+    for rank, r in enumerate(got):
+        seen = {k: v for k, v in r["env"].items() if k in _process_env(0, 0, 0, "", 0)}
+        want = _process_env(rank, rank % 2, node_rank[order[rank]], NODES[2], port)
+        assert seen == want, r
+        assert r["launcher"]["SLURM_NODEID"] == want["NODE_RANK"]
+    assert {r["result"] for r in got} == {21.0}
+
+
+def test_srun_jax_one_process_per_task(slurm: SlurmCluster) -> None:
+    """JAX under srun -N3 --ntasks-per-node=2: JAX_COORDINATOR_ADDRESS = rank 0's host and
+    the jax-port label, JAX_NUM_PROCESSES=6, JAX_PROCESS_ID = SLURM_PROCID; the processes
+    gather 10..60 and an XLA sum of squares gives 91."""
+    require_hpc(modules=("jax",))
+    port = _port()
+    labels = labels_file(slurm, {"frameworks": "jax", "jax-port": str(port)})
+    # The stand-in's JAX port is its master port + 3 (standin.py).
+    res = _srun(slurm, ["-N3", "--ntasks-per-node=2"],
+                [*launch("process", NODES[0], port - 3 if STANDIN else port), "python",
+                 str(HERE / "jax_worker.py")], job_env(labels))
+    got = reports(res, 6, "process_index")
+    for rank, r in enumerate(got):
+        assert (r["hostname"], r["launcher"]["SLURM_PROCID"]) == (BLOCK_HOSTS[rank], str(rank))
+        assert r["env"] == {
+            "JAX_COORDINATOR_ADDRESS": f"{NODES[0]}:{port}", "JAX_NUM_PROCESSES": "6",
+            "JAX_PROCESS_ID": str(rank),
+        }, r
+        assert (r["process_count"], r["gathered"], r["psum_of_squares"]) == (
+            6, [10, 20, 30, 40, 50, 60], 91)
+
+
+def test_srun_tensorflow_one_task_per_process(slurm: SlurmCluster) -> None:
+    """TensorFlow under srun -N3 --ntasks-per-node=2: TF_CONFIG lists 6 workers in node
+    order then local rank, the two tasks of a node on tensorflow-port + local rank; each
+    task's index is its SLURM_PROCID; MultiWorkerMirroredStrategy all-reduces 1..6 to 21."""
+    require_hpc(modules=("tensorflow",))
+    port = _port()
+    labels = labels_file(slurm, {"frameworks": "tensorflow", "tensorflow-port": str(port)})
+    env = job_env(labels, E2E_STANDIN_HOSTS=",".join(BLOCK_HOSTS))
+    res = _srun(slurm, ["-N3", "--ntasks-per-node=2"],
+                [*launch("process", NODES[0], port - 1 if STANDIN else port), "python",
+                 str(HERE / "tf_worker.py")], env)
+    got = reports(res, 6, "task_id")
+    workers = [f"{h}:{port + i % 2}" for i, h in enumerate(BLOCK_HOSTS)]
+    for rank, r in enumerate(got):
+        assert (r["hostname"], r["launcher"]["SLURM_PROCID"]) == (BLOCK_HOSTS[rank], str(rank))
+        assert r["tf_config"] == {
+            "cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}, r
+        assert (r["all_reduce"], r["reduce"], r["all_gather"]) == (
+            21.0, 21.0, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), r
+    assert [r["is_chief"] for r in got] == [True] + [False] * 5
