@@ -25,12 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sessions import BASE_ENV, HERE, LABEL, require, venv_bin
 from simcluster import HostResult
-from slurmcluster import NODES, SlurmCluster, can_run_slurm, find_program
+from slurmcluster import NODES, SlurmCluster, can_run_slurm, find_program, leftovers
 
 __all__ = [
     "HERE",
     "LABEL",
     "NODES",
+    "RESV_PORTS",
     "STANDIN",
     "cluster",
     "job_env",
@@ -40,6 +41,10 @@ __all__ = [
     "write_labels",
 ]
 
+#: Ports Slurm may reserve for steps (slurm.conf ``MpiParams=ports=``). With it set, Slurm
+#: 22.05 reserves ports for EVERY step (tasks per node + 1 of them, SLURM_STEP_RESV_PORTS
+#: ``12001-12003``), not only for ``srun --resv-ports=N``.
+RESV_PORTS = "12000-12999"
 #: True when the jobs run the stand-in instead of derive-env (module doc).
 STANDIN = os.environ.get("E2E_HPC_STANDIN") == "1"
 
@@ -62,12 +67,15 @@ def require_hpc(*programs: str, modules: tuple[str, ...] = ()) -> None:
 
 
 @contextmanager
-def cluster(ssh: bool = False) -> Iterator[SlurmCluster]:
-    """A fresh SlurmCluster (unique namespace prefix; sshd on every node when ``ssh``),
-    removed on exit, also when a test failed."""
+def cluster(ssh: bool = False, resv_ports: str | None = None) -> Iterator[SlurmCluster]:
+    """A fresh SlurmCluster (unique namespace prefix; sshd on every node when ``ssh``;
+    ``resv_ports``: slurm.conf's MpiParams=ports=, e.g. RESV_PORTS),
+    removed on exit, also when a test failed; then asserts that nothing of it is left
+    (slurmcluster.leftovers: namespaces, /etc/netns folders, files, processes)."""
     prefix = f"dh{os.getpid() % 10000}x{random.randrange(1000)}"
-    with SlurmCluster(prefix=prefix, ssh=ssh) as slurm:
+    with SlurmCluster(prefix=prefix, ssh=ssh, resv_ports=resv_ports) as slurm:
         yield slurm
+    assert leftovers(prefix, slurm.tmp) == []
 
 
 def write_labels(slurm: SlurmCluster, labels: Mapping[str, str]) -> Path:

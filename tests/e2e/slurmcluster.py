@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # typing.Self is 3.11+; tests/test_recorded_envs.py imports t
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simcluster import HostResult, SimulatedCluster, can_simulate
+from simcluster import NETNS_ETC, NETNS_RUN, HostResult, SimulatedCluster, can_simulate
 
 __all__ = [
     "DAEMONS",
@@ -63,6 +63,7 @@ __all__ = [
     "SlurmError",
     "can_run_slurm",
     "find_program",
+    "leftovers",
 ]
 
 #: The simulated nodes, in Slurm's (sorted) order; hostlist form in NODELIST.
@@ -102,6 +103,24 @@ def find_program(prog: str) -> str | None:
     return shutil.which(prog) or shutil.which(prog, path="/usr/sbin:/sbin")
 
 
+def leftovers(prefix: str, tmp: Path) -> list[str]:
+    """Everything of a cluster still present (empty after a clean exit): its namespaces
+    (``<prefix>-*``), /etc/netns folders, its temporary folder ``tmp``, and processes whose
+    command line names that folder (the daemons and the steps)."""
+    found = [str(p) for p in NETNS_RUN.glob(f"{prefix}-*")]
+    found += [str(p) for p in NETNS_ETC.glob(f"{prefix}-*")]
+    if tmp.exists():
+        found.append(str(tmp))
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(tmp) in text:
+            found.append(f"pid {cmdline.parent.name}: {text[:120]}")
+    return found
+
+
 def _free_port_pair() -> tuple[int, int]:
     """Two distinct random TCP ports in 20000-29999 that nothing on this machine's own
     namespace listens on. (Inside our fresh namespaces every port is free; the check keeps
@@ -129,6 +148,8 @@ class SlurmCluster:
     ``sim`` (the SimulatedCluster: the nodes, then LOGIN), ``login`` (LOGIN, where clients
     run). Node i has address 198.18.0.(10+i), the login node the next one. ``ssh=True``
     also starts one sshd per node on SSH_PORT (root, key only) and sets ``ssh_wrapper``.
+    ``resv_ports`` (e.g. ``"12000-12999"``): the ports Slurm may reserve for a step
+    (``MpiParams=ports=``, for ``srun --resv-ports``); none by default.
 
     Raises SlurmError (with the daemon's log tail) when a daemon fails or is not ready in
     time, SimulationError when namespaces cannot be made; in both cases after cleaning up.
@@ -140,11 +161,13 @@ class SlurmCluster:
         prefix: str | None = None,
         ready_timeout: float = READY_TIMEOUT_S,
         ssh: bool = False,
+        resv_ports: str | None = None,
     ) -> None:
         self.nodes = list(nodes or NODES)
         self.prefix = prefix if prefix is not None else f"ds{os.getpid() % 100000}"
         self.ready_timeout = ready_timeout
         self.ssh = ssh
+        self.resv_ports = resv_ports
         if LOGIN in self.nodes:
             raise ValueError(f"{LOGIN!r} is the login node's name; not usable as a node")
         self.login = LOGIN
@@ -357,6 +380,7 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait=2
 MinJobAge=300
+{f"MpiParams=ports={self.resv_ports}" if self.resv_ports else ""}
 {node_lines}
 PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE State=UP
 """

@@ -13,7 +13,9 @@ launcher gives a node index, MASTER_ADDR, MASTER_PORT; JAX_* and TF_CONFIG as we
 ``node`` (one task per node, for torchrun: MASTER_ADDR, MASTER_PORT, NODE_RANK, PET_NNODES,
 PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT). Vocabularies: Slurm (SLURM_PROCID...),
 Open MPI (OMPI_COMM_WORLD_*), MPICH Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
-MPI_LOCALNRANKS). Ports: MASTER_PORT = PORT, TensorFlow PORT + 1 + local rank, JAX PORT + 3.
+MPI_LOCALNRANKS). Ports: MASTER_PORT = PORT, TensorFlow PORT + 1 + local rank, JAX PORT + 3;
+PORT ``0`` under Slurm: the first of SLURM_STEP_RESV_PORTS, else ports.job_ports' port of
+(slurm, job, step) with this node's ephemeral range.
 
 TF_CONFIG lists every process as a worker, in rank order, each at its node's host (taken
 from ``E2E_STANDIN_HOSTS``: the node of every rank, comma-separated, given by the test).
@@ -42,6 +44,13 @@ def main(argv: list[str]) -> int:
         return 2
     layer, master, port = argv[0], argv[1], int(argv[2])
     env = os.environ
+    if port == 0 and "SLURM_STEP_RESV_PORTS" in env:
+        port = int(env["SLURM_STEP_RESV_PORTS"].split(",")[0].split("-")[0])
+    elif port == 0:
+        from derive_env import ports
+
+        port = ports.job_ports("slurm", env["SLURM_JOB_ID"], env["SLURM_STEP_ID"],
+                               ports.read_ephemeral_range(), ports.read_reserved_ports())[0]
     names = next(v for v in VOCABULARIES if v[0] in env)
     rank, local, world, local_world = (env[n] for n in names)
     if names[3] == "SLURM_GTIDS":  # the global ids of this node's tasks

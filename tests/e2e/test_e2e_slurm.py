@@ -31,7 +31,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hpc_jobs import HERE, NODES, STANDIN, cluster, job_env, launch, reports, require_hpc
+from hpc_jobs import (
+    HERE,
+    NODES,
+    RESV_PORTS,
+    STANDIN,
+    cluster,
+    job_env,
+    launch,
+    reports,
+    require_hpc,
+)
 from hpc_jobs import write_labels as labels_file
 from slurmcluster import SlurmCluster
 
@@ -81,7 +91,8 @@ def _derived_port(slurm: SlurmCluster, job_id: str, step_id: str) -> int:
 
 
 def _process_env(rank: int, local: int, node: int, master: str, port: int) -> dict[str, str]:
-    """What a task of a per-process job must see (the contract of issue #9 item 4)."""
+    """The torch variables (torch_allreduce.ENV_PREFIXES) a task of a per-process job must
+    see, exactly (issue #9 item 4: no PET_*)."""
     return {
         "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "6",
         "LOCAL_WORLD_SIZE": "2", "NODE_RANK": str(node),
@@ -93,19 +104,39 @@ def test_srun_two_tasks_per_node_every_process_joins_by_env(slurm: SlurmCluster)
     """srun -N3 --ntasks-per-node=2, no port label: each of the 6 tasks gets its own rank,
     master gpu-a100-09 (node 0 holds rank 0), the port of (slurm, job, step); no PET_*."""
     labels = labels_file(slurm, {"frameworks": "pytorch"})
-    port = _port()  # only the stand-in uses it; derive-env derives one from the job
     res = _srun(slurm, ["-N3", "--ntasks-per-node=2"],
-                [*launch("process", NODES[0], port), "python", TORCH], job_env(labels))
+                [*launch("process", NODES[0], 0), "python", TORCH], job_env(labels))
     got = reports(res, 6, "rank")
     ids = got[0]["launcher"]
-    if not STANDIN:
-        port = _derived_port(slurm, ids["SLURM_JOB_ID"], ids["SLURM_STEP_ID"])
+    assert "SLURM_STEP_RESV_PORTS" not in ids
+    port = _derived_port(slurm, ids["SLURM_JOB_ID"], ids["SLURM_STEP_ID"])
     assert [(r["hostname"], r["launcher"]["SLURM_PROCID"]) for r in got] == [
         (h, str(i)) for i, h in enumerate(BLOCK_HOSTS)]
+    for rank, r in enumerate(got):  # exactly these (so no PET_*, no GROUP_RANK)
+        assert r["env"] == _process_env(rank, rank % 2, rank // 2, NODES[0], port), r
+    assert {r["result"] for r in got} == {21.0}
+
+
+def test_srun_reserved_ports_first_one_is_the_master_port() -> None:
+    """A cluster whose slurm.conf has MpiParams=ports=12000-12999 (its own: there Slurm
+    reserves ports for every step, so the module's cluster could not show the other rule):
+    a plain srun -N3 --ntasks-per-node=2, no port label; every task sees the same
+    SLURM_STEP_RESV_PORTS, and MASTER_PORT is its first port."""
+    require_hpc("srun", modules=("torch",))
+    with cluster(resv_ports=RESV_PORTS) as slurm:
+        labels = labels_file(slurm, {"frameworks": "pytorch"})
+        res = _srun(slurm, ["-N3", "--ntasks-per-node=2"],
+                    [*launch("process", NODES[0], 0), "python", TORCH], job_env(labels))
+        got = reports(res, 6, "rank")
+    reserved = {r["launcher"].get("SLURM_STEP_RESV_PORTS") for r in got}
+    assert len(reserved) == 1, reserved
+    value = reserved.pop()
+    assert value is not None
+    first = int(value.split(",")[0].split("-")[0])
+    low, high = (int(p) for p in RESV_PORTS.split("-"))
+    assert low <= first <= high, value
     for rank, r in enumerate(got):
-        seen = {k: v for k, v in r["env"].items() if k in _process_env(0, 0, 0, "", 0)}
-        assert seen == _process_env(rank, rank % 2, rank // 2, NODES[0], port), r
-        assert [k for k in r["env"] if k.startswith("PET_")] == [], r["env"]
+        assert r["env"] == _process_env(rank, rank % 2, rank // 2, NODES[0], first), r
     assert {r["result"] for r in got} == {21.0}
 
 
@@ -150,9 +181,8 @@ def test_srun_arbitrary_rank0_on_the_last_node(slurm: SlurmCluster) -> None:
     assert [r["hostname"] for r in got] == order
     node_rank = {NODES[2]: 2, NODES[0]: 0, NODES[1]: 1}
     for rank, r in enumerate(got):
-        seen = {k: v for k, v in r["env"].items() if k in _process_env(0, 0, 0, "", 0)}
         want = _process_env(rank, rank % 2, node_rank[order[rank]], NODES[2], port)
-        assert seen == want, r
+        assert r["env"] == want, r
         assert r["launcher"]["SLURM_NODEID"] == want["NODE_RANK"]
     assert {r["result"] for r in got} == {21.0}
 

@@ -20,8 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
 
 from record_envs import FIXTURES, SCENARIOS, load_fixture, record_all, stable
-from simcluster import NETNS_ETC, NETNS_RUN
-from slurmcluster import NODELIST, NODES, SlurmCluster, SlurmError, can_run_slurm, find_program
+from slurmcluster import (
+    NODELIST,
+    NODES,
+    SlurmCluster,
+    SlurmError,
+    can_run_slurm,
+    find_program,
+    leftovers,
+)
 
 from helpers import require
 
@@ -35,23 +42,6 @@ HOLD_EXIT_S = 30.0
 def _prefix() -> str:
     """A namespace prefix no other run uses (pid plus a random part)."""
     return f"dt{os.getpid() % 10000}x{random.randrange(1000)}"
-
-
-def _leftovers(prefix: str, tmp: Path) -> list[str]:
-    """Everything of a cluster still present: its namespaces, /etc/netns folders, its
-    temporary folder, and processes whose command line names that folder (the daemons)."""
-    found = [str(p) for p in NETNS_RUN.glob(f"{prefix}-*")]
-    found += [str(p) for p in NETNS_ETC.glob(f"{prefix}-*")]
-    if tmp.exists():
-        found.append(str(tmp))
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(tmp) in text:
-            found.append(f"pid {cmdline.parent.name}: {text[:120]}")
-    return found
 
 
 def _require_slurm() -> None:
@@ -70,7 +60,7 @@ def test_srun_runs_two_tasks_on_each_node_and_everything_is_removed() -> None:
         res = slurm.run(["srun", "-N3", "--ntasks-per-node=2", "hostname"], timeout=30)
         assert res.ok, res.describe() + slurm.log_tail("slurmctld.log")
         assert sorted(res.stdout.split()) == [n for n in NODES for _ in range(2)]
-    assert _leftovers(prefix, tmp) == []
+    assert leftovers(prefix, tmp) == []
 
 
 def test_failed_setup_removes_everything() -> None:
@@ -79,7 +69,7 @@ def test_failed_setup_removes_everything() -> None:
     slurm = SlurmCluster(prefix=prefix, ready_timeout=0.0)
     with pytest.raises(SlurmError, match=r"not ready after 0s"):
         slurm.__enter__()
-    assert _leftovers(prefix, slurm.tmp) == []
+    assert leftovers(prefix, slurm.tmp) == []
 
 
 def test_ctrl_c_removes_everything() -> None:
@@ -96,14 +86,14 @@ def test_ctrl_c_removes_everything() -> None:
         assert line.startswith(f"READY {prefix} "), (line, child.poll())
         tmp = Path(line.split()[2])
         assert (tmp / "slurm.conf").exists()
-        assert _leftovers(prefix, tmp) != []  # the check sees a live cluster
+        assert leftovers(prefix, tmp) != []  # the check sees a live cluster
         child.send_signal(signal.SIGINT)
         assert child.wait(timeout=HOLD_EXIT_S) == 0, child.stderr.read()  # type: ignore[union-attr]
     finally:
         if child.poll() is None:
             child.kill()
             child.wait(timeout=10)
-    assert _leftovers(prefix, tmp) == []
+    assert leftovers(prefix, tmp) == []
 
 
 def test_a_fresh_recording_matches_the_fixtures() -> None:

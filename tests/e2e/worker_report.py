@@ -14,7 +14,8 @@ import sys
 
 #: The launcher's own identity variables of a task (which task a report came from), when set.
 LAUNCHER_IDS = (
-    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_RESV_PORTS", "SLURM_PROCID", "SLURM_LOCALID",
+    "SLURM_NODEID",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "MPI_LOCALRANKID",
 )
 
