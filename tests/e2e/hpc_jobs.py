@@ -108,13 +108,16 @@ def launch(layer: str, master: str, port: int) -> list[str]:
     return [str(venv_bin() / "derive-env"), "--"]
 
 
-def reports(res: HostResult, count: int, key: str) -> list[dict[str, object]]:
-    """The workers' JSON reports in ``res.stdout`` (one line each), sorted by ``key`` (a
-    report key such as ``rank``); fails the test with the whole output unless the launcher
-    exited 0 in time and exactly ``count`` workers reported, each ok."""
-    assert res.ok, res.describe(tail=6000)
+def reports(res: HostResult, count: int, key: str, output: str | None = None,
+            ) -> list[dict[str, object]]:
+    """The workers' JSON reports in ``res.stdout`` (or in ``output``: a batch job's output
+    file), one line each, sorted by ``key`` (a report key such as ``rank``); fails the test
+    with the whole output unless the launcher exited 0 in time and exactly ``count``
+    workers reported, each ok."""
+    text = res.stdout if output is None else output
+    assert res.ok, res.describe(tail=6000) + f"\n--- output:\n{text[-6000:]}"
     found = []
-    for line in res.stdout.splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if line.startswith("{"):
             try:
@@ -123,7 +126,8 @@ def reports(res: HostResult, count: int, key: str) -> list[dict[str, object]]:
                 continue
             if isinstance(value, dict):
                 found.append(value)
-    assert len(found) == count, f"{len(found)} reports, expected {count}\n{res.describe(6000)}"
+    shown = f"{res.describe(6000)}\n--- output:\n{text[-6000:]}"
+    assert len(found) == count, f"{len(found)} reports, expected {count}\n{shown}"
     bad = [r for r in found if not r.get("ok")]
-    assert not bad, f"workers failed: {bad}\n{res.describe(6000)}"
+    assert not bad, f"workers failed: {bad}\n{shown}"
     return sorted(found, key=lambda r: r[key])  # type: ignore[arg-type,return-value]

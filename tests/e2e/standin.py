@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 
 #: (rank, local rank, world size, local world size) per vocabulary, MPI's first (an mpirun
@@ -55,8 +56,13 @@ def main(argv: list[str]) -> int:
     rank, local, world, local_world = (env[n] for n in names)
     if names[3] == "SLURM_GTIDS":  # the global ids of this node's tasks
         local_world = str(len(local_world.split(",")))
-    # The node index only when Slurm describes the nodes (a step, or mpirun's orted step).
-    node = env.get("SLURM_NODEID") if "SLURM_STEP_NODELIST" in env else None
+    # The node index: the own host's place in E2E_STANDIN_NODES when the test gives it (an
+    # mpirun in a batch script: ranks there see different steps), else Slurm's step's.
+    nodes = env.get("E2E_STANDIN_NODES", "").split(",")
+    if socket.gethostname() in nodes:
+        node: str | None = str(nodes.index(socket.gethostname()))
+    else:
+        node = env.get("SLURM_NODEID") if "SLURM_STEP_NODELIST" in env else None
     new = {"MASTER_ADDR": master, "MASTER_PORT": str(port)}
     if layer == "node":
         nnodes = env["SLURM_STEP_NUM_NODES"]

@@ -11,8 +11,12 @@ which is not one of the ranks' nodes.
 - ``mpirun.openmpi`` inside a Slurm allocation (``salloc -N3 --ntasks-per-node=2``): the ranks
   are Open MPI's (not the orted step's 3 tasks), the hosts Slurm's, so the master is the
   allocation's first node and every rank knows its node;
+- ``mpirun.openmpi`` in a batch script (``sbatch --wait -N3 --ntasks-per-node=2``): the ranks
+  on the batch node are mpirun's own children (no step variables), the others run in a 2-node
+  orted step whose SLURM_NODEID is 0 on gpu-a100-10: each node sees a different Slurm view;
 - MPICH 4.0 Hydra ``mpiexec.mpich`` over SSH (``-launcher ssh -launcher-exec``), the master
-  given with ``-genv MASTER_ADDR gpu-a100-09``.
+  given with ``-genv MASTER_ADDR gpu-a100-09``; and inside a Slurm allocation (``salloc``,
+  Hydra's Slurm launcher: one srun step of hydra_pmi_proxy per node).
 
 E2E_HPC_STANDIN=1 runs the same jobs with a hand-written stand-in for derive-env (hpc_jobs).
 Needs root, ``ip netns``, slurm-wlm, munge, openssh-server, openmpi-bin, mpich, torch:
@@ -22,6 +26,7 @@ skipped without them, FAILS under CI=true.
 from __future__ import annotations
 
 import random
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,6 +110,34 @@ def test_openmpi_inside_a_slurm_allocation(mpi: SlurmCluster) -> None:
     got = reports(res, 6, "rank")
     assert {r["launcher"]["SLURM_JOB_ID"] for r in got} != set()
     _check(got, "OMPI_COMM_WORLD_RANK", port, node_known=True)
+
+
+def test_openmpi_in_a_batch_script(mpi: SlurmCluster) -> None:
+    """sbatch --wait -N3 --ntasks-per-node=2 of a script that runs mpirun.openmpi: rank 0
+    and 1 on the batch node (job variables only, ENVIRONMENT=BATCH), ranks 2-5 in the orted
+    step on gpu-a100-[10-11]; every rank gets the master gpu-a100-09 and its node."""
+    labels, port = _labels(mpi)
+    script = mpi.tmp / "shared" / f"ompi-batch-{port}.sh"
+    output = script.with_suffix(".out")
+    command = [*OMPI, *launch("process", NODES[0], port), "python", TORCH]
+    script.write_text(f"#!/bin/sh\nexec {shlex.join(command)}\n")
+    script.chmod(0o755)
+    argv = ["sbatch", "--wait", "-N3", "--ntasks-per-node=2", "--time=2", "-o", str(output),
+            str(script)]
+    env = job_env(labels, E2E_STANDIN_NODES=",".join(NODES))
+    res = mpi.run(argv, timeout=JOB_TIMEOUT_S, env=env)
+    got = reports(res, 6, "rank", output.read_text() if output.exists() else "")
+    _check(got, "OMPI_COMM_WORLD_RANK", port, node_known=True)
+
+
+def test_mpich_inside_a_slurm_allocation(mpi: SlurmCluster) -> None:
+    """salloc -N3 --ntasks-per-node=2 mpiexec.mpich -launcher slurm: ranks from PMI_*, the
+    proxy step's SLURM_* (3 tasks) beside them; hosts and node from Slurm."""
+    labels, port = _labels(mpi)
+    argv = ["salloc", "-N3", "--ntasks-per-node=2", "--time=2", "mpiexec.mpich", "-launcher",
+            "slurm", *launch("process", NODES[0], port), "python", TORCH]
+    res = mpi.run(argv, timeout=JOB_TIMEOUT_S, env=job_env(labels))
+    _check(reports(res, 6, "rank"), "PMI_RANK", port, node_known=True)
 
 
 def test_mpich_over_ssh_master_from_the_user(mpi: SlurmCluster) -> None:
