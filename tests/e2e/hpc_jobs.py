@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sessions import BASE_ENV, HERE, LABEL, require, venv_bin
+from sessions import BASE_ENV, HERE, LABEL, json_lines, require, venv_bin
 from simcluster import HostResult
 from slurmcluster import NODES, SlurmCluster, can_run_slurm, find_program, leftovers
 
@@ -116,16 +116,7 @@ def reports(res: HostResult, count: int, key: str, output: str | None = None,
     workers reported, each ok."""
     text = res.stdout if output is None else output
     assert res.ok, res.describe(tail=6000) + f"\n--- output:\n{text[-6000:]}"
-    found = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                found.append(value)
+    found = json_lines(text)
     shown = f"{res.describe(6000)}\n--- output:\n{text[-6000:]}"
     assert len(found) == count, f"{len(found)} reports, expected {count}\n{shown}"
     bad = [r for r in found if not r.get("ok")]

@@ -51,6 +51,7 @@ __all__ = [
     "LABEL",
     "HostResult",
     "describe_all",
+    "json_lines",
     "json_report",
     "random_ports",
     "reports_of",
@@ -178,7 +179,17 @@ def json_report(result: HostResult) -> dict[str, object]:
 
     Fails the test (with every line of output) when there is none.
     """
-    for line in reversed(result.stdout.splitlines()):
+    found = json_lines(result.stdout)
+    if found:
+        return found[-1]
+    pytest.fail(f"no JSON report from {result.host}:\n{result.describe(tail=4000)}")
+
+
+def json_lines(text: str) -> list[dict[str, object]]:
+    """Every line of ``text`` that is a JSON object (the workers' reports), in order; other
+    lines (logs, warnings) are skipped."""
+    found = []
+    for line in text.splitlines():
         line = line.strip()
         if line.startswith("{"):
             try:
@@ -186,5 +197,5 @@ def json_report(result: HostResult) -> dict[str, object]:
             except ValueError:
                 continue
             if isinstance(value, dict):
-                return value
-    pytest.fail(f"no JSON report from {result.host}:\n{result.describe(tail=4000)}")
+                found.append(value)
+    return found

@@ -146,7 +146,7 @@ def test_srun_one_task_per_node_torchrun_needs_no_flags(slurm: SlurmCluster) -> 
     label's port) makes torchrun give ranks 2*node + local; 6 ranks sum to 21."""
     port = _port()
     labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(port)})
-    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node=2", TORCH]
+    torchrun = ["torchrun", "--nproc-per-node=2", TORCH]  # found on PATH, as a user has it
     res = _srun(slurm, ["-N3", "--ntasks-per-node=1"],
                 [*launch("node", NODES[0], port), *torchrun], job_env(labels))
     got = reports(res, 6, "rank")
