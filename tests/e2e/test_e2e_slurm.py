@@ -43,6 +43,7 @@ from hpc_jobs import (
     require_hpc,
 )
 from hpc_jobs import write_labels as labels_file
+from simcluster import HostResult
 from slurmcluster import SlurmCluster
 
 from derive_env.ports import job_ports, parse_port_range, parse_reserved_ports
@@ -70,11 +71,12 @@ def slurm() -> Iterator[SlurmCluster]:
 
 
 def _port() -> int:
+    """A random master port (TCP) for a job, so no two runs share one."""
     return random.randrange(20000, 30000)
 
 
 def _srun(slurm: SlurmCluster, options: list[str], command: list[str], env: dict[str, str],
-          ) -> object:
+          ) -> HostResult:
     """Run ``srun OPTIONS COMMAND`` on the login node with ``env``; the HostResult."""
     return slurm.run(["srun", STEP_TIME, *options, *command], timeout=JOB_TIMEOUT_S, env=env)
 
