@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ __all__ = [
     "launch",
     "reports",
     "require_hpc",
+    "sbatch",
     "write_labels",
 ]
 
@@ -106,6 +108,22 @@ def launch(layer: str, master: str, port: int) -> list[str]:
     if STANDIN:
         return [sys.executable, str(HERE / "standin.py"), layer, master, str(port), "--"]
     return [str(venv_bin() / "derive-env"), "--"]
+
+
+def sbatch(slurm: SlurmCluster, options: list[str], command: list[str], env: Mapping[str, str],
+           timeout: float) -> tuple[HostResult, str]:
+    """Submit a batch script that execs ``command`` with ``sbatch --wait --time=2 OPTIONS``
+    (on the login node, ``env`` on top of the client's, which sbatch exports to the script)
+    and wait for the job, at most ``timeout`` s. Returns (sbatch's result: its exit status is
+    the job's, the job's output file's text; empty when it wrote none)."""
+    name = f"batch-{random.randrange(10**9)}"
+    script = slurm.tmp / "shared" / f"{name}.sh"
+    output = slurm.tmp / "shared" / f"{name}.out"
+    script.write_text(f"#!/bin/sh\nexec {shlex.join(command)}\n")
+    script.chmod(0o755)
+    argv = ["sbatch", "--wait", "--time=2", "-o", str(output), *options, str(script)]
+    res = slurm.run(argv, timeout=timeout, env=env)
+    return res, output.read_text(errors="replace") if output.exists() else ""
 
 
 def reports(res: HostResult, count: int, key: str, output: str | None = None,

@@ -52,9 +52,10 @@ def main(argv: list[str]) -> int:
 
         port = ports.job_ports("slurm", env["SLURM_JOB_ID"], env["SLURM_STEP_ID"],
                                ports.read_ephemeral_range(), ports.read_reserved_ports())[0]
-    names = next(v for v in VOCABULARIES if v[0] in env)
-    rank, local, world, local_world = (env[n] for n in names)
-    if names[3] == "SLURM_GTIDS":  # the global ids of this node's tasks
+    # No launcher's ranks (a batch script): one node, one process.
+    names = next((v for v in VOCABULARIES if v[2] in env), None)
+    rank, local, world, local_world = (env[n] for n in names) if names else ("0", "0", "1", "1")
+    if names and names[3] == "SLURM_GTIDS":  # the global ids of this node's tasks
         local_world = str(len(local_world.split(",")))
     # The node index: the own host's place in E2E_STANDIN_NODES when the test gives it (an
     # mpirun in a batch script: ranks there see different steps), else Slurm's step's.
@@ -63,9 +64,11 @@ def main(argv: list[str]) -> int:
         node: str | None = str(nodes.index(socket.gethostname()))
     else:
         node = env.get("SLURM_NODEID") if "SLURM_STEP_NODELIST" in env else None
+    if names is None:
+        node = "0"
     new = {"MASTER_ADDR": master, "MASTER_PORT": str(port)}
     if layer == "node":
-        nnodes = env["SLURM_STEP_NUM_NODES"]
+        nnodes = env.get("SLURM_STEP_NUM_NODES", "1")
         new.update(NODE_RANK=str(node), PET_NNODES=nnodes, PET_NODE_RANK=str(node),
                    PET_MASTER_ADDR=master, PET_MASTER_PORT=str(port))
     else:

@@ -26,7 +26,6 @@ skipped without them, FAILS under CI=true.
 from __future__ import annotations
 
 import random
-import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +34,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hpc_jobs import HERE, NODES, cluster, job_env, launch, reports, require_hpc
+from hpc_jobs import HERE, NODES, cluster, job_env, launch, reports, require_hpc, sbatch
 from hpc_jobs import write_labels as labels_file
 from slurmcluster import SlurmCluster
 
@@ -117,17 +116,11 @@ def test_openmpi_in_a_batch_script(mpi: SlurmCluster) -> None:
     and 1 on the batch node (job variables only, ENVIRONMENT=BATCH), ranks 2-5 in the orted
     step on gpu-a100-[10-11]; every rank gets the master gpu-a100-09 and its node."""
     labels, port = _labels(mpi)
-    script = mpi.tmp / "shared" / f"ompi-batch-{port}.sh"
-    output = script.with_suffix(".out")
-    command = [*OMPI, *launch("process", NODES[0], port), "python", TORCH]
-    script.write_text(f"#!/bin/sh\nexec {shlex.join(command)}\n")
-    script.chmod(0o755)
-    argv = ["sbatch", "--wait", "-N3", "--ntasks-per-node=2", "--time=2", "-o", str(output),
-            str(script)]
     env = job_env(labels, E2E_STANDIN_NODES=",".join(NODES))
-    res = mpi.run(argv, timeout=JOB_TIMEOUT_S, env=env)
-    got = reports(res, 6, "rank", output.read_text() if output.exists() else "")
-    _check(got, "OMPI_COMM_WORLD_RANK", port, node_known=True)
+    res, output = sbatch(mpi, ["-N3", "--ntasks-per-node=2"],
+                         [*OMPI, *launch("process", NODES[0], port), "python", TORCH], env,
+                         JOB_TIMEOUT_S)
+    _check(reports(res, 6, "rank", output), "OMPI_COMM_WORLD_RANK", port, node_known=True)
 
 
 def test_mpich_inside_a_slurm_allocation(mpi: SlurmCluster) -> None:

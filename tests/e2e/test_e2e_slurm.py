@@ -13,7 +13,9 @@ port) and the result of a real collective across the 6 ranks:
 - ``srun -N3 --ntasks-per-node=1 derive-env -- torchrun --nproc-per-node=2 ...``: the node
   layer (PET_*), torchrun started with no other flag;
 - ``srun -m arbitrary`` with SLURM_HOSTFILE putting rank 0 on the LAST node;
-- a JAX job and a TensorFlow (MultiWorkerMirroredStrategy) job, one process per task.
+- a JAX job and a TensorFlow (MultiWorkerMirroredStrategy) job, one process per task;
+- ``derive-env -- torchrun`` in a batch script (item 3): of a 1-node job it is a single-node
+  job; of a 3-node job an error that prints the fix, the command not run.
 
 E2E_HPC_STANDIN=1 runs the same jobs with a hand-written stand-in for derive-env (hpc_jobs).
 Needs root, ``ip netns``, slurm-wlm, munge, torch (and jax, tensorflow): skipped without
@@ -41,6 +43,7 @@ from hpc_jobs import (
     launch,
     reports,
     require_hpc,
+    sbatch,
 )
 from hpc_jobs import write_labels as labels_file
 from simcluster import HostResult
@@ -231,3 +234,34 @@ def test_srun_tensorflow_one_task_per_process(slurm: SlurmCluster) -> None:
         assert (r["all_reduce"], r["reduce"], r["all_gather"]) == (
             21.0, 21.0, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), r
     assert [r["is_chief"] for r in got] == [True] + [False] * 5
+
+
+def test_sbatch_one_node_script_is_a_single_node_job(slurm: SlurmCluster) -> None:
+    """sbatch -N1 of ``derive-env -- torchrun --nproc-per-node=2``: a single-node job (the
+    batch script is the only task), so torchrun's 2 workers join on this node and sum to 3;
+    no Slurm step variables are taken for a node layer (PET_NNODES is not 3 or more)."""
+    port = _port()
+    labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(port)})
+    res, output = sbatch(slurm, ["-N1"], [*launch("node", "127.0.0.1", port), "torchrun",
+                                          "--nproc-per-node=2", TORCH], job_env(labels),
+                         JOB_TIMEOUT_S)
+    got = reports(res, 2, "rank", output)
+    assert [(r["hostname"], r["rank"], r["world_size"]) for r in got] == [
+        (NODES[0], 0, 2), (NODES[0], 1, 2)]
+    assert {r["result"] for r in got} == {3.0}
+
+
+def test_sbatch_three_node_script_stops_with_the_fix(slurm: SlurmCluster) -> None:
+    """sbatch -N3 of ``derive-env -- torchrun ...``: the batch script runs once, on the first
+    node, and nothing but srun can start the others (sources.md 3.2), so derive-env exits 3
+    naming SLURM_JOB_NUM_NODES and printing the fix; torchrun never runs."""
+    if STANDIN:
+        pytest.skip("derive-env's own refusal: nothing for the stand-in to show")
+    labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(_port())})
+    res, output = sbatch(slurm, ["-N3"], [*launch("node", "", 0), "torchrun",
+                                          "--nproc-per-node=2", TORCH], job_env(labels),
+                         JOB_TIMEOUT_S)
+    assert (res.returncode, res.timed_out) == (3, False), res.describe() + output
+    assert "srun --ntasks-per-node=1 derive-env -- torchrun" in output, output
+    assert "SLURM_JOB_NUM_NODES" in output, output
+    assert '"rank"' not in output, output
