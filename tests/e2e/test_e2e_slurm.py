@@ -12,7 +12,8 @@ port) and the result of a real collective across the 6 ranks:
   port derived from the job and step ids (src/derive_env/ports.py) without a port label;
 - ``srun -N3 --ntasks-per-node=1 derive-env -- torchrun --nproc-per-node=2 ...``: the node
   layer (PET_*), torchrun started with no other flag;
-- ``srun -m arbitrary`` with SLURM_HOSTFILE putting rank 0 on the LAST node;
+- ``srun -m cyclic`` (ranks round-robin over the nodes), ``srun -m arbitrary`` with
+  SLURM_HOSTFILE putting rank 0 on the LAST node, ports Slurm reserved;
 - a JAX job and a TensorFlow (MultiWorkerMirroredStrategy) job, one process per task;
 - ``derive-env -- torchrun`` in a batch script (item 3): of a 1-node job it is a single-node
   job; of a 3-node job an error that prints the fix, the command not run.
@@ -119,6 +120,20 @@ def test_srun_two_tasks_per_node_every_process_joins_by_env(slurm: SlurmCluster)
         (h, str(i)) for i, h in enumerate(BLOCK_HOSTS)]
     for rank, r in enumerate(got):  # exactly these (so no PET_*, no GROUP_RANK)
         assert r["env"] == _process_env(rank, rank % 2, rank // 2, NODES[0], port), r
+    assert {r["result"] for r in got} == {21.0}
+
+
+def test_srun_cyclic_ranks_round_robin_over_the_nodes(slurm: SlurmCluster) -> None:
+    """srun -N3 --ntasks-per-node=2 -m cyclic: rank r on node r mod 3 with local rank
+    r // 3 (not contiguous per node); the master is still gpu-a100-09 (rank 0's node)."""
+    port = _port()
+    labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(port)})
+    res = _srun(slurm, ["-N3", "--ntasks-per-node=2", "-m", "cyclic"],
+                [*launch("process", NODES[0], port), "python", TORCH], job_env(labels))
+    got = reports(res, 6, "rank")
+    assert [r["hostname"] for r in got] == [NODES[r % 3] for r in range(6)]
+    for rank, r in enumerate(got):
+        assert r["env"] == _process_env(rank, rank // 3, rank % 3, NODES[0], port), r
     assert {r["result"] for r in got} == {21.0}
 
 
