@@ -26,11 +26,12 @@ What is deliberately not read, and why:
 
 Two vocabularies of one launcher must agree (sources.md 3.4, as DeepSpeed's
 ``launcher_helper`` does for ``PMIX_RANK``/``PMI_RANK``): Open MPI 4 and 5 also set
-``PMIX_RANK`` (its own PMIx server; ompi-ssh), MVAPICH2's mpiexec also sets ``PMI_RANK`` and
-``PMI_SIZE``, PALS sets ``PMI_RANK``, ``PMI_LOCAL_RANK``, ``PMI_LOCAL_SIZE`` beside its
-``PALS_*``. Hydra writes only ``PMI_*`` and ``MPI_LOCAL*``: no second vocabulary. Only a
-launcher's own companion variables are compared: Hydra copies mpiexec's whole environment
-into every rank (mpich-in-sbatch), so another launcher's variables there can be stale.
+``PMIX_RANK`` (its own PMIx server; ompi-ssh); MVAPICH2 also sets ``PMI_ID`` and
+``MPIRUN_NPROCS`` (mpirun_rsh) or ``PMI_RANK`` and ``PMI_SIZE`` (its mpiexec); PALS sets
+``PMI_RANK``, ``PMI_LOCAL_RANK``, ``PMI_LOCAL_SIZE`` beside its ``PALS_*``. Hydra writes
+only ``PMI_*`` and ``MPI_LOCAL*``: no second vocabulary. Only a launcher's own companion
+variables are compared: Hydra copies mpiexec's whole environment into every rank
+(mpich-in-sbatch), so another launcher's variables there can be stale.
 """
 
 from __future__ import annotations
@@ -80,12 +81,15 @@ VOCABULARIES: dict[str, _Vocabulary] = {
         companions=(("PMIX_RANK", "rank"),),
         source="Open MPI docs, Environment variables set for MPI applications",
     ),
-    # MVAPICH2 2.3 user guide, section "MPIRUN_RSH Parameters" (MV2_COMM_WORLD_*); its
-    # Hydra-based mpiexec also writes PMI_RANK / PMI_SIZE.
+    # MVAPICH2 2.3 user guide, section "MPIRUN_RSH Parameters" (MV2_COMM_WORLD_*);
+    # mpirun_rsh's mpispawn also sets PMI_ID (the rank) and MPIRUN_NPROCS (the world size;
+    # src/pm/mpirun/mpispawn.c setup_local_environment / setup_global_environment), its
+    # Hydra-based mpiexec PMI_RANK / PMI_SIZE.
     "mvapich2": _Vocabulary(
         "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_SIZE",
         "MV2_COMM_WORLD_LOCAL_SIZE",
-        companions=(("PMI_RANK", "rank"), ("PMI_SIZE", "world_size")),
+        companions=(("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
+                    ("MPIRUN_NPROCS", "world_size")),
         source="MVAPICH2 user guide, MPIRUN_RSH parameters",
     ),
     # pmodels/mpich src/pm/hydra (pmip: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
