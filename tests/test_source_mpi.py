@@ -151,9 +151,10 @@ OMPI5 = {
     "PMIX_SERVER_URI41": "prterun-login-4242@0.1;tcp4://127.0.0.1:40211",
 }
 
-#: Intel MPI 2021 mpiexec.hydra, rank 3 of 4 on two nodes (Intel MPI Library developer
-#: reference, "Hydra environment variables"; the same four as MPICH's Hydra): PMI_RANK,
-#: PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS, PMI_FD.
+#: Intel MPI 2021 mpiexec.hydra, rank 3 of 4 on two nodes. Intel's Hydra derives from
+#: MPICH's and sets the same four (accelerate utils/environment.py and DeepSpeed's
+#: launcher read PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS for Intel MPI; Intel's
+#: Inspector user guide: the rank is PMI_RANK), plus PMI_FD and I_MPI_* settings.
 INTEL_MPI = {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1",
              "MPI_LOCALNRANKS": "2", "PMI_FD": "6", "I_MPI_HYDRA_TOPOLIB": "hwloc"}
 

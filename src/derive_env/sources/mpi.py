@@ -56,7 +56,6 @@ class _Vocabulary(NamedTuple):
     :ivar job: a job id every process of the job shares (for the port policy).
     :ivar companions: ``(variable, fact)``: the same fact in another vocabulary the launcher
         also writes; checked when set.
-    :ivar source: the file or page the variable set follows.
     """
 
     rank: str
@@ -66,7 +65,6 @@ class _Vocabulary(NamedTuple):
     node_rank: str | None = None
     job: str | None = None
     companions: tuple[tuple[str, str], ...] = ()
-    source: str = ""
 
 
 #: Per table line. The four detect variables of each line in SOURCES are exactly the
@@ -79,7 +77,6 @@ VOCABULARIES: dict[str, _Vocabulary] = {
         "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
         "OMPI_COMM_WORLD_LOCAL_SIZE", job="PMIX_NAMESPACE",
         companions=(("PMIX_RANK", "rank"),),
-        source="Open MPI docs, Environment variables set for MPI applications",
     ),
     # MVAPICH2 2.3 user guide, section "MPIRUN_RSH Parameters" (MV2_COMM_WORLD_*);
     # mpirun_rsh's mpispawn also sets PMI_ID (the rank) and MPIRUN_NPROCS (the world size;
@@ -90,15 +87,13 @@ VOCABULARIES: dict[str, _Vocabulary] = {
         "MV2_COMM_WORLD_LOCAL_SIZE",
         companions=(("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
                     ("MPIRUN_NPROCS", "world_size")),
-        source="MVAPICH2 user guide, MPIRUN_RSH parameters",
     ),
     # pmodels/mpich src/pm/hydra (pmip: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
     # MPI_LOCALNRANKS; recorded from MPICH 4.0.2: mpich-ssh, mpich-in-*); Intel MPI's
-    # mpiexec.hydra writes the same four (Intel MPI developer reference; accelerate
-    # utils/environment.py reads them for it). No job id: Hydra sets no PMI_JOBID.
+    # mpiexec.hydra, derived from it, writes the same four (accelerate utils/environment.py
+    # and DeepSpeed's launcher read them for Intel MPI). No job id: Hydra sets no PMI_JOBID.
     "hydra": _Vocabulary(
         "PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS",
-        source="MPICH Hydra proxy (pmip), Intel MPI mpiexec.hydra",
     ),
     # HPE Cray PALS mpiexec (ALCF Polaris/Aurora user guides; argonne-lcf launcher scripts
     # read PMI_RANK, PMI_SIZE, PMI_LOCAL_RANK; Aurora jobs read PALS_LOCAL_SIZE): PALS_RANKID,
@@ -109,7 +104,6 @@ VOCABULARIES: dict[str, _Vocabulary] = {
         node_rank="PALS_NODEID", job="PALS_APID",
         companions=(("PMI_RANK", "rank"), ("PMI_LOCAL_RANK", "local_rank"),
                     ("PMI_LOCAL_SIZE", "local_world_size")),
-        source="HPE Cray PALS mpiexec",
     ),
 }
 
