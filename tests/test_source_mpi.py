@@ -193,6 +193,14 @@ def test_intel_mpi() -> None:
     )
 
 
+def test_hydra_pmi_port_mode_states_no_world_size() -> None:
+    """mpiexec -pmi-port: PMI_PORT and PMI_ID replace PMI_RANK, PMI_FD and PMI_SIZE
+    (pmodels/mpich src/pm/hydra/proxy/pmip_cb.c launch_procs): no world size, not seen."""
+    environ = {"MPI_LOCALNRANKS": "2", "MPI_LOCALRANKID": "1", "PMI_PORT": "node1:40123",
+               "PMI_ID": "3"}
+    assert _mpi_seen(environ) == []
+
+
 def test_mvapich2() -> None:
     assert _mpi_seen(MVAPICH2) == ["mvapich2"]
     assert read(MVAPICH2, "mvapich2") == Report(

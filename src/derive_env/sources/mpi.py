@@ -88,8 +88,10 @@ VOCABULARIES: dict[str, _Vocabulary] = {
         companions=(("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
                     ("MPIRUN_NPROCS", "world_size")),
     ),
-    # pmodels/mpich src/pm/hydra (pmip: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
-    # MPI_LOCALNRANKS; recorded from MPICH 4.0.2: mpich-ssh, mpich-in-*); Intel MPI's
+    # pmodels/mpich src/pm/hydra/proxy/pmip_cb.c launch_procs: MPI_LOCALNRANKS,
+    # MPI_LOCALRANKID, then PMI_RANK, PMI_FD, PMI_SIZE (recorded from MPICH 4.0.2:
+    # mpich-ssh, mpich-in-*). With -pmi-port it sets PMI_PORT and PMI_ID instead of
+    # PMI_RANK, PMI_FD and PMI_SIZE: no world size, so the line is not seen. Intel MPI's
     # mpiexec.hydra, derived from it, writes the same four (accelerate utils/environment.py
     # and DeepSpeed's launcher read them for Intel MPI). No job id: Hydra sets no PMI_JOBID.
     "hydra": _Vocabulary(
