@@ -84,7 +84,8 @@ LAUNCHERS: tuple[Launcher, ...] = (
         _RUN_WITHOUT, source="mvapich2",
     ),
     Launcher(
-        "Cray PALS (mpiexec)", ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_NODEID"),
+        "Cray PALS (mpiexec)",
+        ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID", "PMI_SIZE"),
         (("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0)),
         _RUN_WITHOUT, source="pals",
     ),
@@ -96,7 +97,8 @@ LAUNCHERS: tuple[Launcher, ...] = (
         _RUN_WITHOUT, source="hydra",
     ),
     Launcher(
-        "a PMIx launcher (Open MPI 5 prterun, srun --mpi=pmix)", ("PMIX_RANK", "PMIX_NAMESPACE"),
+        "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
+        ("PMIX_RANK", "PMIX_NAMESPACE"),
         (("PMIX_RANK", 0),), _RUN_WITHOUT, sized=False, source="openmpi",
     ),
     Launcher(
