@@ -364,8 +364,8 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
     :param files: the content of ``SLURM_HOSTFILE`` for ``-m arbitrary`` (path -> text, or
         ``None`` when unreadable).
     :raises TopologyError: malformed values; sizes that disagree; ranks out of range; a step
-        of another job; an unreadable or malformed hostfile; a heterogeneous step; a pty
-        step of more than one task; Slurm's MPI plugin variables that contradict the step.
+        of another job; an unreadable or malformed hostfile; a heterogeneous step; Slurm's
+        MPI plugin variables that contradict the step.
     """
     _refuse_het(environ)
     job = _job_id(environ)
@@ -401,16 +401,6 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
             "SLURM_LOCALID", environ["SLURM_LOCALID"],
             f"a local rank below {local_world}, the task count of node SLURM_NODEID="
             f"{node_id} in SLURM_STEP_TASKS_PER_NODE={environ['SLURM_STEP_TASKS_PER_NODE']!r}"))
-    if environ.get("SLURM_PTY_PORT") and world > 1:
-        # srun.1 --pty: "Execute task zero in pseudo terminal mode"; the other tasks get
-        # /dev/null as input, so their shells exit at once: only one task is a shell.
-        raise TopologyError(describe(
-            "SLURM_PTY_PORT", environ["SLURM_PTY_PORT"],
-            f"unset, or a step of one task: this is an srun --pty step of {world} tasks, "
-            "whose terminal only task 0 has (srun.1 --pty); the other tasks' shells ended, so "
-            "nothing would start on their nodes. Start the interactive shell with srun -N1 "
-            "-n1 --pty, then run srun derive-env -- ... from it for the job (inside an "
-            "srun --pty shell, unset SLURM_PTY_PORT first if srun passes it on)"))
     _check_mpi_plugin(environ, job, step, rank, node_id, world)
 
     problems: list[str] = []
@@ -475,8 +465,20 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
         inputs["gpus"] = gpu_inputs
 
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     if environ.get("SLURM_PTY_PORT"):
-        notes = ("an srun --pty step of one task",)
+        # Recorded (tests/data/slurm-pty): srun -N2 --pty runs the command on both tasks,
+        # only task 0 with the terminal; and an srun inside a pty shell passes
+        # SLURM_PTY_PORT on to its tasks. So the step is described as it is, never refused.
+        notes = (f"SLURM_PTY_PORT is set: an srun --pty step, or a step started from one "
+                 f"({world} task(s))",)
+        if world > 1 and rank == 0:
+            warnings = (
+                f"SLURM_PTY_PORT is set and the step has {world} tasks: if derive-env runs "
+                "from an interactive srun --pty shell, the other tasks' shells ended at "
+                "once (srun.1 --pty: only task 0 has the terminal) and the job will wait "
+                "for them; start the shell with srun -N1 -n1 --pty and the job with srun "
+                "from it",)
     return Report(
         source="slurm-step",
         title="a Slurm step (srun)",
@@ -491,6 +493,7 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
         inputs=inputs,
         order=_STEP_ORDER,
         notes=notes,
+        warnings=warnings,
         problem=(f"{'; '.join(problems)}: {_COPIED}" if problems else None),
     )
 
