@@ -589,3 +589,24 @@ def slurm_lines():
     from derive_env.sources import SOURCES
 
     return [s for s in SOURCES if s.module.endswith(".slurm")]
+
+
+@pytest.mark.parametrize(("nodelist", "message"), [
+    ("10.0.0.[254-256]", "SLURM_JOB_NODELIST='10.0.0.[254-256]': expected a host name or an "
+     "IPv4 address (four numbers 0-255), not '10.0.0.256'"),
+    ("fe80::[1-2]", "SLURM_JOB_NODELIST='fe80::[1-2]': expected a host name or a routable IP "
+     "address; a link-local IPv6 address needs a zone, which cannot be carried in host:port "
+     "values, not 'fe80::1'"),
+    ("n[1-2],m[1-2]-,x", "SLURM_JOB_NODELIST='n[1-2],m[1-2]-,x': expected a host name "
+     "(letters, digits, '-' and '.') or an IP address, not 'm1-'"),
+])
+def test_every_host_is_checked_also_in_large_lists(nodelist: str, message: str) -> None:
+    env = dict(tasks("sbatch-3node")["batch"][1])
+    env["SLURM_JOB_NODELIST"] = nodelist
+    assert raises(env, "slurm-allocation") == message
+
+
+def test_addresses_are_hosts_too() -> None:
+    env = dict(tasks("salloc-shell")["shell"][1])
+    env["SLURM_JOB_NODELIST"] = "10.0.0.[8-9]"
+    assert alloc(env).nodes == (Node("10.0.0.8"), Node("10.0.0.9"))
