@@ -23,9 +23,10 @@ no inner source (the MPI launcher) is seen.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from itertools import repeat
+from typing import TypeVar
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.report import Processes, Report
@@ -37,6 +38,7 @@ from derive_env.sources.slurm_grammar import (
 from derive_env.topology import Node, host_problem
 
 _DIGITS = "0123456789"
+_T = TypeVar("_T")
 
 #: Variables present only in a heterogeneous job or step (``srun ... : ...``, ``sbatch``
 #: with ``hetjob``): Slurm 20.02+ writes ``SLURM_HET_SIZE`` (``env.c``
@@ -159,12 +161,18 @@ def _expand_checked(value: str) -> tuple[str, ...]:
     return hosts
 
 
-def _hosts(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """Expand host list ``name`` (src/common/hostlist.c grammar) and check every host."""
+def _parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
+    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
+    TopologyError naming the variable and its value."""
     try:
-        return _expand_checked(environ[name])
+        return parse(environ[name])
     except ValueError as exc:
         raise TopologyError(describe(name, environ[name], str(exc))) from None
+
+
+def _hosts(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Expand host list ``name`` (src/common/hostlist.c grammar) and check every host."""
+    return _parsed(environ, name, _expand_checked)
 
 
 def _job_id(environ: Mapping[str, str]) -> str:
@@ -411,12 +419,7 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
     world = _int(environ, "SLURM_STEP_NUM_TASKS", 1)
     rank = _int(environ, "SLURM_PROCID", 0)
     local_rank = _int(environ, "SLURM_LOCALID", 0)
-    try:
-        tpn = expand_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"])
-    except ValueError as exc:
-        raise TopologyError(describe(
-            "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"], str(exc),
-        )) from None
+    tpn = _parsed(environ, "SLURM_STEP_TASKS_PER_NODE", expand_tasks_per_node)
     if len(tpn) != info.num_nodes:
         raise TopologyError(describe(
             "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"],
@@ -486,12 +489,7 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
 
     ports: tuple[int, ...] = ()
     if environ.get("SLURM_STEP_RESV_PORTS"):
-        try:
-            ports = parse_resv_ports(environ["SLURM_STEP_RESV_PORTS"])
-        except ValueError as exc:
-            raise TopologyError(describe(
-                "SLURM_STEP_RESV_PORTS", environ["SLURM_STEP_RESV_PORTS"], str(exc),
-            )) from None
+        ports = _parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports)
         inputs["ports"] = ("SLURM_STEP_RESV_PORTS",)
     else:
         inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
