@@ -29,7 +29,7 @@ ALL3 = (Node(N09), Node(N10), Node(N11))
 #: The hostfile srun-arbitrary ran with (record_envs.py writes _ORDER one host a line).
 HOSTFILE = "/tmp/derive-slurm-run/shared/srun-arbitrary/hostfile"
 HOSTFILE_TEXT = f"{N11}\n{N09}\n{N10}\n{N11}\n"
-PTY_DATA = Path(__file__).resolve().parent / "data" / "slurm-pty"
+EXTRA_DATA = Path(__file__).resolve().parent / "data" / "slurm-extra"
 
 
 def tasks(scenario: str) -> dict[str, tuple[str, dict[str, str]]]:
@@ -375,8 +375,8 @@ def test_arbitrary_local_checks_name_the_node() -> None:
         "host of SLURM_HOSTFILE")
 
 
-def pty(name: str) -> tuple[str, dict[str, str]]:
-    return load_fixture(PTY_DATA / f"{name}.env")
+def extra(name: str) -> tuple[str, dict[str, str]]:
+    return load_fixture(EXTRA_DATA / f"{name}.env")
 
 
 def test_srun_pty_of_one_task() -> None:
@@ -389,23 +389,23 @@ def test_srun_pty_of_one_task() -> None:
 
 
 def test_srun_pty_of_two_tasks_is_the_step_it_is() -> None:
-    # Recorded: srun -N2 --pty runs the command on both tasks (tests/data/slurm-pty).
+    # Recorded: srun -N2 --pty runs the command on both tasks (tests/data/slurm-extra).
     for task in ("pty2-0", "pty2-1"):
-        ran_on, env = pty(task)
+        ran_on, env = extra(task)
         report = step(env)
         assert report.nodes[report.node_rank].host == ran_on
         assert report.processes.world_size == 2 and report.problem is None
-    assert step(pty("pty2-0")[1]).warnings == (
+    assert step(extra("pty2-0")[1]).warnings == (
         "SLURM_PTY_PORT is set and the step has 2 tasks: if derive-env runs from an "
         "interactive srun --pty shell, the other tasks' shells ended at once (srun.1 --pty: "
         "only task 0 has the terminal) and the job will wait for them; start the shell with "
         "srun -N1 -n1 --pty and the job with srun from it",)
-    assert step(pty("pty2-1")[1]).warnings == ()
+    assert step(extra("pty2-1")[1]).warnings == ()
 
 
 def test_a_step_started_from_a_pty_shell_inherits_its_port() -> None:
     for task in ("nested-0", "nested-1"):
-        ran_on, env = pty(task)
+        ran_on, env = extra(task)
         assert env["SLURM_STEP_ID"] == "1" and env["SLURM_PTY_PORT"]
         report = step(env)
         assert report.nodes[report.node_rank].host == ran_on
@@ -610,3 +610,17 @@ def test_addresses_are_hosts_too() -> None:
     env = dict(tasks("salloc-shell")["shell"][1])
     env["SLURM_JOB_NODELIST"] = "10.0.0.[8-9]"
     assert alloc(env).nodes == (Node("10.0.0.8"), Node("10.0.0.9"))
+
+
+def test_a_job_submitted_from_a_step_keeps_that_steps_variables() -> None:
+    # Recorded (tests/data/slurm-extra/README.md): job 2's batch script, on gpu-a100-10.
+    ran_on, env = extra("inherited-batch")
+    assert ran_on == N10 and env["SLURM_JOB_ID"] == "2"
+    assert [s.name for s in seen_sources(env)] == ["slurm-step", "slurm-allocation"]
+    message = (
+        "SLURM_STEP_NODELIST='gpu-a100-[09-10]': expected nodes of this job's "
+        "SLURM_JOB_NODELIST='gpu-a100-10', not 'gpu-a100-09': the step variables were "
+        "inherited from another job (a job submitted from inside a step); unset SLURM_STEP_* "
+        "before sbatch/salloc, or submit with --export=NONE")
+    assert raises(env) == message
+    assert raises(env, "slurm-allocation") == message

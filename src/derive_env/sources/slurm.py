@@ -500,7 +500,7 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     if environ.get("SLURM_PTY_PORT"):
-        # Recorded (tests/data/slurm-pty): srun -N2 --pty runs the command on both tasks,
+        # Recorded (tests/data/slurm-extra): srun -N2 --pty runs the command on both tasks,
         # only task 0 with the terminal; and an srun inside a pty shell passes
         # SLURM_PTY_PORT on to its tasks. So the step is described as it is, never refused.
         notes = (f"SLURM_PTY_PORT is set: an srun --pty step, or a step started from one "
