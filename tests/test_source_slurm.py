@@ -624,3 +624,81 @@ def test_a_job_submitted_from_a_step_keeps_that_steps_variables() -> None:
         "before sbatch/salloc, or submit with --export=NONE")
     assert raises(env) == message
     assert raises(env, "slurm-allocation") == message
+
+
+# -- MPI launchers inside an allocation: a model, checked against the four recordings ----------
+
+
+def mpi_in_allocation(hosts: list[str], per_node: list[int], kind: str,
+                      job: str = "42") -> list[tuple[str, dict[str, str]]]:
+    """Every MPI rank's Slurm variables, as the recordings show them (README there).
+
+    ``ompi-in-sbatch``: ranks on the batch node are mpirun's children (the batch script's
+    variables), the others are in orted's step over the other nodes. ``mpich-in-sbatch``:
+    Hydra's proxy step spans every node, and mpiexec's SLURMD_NODENAME and SLURM_GTIDS are
+    copied into every rank. ``*-in-salloc``: the daemon step spans every node.
+    """
+    batch = kind.endswith("sbatch")
+    base = {"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": ",".join(hosts),
+            "SLURM_JOB_NUM_NODES": str(len(hosts)), "SLURM_NNODES": str(len(hosts))}
+    if batch:
+        base["ENVIRONMENT"] = "BATCH"
+    daemons = hosts[1:] if kind == "ompi-in-sbatch" else hosts
+    out = []
+    for n, host in enumerate(hosts):
+        if host in daemons:
+            d = daemons.index(host)
+            env = {**base, "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": ",".join(daemons),
+                   "SLURM_STEP_NUM_NODES": str(len(daemons)), "SLURM_NNODES": str(len(daemons)),
+                   "SLURM_STEP_NUM_TASKS": str(len(daemons)),
+                   "SLURM_STEP_TASKS_PER_NODE": compress([1] * len(daemons)),
+                   "SLURM_PROCID": str(d), "SLURM_NODEID": str(d), "SLURM_LOCALID": "0",
+                   "SLURM_GTIDS": str(d), "SLURMD_NODENAME": host,
+                   "SLURM_DISTRIBUTION": "cyclic"}
+            if kind == "mpich-in-sbatch":
+                env.update(SLURMD_NODENAME=hosts[0], SLURM_GTIDS="0")
+        else:
+            env = {**base, "SLURM_PROCID": "0", "SLURM_NODEID": "0", "SLURM_LOCALID": "0",
+                   "SLURM_GTIDS": "0", "SLURMD_NODENAME": hosts[0]}
+        out += [(host, env)] * per_node[n]
+    return out
+
+
+MPI_KEYS = ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS",
+            "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID",
+            "SLURM_GTIDS", "SLURMD_NODENAME", "SLURM_NNODES", "ENVIRONMENT",
+            "SLURM_JOB_NUM_NODES")
+
+
+@pytest.mark.parametrize("kind", ["ompi-in-sbatch", "ompi-in-salloc", "mpich-in-sbatch",
+                                  "mpich-in-salloc"])
+def test_the_mpi_model_matches_the_recordings(kind: str) -> None:
+    model = mpi_in_allocation([N09, N10, N11], [2, 2, 2], kind)
+    recorded = tasks(kind)
+    for rank, (host, env) in enumerate(model):
+        ran_on, real = recorded[f"rank{rank}"]
+        assert host == ran_on
+        real = {k: real[k] for k in MPI_KEYS if k in real}
+        if "SLURM_STEP_NODELIST" in real:  # the model writes lists uncompressed
+            real["SLURM_STEP_NODELIST"] = ",".join(slurm.expand_hostlist(
+                real["SLURM_STEP_NODELIST"]))
+        assert {k: env[k] for k in MPI_KEYS if k in env} == real
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 9), st.lists(st.integers(1, 4), min_size=1, max_size=9),
+       st.sampled_from(["ompi-in-sbatch", "ompi-in-salloc", "mpich-in-sbatch",
+                        "mpich-in-salloc"]))
+def test_allocation_never_gives_an_mpi_rank_a_wrong_node(first, per_node, kind) -> None:
+    hosts = [f"node-{first + i:03d}" for i in range(len(per_node))]
+    for host, env in mpi_in_allocation(hosts, per_node, kind):
+        report = alloc(env)
+        assert report.nodes == tuple(Node(h) for h in hosts)
+        if report.node_rank is not None:
+            assert report.nodes[report.node_rank].host == host
+        if kind != "ompi-in-sbatch" or host != hosts[0]:
+            assert report.node_rank is not None  # proven by the daemon step or the batch
+        if "SLURM_STEP_NODELIST" in env:
+            own = step(env)  # the daemon step: never an error, at most a problem
+            assert (own.problem is not None) == (kind == "mpich-in-sbatch" and
+                                                 host != hosts[0])
