@@ -211,8 +211,9 @@ def _refuse_het(environ: Mapping[str, str]) -> None:
 
 
 def _gpus(environ: Mapping[str, str]) -> tuple[int | None, tuple[str, ...]]:
-    """``SLURM_GPUS_ON_NODE`` (an integer, src/slurmd/slurmstepd/... gres env), never
-    ``SLURM_GPUS_PER_NODE`` (a request such as ``a100:4``)."""
+    """``SLURM_GPUS_ON_NODE``: the GPUs allocated on this node, an integer (srun.1 and
+    sbatch.1, OUTPUT ENVIRONMENT VARIABLES); never ``SLURM_GPUS_PER_NODE``, the request
+    (``a100:4``, sources.md 3.1 "GPUs")."""
     if not environ.get("SLURM_GPUS_ON_NODE"):
         return None, ()
     return _int(environ, "SLURM_GPUS_ON_NODE", 0), ("SLURM_GPUS_ON_NODE",)
@@ -314,8 +315,10 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
     """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task).
 
     Follows ``slurm_read_hostfile`` (src/api/allocate.c): a ``#`` starts a comment unless
-    escaped ``\\#``; blank lines are skipped; a line must start with a letter or digit; it
-    holds ``,``-separated names, ``name*N`` meaning ``N`` times.
+    escaped ``\\#``; empty lines are skipped; a line must start with a letter or digit; it
+    holds ``,``-separated names, ``name*N`` meaning ``N`` times. Blanks around a line are
+    ignored (Slurm refuses a leading blank, so srun never ran with one; leniency here cannot
+    change a file srun accepted).
     """
     where = f"SLURM_HOSTFILE={shorten(path)!r}"
     if text is None:
