@@ -345,7 +345,7 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
         if not entry[0].isascii() or not entry[0].isalnum():
             raise TopologyError(
                 f"{where}: expected lines of Slurm node names (src/api/allocate.c "
-                f"slurm_read_hostfile), not line {number} {shorten_line(entry)!r}")
+                f"slurm_read_hostfile), not line {number} {_shorten_line(entry)!r}")
         for name in entry.split(","):
             host, star, times = name.partition("*")
             count = 1
@@ -353,13 +353,13 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
                 if not times or len(times) > 6 or any(c not in _DIGITS for c in times):
                     raise TopologyError(
                         f"{where}: expected name or name*N on line {number}, not "
-                        f"{shorten_line(name)!r}")
+                        f"{_shorten_line(name)!r}")
                 count = int(times)
             problem = host_problem(host) if host else "a node name"
             if problem:
                 raise TopologyError(
                     f"{where}: expected {problem} on line {number}, not "
-                    f"{shorten_line(host)!r}")
+                    f"{_shorten_line(host)!r}")
             hosts += [host] * count
             if len(hosts) > 1 << 20:
                 raise TopologyError(f"{where}: expected at most {1 << 20} tasks")
@@ -368,7 +368,7 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
     return hosts
 
 
-def shorten_line(text: str) -> str:
+def _shorten_line(text: str) -> str:
     """A hostfile line cut for a message."""
     return text if len(text) <= 80 else text[:80] + "..."
 
