@@ -452,13 +452,14 @@ def test_explain_names_topology_and_sources(sub1_env: Path) -> None:
                      "--dry-run", "--explain"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[:6] == [
+    assert lines[:7] == [
         "source: backendai session sess-42, 3 nodes; this container is sub1, node rank 1",
         "nodes in canonical order (from BACKENDAI_CLUSTER_REPLICAS: role main first, then the "
         "roles in REPLICAS order, each role's hosts {role}1 to {role}{count}):",
         "     0  main1  (master)",
         "     1  sub1  (this container)",
         "     2  sub2",
+        "source seen: backendai (a Backend.AI session), for the node layer",
         "frameworks: pytorch, tensorflow (mode torchrun)",
     ]
     for name, value in expected("sub1").items():

@@ -74,6 +74,13 @@ ARGVS: list[tuple[list[str], bool]] = [
     (["--dry-run", "--env-file", "{missing}"], True),
     (["--dry-run", "--env-file", "-"], True),
     (["--dry-run", "--labels-file", "-", "--format", "json"], True),
+    # the source choice (a bad name is a usage error on both paths, exit 2)
+    (["--dry-run", "--source", "backendai", "--format", "json"], True),
+    (["--dry-run", "--source=none"], True),
+    (["--dry-run", "--source", "auto", "--explain"], True),
+    (["--dry-run", "--source", "slurm"], True),
+    (["--dry-run", "--source", "slurm-step"], True),  # its variables are not set: exit 3
+    (["--dry-run", "--source", "none", "--source", "auto"], False),
     # everything else goes to click, unchanged
     (["--dry-run", "--format"], False),
     (["--dry-run", "--format", "bogus"], False),
@@ -217,10 +224,11 @@ def test_dry_run_options_keywords() -> None:
         ["--label=a=b", "--dry-run", "--labels-file", "L1", "--format=toml", "--label", "c=d",
          "--labels-file=L2", "--env-file", "E"]
     ) == {"dry_run": True, "fmt": "toml", "explain": False, "labels_files": ("L1", "L2"),
-          "label_items": ("a=b", "c=d"), "env_file": "E"}
+          "label_items": ("a=b", "c=d"), "env_file": "E", "source": None}
     assert app.dry_run_options(["--dry-run"]) == {
         "dry_run": True, "fmt": "env", "explain": False, "labels_files": (),
-        "label_items": (), "env_file": None}
+        "label_items": (), "env_file": None, "source": None}
+    assert app.dry_run_options(["--dry-run", "--source=slurm-step"])["source"] == "slurm-step"
 
 
 def test_shell_completion_goes_to_click(monkeypatch: pytest.MonkeyPatch,

@@ -178,12 +178,13 @@ def test_json_round_trips_nasty_values() -> None:
 def test_explain(derivation: Derivation) -> None:
     text = explain(derivation)
     lines = text.splitlines()
-    assert lines[:5] == [
+    assert lines[:6] == [
         "source: backendai session s1, 2 nodes; this container is sub1, node rank 1",
         "nodes in canonical order (from BACKENDAI_CLUSTER_REPLICAS: role main first, then the "
         "roles in REPLICAS order, each role's hosts {role}1 to {role}{count}):",
         "     0  main1  (master)",
         "     1  sub1  (this container)",
+        "source seen: backendai (a Backend.AI session), for the node layer",
         "frameworks: pytorch, tensorflow (mode torchrun)",
     ]
     assert "MASTER_ADDR     = main1" in lines

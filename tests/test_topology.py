@@ -117,9 +117,13 @@ def test_negative_node_rank_is_rejected() -> None:
         ClusterTopology(source="test", nodes=nodes("main1"), node_rank=-1)
 
 
-def test_no_nodes_is_rejected() -> None:
-    with pytest.raises(ValidationError):
-        ClusterTopology(source="test", nodes=(), node_rank=0)
+def test_no_host_list_is_a_partial_topology() -> None:
+    """No host list (an MPI launcher over SSH): allowed, the master is then unknown."""
+    topo = ClusterTopology(source="test", nodes=(), node_rank=None, node_count=2)
+    assert (topo.num_nodes, topo.multi_node, topo.master_addr, topo.this_node) == (
+        2, True, None, None)
+    with pytest.raises(ValidationError, match="node rank 2 is outside 2 nodes"):
+        ClusterTopology(source="test", nodes=(), node_rank=2, node_count=2)
 
 
 def test_duplicate_hosts_are_rejected_case_insensitively() -> None:

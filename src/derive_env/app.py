@@ -315,14 +315,18 @@ def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the p
         (``if_inet6``, ``fib_trie``), ``/etc/hosts``, the host name, and a resolver bounded
         by ``RESOLVE_SECONDS`` (5 s) for all names of this start together. ``False`` (no
         label): only whether ``baimulti0`` exists, one stat.
-    :returns: a ``HostFacts``; unreadable files read as empty.
+        Always: the kernel's ephemeral and reserved port ranges (``/proc/sys/net/ipv4/``
+        ``ip_local_port_range``, ``ip_local_reserved_ports``), for the port policy.
+    :returns: a ``HostFacts``; unreadable files read as empty (the port files as ``None``).
     """
     from derive_env.frameworks import RESOLVE_SECONDS, HostFacts
     from derive_env.frameworks.network import OVERLAY
 
+    ports = {"port_range": _text_or_none("/proc/sys/net/ipv4/ip_local_port_range"),
+             "reserved_ports": _text_or_none("/proc/sys/net/ipv4/ip_local_reserved_ports")}
     if not full:
         present = os.path.exists(f"/sys/class/net/{OVERLAY}")
-        return HostFacts(interfaces=(OVERLAY,) if present else ())
+        return HostFacts(interfaces=(OVERLAY,) if present else (), **ports)
     import socket
 
     def read(path: str) -> str:
@@ -345,7 +349,33 @@ def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the p
         hosts=read("/etc/hosts"),
         hostname=socket.gethostname(),
         resolve=Resolver(RESOLVE_SECONDS),
+        **ports,
     )
+
+
+def _text_or_none(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def read_files(paths: Sequence[str]) -> dict[str, str | None]:
+    """Edge reader for the files a source needs (``SLURM_HOSTFILE``): path -> its text
+    (UTF-8, undecodable bytes escaped), ``None`` when it cannot be read; at most
+    :data:`MAX_INPUT_BYTES` each (a larger one reads as ``None``)."""
+    out: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
+        except (OSError, ValueError):
+            out[path] = None
+            continue
+        out[path] = None if len(data) > MAX_INPUT_BYTES else data.decode(
+            "utf-8", "surrogateescape")
+    return out
 
 
 class Resolver:
@@ -485,6 +515,7 @@ def run(
     labels_files: Sequence[str] = (),
     label_items: Sequence[str] = (),
     env_file: str | None = None,
+    source: str | None = None,
 ) -> int:
     """Do what the command line asked; returns the exit status (or execs and never returns).
 
@@ -498,13 +529,15 @@ def run(
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
+        files = read_files if env_file is None else None  # another container's: not here
         if dry_run and not explain and _is_host_format(fmt):
-            return _write(_host_list(environ, labels, fmt))
+            return _write(_host_list(environ, labels, fmt, source, files))
         if not opted_in:
             return _finish(command, environ, None, dry_run, fmt, explain)
         # Host facts describe this machine: meaningless for another container's --env-file.
         derivation = _derive(
-            environ, labels, command, dry_run, explain, host_facts=env_file is None
+            environ, labels, command, dry_run, explain, host_facts=env_file is None,
+            source=source, files=files,
         )
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
@@ -532,12 +565,13 @@ def _is_host_format(fmt: str) -> bool:
     return fmt in HOST_FORMATS
 
 
-def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
+def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
+               source: str | None, files) -> str:
     """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
     _without_pydantic_plugins()
     from derive_env.hostfiles import render_for
 
-    return render_for(environ, labels, fmt)
+    return render_for(environ, labels, fmt, source, files)
 
 
 def _without_pydantic_plugins() -> None:
@@ -581,6 +615,8 @@ def _derive(
     dry_run: bool,
     explain: bool,
     host_facts: bool,
+    source: str | None = None,
+    files=None,
 ):
     _without_pydantic_plugins()
     from derive_env.errors import EnvironmentTooLarge
@@ -591,7 +627,8 @@ def _derive(
     try:
         # Read only if a rule asks (ctx.facts); everything only with the socket-ifname label.
         full = PREFIX + "socket-ifname" in labels
-        derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None)
+        derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None,
+                            source, files)
         assert derivation is not None  # opted in, checked by the caller
         check_limits(command, {**environ, **derivation.changes()}, arg_max)
     except DeriveEnvError as exc:
@@ -650,7 +687,7 @@ def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool
 #: a value), mapped to the keyword of :func:`run` that click's command (cli.py) fills.
 _FLAGS = {"--dry-run": "dry_run", "--explain": "explain"}
 _VALUED = {"--format": "fmt", "--label": "label_items", "--labels-file": "labels_files",
-           "--env-file": "env_file"}
+           "--env-file": "env_file", "--source": "source"}
 
 
 def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
@@ -660,16 +697,17 @@ def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
     start) and the operator's dry runs: importing click costs more than the whole derivation
     (docs/performance.md). Accepted, in any order: ``--dry-run``, ``--explain``,
     ``--format NAME`` / ``--format=NAME`` with a name of :data:`derive_env.formats.FORMATS`
-    (once), and ``--label``, ``--labels-file`` (repeatable), ``--env-file`` (once), each
+    (once), and ``--label``, ``--labels-file`` (repeatable), ``--env-file``, ``--source``
+    (once each), each
     ``--option VALUE`` or ``--option=VALUE``, the value taken verbatim as click takes it.
 
     It only ever answers for a command line that click's command (cli.py) accepts with the
     same meaning, and ``None`` for everything else (a command or ``--``, another option,
     ``--help``, a missing or unknown value, a repeated ``--format``, no ``--dry-run``,
-    ``--explain`` with ``--format``, two ``--env-file``, stdin for both ``--env-file`` and
-    ``--labels-file``; a check added to cli.py must be added here): click then parses it and says
-    what is wrong, so messages and exit codes are click's (tests/test_fast_path.py compares
-    both paths).
+    ``--explain`` with ``--format``, two ``--env-file`` or ``--source``, stdin for both
+    ``--env-file`` and ``--labels-file``; a check added to cli.py must be added here): click
+    then parses it and says what is wrong, so messages and exit codes are click's
+    (tests/test_fast_path.py compares both paths).
 
     :param args: the command line without the program name.
     :returns: ``run()``'s keyword arguments (``command`` excluded: a dry run has none here).
@@ -677,7 +715,7 @@ def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
     from derive_env.formats import FORMATS
 
     found: dict[str, list[str]] = {"fmt": [], "label_items": [], "labels_files": [],
-                                   "env_file": []}
+                                   "env_file": [], "source": []}
     flags = {"dry_run": False, "explain": False}
     position = 0
     while position < len(args):
@@ -695,15 +733,16 @@ def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
             value = args[position]
             position += 1
         found[_VALUED[name]].append(value)
-    fmt, env_file = found["fmt"], found["env_file"]
+    fmt, env_file, source = found["fmt"], found["env_file"], found["source"]
     if (not flags["dry_run"] or len(fmt) > 1 or (fmt and fmt[0] not in FORMATS)
-            or (flags["explain"] and fmt) or len(env_file) > 1
+            or (flags["explain"] and fmt) or len(env_file) > 1 or len(source) > 1
             or ("-" in env_file and "-" in found["labels_files"])):  # cli.py's checks
         return None
     return {
         "dry_run": True, "fmt": fmt[0] if fmt else "env", "explain": flags["explain"],
         "labels_files": tuple(found["labels_files"]), "label_items": tuple(found["label_items"]),
         "env_file": env_file[0] if env_file else None,
+        "source": source[0] if source else None,
     }
 
 

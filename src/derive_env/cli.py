@@ -54,6 +54,13 @@ Troubleshooting by message: the operator guide (docs/operator-guide.md in the so
          "docker inspect output, Backend.AI's environ.txt, or dotenv KEY=VALUE lines "
          "('-' for stdin).",
 )
+@click.option(
+    "--source", "source", metavar="NAME", default=None,
+    help="Which source states the topology: auto (default: detect), none (a single "
+         "container), or a source name (slurm-step, slurm-allocation, openmpi, hydra, "
+         "mvapich2, pals, torchrun, backendai, kubeflow-pytorchjob, kubeflow-trainjob). "
+         "Default: the DERIVE_ENV_SOURCE variable, else auto.",
+)
 @click.version_option(__version__, prog_name="derive-env")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 def cli(
@@ -63,6 +70,7 @@ def cli(
     label_items: tuple[str, ...],
     labels_files: tuple[str, ...],
     env_files: tuple[str, ...],
+    source: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
@@ -97,7 +105,7 @@ def cli(
         status = run(
             list(command), dry_run=dry_run, fmt=fmt or "env", explain=explain,
             labels_files=labels_files, label_items=label_items,
-            env_file=env_files[0] if env_files else None,
+            env_file=env_files[0] if env_files else None, source=source,
         )
     except KeyboardInterrupt:  # 130 as on the other paths, not click's "Aborted!" exit 1
         from derive_env.app import interrupted

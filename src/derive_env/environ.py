@@ -50,6 +50,16 @@ IDENTITY = {
     "LOCAL_WORLD_SIZE": "the number of processes per node, one",
     "JAX_NUM_PROCESSES": "the number of JAX processes, one per node",
 }
+#: The same, for a topology with a process layer (a launcher started the processes).
+PROCESS_IDENTITY = {
+    **IDENTITY,
+    "RANK": "this process's rank",
+    "WORLD_SIZE": "the number of processes of the job",
+    "LOCAL_RANK": "this process's local rank",
+    "LOCAL_WORLD_SIZE": "the number of processes on this node",
+    "JAX_PROCESS_ID": "this process's JAX process id (one per process)",
+    "JAX_NUM_PROCESSES": "the number of JAX processes, one per process",
+}
 #: The identity variables whose value differs between nodes: set for the whole session, it
 #: is right on at most one node.
 PER_NODE = frozenset({"NODE_RANK", "PET_NODE_RANK", "RANK", "JAX_PROCESS_ID", "TF_CONFIG"})
@@ -166,6 +176,7 @@ def _tf_difference(user: str, derived: str) -> str:
 
 def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> TopologyError:
     derived = var.derived or ""
+    table = PROCESS_IDENTITY if topology.processes is not None else IDENTITY
     if var.name in PER_NODE:
         why = (
             "a value set for the whole session is copied into every container, so it is "
@@ -175,7 +186,8 @@ def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> Topology
         )
     else:
         why = (
-            f"the session has {topology.num_nodes} node(s); a value set for the whole session "
+            f"the session has {topology.num_nodes or 'several'} node(s); a value set for the "
+            "whole session "
             "sizes the job wrongly on every node (each would train alone or wait for "
             "processes that never come)"
         )
@@ -184,7 +196,7 @@ def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> Topology
     else:
         detail = f" ({shorten(var.source, 160)})"
     return TopologyError(
-        describe(var.name, var.value, f"{shorten(derived)!r}, {IDENTITY[var.name]}{detail}")
+        describe(var.name, var.value, f"{shorten(derived)!r}, {table[var.name]}{detail}")
         + f": {why}. Remove {var.name} from the session's environment (derive-env "
         f"derives it on every node), or {_FIX}"
     )
@@ -225,16 +237,19 @@ def _address_problem(
     """A user-set master address in a session of more than one node: (error, warning)."""
     host = _host_of(var.name, var.value)
     hosts = [node.host for node in topology.nodes]
-    master = hosts[0]
+    master = hosts[0] if hosts else "the host of rank 0"
     shown = ", ".join(hosts[:8]) + (", ..." if len(hosts) > 8 else "")
     if is_loopback(host):
         return TopologyError(describe(
             var.name, var.value,
             f"the host of node rank 0 ({master}) or another address every node reaches; a "
-            f"loopback address in a session of {topology.num_nodes} nodes makes every node "
+            f"loopback address in a session of {topology.num_nodes or 'several'} nodes makes "
+            "every node "
             f"connect to itself, so the nodes never meet. Remove {var.name} from the "
             f"session's environment (derive-env derives it), or {_FIX}",
         )), None
+    if not hosts:  # no host list (an MPI launcher over SSH): nothing to compare with
+        return None, None
     lowered = [h.lower() for h in hosts]
     if host.lower() in lowered[1:]:
         rank = lowered.index(host.lower())
@@ -278,12 +293,12 @@ def check_user_values(
         node of a session stops naming the same variable.
     """
     warnings: list[str] = []
-    multi = topology.num_nodes > 1
+    multi = topology.multi_node
     checked: set[str] = set()  # hosts already checked (MASTER_ADDR and PET_MASTER_ADDR)
     # The checks whose verdict is the same on every node first (sizes, addresses), so that
     # every node of a session stops naming the same variable when one of them fails.
     for var in sorted(variables, key=lambda v: v.name in PER_NODE):
-        if not var.kept:
+        if not var.kept or var.name in topology.preset:  # the launcher's own: its authority
             continue
         derived = var.derived or ""
         if var.name in IDENTITY:

@@ -51,9 +51,9 @@ label policy when it runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
-from derive_env.errors import LabelError, TopologyError
+from derive_env.errors import LabelError, TopologyError, describe
 from derive_env.labels import OPT_IN, PREFIX, is_opted_in
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~9 ms at startup)
@@ -94,8 +94,11 @@ def launcher_hosts(topology: ClusterTopology) -> tuple[str, ...]:
 
     :returns: the nodes' hosts; ``("localhost",)`` for a single-container session.
     """
-    if topology.num_nodes == 1:
+    if not topology.multi_node:
         return (SINGLE_CONTAINER_HOST,)
+    if not topology.nodes:
+        raise TopologyError(describe("--format", "hosts", (
+            "a topology with a host list: " + (topology.missing or "no source states one"))))
     return tuple(node.host for node in topology.nodes)
 
 
@@ -166,7 +169,13 @@ def render_hosts(
     return separator.join(entry.format(host=h, n=n) for h in hosts) + "\n"
 
 
-def render_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
+def render_for(
+    environ: Mapping[str, str],
+    labels: Mapping[str, str],
+    fmt: str,
+    source: str | None = None,
+    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
+) -> str:
     """The host list for ``fmt`` from a container's environment and its image's labels.
 
     Needs only the topology, so it works for an image that did not opt in too (it sets no
@@ -175,6 +184,8 @@ def render_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) 
     unchanged, and an empty host list would start a job on no node.
 
     :param environ: the input environment (the cluster manager's variables).
+    :param source: ``--source`` (see :func:`derive_env.sources.topology_from`).
+    :param files: reads the files a source needs (``SLURM_HOSTFILE``).
     :param labels: the image's labels; stray labels of an image that did not opt in must
         already have been checked (app.py). N: a user-set integer ``PET_NPROC_PER_NODE``
         (kept by the merge, so torchrun starts that many), else the label, else the GPU
@@ -199,4 +210,4 @@ def render_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) 
         user = count_of(environ.get("PET_NPROC_PER_NODE", ""))
         if user:
             nproc = user
-    return render_hosts(topology_from(environ), fmt, nproc, opted_in=opted_in)
+    return render_hosts(topology_from(environ, source, files), fmt, nproc, opted_in=opted_in)

@@ -7,7 +7,7 @@ command line (app.py) reads inputs and renders or execs the result.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from typing import NamedTuple
 
@@ -48,6 +48,8 @@ def derive(
     environ: Mapping[str, str],
     labels: Mapping[str, str],
     facts: HostFacts | Callable[[], HostFacts] | None = None,
+    source: str | None = None,
+    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
 ) -> Derivation | None:
     """Derive the framework variables of one container.
 
@@ -58,6 +60,10 @@ def derive(
     :param facts: host facts, or a function that reads them, called at most once and only
         when a rule needs them (the ``socket-ifname`` label; the ``baimulti0`` default of a
         session of more than one node). ``None``: not this container (``--env-file``).
+    :param source: ``--source`` (a source name, ``auto``, ``none``); ``None``: the
+        ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
+    :param files: reads the files a source needs (``SLURM_HOSTFILE``): paths -> contents
+        (``None`` for one that cannot be read); ``None``: no file can be read.
     :returns: ``None`` when the image did not opt in (no ``frameworks`` label).
     :raises LabelError: bad labels, near misses included (exit 4).
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
@@ -68,7 +74,7 @@ def derive(
     if not is_opted_in(labels):
         return None
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
-    topology = topology_from(environ)
+    topology = topology_from(environ, source, files)
     ctx = Context(topology=topology, policy=policy, environ=environ, host=facts)
     variables: list[DerivedVariable] = []
     checks: list[DerivedVariable] = []
@@ -81,6 +87,9 @@ def derive(
         checks += part.checks
         notes += part.notes
         warnings += part.warnings
+    # A launcher's own variables (torchrun's RANK...) are its authority: never checked
+    # against a rule for another layout (torchrun mode's one process per node).
+    checks = [c for c in checks if c.name not in topology.preset]
     merged = merge(environ, variables, checks)
     warnings += check_user_values(merged, topology)
     return Derivation(

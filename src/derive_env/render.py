@@ -89,26 +89,45 @@ def explain(derivation: Derivation | None) -> str:
     me = topo.this_node
     lines = []
     session = f" session {_printable(topo.session_id)}" if topo.session_id else ""
-    if topo.num_nodes == 1:
+    layout = topo.processes
+    if not topo.multi_node:
         lines.append(f"source: {topo.source}{session}, single-container session")
+    elif not topo.nodes:
+        count = f"{topo.num_nodes} nodes" if topo.num_nodes else "nodes not stated"
+        rank = f", node rank {topo.node_rank}" if topo.node_rank is not None else ""
+        lines.append(f"source: {topo.source}{session}, {count}{rank}; no host list")
+        if topo.master is not None:
+            lines.append(f"master (host of rank 0): {topo.master} ({topo.inputs_of('master')})")
+        elif topo.missing:
+            lines.append(f"master unknown: {topo.missing}")
     else:
-        lines.append(
-            f"source: {topo.source}{session}, {topo.num_nodes} nodes; this container is "
-            f"{me.host}, node rank {topo.node_rank}"
-        )
+        where = (f"this container is {me.host}, node rank {topo.node_rank}" if me is not None
+                 else "this process's node is not stated")
+        lines.append(f"source: {topo.source}{session}, {topo.num_nodes} nodes; {where}")
         # the source says which rule built the order (REPLICAS, or names parsed from HOSTS)
         rule = f" ({topo.order})" if topo.order else ""
         lines.append(f"nodes in canonical order{rule}:")
         # The first nodes and this one: no pass over a 4096-node session's others.
-        for rank in sorted({*range(min(topo.num_nodes, _NODES_SHOWN)), topo.node_rank}):
+        own = {topo.node_rank} if topo.node_rank is not None else set()
+        tasks = layout.tasks_per_node if layout is not None else None
+        for rank in sorted({*range(min(len(topo.nodes), _NODES_SHOWN)), *own}):
             node = topo.nodes[rank]
             tags = (["master"] if rank == 0 else []) + (
                 ["this container"] if rank == topo.node_rank else []
             )
-            lines.append(f"  {rank:>4}  {node.host}" + (f"  ({', '.join(tags)})" if tags else ""))
-        if topo.num_nodes > _NODES_SHOWN:
-            lines.append(f"  ... {topo.num_nodes} nodes in all")
+            count = f"  {tasks[rank]} process(es)" if tasks else ""
+            lines.append(f"  {rank:>4}  {node.host}{count}"
+                         + (f"  ({', '.join(tags)})" if tags else ""))
+        if len(topo.nodes) > _NODES_SHOWN:
+            lines.append(f"  ... {len(topo.nodes)} nodes in all")
+    if layout is not None:
+        lines.append(
+            f"processes ({topo.inputs_of('processes')}): rank {layout.rank} of "
+            f"{layout.world_size}, local rank {layout.local_rank} of "
+            f"{layout.local_world_size} on this node"
+            + ("; one worker per process" if topo.per_process else "; one per node"))
     lines += topo.notes  # e.g. the cluster manager's own rank, when it differs
+    lines += topo.layers  # every source seen, what each layer used, what was shadowed
     mode = f" (mode {policy.pytorch_mode})" if "pytorch" in policy.frameworks else ""
     lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
     lines.append("")

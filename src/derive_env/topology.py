@@ -123,6 +123,8 @@ class ProcessLayout(BaseModel):
     local_rank: _Count
     world_size: Annotated[int, Field(ge=1)]
     local_world_size: Annotated[int, Field(ge=1)]
+    #: every node's process count in node order, when the launcher states it.
+    tasks_per_node: tuple[int, ...] | None = None
 
     @model_validator(mode="after")
     def _ranks_in_range(self) -> ProcessLayout:
@@ -140,9 +142,26 @@ class ClusterTopology(BaseModel):
     unique (case-insensitively, as DNS compares them), node indices >= 1,
     ``0 <= node_rank < len(nodes)``.
 
-    :ivar source: which source produced it (``backendai``, ``standalone``).
-    :ivar nodes: the nodes in canonical order.
-    :ivar node_rank: this container's position in ``nodes``.
+    :ivar source: which source gave the node layer (``backendai``, ``slurm-step``,
+        ``standalone``).
+    :ivar nodes: the nodes in canonical order; empty when no source stated a host list
+        (an MPI launcher over SSH, torchrun): a partial topology, see ``missing``.
+    :ivar node_rank: this container's position in ``nodes``; ``None`` when unknown (the
+        ranks of ``mpirun`` inside a Slurm allocation: the allocation's hosts are known,
+        not which one each rank is on).
+    :ivar node_count: the number of nodes when ``nodes`` is empty and a source states it
+        (torchrun's ``GROUP_WORLD_SIZE``).
+    :ivar master: the host of rank 0 when it is not ``nodes[0]``: only without a host list
+        (torchrun's ``MASTER_ADDR``).
+    :ivar reserved_ports: TCP ports the manager reserved for this step
+        (``SLURM_STEP_RESV_PORTS``), in order: PyTorch's, TensorFlow's, JAX's.
+    :ivar job: ``(manager, job id, step id)`` for the deterministic ports of
+        :func:`derive_env.ports.job_ports`.
+    :ivar preset: framework variables a launcher already set (torchrun's): never rewritten.
+    :ivar layers: for ``--explain``: every source seen, which one each layer used, what was
+        shadowed.
+    :ivar missing: why the host list and master are unknown and what to set, for the
+        frameworks that need a master.
     :ivar gpus_per_node: devices attached to this container, when the source knows.
     :ivar master_port: a master port set by the cluster manager (TCP port), if any.
     :ivar session_id: the cluster manager's job or session id, if any.
@@ -160,8 +179,15 @@ class ClusterTopology(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     source: str
-    nodes: Annotated[tuple[InstanceOf[Node], ...], Field(min_length=1)]
-    node_rank: _Count
+    nodes: tuple[InstanceOf[Node], ...]
+    node_rank: _Count | None
+    node_count: Annotated[int, Field(ge=1)] | None = None
+    master: str | None = None
+    reserved_ports: tuple[int, ...] = ()
+    job: tuple[str, str, str] | None = None
+    preset: frozenset[str] = frozenset()
+    layers: tuple[str, ...] = ()
+    missing: str | None = None
     gpus_per_node: _Count | None = None
     master_port: Annotated[int, Field(ge=1, le=65535)] | None = None
     session_id: str | None = None
@@ -173,8 +199,9 @@ class ClusterTopology(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterTopology:
-        if self.node_rank >= len(self.nodes):
-            raise ValueError(f"node rank {self.node_rank} is outside {len(self.nodes)} nodes")
+        count = len(self.nodes) or self.node_count
+        if self.node_rank is not None and count is not None and self.node_rank >= count:
+            raise ValueError(f"node rank {self.node_rank} is outside {count} nodes")
         # map/itemgetter: C-level loops, since a 4096-node session checks 4096 nodes at every
         # container start (Node is a named tuple: 0 host, 2 index).
         indices = [i for i in map(itemgetter(2), self.nodes) if i is not None]
@@ -189,19 +216,45 @@ class ClusterTopology(BaseModel):
         return self
 
     @property
-    def num_nodes(self) -> int:
-        """Number of nodes (containers) of the job."""
-        return len(self.nodes)
+    def num_nodes(self) -> int | None:
+        """Number of nodes (containers) of the job; ``None`` when no source states it."""
+        return len(self.nodes) or self.node_count
 
     @property
-    def this_node(self) -> Node:
-        """The node this container is."""
-        return self.nodes[self.node_rank]
+    def multi_node(self) -> bool:
+        """More than one node: stated, or proven by processes on other nodes."""
+        count = self.num_nodes
+        if count is not None:
+            return count > 1
+        p = self.processes
+        return p is not None and p.world_size > p.local_world_size
 
     @property
-    def master_addr(self) -> str:
-        """Address of node rank 0; ``127.0.0.1`` in a single-container session (contract 6)."""
-        return SINGLE_NODE_MASTER if self.num_nodes == 1 else self.nodes[0].host
+    def this_node(self) -> Node | None:
+        """The node this container is, when the host list and the node rank are known."""
+        if self.nodes and self.node_rank is not None:
+            return self.nodes[self.node_rank]
+        return None
+
+    @property
+    def master_addr(self) -> str | None:
+        """Address of rank 0: ``127.0.0.1`` in a single-container session (contract 6),
+        else node rank 0's host (or the launcher's master); ``None`` when unknown."""
+        if self.master is not None:
+            return self.master
+        if not self.multi_node:
+            return SINGLE_NODE_MASTER
+        return self.nodes[0].host if self.nodes else None
+
+    @property
+    def per_process(self) -> bool:
+        """The launcher started several processes on some node: each is a worker with its
+        own rank (no torchrun inside). False for one process per node."""
+        p = self.processes
+        if p is None:
+            return False
+        count = self.num_nodes if self.multi_node else 1
+        return count is None or p.world_size != count
 
     def inputs_of(self, aspect: str) -> str:
         """The input variables behind ``aspect``, joined for a person (``a + b``)."""

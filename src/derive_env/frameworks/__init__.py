@@ -89,6 +89,10 @@ class HostFacts(NamedTuple):
         LOCAL`` entries).
     :ivar hosts: the text of ``/etc/hosts`` (read without any DNS wait).
     :ivar hostname: the container's own host name (``gethostname()``).
+    :ivar port_range: the text of ``/proc/sys/net/ipv4/ip_local_port_range``, ``None``
+        when unreadable (then Linux's default 32768-60999 is used).
+    :ivar reserved_ports: the text of ``/proc/sys/net/ipv4/ip_local_reserved_ports``,
+        ``None`` when unreadable.
     :ivar resolve: host names -> each one's IP addresses (``getaddrinfo``; ``()`` for a name
         that did not resolve), all names of one call resolved at once against one deadline
         shared by every call of one start (:data:`RESOLVE_SECONDS`).
@@ -101,6 +105,8 @@ class HostFacts(NamedTuple):
     local_v4: str = ""
     hosts: str = ""
     hostname: str = ""
+    port_range: str | None = None
+    reserved_ports: str | None = None
     resolve: Callable[[Sequence[str]], Mapping[str, tuple[str, ...]]] = _resolve_none
 
 
@@ -140,7 +146,17 @@ class Context:
     @cached_property
     def master(self) -> Master:
         """See :func:`master_of`. :raises TopologyError: as :func:`master_of`."""
-        return master_of(self.topology, self.policy, self.environ)
+        return master_of(self.topology, self.policy, self.environ, self.job_ports)
+
+    @cached_property
+    def job_ports(self) -> dict[str, tuple[int, str]] | None:
+        """The ports of the manager's port policy per framework (``pytorch``,
+        ``tensorflow``, ``jax``) with their provenance, or ``None`` when the manager gives
+        neither reserved ports nor a job id (Backend.AI). See :func:`job_ports_of`."""
+        topo = self.topology
+        if not topo.reserved_ports and topo.job is None:
+            return None  # read no host fact for nothing
+        return job_ports_of(topo, self.facts)
 
 
 class Contribution:
@@ -167,27 +183,86 @@ class Contribution:
         self.warnings: list[str] = list(warnings)
 
 
+def job_ports_of(
+    topology: ClusterTopology, facts: HostFacts | None
+) -> dict[str, tuple[int, str]] | None:
+    """The manager's ports per framework: reserved ones first, then derived.
+
+    Follows :func:`derive_env.ports.job_ports` (sources.md 3.1 "Port", 3.13.5): the step's
+    reserved ports in framework order (PyTorch, TensorFlow, JAX), the others a
+    deterministic hash of ``(manager, job id, step id)`` into the window above this node's
+    ephemeral port range (``facts.port_range``; Linux's default when unknown), outside
+    ``facts.reserved_ports``. Labels and user-set values win over both (the callers).
+
+    :returns: framework -> (TCP port, provenance); ``None`` without reserved ports or job.
+    :raises TopologyError: the kernel's range leaves too few ports above it, or the
+        ``/proc`` files hold something unexpected (message names the sysctl).
+    """
+    from derive_env import ports
+
+    if not topology.reserved_ports and topology.job is None:
+        return None
+    granted = topology.reserved_ports
+    manager, job_id, step_id = topology.job or ("", "", "")
+    ephemeral, reserved = ports.DEFAULT_EPHEMERAL_RANGE, frozenset[int]()
+    range_sysctl = "net.ipv4.ip_local_port_range"
+    text = facts.port_range if facts is not None else None
+    try:
+        if text is not None:
+            ephemeral = ports.parse_port_range(text)
+        text = facts.reserved_ports if facts is not None else None
+        if text is not None:
+            reserved = ports.parse_reserved_ports(text)
+    except ValueError as exc:
+        which = range_sysctl if text is facts.port_range else "net.ipv4.ip_local_reserved_ports"
+        raise TopologyError(describe(which, (text or "").strip(), str(exc))) from None
+    try:
+        values = ports.job_ports(manager, job_id, step_id, ephemeral, reserved, granted)
+    except ValueError as exc:
+        raise TopologyError(describe(
+            range_sysctl, f"{ephemeral[0]} {ephemeral[1]}", str(exc))) from None
+    held = " + ".join(topology.inputs.get("ports", ())) or "reserved ports"
+    out: dict[str, tuple[int, str]] = {}
+    for k, (framework, port) in enumerate(zip(ports.FRAMEWORKS, values, strict=True)):
+        if k < len(dict.fromkeys(granted)):
+            out[framework] = (port, f"{held}: port {k + 1} reserved for the step")
+        else:
+            out[framework] = (port, (
+                f"derived from {manager} job {job_id} step {step_id} (hash into the ports "
+                "above the ephemeral range: docs/ports.md)"))
+    return out
+
+
 def master_of(
-    topology: ClusterTopology, policy: ImagePolicy, environ: Mapping[str, str]
+    topology: ClusterTopology,
+    policy: ImagePolicy,
+    environ: Mapping[str, str],
+    job_ports: Mapping[str, tuple[int, str]] | None = None,
 ) -> Master:
     """Resolve the master address and port, a user-set value first.
 
-    Precedence for the address: ``MASTER_ADDR`` already set (non-empty) > node rank 0 of
-    the topology (``127.0.0.1`` for a single container). For the port: ``MASTER_PORT``
-    already set > the cluster manager's (``BACKENDAI_DIST_MASTER_PORT``) > label
-    ``master-port`` > 29500 (torch/distributed/run.py's default). A user-set pair feeds
-    every value derived from the master, so nothing contradicts it (contract section 6).
+    Precedence for the address: ``MASTER_ADDR`` already set (non-empty) > the host of rank
+    0 (node rank 0 of the topology, ``127.0.0.1`` for a single container). For the port:
+    ``MASTER_PORT`` already set > the cluster manager's (``BACKENDAI_DIST_MASTER_PORT``,
+    torchrun's store) > label ``master-port`` > the manager's port policy (``job_ports``:
+    reserved, else derived) > 29500 (torch/distributed/run.py's default). A user-set pair
+    feeds every value derived from the master, so nothing contradicts it (contract 6).
 
     :raises TopologyError: a user-set ``MASTER_ADDR`` is not a host name or IP literal, or
-        ``MASTER_PORT`` is not a port number 1-65535.
+        ``MASTER_PORT`` is not a port number 1-65535; or no source states the host of
+        rank 0 and ``MASTER_ADDR`` is not set (``topology.missing`` says what to set).
     """
-    if topology.num_nodes == 1:
-        own_addr, own_addr_source = topology.master_addr, "single-container session: loopback"
+    own_addr = topology.master_addr
+    if not topology.multi_node:
+        own_addr_source = "single-container session: loopback"
+    elif topology.master is not None:
+        own_addr_source = f"{topology.inputs_of('master')}: the host of rank 0"
     else:
-        own_addr = topology.master_addr
         own_addr_source = f"{topology.inputs_of('nodes')}: node rank 0 in canonical order"
     if topology.master_port is not None:
         own_port, own_port_source = topology.master_port, topology.inputs_of("master_port")
+    elif policy.label_or_default("master_port") == "default" and job_ports:
+        own_port, own_port_source = job_ports["pytorch"]
     else:
         own_port = policy.master_port
         own_port_source = policy.label_or_default("master_port")
@@ -196,11 +271,17 @@ def master_of(
     addr, addr_source = own_addr, own_addr_source
     port, port_source = own_port, own_port_source
     user_addr = environ.get("MASTER_ADDR", "")
+    if own_addr is None and user_addr:
+        own_addr = user_addr
+        own_addr_source = "MASTER_ADDR (already set; no source states the host of rank 0)"
     if user_addr:
         problem = host_problem(user_addr)
         if problem:
             raise TopologyError(describe("MASTER_ADDR", user_addr, problem))
         addr, addr_source = user_addr, "MASTER_ADDR (already set)"
+    elif own_addr is None:
+        raise TopologyError(describe(
+            "MASTER_ADDR", "", f"the host of rank 0: {topology.missing or 'unknown'}"))
     user_port = environ.get("MASTER_PORT", "")
     if user_port:
         try:
@@ -213,6 +294,58 @@ def master_of(
         derived_addr=own_addr, derived_addr_source=own_addr_source,
         derived_port=own_port, derived_port_source=own_port_source,
     )
+
+
+def framework_port(
+    ctx: Context, framework: str, field: str, default_text: str
+) -> tuple[int, str]:
+    """A framework's server port and its provenance: label > the manager's port policy
+    (:attr:`Context.job_ports`) > the default.
+
+    :param framework: ``tensorflow`` or ``jax`` (a key of :data:`derive_env.ports.FRAMEWORKS`).
+    :param field: the :class:`ImagePolicy` field (``tensorflow_port``, ``jax_port``).
+    :param default_text: how to name the default (``"default (2222)"``).
+    :raises TopologyError: the port equals the master port while a launcher serves its store
+        there (torchrun: ``topology.preset`` holds ``MASTER_PORT``) or PyTorch is asked
+        for too: two servers cannot listen on one port of rank 0's host.
+    """
+    source = ctx.policy.label_or_default(field)
+    port = getattr(ctx.policy, field)
+    if source == "default":
+        job = ctx.job_ports
+        if job is not None:
+            port, source = job[framework]
+        else:
+            source = default_text
+    shares_host = "MASTER_PORT" in ctx.topology.preset or "pytorch" in ctx.policy.frameworks
+    if shares_host and port == ctx.master.port:
+        raise TopologyError(describe(
+            source, str(port),
+            f"a port other than the master port {ctx.master.port} ({ctx.master.port_source}),"
+            f" which {'the launcher' if 'MASTER_PORT' in ctx.topology.preset else 'PyTorch'}"
+            f" serves its rendezvous on, on the same host: set label "
+            f"ai.backend.distributed.{field.replace('_', '-')} to another port"))
+    return port, source
+
+
+def node_rank_of(topology: ClusterTopology) -> tuple[int, str]:
+    """This node's rank for a framework that numbers nodes, with its provenance.
+
+    The topology's node rank; without one (``mpirun`` one process per node inside a Slurm
+    allocation: the hosts are known, not which one is this), the process's rank, which
+    numbers the nodes as well when every node runs one process.
+
+    :raises TopologyError: neither is known.
+    """
+    if topology.node_rank is not None:
+        source = (topology.inputs_of("node_rank") if topology.multi_node
+                  else "single-container session")
+        return topology.node_rank, source
+    if topology.processes is not None and not topology.per_process:
+        return topology.processes.rank, (
+            f"{topology.inputs_of('processes')}: rank (one process per node)")
+    raise TopologyError(
+        "no source states this node's rank: " + (topology.missing or "unknown"))
 
 
 def variable(framework: str) -> Callable[[str, object, str], DerivedVariable]:

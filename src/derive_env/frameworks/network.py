@@ -251,12 +251,13 @@ def derive(ctx: Context) -> Contribution:
     if wanted is None:
         _overlay_default(ctx, out)
         return out
-    if wanted == LOOPBACK and ctx.topology.num_nodes > 1:
+    if wanted == LOOPBACK and ctx.topology.multi_node:
         # Decided from the label and the session size, which every node shares: all stop.
         raise LabelError(describe(
             f"label {LABEL}", wanted,
-            f"an interface the other nodes can reach in a session of {ctx.topology.num_nodes} "
-            "nodes; lo is loopback, gloo and NCCL would advertise 127.0.0.1 (use auto, or "
+            "an interface the other nodes can reach in a session of "
+            f"{ctx.topology.num_nodes or 'several'} nodes; lo is loopback, gloo and NCCL "
+            "would advertise 127.0.0.1 (use auto, or "
             "the interface of the network between the nodes)",
         ))
     facts = ctx.facts
@@ -272,15 +273,23 @@ def derive(ctx: Context) -> Contribution:
                 f"label {LABEL}", wanted,
                 # Only this container can check its own interfaces: name it (contract 7).
                 f"'auto' or an interface of this container, "
-                f"{ctx.topology.this_node.host} ({', '.join(facts.interfaces)})",
+                f"{_own_name(ctx)} ({', '.join(facts.interfaces)})",
             ))
         _set(out, wanted, f"label {LABEL}")
         return out
     resolved = _auto(ctx, facts, out)
     user_set = ctx.environ.get("GLOO_SOCKET_IFNAME") or ctx.environ.get("NCCL_SOCKET_IFNAME")
-    if ctx.topology.num_nodes > 1 and facts.hostname and not out.variables and not user_set:
+    if ctx.topology.multi_node and facts.hostname and not out.variables and not user_set:
         _hostname_warning(facts.hostname, resolved, out)
     return out
+
+
+def _own_name(ctx: Context) -> str:
+    me = ctx.topology.this_node
+    if me is not None:
+        return me.host
+    facts = ctx.facts
+    return (facts.hostname if facts is not None else "") or "this node"
 
 
 def _set(out: Contribution, iface: str, source: str) -> None:
@@ -289,7 +298,7 @@ def _set(out: Contribution, iface: str, source: str) -> None:
 
 def _overlay_default(ctx: Context, out: Contribution) -> None:
     """No label: ``baimulti0`` in a session of more than one node, when the user set none."""
-    if ctx.topology.num_nodes == 1 or any(ctx.environ.get(name) for name in VARIABLES):
+    if not ctx.topology.multi_node or any(ctx.environ.get(name) for name in VARIABLES):
         return
     facts = ctx.facts
     # Without host facts (--env-file: another container) the default is not decided; it
@@ -312,10 +321,11 @@ def _addresses(name: str, resolved: dict[str, tuple[str, ...]]) -> tuple[str, ..
 def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[str, ...]]:
     """``auto``: the first usable candidate (module docstring); returns what was resolved."""
     topology = ctx.topology
-    multi = topology.num_nodes > 1
+    multi = topology.multi_node
     master = ctx.master.addr
     peers = [n.host for r, n in enumerate(topology.nodes) if r != topology.node_rank]
-    if master.lower() != topology.this_node.host.lower():
+    me = topology.this_node
+    if me is None or master.lower() != me.host.lower():
         # A user-set MASTER_ADDR need not be a node; it is a peer all the same.
         peers.insert(0, master)
     peers = list(dict.fromkeys(peers))[:MAX_PEERS] if multi else []

@@ -16,28 +16,46 @@ Rules followed:
   ``init_process_group("env://")`` once per container. In ``torchrun`` mode with more
   than one node, a user-set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` is
   checked (not set) against one process per node (``Contribution.checks``).
+* A launcher that started several processes on a node (``srun --ntasks-per-node=2``,
+  ``mpirun -np 6`` on 3 nodes; the topology's process layer) made each process a worker,
+  with no torchrun inside: every process gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+  ``LOCAL_WORLD_SIZE`` (the launcher's), ``NODE_RANK`` when its node is known,
+  ``MASTER_ADDR`` (the host of rank 0) and ``MASTER_PORT``, and no ``PET_*`` (a torchrun
+  started from such a worker would read them as its own job), whatever the mode.
+  One process per node (``srun --ntasks-per-node=1``) is the node layer as above.
+* Variables a launcher already set for its workers (torchrun's ``RANK``, ``MASTER_PORT``...:
+  ``topology.preset``) are never rewritten: they are derived from the launcher's own values,
+  so the merge keeps them unchanged.
 """
 
 from __future__ import annotations
 
-from derive_env.frameworks import Context, Contribution, variable
+from derive_env.frameworks import Context, Contribution, node_rank_of, variable
 
 var = variable("pytorch")
 
 
 def derive(ctx: Context) -> Contribution:
-    """The PyTorch variables of this container (contract section 6)."""
+    """The PyTorch variables of this container (contract section 6), or of this process
+    when the launcher started several per node (module docstring).
+
+    :raises TopologyError: no source states the host of rank 0 and ``MASTER_ADDR`` is not
+        set (:func:`derive_env.frameworks.master_of`).
+    """
+    if ctx.topology.per_process:
+        return _per_process(ctx)
     topo, policy, master = ctx.topology, ctx.policy, ctx.master
-    nodes_src = topo.inputs_of("nodes") if topo.num_nodes > 1 else "single-container session"
-    rank_src = topo.inputs_of("node_rank") if topo.num_nodes > 1 else "single-container session"
+    nodes_src = (topo.inputs_of("nodes" if topo.nodes else "num_nodes") if topo.multi_node
+                 else "single-container session")
+    node_rank, rank_src = node_rank_of(topo)
     out = Contribution()
     out.variables += [
         # The topology's own values: a user-set MASTER_ADDR/PORT shows as kept over them.
         var("MASTER_ADDR", master.derived_addr, master.derived_addr_source),
         var("MASTER_PORT", master.derived_port, master.derived_port_source),
-        var("NODE_RANK", topo.node_rank, rank_src),
+        var("NODE_RANK", node_rank, rank_src),
         var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes"),
-        var("PET_NODE_RANK", topo.node_rank, rank_src),
+        var("PET_NODE_RANK", node_rank, rank_src),
         var("PET_MASTER_ADDR", master.addr, f"same as MASTER_ADDR: {master.addr_source}"),
         var("PET_MASTER_PORT", master.port, f"same as MASTER_PORT: {master.port_source}"),
     ]
@@ -58,23 +76,50 @@ def derive(ctx: Context) -> Contribution:
     if policy.pytorch_mode == "process-per-container":
         mode = "label " + _alias("pytorch_mode")
         out.variables += [
-            var("RANK", topo.node_rank, f"{rank_src} ({mode}: one process per container)"),
+            var("RANK", node_rank, f"{rank_src} ({mode}: one process per container)"),
             var("WORLD_SIZE", topo.num_nodes, f"{nodes_src}: number of nodes ({mode})"),
             var("LOCAL_RANK", 0, f"{mode}: one process per container"),
             var("LOCAL_WORLD_SIZE", 1, f"{mode}: one process per container"),
         ]
-    elif topo.num_nodes > 1:
+    elif topo.multi_node:
         # torchrun sets these per worker; a container-level value (set for the whole
         # session) is read by what runs without torchrun (Lightning, NePS, env://), so it
         # must describe the one layout a container-level value can: one process per node.
         why = "torchrun mode: not set, torchrun sets it per worker; at container level only " \
               "one process per node fits"
         out.checks += [
-            var("RANK", topo.node_rank, why),
+            var("RANK", node_rank, why),
             var("WORLD_SIZE", topo.num_nodes, why),
             var("LOCAL_RANK", 0, why),
             var("LOCAL_WORLD_SIZE", 1, why),
         ]
+    return out
+
+
+def _per_process(ctx: Context) -> Contribution:
+    """One worker per process: the launcher's process layer (module docstring)."""
+    topo, master = ctx.topology, ctx.master
+    layout = topo.processes
+    assert layout is not None  # per_process
+    src = topo.inputs_of("processes")
+    out = Contribution()
+    out.variables += [
+        var("MASTER_ADDR", master.derived_addr, master.derived_addr_source),
+        var("MASTER_PORT", master.derived_port, master.derived_port_source),
+        var("RANK", layout.rank, f"{src}: rank"),
+        var("LOCAL_RANK", layout.local_rank, f"{src}: local rank"),
+        var("WORLD_SIZE", layout.world_size, f"{src}: world size"),
+        var("LOCAL_WORLD_SIZE", layout.local_world_size, f"{src}: local world size"),
+    ]
+    if topo.node_rank is not None:
+        out.variables.append(var("NODE_RANK", topo.node_rank, topo.inputs_of("node_rank")))
+    else:
+        out.notes.append(
+            "NODE_RANK not set: no source states which node this process is on (the "
+            "launcher gives ranks; the node list does not say where each one runs)")
+    out.notes.append(
+        f"one worker per process ({layout.world_size} processes, {layout.local_world_size} "
+        "on this node): no PET_* (torchrun is not used inside such a launch)")
     return out
 
 

@@ -18,6 +18,15 @@ cluster_resolver/tfconfig_cluster_resolver.py):
 Role mapping: label ``ai.backend.distributed.tensorflow-roles`` maps the cluster manager's
 roles to task types (``main:chief,sub:worker``); default every node a ``worker``. Nodes are
 numbered per task type in canonical node order.
+
+One task per process, when a launcher started several processes on a node (the topology's
+process layer, e.g. ``srun --ntasks-per-node=2``): every process is a TensorFlow task of its
+node's type, listening on ``tensorflow-port + local rank`` (distinct ports on one host);
+the cluster lists the tasks node by node in node order, each node's in local-rank order, so
+a process's index is ``sum(processes of the nodes before it) + local rank``: every process
+computes the same list from the processes per node (``SLURM_STEP_TASKS_PER_NODE``), whatever
+the launcher's rank order. Without the processes per node of every node (an MPI launcher
+states only its own node's) TF_CONFIG cannot be built: an error says so.
 """
 
 from __future__ import annotations
@@ -25,8 +34,14 @@ from __future__ import annotations
 import json
 from operator import itemgetter
 
-from derive_env.errors import LabelError, describe
-from derive_env.frameworks import Context, Contribution, variable
+from derive_env.errors import LabelError, TopologyError, describe
+from derive_env.frameworks import (
+    Context,
+    Contribution,
+    framework_port,
+    node_rank_of,
+    variable,
+)
 from derive_env.labels import PREFIX
 from derive_env.topology import ClusterTopology, host_port
 
@@ -72,12 +87,21 @@ def task_types(topology: ClusterTopology, roles: tuple[tuple[str, str], ...] | N
     return types
 
 
-def tf_config(topology: ClusterTopology, types: list[str], port: int) -> dict[str, object]:
-    """The TF_CONFIG object of this container (before serialisation).
+def tf_config(
+    topology: ClusterTopology, types: list[str], port: int, node_rank: int | None = None
+) -> dict[str, object]:
+    """The TF_CONFIG object of this container or process (before serialisation).
 
     :param types: task type per node in canonical order (see :func:`task_types`).
-    :param port: the TensorFlow server port (TCP) on every node.
+    :param port: the TensorFlow server port (TCP) on every node; with several processes
+        per node, process ``l`` of a node listens on ``port + l`` (module docstring).
+    :param node_rank: this node's rank (default: the topology's).
     """
+    if node_rank is None:
+        node_rank = topology.node_rank or 0
+    layout = topology.processes
+    if topology.per_process and layout is not None and layout.tasks_per_node:
+        return _per_process_config(topology, types, port, node_rank, layout.tasks_per_node)
     suffix = f":{port}"
     # Once per node at every container start (4096 nodes benchmarked): one string per host,
     # a call only for an IPv6 literal (host_port brackets it); Node is a named tuple, 0 host.
@@ -91,8 +115,39 @@ def tf_config(topology: ClusterTopology, types: list[str], port: int) -> dict[st
             if task_type in members:  # not the evaluator
                 members[task_type].append(address)
     cluster = {t: hosts for t, hosts in members.items() if hosts}
-    own_type = types[topology.node_rank]
-    index = types[: topology.node_rank].count(own_type)
+    own_type = types[node_rank]
+    index = types[:node_rank].count(own_type)
+    return {"cluster": cluster, "task": {"type": own_type, "index": index}}
+
+
+def _per_process_config(
+    topology: ClusterTopology, types: list[str], port: int, node_rank: int,
+    tasks: tuple[int, ...],
+) -> dict[str, object]:
+    """One TF task per process (module docstring): ``host:port+l`` node by node."""
+    if port + max(tasks) - 1 > 65535:
+        raise LabelError(describe(
+            f"label {PREFIX}tensorflow-port", str(port),
+            f"a port that leaves {max(tasks)} consecutive ports (one per process of a node) "
+            "below 65536"))
+    layout = topology.processes
+    assert layout is not None
+    members: dict[str, list[str]] = {t: [] for t in _CLUSTER_ORDER}
+    own_type = types[node_rank]
+    index = 0
+    for rank, (node, task_type, count) in enumerate(
+            zip(topology.nodes, types, tasks, strict=True)):
+        if rank == node_rank:
+            index = len(members.get(own_type, ())) + layout.local_rank
+        if task_type in members:
+            members[task_type] += [host_port(node.host, port + k) for k in range(count)]
+    for single in ("chief", "evaluator"):
+        if types.count(single) and tasks[types.index(single)] > 1:
+            raise LabelError(describe(
+                f"label {ROLES_LABEL}", ",".join(sorted(set(types))),
+                f"at most one {single} task: its node runs {tasks[types.index(single)]} "
+                "processes, each a task of the node's type"))
+    cluster = {t: hosts for t, hosts in members.items() if hosts}
     return {"cluster": cluster, "task": {"type": own_type, "index": index}}
 
 
@@ -100,16 +155,29 @@ def derive(ctx: Context) -> Contribution:
     """``TF_CONFIG`` for this container, when the session has more than one node."""
     topo, policy = ctx.topology, ctx.policy
     out = Contribution()
-    if topo.num_nodes == 1:
+    layout = topo.processes
+    if not topo.multi_node and not topo.per_process:
         out.notes.append("TF_CONFIG not set: single-container session (TensorFlow trains locally)")
         return out
+    if not topo.nodes or (topo.per_process and not (layout and layout.tasks_per_node)):
+        what = ("the processes of every node (the launcher states only this node's: "
+                f"{topo.inputs_of('processes')})" if topo.nodes else "the hosts of every node")
+        raise TopologyError(
+            f"TF_CONFIG cannot be built: it lists every task's host:port, and no source "
+            f"states {what}. {topo.missing or ''} Run the job under srun (its "
+            "SLURM_STEP_TASKS_PER_NODE states every node's processes), or set TF_CONFIG "
+            "yourself".replace("  ", " "))
+    node_rank, rank_src = node_rank_of(topo)
     types = task_types(topo, policy.tensorflow_roles)
-    config = tf_config(topo, types, policy.tensorflow_port)
+    port, port_src = framework_port(ctx, "tensorflow", "tensorflow_port",
+                                    f"default ({policy.tensorflow_port})")
+    config = tf_config(topo, types, port, node_rank)
     roles_src = policy.label_or_default("tensorflow_roles")
+    per = (f"; one task per process ({topo.inputs_of('processes')}), port + local rank"
+           if topo.per_process else "")
     source = (
         f"nodes: {topo.inputs_of('nodes')} in canonical order; this task: node rank from "
-        f"{topo.inputs_of('node_rank')}; port {policy.tensorflow_port} from "
-        f"{policy.label_or_default('tensorflow_port')}; roles from "
+        f"{rank_src}{per}; port {port} from {port_src}; roles from "
         f"{roles_src if roles_src != 'default' else 'default (every node a worker)'}"
     )
     out.variables.append(var("TF_CONFIG", json.dumps(config, separators=(",", ":")), source))
@@ -119,11 +187,11 @@ def derive(ctx: Context) -> Contribution:
         shown = range(topo.num_nodes)
     else:
         firsts = {types.index(t) for t in set(types)}
-        shown = sorted(firsts | {topo.node_rank})
+        shown = sorted(firsts | {node_rank})
     for rank in shown:
         node, task_type = topo.nodes[rank], types[rank]
         index = types[:rank].count(task_type)
         aside = " (left out of cluster)" if task_type == "evaluator" else ""
-        mark = "  <- this container" if rank == topo.node_rank else ""
+        mark = "  <- this container" if rank == node_rank else ""
         out.notes.append(f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}")
     return out

@@ -7,12 +7,11 @@ ClusterTopology``. Adding a cluster manager is one module plus one line here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from importlib import import_module
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from derive_env.errors import TopologyError, describe
-from derive_env.topology import ClusterTopology, single_node_topology
+from derive_env.topology import ClusterTopology
 from derive_env.validation import static_count
 
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
@@ -48,6 +47,7 @@ class Launcher(NamedTuple):
     sized: bool = True
     partial: bool = True
     unit: str = "process"
+    source: str | None = None
 
 
 _NO_SOURCE = "derive-env has no source for it yet (planned)"
@@ -65,6 +65,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
          ("LOCAL_WORLD_SIZE", 1)),
         "derive-env runs inside a torchrun worker; start it outside instead: "
         "derive-env -- torchrun ... (it sets torchrun's PET_* defaults)", partial=False,
+        source="torchrun",
     ),
     Launcher(
         "Open MPI (mpirun)",
@@ -72,7 +73,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
          "OMPI_COMM_WORLD_LOCAL_SIZE"),
         (("OMPI_COMM_WORLD_SIZE", 1), ("OMPI_COMM_WORLD_RANK", 0),
          ("OMPI_COMM_WORLD_LOCAL_SIZE", 1), ("OMPI_COMM_WORLD_LOCAL_RANK", 0)),
-        _RUN_WITHOUT,
+        _RUN_WITHOUT, source="openmpi",
     ),
     Launcher(
         "MVAPICH2 (mpirun_rsh)",
@@ -80,23 +81,25 @@ LAUNCHERS: tuple[Launcher, ...] = (
          "MV2_COMM_WORLD_LOCAL_SIZE"),
         (("MV2_COMM_WORLD_SIZE", 1), ("MV2_COMM_WORLD_RANK", 0),
          ("MV2_COMM_WORLD_LOCAL_SIZE", 1), ("MV2_COMM_WORLD_LOCAL_RANK", 0)),
-        _RUN_WITHOUT,
+        _RUN_WITHOUT, source="mvapich2",
     ),
     Launcher(
-        "Cray PALS (mpiexec)", ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_NODEID"),
+        "Cray PALS (mpiexec)",
+        ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID", "PMI_SIZE"),
         (("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0)),
-        _RUN_WITHOUT,
+        _RUN_WITHOUT, source="pals",
     ),
     Launcher(
         "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         ("PMI_RANK", "PMI_SIZE"),
         (("PMI_SIZE", 1), ("PMI_RANK", 0), ("PMI_LOCAL_SIZE", 1), ("PMI_LOCAL_RANK", 0),
          ("MPI_LOCALNRANKS", 1), ("MPI_LOCALRANKID", 0)),
-        _RUN_WITHOUT,
+        _RUN_WITHOUT, source="hydra",
     ),
     Launcher(
-        "a PMIx launcher (Open MPI 5 prterun, srun --mpi=pmix)", ("PMIX_RANK", "PMIX_NAMESPACE"),
-        (("PMIX_RANK", 0),), _RUN_WITHOUT, sized=False,
+        "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
+        ("PMIX_RANK", "PMIX_NAMESPACE"),
+        (("PMIX_RANK", 0),), _RUN_WITHOUT, sized=False, source="openmpi",
     ),
     Launcher(
         "a Slurm step (srun)",
@@ -105,7 +108,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
          "SLURM_NODEID"),
         (("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1), ("SLURM_PROCID", 0),
          ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0)),
-        _RUN_WITHOUT,
+        _RUN_WITHOUT, source="slurm-step",
     ),
     Launcher(
         "a Slurm batch script or salloc shell",
@@ -114,6 +117,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
         "The batch script runs on the first node only and only srun starts the others: run "
         "derive-env inside the srun step (srun --ntasks-per-node=1 derive-env -- torchrun ...)",
         unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST"), partial=False, unit="node",
+        source="slurm-allocation",
     ),
     Launcher(
         "Flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"),
@@ -154,20 +158,33 @@ def _sagemaker_hosts(value: str) -> int | None:
     return len(hosts) if isinstance(hosts, list) else None
 
 
-def launcher_problem(environ: Mapping[str, str], session: str | None) -> str | None:
-    """Say which launcher started more than one process, or ``None``.
+def launcher_problem(
+    environ: Mapping[str, str],
+    session: str | None,
+    seen: frozenset[str] = frozenset(),
+    launched: bool = False,
+) -> str | None:
+    """Say which launcher started more than one process without a usable source, or ``None``.
 
-    Until sources for them exist, derive-env refuses rather than describe one process under
-    a multi-process launcher (every process of such a job would derive a job of one).
+    derive-env refuses rather than describe one process under a multi-process launcher it
+    cannot read (every process of such a job would derive a job of one): a launcher it has
+    no source for, or one whose variables are only partly set (a partial set never selects
+    a source, sources.md 3.13).
 
     :param session: the cluster manager session the container is in (``"a Backend.AI
         session of 3 nodes"``), or ``None`` for none.
+    :param seen: the names of the sources that were seen (their launchers are read).
+    :param launched: a seen source stated the process layer: then a launcher that has a
+        source but only part of its variables set is that source's companion (``srun
+        --mpi=pmi2`` sets ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
     :returns: the message, naming the variable, the launcher and the fix.
     """
     unsized: Launcher | None = None  # a launcher that started us without saying the size
     sized = False  # some launcher's complete set states the size (one process)
     for launcher in LAUNCHERS:
         if any(environ.get(name) for name in launcher.unless):
+            continue
+        if launcher.source is not None and (launcher.source in seen or launched):
             continue
         complete = all(environ.get(name) for name in launcher.detect)
         if not complete and not launcher.partial:
@@ -181,8 +198,18 @@ def launcher_problem(environ: Mapping[str, str], session: str | None) -> str | N
         if stated:
             name, value = stated[0]
             single = dict(launcher.states).get(name, "a JSON list of one host")
+            if launcher.source is not None:
+                missing = [n for n in launcher.detect if not environ.get(n)]
+                return describe(
+                    name, value,
+                    f"{single} or unset: {launcher.name} states a job of more than one "
+                    f"{launcher.unit}, but only part of its variables are set (not set: "
+                    f"{', '.join(missing)}), and a partial set is never used: it may be "
+                    "left over from another job. Run derive-env in the launcher's own "
+                    f"process (the launcher sets all of them), or {_WARN}",
+                )
             outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
-                       "launcher's ranks yet" if session else
+                       "launcher's ranks" if session else
                        f"derive-env would describe a job of one {launcher.unit}")
             return describe(
                 name, value,
@@ -278,7 +305,8 @@ SOURCES: tuple[Source, ...] = (
            ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1,
            "MPICH Hydra or Intel MPI (mpiexec)"),
     Source("pals", _SOURCE + "mpi",
-           ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_NODEID", "PMI_SIZE"), 1,
+           ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID",
+            "PMI_SIZE"), 1,
            "Cray PALS (mpiexec)"),
     Source("slurm-step", _SOURCE + "slurm",
            ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
@@ -329,38 +357,39 @@ def seen_sources(environ: Mapping[str, str]) -> list[Source]:
     return sorted(seen, key=lambda s: s.depth)
 
 
-#: Cluster managers by source name, for messages.
-_MANAGERS = {"backendai": "Backend.AI"}
+def topology_from(
+    environ: Mapping[str, str],
+    choice: str | None = None,
+    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
+) -> ClusterTopology:
+    """The topology composed from every source seen in ``environ`` (sources/resolve.py).
 
-_OLD_SOURCES: tuple[tuple[str, str], ...] = (
-    ("backendai", "derive_env.sources.backendai"),
-)
+    With none seen, a single-container topology (contract section 5: no cluster variables
+    at all is a single-container session).
 
-
-def topology_from(environ: Mapping[str, str]) -> ClusterTopology:
-    """The topology of the first source that detects its variables in ``environ``.
-
-    With none detected, a single-container topology (contract section 5: no cluster
-    variables at all is a single-container session).
-
-    :raises TopologyError: the detected source's variables are bad; or no source was
-        detected while the environment states another topology (``WORLD_SIZE=4``,
+    :param choice: ``--source`` (a source name, ``auto`` or ``none``); ``None``: the
+        ``DERIVE_ENV_SOURCE`` variable, else ``auto``.
+    :param files: reads the files a source needs (see :func:`resolve.resolve`).
+    :raises TopologyError: a seen source's variables are bad or the layers disagree; or no
+        source was seen while the environment states another topology (``WORLD_SIZE=4``,
         ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
-        container would contradict it, and nothing is guessed; or, session or not, another
-        launcher's variables state more than one process (:func:`launcher_problem`).
+        container would contradict it, and nothing is guessed; or another launcher's
+        variables state more than one process (:func:`launcher_problem`).
     """
-    topology = single_node_topology()
-    for _name, module_name in _OLD_SOURCES:
-        module = import_module(module_name)
-        if module.detect(environ):
-            topology = module.topology(environ)
-            break
-    stated = "nodes" in topology.inputs
+    from derive_env.sources.resolve import NONE, choice_of, resolve
+
+    chosen = choice_of(environ, choice)
+    topology, reports = resolve(environ, chosen, files)
+    if chosen == NONE:
+        return topology
+    seen = frozenset(r.source for r in reports)
+    stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
+                                or topology.node_count is not None)
     # Launchers first: their message names the launcher and the fix.
     problem = launcher_problem(
         environ,
-        f"a {_MANAGERS.get(topology.source, topology.source)} session of {topology.num_nodes} "
-        "node(s)" if stated else None,
+        f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
+        seen, topology.processes is not None,
     )
     if problem:
         raise TopologyError(problem)

@@ -42,6 +42,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from derive_env.errors import TopologyError, describe, shorten
+from derive_env.sources.report import Report
 from derive_env.topology import ROLE_NAME, ClusterTopology, Node, host_problem
 from derive_env.validation import first_error, parse_int, parse_port
 
@@ -513,6 +514,25 @@ def topology(environ: Mapping[str, str]) -> ClusterTopology:
     inputs["nodes"] = (HOSTS,) + ((REPLICAS,) if v.replicas else ())
     inputs["node_rank"] = (f"position of {HOST}={own} in the canonical order",)
     return ClusterTopology(**topo_fields, inputs=inputs)
+
+
+def read(environ: Mapping[str, str], name: str = "backendai") -> Report:
+    """This source's facts for the resolver (sources/resolve.py), from :func:`topology`.
+
+    The node layer only when the session states its nodes (``BACKENDAI_CLUSTER_*``); a
+    container with only ``GPU_COUNT`` or ``BACKENDAI_DIST_MASTER_PORT`` reports those.
+    Backend.AI starts one container per node and no process: no process layer.
+
+    :raises TopologyError: as :func:`topology`.
+    """
+    topo = topology(environ)
+    stated = "nodes" in topo.inputs
+    return Report(
+        source="backendai", title="a Backend.AI session",
+        nodes=topo.nodes if stated else (), node_rank=topo.node_rank if stated else None,
+        gpus=topo.gpus_per_node, master_port=topo.master_port, session_id=topo.session_id,
+        inputs=topo.inputs, order=topo.order, notes=topo.notes, warnings=topo.warnings,
+    )
 
 
 def _counted(nodes: Sequence[Node]) -> tuple[tuple[str, int], ...]:

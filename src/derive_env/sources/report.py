@@ -11,9 +11,13 @@ from values the source already validated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 from derive_env.topology import Node
+
+_NONE: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
 
 class Processes(NamedTuple):
@@ -87,7 +91,7 @@ class Report(NamedTuple):
     session_id: str | None = None
     preset: frozenset[str] = frozenset()
     renumbers: bool = False
-    inputs: dict[str, tuple[str, ...]] = {}
+    inputs: Mapping[str, tuple[str, ...]] = _NONE
     order: str | None = None
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()

@@ -1,0 +1,230 @@
+"""The resolver (sources/resolve.py): reports of several sources -> one topology.
+
+Reports are built by hand here (each source's own tests check its reports against the
+recorded environments); tests/test_recorded_envs.py and test_source_*.py check whole jobs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from derive_env.errors import TopologyError, UsageError
+from derive_env.frameworks import Context
+from derive_env.frameworks import jax as jax_framework
+from derive_env.frameworks import pytorch, tensorflow
+from derive_env.policy import ImagePolicy
+from derive_env.sources.report import Processes, Report
+from derive_env.sources.resolve import choice_of, compose, resolve
+from derive_env.topology import Node
+
+HOSTS = ("gpu-a100-09", "gpu-a100-10", "gpu-a100-11")
+NODES = tuple(Node(host=h) for h in HOSTS)
+
+
+def mpi(rank: int, local_rank: int, world: int = 6, local: int = 2) -> Report:
+    return Report(source="openmpi", title="Open MPI (mpirun)",
+                  processes=Processes(rank, local_rank, world, local),
+                  inputs={"processes": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")})
+
+
+def step(node_rank: int, rank: int, world: int, tasks: tuple[int, ...], **kw) -> Report:
+    fields = dict(
+        source="slurm-step", title="a Slurm step (srun)", nodes=NODES[:len(tasks)],
+        node_rank=node_rank,
+        processes=Processes(rank, kw.pop("local", 0), world, tasks[node_rank], tasks),
+        job=("slurm", "11", "0"),
+        inputs={"nodes": ("SLURM_STEP_NODELIST",), "node_rank": ("SLURM_NODEID",),
+                "processes": ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS")})
+    fields.update(kw)
+    return Report(**fields)
+
+
+def allocation(node_rank: int | None = None, problem: str | None = None) -> Report:
+    return Report(source="slurm-allocation", title="a Slurm allocation", nodes=NODES,
+                  node_rank=node_rank, problem=problem,
+                  inputs={"nodes": ("SLURM_JOB_NODELIST",), "node_rank": ("SLURMD_NODENAME",)})
+
+
+def test_mpi_alone_is_a_partial_topology_without_a_master() -> None:
+    topo = compose([mpi(3, 1)])
+    assert (topo.nodes, topo.node_rank, topo.num_nodes, topo.multi_node) == ((), None, None, True)
+    assert topo.master_addr is None
+    assert topo.missing is not None and topo.missing.startswith(
+        "Open MPI (mpirun) states no host list, so the host of rank 0 is unknown: set MASTER_ADDR")
+    assert topo.per_process
+
+
+def test_mpi_on_one_node_alone_is_a_single_node() -> None:
+    topo = compose([mpi(1, 1, world=2, local=2)])
+    assert (topo.multi_node, topo.master_addr, topo.num_nodes) == (False, "127.0.0.1", 1)
+
+
+def test_mpi_in_an_allocation_takes_the_hosts_and_the_master_from_it() -> None:
+    topo = compose([mpi(3, 1), allocation()])
+    assert [n.host for n in topo.nodes] == list(HOSTS)
+    assert (topo.node_rank, topo.master_addr) == (None, "gpu-a100-09")
+    assert topo.inputs["nodes"] == ("SLURM_JOB_NODELIST",)
+    assert topo.processes is not None and topo.processes.rank == 3
+
+
+def test_a_daemon_step_is_shadowed_and_the_allocation_gives_the_hosts() -> None:
+    """mpirun's orted step (one task per node, 2 of 3 nodes) beside Open MPI's 6 ranks."""
+    daemons = step(0, 0, 2, (1, 1), nodes=NODES[1:])
+    topo = compose([mpi(3, 1), daemons, allocation(node_rank=1)])
+    assert [n.host for n in topo.nodes] == list(HOSTS)
+    assert topo.node_rank == 1
+    assert topo.processes is not None and topo.processes.world_size == 6
+    assert ("shadowed: slurm-step (a Slurm step (srun)): its world size or rank differs from "
+            "openmpi's, so it describes Open MPI (mpirun)'s daemons, not the ranks") in topo.layers
+
+
+def test_an_equal_inner_layer_confirms_the_step() -> None:
+    topo = compose([mpi(4, 0, world=6, local=2), step(2, 4, 6, (2, 2, 2)), allocation()])
+    assert (topo.node_rank, topo.processes.tasks_per_node) == (2, (2, 2, 2))
+    assert topo.inputs["nodes"] == ("SLURM_STEP_NODELIST",)
+
+
+def test_the_processes_per_node_must_add_up() -> None:
+    bad = step(0, 0, 5, (2, 2, 2))
+    with pytest.raises(TopologyError, match="add up to 6, not to the world size 5"):
+        compose([bad])
+
+
+def test_this_nodes_processes_must_be_its_local_world_size() -> None:
+    bad = step(1, 2, 6, (2, 2, 2))._replace(processes=Processes(2, 0, 6, 3, (2, 2, 2)))
+    with pytest.raises(TopologyError, match="node rank 1 has 2 process"):
+        compose([bad])
+
+
+def test_rank_0_off_node_rank_0_is_an_error() -> None:
+    with pytest.raises(TopologyError, match="rank 0 .* runs on gpu-a100-10, node rank 1"):
+        compose([mpi(0, 0), Report(source="backendai", title="a Backend.AI session",
+                                   nodes=NODES, node_rank=1,
+                                   inputs={"nodes": ("BACKENDAI_CLUSTER_HOSTS",)})])
+
+
+def test_the_node_of_rank_0_goes_first() -> None:
+    """srun -m arbitrary: rank 0 on the last node of the step list."""
+    arbitrary = step(2, 0, 6, (1, 2, 3), local=0, master="gpu-a100-11")
+    arbitrary = arbitrary._replace(processes=Processes(0, 0, 6, 3, (1, 2, 3)),
+                                   inputs={**arbitrary.inputs, "master": ("SLURM_HOSTFILE",)})
+    topo = compose([arbitrary])
+    assert [n.host for n in topo.nodes] == ["gpu-a100-11", "gpu-a100-09", "gpu-a100-10"]
+    assert (topo.node_rank, topo.master, topo.master_addr) == (0, None, "gpu-a100-11")
+    assert topo.processes.tasks_per_node == (3, 1, 2)
+    other = compose([arbitrary._replace(node_rank=1, processes=Processes(4, 1, 6, 2, (1, 2, 3)))])
+    assert other.node_rank == 2 and other.nodes == topo.nodes
+
+
+def torchrun(group_rank: int, groups: int = 3) -> Report:
+    return Report(source="torchrun", title="torchrun (torchelastic)", num_nodes=groups,
+                  node_rank=group_rank, processes=Processes(2 * group_rank, 0, 2 * groups, 2),
+                  master="gpu-a100-09", master_port=29400, renumbers=True,
+                  preset=frozenset({"RANK", "MASTER_PORT"}),
+                  inputs={"num_nodes": ("GROUP_WORLD_SIZE",), "node_rank": ("GROUP_RANK",),
+                          "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
+                          "processes": ("RANK",)})
+
+
+def test_torchrun_in_a_step_uses_the_steps_hosts_when_the_ranks_agree() -> None:
+    topo = compose([torchrun(1), step(1, 1, 3, (1, 1, 1))])
+    assert [n.host for n in topo.nodes] == list(HOSTS)
+    assert (topo.node_rank, topo.master_port, topo.preset) == (1, 29400, {"RANK", "MASTER_PORT"})
+
+
+def test_torchrun_renumbering_the_nodes_drops_the_host_list() -> None:
+    topo = compose([torchrun(2), step(1, 1, 3, (1, 1, 1))])
+    assert (topo.nodes, topo.num_nodes, topo.node_rank, topo.master_addr) == (
+        (), 3, 2, "gpu-a100-09")
+    assert ("torchrun (torchelastic) numbers the nodes itself, differently from a Slurm step "
+            "(srun): its host list is not used for them") in topo.notes
+
+
+def test_disagreeing_layers_are_an_error_naming_both() -> None:
+    inner = Report(source="pals", title="Cray PALS (mpiexec)", node_rank=0,
+                   processes=Processes(0, 0, 6, 2), inputs={"node_rank": ("PALS_NODEID",)})
+    with pytest.raises(TopologyError) as caught:
+        compose([inner, Report(source="backendai", title="a Backend.AI session", nodes=NODES,
+                               node_rank=2, inputs={"node_rank": ("BACKENDAI_CLUSTER_HOST",)})])
+    assert str(caught.value).startswith(
+        "Cray PALS (mpiexec) and a Backend.AI session disagree on the node_rank: PALS_NODEID "
+        "give 0, BACKENDAI_CLUSTER_HOST give 2.")
+
+
+def test_a_problem_is_raised_only_for_the_innermost_source() -> None:
+    with pytest.raises(TopologyError, match="^batch$"):
+        compose([allocation(problem="batch")])
+    assert compose([mpi(1, 1), allocation(problem="batch")]).nodes == NODES
+
+
+def test_source_choice() -> None:
+    assert choice_of({}, None) == "auto"
+    assert choice_of({"DERIVE_ENV_SOURCE": "none"}, None) == "none"
+    assert choice_of({"DERIVE_ENV_SOURCE": "none"}, "openmpi") == "openmpi"
+    with pytest.raises(UsageError, match="^--source='slurm': expected one of auto, none, "):
+        choice_of({}, "slurm")
+    with pytest.raises(TopologyError, match="^DERIVE_ENV_SOURCE='x': expected one of auto"):
+        choice_of({"DERIVE_ENV_SOURCE": "x"}, None)
+
+
+def test_a_named_source_needs_its_variables() -> None:
+    with pytest.raises(TopologyError) as caught:
+        resolve({"OMPI_COMM_WORLD_SIZE": "2"}, "openmpi")
+    assert str(caught.value) == (
+        "--source (or DERIVE_ENV_SOURCE)='openmpi': expected a source whose variables are set: "
+        "Open MPI (mpirun) needs OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
+        "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE; not set: OMPI_COMM_WORLD_RANK, "
+        "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE")
+    topo, reports = resolve({"OMPI_COMM_WORLD_SIZE": "2"}, "none")
+    assert (topo.num_nodes, reports) == (1, [])
+
+
+# --- what the frameworks get from a process layer --------------------------------------------
+
+POLICY = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "pytorch,jax,tensorflow"})
+
+
+def values(part) -> dict[str, str]:
+    return {v.name: v.value for v in part.variables}
+
+
+def test_several_processes_per_node_get_the_process_layer_and_no_pet() -> None:
+    topo = compose([step(1, 3, 6, (2, 2, 2), local=1, reserved_ports=(12001, 12002, 12003),
+                         inputs={"nodes": ("SLURM_STEP_NODELIST",), "ports": ("RESV",),
+                                 "node_rank": ("SLURM_NODEID",), "processes": ("SLURM_PROCID",)})])
+    ctx = Context(topo, POLICY, {})
+    assert values(pytorch.derive(ctx)) == {
+        "MASTER_ADDR": "gpu-a100-09", "MASTER_PORT": "12001", "RANK": "3", "LOCAL_RANK": "1",
+        "WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1"}
+    assert values(jax_framework.derive(ctx)) == {
+        "JAX_COORDINATOR_ADDRESS": "gpu-a100-09:12003", "JAX_NUM_PROCESSES": "6",
+        "JAX_PROCESS_ID": "3"}
+    config = json.loads(values(tensorflow.derive(ctx))["TF_CONFIG"])
+    assert config == {"cluster": {"worker": [
+        "gpu-a100-09:12002", "gpu-a100-09:12003", "gpu-a100-10:12002", "gpu-a100-10:12003",
+        "gpu-a100-11:12002", "gpu-a100-11:12003"]}, "task": {"type": "worker", "index": 3}}
+
+
+def test_one_process_per_node_is_the_node_layer() -> None:
+    topo = compose([step(2, 2, 3, (1, 1, 1))])
+    ctx = Context(topo, POLICY, {})
+    got = values(pytorch.derive(ctx))
+    assert (got["PET_NNODES"], got["PET_NODE_RANK"], got["NODE_RANK"]) == ("3", "2", "2")
+    assert "RANK" not in got
+    port = int(got["MASTER_PORT"])
+    assert 61000 <= port <= 65535  # derived from the job, above the ephemeral range
+
+
+def test_tf_needs_every_nodes_processes() -> None:
+    ctx = Context(compose([mpi(3, 1), allocation()]), POLICY, {})
+    with pytest.raises(TopologyError, match="^TF_CONFIG cannot be built: it lists every task"):
+        tensorflow.derive(ctx)
+
+
+def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
+    policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax",
+                                      "ai.backend.distributed.jax-port": "29400"})
+    with pytest.raises(TopologyError, match="a port other than the master port 29400"):
+        jax_framework.derive(Context(compose([torchrun(0)]), policy, {}))

@@ -1,0 +1,704 @@
+"""The Slurm source (sources/slurm.py) on environments recorded from real Slurm 22.05.
+
+Exact facts for every task of every Slurm recording (tests/fixtures/recorded, README there),
+checked against the node each task really ran on; exact messages for malformed and
+misleading input; two hypothesis properties over a model of Slurm's task layout, the model
+itself checked against the recordings of the same layouts.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+
+from record_envs import FIXTURES, load_fixture
+
+from derive_env.errors import TopologyError
+from derive_env.sources import seen_sources, slurm
+from derive_env.sources.report import Processes
+from derive_env.topology import Node
+
+N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
+ALL3 = (Node(N09), Node(N10), Node(N11))
+#: The hostfile srun-arbitrary ran with (record_envs.py writes _ORDER one host a line).
+HOSTFILE = "/tmp/derive-slurm-run/shared/srun-arbitrary/hostfile"
+HOSTFILE_TEXT = f"{N11}\n{N09}\n{N10}\n{N11}\n"
+EXTRA_DATA = Path(__file__).resolve().parent / "data" / "slurm-extra"
+
+
+def tasks(scenario: str) -> dict[str, tuple[str, dict[str, str]]]:
+    files = sorted((FIXTURES / scenario).glob("*.env"))
+    assert files, scenario
+    return {f.stem: load_fixture(f) for f in files}
+
+
+def step(env: dict[str, str], files: dict[str, str | None] | None = None):
+    return slurm.read(env, "slurm-step", files if files is not None else {})
+
+
+def alloc(env: dict[str, str]):
+    return slurm.read(env, "slurm-allocation")
+
+
+# -- every task of every recording -------------------------------------------------------------
+
+#: scenario -> task -> (SLURM_NODEID, Processes without tasks_per_node, problem?), literal
+#: from the recordings (the daemon steps of mpirun/mpiexec are shown as Slurm states them).
+STEP_FACTS = {
+    "srun-block": {f"task{r}": (r // 2, (r, r % 2, 6, 2), False) for r in range(6)},
+    "srun-cyclic": {"task0": (0, (0, 0, 6, 2), False), "task1": (1, (1, 0, 6, 2), False),
+                    "task2": (2, (2, 0, 6, 2), False), "task3": (0, (3, 1, 6, 2), False),
+                    "task4": (1, (4, 1, 6, 2), False), "task5": (2, (5, 1, 6, 2), False)},
+    "srun-uneven": {"task0": (0, (0, 0, 5, 3), False), "task1": (0, (1, 1, 5, 3), False),
+                    "task2": (0, (2, 2, 5, 3), False), "task3": (1, (3, 0, 5, 1), False),
+                    "task4": (2, (4, 0, 5, 1), False)},
+    "srun-arbitrary": {"task0": (2, (0, 0, 4, 2), False), "task1": (0, (1, 0, 4, 1), False),
+                       "task2": (1, (2, 0, 4, 1), False), "task3": (2, (3, 1, 4, 2), False)},
+    "srun-pmi2": {f"task{r}": (r // 2, (r, r % 2, 6, 2), False) for r in range(6)},
+    "srun-pmix": {f"task{r}": (r // 2, (r, r % 2, 6, 2), False) for r in range(6)},
+    "srun-cray-shasta": {f"task{r}": (r // 2, (r, r % 2, 6, 2), False) for r in range(6)},
+    "srun-pty": {"task0": (0, (0, 0, 1, 1), False)},
+    "sbatch-3node": {f"step-task{r}": (r, (r, 0, 3, 1), False) for r in range(3)},
+    # mpirun's orted step: one task per node.
+    "ompi-in-salloc": {f"rank{r}": (r // 2, (r // 2, 0, 3, 1), False) for r in range(6)},
+    "ompi-in-sbatch": {f"rank{r}": (r // 2 - 1, (r // 2 - 1, 0, 2, 1), False)
+                       for r in range(2, 6)},
+    "mpich-in-salloc": {f"rank{r}": (r // 2, (r // 2, 0, 3, 1), False) for r in range(6)},
+    # Hydra copied mpiexec's SLURMD_NODENAME and SLURM_GTIDS: a problem off the batch node.
+    "mpich-in-sbatch": {f"rank{r}": (r // 2, (r // 2, 0, 3, 1), r >= 2) for r in range(6)},
+}
+TPN = {"srun-uneven": (3, 1, 1), "srun-arbitrary": (1, 1, 2), "srun-pty": (1,),
+       "sbatch-3node": (1, 1, 1), "ompi-in-salloc": (1, 1, 1), "ompi-in-sbatch": (1, 1),
+       "mpich-in-salloc": (1, 1, 1), "mpich-in-sbatch": (1, 1, 1)}
+JOBS = {"srun-block": "1", "srun-cyclic": "2", "srun-uneven": "3", "srun-arbitrary": "4",
+        "sbatch-3node": "5", "sbatch-1node": "6", "salloc-shell": "7", "srun-pty": "8",
+        "srun-pmi2": "9", "ompi-in-salloc": "10", "ompi-in-sbatch": "11",
+        "mpich-in-salloc": "12", "mpich-in-sbatch": "13", "srun-pmix": "14",
+        "srun-cray-shasta": "15"}
+
+
+@pytest.mark.parametrize("scenario", list(STEP_FACTS))
+def test_step_facts_of_every_recorded_task(scenario: str) -> None:
+    seen_step = set()
+    for task, (ran_on, env) in tasks(scenario).items():
+        if "slurm-step" not in [s.name for s in seen_sources(env)]:
+            continue
+        seen_step.add(task)
+        node_id, procs, problem = STEP_FACTS[scenario][task]
+        report = step(env, {HOSTFILE: HOSTFILE_TEXT})
+        nodes = (ALL3[1:] if scenario == "ompi-in-sbatch" else
+                 ALL3[:1] if scenario == "srun-pty" else ALL3)
+        assert report.nodes == nodes
+        assert report.node_rank == node_id
+        assert report.nodes[node_id].host == ran_on  # where it really ran
+        assert report.processes == Processes(*procs, TPN.get(scenario, (2, 2, 2)))
+        assert report.master == (N11 if scenario == "srun-arbitrary" else None)
+        assert (report.problem is not None) == problem
+        assert report.job == ("slurm", JOBS[scenario], "0")
+        assert report.session_id == JOBS[scenario]
+        assert report.reserved_ports == () and report.gpus is None
+        assert report.inputs["processes"] == ("SLURM_PROCID", "SLURM_LOCALID",
+                                              "SLURM_STEP_NUM_TASKS",
+                                              "SLURM_STEP_TASKS_PER_NODE")
+    assert seen_step == set(STEP_FACTS[scenario])
+
+
+#: scenario -> task -> allocation node rank (None: not proven), literal from the recordings.
+ALLOC_FACTS = {
+    "sbatch-1node": {"batch": 0},
+    "sbatch-3node": {"batch": 0, "step-task0": 0, "step-task1": 1, "step-task2": 2},
+    "salloc-shell": {"shell": None},
+    # The four cases where the resolver uses this line's hosts for MPI ranks.
+    "ompi-in-sbatch": {f"rank{r}": r // 2 for r in range(6)},
+    "ompi-in-salloc": {f"rank{r}": r // 2 for r in range(6)},
+    "mpich-in-sbatch": {f"rank{r}": r // 2 for r in range(6)},
+    "mpich-in-salloc": {f"rank{r}": r // 2 for r in range(6)},
+    "srun-arbitrary": {"task0": 2, "task1": 0, "task2": 1, "task3": 2},
+    "srun-pty": {"task0": 0},
+}
+
+
+@pytest.mark.parametrize("scenario", list(ALLOC_FACTS))
+def test_allocation_facts_of_every_recorded_task(scenario: str) -> None:
+    recorded = tasks(scenario)
+    assert set(recorded) == set(ALLOC_FACTS[scenario])
+    for task, (ran_on, env) in recorded.items():
+        assert "slurm-allocation" in [s.name for s in seen_sources(env)]
+        report = alloc(env)
+        expected = ALLOC_FACTS[scenario][task]
+        assert report.node_rank == expected, task
+        one = scenario in ("sbatch-1node", "srun-pty")
+        hosts = (ALL3[:1] if one else ALL3[:2] if scenario == "salloc-shell" else ALL3)
+        assert report.nodes == hosts
+        if expected is not None:
+            assert report.nodes[expected].host == ran_on, task  # never a wrong node
+        assert report.problem == (None if one else slurm._ALLOC_PROBLEM)
+        assert report.job == ("slurm", JOBS[scenario], "allocation")
+        assert report.processes is None and report.master is None
+
+
+def test_the_multi_node_allocation_problem_prints_the_fix() -> None:
+    assert alloc(tasks("sbatch-3node")["batch"][1]).problem == (
+        "a batch script or salloc shell runs on one node; only srun starts the others: run "
+        "derive-env inside an srun step instead (srun --ntasks-per-node=1 derive-env -- "
+        "torchrun ...)")
+
+
+def test_salloc_shell_is_not_a_step_and_has_no_node() -> None:
+    env = tasks("salloc-shell")["shell"][1]
+    assert [s.name for s in seen_sources(env)] == ["slurm-allocation"]
+    report = alloc(env)
+    assert (report.node_rank, report.inputs) == (None, {
+        "nodes": ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), "ports": ("SLURM_JOB_ID",)})
+
+
+def test_batch_script_node_rank_needs_its_own_node_name() -> None:
+    env = dict(tasks("sbatch-3node")["batch"][1])
+    assert alloc(env).inputs["node_rank"] == ("ENVIRONMENT", "SLURMD_NODENAME")
+    env["SLURMD_NODENAME"] = N10  # not the first node: not the batch script itself
+    assert alloc(env).node_rank is None
+    del env["ENVIRONMENT"]
+    env["SLURMD_NODENAME"] = N09
+    assert alloc(env).node_rank is None
+
+
+def test_a_lone_job_id_is_no_source() -> None:
+    assert seen_sources({"SLURM_JOB_ID": "5"}) == []
+    assert seen_sources({"SLURM_JOB_ID": "5", "SLURM_JOBID": "5", "SLURM_PROCID": "0"}) == []
+
+
+# -- misleading and malformed input: exact messages -------------------------------------------
+
+
+def block() -> dict[str, str]:
+    return dict(tasks("srun-block")["task2"][1])
+
+
+def raises(env: dict[str, str], name: str = "slurm-step",
+           files: dict[str, str | None] | None = None) -> str:
+    with pytest.raises(TopologyError) as info:
+        slurm.read(env, name, files or {})
+    assert info.value.exit_code == 3
+    return str(info.value)
+
+
+def test_step_variables_inherited_from_another_job() -> None:
+    env = block()
+    env["SLURM_JOB_NODELIST"] = "gpu-a100-[20-22]"
+    assert raises(env) == (
+        "SLURM_STEP_NODELIST='gpu-a100-[09-11]': expected nodes of this job's "
+        "SLURM_JOB_NODELIST='gpu-a100-[20-22]', not 'gpu-a100-09': the step variables were "
+        "inherited from another job (a job submitted from inside a step); unset SLURM_STEP_* "
+        "before sbatch/salloc, or submit with --export=NONE")
+
+
+def test_job_id_and_its_old_name_disagree() -> None:
+    env = block()
+    env["SLURM_JOBID"] = "7"
+    assert raises(env) == (
+        "SLURM_JOBID='7': expected the same job id as SLURM_JOB_ID='1' (Slurm sets both from "
+        "one value); one of them was inherited from another job or set by hand: unset the "
+        "stale one")
+    assert raises(env, "slurm-allocation").startswith("SLURM_JOBID='7'")
+
+
+@pytest.mark.parametrize(("var", "value", "message"), [
+    ("SLURM_STEP_NUM_NODES", "2",
+     "SLURM_STEP_NUM_NODES='2': expected the number of nodes in SLURM_STEP_NODELIST="
+     "'gpu-a100-[09-11]' (3); srun writes both for one step (src/common/env.c "
+     "env_array_for_step), so one was set by hand or inherited"),
+    ("SLURM_STEP_TASKS_PER_NODE", "2(x2)",
+     "SLURM_STEP_TASKS_PER_NODE='2(x2)': expected one task count per node of the step, "
+     "SLURM_STEP_NUM_NODES=3, not 2"),
+    ("SLURM_STEP_TASKS_PER_NODE", "2,2,1",
+     "SLURM_STEP_TASKS_PER_NODE='2,2,1': expected task counts adding up to "
+     "SLURM_STEP_NUM_TASKS=6, not 5"),
+    ("SLURM_STEP_TASKS_PER_NODE", "2(x0)",
+     "SLURM_STEP_TASKS_PER_NODE='2(x0)': expected items N or N(xK) with K >= 1, not '2(x0)'"),
+    ("SLURM_PROCID", "6", "SLURM_PROCID='6': expected a rank below SLURM_STEP_NUM_TASKS=6"),
+    ("SLURM_PROCID", "-1", "SLURM_PROCID='-1': expected an integer >= 0"),
+    ("SLURM_NODEID", "3", "SLURM_NODEID='3': expected a node index below "
+     "SLURM_STEP_NUM_NODES=3"),
+    ("SLURM_LOCALID", "2", "SLURM_LOCALID='2': expected a local rank below 2, the task count "
+     "of node SLURM_NODEID=1 in SLURM_STEP_TASKS_PER_NODE='2(x3)'"),
+    ("SLURM_STEP_NODELIST", "gpu-a100-[11-09]",
+     "SLURM_STEP_NODELIST='gpu-a100-[11-09]': expected a range lo-hi with lo <= hi, "
+     "not '11-09'"),
+    ("SLURM_STEP_NODELIST", "gpu-a100-09,gpu-a100-09,gpu-a100-10",
+     "SLURM_STEP_NODELIST='gpu-a100-09,gpu-a100-09,gpu-a100-10': expected every node once "
+     "(Slurm never lists a node twice), not 'gpu-a100-09' twice"),
+    ("SLURM_STEP_NODELIST", "n_1,n2,n3",
+     "SLURM_STEP_NODELIST='n_1,n2,n3': expected a host name (letters, digits, '-' and '.') "
+     "or an IP address, not 'n_1'"),
+    ("SLURM_GTIDS", "2,x", "SLURM_GTIDS='2,x': expected a comma-separated list of task ids "
+     "such as 0,1"),
+    ("SLURM_GPUS_ON_NODE", "a100:4", "SLURM_GPUS_ON_NODE='a100:4': expected an integer >= 0"),
+    ("SLURM_STEP_RESV_PORTS", "70000", "SLURM_STEP_RESV_PORTS='70000': expected TCP ports "
+     "1-65535, not 70000-70000"),
+    ("SLURM_HET_SIZE", "2",
+     "SLURM_HET_SIZE='2': expected unset: this is a heterogeneous Slurm job (srun ... : ..., "
+     "#SBATCH hetjob), whose ranks and node lists span its components, and derive-env does "
+     "not read those yet; run one homogeneous step per derive-env (srun --het-group=0 "
+     "derive-env -- ...), or set the framework variables yourself"),
+    ("SLURM_JOB_NODELIST_HET_GROUP_1", "gpu-a100-11", "SLURM_JOB_NODELIST_HET_GROUP_1="),
+])
+def test_malformed_step_values(var: str, value: str, message: str) -> None:
+    env = block()
+    env[var] = value
+    if var == "SLURM_STEP_NODELIST":
+        del env["SLURM_JOB_NODELIST"]  # checked on its own: the step's list is named
+    if message.endswith("="):
+        assert raises(env).startswith(message)
+    else:
+        assert raises(env) == message
+
+
+def test_group_zero_of_an_ordinary_step_is_not_heterogeneous() -> None:
+    env = dict(tasks("sbatch-3node")["step-task1"][1])
+    assert env["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] == "1(x3)"  # recorded, not het
+    assert step(env).node_rank == 1
+
+
+def test_gpus_and_reserved_ports() -> None:
+    env = block()
+    env.update(SLURM_GPUS_ON_NODE="4", SLURM_GPUS_PER_NODE="a100:4",
+               SLURM_STEP_RESV_PORTS="12000-12001,12005")
+    report = step(env)
+    assert (report.gpus, report.reserved_ports) == (4, (12000, 12001, 12005))
+    assert report.inputs["gpus"] == ("SLURM_GPUS_ON_NODE",)
+    assert report.inputs["ports"] == ("SLURM_STEP_RESV_PORTS",)
+
+
+def test_world_size_never_from_the_jobs_task_count() -> None:
+    env = block()
+    env.update(SLURM_NTASKS="12", SLURM_NPROCS="12")  # srun -E keeps the job's values
+    assert step(env).processes.world_size == 6
+
+
+def test_mpich_copied_variables_are_a_problem_not_an_error() -> None:
+    env = tasks("mpich-in-sbatch")["rank2"][1]
+    assert step(env).problem == (
+        "SLURM_GTIDS='0': expected SLURM_PROCID=1 at position SLURM_LOCALID=0; "
+        "SLURMD_NODENAME='gpu-a100-09': expected 'gpu-a100-10', node SLURM_NODEID=1 of "
+        "SLURM_STEP_NODELIST='gpu-a100-[09-11]'; SLURM_GTIDS='0' on node 'gpu-a100-10' "
+        "(SLURM_NODEID=1): expected rank 0 on 'gpu-a100-09', the first node of the step for "
+        "distribution cyclic: this task's own Slurm variables contradict the step it names, "
+        "as when a launcher inside the step (MPICH's mpiexec) copied them from another "
+        "process; run derive-env directly under srun, or under an MPI launcher derive-env "
+        "reads")
+
+
+@pytest.mark.parametrize(("var", "value", "message"), [
+    ("PMI_RANK", "3", "PMI_RANK='3': expected 2, as SLURM_PROCID='2': both are Slurm's own "
+     "for this step, so one was set by hand or inherited"),
+    ("PMI_SIZE", "5", "PMI_SIZE='5': expected 6, as SLURM_STEP_NUM_TASKS='6': both are "
+     "Slurm's own for this step, so one was set by hand or inherited"),
+])
+def test_pmi2_variables_of_this_step_must_agree(var: str, value: str, message: str) -> None:
+    env = dict(tasks("srun-pmi2")["task2"][1])
+    env[var] = value
+    assert raises(env) == message
+    env["PMI_JOBID"] = "9.1"  # another step's (a launcher inside): not Slurm's for this one
+    assert step(env).processes.rank == 2
+
+
+def test_pmix_and_pals_of_this_step_must_agree() -> None:
+    env = dict(tasks("srun-pmix")["task2"][1])
+    env["PMIX_RANK"] = "0"
+    assert raises(env).startswith("PMIX_RANK='0': expected 2, as SLURM_PROCID='2'")
+    env = dict(tasks("srun-cray-shasta")["task2"][1])
+    assert env["PALS_APID"] == "15.0"  # recorded: <job>.<step>
+    env["PALS_NODEID"] = "0"
+    assert raises(env).startswith("PALS_NODEID='0': expected 1, as SLURM_NODEID='1'")
+
+
+def arbitrary(task: str = "task0") -> dict[str, str]:
+    return dict(tasks("srun-arbitrary")[task][1])
+
+
+def test_arbitrary_master_is_the_first_hostfile_line() -> None:
+    env = arbitrary()
+    assert slurm.files_needed(env, "slurm-step") == (HOSTFILE,)
+    assert slurm.files_needed(env, "slurm-allocation") == ()
+    assert slurm.files_needed(block(), "slurm-step") == ()
+    report = step(env, {HOSTFILE: "# topology order\n gpu-a100-11 \ngpu-a100-09,gpu-a100-10"
+                        "*2\n"})
+    assert report.master == N11
+    assert report.inputs["master"] == ("SLURM_DISTRIBUTION", "SLURM_HOSTFILE")
+
+
+def test_arbitrary_without_a_readable_hostfile() -> None:
+    message = (
+        f"SLURM_HOSTFILE='{HOSTFILE}': expected a file this process can read: with "
+        "SLURM_DISTRIBUTION=arbitrary rank 0 runs on its first host, which no variable "
+        "states; make the file visible at the same path inside the container (bind-mount "
+        "its folder) or use another distribution (-m block)")
+    assert raises(arbitrary(), files={HOSTFILE: None}) == message
+    assert raises(arbitrary(), files={}) == message
+    env = arbitrary()
+    del env["SLURM_HOSTFILE"]
+    assert raises(env) == (
+        "SLURM_DISTRIBUTION='arbitrary': expected SLURM_HOSTFILE to be set as well: with "
+        "arbitrary distribution rank 0 runs on the first host of that file, which no other "
+        "variable states; set SLURM_HOSTFILE to the file srun used")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "expected at least one node name (the file is empty)"),
+    ("# only a comment\n\n", "expected at least one node name (the file is empty)"),
+    ("-bad\n", "expected lines of Slurm node names (src/api/allocate.c slurm_read_hostfile), "
+     "not line 1 '-bad'"),
+    ("gpu-a100-11*x\n", "expected name or name*N on line 1, not 'gpu-a100-11*x'"),
+    ("gpu-a100-12\n", "expected its first host 'gpu-a100-12' (rank 0's) to be a node of the "
+     "step, SLURM_STEP_NODELIST='gpu-a100-[09-11]': the file was changed after srun read it, "
+     "or belongs to another step"),
+])
+def test_malformed_hostfile(text: str, message: str) -> None:
+    assert raises(arbitrary(), files={HOSTFILE: text}) == f"SLURM_HOSTFILE='{HOSTFILE}': " \
+        + message
+
+
+def test_arbitrary_local_checks_name_the_node() -> None:
+    # A hostfile whose rank 0 is on gpu-a100-09: task0 ran on gpu-a100-11 (its GTIDS hold 0).
+    problem = step(arbitrary(), {HOSTFILE: f"{N09}\n{N09}\n{N10}\n{N11}\n"}).problem
+    assert problem is not None
+    assert problem.startswith(
+        f"SLURM_HOSTFILE='{HOSTFILE}': expected line 1 (rank SLURM_PROCID=0) to name this "
+        "task's node 'gpu-a100-11' (SLURM_NODEID=2), not 'gpu-a100-09'; SLURM_PROCID=0 on "
+        "node 'gpu-a100-11' (SLURM_NODEID=2): expected rank 0 on 'gpu-a100-09', the first "
+        "host of SLURM_HOSTFILE")
+
+
+def extra(name: str) -> tuple[str, dict[str, str]]:
+    return load_fixture(EXTRA_DATA / f"{name}.env")
+
+
+def test_srun_pty_of_one_task() -> None:
+    env = tasks("srun-pty")["task0"][1]
+    report = step(env)
+    assert (report.nodes, report.node_rank, report.processes) == (
+        (Node(N09),), 0, Processes(0, 0, 1, 1, (1,)))
+    assert report.warnings == ()
+    assert alloc(env).problem is None
+
+
+def test_srun_pty_of_two_tasks_is_the_step_it_is() -> None:
+    # Recorded: srun -N2 --pty runs the command on both tasks (tests/data/slurm-extra).
+    for task in ("pty2-0", "pty2-1"):
+        ran_on, env = extra(task)
+        report = step(env)
+        assert report.nodes[report.node_rank].host == ran_on
+        assert report.processes.world_size == 2 and report.problem is None
+    assert step(extra("pty2-0")[1]).warnings == (
+        "SLURM_PTY_PORT is set and the step has 2 tasks: if derive-env runs from an "
+        "interactive srun --pty shell, the other tasks' shells ended at once (srun.1 --pty: "
+        "only task 0 has the terminal) and the job will wait for them; start the shell with "
+        "srun -N1 -n1 --pty and the job with srun from it",)
+    assert step(extra("pty2-1")[1]).warnings == ()
+
+
+def test_a_step_started_from_a_pty_shell_inherits_its_port() -> None:
+    for task in ("nested-0", "nested-1"):
+        ran_on, env = extra(task)
+        assert env["SLURM_STEP_ID"] == "1" and env["SLURM_PTY_PORT"]
+        report = step(env)
+        assert report.nodes[report.node_rank].host == ran_on
+        assert report.job == ("slurm", env["SLURM_JOB_ID"], "1")
+
+
+def test_allocation_counts_must_agree() -> None:
+    env = dict(tasks("sbatch-3node")["batch"][1])
+    env["SLURM_JOB_NUM_NODES"] = "2"
+    assert raises(env, "slurm-allocation") == (
+        "SLURM_JOB_NUM_NODES='2': expected the number of nodes in SLURM_JOB_NODELIST="
+        "'gpu-a100-[09-11]' (3); Slurm writes both for one job (src/common/env.c), so one was "
+        "set by hand or inherited")
+    env = dict(tasks("sbatch-3node")["batch"][1])
+    env["SLURM_NNODES"] = "2"
+    assert raises(env, "slurm-allocation") == (
+        "SLURM_NNODES='2': expected 3, as SLURM_JOB_NUM_NODES='3': both are Slurm's own for "
+        "this step, so one was set by hand or inherited")
+    # In a step SLURM_NNODES is the step's (recorded: ompi-in-sbatch): not compared.
+    assert alloc(tasks("ompi-in-sbatch")["rank2"][1]).node_rank == 1
+
+
+# -- a model of Slurm's layouts, and the properties --------------------------------------------
+
+
+def compress(counts: list[int]) -> str:
+    """``uint16_array_to_str`` (src/common/env.c): runs written ``N(xK)``."""
+    out: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j < len(counts) and counts[j] == counts[i]:
+            j += 1
+        out.append(f"{counts[i]}(x{j - i})" if j - i > 1 else str(counts[i]))
+        i = j
+    return ",".join(out)
+
+
+def layout(hosts: list[str], tpn: list[int], dist: str,
+           order: list[str] | None = None) -> list[tuple[str, int, int]]:
+    """rank -> (host, node id, local id) as Slurm places tasks: block fills each node in
+    turn; cyclic deals ranks round-robin over the nodes with room left; arbitrary puts rank r
+    on ``order[r]`` (the hostfile line), node ids in the step list order."""
+    world = sum(tpn)
+    placed: list[int] = []
+    if dist == "block":
+        placed = [n for n, count in enumerate(tpn) for _ in range(count)]
+    elif dist == "cyclic":
+        left = list(tpn)
+        while len(placed) < world:
+            for n in range(len(hosts)):
+                if left[n]:
+                    placed.append(n)
+                    left[n] -= 1
+    else:
+        assert order is not None
+        placed = [hosts.index(h) for h in order]
+    seen = [0] * len(hosts)
+    out = []
+    for n in placed:
+        out.append((hosts[n], n, seen[n]))
+        seen[n] += 1
+    return out
+
+
+def job_envs(job_hosts: list[str], hosts: list[str], tpn: list[int], dist: str,
+             order: list[str] | None = None, job: str = "42") -> list[tuple[str, dict]]:
+    """Every task's environment of one step, from :func:`layout`."""
+    ranks = layout(hosts, tpn, dist, order)
+    gtids: dict[int, list[int]] = {}
+    for rank, (_, n, _) in enumerate(ranks):
+        gtids.setdefault(n, []).append(rank)
+    common = {"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_STEP_ID": "0",
+              "SLURM_JOB_NODELIST": ",".join(job_hosts),
+              "SLURM_JOB_NUM_NODES": str(len(job_hosts)),
+              "SLURM_STEP_NODELIST": ",".join(hosts), "SLURM_STEP_NUM_NODES": str(len(hosts)),
+              "SLURM_NNODES": str(len(hosts)), "SLURM_STEP_NUM_TASKS": str(sum(tpn)),
+              "SLURM_STEP_TASKS_PER_NODE": compress(tpn), "HOSTNAME": "login"}
+    if dist != "block":
+        common["SLURM_DISTRIBUTION"] = dist
+    if dist == "arbitrary":
+        common["SLURM_HOSTFILE"] = "/h"
+    return [(host, {**common, "SLURM_PROCID": str(rank), "SLURM_NODEID": str(n),
+                    "SLURM_LOCALID": str(local), "SLURMD_NODENAME": host,
+                    "SLURM_GTIDS": ",".join(map(str, gtids[n]))})
+            for rank, (host, n, local) in enumerate(ranks)]
+
+
+KEYS = ("SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_GTIDS",
+        "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS", "SLURMD_NODENAME")
+
+
+@pytest.mark.parametrize(("scenario", "tpn", "dist", "order"), [
+    ("srun-block", [2, 2, 2], "block", None),
+    ("srun-cyclic", [2, 2, 2], "cyclic", None),
+    ("srun-uneven", [3, 1, 1], "block", None),
+    ("srun-arbitrary", [1, 1, 2], "arbitrary", [N11, N09, N10, N11]),
+])
+def test_the_model_matches_the_recordings(scenario, tpn, dist, order) -> None:
+    hosts = [N09, N10, N11]
+    model = job_envs(hosts, hosts, tpn, dist, order)
+    for rank, (host, env) in enumerate(model):
+        ran_on, recorded = tasks(scenario)[f"task{rank}"]
+        assert host == ran_on
+        assert {k: env[k] for k in KEYS} == {k: recorded[k] for k in KEYS}
+
+
+@st.composite
+def slurm_jobs(draw):
+    numbers = draw(st.lists(st.integers(0, 60), min_size=1, max_size=8, unique=True))
+    job_hosts = [f"n{i:02d}" for i in sorted(numbers)]
+    hosts = [h for h in job_hosts if draw(st.booleans())] or job_hosts[:1]
+    tpn = [draw(st.integers(1, 4)) for _ in hosts]
+    dist = draw(st.sampled_from(["block", "cyclic", "arbitrary"]))
+    order = None
+    if dist == "arbitrary":
+        # Every step node once at least, rank 0 anywhere; tasks per node from the file.
+        order = draw(st.permutations([h for h, c in zip(hosts, tpn, strict=True)
+                                      for _ in range(c)]))
+    return job_hosts, hosts, tpn, dist, order
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(slurm_jobs())
+def test_every_task_of_a_step_agrees(job) -> None:
+    job_hosts, hosts, tpn, dist, order = job
+    files = {"/h": "\n".join(order) + "\n"} if order else {}
+    reports = [(host, step(env, files), alloc(env))
+               for host, env in job_envs(job_hosts, hosts, tpn, dist, order)]
+    first = reports[0][1]
+    master = order[0] if order else hosts[0]
+    ranks = []
+    for host, report, allocation in reports:
+        assert report.problem is None
+        assert report.nodes == first.nodes == tuple(Node(h) for h in hosts)
+        assert (report.master or report.nodes[0].host) == master
+        assert report.processes.world_size == sum(tpn)
+        assert report.processes.tasks_per_node == tuple(tpn)
+        assert report.job == first.job
+        assert report.nodes[report.node_rank].host == host
+        assert allocation.nodes[allocation.node_rank].host == host
+        assert allocation.job == reports[0][2].job
+        ranks.append(report.processes.rank)
+    assert sorted(ranks) == list(range(sum(tpn)))
+    # the rank placed first on the master's node is rank 0 (master = rank 0's host)
+    assert [h for h, r, _ in reports if r.processes.rank == 0] == [master]
+
+
+#: Every variable the module reads.
+VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST",
+        "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE",
+        "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_NODELIST",
+        "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_GTIDS", "SLURMD_NODENAME",
+        "SLURM_DISTRIBUTION", "SLURM_HOSTFILE", "SLURM_PTY_PORT", "SLURM_GPUS_ON_NODE",
+        "SLURM_STEP_RESV_PORTS", "SLURM_HET_SIZE", "SLURM_JOB_NODELIST_HET_GROUP_1",
+        "PMI_JOBID", "PMI_RANK", "PMI_SIZE", "PMIX_NAMESPACE", "PMIX_RANK", "PALS_APID",
+        "PALS_RANKID", "PALS_NODEID", "ENVIRONMENT")
+_TEXT = st.one_of(st.text(max_size=30), st.sampled_from(
+    ["0", "1", "2", "3", "6", "1(x3)", "2(x3)", "n[1-3]", "n1,n2", "arbitrary", "BATCH",
+     "1.0", "n1", "0,1", "slurm.pmix.1.0", "/h"]))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["slurm-step", "slurm-allocation"]),
+       st.dictionaries(st.sampled_from(VARS), _TEXT),
+       st.one_of(st.none(), st.text(max_size=40)), st.data())
+def test_arbitrary_text_gives_a_report_or_a_topology_error(name, extra, hostfile, data):
+    line = next(s for s in slurm_lines() if s.name == name)
+    env = {var: data.draw(_TEXT.filter(bool)) for var in line.detect}
+    env.update(extra)
+    env.update({var: env[var] or "x" for var in line.detect})  # the line is seen
+    try:
+        report = slurm.read(env, name, {"/h": hostfile})
+    except TopologyError as exc:
+        assert str(exc)
+    else:
+        assert report.source == name
+
+
+def slurm_lines():
+    from derive_env.sources import SOURCES
+
+    return [s for s in SOURCES if s.module.endswith(".slurm")]
+
+
+@pytest.mark.parametrize(("nodelist", "message"), [
+    ("10.0.0.[254-256]", "SLURM_JOB_NODELIST='10.0.0.[254-256]': expected a host name or an "
+     "IPv4 address (four numbers 0-255), not '10.0.0.256'"),
+    ("fe80::[1-2]", "SLURM_JOB_NODELIST='fe80::[1-2]': expected a host name or a routable IP "
+     "address; a link-local IPv6 address needs a zone, which cannot be carried in host:port "
+     "values, not 'fe80::1'"),
+    ("n[1-2],m[1-2]-,x", "SLURM_JOB_NODELIST='n[1-2],m[1-2]-,x': expected a host name "
+     "(letters, digits, '-' and '.') or an IP address, not 'm1-'"),
+])
+def test_every_host_is_checked_also_in_large_lists(nodelist: str, message: str) -> None:
+    env = dict(tasks("sbatch-3node")["batch"][1])
+    env["SLURM_JOB_NODELIST"] = nodelist
+    assert raises(env, "slurm-allocation") == message
+
+
+def test_addresses_are_hosts_too() -> None:
+    env = dict(tasks("salloc-shell")["shell"][1])
+    env["SLURM_JOB_NODELIST"] = "10.0.0.[8-9]"
+    assert alloc(env).nodes == (Node("10.0.0.8"), Node("10.0.0.9"))
+
+
+def test_a_job_submitted_from_a_step_keeps_that_steps_variables() -> None:
+    # Recorded (tests/data/slurm-extra/README.md): job 2's batch script, on gpu-a100-10.
+    ran_on, env = extra("inherited-batch")
+    assert ran_on == N10 and env["SLURM_JOB_ID"] == "2"
+    assert [s.name for s in seen_sources(env)] == ["slurm-step", "slurm-allocation"]
+    message = (
+        "SLURM_STEP_NODELIST='gpu-a100-[09-10]': expected nodes of this job's "
+        "SLURM_JOB_NODELIST='gpu-a100-10', not 'gpu-a100-09': the step variables were "
+        "inherited from another job (a job submitted from inside a step); unset SLURM_STEP_* "
+        "before sbatch/salloc, or submit with --export=NONE")
+    assert raises(env) == message
+    assert raises(env, "slurm-allocation") == message
+
+
+# -- MPI launchers inside an allocation: a model, checked against the four recordings ----------
+
+
+def mpi_in_allocation(hosts: list[str], per_node: list[int], kind: str,
+                      job: str = "42") -> list[tuple[str, dict[str, str]]]:
+    """Every MPI rank's Slurm variables, as the recordings show them (README there).
+
+    ``ompi-in-sbatch``: ranks on the batch node are mpirun's children (the batch script's
+    variables), the others are in orted's step over the other nodes. ``mpich-in-sbatch``:
+    Hydra's proxy step spans every node, and mpiexec's SLURMD_NODENAME and SLURM_GTIDS are
+    copied into every rank. ``*-in-salloc``: the daemon step spans every node.
+    """
+    batch = kind.endswith("sbatch")
+    base = {"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": ",".join(hosts),
+            "SLURM_JOB_NUM_NODES": str(len(hosts)), "SLURM_NNODES": str(len(hosts))}
+    if batch:
+        base["ENVIRONMENT"] = "BATCH"
+    daemons = hosts[1:] if kind == "ompi-in-sbatch" else hosts
+    out = []
+    for n, host in enumerate(hosts):
+        if host in daemons:
+            d = daemons.index(host)
+            env = {**base, "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": ",".join(daemons),
+                   "SLURM_STEP_NUM_NODES": str(len(daemons)), "SLURM_NNODES": str(len(daemons)),
+                   "SLURM_STEP_NUM_TASKS": str(len(daemons)),
+                   "SLURM_STEP_TASKS_PER_NODE": compress([1] * len(daemons)),
+                   "SLURM_PROCID": str(d), "SLURM_NODEID": str(d), "SLURM_LOCALID": "0",
+                   "SLURM_GTIDS": str(d), "SLURMD_NODENAME": host,
+                   "SLURM_DISTRIBUTION": "cyclic"}
+            if kind == "mpich-in-sbatch":
+                env.update(SLURMD_NODENAME=hosts[0], SLURM_GTIDS="0")
+        else:
+            env = {**base, "SLURM_PROCID": "0", "SLURM_NODEID": "0", "SLURM_LOCALID": "0",
+                   "SLURM_GTIDS": "0", "SLURMD_NODENAME": hosts[0]}
+        out += [(host, env)] * per_node[n]
+    return out
+
+
+MPI_KEYS = ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS",
+            "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID",
+            "SLURM_GTIDS", "SLURMD_NODENAME", "SLURM_NNODES", "ENVIRONMENT",
+            "SLURM_JOB_NUM_NODES")
+
+
+@pytest.mark.parametrize("kind", ["ompi-in-sbatch", "ompi-in-salloc", "mpich-in-sbatch",
+                                  "mpich-in-salloc"])
+def test_the_mpi_model_matches_the_recordings(kind: str) -> None:
+    model = mpi_in_allocation([N09, N10, N11], [2, 2, 2], kind)
+    recorded = tasks(kind)
+    for rank, (host, env) in enumerate(model):
+        ran_on, real = recorded[f"rank{rank}"]
+        assert host == ran_on
+        real = {k: real[k] for k in MPI_KEYS if k in real}
+        if "SLURM_STEP_NODELIST" in real:  # the model writes lists uncompressed
+            real["SLURM_STEP_NODELIST"] = ",".join(slurm.expand_hostlist(
+                real["SLURM_STEP_NODELIST"]))
+        assert {k: env[k] for k in MPI_KEYS if k in env} == real
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 9), st.lists(st.integers(1, 4), min_size=1, max_size=9),
+       st.sampled_from(["ompi-in-sbatch", "ompi-in-salloc", "mpich-in-sbatch",
+                        "mpich-in-salloc"]))
+def test_allocation_never_gives_an_mpi_rank_a_wrong_node(first, per_node, kind) -> None:
+    hosts = [f"node-{first + i:03d}" for i in range(len(per_node))]
+    for host, env in mpi_in_allocation(hosts, per_node, kind):
+        report = alloc(env)
+        assert report.nodes == tuple(Node(h) for h in hosts)
+        if report.node_rank is not None:
+            assert report.nodes[report.node_rank].host == host
+        if kind != "ompi-in-sbatch" or host != hosts[0]:
+            assert report.node_rank is not None  # proven by the daemon step or the batch
+        if "SLURM_STEP_NODELIST" in env:
+            own = step(env)  # the daemon step: never an error, at most a problem
+            assert (own.problem is not None) == (kind == "mpich-in-sbatch" and
+                                                 host != hosts[0])
