@@ -187,23 +187,25 @@ def test_srun_one_task_per_node_torchrun_needs_no_flags(slurm: SlurmCluster) -> 
 
 def test_srun_arbitrary_rank0_on_the_last_node(slurm: SlurmCluster) -> None:
     """-m arbitrary, SLURM_HOSTFILE gpu-a100-11 x2, -09 x2, -10 x2: rank 0 runs on the LAST
-    node of the (sorted) step node list, so the master is gpu-a100-11, whose NODE_RANK is
-    its SLURM_NODEID (2); the all-reduce joins there."""
+    node of the (sorted) step node list (SLURM_NODEID 2), so the master is gpu-a100-11 and
+    it is node rank 0: derive-env's node order is rank 0's node first, then the step list's
+    order (--explain), so NODE_RANK is 0, 1, 2 for -11, -09, -10 (not SLURM_NODEID); the
+    all-reduce joins there."""
     port = _port()
     order = [NODES[2], NODES[2], NODES[0], NODES[0], NODES[1], NODES[1]]
     hostfile = slurm.tmp / "shared" / "hostfile-arbitrary"
     hostfile.write_text("\n".join(order) + "\n")
     labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(port)})
-    env = job_env(labels, SLURM_HOSTFILE=str(hostfile))
+    env = job_env(labels, SLURM_HOSTFILE=str(hostfile),
+                  E2E_STANDIN_NODES=",".join([NODES[2], NODES[0], NODES[1]]))
     res = _srun(slurm, ["-m", "arbitrary", "-n6"],
                 [*launch("process", NODES[2], port), "python", TORCH], env)
     got = reports(res, 6, "rank")
-    assert [r["hostname"] for r in got] == order
-    node_rank = {NODES[2]: 2, NODES[0]: 0, NODES[1]: 1}
+    assert [(r["hostname"], r["launcher"]["SLURM_NODEID"]) for r in got] == [
+        (NODES[2], "2"), (NODES[2], "2"), (NODES[0], "0"), (NODES[0], "0"),
+        (NODES[1], "1"), (NODES[1], "1")]
     for rank, r in enumerate(got):
-        want = _process_env(rank, rank % 2, node_rank[order[rank]], NODES[2], port)
-        assert r["env"] == want, r
-        assert r["launcher"]["SLURM_NODEID"] == want["NODE_RANK"]
+        assert r["env"] == _process_env(rank, rank % 2, rank // 2, NODES[2], port), r
     assert {r["result"] for r in got} == {21.0}
 
 
@@ -277,6 +279,10 @@ def test_sbatch_three_node_script_stops_with_the_fix(slurm: SlurmCluster) -> Non
                                           "--nproc-per-node=2", TORCH], job_env(labels),
                          JOB_TIMEOUT_S)
     assert (res.returncode, res.timed_out) == (3, False), res.describe() + output
-    assert "srun --ntasks-per-node=1 derive-env -- torchrun" in output, output
-    assert "SLURM_JOB_NUM_NODES" in output, output
-    assert '"rank"' not in output, output
+    # The exact message of docs/operator-guide.md and docs/sources/slurm.md section 2.
+    assert output.splitlines() == [
+        "derive-env: error: a batch script or salloc shell runs on one node; only srun starts "
+        "the others: run derive-env inside an srun step instead (srun --ntasks-per-node=1 "
+        "derive-env -- torchrun ...)",
+        "derive-env: note: the command was not run (exit 3)",
+    ]
