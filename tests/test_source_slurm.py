@@ -138,7 +138,7 @@ def test_allocation_facts_of_every_recorded_task(scenario: str) -> None:
         assert report.nodes == hosts
         if expected is not None:
             assert report.nodes[expected].host == ran_on, task  # never a wrong node
-        assert report.problem == (None if one else slurm._ALLOC_PROBLEM)
+        assert report.problem == (None if one else slurm.alloc_problem(env["SLURM_JOB_NUM_NODES"]))
         assert report.job == ("slurm", JOBS[scenario], "allocation")
         assert report.processes is None and report.master is None
 

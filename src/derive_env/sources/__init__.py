@@ -199,14 +199,15 @@ def launcher_problem(
             name, value = stated[0]
             single = dict(launcher.states).get(name, "a JSON list of one host")
             if launcher.source is not None:
-                missing = [n for n in launcher.detect if not environ.get(n)]
+                table = next(t for t in SOURCES if t.name == launcher.source)
+                missing = [n for n in table.detect if not environ.get(n)]
                 return describe(
                     name, value,
                     f"{single} or unset: {launcher.name} states a job of more than one "
                     f"{launcher.unit}, but only part of its variables are set (not set: "
                     f"{', '.join(missing)}), and a partial set is never used: it may be "
                     "left over from another job. Run derive-env in the launcher's own "
-                    f"process (the launcher sets all of them), or {_WARN}",
+                    f"process (the launcher sets all of them), {_WARN}",
                 )
             outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
                        "launcher's ranks" if session else
