@@ -145,6 +145,7 @@ def test_allocation_facts_of_every_recorded_task(scenario: str) -> None:
 
 def test_the_multi_node_allocation_problem_prints_the_fix() -> None:
     assert alloc(tasks("sbatch-3node")["batch"][1]).problem == (
+        "SLURM_JOB_NUM_NODES='3': expected 1 here: "
         "a batch script or salloc shell runs on one node; only srun starts the others: run "
         "derive-env inside an srun step instead (srun --ntasks-per-node=1 derive-env -- "
         "torchrun ...)")
