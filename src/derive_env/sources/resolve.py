@@ -253,7 +253,8 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
         master_port=port_src.master_port if port_src else None,
         reserved_ports=resv_src.reserved_ports if resv_src else (),
         job=job_src.job if job_src else None,
-        session_id=next((r.session_id for r in used if r.session_id), None),
+        session_id=next((r.session_id for r in (hosts_src, node_src, *used)
+                         if r is not None and r.session_id), None),
         processes=layout,
         preset=preset,
         inputs=inputs,
