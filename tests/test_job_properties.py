@@ -45,7 +45,7 @@ def check_job(derived: list[tuple[str, dict[str, str]]], master: str, world: int
     if tf:
         assert sorted(tf_indices) == list(range(world))
         cluster = json.loads(first["TF_CONFIG"])["cluster"]["worker"]
-        for (host, v), index in zip(derived, tf_indices, strict=True):
+        for (host, _), index in zip(derived, tf_indices, strict=True):
             assert cluster[index].rpartition(":")[0] == host  # its own host's address
 
 
