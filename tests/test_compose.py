@@ -11,9 +11,8 @@ import json
 import pytest
 
 from derive_env.errors import TopologyError, UsageError
-from derive_env.frameworks import Context
+from derive_env.frameworks import Context, pytorch, tensorflow
 from derive_env.frameworks import jax as jax_framework
-from derive_env.frameworks import pytorch, tensorflow
 from derive_env.policy import ImagePolicy
 from derive_env.sources.report import Processes, Report
 from derive_env.sources.resolve import choice_of, compose, resolve
@@ -88,18 +87,18 @@ def test_an_equal_inner_layer_confirms_the_step() -> None:
 
 def test_the_processes_per_node_must_add_up() -> None:
     bad = step(0, 0, 5, (2, 2, 2))
-    with pytest.raises(TopologyError, match="add up to 6, not to the world size 5"):
+    with pytest.raises(TopologyError, match=r"add up to 6, not to the world size 5"):
         compose([bad])
 
 
 def test_this_nodes_processes_must_be_its_local_world_size() -> None:
     bad = step(1, 2, 6, (2, 2, 2))._replace(processes=Processes(2, 0, 6, 3, (2, 2, 2)))
-    with pytest.raises(TopologyError, match="node rank 1 has 2 process"):
+    with pytest.raises(TopologyError, match=r"node rank 1 has 2 process"):
         compose([bad])
 
 
 def test_rank_0_off_node_rank_0_is_an_error() -> None:
-    with pytest.raises(TopologyError, match="rank 0 .* runs on gpu-a100-10, node rank 1"):
+    with pytest.raises(TopologyError, match=r"rank 0 .* runs on gpu-a100-10, node rank 1"):
         compose([mpi(0, 0), Report(source="backendai", title="a Backend.AI session",
                                    nodes=NODES, node_rank=1,
                                    inputs={"nodes": ("BACKENDAI_CLUSTER_HOSTS",)})])
@@ -154,7 +153,7 @@ def test_disagreeing_layers_are_an_error_naming_both() -> None:
 
 
 def test_a_problem_is_raised_only_for_the_innermost_source() -> None:
-    with pytest.raises(TopologyError, match="^batch$"):
+    with pytest.raises(TopologyError, match=r"^batch$"):
         compose([allocation(problem="batch")])
     assert compose([mpi(1, 1), allocation(problem="batch")]).nodes == NODES
 
@@ -163,9 +162,9 @@ def test_source_choice() -> None:
     assert choice_of({}, None) == "auto"
     assert choice_of({"DERIVE_ENV_SOURCE": "none"}, None) == "none"
     assert choice_of({"DERIVE_ENV_SOURCE": "none"}, "openmpi") == "openmpi"
-    with pytest.raises(UsageError, match="^--source='slurm': expected one of auto, none, "):
+    with pytest.raises(UsageError, match=r"^--source='slurm': expected one of auto, none, "):
         choice_of({}, "slurm")
-    with pytest.raises(TopologyError, match="^DERIVE_ENV_SOURCE='x': expected one of auto"):
+    with pytest.raises(TopologyError, match=r"^DERIVE_ENV_SOURCE='x': expected one of auto"):
         choice_of({"DERIVE_ENV_SOURCE": "x"}, None)
 
 
@@ -219,12 +218,30 @@ def test_one_process_per_node_is_the_node_layer() -> None:
 
 def test_tf_needs_every_nodes_processes() -> None:
     ctx = Context(compose([mpi(3, 1), allocation()]), POLICY, {})
-    with pytest.raises(TopologyError, match="^TF_CONFIG cannot be built: it lists every task"):
+    with pytest.raises(TopologyError, match=r"^TF_CONFIG cannot be built: it lists every task"):
         tensorflow.derive(ctx)
 
 
 def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
     policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax",
                                       "ai.backend.distributed.jax-port": "29400"})
-    with pytest.raises(TopologyError, match="a port other than the master port 29400"):
+    with pytest.raises(TopologyError, match=r"a port other than the master port 29400"):
         jax_framework.derive(Context(compose([torchrun(0)]), policy, {}))
+
+
+@pytest.mark.parametrize(("environ", "gpus", "local_rank", "expected"), [
+    ({}, 4, 1, "2,3"),                                   # 4 GPUs, 2 tasks: the second half
+    ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4, 0, "4,5"),  # already narrowed: its ids
+    ({}, 3, 1, None),                                    # 3 GPUs do not divide among 2
+    ({"CUDA_VISIBLE_DEVICES": "GPU-1a,GPU-2b"}, 2, 0, None),  # UUIDs: JAX takes numbers
+    ({}, None, 0, None),                                 # no GPU known
+])
+def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
+    rank = 2 + local_rank
+    report = step(1, rank, 6, (2, 2, 2), local=local_rank, gpus=gpus,
+                  inputs={"nodes": ("SLURM_STEP_NODELIST",), "gpus": ("SLURM_GPUS_ON_NODE",),
+                          "processes": ("SLURM_PROCID",)})
+    policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax"})
+    got = values(jax_framework.derive(Context(compose([report]), policy, environ)))
+    assert got.get("JAX_LOCAL_DEVICE_IDS") == expected
+    assert got["JAX_PROCESS_ID"] == str(rank)

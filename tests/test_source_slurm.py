@@ -138,13 +138,14 @@ def test_allocation_facts_of_every_recorded_task(scenario: str) -> None:
         assert report.nodes == hosts
         if expected is not None:
             assert report.nodes[expected].host == ran_on, task  # never a wrong node
-        assert report.problem == (None if one else slurm._ALLOC_PROBLEM)
+        assert report.problem == (None if one else slurm.alloc_problem(env["SLURM_JOB_NUM_NODES"]))
         assert report.job == ("slurm", JOBS[scenario], "allocation")
         assert report.processes is None and report.master is None
 
 
 def test_the_multi_node_allocation_problem_prints_the_fix() -> None:
     assert alloc(tasks("sbatch-3node")["batch"][1]).problem == (
+        "SLURM_JOB_NUM_NODES='3': expected 1 here: "
         "a batch script or salloc shell runs on one node; only srun starts the others: run "
         "derive-env inside an srun step instead (srun --ntasks-per-node=1 derive-env -- "
         "torchrun ...)")

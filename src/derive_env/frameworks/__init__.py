@@ -227,9 +227,10 @@ def job_ports_of(
         if k < len(dict.fromkeys(granted)):
             out[framework] = (port, f"{held}: port {k + 1} reserved for the step")
         else:
+            step = f" step {step_id}" if step_id else ""
             out[framework] = (port, (
-                f"derived from {manager} job {job_id} step {step_id} (hash into the ports "
-                "above the ephemeral range: docs/ports.md)"))
+                f"derived from {manager} job {job_id}{step} (hash into the ports above the "
+                "ephemeral range: docs/ports.md)"))
     return out
 
 

@@ -188,10 +188,17 @@ def derive(ctx: Context) -> Contribution:
     else:
         firsts = {types.index(t) for t in set(types)}
         shown = sorted(firsts | {node_rank})
+    tasks = layout.tasks_per_node if topo.per_process and layout is not None else None
     for rank in shown:
         node, task_type = topo.nodes[rank], types[rank]
-        index = types[:rank].count(task_type)
         aside = " (left out of cluster)" if task_type == "evaluator" else ""
-        mark = "  <- this container" if rank == node_rank else ""
+        if tasks:  # one task per process: this node's tasks are a range of indices
+            first = sum(c for t, c in zip(types[:rank], tasks, strict=False) if t == task_type)
+            index = f"{first}-{first + tasks[rank] - 1}" if tasks[rank] > 1 else str(first)
+            mark = (f"  <- this process: {task_type} {config['task']['index']}"  # type: ignore[index]
+                    if rank == node_rank else "")
+        else:
+            index = str(types[:rank].count(task_type))
+            mark = "  <- this container" if rank == node_rank else ""
         out.notes.append(f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}")
     return out

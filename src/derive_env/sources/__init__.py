@@ -1,8 +1,12 @@
-"""Sources: one module per cluster manager, each turning its variables into a topology.
+"""Sources: one module per cluster manager or launcher, each reporting what it saw.
 
-:data:`SOURCES` is the lookup table, in priority order; each module has
-``detect(environ) -> bool`` (cheap, no validation) and ``topology(environ) ->
-ClusterTopology``. Adding a cluster manager is one module plus one line here.
+:data:`SOURCES` is the table, one line per source (its complete set of variables, its depth
+in the launch); :func:`seen_sources` finds the lines whose variables are all set without
+importing any module. Each module has ``read(environ, name) -> Report``
+(sources/report.py); :func:`topology_from` hands every seen source's report to the
+resolver (sources/resolve.py), which composes one topology. Adding a source is one module
+plus one line here. :data:`LAUNCHERS` refuses launchers derive-env cannot read (no source,
+or a partial set of a source's variables) rather than describe one process of a larger job.
 """
 
 from __future__ import annotations
@@ -199,14 +203,15 @@ def launcher_problem(
             name, value = stated[0]
             single = dict(launcher.states).get(name, "a JSON list of one host")
             if launcher.source is not None:
-                missing = [n for n in launcher.detect if not environ.get(n)]
+                table = next(t for t in SOURCES if t.name == launcher.source)
+                missing = [n for n in table.detect if not environ.get(n)]
                 return describe(
                     name, value,
                     f"{single} or unset: {launcher.name} states a job of more than one "
                     f"{launcher.unit}, but only part of its variables are set (not set: "
                     f"{', '.join(missing)}), and a partial set is never used: it may be "
                     "left over from another job. Run derive-env in the launcher's own "
-                    f"process (the launcher sets all of them), or {_WARN}",
+                    f"process (the launcher sets all of them), {_WARN}",
                 )
             outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
                        "launcher's ranks" if session else

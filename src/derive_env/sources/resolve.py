@@ -122,6 +122,11 @@ def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Repor
         if inner is not None and outer is not None and (
                 outer.world_size != inner.world_size or outer.rank != inner.rank):
             shadowed.append((report, owner))  # type: ignore[arg-type]
+            if owner is not None and owner.count() == outer.world_size and set(
+                    outer.tasks_per_node or (1,)) == {1}:
+                # Its tasks are the inner launcher's agents, one per node (srun
+                # --ntasks-per-node=1 torchrun): its node layer is the inner one's nodes.
+                used.append(report._replace(processes=None))
             continue
         if owner is None and outer is not None:
             owner = report
@@ -191,6 +196,9 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
     master_src = next((r for r in used if r.master), None)
     processes = owner.processes if owner else None
     tasks = processes.tasks_per_node if processes else ()
+    if processes is not None and not tasks:  # a confirming outer layer may state them
+        tasks = next((r.processes.tasks_per_node for r in used
+                      if r.processes is not None and r.processes.tasks_per_node), ())
     if owner is not None:
         inputs["processes"] = owner.inputs.get("processes", ())
     if master is not None and master_src is not None:
@@ -245,7 +253,8 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
         master_port=port_src.master_port if port_src else None,
         reserved_ports=resv_src.reserved_ports if resv_src else (),
         job=job_src.job if job_src else None,
-        session_id=next((r.session_id for r in used if r.session_id), None),
+        session_id=next((r.session_id for r in (hosts_src, node_src, *used)
+                         if r is not None and r.session_id), None),
         processes=layout,
         preset=preset,
         inputs=inputs,

@@ -58,6 +58,11 @@ _ALLOC_PROBLEM = ("a batch script or salloc shell runs on one node; only srun st
                   "others: run derive-env inside an srun step instead "
                   "(srun --ntasks-per-node=1 derive-env -- torchrun ...)")
 
+
+def alloc_problem(value: str) -> str:
+    """The message for a batch script or salloc shell of a multi-node job (sources.md 3.2)."""
+    return describe("SLURM_JOB_NUM_NODES", value, "1 here: " + _ALLOC_PROBLEM)
+
 _STEP_ORDER = ("SLURM_STEP_NODELIST order: Slurm's node index in the step, as SLURM_NODEID "
                "counts it (slurmstepd, src/slurmd/slurmstepd/task.c)")
 _JOB_ORDER = ("SLURM_JOB_NODELIST order: the job's nodes in slurm.conf node order "
@@ -628,5 +633,5 @@ def read_allocation(environ: Mapping[str, str]) -> Report:
         inputs=inputs,
         order=_JOB_ORDER,
         notes=tuple(notes),
-        problem=_ALLOC_PROBLEM if len(hosts) > 1 else None,
+        problem=alloc_problem(environ["SLURM_JOB_NUM_NODES"]) if len(hosts) > 1 else None,
     )
