@@ -271,7 +271,7 @@ def test_sbatch_one_node_script_is_a_single_node_job(slurm: SlurmCluster) -> Non
 def test_sbatch_three_node_script_stops_with_the_fix(slurm: SlurmCluster) -> None:
     """sbatch -N3 of ``derive-env -- torchrun ...``: the batch script runs once, on the first
     node, and nothing but srun can start the others (sources.md 3.2), so derive-env exits 3
-    naming SLURM_JOB_NUM_NODES and printing the fix; torchrun never runs."""
+    naming SLURM_JOB_NUM_NODES and its value and printing the fix; torchrun never runs."""
     if STANDIN:
         pytest.skip("derive-env's own refusal: nothing for the stand-in to show")
     labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(_port())})
@@ -279,9 +279,11 @@ def test_sbatch_three_node_script_stops_with_the_fix(slurm: SlurmCluster) -> Non
                                           "--nproc-per-node=2", TORCH], job_env(labels),
                          JOB_TIMEOUT_S)
     assert (res.returncode, res.timed_out) == (3, False), res.describe() + output
-    # The exact message of docs/operator-guide.md and docs/sources/slurm.md section 2.
+    # The variable and its value, then the text docs/operator-guide.md and
+    # docs/sources/slurm.md section 2 document.
     assert output.splitlines() == [
-        "derive-env: error: a batch script or salloc shell runs on one node; only srun starts "
+        "derive-env: error: SLURM_JOB_NUM_NODES='3': expected 1 here: "
+        "a batch script or salloc shell runs on one node; only srun starts "
         "the others: run derive-env inside an srun step instead (srun --ntasks-per-node=1 "
         "derive-env -- torchrun ...)",
         "derive-env: note: the command was not run (exit 3)",
