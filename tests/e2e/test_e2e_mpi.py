@@ -107,7 +107,9 @@ def test_openmpi_inside_a_slurm_allocation(mpi: SlurmCluster) -> None:
             *launch("process", NODES[0], port), "python", TORCH]
     res = mpi.run(argv, timeout=JOB_TIMEOUT_S, env=job_env(labels))
     got = reports(res, 6, "rank")
-    assert {r["launcher"]["SLURM_JOB_ID"] for r in got} != set()
+    # Every rank is in the allocation's one job, in the orted step (1 task per node).
+    assert len({r["launcher"]["SLURM_JOB_ID"] for r in got}) == 1
+    assert [r["launcher"]["SLURM_PROCID"] for r in got] == ["0", "0", "1", "1", "2", "2"]
     _check(got, "OMPI_COMM_WORLD_RANK", port, node_known=True)
 
 
