@@ -190,7 +190,7 @@ def test_identical_rank_outside_its_node_block() -> None:
                RANK="1", ROLE_RANK="1", LOCAL_RANK="0")
     with pytest.raises(TopologyError) as err:
         read(env)
-    assert str(err.value) == ("RANK='3': expected GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK "
+    assert str(err.value) == ("RANK='1': expected GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK "
                               "= 2 under TORCH_ELASTIC_WORKER_IDENTICAL=1 (api.py, "
                               "_assign_worker_ranks); " + FIX)
 
