@@ -83,6 +83,10 @@ def test_recorded_worker(scenario: str, task: str) -> None:
     host, group, groups, rank, local, world, local_world, master, run_id = \
         EXPECTED[scenario][task]
     assert ran_on == host
+    # torchrun's own OMP_NUM_THREADS=1 (run.py, more than one worker per node); no PET_*.
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+    assert not [k for k in env if k.startswith("PET_")]
     assert [s.name for s in seen_sources(env)] == ["torchrun"]
     report = read(env, "torchrun")
     assert report.source == "torchrun"

@@ -2,8 +2,8 @@
 
 Runs each scenario of SCENARIOS with the real ``torchrun`` of this venv's torch: every agent
 is started in a UTS and a mount namespace of its own (``unshare -u -m``, hostname ``node-a``,
-``node-b``, a hosts file naming them 127.0.1.1 and 127.0.1.2 bind-mounted over /etc/hosts) so ``uname -n``
-and torchrun's own ``socket.getfqdn()`` name the agent's node, all on loopback.
+``node-b``, a hosts file naming them 127.0.1.1 and 127.0.1.2 bind-mounted over /etc/hosts)
+so ``uname -n`` and torchrun's own ``socket.getfqdn()`` name the agent's node, all on loopback.
 Every worker runs ``env -0`` into a file named after its ``RANK``; the recorder keeps only
 the variables the torchrun and Kubeflow sources may read (``kept``) and writes
 ``tests/fixtures/recorded/<scenario>/rank<RANK>.env`` (the dotenv format of record_envs.py)
@@ -130,7 +130,7 @@ def record(name: str, timeout: float = 120.0) -> dict[str, tuple[str, dict[str, 
         base = {"PATH": os.environ["PATH"], "HOME": "/root", "LANG": "C.UTF-8", "TMPDIR": tmp,
                 **dict(sc.env)}
         procs = []
-        for node, argv in zip(NODES, sc.agents):
+        for node, argv in zip(NODES, sc.agents, strict=False):
             args = [a.replace("{port}", str(port)).replace("{cap}", cap) for a in argv]
             args[0] = _torchrun()
             # The node's name must resolve, as on a real node (c10d's agent publishes
@@ -139,7 +139,8 @@ def record(name: str, timeout: float = 120.0) -> dict[str, tuple[str, dict[str, 
             shell = (f"mount --bind {hosts} /etc/hosts && hostname {node} && "
                      f"exec {shlex.join(args)}")
             procs.append(subprocess.Popen(
-                ["unshare", "-u", "-m", "--propagation", "private", "sh", "-c", shell], env=base, stdout=subprocess.PIPE,
+                ["unshare", "-u", "-m", "--propagation", "private", "sh", "-c", shell],
+                env=base, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True))
         logs = []
         for p in procs:
@@ -177,10 +178,11 @@ def readme_section() -> str:
     for name, sc in SCENARIOS.items():
         cmds = "\n".join(
             " ".join(f"{k}={v}" for k, v in sc.env) + (" " if sc.env else "")
-            + f"unshare -u -m sh -c 'mount --bind $HOSTS /etc/hosts && hostname {node} && exec ...' "
+            + "unshare -u -m sh -c 'mount --bind $HOSTS /etc/hosts && "
+            + f"hostname {node} && exec ...' "
             + shlex.join(argv).replace("{cap}", _CAP.replace("{out}", "$OUT"))
             .replace("{port}", "$PORT")
-            for node, argv in zip(NODES, sc.agents))
+            for node, argv in zip(NODES, sc.agents, strict=False))
         rows.append(f"### {name}\n\n{sc.about}.\n\n```\n{cmds}\n```\n")
     return TORCHRUN_README.format(version=_version(), tmp=TMP_DIR, scenarios="\n".join(rows))
 
