@@ -20,7 +20,8 @@ static scenario (``none``: fixed), the error-file paths (torchrun's temporary fo
 under c10d which agent arrives first (GROUP_RANK is arrival order, pytorch#137402: the
 ``# ran on`` line says which node each worker was really on).
 
-Importable: ``SCENARIOS``, ``kept``, ``record``, ``readme_section``, ``main``.
+Importable: ``SCENARIOS``, ``NODES``, ``kept``, ``stable``, ``record``, ``readme_section``,
+``write``, ``main``.
 """
 
 from __future__ import annotations
@@ -99,6 +100,18 @@ SCENARIOS: dict[str, Scenario] = {
         env=(("TORCH_ELASTIC_WORKER_IDENTICAL", "1"),),
     ),
 }
+
+
+#: Names whose values change per run: the ports, torchrun's temporary files (error file), and
+#: the run id of --standalone (a fresh uuid).
+VARYING = re.compile(r"^MASTER_PORT$|^TORCHELASTIC_ERROR_FILE$")
+
+
+def stable(name: str, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` of scenario ``name`` without the values that differ from run to run: what two
+    recordings must agree on exactly."""
+    return {k: v for k, v in env.items() if not VARYING.search(k)
+            and not (name == "torchrun-standalone" and k == "TORCHELASTIC_RUN_ID")}
 
 
 def kept(env: Mapping[str, str]) -> dict[str, str]:
