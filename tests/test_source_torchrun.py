@@ -161,6 +161,8 @@ MALFORMED = [
      "WORLD_SIZE) torchrun numbers roles as it numbers ranks (api.py, _assign_worker_ranks); "),
     ({"ROLE_WORLD_SIZE": "1"}, "ROLE_RANK='3': expected a value below ROLE_WORLD_SIZE='1' "
      "(torchrun numbers from 0); "),
+    ({"ROLE_WORLD_SIZE": "9"}, "ROLE_WORLD_SIZE='9': expected from LOCAL_WORLD_SIZE='2' to "
+     "WORLD_SIZE='4' (this node's workers share one role); "),
     ({"ROLE_RANK": ""}, "ROLE_RANK='': expected set with ROLE_WORLD_SIZE='4' (torchrun sets "
      "both); "),
     ({"MASTER_ADDR": "node_a"}, "MASTER_ADDR='node_a': expected a host name (letters, digits, "
