@@ -31,7 +31,6 @@ import os
 import random
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from record_envs import FIXTURES, RAN_ON, dump_env
+from record_envs import FIXTURES, write_fixtures
 
 #: The agents' node names (one UTS namespace each), in start order.
 NODES = ("node-a", "node-b")
@@ -231,13 +230,7 @@ What the recordings show (pinned by tests/test_source_torchrun.py):
 def write(results: Mapping[str, Mapping[str, tuple[str, dict[str, str]]]]) -> None:
     """Replace tests/fixtures/recorded/<scenario>/ for every recorded scenario, and this
     section of the README (everything from its heading on)."""
-    for name, tasks in results.items():
-        d = FIXTURES / name
-        if d.exists():
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
-        for task, (host, env) in tasks.items():
-            (d / f"{task}.env").write_text(f"{RAN_ON}{host}\n" + dump_env(env))
+    write_fixtures(results)
     readme = FIXTURES / "README.md"
     text = readme.read_text() if readme.exists() else ""
     head = re.split(r"^## torchrun scenarios", text, maxsplit=1, flags=re.M)[0].rstrip("\n")
