@@ -42,11 +42,17 @@ EXPECTED = {
         "rank2": ("node-b", 1, 2, 2, 0, 4, 2, "127.0.0.1", "none"),
         "rank3": ("node-b", 1, 2, 3, 1, 4, 2, "127.0.0.1", "none"),
     },
-    "torchrun-c10d": {  # arrival order; the recording had node-a first
+    "torchrun-c10d": {  # host names sorted: node-a before node-b
         "rank0": ("node-a", 0, 2, 0, 0, 4, 2, "node-a", "derive-c10d"),
         "rank1": ("node-a", 0, 2, 1, 1, 4, 2, "node-a", "derive-c10d"),
         "rank2": ("node-b", 1, 2, 2, 0, 4, 2, "node-a", "derive-c10d"),
         "rank3": ("node-b", 1, 2, 3, 1, 4, 2, "node-a", "derive-c10d"),
+    },
+    "torchrun-c10d-sorted": {  # node-10 sorts before node-9, the endpoint's host
+        "rank0": ("node-10", 0, 2, 0, 0, 4, 2, "node-10", "derive-c10d"),
+        "rank1": ("node-10", 0, 2, 1, 1, 4, 2, "node-10", "derive-c10d"),
+        "rank2": ("node-9", 1, 2, 2, 0, 4, 2, "node-10", "derive-c10d"),
+        "rank3": ("node-9", 1, 2, 3, 1, 4, 2, "node-10", "derive-c10d"),
     },
     "torchrun-standalone": {
         "rank0": ("node-a", 0, 1, 0, 0, 2, 2, "node-a", None),
@@ -118,9 +124,18 @@ def test_recorded_worker(scenario: str, task: str) -> None:
 
 
 def test_recorded_static_group_rank_is_node_rank_flag() -> None:
-    # --node-rank=0 on node-a, 1 on node-b: GROUP_RANK follows the flag, not arrival.
+    # --node-rank=0 on node-a, 1 on node-b: GROUP_RANK follows the flag.
     assert {fixture("torchrun-static", t)[0]: read(fixture("torchrun-static", t)[1]).node_rank
             for t in EXPECTED["torchrun-static"]} == {"node-a": 0, "node-b": 1}
+
+
+def test_recorded_c10d_group_rank_is_the_sorted_host_names() -> None:
+    # torch 2.13 dynamic_rendezvous.py numbers the agents by sorted (host, pid): node-10, the
+    # agent started second and not the endpoint's host, is node rank 0 and the master.
+    reports = {fixture("torchrun-c10d-sorted", t)[0]: read(fixture("torchrun-c10d-sorted", t)[1])
+               for t in ("rank0", "rank2")}
+    assert {h: (r.node_rank, r.master) for h, r in reports.items()} == {
+        "node-10": (0, "node-10"), "node-9": (1, "node-10")}
 
 
 def test_kubeflow_lines_not_seen_in_a_worker() -> None:
@@ -225,12 +240,13 @@ def test_no_roles_is_accepted() -> None:
 # -- properties ---------------------------------------------------------------------------
 
 
-def job_envs(sizes: list[int], arrival: list[int], identical: bool, virtual: bool,
+def job_envs(sizes: list[int], order: list[int], identical: bool, virtual: bool,
              port: int) -> list[tuple[int, dict[str, str]]]:
     """(node, environment) of every worker of one job, numbered as _assign_worker_ranks does:
-    agents in rendezvous order (``arrival``: node -> GROUP_RANK), consecutive rank blocks."""
+    agents in rendezvous order (``order``: node -> GROUP_RANK; --node-rank under static,
+    the sorted host names under c10d), consecutive rank blocks."""
     groups = len(sizes)
-    by_group = sorted(range(groups), key=lambda node: arrival[node])
+    by_group = sorted(range(groups), key=lambda node: order[node])
     world = sum(sizes)
     base, envs = 0, []
     for group, node in enumerate(by_group):
@@ -254,17 +270,17 @@ def job_envs(sizes: list[int], arrival: list[int], identical: bool, virtual: boo
        virtual=st.booleans(), port=st.integers(1, 65535), data=st.data())
 def test_every_worker_agrees(sizes: list[int], seed: int, virtual: bool, port: int,
                              data: st.DataObject) -> None:
-    arrival = list(range(len(sizes)))
-    random.Random(seed).shuffle(arrival)
+    order = list(range(len(sizes)))
+    random.Random(seed).shuffle(order)
     identical = len(set(sizes)) == 1 and data.draw(st.booleans())
-    reports = [(node, read(env)) for node, env in job_envs(sizes, arrival, identical, virtual,
+    reports = [(node, read(env)) for node, env in job_envs(sizes, order, identical, virtual,
                                                              port)]
     assert {(r.num_nodes, r.master, r.master_port, r.processes.world_size, r.job)
             for _, r in reports} == {(len(sizes), "node-0", port, sum(sizes),
                                       ("torchrun", "job", f"node-0:{port}"))}
     assert sorted(r.processes.rank for _, r in reports) == list(range(sum(sizes)))
     for node, r in reports:
-        assert r.node_rank == arrival[node]
+        assert r.node_rank == order[node]
         assert r.processes.local_world_size == sizes[node]
 
 

@@ -16,9 +16,12 @@ Run it as root (``unshare -u`` needs it), from the repository root::
 
 Stable across runs: ranks, sizes, host names, MASTER_ADDR. Varying: the rendezvous port
 (random per run), MASTER_PORT under c10d (a free port torchrun picks), the run id of the
-static scenario (``none``: fixed), the error-file paths (torchrun's temporary folder), and
-under c10d which agent arrives first (GROUP_RANK is arrival order, pytorch#137402: the
-``# ran on`` line says which node each worker was really on).
+static scenario (``none``: fixed) and the error-file paths (torchrun's temporary folder).
+Under c10d GROUP_RANK is NOT arrival order in torch 2.13: the rendezvous sorts its
+participants by (host name, pid, local id) and numbers them in that order
+(torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, _mark_rendezvous_complete;
+_NodeDesc is socket.getfqdn() or --local-addr), so it is stable across runs;
+``torchrun-c10d-sorted`` shows it with hosts ``node-9`` and ``node-10``.
 
 Importable: ``SCENARIOS``, ``NODES``, ``kept``, ``stable``, ``record``, ``readme_section``,
 ``write``, ``main``.
@@ -60,13 +63,14 @@ KEPT_PREFIXES = ("TORCHELASTIC_", "TORCH_", "PET_")
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """One recorded run: ``agents`` argv lists (one torchrun per node, in NODES order; ``{port}``
-    is a random free port of the run, ``{cap}`` the worker's capture command); ``about``
-    says what it shows; ``env`` is added to every agent's environment."""
+    """One recorded run: ``agents`` argv lists (one torchrun per node, in ``nodes`` order;
+    ``{port}`` is a random free port of the run, ``{cap}`` the worker's capture command);
+    ``about`` says what it shows; ``env`` is added to every agent's environment."""
 
     agents: tuple[tuple[str, ...], ...]
     about: str
     env: tuple[tuple[str, str], ...] = ()
+    nodes: tuple[str, ...] = NODES  # the agents' host names, in start order
 
 
 _CAP = "env -0 >{out}/rank$RANK.env0; uname -n >{out}/rank$RANK.host"
@@ -86,7 +90,15 @@ SCENARIOS: dict[str, Scenario] = {
     "torchrun-c10d": Scenario(
         tuple(("torchrun", *_C10D, *_WORKER) for _ in NODES),
         "torchrun, c10d rendezvous on node-a's endpoint: 2 agents, 2 workers each; "
-        "GROUP_RANK is arrival order; MASTER_ADDR/MASTER_PORT are the store of group rank 0",
+        "GROUP_RANK is the sorted order of the agents' host names; MASTER_ADDR/MASTER_PORT "
+        "are the store of group rank 0",
+    ),
+    "torchrun-c10d-sorted": Scenario(
+        tuple(("torchrun", *_C10D, *_WORKER) for _ in NODES),
+        "as torchrun-c10d with hosts node-9 (started first, the rendezvous endpoint's) and "
+        "node-10: node-10 sorts first, so it is GROUP_RANK 0 and MASTER_ADDR, not the "
+        "endpoint's host (pytorch#137402)",
+        nodes=("node-9", "node-10"),
     ),
     "torchrun-standalone": Scenario(
         (("torchrun", "--standalone", "--nproc-per-node=2", *_WORKER),),
@@ -138,11 +150,11 @@ def record(name: str, timeout: float = 120.0) -> dict[str, tuple[str, dict[str, 
         cap = _CAP.replace("{out}", str(out))
         hosts = Path(tmp) / "hosts"
         hosts.write_text("127.0.0.1 localhost\n" + "".join(
-            f"127.0.1.{i} {node}\n" for i, node in enumerate(NODES, 1)))
+            f"127.0.1.{i} {node}\n" for i, node in enumerate(sc.nodes, 1)))
         base = {"PATH": os.environ["PATH"], "HOME": "/root", "LANG": "C.UTF-8", "TMPDIR": tmp,
                 **dict(sc.env)}
         procs = []
-        for node, argv in zip(NODES, sc.agents, strict=False):
+        for node, argv in zip(sc.nodes, sc.agents, strict=False):
             args = [a.replace("{port}", str(port)).replace("{cap}", cap) for a in argv]
             args[0] = _torchrun()
             # The node's name must resolve, as on a real node (c10d's agent publishes
@@ -194,7 +206,7 @@ def readme_section() -> str:
             + f"hostname {node} && exec ...' "
             + shlex.join(argv).replace("{cap}", _CAP.replace("{out}", "$OUT"))
             .replace("{port}", "$PORT")
-            for node, argv in zip(NODES, sc.agents, strict=False))
+            for node, argv in zip(sc.nodes, sc.agents, strict=False))
         rows.append(f"### {name}\n\n{sc.about}.\n\n```\n{cmds}\n```\n")
     return TORCHRUN_README.format(version=_version(), tmp=TMP_DIR, scenarios="\n".join(rows))
 
@@ -206,7 +218,8 @@ Written by `tests/e2e/record_torchrun.py` (re-record with
 `.venv/bin/python tests/e2e/record_torchrun.py` as root). Checked by
 `tests/test_source_torchrun.py` and `tests/test_source_kubeflow.py`. torch {version}'s
 `torchrun`, every agent on loopback in a UTS and mount namespace of its own (`unshare -u -m`,
-hostname `node-a` or `node-b`, `$HOSTS` naming them 127.0.1.1, 127.0.1.2, mounted over /etc/hosts;
+hostname `node-a` or `node-b` (or as named), `$HOSTS` naming them 127.0.1.1, 127.0.1.2,
+mounted over /etc/hosts;
 `uname -n` is the `# ran on` line), started with only PATH, HOME, LANG
 and TMPDIR; one `rank<RANK>.env` per worker; only the variables torchrun sets for a worker
 (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_*`, `ROLE_*`, `MASTER_*`,
@@ -221,6 +234,9 @@ What the recordings show (pinned by tests/test_source_torchrun.py):
   `--node-rank`.
 - c10d: `MASTER_ADDR` is group rank 0's host name (`socket.getfqdn()`), not the rendezvous
   endpoint, and `MASTER_PORT` a port torchrun picked; `TORCHELASTIC_RUN_ID` is `--rdzv-id`.
+  `GROUP_RANK` is the agents' host names sorted as strings (then pid), not arrival order
+  (dynamic_rendezvous.py, `_mark_rendezvous_complete`): `node-10` is group rank 0 before
+  `node-9`, the endpoint's host.
 - `OMP_NUM_THREADS=1` is set by torchrun itself when a node runs more than one worker
   (torch/distributed/run.py), and no `PET_*` reaches a worker unless the agent had it.
 

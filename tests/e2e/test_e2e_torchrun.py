@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
 
 from record_envs import FIXTURES, load_fixture
-from record_torchrun import NODES, SCENARIOS, record, stable
+from record_torchrun import SCENARIOS, record, stable
 
 from derive_env.sources.torchrun import read
 from helpers import require
@@ -37,15 +37,10 @@ def test_a_fresh_recording_matches_the_fixtures(name: str) -> None:
     tasks = record(name)
     fixtures = {f.stem: load_fixture(f) for f in sorted((FIXTURES / name).glob("*.env"))}
     assert sorted(tasks) == sorted(fixtures)
-    # c10d numbers the agents in arrival order (pytorch#137402): name the nodes by group
-    # rank before comparing (the node of rank 0 is node-a's in the fixture).
-    first = tasks["rank0"][0]
-    rename = {first: NODES[0], **{n: NODES[1] for n in NODES if n != first}} \
-        if name == "torchrun-c10d" else {n: n for n in NODES}
+    # Also under c10d: its ranks follow the sorted host names, never the arrival order.
     for task, (host, env) in tasks.items():
         want_host, want_env = fixtures[task]
-        env = {k: rename.get(v, v) if k == "MASTER_ADDR" else v for k, v in env.items()}
-        assert (task, rename[host]) == (task, want_host)
+        assert (task, host) == (task, want_host)
         assert stable(name, env) == stable(name, want_env), f"{name}/{task}"
         report = read(env)
         assert report.master_port == int(env["MASTER_PORT"])

@@ -23,8 +23,12 @@ LOCAL_WORLD_SIZE``. With one role (``ROLE_WORLD_SIZE == WORLD_SIZE``) ``ROLE_RAN
 Agents may run different numbers of workers, so nothing else ties ``WORLD_SIZE`` to
 ``LOCAL_WORLD_SIZE``.
 
-With the c10d rendezvous ``GROUP_RANK`` is arrival order (pytorch#137402): the report says
-``renumbers``, so an outer manager's host list in another order is not an error.
+With the c10d rendezvous ``GROUP_RANK`` is torchrun's own order, not the outer manager's:
+torch 2.13 sorts the participants by (host name or --local-addr, pid, local id) as strings
+(torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, _mark_rendezvous_complete;
+recorded: ``node-10`` before ``node-9``), so rank 0 need not be on the rendezvous endpoint's
+host (pytorch#137402). The report says ``renumbers``: an outer manager's host list in
+another order is not an error.
 """
 
 from __future__ import annotations
@@ -191,8 +195,8 @@ def read(environ: Mapping[str, str], name: str = "torchrun") -> Report:
     notes = [
         f"node {group_rank} of {groups} (GROUP_RANK, GROUP_WORLD_SIZE), worker {rank} of "
         f"{world} (RANK, WORLD_SIZE); torchrun's variables are kept as they are",
-        "GROUP_RANK is torchrun's rendezvous order (with c10d: the order the agents "
-        "arrived in, pytorch#137402), not an outer manager's node order",
+        "GROUP_RANK is torchrun's rendezvous order (--node-rank; with c10d the agents' host "
+        "names sorted as strings, dynamic_rendezvous.py), not an outer manager's node order",
     ]
     if agent_store == "True":
         notes.append(f"MASTER_PORT={port} is torchrun's agent store "
