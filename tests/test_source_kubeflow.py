@@ -7,7 +7,8 @@ TYPED from the operators' code, as it sets them:
   PET_NODE_RANK = the pod rank, master 0, worker i -> i + 1; WORLD_SIZE = pods x
   getNprocPerNodeInt; PET_NNODES = pods, ``MIN:MAX`` with an elastic policy, elastic.go) and
   master.go (MASTER_ADDR = ``<job>-master-0``, MASTER_PORT = the container port, default
-  23456); PYTHONUNBUFFERED=0 too.
+  23456; in later operators the master pod's own MASTER_ADDR is ``localhost`` and both are
+  copied into PET_MASTER_ADDR / PET_MASTER_PORT: ``later=True``); PYTHONUNBUFFERED=0 too.
 - v2: kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go ``EnforceMLPolicy``
   (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK = the Job completion index, PET_MASTER_ADDR
   = ``<trainjob>-node-0-0.<trainjob>``, PET_MASTER_PORT = constants.ContainerTrainerPort =
@@ -32,13 +33,17 @@ V2_FIX = ("the trainer sets it for every node (kubeflow/trainer pkg/runtime/fram
 
 
 def pytorchjob_pod(job: str, workers: int, pod: int, nproc: str, port: int = 23456,
-                   elastic: str | None = None) -> dict[str, str]:
-    """One pod of a PyTorchJob with a Master and ``workers`` Workers, as setPodEnv sets it."""
+                   elastic: str | None = None, later: bool = False) -> dict[str, str]:
+    """One pod of a PyTorchJob with a Master and ``workers`` Workers, as setPodEnv sets it
+    (``later``: the master.go that gives the master pod ``localhost`` and sets PET_MASTER_*)."""
     pods = 1 + workers
     per = int(nproc) if nproc.isdigit() else 1  # getNprocPerNodeInt
-    env = {"PYTHONUNBUFFERED": "0", "MASTER_PORT": str(port), "MASTER_ADDR": f"{job}-master-0",
+    master = "localhost" if later and pod == 0 else f"{job}-master-0"
+    env = {"PYTHONUNBUFFERED": "0", "MASTER_PORT": str(port), "MASTER_ADDR": master,
            "WORLD_SIZE": str(pods * per), "RANK": str(pod), "PET_NPROC_PER_NODE": nproc,
            "PET_NODE_RANK": str(pod)}
+    if later:
+        env.update(PET_MASTER_ADDR=master, PET_MASTER_PORT=str(port))
     if elastic:
         env.update(PET_NNODES=elastic, PET_RDZV_BACKEND="c10d", PET_MAX_RESTARTS="3",
                    PET_RDZV_ENDPOINT=f"{job}-master-0:{port}", PET_RDZV_ID=job)
@@ -62,14 +67,24 @@ def test_pytorchjob_nproc_2(pod: int) -> None:
     assert (report.node_rank, report.num_nodes) == (pod, 3)
     assert report.processes is None  # RANK=pod, WORLD_SIZE=6: not this process's
     assert (report.master, report.master_port) == ("bert-master-0", 23456)
-    assert report.job == ("kubeflow", "bert-master-0", "23456")
+    assert report.job == ("kubeflow-pytorchjob", "23456", "3")
     assert report.preset == {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
                              "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE"}
     assert report.inputs == {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
                              "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
-                             "ports": ("MASTER_ADDR", "MASTER_PORT")}
+                             "ports": ("MASTER_PORT", "PET_NNODES")}
     assert report.notes[-1] == ("RANK and WORLD_SIZE are the pod's rank and the job's process "
                                 "count, not this process's: torchrun sets each worker's")
+
+
+@pytest.mark.parametrize("pod", [0, 1, 2])
+def test_pytorchjob_later_operator_master_pod_is_localhost(pod: int) -> None:
+    report = read(pytorchjob_pod("bert", 2, pod, "2", later=True), "kubeflow-pytorchjob")
+    assert report.master == ("localhost" if pod == 0 else "bert-master-0")
+    assert report.job == ("kubeflow-pytorchjob", "23456", "3")  # the same on every pod
+    assert {"PET_MASTER_ADDR", "PET_MASTER_PORT"} <= report.preset
+    assert (("MASTER_ADDR='localhost': this is the master pod (the operator gives it "
+             "localhost, the other pods its service name)") in report.notes) == (pod == 0)
 
 
 def test_pytorchjob_nproc_1_is_a_process_layer() -> None:
@@ -136,6 +151,13 @@ V1_MALFORMED = [
      "and '.') or an IP address; "),
     ({"MASTER_PORT": "0"}, "MASTER_PORT='0': expected a port number 1-65535; "),
     ({"RANK": "two"}, "RANK='two': expected an integer >= 0; "),
+    ({"MASTER_ADDR": "localhost"}, "MASTER_ADDR='localhost': expected the master's service or "
+     "address on pod 2 (PET_NODE_RANK): only the master pod (rank 0) reaches the master at a "
+     "loopback address; "),
+    ({"PET_MASTER_ADDR": "other-master-0"}, "PET_MASTER_ADDR='other-master-0': expected "
+     "MASTER_ADDR='bert-master-0': the operator sets both to the same value (master.go); "),
+    ({"PET_MASTER_PORT": "29500"}, "PET_MASTER_PORT='29500': expected MASTER_PORT='23456': the "
+     "operator sets both to the same value (master.go); "),
 ]
 
 
@@ -193,13 +215,16 @@ NPROC = st.sampled_from(["1", "2", "4", "8", "auto", "cpu", "gpu"])
 
 
 @settings(max_examples=150, deadline=None)
-@given(workers=st.integers(0, 20), nproc=NPROC, port=st.integers(1, 65535))
-def test_every_pytorchjob_pod_agrees(workers: int, nproc: str, port: int) -> None:
+@given(workers=st.integers(0, 20), nproc=NPROC, port=st.integers(1, 65535),
+       later=st.booleans())
+def test_every_pytorchjob_pod_agrees(workers: int, nproc: str, port: int, later: bool) -> None:
     pods = workers + 1
-    reports = [read(pytorchjob_pod("job-1", workers, pod, nproc, port), "kubeflow-pytorchjob")
-               for pod in range(pods)]
-    assert {(r.num_nodes, r.master, r.master_port, r.job) for r in reports} == {
-        (pods, "job-1-master-0", port, ("kubeflow", "job-1-master-0", str(port)))}
+    reports = [read(pytorchjob_pod("job-1", workers, pod, nproc, port, later=later),
+                    "kubeflow-pytorchjob") for pod in range(pods)]
+    assert {(r.num_nodes, r.master_port, r.job) for r in reports} == {
+        (pods, port, ("kubeflow-pytorchjob", str(port), str(pods)))}
+    assert {r.master for r in reports[1:]} <= {"job-1-master-0"}
+    assert reports[0].master == ("localhost" if later else "job-1-master-0")
     assert [r.node_rank for r in reports] == list(range(pods))
     if nproc == "1":
         assert [r.processes for r in reports] == [Processes(p, 0, pods, 1) for p in range(pods)]
@@ -221,7 +246,7 @@ TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
     ["0", "1", "2", "3", "1:3", "3:1", "2:2", ":", "auto", "gpu", "-1", "01", "node-0",
      "::1", "99999999999999999999"])
 V1_NAMES = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK", "PET_NNODES",
-            "PET_NPROC_PER_NODE"]
+            "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT"]
 V2_NAMES = ["PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
             "PET_NPROC_PER_NODE"]
 

@@ -6,7 +6,9 @@ derive-env reads the node layer from them and never rewrites them (``preset``).
 
 - **PyTorchJob v1** (kubeflow/training-operator ``pkg/controller.v1/pytorch/envvar.go``
   ``setPodEnv``, ``master.go``): ``MASTER_ADDR`` = the master replica's service
-  (``<job>-master-0``), ``MASTER_PORT`` = its container port, ``RANK`` = ``PET_NODE_RANK`` =
+  (``<job>-master-0``; later operators give the master pod itself ``localhost`` and a worker
+  with an init container the master pod's IP, and copy both into ``PET_MASTER_ADDR`` /
+  ``PET_MASTER_PORT``), ``MASTER_PORT`` = its container port, ``RANK`` = ``PET_NODE_RANK`` =
   the POD's rank (master 0, worker i -> i + 1), ``WORLD_SIZE`` = pods x nproc per node (pods
   when ``PET_NPROC_PER_NODE`` is not an integer, ``getNprocPerNodeInt``), ``PET_NNODES`` =
   pods, or ``MIN:MAX`` with an elastic policy (``elastic.go``). ``RANK`` and ``WORLD_SIZE``
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from derive_env.environ import is_loopback
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import host_problem
@@ -128,8 +131,22 @@ def _pytorchjob(environ: Mapping[str, str], name: str) -> Report:
             "WORLD_SIZE", environ["WORLD_SIZE"],
             f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
     master, port = _master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
+    for pet, name_ in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
+        if environ.get(pet) and environ[pet] != environ[name_]:
+            raise TopologyError(describe(
+                pet, environ[pet],
+                f"{name_}={environ[name_]!r}: the operator sets both to the same value "
+                f"(master.go); {fix}"))
+    if node_rank != 0 and is_loopback(master):
+        raise TopologyError(describe(
+            "MASTER_ADDR", master,
+            f"the master's service or address on pod {node_rank} (PET_NODE_RANK): only the "
+            f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
     one = nproc == 1  # only then are RANK / WORLD_SIZE this process's (training-operator#1790)
     notes = [f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)"]
+    if is_loopback(master):
+        notes.append(f"MASTER_ADDR={master!r}: this is the master pod (the operator gives it "
+                     "localhost, the other pods its service name)")
     if nodes is None:
         notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
                      "rendezvous decides the node count")
@@ -138,7 +155,7 @@ def _pytorchjob(environ: Mapping[str, str], name: str) -> Report:
                      "this process's: torchrun sets each worker's")
     inputs = {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
               "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
-              "ports": ("MASTER_ADDR", "MASTER_PORT")}
+              "ports": ("MASTER_PORT", "PET_NNODES")}
     if one:
         inputs["processes"] = ("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE")
     return Report(
@@ -149,7 +166,9 @@ def _pytorchjob(environ: Mapping[str, str], name: str) -> Report:
         processes=Processes(pod_rank, 0, world, 1) if one else None,
         master=master,
         master_port=port,
-        job=("kubeflow", master, str(port)),
+        # Not MASTER_ADDR: the master pod's is localhost. Every pod has its own address,
+        # so the ports need only agree within the job.
+        job=("kubeflow-pytorchjob", str(port), environ["PET_NNODES"]),
         preset=frozenset(["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"]
                          + [n for n in environ if n.startswith("PET_")]),
         inputs=inputs,
@@ -171,7 +190,7 @@ def _trainjob(environ: Mapping[str, str], name: str) -> Report:
         num_nodes=nodes,
         master=master,
         master_port=port,
-        job=("kubeflow", master, str(port)),
+        job=("kubeflow-trainjob", master, str(port)),
         preset=frozenset(n for n in environ if n.startswith("PET_")),
         inputs={"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
                 "master": ("PET_MASTER_ADDR",), "master_port": ("PET_MASTER_PORT",),
@@ -190,12 +209,16 @@ def read(environ: Mapping[str, str], name: str) -> Report:
     :param name: ``kubeflow-pytorchjob`` or ``kubeflow-trainjob``.
     :returns: ``num_nodes`` (``PET_NNODES``; None for a v1 elastic range ``MIN:MAX``),
         ``node_rank`` (``PET_NODE_RANK``), ``master`` and ``master_port`` (a TCP port: v1
-        ``MASTER_*``, v2 ``PET_MASTER_*``), ``job`` = ``("kubeflow", master, port)`` (the
-        master's service name holds the job's name), ``preset`` = the operator's variables;
+        ``MASTER_*``, v2 ``PET_MASTER_*``), ``job``: what every pod of the job shares (v1
+        ``("kubeflow-pytorchjob", MASTER_PORT, PET_NNODES)``, not ``MASTER_ADDR``, which is
+        ``localhost`` on the master pod; v2 ``("kubeflow-trainjob", PET_MASTER_ADDR,
+        PET_MASTER_PORT)``), ``preset`` = the operator's variables;
         v1 with nproc per node 1 also the process layer (rank = ``RANK``, world size =
         ``WORLD_SIZE``, one process per pod). No host list: pods know only the master's.
     :raises TopologyError: a variable is malformed, or (v1) ``RANK`` differs from
-        ``PET_NODE_RANK`` or ``WORLD_SIZE`` from ``PET_NNODES`` x nproc per node; the message
+        ``PET_NODE_RANK``, ``WORLD_SIZE`` from ``PET_NNODES`` x nproc per node,
+        ``PET_MASTER_*`` (when set) from ``MASTER_*``, or a pod other than rank 0 has a
+        loopback ``MASTER_ADDR``; the message
         names the variables, their values and the fix.
     """
     if name == "kubeflow-trainjob":
