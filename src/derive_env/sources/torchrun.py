@@ -158,9 +158,10 @@ def read(environ: Mapping[str, str], name: str = "torchrun") -> Report:
         ``node_rank`` = ``GROUP_RANK``, ``master`` = ``MASTER_ADDR``, ``master_port`` =
         ``MASTER_PORT`` (a TCP port: the agent's store when
         ``TORCHELASTIC_USE_AGENT_STORE=True``, so the frameworks need other ports), ``job`` =
-        ``("torchrun", TORCHELASTIC_RUN_ID, "MASTER_ADDR:MASTER_PORT")`` (every worker of a
-        rendezvous round shares it; the static rendezvous' run id is always ``none``, the
-        master endpoint tells two jobs apart), ``preset`` = every variable torchrun set
+        ``("torchrun", TORCHELASTIC_RUN_ID, MASTER_PORT)`` (every worker of a rendezvous round
+        shares both: the port is the store they all connect to, while two nodes may write
+        the master's address differently; the static rendezvous' run id is always ``none``,
+        the port tells two jobs apart), ``preset`` = every variable torchrun set
         for the worker, ``renumbers`` = True. No host list: torchrun has none.
     :raises TopologyError: a variable is not a number, a rank is out of range, or two of
         torchrun's variables contradict what torchrun guarantees (module docstring); the
@@ -209,7 +210,7 @@ def read(environ: Mapping[str, str], name: str = "torchrun") -> Report:
         processes=Processes(rank, local_rank, world, local_world),
         master=master,
         master_port=port,
-        job=("torchrun", run_id, f"{master}:{port}"),
+        job=("torchrun", run_id, str(port)),
         session_id=run_id,
         preset=preset,
         renumbers=True,
@@ -219,7 +220,7 @@ def read(environ: Mapping[str, str], name: str = "torchrun") -> Report:
             "processes": _PROCESSES,
             "master": ("MASTER_ADDR",),
             "master_port": ("MASTER_PORT",),
-            "ports": ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"),
+            "ports": ("TORCHELASTIC_RUN_ID", "MASTER_PORT"),
         },
         order="torchrun's rendezvous (GROUP_RANK)",
         notes=tuple(notes),
