@@ -42,6 +42,12 @@ EXPECTED = {
         "rank2": ("node-b", 1, 2, 2, 0, 4, 2, "127.0.0.1", "none"),
         "rank3": ("node-b", 1, 2, 3, 1, 4, 2, "127.0.0.1", "none"),
     },
+    "torchrun-virtual": {  # --virtual-local-rank: LOCAL_RANK=0 everywhere
+        "rank0": ("node-a", 0, 2, 0, 0, 4, 2, "127.0.0.1", "none"),
+        "rank1": ("node-a", 0, 2, 1, 0, 4, 2, "127.0.0.1", "none"),
+        "rank2": ("node-b", 1, 2, 2, 0, 4, 2, "127.0.0.1", "none"),
+        "rank3": ("node-b", 1, 2, 3, 0, 4, 2, "127.0.0.1", "none"),
+    },
     "torchrun-c10d": {  # host names sorted: node-a before node-b
         "rank0": ("node-a", 0, 2, 0, 0, 4, 2, "node-a", "derive-c10d"),
         "rank1": ("node-a", 0, 2, 1, 1, 4, 2, "node-a", "derive-c10d"),
@@ -108,7 +114,10 @@ def test_recorded_worker(scenario: str, task: str) -> None:
     if run_id is not None:  # standalone: a fresh uuid per run
         assert report.session_id == run_id
     assert report.job == ("torchrun", env["TORCHELASTIC_RUN_ID"], str(report.master_port))
-    assert report.preset == PRESET
+    virtual = scenario == "torchrun-virtual"  # torchrun chose each worker's device
+    assert report.preset == PRESET | ({"CUDA_VISIBLE_DEVICES"} if virtual else set())
+    if virtual:
+        assert env["CUDA_VISIBLE_DEVICES"] == str(rank % 2)
     assert report.renumbers is True
     assert report.inputs == {
         "node_rank": ("GROUP_RANK",), "num_nodes": ("GROUP_WORLD_SIZE",),

@@ -104,6 +104,13 @@ SCENARIOS: dict[str, Scenario] = {
         (("torchrun", "--standalone", "--nproc-per-node=2", *_WORKER),),
         "torchrun --standalone (one node, c10d on a free local port): 2 workers",
     ),
+    "torchrun-virtual": Scenario(
+        tuple(("torchrun", *_STATIC, f"--node-rank={r}", "--virtual-local-rank", *_WORKER)
+              for r in (0, 1)),
+        "as torchrun-static with --virtual-local-rank: every worker has LOCAL_RANK=0 and "
+        "CUDA_VISIBLE_DEVICES naming its own device (local_elastic_agent.py, "
+        "_set_local_rank_env)",
+    ),
     "torchrun-identical": Scenario(
         tuple(("torchrun", *_STATIC, f"--node-rank={r}", *_WORKER) for r in (0, 1)),
         "as torchrun-static with TORCH_ELASTIC_WORKER_IDENTICAL=1 (ranks computed as "
