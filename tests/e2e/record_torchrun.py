@@ -244,6 +244,8 @@ What the recordings show (pinned by tests/test_source_torchrun.py):
   `GROUP_RANK` is the agents' host names sorted as strings (then pid), not arrival order
   (dynamic_rendezvous.py, `_mark_rendezvous_complete`): `node-10` is group rank 0 before
   `node-9`, the endpoint's host.
+- `--virtual-local-rank`: `LOCAL_RANK=0` on every worker, `CUDA_VISIBLE_DEVICES` its own
+  device (0 or 1) instead.
 - `OMP_NUM_THREADS=1` is set by torchrun itself when a node runs more than one worker
   (torch/distributed/run.py), and no `PET_*` reaches a worker unless the agent had it.
 
