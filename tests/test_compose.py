@@ -227,3 +227,21 @@ def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
                                       "ai.backend.distributed.jax-port": "29400"})
     with pytest.raises(TopologyError, match=r"a port other than the master port 29400"):
         jax_framework.derive(Context(compose([torchrun(0)]), policy, {}))
+
+
+@pytest.mark.parametrize(("environ", "gpus", "local_rank", "expected"), [
+    ({}, 4, 1, "2,3"),                                   # 4 GPUs, 2 tasks: the second half
+    ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4, 0, "4,5"),  # already narrowed: its ids
+    ({}, 3, 1, None),                                    # 3 GPUs do not divide among 2
+    ({"CUDA_VISIBLE_DEVICES": "GPU-1a,GPU-2b"}, 2, 0, None),  # UUIDs: JAX takes numbers
+    ({}, None, 0, None),                                 # no GPU known
+])
+def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
+    rank = 2 + local_rank
+    report = step(1, rank, 6, (2, 2, 2), local=local_rank, gpus=gpus,
+                  inputs={"nodes": ("SLURM_STEP_NODELIST",), "gpus": ("SLURM_GPUS_ON_NODE",),
+                          "processes": ("SLURM_PROCID",)})
+    policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax"})
+    got = values(jax_framework.derive(Context(compose([report]), policy, environ)))
+    assert got.get("JAX_LOCAL_DEVICE_IDS") == expected
+    assert got["JAX_PROCESS_ID"] == str(rank)

@@ -1,8 +1,12 @@
-"""Sources: one module per cluster manager, each turning its variables into a topology.
+"""Sources: one module per cluster manager or launcher, each reporting what it saw.
 
-:data:`SOURCES` is the lookup table, in priority order; each module has
-``detect(environ) -> bool`` (cheap, no validation) and ``topology(environ) ->
-ClusterTopology``. Adding a cluster manager is one module plus one line here.
+:data:`SOURCES` is the table, one line per source (its complete set of variables, its depth
+in the launch); :func:`seen_sources` finds the lines whose variables are all set without
+importing any module. Each module has ``read(environ, name) -> Report``
+(sources/report.py); :func:`topology_from` hands every seen source's report to the
+resolver (sources/resolve.py), which composes one topology. Adding a source is one module
+plus one line here. :data:`LAUNCHERS` refuses launchers derive-env cannot read (no source,
+or a partial set of a source's variables) rather than describe one process of a larger job.
 """
 
 from __future__ import annotations
