@@ -7,7 +7,7 @@ installed, else by ``sh``), every ```` ```python ```` block must compile, and ev
 unbalanced quote or the stray ``fi`` that makes a copied command fail before it starts.
 
 Every ```` ```console ```` block that holds ONE command, ``$ derive-env ... --env-file
-FILE ...`` (continued by trailing backslashes; a pipe into ``--env-file -`` too), followed
+FILE ...`` (continued by a trailing backslash or pipe; a pipe into ``--env-file -`` too), followed
 by its output, IS run: by ``sh``
 in the repository's folder, with the installed ``derive-env`` first on ``PATH`` and an
 empty labels file, and its standard error then standard output must be exactly the lines
@@ -110,7 +110,7 @@ def console_examples(text: str) -> list[tuple[int, str, str]]:
         if lang != "console" or not lines or not lines[0].startswith("$ "):
             continue
         end = 0
-        while lines[end].endswith("\\") and end + 1 < len(lines):
+        while lines[end].endswith(("\\", "|")) and end + 1 < len(lines):
             end += 1
         command = "\n".join(lines[: end + 1])[2:]
         output = lines[end + 1:]
@@ -147,10 +147,12 @@ def test_console_examples_print_what_the_page_shows(
 def test_the_examples_are_found() -> None:
     """Each page with examples keeps them checked (a changed fence would skip them)."""
     pages = {w.rsplit(":", 1)[0] for w, _, _ in EXAMPLES}
-    assert {"README.md", "docs/sources/slurm.md", "docs/sources/mpi.md",
-            "docs/sources/README.md"} <= pages
+    assert {"README.md", "docs/sources/README.md", "docs/sources/slurm.md",
+            "docs/sources/mpi.md", "docs/sources/torchrun.md", "docs/sources/kubeflow.md"} <= pages
     text = "```console\n$ derive-env --dry-run --env-file a.env \\\n    --explain\nout\n```\n"
     assert console_examples(text) == [(2, "derive-env --dry-run --env-file a.env \\\n"
                                           "    --explain", "out\n")]
+    piped = "```console\n$ printf x |\n  derive-env --env-file -\nout\n```\n"
+    assert console_examples(piped) == [(2, "printf x |\n  derive-env --env-file -", "out\n")]
     two = "```console\n$ derive-env --env-file a.env\nout\n$ other\n```\n"
     assert console_examples(two) == []
