@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from derive_env.errors import TopologyError, UsageError
+from derive_env.errors import LabelError, TopologyError, UsageError
 from derive_env.frameworks import Context, pytorch, tensorflow
 from derive_env.frameworks import jax as jax_framework
 from derive_env.policy import ImagePolicy
@@ -148,8 +148,8 @@ def test_disagreeing_layers_are_an_error_naming_both() -> None:
         compose([inner, Report(source="backendai", title="a Backend.AI session", nodes=NODES,
                                node_rank=2, inputs={"node_rank": ("BACKENDAI_CLUSTER_HOST",)})])
     assert str(caught.value).startswith(
-        "Cray PALS (mpiexec) and a Backend.AI session disagree on the node_rank: PALS_NODEID "
-        "give 0, BACKENDAI_CLUSTER_HOST give 2.")
+        "Cray PALS (mpiexec) and a Backend.AI session disagree on the node rank of this "
+        "process: PALS_NODEID say 0, BACKENDAI_CLUSTER_HOST say 2.")
 
 
 def test_a_problem_is_raised_only_for_the_innermost_source() -> None:
@@ -201,9 +201,23 @@ def test_several_processes_per_node_get_the_process_layer_and_no_pet() -> None:
         "JAX_COORDINATOR_ADDRESS": "gpu-a100-09:12003", "JAX_NUM_PROCESSES": "6",
         "JAX_PROCESS_ID": "3"}
     config = json.loads(values(tensorflow.derive(ctx))["TF_CONFIG"])
+    # TensorFlow's 2 ports per host would hold JAX's 12003: its block moves above it.
     assert config == {"cluster": {"worker": [
-        "gpu-a100-09:12002", "gpu-a100-09:12003", "gpu-a100-10:12002", "gpu-a100-10:12003",
-        "gpu-a100-11:12002", "gpu-a100-11:12003"]}, "task": {"type": "worker", "index": 3}}
+        "gpu-a100-09:12004", "gpu-a100-09:12005", "gpu-a100-10:12004", "gpu-a100-10:12005",
+        "gpu-a100-11:12004", "gpu-a100-11:12005"]}, "task": {"type": "worker", "index": 3}}
+    tf_only = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "tensorflow"})
+    alone = json.loads(values(tensorflow.derive(Context(topo, tf_only, {})))["TF_CONFIG"])
+    assert alone["cluster"]["worker"][:2] == ["gpu-a100-09:12002", "gpu-a100-09:12003"]
+    labelled = ImagePolicy.from_labels({
+        "ai.backend.distributed.frameworks": "jax,tensorflow",
+        "ai.backend.distributed.tensorflow-port": "3000",
+        "ai.backend.distributed.jax-port": "3001"})
+    with pytest.raises(LabelError) as caught:
+        tensorflow.derive(Context(topo, labelled, {}))
+    assert str(caught.value) == (
+        "label ai.backend.distributed.tensorflow-port='3000': expected a port whose 2 "
+        "TensorFlow port(s) on a host (3000-3001) do not hold the JAX coordinator's (label "
+        "ai.backend.distributed.jax-port) port 3001")
 
 
 def test_one_process_per_node_is_the_node_layer() -> None:
@@ -225,8 +239,12 @@ def test_tf_needs_every_nodes_processes() -> None:
 def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
     policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax",
                                       "ai.backend.distributed.jax-port": "29400"})
-    with pytest.raises(TopologyError, match=r"a port other than the master port 29400"):
+    with pytest.raises(TopologyError) as caught:
         jax_framework.derive(Context(compose([torchrun(0)]), policy, {}))
+    assert str(caught.value) == (
+        "the jax port 29400 (label ai.backend.distributed.jax-port) is the master port "
+        "(MASTER_PORT), which the launcher serves its rendezvous on, on the same host: set "
+        "label ai.backend.distributed.jax-port to another port")
 
 
 @pytest.mark.parametrize(("environ", "gpus", "local_rank", "expected"), [

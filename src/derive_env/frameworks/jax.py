@@ -57,7 +57,8 @@ def derive(ctx: Context) -> Contribution:
         count = (layout.world_size, f"{src}: world size, one JAX process per task")
         own = (layout.rank, f"{src}: rank")
     else:
-        nodes_src = topo.inputs_of("nodes") if topo.multi_node else "single-container session"
+        nodes_src = (topo.inputs_of("nodes" if topo.nodes else "num_nodes") if topo.multi_node
+                     else "single-container session")
         count = (topo.num_nodes, f"{nodes_src}: one process per node")
         own = node_rank_of(topo)
     out = Contribution()

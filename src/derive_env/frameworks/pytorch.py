@@ -68,7 +68,7 @@ def derive(ctx: Context) -> Contribution:
             "PET_NPROC_PER_NODE", topo.gpus_per_node,
             f"{topo.inputs_of('gpus')}: GPU count of this container",
         ))
-    else:
+    elif not ctx.environ.get("PET_NPROC_PER_NODE"):
         out.notes.append(
             "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
             "(torchrun then starts 1 process unless told --nproc-per-node)"
@@ -119,7 +119,8 @@ def _per_process(ctx: Context) -> Contribution:
             "launcher gives ranks; the node list does not say where each one runs)")
     out.notes.append(
         f"one worker per process ({layout.world_size} processes, {layout.local_world_size} "
-        "on this node): no PET_* (torchrun is not used inside such a launch)")
+        "on this node): no PET_*, each process is already a worker (a torchrun started "
+        "inside would read them as its own job)")
     return out
 
 

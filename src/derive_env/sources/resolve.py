@@ -134,11 +134,14 @@ def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Repor
     return used, shadowed
 
 
+_FACTS = {"num_nodes": "number of nodes", "node_rank": "node rank of this process"}
+
+
 def _agree(inner: Report, outer: Report, fact: str, a: object, b: object) -> None:
     raise TopologyError(
-        f"{inner.title} and {outer.title} disagree on the {fact}: "
-        f"{' + '.join(inner.inputs.get(fact, ('?',)))} give {a}, "
-        f"{' + '.join(outer.inputs.get(fact, ('?',)))} give {b}. derive-env does not "
+        f"{inner.title} and {outer.title} disagree on the {_FACTS.get(fact, fact)}: "
+        f"{' + '.join(inner.inputs.get(fact, ('?',)))} say {a}, "
+        f"{' + '.join(outer.inputs.get(fact, ('?',)))} say {b}. derive-env does not "
         "guess which one is right: run the launcher inside the allocation it belongs to, "
         "or choose one with --source NAME (or DERIVE_ENV_SOURCE)")
 
@@ -302,10 +305,11 @@ def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int 
 def _missing(owner: Report | None, node_src: Report | None) -> str:
     who = (owner or node_src)
     title = who.title if who else "the launcher"
+    how = ("mpiexec -genv MASTER_ADDR <host of rank 0>" if who is not None
+           and who.source == "hydra" else "mpirun -x MASTER_ADDR=<host of rank 0>")
     return (f"{title} states no host list, so the host of rank 0 is unknown: set "
-            "MASTER_ADDR to it (the same value for every process, e.g. mpirun -x "
-            "MASTER_ADDR=<host of rank 0>), or run the launcher inside a Slurm allocation "
-            "or a Backend.AI session, which state the hosts")
+            f"MASTER_ADDR to it (the same value for every process, e.g. {how}), or run the "
+            "launcher inside a Slurm allocation or a Backend.AI session, which state the hosts")
 
 
 def _layers(reports: Sequence[Report], used: Sequence[Report],
