@@ -13,9 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_docs_snippets import PAGES, REPO, blocks, console_examples  # noqa: E402
-
-from helpers import console_script  # noqa: E402
+from helpers import console_script
+from test_docs_snippets import PAGES, REPO, blocks, console_examples
 
 
 def run(command: str) -> str:

@@ -127,18 +127,27 @@ def torchrun(group_rank: int, groups: int = 3) -> Report:
                           "processes": ("RANK",)})
 
 
-def test_torchrun_in_a_step_uses_the_steps_hosts_when_the_ranks_agree() -> None:
-    topo = compose([torchrun(1), step(1, 1, 3, (1, 1, 1))])
-    assert [n.host for n in topo.nodes] == list(HOSTS)
-    assert (topo.node_rank, topo.master_port, topo.preset) == (1, 29400, {"RANK", "MASTER_PORT"})
+@pytest.mark.parametrize("group_rank", [0, 1, 2])
+def test_torchrun_never_takes_another_sources_host_list(group_rank) -> None:
+    """Its rendezvous numbers the nodes: every node, whatever its ranks, drops the list."""
+    for outer in (step(1, 1, 3, (1, 1, 1)),
+                  Report(source="backendai", title="a Backend.AI session", nodes=NODES,
+                         node_rank=1, inputs={"nodes": ("BACKENDAI_CLUSTER_HOSTS",)})):
+        topo = compose([torchrun(group_rank), outer])
+        assert (topo.nodes, topo.num_nodes, topo.node_rank, topo.master_addr) == (
+            (), 3, group_rank, "gpu-a100-09")
+        assert (topo.master_port, topo.preset) == (29400, {"RANK", "MASTER_PORT"})
+        assert (f"torchrun (torchelastic) numbers the nodes itself (its rendezvous), in an "
+                f"order {outer.title} does not state: its host list is not used for them"
+                ) in topo.notes
 
 
-def test_torchrun_renumbering_the_nodes_drops_the_host_list() -> None:
-    topo = compose([torchrun(2), step(1, 1, 3, (1, 1, 1))])
-    assert (topo.nodes, topo.num_nodes, topo.node_rank, topo.master_addr) == (
-        (), 3, 2, "gpu-a100-09")
-    assert ("torchrun (torchelastic) numbers the nodes itself, differently from a Slurm step "
-            "(srun): its host list is not used for them") in topo.notes
+def test_a_master_that_is_not_the_first_host_is_an_error() -> None:
+    inner = Report(source="pals", title="Cray PALS (mpiexec)", num_nodes=3, node_rank=0,
+                   master="gpu-a100-10", processes=Processes(0, 0, 3, 1),
+                   inputs={"master": ("X",), "node_rank": ("PALS_NODEID",)})
+    with pytest.raises(TopologyError, match=r"disagree on the host of rank 0 \(the first node"):
+        compose([inner, step(0, 0, 3, (1, 1, 1))])
 
 
 def test_disagreeing_layers_are_an_error_naming_both() -> None:

@@ -54,7 +54,8 @@ def derive(ctx: Context) -> Contribution:
         var("MASTER_ADDR", master.derived_addr, master.derived_addr_source),
         var("MASTER_PORT", master.derived_port, master.derived_port_source),
         var("NODE_RANK", node_rank, rank_src),
-        var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes"),
+        *([var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes")]
+          if topo.num_nodes is not None else []),
         var("PET_NODE_RANK", node_rank, rank_src),
         var("PET_MASTER_ADDR", master.addr, f"same as MASTER_ADDR: {master.addr_source}"),
         var("PET_MASTER_PORT", master.port, f"same as MASTER_PORT: {master.port_source}"),
