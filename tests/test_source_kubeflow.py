@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import seen_sources
+from derive_env.sources import kubeflow, seen_sources
 from derive_env.sources.kubeflow import read
 from derive_env.sources.report import Processes
 
@@ -264,3 +264,41 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(name: str,
         return
     assert report.node_rank is not None and report.node_rank >= 0
     assert report.num_nodes is None or report.node_rank < report.num_nodes
+
+
+def test_trainjob_loopback_master_of_a_multi_node_job_is_an_error() -> None:
+    env = {**trainjob_node("tj", 3, 1), "PET_MASTER_ADDR": "localhost"}
+    with pytest.raises(TopologyError) as caught:
+        kubeflow.read(env, "kubeflow-trainjob")
+    assert str(caught.value) == (
+        "PET_MASTER_ADDR='localhost': expected the master node's service name or address (a "
+        "job of 3 nodes): a loopback address makes every node wait at itself; "
+        + kubeflow._FIX["kubeflow-trainjob"])
+
+
+def test_trainjob_with_a_stale_master_addr_is_an_error() -> None:
+    env = {**trainjob_node("tj", 3, 1), "MASTER_ADDR": "other"}
+    with pytest.raises(TopologyError) as caught:
+        kubeflow.read(env, "kubeflow-trainjob")
+    assert str(caught.value).startswith(
+        f"MASTER_ADDR='other': expected unset or PET_MASTER_ADDR={env['PET_MASTER_ADDR']!r}: "
+        "torchrun meets at PET_MASTER_ADDR, and init_process_group and JAX would use "
+        "MASTER_ADDR; ")
+
+
+def test_an_elastic_pytorchjob_is_a_job_of_unknown_size_never_one_node() -> None:
+    """PET_NNODES=2:4: the rendezvous decides; JAX cannot be given a process count."""
+    from derive_env.pipeline import derive
+
+    for pod in (0, 1):
+        env = {**pytorchjob_pod("bert", 3, pod, "2"), "PET_NNODES": "2:4"}
+        derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+        assert derivation is not None
+        topo = derivation.topology
+        assert (topo.multi_node, topo.num_nodes, topo.node_rank, topo.sized) == (
+            True, None, pod, False)
+        assert derivation.changes() == {  # no PET_NNODES: the elastic range stays
+            "NODE_RANK": str(pod), "PET_MASTER_ADDR": "bert-master-0",
+            "PET_MASTER_PORT": "23456"}
+        with pytest.raises(TopologyError, match=r"^JAX_NUM_PROCESSES cannot be set: the num"):
+            derive(env, {"ai.backend.distributed.frameworks": "jax"})

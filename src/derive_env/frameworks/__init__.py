@@ -320,12 +320,11 @@ def framework_port(
             source = default_text
     shares_host = "MASTER_PORT" in ctx.topology.preset or "pytorch" in ctx.policy.frameworks
     if shares_host and port == ctx.master.port:
-        raise TopologyError(describe(
-            source, str(port),
-            f"a port other than the master port {ctx.master.port} ({ctx.master.port_source}),"
-            f" which {'the launcher' if 'MASTER_PORT' in ctx.topology.preset else 'PyTorch'}"
-            f" serves its rendezvous on, on the same host: set label "
-            f"ai.backend.distributed.{field.replace('_', '-')} to another port"))
+        label = f"ai.backend.distributed.{field.replace('_', '-')}"
+        raise TopologyError(
+            f"the {framework} port {port} ({source}) is the master port ({ctx.master.port_source})"
+            f", which {'the launcher' if 'MASTER_PORT' in ctx.topology.preset else 'PyTorch'} "
+            f"serves its rendezvous on, on the same host: set label {label} to another port")
     return port, source
 
 

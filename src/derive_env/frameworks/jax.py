@@ -28,6 +28,7 @@ store holds (torchrun's).
 
 from __future__ import annotations
 
+from derive_env.errors import TopologyError
 from derive_env.frameworks import (
     Context,
     Contribution,
@@ -57,7 +58,14 @@ def derive(ctx: Context) -> Contribution:
         count = (layout.world_size, f"{src}: world size, one JAX process per task")
         own = (layout.rank, f"{src}: rank")
     else:
-        nodes_src = topo.inputs_of("nodes") if topo.multi_node else "single-container session"
+        nodes_src = (topo.inputs_of("nodes" if topo.nodes else "num_nodes") if topo.multi_node
+                     else "single-container session")
+        if topo.num_nodes is None:
+            raise TopologyError(
+                "JAX_NUM_PROCESSES cannot be set: the number of nodes is decided only when the "
+                f"job starts ({topo.inputs_of('num_nodes')}: an elastic job); JAX needs it "
+                "fixed. Give the job a fixed number of nodes, or drop jax from label "
+                "ai.backend.distributed.frameworks")
         count = (topo.num_nodes, f"{nodes_src}: one process per node")
         own = node_rank_of(topo)
     out = Contribution()

@@ -151,6 +151,42 @@ def _per_process_config(
     return {"cluster": cluster, "task": {"type": own_type, "index": index}}
 
 
+def _clear_of_others(ctx: Context, port: int, source: str) -> tuple[int, str]:
+    """TensorFlow's ports (``port`` .. ``port + processes per node - 1``) clear of the JAX
+    coordinator's and the master port on the same hosts.
+
+    A clash with ports the manager's policy derived moves TensorFlow's block just above the
+    others (the same move on every node: it depends only on shared values); a clash with a
+    label is an error naming it.
+
+    :raises LabelError: the ``tensorflow-port`` label's ports hold another framework's port.
+    """
+    topo, policy = ctx.topology, ctx.policy
+    layout = topo.processes
+    width = max(layout.tasks_per_node) if (
+        topo.per_process and layout is not None and layout.tasks_per_node) else 1
+    taken: dict[int, str] = {}
+    if "jax" in policy.frameworks:
+        jax_port, jax_src = framework_port(ctx, "jax", "jax_port", f"default ({policy.jax_port})")
+        taken[jax_port] = f"the JAX coordinator's ({jax_src})"
+    if "pytorch" in policy.frameworks or "MASTER_PORT" in topo.preset:
+        taken[ctx.master.port] = f"the master port ({ctx.master.port_source})"
+    clash = sorted(p for p in taken if port <= p < port + width)
+    if not clash:
+        return port, source
+    if policy.label_or_default("tensorflow_port") != "default" or ctx.job_ports is None:
+        raise LabelError(describe(
+            f"label {PREFIX}tensorflow-port", str(port),
+            f"a port whose {width} TensorFlow port(s) on a host ({port}-{port + width - 1}) "
+            f"do not hold {taken[clash[0]]} port {clash[0]}"))
+    moved = max(taken) + 1
+    if moved + width - 1 > 65535:
+        raise TopologyError(
+            f"TensorFlow needs {width} port(s) per host clear of {', '.join(map(str, taken))}"
+            f" and none fit below 65536: set label {PREFIX}tensorflow-port")
+    return moved, f"{source}, moved above {', '.join(map(str, sorted(taken)))} (taken)"
+
+
 def derive(ctx: Context) -> Contribution:
     """``TF_CONFIG`` for this container, when the session has more than one node."""
     topo, policy = ctx.topology, ctx.policy
@@ -164,13 +200,14 @@ def derive(ctx: Context) -> Contribution:
                 f"{topo.inputs_of('processes')})" if topo.nodes else "the hosts of every node")
         raise TopologyError(
             f"TF_CONFIG cannot be built: it lists every task's host:port, and no source "
-            f"states {what}. {topo.missing or ''} Run the job under srun (its "
-            "SLURM_STEP_TASKS_PER_NODE states every node's processes), or set TF_CONFIG "
+            f"states {what}. {topo.missing or ''} Run the job under a launcher that states "
+            "every node's processes (srun: SLURM_STEP_TASKS_PER_NODE), or set TF_CONFIG "
             "yourself".replace("  ", " "))
     node_rank, rank_src = node_rank_of(topo)
     types = task_types(topo, policy.tensorflow_roles)
     port, port_src = framework_port(ctx, "tensorflow", "tensorflow_port",
                                     f"default ({policy.tensorflow_port})")
+    port, port_src = _clear_of_others(ctx, port, port_src)
     config = tf_config(topo, types, port, node_rank)
     roles_src = policy.label_or_default("tensorflow_roles")
     per = (f"; one task per process ({topo.inputs_of('processes')}), port + local rank"

@@ -389,7 +389,7 @@ def topology_from(
         return topology
     seen = frozenset(r.source for r in reports)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
-                                or topology.node_count is not None)
+                                or topology.node_count is not None or not topology.sized)
     # Launchers first: their message names the launcher and the fix.
     problem = launcher_problem(
         environ,

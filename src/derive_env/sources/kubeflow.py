@@ -183,6 +183,19 @@ def _trainjob(environ: Mapping[str, str], name: str) -> Report:
     node_rank = _node_rank(environ, nodes, fix)
     _nproc(environ, fix)
     master, port = _master(environ, "PET_MASTER_ADDR", "PET_MASTER_PORT", fix)
+    if nodes > 1 and is_loopback(master):
+        # The trainer gives every node the same headless-service name: a loopback value is
+        # someone else's, wrong on every node but the master.
+        raise TopologyError(describe(
+            "PET_MASTER_ADDR", master,
+            f"the master node's service name or address (a job of {nodes} nodes): a "
+            f"loopback address makes every node wait at itself; {fix}"))
+    for user, pet in (("MASTER_ADDR", "PET_MASTER_ADDR"), ("MASTER_PORT", "PET_MASTER_PORT")):
+        if environ.get(user) and environ[user] != environ[pet]:
+            raise TopologyError(describe(
+                user, environ[user],
+                f"unset or {pet}={environ[pet]!r}: torchrun meets at {pet}, and "
+                f"init_process_group and JAX would use {user}; {fix}"))
     return Report(
         source=name,
         title=TITLES[name],
