@@ -272,3 +272,40 @@ def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
     got = values(jax_framework.derive(Context(compose([report]), policy, environ)))
     assert got.get("JAX_LOCAL_DEVICE_IDS") == expected
     assert got["JAX_PROCESS_ID"] == str(rank)
+
+
+def test_a_forced_source_names_the_sources_it_ignores() -> None:
+    environ = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    topo, reports = resolve(environ, "none")
+    assert (topo.num_nodes, reports) == (1, [])
+    assert topo.warnings == (
+        "source none chosen (--source or DERIVE_ENV_SOURCE): the variables of openmpi are set "
+        "and ignored; if they describe this job, every process may derive another job than "
+        "its launcher started",)
+    assert resolve(environ, "openmpi")[0].warnings == ()
+
+
+def test_two_mpi_launchers_that_disagree_are_an_error() -> None:
+    hydra = Report(source="hydra", title="MPICH Hydra or Intel MPI (mpiexec)",
+                   processes=Processes(1, 0, 4, 1), inputs={"processes": ("PMI_RANK",)})
+    with pytest.raises(TopologyError) as caught:
+        compose([mpi(3, 1), hydra])
+    assert str(caught.value).startswith(
+        "Open MPI (mpirun) and MPICH Hydra or Intel MPI (mpiexec) both state this process's "
+        "rank, and differently: rank 3 of 6 (OMPI_COMM_WORLD_RANK + OMPI_COMM_WORLD_SIZE) "
+        "against rank 1 of 4 (PMI_RANK); one set is left over from another job.")
+
+
+def test_tensorflow_ports_beyond_the_reservation_warn() -> None:
+    topo = compose([step(1, 3, 6, (2, 2, 2), local=1, reserved_ports=(12000, 12001),
+                         inputs={"nodes": ("SLURM_STEP_NODELIST",),
+                                 "ports": ("SLURM_STEP_RESV_PORTS",),
+                                 "node_rank": ("SLURM_NODEID",), "processes": ("SLURM_PROCID",)})])
+    policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "pytorch,tensorflow"})
+    out = tensorflow.derive(Context(topo, policy, {}))
+    assert out.warnings == [
+        "TensorFlow's port(s) 12002 (one per process of a node, from 12001) are not among the "
+        "step's reserved ports (SLURM_STEP_RESV_PORTS: 12000, 12001): another step on the "
+        "node may hold them; reserve more (srun --resv-ports) or set label "
+        "ai.backend.distributed.tensorflow-port"]

@@ -208,6 +208,16 @@ def derive(ctx: Context) -> Contribution:
     port, port_src = framework_port(ctx, "tensorflow", "tensorflow_port",
                                     f"default ({policy.tensorflow_port})")
     port, port_src = _clear_of_others(ctx, port, port_src)
+    width = max(layout.tasks_per_node) if (
+        topo.per_process and layout is not None and layout.tasks_per_node) else 1
+    unreserved = [p for p in range(port, port + width) if p not in topo.reserved_ports]
+    if topo.reserved_ports and port in topo.reserved_ports and unreserved:
+        out.warnings.append(
+            f"TensorFlow's port(s) {', '.join(map(str, unreserved))} (one per process of a "
+            f"node, from {port}) are not among the step's reserved ports "
+            f"({topo.inputs_of('ports')}: {', '.join(map(str, topo.reserved_ports))}): another "
+            "step on the node may hold them; reserve more (srun --resv-ports) or set label "
+            f"{PREFIX}tensorflow-port")
     config = tf_config(topo, types, port, node_rank)
     roles_src = policy.label_or_default("tensorflow_roles")
     per = (f"; one task per process ({topo.inputs_of('processes')}), port + local rank"

@@ -252,11 +252,29 @@ def check_single_container(environ: Mapping[str, str]) -> None:
         if value and not _single(value, single):
             raise TopologyError(describe(
                 name, value,
-                f"{single} or unset: no cluster manager stated the nodes of this session "
-                "(no BACKENDAI_CLUSTER_* variables), so it is a single-container session, but "
-                "another launcher set a larger topology. Run the command without derive-env "
-                "for that launcher, or give the container its cluster manager's variables",
+                f"{single} or unset: no source's complete set of variables is set (no "
+                "cluster manager or launcher stated the job), so it is a single-container "
+                "session, but another launcher set a larger topology"
+                f"{_closest_partial(environ)}. Run the command without derive-env for that "
+                "launcher, or give the container its cluster manager's variables",
             ))
+
+
+def _closest_partial(environ: Mapping[str, str]) -> str:
+    """``" (closest: torchrun, not set: X)"``: the source line with the most of its
+    variables set, when some but not all are (a value left empty, a launcher's copy)."""
+    best, missing = None, ()
+    count = 0
+    for source in SOURCES:
+        if source.any_of:
+            continue
+        present = [n for n in source.detect if environ.get(n)]
+        if present and len(present) > count:
+            best, count = source, len(present)
+            missing = tuple(n for n in source.detect if not environ.get(n))
+    if best is None:
+        return ""
+    return f" (closest: {best.title}; not set: {', '.join(missing)})"
 
 
 class Source(NamedTuple):

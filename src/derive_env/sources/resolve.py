@@ -104,13 +104,24 @@ def resolve(
     :raises TopologyError: a source's variables are bad, the layers disagree, or a seen
         source describes no usable topology (its ``problem``).
     """
+    if choice == AUTO:
+        sources = seen_sources(environ)
+        if not sources:
+            return single_node_topology(), []
+        reports = [_read(s, environ, files) for s in sources]
+        return compose(reports), reports
+    ignored = [s.name for s in seen_sources(environ) if s.name != choice]
     if choice == NONE:
-        return single_node_topology(), []
-    sources = [_forced(choice, environ)] if choice != AUTO else seen_sources(environ)
-    if not sources:
-        return single_node_topology(), []
-    reports = [_read(s, environ, files) for s in sources]
-    return compose(reports), reports
+        topology, reports = single_node_topology(), []
+    else:
+        reports = [_read(_forced(choice, environ), environ, files)]
+        topology = compose(reports)
+    if ignored:  # the operator's choice wins, but not silently
+        topology = topology.model_copy(update={"warnings": (*topology.warnings, (
+            f"source {choice} chosen (--source or {SOURCE_VARIABLE}): "
+            f"the variables of {', '.join(ignored)} are set and ignored; if they describe "
+            "this job, every process may derive another job than its launcher started"))})
+    return topology, reports
 
 
 def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Report, Report]]]:
@@ -118,11 +129,24 @@ def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Repor
     used: list[Report] = []
     shadowed: list[tuple[Report, Report]] = []
     owner: Report | None = None
+    depth = {s.name: s.depth for s in SOURCES}
     for report in reports:
         inner, outer = (owner.processes if owner else None), report.processes
         if inner is not None and outer is not None and (
                 outer.world_size != inner.world_size or outer.rank != inner.rank):
-            shadowed.append((report, owner))  # type: ignore[arg-type]
+            assert owner is not None
+            if depth.get(report.source) == depth.get(owner.source):
+                # Two launchers of one kind (MPI) cannot be told inner from outer: the
+                # variables of one are left over from another job (Hydra copies them all).
+                raise TopologyError(
+                    f"{owner.title} and {report.title} both state this process's rank, and "
+                    f"differently: rank {inner.rank} of {inner.world_size} "
+                    f"({' + '.join(owner.inputs.get('processes', ()))}) against rank "
+                    f"{outer.rank} of {outer.world_size} "
+                    f"({' + '.join(report.inputs.get('processes', ()))}); one set is left over "
+                    "from another job. Unset it (mpirun -x / mpiexec -genv pass only what you "
+                    "name), or choose the launcher with --source NAME")
+            shadowed.append((report, owner))
             if owner is not None and owner.count() == outer.world_size and set(
                     outer.tasks_per_node or (1,)) == {1}:
                 # Its tasks are the inner launcher's agents, one per node (srun
@@ -234,10 +258,11 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
             master = None
     layout = _layout(processes, tasks, num_nodes, node_rank, owner, hosts_src)
     if layout is not None and layout.rank == 0 and node_rank not in (None, 0):
-        here = nodes[node_rank].host if nodes else f"node rank {node_rank}"
+        here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else (
+            f"node rank {node_rank}")
         raise TopologyError(
-            f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, node rank "
-            f"{node_rank}, but every framework needs rank 0 on node rank 0 (the master, "
+            f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, but every "
+            f"framework needs rank 0 on node rank 0 (the master, "
             f"{nodes[0].host if nodes else 'node rank 0'}): the launcher placed its ranks "
             "in another order than the node list. Place rank 0 on the first node (mpirun "
             "--map-by slot, the default), or set MASTER_ADDR to this host (checked on "
