@@ -252,6 +252,9 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
                     tasks = (tasks[at], *tasks[:at], *tasks[at + 1:])
                 if node_rank is not None:
                     node_rank = 0 if node_rank == at else node_rank + (node_rank < at)
+                    inputs["node_rank"] = (
+                        *inputs.get("node_rank", ()),
+                        f"{master} (the node of rank 0) moved first")
                 order = (f"the node of rank 0 ({master}, from "
                          f"{' + '.join(inputs['master'])}) first, then "
                          f"{order or 'the manager order'}")
