@@ -321,7 +321,9 @@ import derive_env.__main__ as entry
 from derive_env import launch
 
 def report(*args, **kwargs):
+    real = [m for m, v in sys.modules.items() if getattr(v, "__file__", None)]
     print(json.dumps(sorted(m for m in sys.modules if m.startswith("derive_env.sources"))))
+    print(json.dumps(sorted(real)))
     sys.stdout.flush()
     import os
     os._exit(0)
@@ -350,7 +352,17 @@ def _source_modules(tmp_path: Path, labels: dict[str, str], extra: dict[str, str
     out = subprocess.run([sys.executable, "-c", _SOURCE_MODULES, *argv], env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.splitlines()[-1])
+    return json.loads(out.stdout.splitlines()[-2])
+
+
+def _loaded_from_files(tmp_path: Path, labels: dict[str, str], extra: dict[str, str],
+                       argv: list[str]) -> set[str]:
+    """The modules loaded from a file (a stand-in has none) when the exec would run."""
+    env = _script_env(tmp_path, labels, extra)
+    out = subprocess.run([sys.executable, "-c", _SOURCE_MODULES, *argv], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.splitlines()[-1]))
 
 
 PATH_ARGVS = [pytest.param(["--", "true"], id="entrypoint"),
@@ -385,3 +397,14 @@ def test_a_seen_source_is_imported_and_only_it(tmp_path: Path, argv: list[str]) 
     modules = _source_modules(tmp_path, {FW: "pytorch"}, _recorded_srun_task(), argv)
     assert modules == sorted([*_TABLE, "derive_env.sources.slurm",
                               "derive_env.sources.slurm_grammar"])
+
+
+@pytest.mark.parametrize("argv", PATH_ARGVS)
+def test_opted_in_start_loads_no_secrets_nor_libcrypto(tmp_path: Path, backendai_env,
+                                                       argv: list[str]) -> None:
+    """pydantic.types imports ``secrets`` (hmac, hashlib, OpenSSL's _hashlib: 0.05x of the
+    pydantic import) for a comparison derive-env never makes: it stays a stand-in."""
+    env = backendai_env(["sub1", "main1", "sub2"], "sub2")
+    loaded = _loaded_from_files(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)
+    assert "pydantic.types" in loaded
+    assert {"secrets", "hmac", "hashlib", "_hashlib"} & loaded == set()
