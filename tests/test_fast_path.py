@@ -346,23 +346,21 @@ def _recorded_srun_task() -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if line)
 
 
+def _until_exec(tmp_path: Path, labels: dict[str, str], extra: dict[str, str],
+                argv: list[str]) -> tuple[list[str], set[str]]:
+    """(the ``derive_env.sources`` modules loaded, every module loaded from a file; a
+    stand-in has none) when the exec (or the hook's exit) would run."""
+    env = _script_env(tmp_path, labels, extra)
+    out = subprocess.run([sys.executable, "-c", _SOURCE_MODULES, *argv], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    sources, loaded = out.stdout.splitlines()[-2:]
+    return json.loads(sources), set(json.loads(loaded))
+
+
 def _source_modules(tmp_path: Path, labels: dict[str, str], extra: dict[str, str],
                     argv: list[str]) -> list[str]:
-    env = _script_env(tmp_path, labels, extra)
-    out = subprocess.run([sys.executable, "-c", _SOURCE_MODULES, *argv], env=env,
-                         capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.splitlines()[-2])
-
-
-def _loaded_from_files(tmp_path: Path, labels: dict[str, str], extra: dict[str, str],
-                       argv: list[str]) -> set[str]:
-    """The modules loaded from a file (a stand-in has none) when the exec would run."""
-    env = _script_env(tmp_path, labels, extra)
-    out = subprocess.run([sys.executable, "-c", _SOURCE_MODULES, *argv], env=env,
-                         capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 0, out.stderr
-    return set(json.loads(out.stdout.splitlines()[-1]))
+    return _until_exec(tmp_path, labels, extra, argv)[0]
 
 
 PATH_ARGVS = [pytest.param(["--", "true"], id="entrypoint"),
@@ -405,6 +403,6 @@ def test_opted_in_start_loads_no_secrets_nor_libcrypto(tmp_path: Path, backendai
     """pydantic.types imports ``secrets`` (hmac, hashlib, OpenSSL's _hashlib: 0.05x of the
     pydantic import) for a comparison derive-env never makes: it stays a stand-in."""
     env = backendai_env(["sub1", "main1", "sub2"], "sub2")
-    loaded = _loaded_from_files(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)
+    loaded = _until_exec(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)[1]
     assert "pydantic.types" in loaded
     assert {"secrets", "hmac", "hashlib", "_hashlib"} & loaded == set()
