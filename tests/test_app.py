@@ -1063,3 +1063,20 @@ def test_secrets_stand_in_loads_the_real_module_on_first_use(monkeypatch) -> Non
     assert real is not stub and real.compare_digest is stub.compare_digest
     app._without_secrets_until_used()  # a loaded module is left alone
     assert sys.modules["secrets"] is real
+
+
+def test_source_files_are_read_without_blocking_and_only_when_regular(tmp_path) -> None:
+    """SLURM_HOSTFILE as the edge reads it: a FIFO never hangs a start (issue 9)."""
+    import os
+
+    from derive_env.app import MAX_SOURCE_FILE_BYTES, read_files
+
+    regular = tmp_path / "hosts"
+    regular.write_bytes(b"gpu-a100-11\nn\xff\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big"
+    big.write_bytes(b"n\n" * (MAX_SOURCE_FILE_BYTES // 2 + 1))
+    got = read_files([str(regular), str(fifo), str(tmp_path), str(big), str(tmp_path / "no")])
+    assert got == {str(regular): "gpu-a100-11\nn\udcff\n", str(fifo): None, str(tmp_path): None,
+                   str(big): None, str(tmp_path / "no"): None}

@@ -429,13 +429,25 @@ def test_other_launcher_topology_without_cluster_variables(name: str, value: str
     assert info.value.exit_code == 3
 
 
+def closest(name: str) -> str:
+    """The hint naming the source line that has ``name`` (alone) among its variables."""
+    from derive_env.sources import SOURCES
+
+    for source in SOURCES:
+        if name in source.detect and not source.any_of:
+            rest = ", ".join(n for n in source.detect if n != name)
+            return f" (closest: {source.title}; not set: {rest})"
+    return ""
+
+
 def other_launcher_message(name: str, value: str) -> str:
     single = "1" if name in ("WORLD_SIZE", "PET_NNODES") else "0"
     return (
-        f"{name}={value!r}: expected {single} or unset: no cluster manager stated the nodes of "
-        "this session (no BACKENDAI_CLUSTER_* variables), so it is a single-container session, "
-        "but another launcher set a larger topology. Run the command without derive-env for "
-        "that launcher, or give the container its cluster manager's variables"
+        f"{name}={value!r}: expected {single} or unset: no source's complete set of variables "
+        "is set (no cluster manager or launcher stated the job), so it is a single-container "
+        f"session, but another launcher set a larger topology{closest(name)}. Run the command "
+        "without derive-env for that launcher, or give the container its cluster manager's "
+        "variables"
     )
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from derive_env.errors import TopologyError, UsageError
+from derive_env.errors import LabelError, TopologyError, UsageError
 from derive_env.frameworks import Context, pytorch, tensorflow
 from derive_env.frameworks import jax as jax_framework
 from derive_env.policy import ImagePolicy
@@ -127,18 +127,27 @@ def torchrun(group_rank: int, groups: int = 3) -> Report:
                           "processes": ("RANK",)})
 
 
-def test_torchrun_in_a_step_uses_the_steps_hosts_when_the_ranks_agree() -> None:
-    topo = compose([torchrun(1), step(1, 1, 3, (1, 1, 1))])
-    assert [n.host for n in topo.nodes] == list(HOSTS)
-    assert (topo.node_rank, topo.master_port, topo.preset) == (1, 29400, {"RANK", "MASTER_PORT"})
+@pytest.mark.parametrize("group_rank", [0, 1, 2])
+def test_torchrun_never_takes_another_sources_host_list(group_rank) -> None:
+    """Its rendezvous numbers the nodes: every node, whatever its ranks, drops the list."""
+    for outer in (step(1, 1, 3, (1, 1, 1)),
+                  Report(source="backendai", title="a Backend.AI session", nodes=NODES,
+                         node_rank=1, inputs={"nodes": ("BACKENDAI_CLUSTER_HOSTS",)})):
+        topo = compose([torchrun(group_rank), outer])
+        assert (topo.nodes, topo.num_nodes, topo.node_rank, topo.master_addr) == (
+            (), 3, group_rank, "gpu-a100-09")
+        assert (topo.master_port, topo.preset) == (29400, {"RANK", "MASTER_PORT"})
+        assert (f"torchrun (torchelastic) numbers the nodes itself (its rendezvous), in an "
+                f"order {outer.title} does not state: its host list is not used for them"
+                ) in topo.notes
 
 
-def test_torchrun_renumbering_the_nodes_drops_the_host_list() -> None:
-    topo = compose([torchrun(2), step(1, 1, 3, (1, 1, 1))])
-    assert (topo.nodes, topo.num_nodes, topo.node_rank, topo.master_addr) == (
-        (), 3, 2, "gpu-a100-09")
-    assert ("torchrun (torchelastic) numbers the nodes itself, differently from a Slurm step "
-            "(srun): its host list is not used for them") in topo.notes
+def test_a_master_that_is_not_the_first_host_is_an_error() -> None:
+    inner = Report(source="pals", title="Cray PALS (mpiexec)", num_nodes=3, node_rank=0,
+                   master="gpu-a100-10", processes=Processes(0, 0, 3, 1),
+                   inputs={"master": ("X",), "node_rank": ("PALS_NODEID",)})
+    with pytest.raises(TopologyError, match=r"disagree on the host of rank 0 \(the first node"):
+        compose([inner, step(0, 0, 3, (1, 1, 1))])
 
 
 def test_disagreeing_layers_are_an_error_naming_both() -> None:
@@ -148,8 +157,8 @@ def test_disagreeing_layers_are_an_error_naming_both() -> None:
         compose([inner, Report(source="backendai", title="a Backend.AI session", nodes=NODES,
                                node_rank=2, inputs={"node_rank": ("BACKENDAI_CLUSTER_HOST",)})])
     assert str(caught.value).startswith(
-        "Cray PALS (mpiexec) and a Backend.AI session disagree on the node_rank: PALS_NODEID "
-        "give 0, BACKENDAI_CLUSTER_HOST give 2.")
+        "Cray PALS (mpiexec) and a Backend.AI session disagree on the node rank of this "
+        "process: PALS_NODEID say 0, BACKENDAI_CLUSTER_HOST say 2.")
 
 
 def test_a_problem_is_raised_only_for_the_innermost_source() -> None:
@@ -201,9 +210,23 @@ def test_several_processes_per_node_get_the_process_layer_and_no_pet() -> None:
         "JAX_COORDINATOR_ADDRESS": "gpu-a100-09:12003", "JAX_NUM_PROCESSES": "6",
         "JAX_PROCESS_ID": "3"}
     config = json.loads(values(tensorflow.derive(ctx))["TF_CONFIG"])
+    # TensorFlow's 2 ports per host would hold JAX's 12003: its block moves above it.
     assert config == {"cluster": {"worker": [
-        "gpu-a100-09:12002", "gpu-a100-09:12003", "gpu-a100-10:12002", "gpu-a100-10:12003",
-        "gpu-a100-11:12002", "gpu-a100-11:12003"]}, "task": {"type": "worker", "index": 3}}
+        "gpu-a100-09:12004", "gpu-a100-09:12005", "gpu-a100-10:12004", "gpu-a100-10:12005",
+        "gpu-a100-11:12004", "gpu-a100-11:12005"]}, "task": {"type": "worker", "index": 3}}
+    tf_only = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "tensorflow"})
+    alone = json.loads(values(tensorflow.derive(Context(topo, tf_only, {})))["TF_CONFIG"])
+    assert alone["cluster"]["worker"][:2] == ["gpu-a100-09:12002", "gpu-a100-09:12003"]
+    labelled = ImagePolicy.from_labels({
+        "ai.backend.distributed.frameworks": "jax,tensorflow",
+        "ai.backend.distributed.tensorflow-port": "3000",
+        "ai.backend.distributed.jax-port": "3001"})
+    with pytest.raises(LabelError) as caught:
+        tensorflow.derive(Context(topo, labelled, {}))
+    assert str(caught.value) == (
+        "label ai.backend.distributed.tensorflow-port='3000': expected a port whose 2 "
+        "TensorFlow port(s) on a host (3000-3001) do not hold the JAX coordinator's (label "
+        "ai.backend.distributed.jax-port) port 3001")
 
 
 def test_one_process_per_node_is_the_node_layer() -> None:
@@ -225,5 +248,64 @@ def test_tf_needs_every_nodes_processes() -> None:
 def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
     policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax",
                                       "ai.backend.distributed.jax-port": "29400"})
-    with pytest.raises(TopologyError, match=r"a port other than the master port 29400"):
+    with pytest.raises(TopologyError) as caught:
         jax_framework.derive(Context(compose([torchrun(0)]), policy, {}))
+    assert str(caught.value) == (
+        "the jax port 29400 (label ai.backend.distributed.jax-port) is the master port "
+        "(MASTER_PORT), which the launcher serves its rendezvous on, on the same host: set "
+        "label ai.backend.distributed.jax-port to another port")
+
+
+@pytest.mark.parametrize(("environ", "gpus", "local_rank", "expected"), [
+    ({}, 4, 1, "2,3"),                                   # 4 GPUs, 2 tasks: the second half
+    ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4, 0, "4,5"),  # already narrowed: its ids
+    ({}, 3, 1, None),                                    # 3 GPUs do not divide among 2
+    ({"CUDA_VISIBLE_DEVICES": "GPU-1a,GPU-2b"}, 2, 0, None),  # UUIDs: JAX takes numbers
+    ({}, None, 0, None),                                 # no GPU known
+])
+def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
+    rank = 2 + local_rank
+    report = step(1, rank, 6, (2, 2, 2), local=local_rank, gpus=gpus,
+                  inputs={"nodes": ("SLURM_STEP_NODELIST",), "gpus": ("SLURM_GPUS_ON_NODE",),
+                          "processes": ("SLURM_PROCID",)})
+    policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax"})
+    got = values(jax_framework.derive(Context(compose([report]), policy, environ)))
+    assert got.get("JAX_LOCAL_DEVICE_IDS") == expected
+    assert got["JAX_PROCESS_ID"] == str(rank)
+
+
+def test_a_forced_source_names_the_sources_it_ignores() -> None:
+    environ = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    topo, reports = resolve(environ, "none")
+    assert (topo.num_nodes, reports) == (1, [])
+    assert topo.warnings == (
+        "source none chosen (--source or DERIVE_ENV_SOURCE): the variables of openmpi are set "
+        "and ignored; if they describe this job, every process may derive another job than "
+        "its launcher started",)
+    assert resolve(environ, "openmpi")[0].warnings == ()
+
+
+def test_two_mpi_launchers_that_disagree_are_an_error() -> None:
+    hydra = Report(source="hydra", title="MPICH Hydra or Intel MPI (mpiexec)",
+                   processes=Processes(1, 0, 4, 1), inputs={"processes": ("PMI_RANK",)})
+    with pytest.raises(TopologyError) as caught:
+        compose([mpi(3, 1), hydra])
+    assert str(caught.value).startswith(
+        "Open MPI (mpirun) and MPICH Hydra or Intel MPI (mpiexec) both state this process's "
+        "rank, and differently: rank 3 of 6 (OMPI_COMM_WORLD_RANK + OMPI_COMM_WORLD_SIZE) "
+        "against rank 1 of 4 (PMI_RANK); one set is left over from another job.")
+
+
+def test_tensorflow_ports_beyond_the_reservation_warn() -> None:
+    topo = compose([step(1, 3, 6, (2, 2, 2), local=1, reserved_ports=(12000, 12001),
+                         inputs={"nodes": ("SLURM_STEP_NODELIST",),
+                                 "ports": ("SLURM_STEP_RESV_PORTS",),
+                                 "node_rank": ("SLURM_NODEID",), "processes": ("SLURM_PROCID",)})])
+    policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "pytorch,tensorflow"})
+    out = tensorflow.derive(Context(topo, policy, {}))
+    assert out.warnings == [
+        "TensorFlow's port(s) 12002 (one per process of a node, from 12001) are not among the "
+        "step's reserved ports (SLURM_STEP_RESV_PORTS: 12000, 12001): another step on the "
+        "node may hold them; reserve more (srun --resv-ports) or set label "
+        "ai.backend.distributed.tensorflow-port"]

@@ -1,9 +1,18 @@
-"""The code blocks users copy from README.md and docs/*.md are at least well formed.
+"""The code blocks users copy from README.md and docs/**/*.md are well formed, and the
+``derive-env`` examples print what the page shows.
 
 Every ```` ```sh ```` block must pass ``sh -n`` (POSIX syntax, checked by dash when it is
 installed, else by ``sh``), every ```` ```python ```` block must compile, and every
 ```` ```json ```` block must parse. This does not run them: it catches the typo, the
 unbalanced quote or the stray ``fi`` that makes a copied command fail before it starts.
+
+Every ```` ```console ```` block that holds ONE command, ``$ derive-env ... --env-file
+FILE ...`` (continued by a trailing backslash or pipe; a pipe into ``--env-file -`` too), followed
+by its output, IS run: by ``sh``
+in the repository's folder, with the installed ``derive-env`` first on ``PATH`` and an
+empty labels file, and its standard error then standard output must be exactly the lines
+shown. ``--env-file`` makes the output independent of this machine (no host facts, no
+files such as ``SLURM_HOSTFILE`` are read), so the examples cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -16,8 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers import console_script
+
 REPO = Path(__file__).resolve().parents[1]
-PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("**/*.md")])
 _OPEN = re.compile(r"^```([A-Za-z0-9_+-]*)\s*$")
 SHELL = shutil.which("dash") or "sh"
 
@@ -83,3 +94,65 @@ def test_a_broken_block_is_caught() -> None:
         [SHELL, "-n"], input=code, capture_output=True, text=True, timeout=30, check=False
     )
     assert result.returncode != 0
+
+
+def console_examples(text: str) -> list[tuple[int, str, str]]:
+    """The checked ``console`` blocks of a page: (line of the command, command, output).
+
+    A block is checked when its first line starts a command (``$ ``) that runs
+    ``derive-env`` with ``--env-file`` (a pipe into ``--env-file -`` included) and no later
+    line starts another command: a block of several commands shows a session, not one
+    output.
+    """
+    found = []
+    for lang, line, code in blocks(text):
+        lines = code.splitlines()
+        if lang != "console" or not lines or not lines[0].startswith("$ "):
+            continue
+        end = 0
+        while lines[end].endswith(("\\", "|")) and end + 1 < len(lines):
+            end += 1
+        command = "\n".join(lines[: end + 1])[2:]
+        output = lines[end + 1:]
+        runs = "derive-env " in command and "--env-file" in command
+        if runs and not any(o.startswith("$ ") for o in output):
+            found.append((line, command, "".join(o + "\n" for o in output)))
+    return found
+
+
+EXAMPLES = [
+    (f"{page.relative_to(REPO)}:{line}", command, output)
+    for page in PAGES
+    for line, command, output in console_examples(page.read_text(encoding="utf-8"))
+]
+
+
+@pytest.mark.parametrize(("where", "command", "output"), EXAMPLES,
+                         ids=[w for w, _, _ in EXAMPLES])
+def test_console_examples_print_what_the_page_shows(
+    where: str, command: str, output: str, tmp_path: Path
+) -> None:
+    labels = tmp_path / "labels.json"
+    labels.write_text("{}")
+    bin_dir = str(Path(console_script()).parent)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DERIVE_ENV_LABELS_FILE": str(labels),
+           "LC_ALL": "C.UTF-8"}
+    result = subprocess.run(
+        ["sh", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )
+    assert result.stderr + result.stdout == output, where
+
+
+def test_the_examples_are_found() -> None:
+    """Each page with examples keeps them checked (a changed fence would skip them)."""
+    pages = {w.rsplit(":", 1)[0] for w, _, _ in EXAMPLES}
+    assert {"README.md", "docs/sources/README.md", "docs/sources/slurm.md",
+            "docs/sources/mpi.md", "docs/sources/torchrun.md", "docs/sources/kubeflow.md"} <= pages
+    text = "```console\n$ derive-env --dry-run --env-file a.env \\\n    --explain\nout\n```\n"
+    assert console_examples(text) == [(2, "derive-env --dry-run --env-file a.env \\\n"
+                                          "    --explain", "out\n")]
+    piped = "```console\n$ printf x |\n  derive-env --env-file -\nout\n```\n"
+    assert console_examples(piped) == [(2, "printf x |\n  derive-env --env-file -", "out\n")]
+    two = "```console\n$ derive-env --env-file a.env\nout\n$ other\n```\n"
+    assert console_examples(two) == []

@@ -421,3 +421,24 @@ def test_user_set_pet_nproc_per_node_gives_the_slots() -> None:
     # Not an integer (torchrun's auto/gpu): the label gives N.
     environ = session_env("sub1", PET_NPROC_PER_NODE="auto")
     assert render_for(environ, WITH_NPROC, "mpich-hostfile") == "main1:2\nsub1:2\nsub2:2\n"
+
+
+def test_a_slurm_step_gives_each_node_its_own_slot_count() -> None:
+    """srun -N3 -n5 (recorded): SLURM_STEP_TASKS_PER_NODE=3,1(x2) are the slots."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "e2e"))
+    from record_envs import load_fixture
+
+    from derive_env.hostfiles import render_for
+
+    _, env = load_fixture(Path(__file__).parent / "fixtures/recorded/srun-uneven/task3.env")
+    assert render_for(dict(env), {}, "horovod-hosts") == (
+        "gpu-a100-09:3,gpu-a100-10:1,gpu-a100-11:1\n")
+    assert render_for(dict(env), {}, "openmpi-hostfile") == (
+        "gpu-a100-09 slots=3\ngpu-a100-10 slots=1\ngpu-a100-11 slots=1\n")
+    opted = {"ai.backend.distributed.frameworks": "pytorch",
+             "ai.backend.distributed.nproc-per-node": "4"}
+    assert render_for(dict(env), opted, "horovod-hosts") == (  # the label still wins
+        "gpu-a100-09:4,gpu-a100-10:4,gpu-a100-11:4\n")

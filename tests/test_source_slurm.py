@@ -336,7 +336,8 @@ def test_arbitrary_master_is_the_first_hostfile_line() -> None:
 
 def test_arbitrary_without_a_readable_hostfile() -> None:
     message = (
-        f"SLURM_HOSTFILE='{HOSTFILE}': expected a file this process can read: with "
+        f"SLURM_HOSTFILE='{HOSTFILE}': expected a regular file of at most 16 MiB this "
+        "process can read (not a directory, FIFO or device): with "
         "SLURM_DISTRIBUTION=arbitrary rank 0 runs on its first host, which no variable "
         "states; make the file visible at the same path inside the container (bind-mount "
         "its folder) or use another distribution (-m block)")
@@ -703,3 +704,12 @@ def test_allocation_never_gives_an_mpi_rank_a_wrong_node(first, per_node, kind) 
             own = step(env)  # the daemon step: never an error, at most a problem
             assert (own.problem is not None) == (kind == "mpich-in-sbatch" and
                                                  host != hosts[0])
+
+
+def test_a_hostfile_with_fewer_lines_than_tasks_is_not_this_steps() -> None:
+    with pytest.raises(TopologyError) as caught:
+        step(arbitrary("task1"), {HOSTFILE: "gpu-a100-11\n"})
+    assert str(caught.value) == (
+        f"SLURM_HOSTFILE='{HOSTFILE}': expected a line for each of the SLURM_STEP_NUM_TASKS=4 "
+        "tasks (srun places task r on line r+1), not 1: the file was changed after srun read "
+        "it, or belongs to another step")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -182,6 +183,9 @@ def _line_problem(
 
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
 MAX_INPUT_BYTES = 1 << 20
+#: Largest file a source reads (a 4096-node step's SLURM_HOSTFILE of 8 tasks per node is
+#: about 0.4 MiB).
+MAX_SOURCE_FILE_BYTES = 16 << 20
 
 
 def _read_text(
@@ -363,18 +367,28 @@ def _text_or_none(path: str) -> str | None:
 
 def read_files(paths: Sequence[str]) -> dict[str, str | None]:
     """Edge reader for the files a source needs (``SLURM_HOSTFILE``): path -> its text
-    (UTF-8, undecodable bytes escaped), ``None`` when it cannot be read; at most
-    :data:`MAX_INPUT_BYTES` each (a larger one reads as ``None``)."""
+    (UTF-8, undecodable bytes escaped), ``None`` when it is not a regular file this process
+    can read of at most :data:`MAX_SOURCE_FILE_BYTES` (16 MiB). Opened without blocking
+    (``O_NONBLOCK``), so a FIFO never hangs a container start."""
     out: dict[str, str | None] = {}
     for path in paths:
+        out[path] = None
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_INPUT_BYTES + 1)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
         except (OSError, ValueError):
-            out[path] = None
             continue
-        out[path] = None if len(data) > MAX_INPUT_BYTES else data.decode(
-            "utf-8", "surrogateescape")
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SOURCE_FILE_BYTES:
+                continue
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                data = handle.read(MAX_SOURCE_FILE_BYTES + 1)
+            if len(data) <= MAX_SOURCE_FILE_BYTES:
+                out[path] = data.decode("utf-8", "surrogateescape")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
     return out
 
 
@@ -529,7 +543,9 @@ def run(
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
-        files = read_files if env_file is None else None  # another container's: not here
+        # The files a source names (SLURM_HOSTFILE) are read for --env-file too: they sit on
+        # a shared file system where the operator runs the dry run, as in the job.
+        files = read_files
         if dry_run and not explain and _is_host_format(fmt):
             return _write(_host_list(environ, labels, fmt, source, files))
         if not opted_in:

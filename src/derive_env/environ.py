@@ -49,6 +49,7 @@ IDENTITY = {
     "LOCAL_RANK": "the local rank of the one process per node",
     "LOCAL_WORLD_SIZE": "the number of processes per node, one",
     "JAX_NUM_PROCESSES": "the number of JAX processes, one per node",
+    "JAX_LOCAL_DEVICE_IDS": "this process's share of the node's GPUs",
 }
 #: The same, for a topology with a process layer (a launcher started the processes).
 PROCESS_IDENTITY = {
@@ -62,7 +63,8 @@ PROCESS_IDENTITY = {
 }
 #: The identity variables whose value differs between nodes: set for the whole session, it
 #: is right on at most one node.
-PER_NODE = frozenset({"NODE_RANK", "PET_NODE_RANK", "RANK", "JAX_PROCESS_ID", "TF_CONFIG"})
+PER_NODE = frozenset({"NODE_RANK", "PET_NODE_RANK", "RANK", "JAX_PROCESS_ID", "TF_CONFIG",
+                      "JAX_LOCAL_DEVICE_IDS"})
 #: Variables holding the master's address (JAX's as ``host:port``).
 _ADDRESSES = ("MASTER_ADDR", "PET_MASTER_ADDR", "JAX_COORDINATOR_ADDRESS")
 #: Names that resolve to loopback (RFC 6761 ``localhost``; Debian's /etc/hosts ip6 names).

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from derive_env.errors import LabelError, TopologyError, describe
+from derive_env.errors import LabelError, TopologyError
 from derive_env.labels import OPT_IN, PREFIX, is_opted_in
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~9 ms at startup)
@@ -97,8 +97,8 @@ def launcher_hosts(topology: ClusterTopology) -> tuple[str, ...]:
     if not topology.multi_node:
         return (SINGLE_CONTAINER_HOST,)
     if not topology.nodes:
-        raise TopologyError(describe("--format", "hosts", (
-            "a topology with a host list: " + (topology.missing or "no source states one"))))
+        raise TopologyError(
+            "no host list to print: " + (topology.missing or "no source states the hosts"))
     return tuple(node.host for node in topology.nodes)
 
 
@@ -112,7 +112,9 @@ def slots_per_node(
     :param fmt: the format asked for, named in the error.
     :param opted_in: whether the image opted in; without it the label cannot be used, and
         the error says so.
-    :returns: the label, else the GPU count when > 0 (as ``PET_NPROC_PER_NODE``).
+    :returns: the label, else the GPU count when > 0 (as ``PET_NPROC_PER_NODE``). (Without
+        the label, :func:`render_hosts` first takes each node's own count when the launcher
+        states them: a Slurm step's ``SLURM_STEP_TASKS_PER_NODE``.)
     :raises LabelError: neither is known (exit 4); the message says what to set.
     """
     if nproc_label is not None:
@@ -156,7 +158,13 @@ def render_hosts(
     if fmt not in _SYNTAX:
         raise ValueError(f"unknown host format {fmt!r}")
     entry, separator, no_ipv6 = _SYNTAX[fmt]
-    n = slots_per_node(topology, nproc_label, fmt, opted_in=opted_in)
+    layout = topology.processes
+    tasks = layout.tasks_per_node if layout is not None and topology.multi_node else None
+    if nproc_label is None and tasks:
+        # The launcher stated every node's processes (SLURM_STEP_TASKS_PER_NODE): those.
+        counts: Sequence[int] = tasks
+    else:
+        counts = [slots_per_node(topology, nproc_label, fmt, opted_in=opted_in)] * len(hosts)
     from derive_env.topology import is_ipv6  # topology imports pydantic: not at module level
 
     for rank, host in enumerate(hosts):
@@ -166,7 +174,8 @@ def render_hosts(
                 f"{topology.inputs_of('nodes')}) is an IPv6 address, and {no_ipv6}; "
                 "give the containers host names, or use --format hosts"
             )
-    return separator.join(entry.format(host=h, n=n) for h in hosts) + "\n"
+    return separator.join(
+        entry.format(host=h, n=n) for h, n in zip(hosts, counts, strict=True)) + "\n"
 
 
 def render_for(

@@ -35,8 +35,8 @@ namespace and node: every node of a job must have the same ``ip_local_port_range
 ``ip_local_reserved_ports`` (the default in a fresh container namespace), else the nodes
 derive different ports.
 
-Not wired in yet: no source calls this module (tests/test_ports.py does); it is the building
-block for the planned sources of managers that give no port (Slurm first).
+Wired in by :func:`derive_env.frameworks.job_ports_of` for every source that reports a job
+(Slurm, Open MPI, torchrun, Kubeflow) or reserved ports; docs/ports.md is the user's page.
 
 The pure function is :func:`job_ports`; :func:`read_ephemeral_range` and
 :func:`read_reserved_ports` are the edge readers of the two ``/proc/sys`` files.

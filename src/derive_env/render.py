@@ -99,9 +99,10 @@ def explain(derivation: Derivation | None) -> str:
         if topo.master is not None:
             lines.append(f"master (host of rank 0): {topo.master} ({topo.inputs_of('master')})")
         elif topo.missing:
-            lines.append(f"master unknown: {topo.missing}")
+            lines.append(f"no source states the host of rank 0: {topo.missing}")
     else:
-        where = (f"this container is {me.host}, node rank {topo.node_rank}" if me is not None
+        who = "this process runs on" if layout is not None else "this container is"
+        where = (f"{who} {me.host}, node rank {topo.node_rank}" if me is not None
                  else "this process's node is not stated")
         lines.append(f"source: {topo.source}{session}, {topo.num_nodes} nodes; {where}")
         # the source says which rule built the order (REPLICAS, or names parsed from HOSTS)
@@ -113,7 +114,8 @@ def explain(derivation: Derivation | None) -> str:
         for rank in sorted({*range(min(len(topo.nodes), _NODES_SHOWN)), *own}):
             node = topo.nodes[rank]
             tags = (["master"] if rank == 0 else []) + (
-                ["this container"] if rank == topo.node_rank else []
+                [("this node" if layout is not None else "this container")]
+                if rank == topo.node_rank else []
             )
             count = f"  {tasks[rank]} process(es)" if tasks else ""
             lines.append(f"  {rank:>4}  {node.host}{count}"

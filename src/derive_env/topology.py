@@ -162,6 +162,9 @@ class ClusterTopology(BaseModel):
         shadowed.
     :ivar missing: why the host list and master are unknown and what to set, for the
         frameworks that need a master.
+    :ivar sized: False when a source states this node's rank but not how many nodes there
+        are (an elastic Kubeflow PyTorchJob, ``PET_NNODES=2:4``: the rendezvous decides at
+        start): then the job counts as more than one node, of unknown size.
     :ivar gpus_per_node: devices attached to this container, when the source knows.
     :ivar master_port: a master port set by the cluster manager (TCP port), if any.
     :ivar session_id: the cluster manager's job or session id, if any.
@@ -188,6 +191,7 @@ class ClusterTopology(BaseModel):
     preset: frozenset[str] = frozenset()
     layers: tuple[str, ...] = ()
     missing: str | None = None
+    sized: bool = True
     gpus_per_node: _Count | None = None
     master_port: Annotated[int, Field(ge=1, le=65535)] | None = None
     session_id: str | None = None
@@ -226,6 +230,8 @@ class ClusterTopology(BaseModel):
         count = self.num_nodes
         if count is not None:
             return count > 1
+        if not self.sized:
+            return True
         p = self.processes
         return p is not None and p.world_size > p.local_world_size
 

@@ -337,7 +337,9 @@ def write_fixtures(results: Mapping[str, Mapping[str, Recorded]]) -> None:
 
 
 def write_readme(names: list[str], skipped: Mapping[str, str]) -> None:
-    """tests/fixtures/recorded/README.md: versions, cluster, every scenario's command."""
+    """tests/fixtures/recorded/README.md: versions, cluster, every scenario's command, then
+    the torchrun scenarios' section (record_torchrun.py records those)."""
+    from record_torchrun import readme_section
     vers = "\n".join(f"- `{k}`: {v}" for k, v in _versions().items())
     rows = []
     for name, sc in SCENARIOS.items():
@@ -350,7 +352,7 @@ def write_readme(names: list[str], skipped: Mapping[str, str]) -> None:
     FIXTURES.mkdir(parents=True, exist_ok=True)
     (FIXTURES / "README.md").write_text(README.format(
         versions=vers, nodes=", ".join(NODES), run_dir=RUN_DIR, ssh_port=SSH_PORT,
-        scenarios="\n".join(rows)))
+        scenarios="\n".join(rows)) + "\n" + readme_section())
 
 
 README = """\

@@ -1,6 +1,7 @@
-"""Real launchers around derive-env (issue 7, item 2): the variables Open MPI's mpirun and
-MPICH's mpiexec really set, recorded per rank with ``env -0`` and read back with
-``--env-file`` (the NUL-separated format), and derive-env started by the launcher itself.
+"""Real launchers around derive-env (issue 7, item 2; issue 9): the variables Open MPI's
+mpirun and MPICH's mpiexec really set, recorded per rank with ``env -0`` and read back with
+``--env-file`` (the NUL-separated format), and derive-env started by the launcher itself:
+each rank gets its process layer (one node here: the master is loopback).
 
 No network namespaces: both launchers start their ranks on this machine only (shared
 memory), so nothing leaves it. Every run is bounded by a timeout.
@@ -8,6 +9,7 @@ memory), so nothing leaves it. Every run is bounded by a timeout.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -27,15 +29,8 @@ LAUNCHERS = {
     "openmpi": ["mpirun.openmpi", "--oversubscribe", "-np"],
     "mpich": ["mpiexec.mpich", "-n"],
 }
-#: what each launcher's message starts with, for a job of 2 processes
-REFUSED = {
-    "openmpi": "OMPI_COMM_WORLD_SIZE='2': expected 1 or unset: Open MPI (mpirun) states a job "
-               "of more than one process, and derive-env has no source for it yet (planned); "
-               "derive-env would describe a job of one process. ",
-    "mpich": "PMI_SIZE='2': expected 1 or unset: a PMI launcher (MPICH Hydra, Intel MPI, srun "
-             "--mpi=pmi2, Flux) states a job of more than one process, and derive-env has no "
-             "source for it yet (planned); derive-env would describe a job of one process. ",
-}
+#: each launcher's own rank variable
+RANK_VARIABLE = {"openmpi": "OMPI_COMM_WORLD_RANK", "mpich": "PMI_RANK"}
 
 
 def launcher_env() -> dict[str, str]:
@@ -52,30 +47,43 @@ def launch(kind: str, n: int, argv: list[str], tmp_path: Path) -> subprocess.Com
 
 
 @pytest.mark.parametrize("kind", sorted(LAUNCHERS))
-def test_recorded_launcher_variables_are_refused_from_an_env_file(kind, tmp_path) -> None:
+def test_recorded_launcher_variables_give_each_rank_its_process_layer(kind, tmp_path) -> None:
+    """2 ranks on this machine (issue 9): one node, one worker per process, from --env-file."""
     record = launch(kind, 2, ["sh", "-c", f"env -0 > {tmp_path}/rank.$$"], tmp_path)
     assert record.returncode == 0, record.stderr
     files = sorted(tmp_path.glob("rank.*"))
     assert len(files) == 2
     exe = str(venv_bin() / "derive-env")
+    got = []
     for recorded in files:
         result = subprocess.run(
-            [exe, "--env-file", str(recorded), "--label", OPT_IN, "--dry-run"],
-            capture_output=True, text=True, timeout=60, check=False,
+            [exe, "--env-file", str(recorded), "--label", OPT_IN, "--dry-run", "--format",
+             "json"], capture_output=True, text=True, timeout=60, check=False,
         )
-        assert result.returncode == 3, result.stderr
-        assert result.stderr.startswith("derive-env: error: " + REFUSED[kind]), result.stderr
-        assert result.stdout == ""
+        assert result.returncode == 0, result.stderr
+        values = json.loads(result.stdout)
+        own = dict(item.split("=", 1) for item in recorded.read_text().split("\0") if "=" in item)
+        assert values["RANK"] == own[RANK_VARIABLE[kind]]
+        got.append(values)
+    assert sorted(v["RANK"] for v in got) == ["0", "1"]
+    for values in got:
+        assert {k: values[k] for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                        "JAX_NUM_PROCESSES")} == {
+            "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+            "JAX_NUM_PROCESSES": "2"}
+        assert values["MASTER_PORT"] == got[0]["MASTER_PORT"]
+        assert not any(name.startswith("PET_") for name in values)
 
 
 @pytest.mark.parametrize("kind", sorted(LAUNCHERS))
-def test_derive_env_under_a_launcher_stops_every_rank(kind, tmp_path) -> None:
+def test_derive_env_under_a_launcher_gives_every_rank_its_rank(kind, tmp_path) -> None:
     exe = str(venv_bin() / "derive-env")
-    result = launch(kind, 2, [exe, "--label", OPT_IN, "--", sys.executable, "-c",
-                              "print('ran')"], tmp_path)
-    assert result.returncode != 0
-    assert "ran" not in result.stdout
-    assert result.stderr.count("derive-env: error: " + REFUSED[kind]) == 2, result.stderr
+    show = ("import os; print(' '.join(os.environ[k] for k in ('RANK', 'LOCAL_RANK', "
+            "'WORLD_SIZE', 'MASTER_ADDR')))")
+    result = launch(kind, 2, [exe, "--label", OPT_IN, "--", sys.executable, "-c", show],
+                    tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split("\n")[:-1]) == ["0 0 2 127.0.0.1", "1 1 2 127.0.0.1"]
     assert "Traceback" not in result.stderr
 
 

@@ -227,9 +227,10 @@ def job_ports_of(
         if k < len(dict.fromkeys(granted)):
             out[framework] = (port, f"{held}: port {k + 1} reserved for the step")
         else:
+            step = f" step {step_id}" if step_id else ""
             out[framework] = (port, (
-                f"derived from {manager} job {job_id} step {step_id} (hash into the ports "
-                "above the ephemeral range: docs/ports.md)"))
+                f"derived from {manager} job {job_id}{step} (hash into the ports above the "
+                "ephemeral range: docs/ports.md)"))
     return out
 
 
@@ -319,12 +320,11 @@ def framework_port(
             source = default_text
     shares_host = "MASTER_PORT" in ctx.topology.preset or "pytorch" in ctx.policy.frameworks
     if shares_host and port == ctx.master.port:
-        raise TopologyError(describe(
-            source, str(port),
-            f"a port other than the master port {ctx.master.port} ({ctx.master.port_source}),"
-            f" which {'the launcher' if 'MASTER_PORT' in ctx.topology.preset else 'PyTorch'}"
-            f" serves its rendezvous on, on the same host: set label "
-            f"ai.backend.distributed.{field.replace('_', '-')} to another port"))
+        label = f"ai.backend.distributed.{field.replace('_', '-')}"
+        raise TopologyError(
+            f"the {framework} port {port} ({source}) is the master port ({ctx.master.port_source})"
+            f", which {'the launcher' if 'MASTER_PORT' in ctx.topology.preset else 'PyTorch'} "
+            f"serves its rendezvous on, on the same host: set label {label} to another port")
     return port, source
 
 

@@ -9,6 +9,14 @@ sets them too), so user code passes them:
         num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
         process_id=int(os.environ["JAX_PROCESS_ID"]))
 
+``JAX_LOCAL_DEVICE_IDS`` (read by ``initialize`` when ``local_device_ids`` is not passed;
+JAX then restricts the process to those devices by setting ``CUDA_VISIBLE_DEVICES`` to them,
+jax/_src/distributed.py): set when a launcher started several processes on a node that
+share its GPUs, so that each task owns its slice: ``k = GPUs // local world size`` devices,
+``[local_rank*k, (local_rank+1)*k)``, taken from the ids in ``CUDA_VISIBLE_DEVICES`` when
+the node's visible devices are already narrowed (numbers only), else 0..GPUs-1. Not set when
+the GPUs do not divide evenly, or are named by UUID (a note says why).
+
 One JAX process per task: under a launcher that started processes (srun, mpirun,
 torchrun: the topology's process layer) process id = rank and process count = world size;
 otherwise one per container (node): process id = node rank, process count = nodes.
@@ -20,6 +28,7 @@ store holds (torchrun's).
 
 from __future__ import annotations
 
+from derive_env.errors import TopologyError
 from derive_env.frameworks import (
     Context,
     Contribution,
@@ -28,6 +37,9 @@ from derive_env.frameworks import (
     variable,
 )
 from derive_env.topology import host_port
+
+#: The GPUs a process sees (CUDA's and ROCm's variables), in the order they are named.
+_VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 var = variable("jax")
 
@@ -46,7 +58,14 @@ def derive(ctx: Context) -> Contribution:
         count = (layout.world_size, f"{src}: world size, one JAX process per task")
         own = (layout.rank, f"{src}: rank")
     else:
-        nodes_src = topo.inputs_of("nodes") if topo.multi_node else "single-container session"
+        nodes_src = (topo.inputs_of("nodes" if topo.nodes else "num_nodes") if topo.multi_node
+                     else "single-container session")
+        if topo.num_nodes is None:
+            raise TopologyError(
+                "JAX_NUM_PROCESSES cannot be set: the number of nodes is decided only when the "
+                f"job starts ({topo.inputs_of('num_nodes')}: an elastic job); JAX needs it "
+                "fixed. Give the job a fixed number of nodes, or drop jax from label "
+                "ai.backend.distributed.frameworks")
         count = (topo.num_nodes, f"{nodes_src}: one process per node")
         own = node_rank_of(topo)
     out = Contribution()
@@ -59,9 +78,42 @@ def derive(ctx: Context) -> Contribution:
         var("JAX_NUM_PROCESSES", *count),
         var("JAX_PROCESS_ID", *own),
     ]
+    if topo.per_process and layout is not None:
+        _local_devices(ctx, out)
     out.notes.append(
         "JAX reads only JAX_COORDINATOR_ADDRESS; pass the others: jax.distributed.initialize("
         "num_processes=int(os.environ['JAX_NUM_PROCESSES']), "
         "process_id=int(os.environ['JAX_PROCESS_ID']))"
     )
     return out
+
+
+def _local_devices(ctx: Context, out: Contribution) -> None:
+    """``JAX_LOCAL_DEVICE_IDS``: this task's slice of the node's GPUs (module docstring)."""
+    topo = ctx.topology
+    layout = topo.processes
+    assert layout is not None
+    visible_name = next((n for n in _VISIBLE if ctx.environ.get(n, "").strip()), None)
+    if visible_name is not None:
+        ids = [i.strip() for i in ctx.environ[visible_name].split(",") if i.strip()]
+        if not all(i.isdigit() for i in ids):
+            out.notes.append(
+                f"JAX_LOCAL_DEVICE_IDS not set: {visible_name} names devices by UUID; JAX "
+                "takes numbers")
+            return
+        devices, src = [int(i) for i in ids], visible_name
+    elif topo.gpus_per_node:
+        devices, src = list(range(topo.gpus_per_node)), topo.inputs_of("gpus")
+    else:
+        return  # no GPU known: JAX uses what it finds (CPU)
+    per = len(devices) // layout.local_world_size
+    if per == 0 or len(devices) % layout.local_world_size:
+        out.notes.append(
+            f"JAX_LOCAL_DEVICE_IDS not set: {len(devices)} GPU(s) ({src}) do not divide among "
+            f"the {layout.local_world_size} processes of this node")
+        return
+    own = devices[layout.local_rank * per:(layout.local_rank + 1) * per]
+    out.variables.append(var(
+        "JAX_LOCAL_DEVICE_IDS", ",".join(map(str, own)),
+        f"{src}: {per} of {len(devices)} GPU(s) for local rank {layout.local_rank} of "
+        f"{layout.local_world_size}"))

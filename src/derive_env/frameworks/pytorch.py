@@ -54,7 +54,8 @@ def derive(ctx: Context) -> Contribution:
         var("MASTER_ADDR", master.derived_addr, master.derived_addr_source),
         var("MASTER_PORT", master.derived_port, master.derived_port_source),
         var("NODE_RANK", node_rank, rank_src),
-        var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes"),
+        *([var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes")]
+          if topo.num_nodes is not None else []),
         var("PET_NODE_RANK", node_rank, rank_src),
         var("PET_MASTER_ADDR", master.addr, f"same as MASTER_ADDR: {master.addr_source}"),
         var("PET_MASTER_PORT", master.port, f"same as MASTER_PORT: {master.port_source}"),
@@ -68,7 +69,7 @@ def derive(ctx: Context) -> Contribution:
             "PET_NPROC_PER_NODE", topo.gpus_per_node,
             f"{topo.inputs_of('gpus')}: GPU count of this container",
         ))
-    else:
+    elif not ctx.environ.get("PET_NPROC_PER_NODE"):
         out.notes.append(
             "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
             "(torchrun then starts 1 process unless told --nproc-per-node)"
@@ -119,7 +120,8 @@ def _per_process(ctx: Context) -> Contribution:
             "launcher gives ranks; the node list does not say where each one runs)")
     out.notes.append(
         f"one worker per process ({layout.world_size} processes, {layout.local_world_size} "
-        "on this node): no PET_* (torchrun is not used inside such a launch)")
+        "on this node): no PET_*, each process is already a worker (a torchrun started "
+        "inside would read them as its own job)")
     return out
 
 

@@ -151,6 +151,42 @@ def _per_process_config(
     return {"cluster": cluster, "task": {"type": own_type, "index": index}}
 
 
+def _clear_of_others(ctx: Context, port: int, source: str) -> tuple[int, str]:
+    """TensorFlow's ports (``port`` .. ``port + processes per node - 1``) clear of the JAX
+    coordinator's and the master port on the same hosts.
+
+    A clash with ports the manager's policy derived moves TensorFlow's block just above the
+    others (the same move on every node: it depends only on shared values); a clash with a
+    label is an error naming it.
+
+    :raises LabelError: the ``tensorflow-port`` label's ports hold another framework's port.
+    """
+    topo, policy = ctx.topology, ctx.policy
+    layout = topo.processes
+    width = max(layout.tasks_per_node) if (
+        topo.per_process and layout is not None and layout.tasks_per_node) else 1
+    taken: dict[int, str] = {}
+    if "jax" in policy.frameworks:
+        jax_port, jax_src = framework_port(ctx, "jax", "jax_port", f"default ({policy.jax_port})")
+        taken[jax_port] = f"the JAX coordinator's ({jax_src})"
+    if "pytorch" in policy.frameworks or "MASTER_PORT" in topo.preset:
+        taken[ctx.master.port] = f"the master port ({ctx.master.port_source})"
+    clash = sorted(p for p in taken if port <= p < port + width)
+    if not clash:
+        return port, source
+    if policy.label_or_default("tensorflow_port") != "default" or ctx.job_ports is None:
+        raise LabelError(describe(
+            f"label {PREFIX}tensorflow-port", str(port),
+            f"a port whose {width} TensorFlow port(s) on a host ({port}-{port + width - 1}) "
+            f"do not hold {taken[clash[0]]} port {clash[0]}"))
+    moved = max(taken) + 1
+    if moved + width - 1 > 65535:
+        raise TopologyError(
+            f"TensorFlow needs {width} port(s) per host clear of {', '.join(map(str, taken))}"
+            f" and none fit below 65536: set label {PREFIX}tensorflow-port")
+    return moved, f"{source}, moved above {', '.join(map(str, sorted(taken)))} (taken)"
+
+
 def derive(ctx: Context) -> Contribution:
     """``TF_CONFIG`` for this container, when the session has more than one node."""
     topo, policy = ctx.topology, ctx.policy
@@ -164,13 +200,24 @@ def derive(ctx: Context) -> Contribution:
                 f"{topo.inputs_of('processes')})" if topo.nodes else "the hosts of every node")
         raise TopologyError(
             f"TF_CONFIG cannot be built: it lists every task's host:port, and no source "
-            f"states {what}. {topo.missing or ''} Run the job under srun (its "
-            "SLURM_STEP_TASKS_PER_NODE states every node's processes), or set TF_CONFIG "
+            f"states {what}. {topo.missing or ''} Run the job under a launcher that states "
+            "every node's processes (srun: SLURM_STEP_TASKS_PER_NODE), or set TF_CONFIG "
             "yourself".replace("  ", " "))
     node_rank, rank_src = node_rank_of(topo)
     types = task_types(topo, policy.tensorflow_roles)
     port, port_src = framework_port(ctx, "tensorflow", "tensorflow_port",
                                     f"default ({policy.tensorflow_port})")
+    port, port_src = _clear_of_others(ctx, port, port_src)
+    width = max(layout.tasks_per_node) if (
+        topo.per_process and layout is not None and layout.tasks_per_node) else 1
+    unreserved = [p for p in range(port, port + width) if p not in topo.reserved_ports]
+    if topo.reserved_ports and port in topo.reserved_ports and unreserved:
+        out.warnings.append(
+            f"TensorFlow's port(s) {', '.join(map(str, unreserved))} (one per process of a "
+            f"node, from {port}) are not among the step's reserved ports "
+            f"({topo.inputs_of('ports')}: {', '.join(map(str, topo.reserved_ports))}): another "
+            "step on the node may hold them; reserve more (srun --resv-ports) or set label "
+            f"{PREFIX}tensorflow-port")
     config = tf_config(topo, types, port, node_rank)
     roles_src = policy.label_or_default("tensorflow_roles")
     per = (f"; one task per process ({topo.inputs_of('processes')}), port + local rank"
@@ -188,10 +235,17 @@ def derive(ctx: Context) -> Contribution:
     else:
         firsts = {types.index(t) for t in set(types)}
         shown = sorted(firsts | {node_rank})
+    tasks = layout.tasks_per_node if topo.per_process and layout is not None else None
     for rank in shown:
         node, task_type = topo.nodes[rank], types[rank]
-        index = types[:rank].count(task_type)
         aside = " (left out of cluster)" if task_type == "evaluator" else ""
-        mark = "  <- this container" if rank == node_rank else ""
+        if tasks:  # one task per process: this node's tasks are a range of indices
+            first = sum(c for t, c in zip(types[:rank], tasks, strict=False) if t == task_type)
+            index = f"{first}-{first + tasks[rank] - 1}" if tasks[rank] > 1 else str(first)
+            mark = (f"  <- this process: {task_type} {config['task']['index']}"  # type: ignore[index]
+                    if rank == node_rank else "")
+        else:
+            index = str(types[:rank].count(task_type))
+            mark = "  <- this container" if rank == node_rank else ""
         out.notes.append(f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}")
     return out

@@ -1,8 +1,12 @@
-"""Sources: one module per cluster manager, each turning its variables into a topology.
+"""Sources: one module per cluster manager or launcher, each reporting what it saw.
 
-:data:`SOURCES` is the lookup table, in priority order; each module has
-``detect(environ) -> bool`` (cheap, no validation) and ``topology(environ) ->
-ClusterTopology``. Adding a cluster manager is one module plus one line here.
+:data:`SOURCES` is the table, one line per source (its complete set of variables, its depth
+in the launch); :func:`seen_sources` finds the lines whose variables are all set without
+importing any module. Each module has ``read(environ, name) -> Report``
+(sources/report.py); :func:`topology_from` hands every seen source's report to the
+resolver (sources/resolve.py), which composes one topology. Adding a source is one module
+plus one line here. :data:`LAUNCHERS` refuses launchers derive-env cannot read (no source,
+or a partial set of a source's variables) rather than describe one process of a larger job.
 """
 
 from __future__ import annotations
@@ -248,11 +252,29 @@ def check_single_container(environ: Mapping[str, str]) -> None:
         if value and not _single(value, single):
             raise TopologyError(describe(
                 name, value,
-                f"{single} or unset: no cluster manager stated the nodes of this session "
-                "(no BACKENDAI_CLUSTER_* variables), so it is a single-container session, but "
-                "another launcher set a larger topology. Run the command without derive-env "
-                "for that launcher, or give the container its cluster manager's variables",
+                f"{single} or unset: no source's complete set of variables is set (no "
+                "cluster manager or launcher stated the job), so it is a single-container "
+                "session, but another launcher set a larger topology"
+                f"{_closest_partial(environ)}. Run the command without derive-env for that "
+                "launcher, or give the container its cluster manager's variables",
             ))
+
+
+def _closest_partial(environ: Mapping[str, str]) -> str:
+    """``" (closest: torchrun, not set: X)"``: the source line with the most of its
+    variables set, when some but not all are (a value left empty, a launcher's copy)."""
+    best, missing = None, ()
+    count = 0
+    for source in SOURCES:
+        if source.any_of:
+            continue
+        present = [n for n in source.detect if environ.get(n)]
+        if present and len(present) > count:
+            best, count = source, len(present)
+            missing = tuple(n for n in source.detect if not environ.get(n))
+    if best is None:
+        return ""
+    return f" (closest: {best.title}; not set: {', '.join(missing)})"
 
 
 class Source(NamedTuple):
@@ -385,7 +407,7 @@ def topology_from(
         return topology
     seen = frozenset(r.source for r in reports)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
-                                or topology.node_count is not None)
+                                or topology.node_count is not None or not topology.sized)
     # Launchers first: their message names the launcher and the fix.
     problem = launcher_problem(
         environ,

@@ -13,9 +13,10 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
   ``ompi-in-sbatch``). Equal layers confirm each other.
 * Node layer: the innermost source that states node facts gives the node count and this
   node's rank; the innermost source with a host list gives the hosts. Where both state the
-  count and the node rank, they must agree (an error naming both), except for a source
-  that numbers nodes itself (``Report.renumbers``: torchrun's c10d rendezvous), whose
-  nodes then stay without a host list (a note says why).
+  count, the master and the node rank, they must agree (an error naming both). A source
+  that numbers nodes itself (``Report.renumbers``: torchrun's rendezvous) never takes
+  another source's host list: no node can know the rendezvous' order in advance, so its
+  nodes stay without a host list on every node alike (a note says why).
 * Master = the host of rank 0. A source that proves rank 0 is on another node than its
   first (``srun -m arbitrary``) names it; the nodes are then put in the order "the node
   of rank 0 first, then the others in the manager's order", so that node rank 0 is always
@@ -103,13 +104,24 @@ def resolve(
     :raises TopologyError: a source's variables are bad, the layers disagree, or a seen
         source describes no usable topology (its ``problem``).
     """
+    if choice == AUTO:
+        sources = seen_sources(environ)
+        if not sources:
+            return single_node_topology(), []
+        reports = [_read(s, environ, files) for s in sources]
+        return compose(reports), reports
+    ignored = [s.name for s in seen_sources(environ) if s.name != choice]
     if choice == NONE:
-        return single_node_topology(), []
-    sources = [_forced(choice, environ)] if choice != AUTO else seen_sources(environ)
-    if not sources:
-        return single_node_topology(), []
-    reports = [_read(s, environ, files) for s in sources]
-    return compose(reports), reports
+        topology, reports = single_node_topology(), []
+    else:
+        reports = [_read(_forced(choice, environ), environ, files)]
+        topology = compose(reports)
+    if ignored:  # the operator's choice wins, but not silently
+        topology = topology.model_copy(update={"warnings": (*topology.warnings, (
+            f"source {choice} chosen (--source or {SOURCE_VARIABLE}): "
+            f"the variables of {', '.join(ignored)} are set and ignored; if they describe "
+            "this job, every process may derive another job than its launcher started"))})
+    return topology, reports
 
 
 def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Report, Report]]]:
@@ -117,11 +129,24 @@ def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Repor
     used: list[Report] = []
     shadowed: list[tuple[Report, Report]] = []
     owner: Report | None = None
+    depth = {s.name: s.depth for s in SOURCES}
     for report in reports:
         inner, outer = (owner.processes if owner else None), report.processes
         if inner is not None and outer is not None and (
                 outer.world_size != inner.world_size or outer.rank != inner.rank):
-            shadowed.append((report, owner))  # type: ignore[arg-type]
+            assert owner is not None
+            if depth.get(report.source) == depth.get(owner.source):
+                # Two launchers of one kind (MPI) cannot be told inner from outer: the
+                # variables of one are left over from another job (Hydra copies them all).
+                raise TopologyError(
+                    f"{owner.title} and {report.title} both state this process's rank, and "
+                    f"differently: rank {inner.rank} of {inner.world_size} "
+                    f"({' + '.join(owner.inputs.get('processes', ()))}) against rank "
+                    f"{outer.rank} of {outer.world_size} "
+                    f"({' + '.join(report.inputs.get('processes', ()))}); one set is left over "
+                    "from another job. Unset it (mpirun -x / mpiexec -genv pass only what you "
+                    "name), or choose the launcher with --source NAME")
+            shadowed.append((report, owner))
             if owner is not None and owner.count() == outer.world_size and set(
                     outer.tasks_per_node or (1,)) == {1}:
                 # Its tasks are the inner launcher's agents, one per node (srun
@@ -134,11 +159,15 @@ def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Repor
     return used, shadowed
 
 
+_FACTS = {"num_nodes": "number of nodes", "node_rank": "node rank of this process",
+          "master": "host of rank 0 (the first node)"}
+
+
 def _agree(inner: Report, outer: Report, fact: str, a: object, b: object) -> None:
     raise TopologyError(
-        f"{inner.title} and {outer.title} disagree on the {fact}: "
-        f"{' + '.join(inner.inputs.get(fact, ('?',)))} give {a}, "
-        f"{' + '.join(outer.inputs.get(fact, ('?',)))} give {b}. derive-env does not "
+        f"{inner.title} and {outer.title} disagree on the {_FACTS.get(fact, fact)}: "
+        f"{' + '.join(inner.inputs.get(fact, ('?',)))} say {a}, "
+        f"{' + '.join(outer.inputs.get(fact, ('?',)))} say {b}. derive-env does not "
         "guess which one is right: run the launcher inside the allocation it belongs to, "
         "or choose one with --source NAME (or DERIVE_ENV_SOURCE)")
 
@@ -174,17 +203,25 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
         nodes, order = hosts_src.nodes, hosts_src.order
         inputs["nodes"] = hosts_src.inputs.get("nodes", ())
         if hosts_src is not node_src and node_src is not None:
-            fits = num_nodes in (None, len(nodes)) and (
-                node_rank is None or hosts_src.node_rank in (None, node_rank))
-            if not fits and node_src.renumbers:
+            # Whether the two orders can be the same is decided from data every node shares
+            # (the node count, the master's host), so every node adopts the host list or
+            # none does; then each node's own rank must agree (a check only it can make).
+            first = nodes[0].host.lower()
+            shared_fit = num_nodes in (None, len(nodes)) and (
+                node_src.master is None or node_src.master.lower() == first)
+            if node_src.renumbers:
+                # Its order (torchrun's rendezvous) is known to no node in advance: no node
+                # can match it to another source's list, so none uses that list.
                 notes.append(
-                    f"{node_src.title} numbers the nodes itself, differently from "
-                    f"{hosts_src.title}: its host list is not used for them")
+                    f"{node_src.title} numbers the nodes itself (its rendezvous), in an order "
+                    f"{hosts_src.title} does not state: its host list is not used for them")
                 nodes, order = (), None
                 inputs.pop("nodes")
-            elif not fits:
+            elif not shared_fit:
                 if num_nodes not in (None, len(nodes)):
                     _agree(node_src, hosts_src, "num_nodes", num_nodes, len(nodes))
+                _agree(node_src, hosts_src, "master", node_src.master, nodes[0].host)
+            elif node_rank is not None and hosts_src.node_rank not in (None, node_rank):
                 _agree(node_src, hosts_src, "node_rank", node_rank, hosts_src.node_rank)
             elif node_rank is None:
                 node_rank = hosts_src.node_rank
@@ -204,7 +241,9 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
     if master is not None and master_src is not None:
         inputs["master"] = master_src.inputs.get("master", ())
         lowered = [n.host.lower() for n in nodes]
-        if nodes and master.lower() in lowered:
+        if nodes and master_src is not hosts_src:
+            master = None  # adopted above only when it is the first host: node rank 0
+        elif nodes and master.lower() in lowered:
             # The node of rank 0 first: node rank 0 is the master (module docstring).
             at = lowered.index(master.lower())
             if at:
@@ -219,10 +258,11 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
             master = None
     layout = _layout(processes, tasks, num_nodes, node_rank, owner, hosts_src)
     if layout is not None and layout.rank == 0 and node_rank not in (None, 0):
-        here = nodes[node_rank].host if nodes else f"node rank {node_rank}"
+        here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else (
+            f"node rank {node_rank}")
         raise TopologyError(
-            f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, node rank "
-            f"{node_rank}, but every framework needs rank 0 on node rank 0 (the master, "
+            f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, but every "
+            f"framework needs rank 0 on node rank 0 (the master, "
             f"{nodes[0].host if nodes else 'node rank 0'}): the launcher placed its ranks "
             "in another order than the node list. Place rank 0 on the first node (mpirun "
             "--map-by slot, the default), or set MASTER_ADDR to this host (checked on "
@@ -238,7 +278,8 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
     for report in used:
         preset |= report.preset
     layers = _layers(reports, used, shadowed, owner, node_src, hosts_src)
-    if not nodes and num_nodes is None and (
+    sized = not (node_src is not None and num_nodes is None and not nodes)
+    if sized and not nodes and num_nodes is None and (
             layout is None or layout.world_size == layout.local_world_size):
         num_nodes = 1  # every process (if any) on this node
     if not nodes and num_nodes == 1 and master is None:
@@ -253,7 +294,8 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
         master_port=port_src.master_port if port_src else None,
         reserved_ports=resv_src.reserved_ports if resv_src else (),
         job=job_src.job if job_src else None,
-        session_id=next((r.session_id for r in used if r.session_id), None),
+        session_id=next((r.session_id for r in (hosts_src, node_src, *used)
+                         if r is not None and r.session_id), None),
         processes=layout,
         preset=preset,
         inputs=inputs,
@@ -261,6 +303,7 @@ def compose(reports: Sequence[Report]) -> ClusterTopology:
         notes=tuple(notes),
         warnings=tuple(warnings),
         layers=layers,
+        sized=sized,
         missing=None if nodes or master else _missing(owner, node_src),
     )
 
@@ -301,10 +344,11 @@ def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int 
 def _missing(owner: Report | None, node_src: Report | None) -> str:
     who = (owner or node_src)
     title = who.title if who else "the launcher"
+    how = ("mpiexec -genv MASTER_ADDR <host of rank 0>" if who is not None
+           and who.source == "hydra" else "mpirun -x MASTER_ADDR=<host of rank 0>")
     return (f"{title} states no host list, so the host of rank 0 is unknown: set "
-            "MASTER_ADDR to it (the same value for every process, e.g. mpirun -x "
-            "MASTER_ADDR=<host of rank 0>), or run the launcher inside a Slurm allocation "
-            "or a Backend.AI session, which state the hosts")
+            f"MASTER_ADDR to it (the same value for every process, e.g. {how}), or run the "
+            "launcher inside a Slurm allocation or a Backend.AI session, which state the hosts")
 
 
 def _layers(reports: Sequence[Report], used: Sequence[Report],

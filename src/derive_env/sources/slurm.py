@@ -328,7 +328,8 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
     where = f"SLURM_HOSTFILE={shorten(path)!r}"
     if text is None:
         raise TopologyError(
-            f"{where}: expected a file this process can read: with SLURM_DISTRIBUTION="
+            f"{where}: expected a regular file of at most 16 MiB this process can read "
+            "(not a directory, FIFO or device): with SLURM_DISTRIBUTION="
             "arbitrary rank 0 runs on its first host, which no variable states; make the "
             "file visible at the same path inside the container (bind-mount its folder) "
             "or use another distribution (-m block)")
@@ -397,7 +398,16 @@ def _arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None
             f"to be a node of the step, SLURM_STEP_NODELIST="
             f"{environ['SLURM_STEP_NODELIST']!r}: the file was changed after srun read it, "
             "or belongs to another step")
-    return master, listed[rank] if rank < len(listed) else None
+    world = int(environ["SLURM_STEP_NUM_TASKS"])
+    if len(listed) < world:
+        # srun needs a line per task with -m arbitrary (src/api/allocate.c
+        # slurm_read_hostfile): a shorter file is not the one this step was placed by.
+        raise TopologyError(
+            f"SLURM_HOSTFILE={shorten(path)!r}: expected a line for each of the "
+            f"SLURM_STEP_NUM_TASKS={world} tasks (srun places task r on line r+1), not "
+            f"{len(listed)}: the file was changed after srun read it, or belongs to another "
+            "step")
+    return master, listed[rank]
 
 
 def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) -> Report:

@@ -1,0 +1,239 @@
+"""The Kubeflow sources: a PyTorchJob pod (v1 training-operator) or a TrainJob node (v2 trainer).
+
+Table lines ``kubeflow-pytorchjob`` and ``kubeflow-trainjob`` (sources.md 3.10). Both operators
+set torchrun's ``PET_*`` defaults per pod, so torchrun, started in the pod, runs the workers;
+derive-env reads the node layer from them and never rewrites them (``preset``).
+
+- **PyTorchJob v1** (kubeflow/training-operator ``pkg/controller.v1/pytorch/envvar.go``
+  ``setPodEnv``, ``master.go``): ``MASTER_ADDR`` = the master replica's service
+  (``<job>-master-0``; later operators give the master pod itself ``localhost`` and a worker
+  with an init container the master pod's IP, and copy both into ``PET_MASTER_ADDR`` /
+  ``PET_MASTER_PORT``), ``MASTER_PORT`` = its container port, ``RANK`` = ``PET_NODE_RANK`` =
+  the POD's rank (master 0, worker i -> i + 1), ``WORLD_SIZE`` = pods x nproc per node (pods
+  when ``PET_NPROC_PER_NODE`` is not an integer, ``getNprocPerNodeInt``), ``PET_NNODES`` =
+  pods, or ``MIN:MAX`` with an elastic policy (``elastic.go``). ``RANK`` and ``WORLD_SIZE``
+  are a process layer only when nproc per node is 1; otherwise torchrun overwrites them for
+  its workers and a per-process reader would misread them (training-operator#1790).
+- **TrainJob v2** (kubeflow/trainer ``pkg/runtime/framework/plugins/torch/torch.go``
+  ``EnforceMLPolicy``): ``PET_NNODES`` = nodes, ``PET_NODE_RANK`` = the Job completion index,
+  ``PET_MASTER_ADDR`` = ``<trainjob>-node-0-0.<trainjob>``, ``PET_MASTER_PORT`` = 29500
+  (``constants.ContainerTrainerPort``), ``PET_NPROC_PER_NODE`` = an integer or
+  ``auto``/``cpu``/``gpu`` (its ``Validate``). No ``RANK``: the table line requires it absent.
+
+torchrun accepts as nproc per node an integer or ``auto``, ``cpu``, ``gpu``, ``xpu``
+(torch/distributed/run.py, ``determine_local_world_size``); so do these sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from derive_env.environ import is_loopback
+from derive_env.errors import TopologyError, describe
+from derive_env.sources.report import Processes, Report
+from derive_env.topology import host_problem
+from derive_env.validation import parse_int, parse_port
+
+TITLES = {
+    "kubeflow-pytorchjob": "a Kubeflow PyTorchJob (v1)",
+    "kubeflow-trainjob": "a Kubeflow TrainJob (v2)",
+}
+
+#: Words torchrun accepts for --nproc-per-node besides an integer (run.py).
+NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+
+_FIX = {
+    "kubeflow-pytorchjob": "the training operator sets it for every pod (kubeflow/"
+    "training-operator pkg/controller.v1/pytorch/envvar.go); do not set it in the pod "
+    "template's env",
+    "kubeflow-trainjob": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
+    "framework/plugins/torch/torch.go); do not set it in the TrainJob's or runtime's env",
+}
+
+
+def _int(environ: Mapping[str, str], name: str, minimum: int, fix: str) -> int:
+    value = environ[name]
+    try:
+        return parse_int(value, minimum=minimum)
+    except ValueError as exc:
+        raise TopologyError(describe(name, value, f"{exc}; {fix}")) from None
+
+
+def _nproc(environ: Mapping[str, str], fix: str) -> int | None:
+    """``PET_NPROC_PER_NODE``: the integer, or None for torchrun's words (decided by torchrun
+    on the node)."""
+    value = environ["PET_NPROC_PER_NODE"]
+    if value in NPROC_WORDS:
+        return None
+    try:
+        return parse_int(value, minimum=1)
+    except ValueError:
+        raise TopologyError(describe(
+            "PET_NPROC_PER_NODE", value,
+            f"an integer >= 1 or one of {', '.join(NPROC_WORDS)} (torchrun's "
+            f"--nproc-per-node, torch/distributed/run.py); {fix}")) from None
+
+
+def _nnodes(environ: Mapping[str, str], fix: str, elastic: bool) -> int | None:
+    """``PET_NNODES``: the node count; ``MIN:MAX`` (v1 elastic, elastic.go) gives None when
+    MIN != MAX (torchrun's rendezvous decides)."""
+    value = environ["PET_NNODES"]
+    low, sep, high = value.partition(":")
+    expected = "an integer >= 1" + (" or MIN:MAX with 1 <= MIN <= MAX" if elastic else "")
+    try:
+        if sep and not elastic:
+            raise ValueError
+        low_n = parse_int(low, minimum=1)
+        high_n = parse_int(high, minimum=low_n) if sep else low_n
+    except ValueError:
+        raise TopologyError(describe("PET_NNODES", value, f"{expected}; {fix}")) from None
+    return low_n if low_n == high_n else None
+
+
+def _master(environ: Mapping[str, str], addr: str, port: str, fix: str) -> tuple[str, int]:
+    host = environ[addr]
+    problem = host_problem(host)
+    if problem:
+        raise TopologyError(describe(addr, host, f"{problem}; {fix}"))
+    try:
+        return host, parse_port(environ[port])
+    except ValueError as exc:
+        raise TopologyError(describe(port, environ[port], f"{exc}; {fix}")) from None
+
+
+def _node_rank(environ: Mapping[str, str], nodes: int | None, fix: str) -> int:
+    rank = _int(environ, "PET_NODE_RANK", 0, fix)
+    if nodes is not None and rank >= nodes:
+        raise TopologyError(describe(
+            "PET_NODE_RANK", environ["PET_NODE_RANK"],
+            f"a node rank below PET_NNODES={environ['PET_NNODES']!r} (pods are numbered from "
+            f"0); {fix}"))
+    return rank
+
+
+def _pytorchjob(environ: Mapping[str, str], name: str) -> Report:
+    fix = _FIX[name]
+    nodes = _nnodes(environ, fix, elastic=True)
+    node_rank = _node_rank(environ, nodes, fix)
+    pod_rank = _int(environ, "RANK", 0, fix)
+    if pod_rank != node_rank:
+        raise TopologyError(describe(
+            "RANK", environ["RANK"],
+            f"PET_NODE_RANK={environ['PET_NODE_RANK']!r}: a PyTorchJob sets both to the pod's "
+            f"rank (envvar.go, setPodEnv); {fix}"))
+    nproc = _nproc(environ, fix)
+    world = _int(environ, "WORLD_SIZE", 1, fix)
+    if nodes is not None and world != nodes * (nproc or 1):
+        per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
+               if nproc else f"(pods; PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} is "
+               "not a number)")
+        raise TopologyError(describe(
+            "WORLD_SIZE", environ["WORLD_SIZE"],
+            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
+    master, port = _master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
+    for pet, name_ in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
+        if environ.get(pet) and environ[pet] != environ[name_]:
+            raise TopologyError(describe(
+                pet, environ[pet],
+                f"{name_}={environ[name_]!r}: the operator sets both to the same value "
+                f"(master.go); {fix}"))
+    if node_rank != 0 and is_loopback(master):
+        raise TopologyError(describe(
+            "MASTER_ADDR", master,
+            f"the master's service or address on pod {node_rank} (PET_NODE_RANK): only the "
+            f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    one = nproc == 1  # only then are RANK / WORLD_SIZE this process's (training-operator#1790)
+    notes = [f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)"]
+    if is_loopback(master):
+        notes.append(f"MASTER_ADDR={master!r}: this is the master pod (the operator gives it "
+                     "localhost, the other pods its service name)")
+    if nodes is None:
+        notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
+                     "rendezvous decides the node count")
+    if not one:
+        notes.append("RANK and WORLD_SIZE are the pod's rank and the job's process count, not "
+                     "this process's: torchrun sets each worker's")
+    inputs = {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
+              "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
+              "ports": ("MASTER_PORT", "PET_NNODES")}
+    if one:
+        inputs["processes"] = ("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE")
+    return Report(
+        source=name,
+        title=TITLES[name],
+        node_rank=node_rank,
+        num_nodes=nodes,
+        processes=Processes(pod_rank, 0, world, 1) if one else None,
+        master=master,
+        master_port=port,
+        # Not MASTER_ADDR: the master pod's is localhost. Every pod has its own address,
+        # so the ports need only agree within the job.
+        job=("kubeflow-pytorchjob", str(port), environ["PET_NNODES"]),
+        preset=frozenset(["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"]
+                         + [n for n in environ if n.startswith("PET_")]),
+        inputs=inputs,
+        order="the operator's pod rank (master 0, worker i: i + 1)",
+        notes=tuple(notes),
+    )
+
+
+def _trainjob(environ: Mapping[str, str], name: str) -> Report:
+    fix = _FIX[name]
+    nodes = _nnodes(environ, fix, elastic=False)
+    node_rank = _node_rank(environ, nodes, fix)
+    _nproc(environ, fix)
+    master, port = _master(environ, "PET_MASTER_ADDR", "PET_MASTER_PORT", fix)
+    if nodes > 1 and is_loopback(master):
+        # The trainer gives every node the same headless-service name: a loopback value is
+        # someone else's, wrong on every node but the master.
+        raise TopologyError(describe(
+            "PET_MASTER_ADDR", master,
+            f"the master node's service name or address (a job of {nodes} nodes): a "
+            f"loopback address makes every node wait at itself; {fix}"))
+    for user, pet in (("MASTER_ADDR", "PET_MASTER_ADDR"), ("MASTER_PORT", "PET_MASTER_PORT")):
+        if environ.get(user) and environ[user] != environ[pet]:
+            raise TopologyError(describe(
+                user, environ[user],
+                f"unset or {pet}={environ[pet]!r}: torchrun meets at {pet}, and "
+                f"init_process_group and JAX would use {user}; {fix}"))
+    return Report(
+        source=name,
+        title=TITLES[name],
+        node_rank=node_rank,
+        num_nodes=nodes,
+        master=master,
+        master_port=port,
+        job=("kubeflow-trainjob", master, str(port)),
+        preset=frozenset(n for n in environ if n.startswith("PET_")),
+        inputs={"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
+                "master": ("PET_MASTER_ADDR",), "master_port": ("PET_MASTER_PORT",),
+                "ports": ("PET_MASTER_ADDR", "PET_MASTER_PORT")},
+        order="the Job completion index (PET_NODE_RANK)",
+        notes=(f"node {node_rank} of {nodes} (PET_NODE_RANK, PET_NNODES); the PET_* are "
+               "torchrun's defaults, kept as they are",),
+    )
+
+
+def read(environ: Mapping[str, str], name: str) -> Report:
+    """What a Kubeflow pod's environment says.
+
+    :param environ: the pod's environment; every detect variable of the table line ``name``
+        is set (sources/__init__.py).
+    :param name: ``kubeflow-pytorchjob`` or ``kubeflow-trainjob``.
+    :returns: ``num_nodes`` (``PET_NNODES``; None for a v1 elastic range ``MIN:MAX``),
+        ``node_rank`` (``PET_NODE_RANK``), ``master`` and ``master_port`` (a TCP port: v1
+        ``MASTER_*``, v2 ``PET_MASTER_*``), ``job``: what every pod of the job shares (v1
+        ``("kubeflow-pytorchjob", MASTER_PORT, PET_NNODES)``, not ``MASTER_ADDR``, which is
+        ``localhost`` on the master pod; v2 ``("kubeflow-trainjob", PET_MASTER_ADDR,
+        PET_MASTER_PORT)``), ``preset`` = the operator's variables;
+        v1 with nproc per node 1 also the process layer (rank = ``RANK``, world size =
+        ``WORLD_SIZE``, one process per pod). No host list: pods know only the master's.
+    :raises TopologyError: a variable is malformed, or (v1) ``RANK`` differs from
+        ``PET_NODE_RANK``, ``WORLD_SIZE`` from ``PET_NNODES`` x nproc per node,
+        ``PET_MASTER_*`` (when set) from ``MASTER_*``, or a pod other than rank 0 has a
+        loopback ``MASTER_ADDR``; the message
+        names the variables, their values and the fix.
+    """
+    if name == "kubeflow-trainjob":
+        return _trainjob(environ, name)
+    return _pytorchjob(environ, name)

@@ -1,0 +1,227 @@
+"""The torchrun source: a worker that torchrun (torchelastic) already started (sources.md 3.12).
+
+Table line ``torchrun``. torchrun's agent sets every worker's variables itself
+(torch/distributed/elastic/agent/server/local_elastic_agent.py, ``_start_workers``): the
+process layer (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``), the node
+layer without a host list (``GROUP_RANK`` = node rank, ``GROUP_WORLD_SIZE`` = nodes), the
+master (``MASTER_ADDR``, ``MASTER_PORT``: the agent's store when
+``TORCHELASTIC_USE_AGENT_STORE=True``) and ``TORCHELASTIC_*``. They are reported as
+``preset``: never rewritten (a restart or a re-rendezvous renumbers them; a derived value
+for one of them is compared, never exported over it).
+
+What torchrun guarantees, and so what is checked here (torch 2.13,
+torch/distributed/elastic/agent/server/api.py, ``_assign_worker_ranks``): the agents, in
+``GROUP_RANK`` order, hold consecutive blocks of global ranks, each of its own
+``LOCAL_WORLD_SIZE`` >= 1 (``WorkerSpec`` refuses 0), and ``RANK`` = the block's base +
+the worker's local rank. So ``RANK >= GROUP_RANK + LOCAL_RANK`` (each earlier agent holds at
+least one rank) and ``RANK + (GROUP_WORLD_SIZE - GROUP_RANK - 1) < WORLD_SIZE`` (each later
+agent too). ``--virtual-local-rank`` sets ``LOCAL_RANK=0`` for every worker
+(``_set_local_rank_env``), so ``LOCAL_RANK`` is used in a bound only when it is not 0. With
+``TORCH_ELASTIC_WORKER_IDENTICAL=1`` (inherited from the agent's environment) ranks are
+``GROUP_RANK * LOCAL_WORLD_SIZE + local rank`` and ``WORLD_SIZE = GROUP_WORLD_SIZE *
+LOCAL_WORLD_SIZE``. With one role (``ROLE_WORLD_SIZE == WORLD_SIZE``) ``ROLE_RANK == RANK``.
+Agents may run different numbers of workers, so nothing else ties ``WORLD_SIZE`` to
+``LOCAL_WORLD_SIZE``.
+
+With the c10d rendezvous ``GROUP_RANK`` is torchrun's own order, not the outer manager's:
+torch 2.13 sorts the participants by (host name or --local-addr, pid, local id) as strings
+(torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, _mark_rendezvous_complete;
+recorded: ``node-10`` before ``node-9``), so rank 0 need not be on the rendezvous endpoint's
+host (pytorch#137402). The report says ``renumbers``: an outer manager's host list in
+another order is not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from derive_env.errors import TopologyError, describe
+from derive_env.sources.report import Processes, Report
+from derive_env.topology import host_problem
+from derive_env.validation import parse_int, parse_port
+
+TITLE = "torchrun (torchelastic)"
+
+#: Variables torchrun's agent sets for a worker (local_elastic_agent.py, _start_workers and
+#: _set_local_rank_env; OMP_NUM_THREADS=1 by torch/distributed/run.py when a node runs more
+#: than one worker, CUDA_VISIBLE_DEVICES copied or, with --virtual-local-rank, chosen);
+#: besides these, every TORCHELASTIC_* (error file, timer file, signals).
+WORKER_VARIABLES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+)
+
+#: Ends every message: a torchrun worker's variables are torchrun's, so a bad one was
+#: changed after torchrun set it.
+FIX = ("torchrun sets it for every worker (torch/distributed/elastic/agent/server/"
+       "local_elastic_agent.py); something changed it after torchrun started this worker "
+       "(a wrapper script, an env file, a value copied from another container): do not set "
+       "torchrun's variables yourself")
+
+_PROCESSES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
+    """``environ[name]`` as an integer >= ``minimum``; TopologyError naming it otherwise."""
+    value = environ[name]
+    try:
+        return parse_int(value, minimum=minimum)
+    except ValueError as exc:
+        raise TopologyError(describe(name, value, f"{exc}; {FIX}")) from None
+
+
+def _below(environ: Mapping[str, str], name: str, value: int, bound_name: str,
+           bound: int) -> None:
+    """Raise naming both variables unless ``value < bound``."""
+    if value >= bound:
+        raise TopologyError(describe(
+            name, environ[name],
+            f"a value below {bound_name}={environ[bound_name]!r} (torchrun numbers from 0); "
+            f"{FIX}"))
+
+
+def _check_ranks(environ: Mapping[str, str], rank: int, local_rank: int, world: int,
+                 local_world: int, group_rank: int, groups: int) -> None:
+    """The guarantees of _assign_worker_ranks (module docstring); TopologyError naming the
+    variables that disagree."""
+    _below(environ, "RANK", rank, "WORLD_SIZE", world)
+    _below(environ, "LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world)
+    _below(environ, "GROUP_RANK", group_rank, "GROUP_WORLD_SIZE", groups)
+    if local_world > world:
+        raise TopologyError(describe(
+            "LOCAL_WORLD_SIZE", environ["LOCAL_WORLD_SIZE"],
+            f"at most WORLD_SIZE={environ['WORLD_SIZE']!r} (this node's workers are part of "
+            f"the job's); {FIX}"))
+    if groups > world:
+        raise TopologyError(describe(
+            "GROUP_WORLD_SIZE", environ["GROUP_WORLD_SIZE"],
+            f"at most WORLD_SIZE={environ['WORLD_SIZE']!r} (every node runs at least one "
+            f"worker); {FIX}"))
+    before = group_rank + local_rank  # ranks that must come before this worker's
+    after = groups - group_rank - 1 + (local_world - 1 - local_rank if local_rank else 0)
+    if rank < before or rank + after >= world:
+        raise TopologyError(describe(
+            "RANK", environ["RANK"],
+            f"a rank from {before} to {world - 1 - after}: with GROUP_RANK="
+            f"{environ['GROUP_RANK']!r} of GROUP_WORLD_SIZE={environ['GROUP_WORLD_SIZE']!r}, "
+            f"LOCAL_RANK={environ['LOCAL_RANK']!r} of LOCAL_WORLD_SIZE="
+            f"{environ['LOCAL_WORLD_SIZE']!r} and WORLD_SIZE={environ['WORLD_SIZE']!r}, every "
+            f"other node holding at least one rank (torch/distributed/elastic/agent/server/"
+            f"api.py, _assign_worker_ranks); {FIX}"))
+    if environ.get("TORCH_ELASTIC_WORKER_IDENTICAL") == "1":
+        if world != groups * local_world:
+            raise TopologyError(describe(
+                "WORLD_SIZE", environ["WORLD_SIZE"],
+                f"GROUP_WORLD_SIZE x LOCAL_WORLD_SIZE = {groups * local_world} under "
+                f"TORCH_ELASTIC_WORKER_IDENTICAL=1 (api.py, _assign_worker_ranks); {FIX}"))
+        if rank // local_world != group_rank or (local_rank and rank % local_world != local_rank):
+            raise TopologyError(describe(
+                "RANK", environ["RANK"],
+                f"GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK = "
+                f"{group_rank * local_world + local_rank} under TORCH_ELASTIC_WORKER_"
+                f"IDENTICAL=1 (api.py, _assign_worker_ranks); {FIX}"))
+
+
+def _check_role(environ: Mapping[str, str], rank: int, world: int, local_world: int) -> None:
+    """ROLE_RANK / ROLE_WORLD_SIZE, when set, as _assign_worker_ranks numbers them."""
+    if not (environ.get("ROLE_RANK") or environ.get("ROLE_WORLD_SIZE")):
+        return
+    for name in ("ROLE_RANK", "ROLE_WORLD_SIZE"):
+        if not environ.get(name):
+            other = "ROLE_WORLD_SIZE" if name == "ROLE_RANK" else "ROLE_RANK"
+            raise TopologyError(describe(
+                name, environ.get(name, ""),
+                f"set with {other}={environ[other]!r} (torchrun sets both); {FIX}"))
+    role_rank = _int(environ, "ROLE_RANK", 0)
+    role_world = _int(environ, "ROLE_WORLD_SIZE", 1)
+    _below(environ, "ROLE_RANK", role_rank, "ROLE_WORLD_SIZE", role_world)
+    if not local_world <= role_world <= world:
+        raise TopologyError(describe(
+            "ROLE_WORLD_SIZE", environ["ROLE_WORLD_SIZE"],
+            f"from LOCAL_WORLD_SIZE={environ['LOCAL_WORLD_SIZE']!r} to WORLD_SIZE="
+            f"{environ['WORLD_SIZE']!r} (this node's workers share one role); {FIX}"))
+    if role_world == world and role_rank != rank:
+        raise TopologyError(describe(
+            "ROLE_RANK", environ["ROLE_RANK"],
+            f"RANK={environ['RANK']!r}: with one role (ROLE_WORLD_SIZE == WORLD_SIZE) torchrun "
+            f"numbers roles as it numbers ranks (api.py, _assign_worker_ranks); {FIX}"))
+
+
+def read(environ: Mapping[str, str], name: str = "torchrun") -> Report:
+    """What a torchrun worker's environment says.
+
+    :param environ: the worker's environment; every detect variable of the ``torchrun``
+        table line is set (sources/__init__.py).
+    :param name: the table line's name.
+    :returns: the process layer (``RANK`` ...), ``num_nodes`` = ``GROUP_WORLD_SIZE``,
+        ``node_rank`` = ``GROUP_RANK``, ``master`` = ``MASTER_ADDR``, ``master_port`` =
+        ``MASTER_PORT`` (a TCP port: the agent's store when
+        ``TORCHELASTIC_USE_AGENT_STORE=True``, so the frameworks need other ports), ``job`` =
+        ``("torchrun", TORCHELASTIC_RUN_ID, MASTER_PORT)`` (every worker of a rendezvous round
+        shares both: the port is the store they all connect to, while two nodes may write
+        the master's address differently; the static rendezvous' run id is always ``none``,
+        the port tells two jobs apart), ``preset`` = every variable torchrun set
+        for the worker, ``renumbers`` = True. No host list: torchrun has none.
+    :raises TopologyError: a variable is not a number, a rank is out of range, or two of
+        torchrun's variables contradict what torchrun guarantees (module docstring); the
+        message names the variables, their values and the fix.
+    """
+    rank = _int(environ, "RANK", 0)
+    local_rank = _int(environ, "LOCAL_RANK", 0)
+    world = _int(environ, "WORLD_SIZE", 1)
+    local_world = _int(environ, "LOCAL_WORLD_SIZE", 1)
+    group_rank = _int(environ, "GROUP_RANK", 0)
+    groups = _int(environ, "GROUP_WORLD_SIZE", 1)
+    _check_ranks(environ, rank, local_rank, world, local_world, group_rank, groups)
+    _check_role(environ, rank, world, local_world)
+    master = environ["MASTER_ADDR"]
+    problem = host_problem(master)
+    if problem:
+        raise TopologyError(describe("MASTER_ADDR", master, f"{problem}; {FIX}"))
+    try:
+        port = parse_port(environ["MASTER_PORT"])
+    except ValueError as exc:
+        raise TopologyError(describe("MASTER_PORT", environ["MASTER_PORT"],
+                                     f"{exc}; {FIX}")) from None
+    agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE", "")
+    if agent_store not in ("", "True", "False"):
+        raise TopologyError(describe(
+            "TORCHELASTIC_USE_AGENT_STORE", agent_store,
+            f"True or False (str() of a bool: local_elastic_agent.py); {FIX}"))
+    run_id = environ["TORCHELASTIC_RUN_ID"]
+    preset = frozenset(
+        [n for n in WORKER_VARIABLES if n in environ]
+        + [n for n in environ if n.startswith("TORCHELASTIC_")])
+    notes = [
+        f"node {group_rank} of {groups} (GROUP_RANK, GROUP_WORLD_SIZE), worker {rank} of "
+        f"{world} (RANK, WORLD_SIZE); torchrun's variables are kept as they are",
+        "GROUP_RANK is torchrun's rendezvous order (--node-rank; with c10d the agents' host "
+        "names sorted as strings, dynamic_rendezvous.py), not an outer manager's node order",
+    ]
+    if agent_store == "True":
+        notes.append(f"MASTER_PORT={port} is torchrun's agent store "
+                     "(TORCHELASTIC_USE_AGENT_STORE=True): other frameworks get other ports")
+    return Report(
+        source=name,
+        title=TITLE,
+        node_rank=group_rank,
+        num_nodes=groups,
+        processes=Processes(rank, local_rank, world, local_world),
+        master=master,
+        master_port=port,
+        job=("torchrun", run_id, str(port)),
+        session_id=run_id,
+        preset=preset,
+        renumbers=True,
+        inputs={
+            "node_rank": ("GROUP_RANK",),
+            "num_nodes": ("GROUP_WORLD_SIZE",),
+            "processes": _PROCESSES,
+            "master": ("MASTER_ADDR",),
+            "master_port": ("MASTER_PORT",),
+            "ports": ("TORCHELASTIC_RUN_ID", "MASTER_PORT"),
+        },
+        order="torchrun's rendezvous (GROUP_RANK)",
+        notes=tuple(notes),
+    )

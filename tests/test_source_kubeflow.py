@@ -1,0 +1,304 @@
+"""The Kubeflow sources (sources/kubeflow.py): PyTorchJob v1 and TrainJob v2 pods.
+
+No recorded environment exists here (no Kubernetes on this machine): the pods' variables are
+TYPED from the operators' code, as it sets them:
+
+- v1: kubeflow/training-operator pkg/controller.v1/pytorch/envvar.go ``setPodEnv`` (RANK =
+  PET_NODE_RANK = the pod rank, master 0, worker i -> i + 1; WORLD_SIZE = pods x
+  getNprocPerNodeInt; PET_NNODES = pods, ``MIN:MAX`` with an elastic policy, elastic.go) and
+  master.go (MASTER_ADDR = ``<job>-master-0``, MASTER_PORT = the container port, default
+  23456; in later operators the master pod's own MASTER_ADDR is ``localhost`` and both are
+  copied into PET_MASTER_ADDR / PET_MASTER_PORT: ``later=True``); PYTHONUNBUFFERED=0 too.
+- v2: kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go ``EnforceMLPolicy``
+  (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK = the Job completion index, PET_MASTER_ADDR
+  = ``<trainjob>-node-0-0.<trainjob>``, PET_MASTER_PORT = constants.ContainerTrainerPort =
+  29500).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from derive_env.errors import TopologyError
+from derive_env.sources import kubeflow, seen_sources
+from derive_env.sources.kubeflow import read
+from derive_env.sources.report import Processes
+
+V1_FIX = ("the training operator sets it for every pod (kubeflow/training-operator "
+          "pkg/controller.v1/pytorch/envvar.go); do not set it in the pod template's env")
+V2_FIX = ("the trainer sets it for every node (kubeflow/trainer pkg/runtime/framework/plugins/"
+          "torch/torch.go); do not set it in the TrainJob's or runtime's env")
+
+
+def pytorchjob_pod(job: str, workers: int, pod: int, nproc: str, port: int = 23456,
+                   elastic: str | None = None, later: bool = False) -> dict[str, str]:
+    """One pod of a PyTorchJob with a Master and ``workers`` Workers, as setPodEnv sets it
+    (``later``: the master.go that gives the master pod ``localhost`` and sets PET_MASTER_*)."""
+    pods = 1 + workers
+    per = int(nproc) if nproc.isdigit() else 1  # getNprocPerNodeInt
+    master = "localhost" if later and pod == 0 else f"{job}-master-0"
+    env = {"PYTHONUNBUFFERED": "0", "MASTER_PORT": str(port), "MASTER_ADDR": master,
+           "WORLD_SIZE": str(pods * per), "RANK": str(pod), "PET_NPROC_PER_NODE": nproc,
+           "PET_NODE_RANK": str(pod)}
+    if later:
+        env.update(PET_MASTER_ADDR=master, PET_MASTER_PORT=str(port))
+    if elastic:
+        env.update(PET_NNODES=elastic, PET_RDZV_BACKEND="c10d", PET_MAX_RESTARTS="3",
+                   PET_RDZV_ENDPOINT=f"{job}-master-0:{port}", PET_RDZV_ID=job)
+    else:
+        env["PET_NNODES"] = str(pods)
+    return env
+
+
+def trainjob_node(job: str, nodes: int, index: int, nproc: str = "auto") -> dict[str, str]:
+    """One node of a TrainJob, as EnforceMLPolicy sets it."""
+    return {"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": nproc, "PET_NODE_RANK": str(index),
+            "PET_MASTER_ADDR": f"{job}-node-0-0.{job}", "PET_MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize("pod", [0, 1, 2])
+def test_pytorchjob_nproc_2(pod: int) -> None:
+    env = pytorchjob_pod("bert", 2, pod, "2")
+    assert [s.name for s in seen_sources(env)] == ["kubeflow-pytorchjob"]
+    report = read(env, "kubeflow-pytorchjob")
+    assert report.title == "a Kubeflow PyTorchJob (v1)"
+    assert (report.node_rank, report.num_nodes) == (pod, 3)
+    assert report.processes is None  # RANK=pod, WORLD_SIZE=6: not this process's
+    assert (report.master, report.master_port) == ("bert-master-0", 23456)
+    assert report.job == ("kubeflow-pytorchjob", "23456", "3")
+    assert report.preset == {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                             "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE"}
+    assert report.inputs == {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
+                             "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
+                             "ports": ("MASTER_PORT", "PET_NNODES")}
+    assert report.notes[-1] == ("RANK and WORLD_SIZE are the pod's rank and the job's process "
+                                "count, not this process's: torchrun sets each worker's")
+
+
+@pytest.mark.parametrize("pod", [0, 1, 2])
+def test_pytorchjob_later_operator_master_pod_is_localhost(pod: int) -> None:
+    report = read(pytorchjob_pod("bert", 2, pod, "2", later=True), "kubeflow-pytorchjob")
+    assert report.master == ("localhost" if pod == 0 else "bert-master-0")
+    assert report.job == ("kubeflow-pytorchjob", "23456", "3")  # the same on every pod
+    assert {"PET_MASTER_ADDR", "PET_MASTER_PORT"} <= report.preset
+    assert (("MASTER_ADDR='localhost': this is the master pod (the operator gives it "
+             "localhost, the other pods its service name)") in report.notes) == (pod == 0)
+
+
+def test_pytorchjob_nproc_1_is_a_process_layer() -> None:
+    report = read(pytorchjob_pod("bert", 3, 2, "1"), "kubeflow-pytorchjob")
+    assert report.processes == Processes(2, 0, 4, 1)
+    assert report.inputs["processes"] == ("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE")
+
+
+def test_pytorchjob_nproc_auto_world_size_counts_pods() -> None:
+    report = read(pytorchjob_pod("bert", 1, 1, "auto"), "kubeflow-pytorchjob")
+    assert (report.node_rank, report.num_nodes, report.processes) == (1, 2, None)
+
+
+def test_pytorchjob_elastic_range() -> None:
+    report = read(pytorchjob_pod("bert", 2, 1, "2", elastic="1:3"), "kubeflow-pytorchjob")
+    assert (report.node_rank, report.num_nodes, report.count()) == (1, None, None)
+    assert "PET_RDZV_ENDPOINT" in report.preset
+    assert report.notes[1] == ("PET_NNODES='1:3' is an elastic range: torchrun's rendezvous "
+                               "decides the node count")
+
+
+def test_pytorchjob_elastic_static_range() -> None:
+    report = read(pytorchjob_pod("bert", 2, 1, "2", elastic="3:3"), "kubeflow-pytorchjob")
+    assert report.num_nodes == 3
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_trainjob(index: int) -> None:
+    env = trainjob_node("llm", 2, index)
+    assert [s.name for s in seen_sources(env)] == ["kubeflow-trainjob"]
+    report = read(env, "kubeflow-trainjob")
+    assert report.title == "a Kubeflow TrainJob (v2)"
+    assert (report.node_rank, report.num_nodes, report.processes) == (index, 2, None)
+    assert (report.master, report.master_port) == ("llm-node-0-0.llm", 29500)
+    assert report.preset == set(env)
+    assert report.inputs == {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
+                             "master": ("PET_MASTER_ADDR",),
+                             "master_port": ("PET_MASTER_PORT",),
+                             "ports": ("PET_MASTER_ADDR", "PET_MASTER_PORT")}
+
+
+@pytest.mark.parametrize("nproc", ["auto", "cpu", "gpu", "xpu", "8"])
+def test_trainjob_nproc_words(nproc: str) -> None:
+    assert read(trainjob_node("llm", 2, 0, nproc), "kubeflow-trainjob").num_nodes == 2
+
+
+V1_MALFORMED = [
+    ({"RANK": "1"}, "RANK='1': expected PET_NODE_RANK='2': a PyTorchJob sets both to the pod's "
+     "rank (envvar.go, setPodEnv); "),
+    ({"WORLD_SIZE": "3"}, "WORLD_SIZE='3': expected PET_NNODES='3' x PET_NPROC_PER_NODE='2' = "
+     "6 (envvar.go, setPodEnv); "),
+    ({"WORLD_SIZE": "4", "PET_NPROC_PER_NODE": "auto"}, "WORLD_SIZE='4': expected "
+     "PET_NNODES='3' (pods; PET_NPROC_PER_NODE='auto' is not a number) (envvar.go, "
+     "setPodEnv); "),
+    ({"PET_NODE_RANK": "3", "RANK": "3"}, "PET_NODE_RANK='3': expected a node rank below "
+     "PET_NNODES='3' (pods are numbered from 0); "),
+    ({"PET_NNODES": "3:1"}, "PET_NNODES='3:1': expected an integer >= 1 or MIN:MAX with 1 <= "
+     "MIN <= MAX; "),
+    ({"PET_NNODES": "x"}, "PET_NNODES='x': expected an integer >= 1 or MIN:MAX with 1 <= MIN "
+     "<= MAX; "),
+    ({"PET_NPROC_PER_NODE": "0"}, "PET_NPROC_PER_NODE='0': expected an integer >= 1 or one of "
+     "auto, cpu, gpu, xpu (torchrun's --nproc-per-node, torch/distributed/run.py); "),
+    ({"MASTER_ADDR": "a b"}, "MASTER_ADDR='a b': expected a host name (letters, digits, '-' "
+     "and '.') or an IP address; "),
+    ({"MASTER_PORT": "0"}, "MASTER_PORT='0': expected a port number 1-65535; "),
+    ({"RANK": "two"}, "RANK='two': expected an integer >= 0; "),
+    ({"MASTER_ADDR": "localhost"}, "MASTER_ADDR='localhost': expected the master's service or "
+     "address on pod 2 (PET_NODE_RANK): only the master pod (rank 0) reaches the master at a "
+     "loopback address; "),
+    ({"PET_MASTER_ADDR": "other-master-0"}, "PET_MASTER_ADDR='other-master-0': expected "
+     "MASTER_ADDR='bert-master-0': the operator sets both to the same value (master.go); "),
+    ({"PET_MASTER_PORT": "29500"}, "PET_MASTER_PORT='29500': expected MASTER_PORT='23456': the "
+     "operator sets both to the same value (master.go); "),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), V1_MALFORMED)
+def test_pytorchjob_malformed(changes: dict[str, str], message: str) -> None:
+    env = pytorchjob_pod("bert", 2, 2, "2")
+    env.update(changes)
+    with pytest.raises(TopologyError) as err:
+        read(env, "kubeflow-pytorchjob")
+    assert str(err.value) == message + V1_FIX
+    assert err.value.exit_code == 3
+
+
+V2_MALFORMED = [
+    ({"PET_NODE_RANK": "2"}, "PET_NODE_RANK='2': expected a node rank below PET_NNODES='2' "
+     "(pods are numbered from 0); "),
+    ({"PET_NNODES": "2:2"}, "PET_NNODES='2:2': expected an integer >= 1; "),
+    ({"PET_NPROC_PER_NODE": "many"}, "PET_NPROC_PER_NODE='many': expected an integer >= 1 or "
+     "one of auto, cpu, gpu, xpu (torchrun's --nproc-per-node, torch/distributed/run.py); "),
+    ({"PET_MASTER_ADDR": "-x"}, "PET_MASTER_ADDR='-x': expected a host name (letters, digits, "
+     "'-' and '.') or an IP address; "),
+    ({"PET_MASTER_PORT": "http"}, "PET_MASTER_PORT='http': expected a port number 1-65535; "),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), V2_MALFORMED)
+def test_trainjob_malformed(changes: dict[str, str], message: str) -> None:
+    env = trainjob_node("llm", 2, 1)
+    env.update(changes)
+    with pytest.raises(TopologyError) as err:
+        read(env, "kubeflow-trainjob")
+    assert str(err.value) == message + V2_FIX
+
+
+def test_misleading_torchrun_worker_in_a_pod_is_not_kubeflow() -> None:
+    # torchrun started in the pod: its worker has the pod's PET_* and TORCHELASTIC_RUN_ID;
+    # the Kubeflow lines step aside (unless=TORCHELASTIC_RUN_ID), RANK is torchrun's.
+    env = pytorchjob_pod("bert", 2, 1, "2")
+    env.update(TORCHELASTIC_RUN_ID="none", RANK="3", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+               GROUP_RANK="1", GROUP_WORLD_SIZE="3")
+    assert [s.name for s in seen_sources(env)] == ["torchrun"]
+
+
+def test_misleading_trainjob_with_rank_is_not_a_trainjob() -> None:
+    # A RANK beside v2's PET_* is no TrainJob (v2 sets none; its webhook refuses the name).
+    env = trainjob_node("llm", 2, 1)
+    env["RANK"] = "1"
+    assert "kubeflow-trainjob" not in [s.name for s in seen_sources(env)]
+
+
+# -- properties ---------------------------------------------------------------------------
+
+
+NPROC = st.sampled_from(["1", "2", "4", "8", "auto", "cpu", "gpu"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(workers=st.integers(0, 20), nproc=NPROC, port=st.integers(1, 65535),
+       later=st.booleans())
+def test_every_pytorchjob_pod_agrees(workers: int, nproc: str, port: int, later: bool) -> None:
+    pods = workers + 1
+    reports = [read(pytorchjob_pod("job-1", workers, pod, nproc, port, later=later),
+                    "kubeflow-pytorchjob") for pod in range(pods)]
+    assert {(r.num_nodes, r.master_port, r.job) for r in reports} == {
+        (pods, port, ("kubeflow-pytorchjob", str(port), str(pods)))}
+    assert {r.master for r in reports[1:]} <= {"job-1-master-0"}
+    assert reports[0].master == ("localhost" if later else "job-1-master-0")
+    assert [r.node_rank for r in reports] == list(range(pods))
+    if nproc == "1":
+        assert [r.processes for r in reports] == [Processes(p, 0, pods, 1) for p in range(pods)]
+    else:
+        assert {r.processes for r in reports} == {None}
+
+
+@settings(max_examples=100, deadline=None)
+@given(nodes=st.integers(1, 64), nproc=NPROC)
+def test_every_trainjob_node_agrees(nodes: int, nproc: str) -> None:
+    reports = [read(trainjob_node("t", nodes, i, nproc), "kubeflow-trainjob")
+               for i in range(nodes)]
+    assert {(r.num_nodes, r.master, r.master_port) for r in reports} == {
+        (nodes, "t-node-0-0.t", 29500)}
+    assert [r.node_rank for r in reports] == list(range(nodes))
+
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ["0", "1", "2", "3", "1:3", "3:1", "2:2", ":", "auto", "gpu", "-1", "01", "node-0",
+     "::1", "99999999999999999999"])
+V1_NAMES = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK", "PET_NNODES",
+            "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT"]
+V2_NAMES = ["PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+            "PET_NPROC_PER_NODE"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(["kubeflow-pytorchjob", "kubeflow-trainjob"]), data=st.data())
+def test_arbitrary_text_gives_a_report_or_a_topology_error(name: str,
+                                                           data: st.DataObject) -> None:
+    names = V1_NAMES if name == "kubeflow-pytorchjob" else V2_NAMES
+    values = data.draw(st.fixed_dictionaries({n: TEXT for n in names}))
+    try:
+        report = read(values, name)
+    except TopologyError as exc:
+        assert str(exc).split("=", 1)[0] in names
+        return
+    assert report.node_rank is not None and report.node_rank >= 0
+    assert report.num_nodes is None or report.node_rank < report.num_nodes
+
+
+def test_trainjob_loopback_master_of_a_multi_node_job_is_an_error() -> None:
+    env = {**trainjob_node("tj", 3, 1), "PET_MASTER_ADDR": "localhost"}
+    with pytest.raises(TopologyError) as caught:
+        kubeflow.read(env, "kubeflow-trainjob")
+    assert str(caught.value) == (
+        "PET_MASTER_ADDR='localhost': expected the master node's service name or address (a "
+        "job of 3 nodes): a loopback address makes every node wait at itself; "
+        + kubeflow._FIX["kubeflow-trainjob"])
+
+
+def test_trainjob_with_a_stale_master_addr_is_an_error() -> None:
+    env = {**trainjob_node("tj", 3, 1), "MASTER_ADDR": "other"}
+    with pytest.raises(TopologyError) as caught:
+        kubeflow.read(env, "kubeflow-trainjob")
+    assert str(caught.value).startswith(
+        f"MASTER_ADDR='other': expected unset or PET_MASTER_ADDR={env['PET_MASTER_ADDR']!r}: "
+        "torchrun meets at PET_MASTER_ADDR, and init_process_group and JAX would use "
+        "MASTER_ADDR; ")
+
+
+def test_an_elastic_pytorchjob_is_a_job_of_unknown_size_never_one_node() -> None:
+    """PET_NNODES=2:4: the rendezvous decides; JAX cannot be given a process count."""
+    from derive_env.pipeline import derive
+
+    for pod in (0, 1):
+        env = {**pytorchjob_pod("bert", 3, pod, "2"), "PET_NNODES": "2:4"}
+        derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+        assert derivation is not None
+        topo = derivation.topology
+        assert (topo.multi_node, topo.num_nodes, topo.node_rank, topo.sized) == (
+            True, None, pod, False)
+        assert derivation.changes() == {  # no PET_NNODES: the elastic range stays
+            "NODE_RANK": str(pod), "PET_MASTER_ADDR": "bert-master-0",
+            "PET_MASTER_PORT": "23456"}
+        with pytest.raises(TopologyError, match=r"^JAX_NUM_PROCESSES cannot be set: the num"):
+            derive(env, {"ai.backend.distributed.frameworks": "jax"})
