@@ -9,13 +9,19 @@ labels from the labels file named by ``DERIVE_ENV_LABELS_FILE``):
 * ``hook``: ``derive-env --dry-run --format shell``, what Backend.AI's sourced
   ``/opt/container/bootstrap.sh`` runs (docker/bootstrap.sh) on every container start;
 
-for three cases:
+for five cases:
 
 * ``opted-in/4``: an opted-in image (frameworks ``pytorch,tensorflow``) in a 4-node
   Backend.AI session (HOSTS deliberately not starting with ``main1``);
 * ``not-opted-in``: an image whose labels file has no ``frameworks`` label;
 * ``opted-in/4096``: the same opted-in image in a 4096-node session (``main1`` plus
   ``sub1..sub4095`` in a shuffled order, ``REPLICAS=main:1,sub:4095``);
+* ``slurm/4`` and ``slurm/4096``: an image opted in for ``pytorch,jax`` (one process per
+  task: TensorFlow's ``TF_CONFIG`` for 32768 tasks would be over the kernel's 128 KiB
+  limit for one variable) in a task of an ``srun`` step of 4 and of 4096 nodes
+  (``n[0001-4096]``), 8 tasks per node, the task in the middle (node 2048 of 4096, local
+  rank 3), the other ``SLURM_*`` variables as recorded from a real ``srun``
+  (tests/fixtures/recorded/srun-block/task3.env);
 
 against two floors on the same interpreter: ``python -I -c pass`` (the bare interpreter)
 and ``python -I -c "from pydantic import BaseModel"`` (the cost of the mandated dependency).
@@ -43,7 +49,10 @@ ratio                               entrypoint  hook
 opted-in / pydantic floor           1.5         1.3
 not-opted-in / bare interpreter     2.0         2.0
 4096 nodes / 4 nodes                1.2         1.1
+Slurm 4096 nodes / 4 nodes          1.1         -
 ==================================  ==========  =====
+
+(issue 9, item 10; the hook's Slurm ratio is measured for information.)
 
 Plus an import check: the not-opted-in path, on both paths, must import neither pydantic
 nor click (``-X importtime``); the opted-in path's heaviest imports are listed.
@@ -87,6 +96,10 @@ BARE, PYDANTIC = "floor: python -I -c pass", "floor: python -I -c 'from pydantic
 ONE_MODEL = "floor: one pydantic model"
 ONE_MODEL_CODE = "from pydantic import BaseModel\nclass M(BaseModel):\n    x: int\nM(x=1)"
 OPTED_4, PLAIN, OPTED_4096 = "opted-in/4", "not-opted-in", "opted-in/4096"
+SLURM_4, SLURM_4096 = "slurm/4", "slurm/4096"
+#: a real srun task's variables (tests/e2e/record_envs.py), scaled by :func:`slurm_env`.
+RECORDED_TASK = (Path(__file__).resolve().parent.parent
+                 / "tests" / "fixtures" / "recorded" / "srun-block" / "task3.env")
 ENTRIES = ("script", "module")
 ENTRYPOINT, HOOK = "entrypoint", "hook"
 PATHS = (ENTRYPOINT, HOOK)
@@ -98,6 +111,7 @@ RATIOS: tuple[tuple[str, str, str, dict[str, float]], ...] = (
     ("opted-in / pydantic floor", OPTED_4, PYDANTIC, {ENTRYPOINT: 1.5, HOOK: 1.3}),
     ("not-opted-in / bare interpreter", PLAIN, BARE, {ENTRYPOINT: 2.0, HOOK: 2.0}),
     ("4096 nodes / 4 nodes", OPTED_4096, OPTED_4, {ENTRYPOINT: 1.2, HOOK: 1.1}),
+    ("Slurm 4096 nodes / 4 nodes", SLURM_4096, SLURM_4, {ENTRYPOINT: 1.1}),
     ("opted-in / one-model floor", OPTED_4, ONE_MODEL, {}),
 )
 
@@ -117,6 +131,7 @@ class Case:
     env: dict[str, str]
     entry: str = ""
     path: str = ""
+    expected: dict[str, str] = field(default_factory=dict)
     instructions: int | None = None
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
@@ -149,8 +164,47 @@ def backendai_env(nodes: int, own_sub: int, seed: int) -> dict[str, str]:
     }
 
 
-def write_labels(directory: Path) -> tuple[Path, Path]:
-    """Write an opted-in and a not-opted-in labels file; returns their paths."""
+def slurm_env(nodes: int, tasks_per_node: int = 8) -> tuple[dict[str, str], dict[str, str]]:
+    """The ``SLURM_*`` variables of a task in the middle of an ``srun`` step, and what it
+    must derive.
+
+    The step (and the job) is ``n[0001-<nodes>]`` with ``tasks_per_node`` tasks on every
+    node (``--ntasks-per-node``, block distribution); the task is local rank 3 on node
+    index ``nodes // 2``. Every other variable is the recorded task's (:data:`RECORDED_TASK`,
+    a real ``srun`` of Slurm 22.05), so the source reads what a real task holds.
+    """
+    try:
+        lines = RECORDED_TASK.read_text().splitlines()
+    except OSError as exc:
+        raise BenchmarkError(f"cannot read the recorded srun task {RECORDED_TASK}: {exc}") from None
+    env = dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    node, local = nodes // 2, 3
+    rank, world = node * tasks_per_node + local, nodes * tasks_per_node
+    host, hosts = f"n{node + 1:04d}", f"n[0001-{nodes:04d}]"
+    per_node = f"{tasks_per_node}(x{nodes})"
+    env.update({
+        "SLURMD_NODENAME": host, "SLURM_TOPOLOGY_ADDR": host,
+        "SLURM_CPUS_ON_NODE": str(tasks_per_node),
+        "SLURM_JOB_CPUS_PER_NODE": per_node, "SLURM_TASKS_PER_NODE": per_node,
+        "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURM_NTASKS_PER_NODE": str(tasks_per_node),
+        "SLURM_GTIDS": ",".join(str(node * tasks_per_node + i) for i in range(tasks_per_node)),
+        "SLURM_JOB_NODELIST": hosts, "SLURM_NODELIST": hosts, "SLURM_STEP_NODELIST": hosts,
+        "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
+        "SLURM_STEP_NUM_NODES": str(nodes), "SLURM_NODEID": str(node),
+        "SLURM_NTASKS": str(world), "SLURM_NPROCS": str(world),
+        "SLURM_STEP_NUM_TASKS": str(world), "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(local),
+    })
+    expected = {"MASTER_ADDR": "n0001", "NODE_RANK": str(node), "RANK": str(rank),
+                "LOCAL_RANK": str(local), "WORLD_SIZE": str(world),
+                "LOCAL_WORLD_SIZE": str(tasks_per_node), "JAX_NUM_PROCESSES": str(world),
+                "JAX_PROCESS_ID": str(rank)}
+    return env, expected
+
+
+def write_labels(directory: Path) -> tuple[Path, Path, Path]:
+    """Write an opted-in, a not-opted-in and a per-process (``pytorch,jax``, for the Slurm
+    cases) labels file; returns their paths."""
     other = {
         "org.opencontainers.image.title": "training-image",
         "org.opencontainers.image.version": "1.0",
@@ -160,7 +214,9 @@ def write_labels(directory: Path) -> tuple[Path, Path]:
     opted.write_text(json.dumps({**other, PREFIX + "frameworks": "pytorch,tensorflow"}))
     plain = directory / "labels-not-opted-in.json"
     plain.write_text(json.dumps(other))
-    return opted, plain
+    tasks = directory / "labels-pytorch-jax.json"
+    tasks.write_text(json.dumps({**other, PREFIX + "frameworks": "pytorch,jax"}))
+    return opted, plain, tasks
 
 
 def find_console_script() -> Path:
@@ -175,18 +231,22 @@ def find_console_script() -> Path:
 
 
 def build_cases(
-    script: Path, labels: tuple[Path, Path], entries: Sequence[str], paths: Sequence[str]
+    script: Path, labels: tuple[Path, Path, Path], entries: Sequence[str],
+    paths: Sequence[str]
 ) -> list[Case]:
-    """The floors and, for each path and entry form, the three shim cases."""
+    """The floors and, for each path and entry form, the five shim cases."""
     python = sys.executable
     base = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8"}
-    opted_file, plain_file = labels
+    opted_file, plain_file, tasks_file = labels
+    slurm = {key: slurm_env(nodes) for key, nodes in ((SLURM_4, 4), (SLURM_4096, 4096))}
     inputs = {
         OPTED_4: {**base, "DERIVE_ENV_LABELS_FILE": str(opted_file),
                   **backendai_env(4, own_sub=2, seed=4)},
         PLAIN: {**base, "DERIVE_ENV_LABELS_FILE": str(plain_file)},
         OPTED_4096: {**base, "DERIVE_ENV_LABELS_FILE": str(opted_file),
                      **backendai_env(4096, own_sub=2048, seed=4096)},
+        **{key: {**base, "DERIVE_ENV_LABELS_FILE": str(tasks_file), **env}
+           for key, (env, _) in slurm.items()},
     }
     cases = [
         Case(BARE, "python -I -c pass", [python, "-I", "-c", "pass"], dict(base)),
@@ -202,7 +262,8 @@ def build_cases(
             args = PATH_ARGS[path]
             for key, env in inputs.items():
                 cases.append(Case(key, f"{shown} {' '.join(args)}  [{key}]",
-                                  [*prefix, *args], env, entry, path))
+                                  [*prefix, *args], env, entry, path,
+                                  slurm[key][1] if key in slurm else {}))
     return cases
 
 
@@ -270,6 +331,13 @@ def validate(case: Case) -> None:
     if case.key == PLAIN:
         if added or got.keys() != before.keys():
             raise BenchmarkError(f"{case.label}: environment changed: {sorted(added)}")
+        return
+    if case.expected:  # a Slurm task: the process layer, and no per-node torchrun defaults
+        wrong = {k: added.get(k) for k, v in case.expected.items() if added.get(k) != v}
+        pet = sorted(k for k in added if k.startswith("PET_"))
+        if wrong or pet or "TF_CONFIG" in added:
+            raise BenchmarkError(f"{case.label}: did not derive the expected variables: "
+                                 f"{wrong or pet or 'TF_CONFIG set'}")
         return
     nodes = int(case.env["BACKENDAI_CLUSTER_SIZE"])
     rank = case.env["BACKENDAI_CLUSTER_LOCAL_RANK"]

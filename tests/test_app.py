@@ -1044,6 +1044,27 @@ def test_pydantic_plugin_stand_in_answers_no_plugins_and_falls_back(monkeypatch)
     assert sys.modules[name] is not stub
 
 
+def test_secrets_stand_in_loads_the_real_module_on_first_use(monkeypatch) -> None:
+    """``secrets`` (OpenSSL's libcrypto behind it) waits for a use (startup cost,
+    docs/performance.md); the first use of a name gets the real module's."""
+    import sys
+
+    from derive_env import app
+
+    monkeypatch.delitem(sys.modules, "secrets", raising=False)
+    app._without_secrets_until_used()
+    stub = sys.modules["secrets"]
+    with pytest.raises(AttributeError):
+        stub.__path__  # noqa: B018  (the import system probes dunders: no real import)
+    assert sys.modules["secrets"] is stub
+    assert stub.compare_digest(b"derive", b"derive") is True
+    assert stub.compare_digest(b"derive", b"env") is False
+    real = sys.modules["secrets"]
+    assert real is not stub and real.compare_digest is stub.compare_digest
+    app._without_secrets_until_used()  # a loaded module is left alone
+    assert sys.modules["secrets"] is real
+
+
 def test_source_files_are_read_without_blocking_and_only_when_regular(tmp_path) -> None:
     """SLURM_HOSTFILE as the edge reads it: a FIFO never hangs a start (issue 9)."""
     import os

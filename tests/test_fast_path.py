@@ -308,3 +308,101 @@ def test_console_script_full_stdout_same_as_click(tmp_path: Path, labels: dict[s
     assert results[0] == results[1]
     assert results[0] == (1, "derive-env: error: cannot write the dry-run output to stdout "
                              "([Errno 28] No space left on device)\n")
+
+
+# ------------------------------------------------- source modules: only the ones seen are imported
+
+#: Runs the console script's entry in a fresh interpreter up to the exec (ENTRYPOINT path) or
+#: to the exit after the output (hook), then prints the ``derive_env.sources`` modules loaded.
+#: (``-X importtime`` cannot tell: it does not log modules loaded by ``import_module``.)
+_SOURCE_MODULES = """
+import json, sys
+import derive_env.__main__ as entry
+from derive_env import launch
+
+def report(*args, **kwargs):
+    real = [m for m, v in sys.modules.items() if getattr(v, "__file__", None)]
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith("derive_env.sources"))))
+    print(json.dumps(sorted(real)))
+    sys.stdout.flush()
+    import os
+    os._exit(0)
+
+launch.exec_command = report  # the ENTRYPOINT path, instead of the exec
+entry._exit_now = report  # the hook, after the dry run's output
+sys.argv = ["derive-env", *sys.argv[1:]]
+entry.main()
+"""
+#: What every opted-in derive imports: the table, the resolver and the report it reads.
+_TABLE = ["derive_env.sources", "derive_env.sources.report", "derive_env.sources.resolve"]
+_UNSEEN = {"derive_env.sources.slurm", "derive_env.sources.slurm_grammar",
+           "derive_env.sources.mpi", "derive_env.sources.torchrun",
+           "derive_env.sources.kubeflow"}
+_SRUN_TASK = Path(__file__).resolve().parent / "fixtures/recorded/srun-block/task3.env"
+
+
+def _recorded_srun_task() -> dict[str, str]:
+    lines = _SRUN_TASK.read_text().splitlines()[1:]  # after "# ran on: ..."
+    return dict(line.split("=", 1) for line in lines if line)
+
+
+def _until_exec(tmp_path: Path, labels: dict[str, str], extra: dict[str, str],
+                argv: list[str]) -> tuple[list[str], set[str]]:
+    """(the ``derive_env.sources`` modules loaded, every module loaded from a file; a
+    stand-in has none) when the exec (or the hook's exit) would run."""
+    env = _script_env(tmp_path, labels, extra)
+    out = subprocess.run([sys.executable, "-c", _SOURCE_MODULES, *argv], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    sources, loaded = out.stdout.splitlines()[-2:]
+    return json.loads(sources), set(json.loads(loaded))
+
+
+def _source_modules(tmp_path: Path, labels: dict[str, str], extra: dict[str, str],
+                    argv: list[str]) -> list[str]:
+    return _until_exec(tmp_path, labels, extra, argv)[0]
+
+
+PATH_ARGVS = [pytest.param(["--", "true"], id="entrypoint"),
+              pytest.param(["--dry-run", "--format", "shell"], id="hook")]
+
+
+@pytest.mark.parametrize("argv", PATH_ARGVS)
+def test_backendai_start_imports_no_other_source_module(tmp_path: Path, backendai_env,
+                                                        argv: list[str]) -> None:
+    """Detecting the absent sources reads the table only (docs/performance.md): a Backend.AI
+    start imports the Backend.AI source and none of Slurm, MPI, torchrun, Kubeflow."""
+    env = backendai_env(["sub1", "main1", "sub2"], "sub2")
+    modules = _source_modules(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)
+    assert modules == sorted([*_TABLE, "derive_env.sources.backendai"])
+    assert _UNSEEN.isdisjoint(modules)
+
+
+@pytest.mark.parametrize("argv", PATH_ARGVS)
+@pytest.mark.parametrize("manager", ["backendai", "slurm", "none"])
+def test_not_opted_in_start_imports_no_source_module(tmp_path: Path, backendai_env,
+                                                     argv: list[str], manager: str) -> None:
+    """An image that did not opt in reads no source, whatever manager started it."""
+    env = {"backendai": backendai_env(["sub1", "main1"], "sub1"),
+           "slurm": _recorded_srun_task(), "none": {}}[manager]
+    assert _source_modules(tmp_path, {}, env, argv) == []
+
+
+@pytest.mark.parametrize("argv", PATH_ARGVS)
+def test_a_seen_source_is_imported_and_only_it(tmp_path: Path, argv: list[str]) -> None:
+    """The same check sees a source when it is there (so the tests above can fail): a task of
+    a recorded srun step imports the Slurm source, not Backend.AI's nor MPI's."""
+    modules = _source_modules(tmp_path, {FW: "pytorch"}, _recorded_srun_task(), argv)
+    assert modules == sorted([*_TABLE, "derive_env.sources.slurm",
+                              "derive_env.sources.slurm_grammar"])
+
+
+@pytest.mark.parametrize("argv", PATH_ARGVS)
+def test_opted_in_start_loads_no_secrets_nor_libcrypto(tmp_path: Path, backendai_env,
+                                                       argv: list[str]) -> None:
+    """pydantic.types imports ``secrets`` (hmac, hashlib, OpenSSL's _hashlib: 0.05x of the
+    pydantic import) for a comparison derive-env never makes: it stays a stand-in."""
+    env = backendai_env(["sub1", "main1", "sub2"], "sub2")
+    loaded = _until_exec(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)[1]
+    assert "pydantic.types" in loaded
+    assert {"secrets", "hmac", "hashlib", "_hashlib"} & loaded == set()

@@ -585,6 +585,7 @@ def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
                source: str | None, files) -> str:
     """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
     _without_pydantic_plugins()
+    _without_secrets_until_used()
     from derive_env.hostfiles import render_for
 
     return render_for(environ, labels, fmt, source, files)
@@ -601,25 +602,50 @@ def _without_pydantic_plugins() -> None:
     hands any other name to the real module, so a pydantic that changes its loader costs
     the speed-up, never a failure.
     """
-    name = "pydantic.plugin._loader"
+    def get_plugins(*args: object, **kwargs: object) -> tuple[()]:
+        return ()
+
+    _stand_in("pydantic.plugin._loader", get_plugins=get_plugins)
+
+
+def _without_secrets_until_used() -> None:
+    """Keep ``secrets`` (and OpenSSL's libcrypto) unloaded until something uses it.
+
+    ``pydantic.types``, imported with the first model, imports ``secrets`` at module level
+    for one call, ``secrets.compare_digest`` in ``Secret.__eq__``, which derive-env's
+    models never reach; ``secrets`` imports ``hmac``, ``hashlib`` and ``_hashlib``, which
+    loads libcrypto: about 5 ms, 0.05x of the pydantic import, on every opted-in start
+    (docs/performance.md). The stand-in holds nothing: the first use of any name loads the
+    real module, as an import would have. (``importlib.util.LazyLoader`` cannot do this:
+    the second ``import secrets`` reads ``__spec__``, which loads it.) Only derive-env's
+    own process is affected: the exec'd program starts a new interpreter.
+    """
+    _stand_in("secrets")
+
+
+def _stand_in(name: str, **attributes: object) -> None:
+    """Put a stand-in for module ``name`` in ``sys.modules``, unless it is loaded already.
+
+    The stand-in has ``attributes``; any other name loads the real module (which then
+    replaces the stand-in in ``sys.modules``) and is taken from it. Dunder names raise
+    AttributeError, so the import system's probes (``__path__``...) import nothing.
+    """
     if name in sys.modules:
         return
     import types
 
     stub = types.ModuleType(name)
 
-    def get_plugins(*args: object, **kwargs: object) -> tuple[()]:
-        return ()
-
     def real(attribute: str) -> object:
         if attribute.startswith("__"):  # the import system probing (__path__ ...)
             raise AttributeError(attribute)
-        del sys.modules[name]
+        if sys.modules.get(name) is stub:
+            del sys.modules[name]
         from importlib import import_module
 
         return getattr(import_module(name), attribute)
 
-    stub.get_plugins = get_plugins  # type: ignore[attr-defined]
+    vars(stub).update(attributes)
     stub.__getattr__ = real  # type: ignore[method-assign]
     sys.modules[name] = stub
 
@@ -635,6 +661,7 @@ def _derive(
     files=None,
 ):
     _without_pydantic_plugins()
+    _without_secrets_until_used()
     from derive_env.errors import EnvironmentTooLarge
     from derive_env.launch import check_limits
     from derive_env.pipeline import derive
