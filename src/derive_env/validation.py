@@ -10,6 +10,7 @@ reaches the user.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
@@ -79,3 +80,16 @@ def first_error(exc: ValidationError, kind: str = "") -> str:
     :param kind: put before the name, e.g. ``"label "``.
     """
     return errors_of(exc, kind)[0]
+
+
+def variable_int(environ: Mapping[str, str], name: str, minimum: int, tail: str) -> int:
+    """``environ[name]`` as a decimal integer >= ``minimum`` (:func:`parse_int`), for the
+    sources: a bad value is a ``TopologyError`` (exit 3) naming the variable and its value,
+    ``tail`` ending the expectation (``" (the world size)"``, ``"; the fix"``)."""
+    from derive_env.errors import TopologyError
+
+    value = environ[name]
+    try:
+        return parse_int(value, minimum=minimum)
+    except ValueError as exc:
+        raise TopologyError(describe(name, value, f"{exc}{tail}")) from None

@@ -32,7 +32,7 @@ from derive_env.environ import is_loopback
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import host_problem
-from derive_env.validation import parse_int, parse_port
+from derive_env.validation import parse_int, parse_port, variable_int
 
 TITLES = {
     "kubeflow-pytorchjob": "a Kubeflow PyTorchJob (v1)",
@@ -52,11 +52,7 @@ _FIX = {
 
 
 def _int(environ: Mapping[str, str], name: str, minimum: int, fix: str) -> int:
-    value = environ[name]
-    try:
-        return parse_int(value, minimum=minimum)
-    except ValueError as exc:
-        raise TopologyError(describe(name, value, f"{exc}; {fix}")) from None
+    return variable_int(environ, name, minimum, f"; {fix}")
 
 
 def _nproc(environ: Mapping[str, str], fix: str) -> int | None:

@@ -42,7 +42,7 @@ from typing import NamedTuple
 from derive_env.errors import TopologyError, describe
 from derive_env.sources import SOURCES
 from derive_env.sources.report import Processes, Report
-from derive_env.validation import parse_int
+from derive_env.validation import parse_int, variable_int
 
 
 class _Vocabulary(NamedTuple):
@@ -115,11 +115,7 @@ _FACTS = {"rank": "global rank", "local_rank": "local rank", "world_size": "worl
 
 def _integer(environ: Mapping[str, str], name: str, minimum: int, what: str) -> int:
     """``environ[name]`` as an integer >= ``minimum``; ``what`` says what it counts."""
-    value = environ[name]
-    try:
-        return parse_int(value, minimum=minimum)
-    except ValueError as exc:
-        raise TopologyError(describe(name, value, f"{exc} ({what})")) from None
+    return variable_int(environ, name, minimum, f" ({what})")
 
 
 def _check_order(environ: Mapping[str, str], low: str, low_n: int, high: str, high_n: int,
