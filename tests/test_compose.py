@@ -182,7 +182,7 @@ def test_a_named_source_needs_its_variables() -> None:
         resolve({"OMPI_COMM_WORLD_SIZE": "2"}, "openmpi")
     assert str(caught.value) == (
         "--source (or DERIVE_ENV_SOURCE)='openmpi': expected a source whose variables are set: "
-        "Open MPI (mpirun) needs OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
+        "Open MPI (mpirun) needs all of OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
         "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE; not set: OMPI_COMM_WORLD_RANK, "
         "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE")
     topo, reports = resolve({"OMPI_COMM_WORLD_SIZE": "2"}, "none")

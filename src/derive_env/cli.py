@@ -75,13 +75,16 @@ def cli(
 ) -> None:
     """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
 
-    Reads the cluster topology (Backend.AI's BACKENDAI_CLUSTER_* variables) and the image's
-    ai.backend.distributed.* labels, sets MASTER_ADDR, torchrun's PET_* defaults, TF_CONFIG
-    or JAX's coordinator address, and replaces itself with COMMAND (same PID). An image
-    without the ai.backend.distributed.frameworks label gets its environment unchanged.
+    Reads the cluster topology from every cluster manager and launcher whose variables are
+    set (Backend.AI, a Slurm step or allocation, Open MPI, MPICH/Intel MPI, MVAPICH2, Cray
+    PALS, torchrun, Kubeflow) and the image's ai.backend.distributed.* labels (or --label),
+    sets MASTER_ADDR, RANK..., torchrun's PET_* defaults, TF_CONFIG or JAX's coordinator
+    address, and replaces itself with COMMAND (same PID). Without the
+    ai.backend.distributed.frameworks label the environment is passed unchanged.
 
     \b
       derive-env -- torchrun train.py
+      srun --ntasks-per-node=2 derive-env -- python train.py
       derive-env --dry-run --explain
       eval "$(derive-env --dry-run --format shell)"
     """

@@ -159,7 +159,7 @@ def render_hosts(
         raise ValueError(f"unknown host format {fmt!r}")
     entry, separator, no_ipv6 = _SYNTAX[fmt]
     layout = topology.processes
-    tasks = layout.tasks_per_node if layout is not None and topology.multi_node else None
+    tasks = layout.tasks_per_node if layout is not None else None
     if nproc_label is None and tasks:
         # The launcher stated every node's processes (SLURM_STEP_TASKS_PER_NODE): those.
         counts: Sequence[int] = tasks
@@ -219,4 +219,5 @@ def render_for(
         user = count_of(environ.get("PET_NPROC_PER_NODE", ""))
         if user:
             nproc = user
-    return render_hosts(topology_from(environ, source, files), fmt, nproc, opted_in=opted_in)
+    return render_hosts(topology_from(environ, source, files, hosts_only=True), fmt, nproc,
+                        opted_in=opted_in)

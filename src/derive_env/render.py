@@ -88,7 +88,9 @@ def explain(derivation: Derivation | None) -> str:
     topo, policy = derivation.topology, derivation.policy
     me = topo.this_node
     lines = []
-    session = f" session {_printable(topo.session_id)}" if topo.session_id else ""
+    # Backend.AI says session; the job managers (Slurm, MPI, torchrun, Kubeflow) say job.
+    kind = "session" if topo.source in ("backendai", "standalone") else "job"
+    session = f" {kind} {_printable(topo.session_id)}" if topo.session_id else ""
     layout = topo.processes
     if not topo.multi_node:
         lines.append(f"source: {topo.source}{session}, single-container session")
@@ -98,6 +100,8 @@ def explain(derivation: Derivation | None) -> str:
         lines.append(f"source: {topo.source}{session}, {count}{rank}; no host list")
         if topo.master is not None:
             lines.append(f"master (host of rank 0): {topo.master} ({topo.inputs_of('master')})")
+        elif any(v.name == "MASTER_ADDR" and v.kept for v in derivation.variables):
+            lines.append("no source states the host of rank 0: MASTER_ADDR (set) is used")
         elif topo.missing:
             lines.append(f"no source states the host of rank 0: {topo.missing}")
     else:
@@ -131,6 +135,8 @@ def explain(derivation: Derivation | None) -> str:
     lines += topo.notes  # e.g. the cluster manager's own rank, when it differs
     lines += topo.layers  # every source seen, what each layer used, what was shadowed
     mode = f" (mode {policy.pytorch_mode})" if "pytorch" in policy.frameworks else ""
+    if mode and topo.per_process:
+        mode = f" (mode {policy.pytorch_mode} not used: one worker per process)"
     lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
     lines.append("")
     width = max((len(v.name) for v in derivation.variables), default=0)

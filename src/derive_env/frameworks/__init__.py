@@ -282,7 +282,8 @@ def master_of(
         addr, addr_source = user_addr, "MASTER_ADDR (already set)"
     elif own_addr is None:
         raise TopologyError(describe(
-            "MASTER_ADDR", "", f"the host of rank 0: {topology.missing or 'unknown'}"))
+            "MASTER_ADDR", "", f"the host of rank 0 (it also gives JAX's coordinator): "
+            f"{topology.missing or 'unknown'}"))
     user_port = environ.get("MASTER_PORT", "")
     if user_port:
         try:

@@ -384,8 +384,11 @@ def topology_from(
     environ: Mapping[str, str],
     choice: str | None = None,
     files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
+    hosts_only: bool = False,
 ) -> ClusterTopology:
     """The topology composed from every source seen in ``environ`` (sources/resolve.py).
+
+    :param hosts_only: for the host lists: see :func:`resolve.resolve`.
 
     With none seen, a single-container topology (contract section 5: no cluster variables
     at all is a single-container session).
@@ -402,7 +405,7 @@ def topology_from(
     from derive_env.sources.resolve import NONE, choice_of, resolve
 
     chosen = choice_of(environ, choice)
-    topology, reports = resolve(environ, chosen, files)
+    topology, reports = resolve(environ, chosen, files, hosts_only)
     if chosen == NONE:
         return topology
     seen = frozenset(r.source for r in reports)

@@ -81,9 +81,10 @@ def _forced(name: str, environ: Mapping[str, str]) -> Source:
     if source.any_of and len(missing) < len(source.detect):
         missing = []
     if missing:
+        needs = "at least one of" if source.any_of else "all of"
         raise TopologyError(describe(
             f"--source (or {SOURCE_VARIABLE})", name,
-            f"a source whose variables are set: {source.title} needs "
+            f"a source whose variables are set: {source.title} needs {needs} "
             f"{', '.join(source.detect)}; not set: {', '.join(missing)}"))
     return source
 
@@ -92,9 +93,13 @@ def resolve(
     environ: Mapping[str, str],
     choice: str = AUTO,
     files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
+    hosts_only: bool = False,
 ) -> tuple[ClusterTopology, list[Report]]:
     """Compose the topology of this process from every source seen in ``environ``.
 
+    :param hosts_only: only the host list is wanted (``--format hosts`` and the hostfiles):
+        a seen source's ``problem`` is not raised (a batch script of a multi-node job may
+        start ``deepspeed`` or ``horovodrun`` with the allocation's hosts).
     :param choice: ``auto`` (detect), ``none`` (a single container, no source read) or a
         source name (only that source is read; its variables must be set).
     :param files: reads files a source needs (``SLURM_HOSTFILE``): paths -> contents, None
@@ -109,13 +114,13 @@ def resolve(
         if not sources:
             return single_node_topology(), []
         reports = [_read(s, environ, files) for s in sources]
-        return compose(reports), reports
+        return compose(reports, hosts_only), reports
     ignored = [s.name for s in seen_sources(environ) if s.name != choice]
     if choice == NONE:
         topology, reports = single_node_topology(), []
     else:
         reports = [_read(_forced(choice, environ), environ, files)]
-        topology = compose(reports)
+        topology = compose(reports, hosts_only)
     if ignored:  # the operator's choice wins, but not silently
         topology = topology.model_copy(update={"warnings": (*topology.warnings, (
             f"source {choice} chosen (--source or {SOURCE_VARIABLE}): "
@@ -172,14 +177,14 @@ def _agree(inner: Report, outer: Report, fact: str, a: object, b: object) -> Non
         "or choose one with --source NAME (or DERIVE_ENV_SOURCE)")
 
 
-def compose(reports: Sequence[Report]) -> ClusterTopology:
+def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopology:
     """The topology from reports ordered innermost first (see the module docstring).
 
     :raises TopologyError: as :func:`resolve`.
     """
     used, shadowed = _shadowed(reports)
     innermost = reports[0]
-    if innermost.problem:  # only the innermost: an inner source would use its facts
+    if innermost.problem and not hosts_only:  # innermost only: an inner one uses its facts
         raise TopologyError(innermost.problem)
     notes: list[str] = []
     warnings: list[str] = []
