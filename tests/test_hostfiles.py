@@ -442,3 +442,18 @@ def test_a_slurm_step_gives_each_node_its_own_slot_count() -> None:
              "ai.backend.distributed.nproc-per-node": "4"}
     assert render_for(dict(env), opted, "horovod-hosts") == (  # the label still wins
         "gpu-a100-09:4,gpu-a100-10:4,gpu-a100-11:4\n")
+
+
+def test_a_batch_script_of_several_nodes_prints_the_allocations_hosts() -> None:
+    """deepspeed / horovodrun start from the batch script: the host list is the job's,
+    although deriving for the script itself stops (only srun starts the other nodes)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "e2e"))
+    from record_envs import load_fixture
+
+    from derive_env.hostfiles import render_for
+
+    _, env = load_fixture(Path(__file__).parent / "fixtures/recorded/sbatch-3node/batch.env")
+    assert render_for(dict(env), {}, "hosts") == "gpu-a100-09\ngpu-a100-10\ngpu-a100-11\n"
