@@ -584,11 +584,16 @@ def _is_host_format(fmt: str) -> bool:
 def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
                source: str | None, files) -> str:
     """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
-    _without_pydantic_plugins()
-    _without_secrets_until_used()
+    _before_pydantic()
     from derive_env.hostfiles import render_for
 
     return render_for(environ, labels, fmt, source, files)
+
+
+def _before_pydantic() -> None:
+    """The stand-ins that keep pydantic's first model cheap (every path that builds one)."""
+    _without_pydantic_plugins()
+    _without_secrets_until_used()
 
 
 def _without_pydantic_plugins() -> None:
@@ -660,8 +665,7 @@ def _derive(
     source: str | None = None,
     files=None,
 ):
-    _without_pydantic_plugins()
-    _without_secrets_until_used()
+    _before_pydantic()
     from derive_env.errors import EnvironmentTooLarge
     from derive_env.launch import check_limits
     from derive_env.pipeline import derive

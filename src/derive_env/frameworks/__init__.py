@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from derive_env.errors import TopologyError, describe
 from derive_env.labels import FRAMEWORK_NAMES
 from derive_env.policy import ImagePolicy
 from derive_env.topology import ClusterTopology, host_problem
 from derive_env.validation import parse_port
+
+T = TypeVar("T")
 
 #: framework name -> module, in the order their variables are listed.
 FRAMEWORKS: dict[str, str] = {name: f"derive_env.frameworks.{name}" for name in FRAMEWORK_NAMES}
@@ -204,18 +206,12 @@ def job_ports_of(
         return None
     granted = topology.reserved_ports
     manager, job_id, step_id = topology.job or ("", "", "")
-    ephemeral, reserved = ports.DEFAULT_EPHEMERAL_RANGE, frozenset[int]()
     range_sysctl = "net.ipv4.ip_local_port_range"
-    text = facts.port_range if facts is not None else None
-    try:
-        if text is not None:
-            ephemeral = ports.parse_port_range(text)
-        text = facts.reserved_ports if facts is not None else None
-        if text is not None:
-            reserved = ports.parse_reserved_ports(text)
-    except ValueError as exc:
-        which = range_sysctl if text is facts.port_range else "net.ipv4.ip_local_reserved_ports"
-        raise TopologyError(describe(which, (text or "").strip(), str(exc))) from None
+    ephemeral = _sysctl(range_sysctl, facts.port_range if facts else None,
+                        ports.parse_port_range, ports.DEFAULT_EPHEMERAL_RANGE)
+    reserved = _sysctl("net.ipv4.ip_local_reserved_ports",
+                       facts.reserved_ports if facts else None,
+                       ports.parse_reserved_ports, frozenset())
     try:
         values = ports.job_ports(manager, job_id, step_id, ephemeral, reserved, granted)
     except ValueError as exc:
@@ -232,6 +228,17 @@ def job_ports_of(
                 f"derived from {manager} job {job_id}{step} (hash into the ports above the "
                 "ephemeral range: docs/ports.md)"))
     return out
+
+
+def _sysctl(name: str, text: str | None, parse: Callable[[str], T], default: T) -> T:
+    """A ``/proc/sys`` file's text parsed, ``default`` when unread; bad text is an error
+    naming the sysctl (exit 3)."""
+    if text is None:
+        return default
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise TopologyError(describe(name, text.strip(), str(exc))) from None
 
 
 def master_of(
@@ -327,6 +334,14 @@ def framework_port(
             f", which {'the launcher' if 'MASTER_PORT' in ctx.topology.preset else 'PyTorch'} "
             f"serves its rendezvous on, on the same host: set label {label} to another port")
     return port, source
+
+
+def nodes_source(topology: ClusterTopology) -> str:
+    """Provenance of the node count for a framework: the host list's variables, else the
+    count's (torchrun's ``GROUP_WORLD_SIZE``), or a single-container session."""
+    if not topology.multi_node:
+        return "single-container session"
+    return topology.inputs_of("nodes" if topology.nodes else "num_nodes")
 
 
 def node_rank_of(topology: ClusterTopology) -> tuple[int, str]:

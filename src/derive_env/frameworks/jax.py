@@ -34,6 +34,7 @@ from derive_env.frameworks import (
     Contribution,
     framework_port,
     node_rank_of,
+    nodes_source,
     variable,
 )
 from derive_env.topology import host_port
@@ -58,8 +59,7 @@ def derive(ctx: Context) -> Contribution:
         count = (layout.world_size, f"{src}: world size, one JAX process per task")
         own = (layout.rank, f"{src}: rank")
     else:
-        nodes_src = (topo.inputs_of("nodes" if topo.nodes else "num_nodes") if topo.multi_node
-                     else "single-container session")
+        nodes_src = nodes_source(topo)
         if topo.num_nodes is None:
             raise TopologyError(
                 "JAX_NUM_PROCESSES cannot be set: the number of nodes is decided only when the "

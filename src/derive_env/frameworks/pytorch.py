@@ -30,7 +30,7 @@ Rules followed:
 
 from __future__ import annotations
 
-from derive_env.frameworks import Context, Contribution, node_rank_of, variable
+from derive_env.frameworks import Context, Contribution, node_rank_of, nodes_source, variable
 
 var = variable("pytorch")
 
@@ -45,8 +45,7 @@ def derive(ctx: Context) -> Contribution:
     if ctx.topology.per_process:
         return _per_process(ctx)
     topo, policy, master = ctx.topology, ctx.policy, ctx.master
-    nodes_src = (topo.inputs_of("nodes" if topo.nodes else "num_nodes") if topo.multi_node
-                 else "single-container session")
+    nodes_src = nodes_source(topo)
     node_rank, rank_src = node_rank_of(topo)
     out = Contribution()
     out.variables += [

@@ -264,7 +264,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
                          f"{' + '.join(inputs['master'])}) first, then "
                          f"{order or 'the manager order'}")
             master = None
-    layout = _layout(processes, tasks, num_nodes, node_rank, owner, hosts_src)
+    layout = _layout(processes, tasks, num_nodes, node_rank, owner)
     if layout is not None and layout.rank == 0 and node_rank not in (None, 0):
         here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else (
             f"node rank {node_rank}")
@@ -273,13 +273,12 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
             f"framework needs rank 0 on node rank 0 (the master, "
             f"{nodes[0].host if nodes else 'node rank 0'}): the launcher placed its ranks "
             "in another order than the node list. Place rank 0 on the first node (mpirun "
-            "--map-by slot, the default), or set MASTER_ADDR to this host (checked on "
-            f"{here} only)")
-    first = next((r for r in used if r.gpus is not None), None)
+            f"--map-by slot, the default) (checked on {here} only)")
+    gpus_src = next((r for r in used if r.gpus is not None), None)
     port_src = next((r for r in used if r.master_port is not None), None)
     resv_src = next((r for r in used if r.reserved_ports), None)
     job_src = next((r for r in used if r.job is not None), None)
-    for name, src in (("gpus", first), ("master_port", port_src), ("ports", resv_src)):
+    for name, src in (("gpus", gpus_src), ("master_port", port_src), ("ports", resv_src)):
         if src is not None and name in src.inputs:
             inputs[name] = src.inputs[name]
     preset: frozenset[str] = frozenset()
@@ -298,7 +297,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         node_rank=node_rank,
         node_count=None if nodes else num_nodes,
         master=master,
-        gpus_per_node=first.gpus if first else None,
+        gpus_per_node=gpus_src.gpus if gpus_src else None,
         master_port=port_src.master_port if port_src else None,
         reserved_ports=resv_src.reserved_ports if resv_src else (),
         job=job_src.job if job_src else None,
@@ -317,8 +316,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
 
 
 def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int | None,
-            node_rank: int | None, owner: Report | None,
-            hosts_src: Report | None) -> ProcessLayout | None:
+            node_rank: int | None, owner: Report | None) -> ProcessLayout | None:
     if processes is None or owner is None:
         return None
     src = " + ".join(owner.inputs.get("processes", ()))
