@@ -245,7 +245,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         inputs["processes"] = owner.inputs.get("processes", ())
     if master is not None and master_src is not None:
         inputs["master"] = master_src.inputs.get("master", ())
-        lowered = [n.host.lower() for n in nodes]
+        lowered = [n.host.lower() for n in nodes] if master_src is hosts_src else []
         if nodes and master_src is not hosts_src:
             master = None  # adopted above only when it is the first host: node rank 0
         elif nodes and master.lower() in lowered:

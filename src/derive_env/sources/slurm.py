@@ -334,18 +334,9 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
             "file visible at the same path inside the container (bind-mount its folder) "
             "or use another distribution (-m block)")
     hosts: list[str] = []
+    checked: set[str] = set()  # a 4096-node file names each host many times: check it once
     for number, line in enumerate(text.splitlines(), 1):
-        kept, i = [], 0
-        while i < len(line):
-            if line[i] == "#":
-                if kept and kept[-1] == "\\":
-                    kept[-1] = "#"
-                    i += 1
-                    continue
-                break
-            kept.append(line[i])
-            i += 1
-        entry = "".join(kept).strip()
+        entry = _uncommented(line).strip()
         if not entry:
             continue
         if not entry[0].isascii() or not entry[0].isalnum():
@@ -361,7 +352,9 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
                         f"{where}: expected name or name*N on line {number}, not "
                         f"{_shorten_line(name)!r}")
                 count = int(times)
-            problem = host_problem(host) if host else "a node name"
+            problem = None if host in checked else (host_problem(host) if host else
+                                                    "a node name")
+            checked.add(host)
             if problem:
                 raise TopologyError(
                     f"{where}: expected {problem} on line {number}, not "
@@ -372,6 +365,23 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
     if not hosts:
         raise TopologyError(f"{where}: expected at least one node name (the file is empty)")
     return hosts
+
+
+def _uncommented(line: str) -> str:
+    """``line`` without its ``#`` comment; ``\\#`` is a literal ``#`` (slurm_read_hostfile)."""
+    if "\\#" not in line:
+        return line.partition("#")[0]
+    kept, i = [], 0
+    while i < len(line):
+        if line[i] == "#":
+            if kept and kept[-1] == "\\":
+                kept[-1] = "#"
+                i += 1
+                continue
+            break
+        kept.append(line[i])
+        i += 1
+    return "".join(kept)
 
 
 def _shorten_line(text: str) -> str:

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import host_problem
-from derive_env.validation import parse_int, parse_port
+from derive_env.validation import parse_port, variable_int
 
 TITLE = "torchrun (torchelastic)"
 
@@ -64,11 +64,7 @@ _PROCESSES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
     """``environ[name]`` as an integer >= ``minimum``; TopologyError naming it otherwise."""
-    value = environ[name]
-    try:
-        return parse_int(value, minimum=minimum)
-    except ValueError as exc:
-        raise TopologyError(describe(name, value, f"{exc}; {FIX}")) from None
+    return variable_int(environ, name, minimum, f"; {FIX}")
 
 
 def _below(environ: Mapping[str, str], name: str, value: int, bound_name: str,
