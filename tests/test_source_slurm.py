@@ -713,3 +713,13 @@ def test_a_hostfile_with_fewer_lines_than_tasks_is_not_this_steps() -> None:
         f"SLURM_HOSTFILE='{HOSTFILE}': expected a line for each of the SLURM_STEP_NUM_TASKS=4 "
         "tasks (srun places task r on line r+1), not 1: the file was changed after srun read "
         "it, or belongs to another step")
+
+
+def test_hostfile_comments_and_escaped_hashes() -> None:
+    """slurm_read_hostfile: ``#`` starts a comment, ``\\#`` is a literal ``#`` (which no host
+    name may hold: refused naming it)."""
+    assert slurm._hostfile_hosts("/h", "a1 # rank 0\n# all\nb2*2,a1\n") == ["a1", "b2", "b2", "a1"]
+    with pytest.raises(TopologyError) as caught:
+        slurm._hostfile_hosts("/h", "a\\#1\n")
+    assert str(caught.value).startswith("SLURM_HOSTFILE='/h': expected ")
+    assert str(caught.value).endswith("on line 1, not 'a#1'")
