@@ -78,12 +78,15 @@ def test_recorded_launcher_variables_give_each_rank_its_process_layer(kind, tmp_
 @pytest.mark.parametrize("kind", sorted(LAUNCHERS))
 def test_derive_env_under_a_launcher_gives_every_rank_its_rank(kind, tmp_path) -> None:
     exe = str(venv_bin() / "derive-env")
-    show = ("import os; print(' '.join(os.environ[k] for k in ('RANK', 'LOCAL_RANK', "
-            "'WORLD_SIZE', 'MASTER_ADDR')))")
+    # Each rank writes its own file: the launchers forward the ranks' stdout in chunks that
+    # may interleave, so one shared stdout is no reliable record.
+    show = ("import os, pathlib; e = os.environ; pathlib.Path('out.' + e['RANK']).write_text("
+            "' '.join(e[k] for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR')))")
     result = launch(kind, 2, [exe, "--label", OPT_IN, "--", sys.executable, "-c", show],
                     tmp_path)
     assert result.returncode == 0, result.stderr
-    assert sorted(result.stdout.split("\n")[:-1]) == ["0 0 2 127.0.0.1", "1 1 2 127.0.0.1"]
+    written = {p.name: p.read_text() for p in tmp_path.glob("out.*")}
+    assert written == {"out.0": "0 0 2 127.0.0.1", "out.1": "1 1 2 127.0.0.1"}
     assert "Traceback" not in result.stderr
 
 
