@@ -345,7 +345,7 @@ def test_tf_config_resolver_ipv6(tf, monkeypatch) -> None:
 
 def test_roles_ending_in_digits_can_be_mapped(backendai_env) -> None:
     """A role the Backend.AI source accepts (``a100`` -> hosts ``a1001``, ``a1002``) is a role
-    the tensorflow-roles label can map: one role rule for both (topology.ROLE_NAME)."""
+    the tensorflow-roles label can map: one role rule for both (hosts.ROLE_NAME)."""
     labels = {PREFIX + "frameworks": "tensorflow", ROLES: "main:chief,a100:worker"}
     hosts = ["a1002", "main1", "a1001"]
     environ = backendai_env(hosts, "a1002", "a100:2,main:1")

@@ -5,14 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from derive_env.hosts import host_port, host_problem, is_ipv6
 from derive_env.topology import (
     SINGLE_NODE_MASTER,
     ClusterTopology,
     Node,
     ProcessLayout,
-    host_port,
-    host_problem,
-    is_ipv6,
     single_node_topology,
 )
 

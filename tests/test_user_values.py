@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env import launch
-from derive_env.environ import FOLLOWS, IDENTITY, SESSION_WIDE, is_loopback, same_value
+from derive_env.environ import FOLLOWS, IDENTITY, SESSION_WIDE, same_value
 from derive_env.errors import CommandNotExecutable, DeriveEnvError, TopologyError
+from derive_env.hosts import host_port, is_loopback
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.sources import LAUNCHERS, topology_from
-from derive_env.topology import host_port
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
 PPC = {**ALL, PREFIX + "pytorch-mode": "process-per-container"}

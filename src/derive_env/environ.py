@@ -20,12 +20,12 @@ An empty value counts as unset, as torch's ``env://`` rendezvous treats it.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Mapping, Sequence
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.frameworks import DerivedVariable
+from derive_env.hosts import is_ip, is_loopback
 from derive_env.topology import ClusterTopology
 from derive_env.validation import count_of, static_count
 
@@ -67,38 +67,6 @@ PER_NODE = frozenset({"NODE_RANK", "PET_NODE_RANK", "RANK", "JAX_PROCESS_ID", "T
                       "JAX_LOCAL_DEVICE_IDS"})
 #: Variables holding the master's address (JAX's as ``host:port``).
 _ADDRESSES = ("MASTER_ADDR", "PET_MASTER_ADDR", "JAX_COORDINATOR_ADDRESS")
-#: Names that resolve to loopback (RFC 6761 ``localhost``; Debian's /etc/hosts ip6 names).
-_LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain",
-                   "localhost6", "localhost6.localdomain6")  # the last two: RHEL's /etc/hosts
-
-
-def _inet_aton(text: str) -> ipaddress.IPv4Address | None:
-    """An IPv4 address in the legacy forms glibc's inet_aton() (so getaddrinfo) accepts:
-    1 to 4 parts, each decimal, hex (``0x7f``) or octal (``0177``), the last part filling
-    the remaining bytes (``0x7f000001``, ``127.1``, ``0x7f.1``). ``None`` for anything else."""
-    parts = text.split(".")
-    if not 1 <= len(parts) <= 4:
-        return None
-    values = []
-    for part in parts:
-        try:
-            if part[:2] in ("0x", "0X"):
-                values.append(int(part[2:], 16) if part[2:] else -1)  # "0x": not inet_aton
-            elif len(part) > 1 and part[0] == "0":
-                values.append(int(part, 8))
-            else:
-                values.append(int(part) if part.isdigit() else -1)
-        except ValueError:
-            return None
-        if values[-1] < 0 or len(part) > 12:
-            return None
-    *head, last = values
-    if any(v > 255 for v in head) or last >= 1 << (8 * (4 - len(head))):
-        return None
-    number = 0
-    for v in head:
-        number = number << 8 | v
-    return ipaddress.IPv4Address(number << (8 * (4 - len(head))) | last)
 _FIX = "set label ai.backend.distributed.on-error=warn to run the command unchanged"
 
 
@@ -214,25 +182,6 @@ def _host_of(name: str, value: str) -> str:
     return value.rpartition(":")[0] if value.count(":") == 1 else value
 
 
-def is_loopback(host: str) -> bool:
-    """``127.0.0.0/8``, ``::1`` (also IPv4-mapped), ``0.0.0.0`` / ``::`` (which connect to
-    this host on Linux), also written in inet_aton's legacy forms (``0x7f000001``), and the
-    ``localhost`` names (RFC 6761, including ``*.localhost``; RHEL's ``localhost6``)."""
-    lowered = host.lower().rstrip(".")
-    if lowered in _LOOPBACK_NAMES or lowered.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(lowered)
-    except ValueError:
-        # 0x7f000001, 0x7f.1: names to ipaddress, loopback to the resolver (inet_aton).
-        address = _inet_aton(lowered)
-        if address is None:
-            return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or address.is_unspecified
-                or (mapped is not None and mapped.is_loopback))
-
-
 def _address_problem(
     var: DerivedVariable, topology: ClusterTopology
 ) -> tuple[TopologyError | None, str | None]:
@@ -263,7 +212,7 @@ def _address_problem(
             f"{host}. Remove {var.name} from the session's environment (derive-env derives "
             f"it), or {_FIX}",
         )), None
-    if host.lower() in lowered or _is_ip(host):
+    if host.lower() in lowered or is_ip(host):
         return None, None  # an IP literal cannot be matched to a node without resolving it
     return None, (
         f"{var.name}={shorten(var.value)!r} is not a node of this session ({shown}): kept, so "
@@ -271,14 +220,6 @@ def _address_problem(
         f"rendezvous on its own host, so this works only if {shorten(host, 80)} is another "
         f"name of {master}"
     )
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def check_user_values(

@@ -165,7 +165,7 @@ def render_hosts(
         counts: Sequence[int] = tasks
     else:
         counts = [slots_per_node(topology, nproc_label, fmt, opted_in=opted_in)] * len(hosts)
-    from derive_env.topology import is_ipv6  # topology imports pydantic: not at module level
+    from derive_env.hosts import is_ipv6
 
     for rank, host in enumerate(hosts):
         if is_ipv6(host):

@@ -36,6 +36,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from derive_env.errors import LabelError, describe, shorten
+from derive_env.hosts import ROLE_NAME
 from derive_env.labels import (
     FRAMEWORK_NAMES,
     PREFIX,
@@ -43,7 +44,6 @@ from derive_env.labels import (
     join_problems,
     label_problems,
 )
-from derive_env.topology import ROLE_NAME
 from derive_env.validation import errors_of, parse_int, parse_port
 
 TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")

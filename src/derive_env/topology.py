@@ -11,86 +11,15 @@ local world size); that layer is the optional :attr:`ClusterTopology.processes`.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from operator import itemgetter
 from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
-#: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
-_HOSTNAME = re.compile(
-    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
-)
-
-_NUMERIC = re.compile(r"[0-9.]+\Z")
-
-#: A cluster manager's role name (Backend.AI: free-form, ``main``, ``sub``, ``a100``,
-#: ``gpu-2``): letters, digits and '-', with a letter, not starting with '-', so that
-#: ``{role}{idx}`` is a host name (Backend.AI's default_hostname in
-#: expand_kernel_groups_rule.py). Shared by the Backend.AI source and the tensorflow-roles
-#: label, so a role the source accepts can always be mapped.
-ROLE_NAME = re.compile(r"(?=[0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]*\Z")
-
 #: Address used as master in a single-container session (contract section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
 
 _Count = Annotated[int, Field(ge=0)]
-
-
-def host_problem(value: str) -> str | None:
-    """Say why ``value`` cannot be used as a node's address, or ``None`` when it can.
-
-    Accepted: an RFC 1123 host name (``main1``, ``node-3.cluster.local``) or an IPv4 / IPv6
-    literal without brackets. Rejected with a reason: anything else, and IPv6 link-local
-    addresses (``fe80::/10``): with a zone (``fe80::1%eth0``) the zone cannot be carried
-    through ``host:port`` values that frameworks parse (TF_CONFIG, the JAX coordinator
-    address), and without one the address is ambiguous to the kernel.
-
-    :param value: a host name or IP literal, as set by a cluster manager or a user.
-    :returns: the expectation that was not met, phrased to follow "expected ...".
-    """
-    if "%" in value:
-        return (
-            "a host name or an IP address without a zone; link-local IPv6 addresses with a "
-            "zone (fe80::...%eth0) cannot be carried in host:port values, use a global or "
-            "unique-local address or a host name"
-        )
-    if ":" in value:
-        try:
-            address = ipaddress.IPv6Address(value)
-        except ValueError:
-            return "a host name or an IP address (IPv6 without brackets, no port)"
-        if address.is_link_local:
-            return (
-                "a host name or a routable IP address; a link-local IPv6 address needs a "
-                "zone, which cannot be carried in host:port values"
-            )
-        return None
-    if _HOSTNAME.match(value):
-        if _NUMERIC.match(value):
-            try:
-                ipaddress.IPv4Address(value)
-            except ValueError:
-                # RFC 1123 section 2.1: a name is never all-numeric like an address.
-                return "a host name or an IPv4 address (four numbers 0-255)"
-        return None
-    return "a host name (letters, digits, '-' and '.') or an IP address"
-
-
-def is_ipv6(host: str) -> bool:
-    """True when ``host`` is an IPv6 literal (which then needs brackets before ``:port``)."""
-    return ":" in host
-
-
-def host_port(host: str, port: int) -> str:
-    """Join a host and a port as frameworks parse them: ``main1:2222``, ``[2001:db8::1]:2222``.
-
-    IPv6 literals are bracketed (RFC 3986 section 3.2.2), as TensorFlow's gRPC targets and
-    JAX's coordinator address expect.
-    """
-    return f"[{host}]:{port}" if is_ipv6(host) else f"{host}:{port}"
 
 
 class Node(NamedTuple):

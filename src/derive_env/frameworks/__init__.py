@@ -14,9 +14,10 @@ from functools import cached_property
 from typing import NamedTuple, TypeVar
 
 from derive_env.errors import TopologyError, describe
+from derive_env.hosts import host_problem
 from derive_env.labels import FRAMEWORK_NAMES
 from derive_env.policy import ImagePolicy
-from derive_env.topology import ClusterTopology, host_problem
+from derive_env.topology import ClusterTopology
 from derive_env.validation import parse_port
 
 T = TypeVar("T")

@@ -37,7 +37,7 @@ from derive_env.frameworks import (
     nodes_source,
     variable,
 )
-from derive_env.topology import host_port
+from derive_env.hosts import host_port
 
 #: The GPUs a process sees (CUDA's and ROCm's variables), in the order they are named.
 _VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")

@@ -42,8 +42,9 @@ from derive_env.frameworks import (
     node_rank_of,
     variable,
 )
+from derive_env.hosts import host_port
 from derive_env.labels import PREFIX
-from derive_env.topology import ClusterTopology, host_port
+from derive_env.topology import ClusterTopology
 
 ROLES_LABEL = PREFIX + "tensorflow-roles"
 #: key order of ``cluster`` in the emitted JSON.

@@ -43,8 +43,9 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from derive_env.errors import TopologyError, describe, shorten
+from derive_env.hosts import ROLE_NAME, host_problem
 from derive_env.sources.report import Report
-from derive_env.topology import ROLE_NAME, ClusterTopology, Node, host_problem
+from derive_env.topology import ClusterTopology, Node
 from derive_env.validation import first_error, parse_int, parse_port
 
 SIZE = "BACKENDAI_CLUSTER_SIZE"
@@ -67,7 +68,7 @@ _NAMES = (SIZE, HOSTS, HOST, ROLE, IDX, LOCAL_RANK, REPLICAS, SESSION_ID, GPU_CO
           MASTER_PORT)
 #: Fallback without REPLICAS: ``{role}{index}``, the role taken as not ending in a digit.
 _ROLE_INDEX = re.compile(r"(?P<role>[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z-])?)(?P<index>[0-9]+)\Z")
-#: A role: see :data:`derive_env.topology.ROLE_NAME` (it may end in digits: ``a100``).
+#: A role: see :data:`derive_env.hosts.ROLE_NAME` (it may end in digits: ``a100``).
 _ROLE = ROLE_NAME
 _ROLE_EXPECTED = (
     "a role name such as main or sub (letters, digits and '-', with a letter, not starting "

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from derive_env.environ import is_loopback
 from derive_env.errors import TopologyError, describe
+from derive_env.hosts import host_problem, is_loopback
 from derive_env.sources.report import Processes, Report
-from derive_env.topology import host_problem
 from derive_env.validation import parse_int, parse_port, variable_int
 
 TITLES = {

@@ -29,13 +29,14 @@ from itertools import repeat
 from typing import TypeVar
 
 from derive_env.errors import TopologyError, describe, shorten
+from derive_env.hosts import host_problem
 from derive_env.sources.report import Processes, Report
 from derive_env.sources.slurm_grammar import (
     expand_hostlist,
     expand_tasks_per_node,
     parse_resv_ports,
 )
-from derive_env.topology import Node, host_problem
+from derive_env.topology import Node
 
 _DIGITS = "0123456789"
 _T = TypeVar("_T")

@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from derive_env.errors import TopologyError, describe
+from derive_env.hosts import host_problem
 from derive_env.sources.report import Processes, Report
-from derive_env.topology import host_problem
 from derive_env.validation import parse_port, variable_int
 
 TITLE = "torchrun (torchelastic)"

@@ -1,0 +1,142 @@
+"""What a host name, an address and a role name may be: the rules every stage shares.
+
+Sources check the host lists they read with :func:`host_problem`; frameworks join hosts and
+ports with :func:`host_port`; the merge refuses a loopback master with :func:`is_loopback`.
+Pure and pydantic-free: the standard library's ``ipaddress`` and ``re`` only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+#: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
+)
+
+_NUMERIC = re.compile(r"[0-9.]+\Z")
+
+#: A cluster manager's role name (Backend.AI: free-form, ``main``, ``sub``, ``a100``,
+#: ``gpu-2``): letters, digits and '-', with a letter, not starting with '-', so that
+#: ``{role}{idx}`` is a host name (Backend.AI's default_hostname in
+#: expand_kernel_groups_rule.py). Shared by the Backend.AI source and the tensorflow-roles
+#: label, so a role the source accepts can always be mapped.
+ROLE_NAME = re.compile(r"(?=[0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]*\Z")
+
+
+def host_problem(value: str) -> str | None:
+    """Say why ``value`` cannot be used as a node's address, or ``None`` when it can.
+
+    Accepted: an RFC 1123 host name (``main1``, ``node-3.cluster.local``) or an IPv4 / IPv6
+    literal without brackets. Rejected with a reason: anything else, and IPv6 link-local
+    addresses (``fe80::/10``): with a zone (``fe80::1%eth0``) the zone cannot be carried
+    through ``host:port`` values that frameworks parse (TF_CONFIG, the JAX coordinator
+    address), and without one the address is ambiguous to the kernel.
+
+    :param value: a host name or IP literal, as set by a cluster manager or a user.
+    :returns: the expectation that was not met, phrased to follow "expected ...".
+    """
+    if "%" in value:
+        return (
+            "a host name or an IP address without a zone; link-local IPv6 addresses with a "
+            "zone (fe80::...%eth0) cannot be carried in host:port values, use a global or "
+            "unique-local address or a host name"
+        )
+    if ":" in value:
+        try:
+            address = ipaddress.IPv6Address(value)
+        except ValueError:
+            return "a host name or an IP address (IPv6 without brackets, no port)"
+        if address.is_link_local:
+            return (
+                "a host name or a routable IP address; a link-local IPv6 address needs a "
+                "zone, which cannot be carried in host:port values"
+            )
+        return None
+    if _HOSTNAME.match(value):
+        if _NUMERIC.match(value):
+            try:
+                ipaddress.IPv4Address(value)
+            except ValueError:
+                # RFC 1123 section 2.1: a name is never all-numeric like an address.
+                return "a host name or an IPv4 address (four numbers 0-255)"
+        return None
+    return "a host name (letters, digits, '-' and '.') or an IP address"
+
+
+def is_ipv6(host: str) -> bool:
+    """True when ``host`` is an IPv6 literal (which then needs brackets before ``:port``)."""
+    return ":" in host
+
+
+def host_port(host: str, port: int) -> str:
+    """Join a host and a port as frameworks parse them: ``main1:2222``, ``[2001:db8::1]:2222``.
+
+    IPv6 literals are bracketed (RFC 3986 section 3.2.2), as TensorFlow's gRPC targets and
+    JAX's coordinator address expect.
+    """
+    return f"[{host}]:{port}" if is_ipv6(host) else f"{host}:{port}"
+
+
+#: Names that resolve to loopback (RFC 6761 ``localhost``; Debian's /etc/hosts ip6 names).
+_LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain",
+                   "localhost6", "localhost6.localdomain6")  # the last two: RHEL's /etc/hosts
+
+
+def inet_aton(text: str) -> ipaddress.IPv4Address | None:
+    """An IPv4 address in the legacy forms glibc's inet_aton() (so getaddrinfo) accepts:
+    1 to 4 parts, each decimal, hex (``0x7f``) or octal (``0177``), the last part filling
+    the remaining bytes (``0x7f000001``, ``127.1``, ``0x7f.1``). ``None`` for anything else."""
+    parts = text.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    values = []
+    for part in parts:
+        try:
+            if part[:2] in ("0x", "0X"):
+                values.append(int(part[2:], 16) if part[2:] else -1)  # "0x": not inet_aton
+            elif len(part) > 1 and part[0] == "0":
+                values.append(int(part, 8))
+            else:
+                values.append(int(part) if part.isdigit() else -1)
+        except ValueError:
+            return None
+        if values[-1] < 0 or len(part) > 12:
+            return None
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 1 << (8 * (4 - len(head))):
+        return None
+    number = 0
+    for v in head:
+        number = number << 8 | v
+    return ipaddress.IPv4Address(number << (8 * (4 - len(head))) | last)
+
+
+def is_loopback(host: str) -> bool:
+    """``127.0.0.0/8``, ``::1`` (also IPv4-mapped), ``0.0.0.0`` / ``::`` (which connect to
+    this host on Linux), also written in inet_aton's legacy forms (``0x7f000001``), and the
+    ``localhost`` names (RFC 6761, including ``*.localhost``; RHEL's ``localhost6``)."""
+    lowered = host.lower().rstrip(".")
+    if lowered in _LOOPBACK_NAMES or lowered.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(lowered)
+    except ValueError:
+        # 0x7f000001, 0x7f.1: names to ipaddress, loopback to the resolver (inet_aton).
+        address = inet_aton(lowered)
+        if address is None:
+            return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or address.is_unspecified
+                or (mapped is not None and mapped.is_loopback))
+
+
+def is_ip(host: str) -> bool:
+    """True when ``host`` is an IPv4 or IPv6 literal (no inet_aton legacy forms)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
