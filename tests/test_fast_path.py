@@ -23,7 +23,7 @@ import pytest
 
 import derive_env.__main__ as entry
 from derive_env import app, cli
-from derive_env.formats import FORMATS
+from derive_env.render import FORMATS
 from helpers import console_script
 
 PREFIX = "ai.backend.distributed."
@@ -406,3 +406,4 @@ def test_opted_in_start_loads_no_secrets_nor_libcrypto(tmp_path: Path, backendai
     loaded = _until_exec(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)[1]
     assert "pydantic.types" in loaded
     assert {"secrets", "hmac", "hashlib", "_hashlib"} & loaded == set()
+

@@ -1,16 +1,21 @@
-"""pipeline.derive: environment + labels -> derivation, end to end but pure."""
+"""pipeline.derive: environment + labels -> derivation, end to end but pure; pipeline.host_list:
+the same inputs -> what the host formats print."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
 import derive_env
 from derive_env.errors import LabelError, TopologyError
 from derive_env.labels import PREFIX
-from derive_env.pipeline import Derivation, derive
+from derive_env.pipeline import Derivation, derive, host_list
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax", "maintainer": "someone"}
 HOSTS_ORDER = ["sub2", "main1", "sub1"]  # as a database query may return them
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.mark.parametrize("labels", [
@@ -145,3 +150,91 @@ def test_tensorflow_only_image_ignores_a_malformed_master_addr(backendai_env) ->
     }
     with pytest.raises(TopologyError, match="MASTER_ADDR='not a host'"):
         derive(environ, {PREFIX + "frameworks": "tensorflow,pytorch"})
+
+
+# --- host_list: what the host formats print ---------------------------------------------------
+
+NPROC = PREFIX + "nproc-per-node"
+
+
+def test_host_list_not_opted_in_reads_no_label(backendai_env) -> None:
+    """The host formats set nothing: an image that did not opt in gets the topology, and its
+    labels are not read for N (not even a malformed one: app.py reports stray labels)."""
+    env = {**backendai_env(HOSTS_ORDER, "sub1"), "PET_NPROC_PER_NODE": "3"}
+    topology, nproc, opted_in = host_list(env, {NPROC: "zero"})
+    assert [node.host for node in topology.nodes] == ["main1", "sub1", "sub2"]
+    assert (nproc, opted_in) == (None, False)
+
+
+@pytest.mark.parametrize(("label", "user", "nproc"), [
+    (None, None, None),
+    ("2", None, 2),
+    ("2", "3", 3),     # a user-set value wins over the label, as the merge keeps it
+    (None, "3", 3),
+    ("2", " 3 ", 3),   # compared as data, as torchrun's int() reads it
+    ("2", "auto", 2),  # torchrun's words say no number: the label
+    ("2", "0", 2),
+    ("2", "", 2),      # empty counts as unset
+    (None, "gpu", None),
+])
+def test_host_list_nproc_is_the_merged_pet_nproc_per_node(
+    backendai_env, label: str | None, user: str | None, nproc: int | None
+) -> None:
+    env = backendai_env(HOSTS_ORDER, "sub2")
+    if user is not None:
+        env["PET_NPROC_PER_NODE"] = user
+    labels = {PREFIX + "frameworks": "pytorch", **({NPROC: label} if label else {})}
+    topology, got, opted_in = host_list(env, labels)
+    assert (got, opted_in) == (nproc, True)
+    assert topology.num_nodes == 3
+    # The same number as the derivation's PET_NPROC_PER_NODE, whenever that is one >= 1.
+    derived = {v.name: v.value for v in derive(env, labels).variables}
+    value = derived.get("PET_NPROC_PER_NODE", "").strip()
+    if value.isdigit() and int(value) >= 1:
+        assert int(value) == nproc
+
+
+def test_host_list_takes_the_user_value_for_an_image_without_pytorch(backendai_env) -> None:
+    """A session-wide PET_NPROC_PER_NODE is what torchrun starts, whatever the image derives."""
+    env = {**backendai_env(HOSTS_ORDER, "sub2"), "PET_NPROC_PER_NODE": "4"}
+    assert host_list(env, {PREFIX + "frameworks": "tensorflow", NPROC: "2"})[1] == 4
+
+
+def test_host_list_gpu_count_is_left_to_the_renderer(backendai_env) -> None:
+    """Without the label the GPU count is not N here: a launcher's own counts per node come
+    first (render_hosts), and the topology carries the GPU count."""
+    env = {**backendai_env(HOSTS_ORDER, "sub2"), "GPU_COUNT": "4"}
+    topology, nproc, _ = host_list(env, {PREFIX + "frameworks": "pytorch"})
+    assert (nproc, topology.gpus_per_node) == (None, 4)
+
+
+def test_host_list_checks_labels_before_topology(backendai_env) -> None:
+    env = {**backendai_env(HOSTS_ORDER, "sub1"), "BACKENDAI_CLUSTER_SIZE": "x"}
+    with pytest.raises(LabelError):
+        host_list(env, {**ALL, NPROC: "0"})
+    with pytest.raises(TopologyError):
+        host_list(env, ALL)
+
+
+def test_host_list_of_a_batch_script_where_derive_stops() -> None:
+    """A batch script of several nodes: derive() stops (only srun starts the other nodes),
+    the host list is the allocation's (``hosts_only``)."""
+    sys.path.insert(0, str(TESTS / "e2e"))
+    from record_envs import load_fixture
+
+    _, env = load_fixture(TESTS / "fixtures/recorded/sbatch-3node/batch.env")
+    labels = {PREFIX + "frameworks": "pytorch", NPROC: "2"}
+    with pytest.raises(TopologyError):
+        derive(dict(env), labels)
+    topology, nproc, opted_in = host_list(dict(env), labels)
+    assert [node.host for node in topology.nodes] == ["gpu-a100-09", "gpu-a100-10",
+                                                        "gpu-a100-11"]
+    assert (nproc, opted_in) == (2, True)
+
+
+def test_host_list_inputs_not_modified(backendai_env) -> None:
+    env = {**backendai_env(HOSTS_ORDER, "sub1"), "PET_NPROC_PER_NODE": "3"}
+    labels = {**ALL, NPROC: "2"}
+    before = (dict(env), dict(labels))
+    host_list(env, labels)
+    assert (env, labels) == before

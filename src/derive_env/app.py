@@ -576,7 +576,7 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
 
 
 def _is_host_format(fmt: str) -> bool:
-    from derive_env.hostfiles import HOST_FORMATS  # not needed on the exec path
+    from derive_env.render import HOST_FORMATS  # not needed on the exec path
 
     return fmt in HOST_FORMATS
 
@@ -585,9 +585,11 @@ def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
                source: str | None, files) -> str:
     """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
     _before_pydantic()
-    from derive_env.hostfiles import render_for
+    from derive_env.pipeline import host_list
+    from derive_env.render.hostfiles import render_hosts
 
-    return render_for(environ, labels, fmt, source, files)
+    topology, nproc, opted_in = host_list(environ, labels, source, files)
+    return render_hosts(topology, fmt, nproc, opted_in=opted_in)
 
 
 def _before_pydantic() -> None:
@@ -743,7 +745,7 @@ def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
     For the hook (``derive-env --dry-run --format shell``, on every Backend.AI container
     start) and the operator's dry runs: importing click costs more than the whole derivation
     (docs/performance.md). Accepted, in any order: ``--dry-run``, ``--explain``,
-    ``--format NAME`` / ``--format=NAME`` with a name of :data:`derive_env.formats.FORMATS`
+    ``--format NAME`` / ``--format=NAME`` with a name of :data:`derive_env.render.FORMATS`
     (once), and ``--label``, ``--labels-file`` (repeatable), ``--env-file``, ``--source``
     (once each), each
     ``--option VALUE`` or ``--option=VALUE``, the value taken verbatim as click takes it.
@@ -759,7 +761,7 @@ def dry_run_options(args: Sequence[str]) -> dict[str, object] | None:
     :param args: the command line without the program name.
     :returns: ``run()``'s keyword arguments (``command`` excluded: a dry run has none here).
     """
-    from derive_env.formats import FORMATS
+    from derive_env.render import FORMATS
 
     found: dict[str, list[str]] = {"fmt": [], "label_items": [], "labels_files": [],
                                    "env_file": [], "source": []}

@@ -8,7 +8,7 @@ import click
 
 from derive_env import __version__
 from derive_env.app import run
-from derive_env.formats import FORMATS
+from derive_env.render import FORMATS
 
 _EPILOG = """\b
 Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,

@@ -23,6 +23,7 @@ from derive_env.labels import is_opted_in
 from derive_env.policy import ImagePolicy
 from derive_env.sources import topology_from
 from derive_env.topology import ClusterTopology
+from derive_env.validation import count_of
 
 
 class Derivation(NamedTuple):
@@ -96,3 +97,53 @@ def derive(
         topology=topology, policy=policy, variables=tuple(merged),
         notes=tuple(notes), warnings=tuple(warnings),
     )
+
+
+def host_list(
+    environ: Mapping[str, str],
+    labels: Mapping[str, str],
+    source: str | None = None,
+    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
+) -> tuple[ClusterTopology, int | None, bool]:
+    """What the host formats print (:mod:`derive_env.render.hostfiles`): the session's nodes
+    and the processes per node the image states.
+
+    Needs only the topology, so it works for an image that did not opt in too (it sets no
+    variable); then the labels are not read for N. An opted-in image's labels are validated
+    as on every start, near misses included. ``on-error=warn`` does not apply: there is no
+    command to run unchanged, and an empty host list would start a job on no node.
+
+    :param environ: the input environment (the cluster manager's variables).
+    :param labels: the image's labels; stray labels of an image that did not opt in must
+        already have been checked (the command line does).
+    :param source: ``--source``, as for :func:`derive`.
+    :param files: reads the files a source needs (``SLURM_HOSTFILE``), as for :func:`derive`.
+    :returns: ``(topology, nproc, opted_in)``: the topology, with the host list of a batch
+        script's allocation too (``hosts_only``, :func:`derive_env.sources.topology_from`);
+        ``nproc``, the merged ``PET_NPROC_PER_NODE`` when it is an integer >= 1 (a user-set
+        value wins over the label, so torchrun starts that many), else the label
+        ``nproc-per-node``, ``None`` when neither or not opted in; whether the image opted in.
+    :raises LabelError: bad labels (exit 4).
+    :raises TopologyError: bad cluster variables (exit 3).
+    """
+    opted_in = is_opted_in(labels)
+    nproc = None
+    if opted_in:
+        # All labels go to ImagePolicy: it reports near misses (ai.backend.distibuted....) as
+        # every other path does, instead of silently dropping them.
+        nproc = _nproc_per_node(environ, ImagePolicy.from_labels(labels).nproc_per_node)
+    return topology_from(environ, source, files, hosts_only=True), nproc, opted_in
+
+
+def _nproc_per_node(environ: Mapping[str, str], label: int | None) -> int | None:
+    """The label's ``PET_NPROC_PER_NODE`` merged with the environment, as :func:`derive`
+    merges it; an integer >= 1, else the label (torchrun's words ``auto``, ``gpu`` say no
+    number)."""
+    # From the label alone (empty without it: then only a user-set value counts); the GPU
+    # count is not derived here: a launcher's own counts per node come first (render_hosts).
+    derived = DerivedVariable(
+        name="PET_NPROC_PER_NODE", value="" if label is None else str(label),
+        source="label nproc-per-node", framework="pytorch",
+    )
+    (merged,) = merge(environ, [derived])
+    return count_of(merged.value) or label

@@ -1,4 +1,4 @@
-"""Host lists and hostfiles for launchers that start processes over SSH (issue 6, item 5).
+"""Host lists and hostfiles for launchers that start processes over SSH: printing only.
 
 ``derive-env --dry-run --format FORMAT`` prints the nodes of the session in canonical order
 (node rank order, the master first) in the syntax a launcher reads:
@@ -33,44 +33,47 @@ Rules followed (each checked in the launcher's own source):
   ``parse_hosts_and_slots``): ``-H`` takes ``host:N`` entries joined by ``,``, each
   matching ``^[\\w.-]+:[0-9]+$``: no IPv6 literal.
 
-N (slots, processes per node) is the label ``ai.backend.distributed.nproc-per-node``, else
-the container's GPU count when > 0 (the same rule as ``PET_NPROC_PER_NODE``), written for
-every host: a Backend.AI session gives every container the same resources. Neither known:
-an error (exit 4) that says what to set. ``hosts`` needs no N.
+N (slots, processes per node) is what the image states: a user-set integer
+``PET_NPROC_PER_NODE`` (the merge keeps it over the label, so torchrun starts that many),
+else the label ``ai.backend.distributed.nproc-per-node`` (both from
+:func:`derive_env.pipeline.host_list`); else each node's own count when the launcher states
+them (a Slurm step's ``SLURM_STEP_TASKS_PER_NODE``); else the container's GPU count when
+> 0 (the same rule as ``PET_NPROC_PER_NODE``), written for every host: a Backend.AI session
+gives every container the same resources. None known: an error (exit 4) that says what to
+set. ``hosts`` needs no N.
 
 A single-container session lists ``localhost``: Open MPI (``hostfile.c`` maps
 ``localhost`` to this node) and Hydra start the processes without SSH (both checked with
-the real launchers, tests/test_hostfiles.py), as ``horovodrun`` does for hosts that resolve
-to a local address (horovod/runner/util/network.py ``filter_local_addresses``); it matches
+the real launchers, tests/render/test_hostfiles.py), as ``horovodrun`` does for hosts that
+resolve to a local address (horovod/runner/util/network.py ``filter_local_addresses``); it matches
 ``MASTER_ADDR=127.0.0.1`` (contract section 6).
 
-This module imports neither pydantic, click nor typing at module level, so a light
-dry-run path can read :data:`HOST_FORMATS`; :func:`render_for` imports the sources and the
-label policy when it runs.
+The topology and N come from :func:`derive_env.pipeline.host_list`; this module only
+prints them. It imports neither pydantic, click nor typing, and only ``--format`` with a
+host format imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
 from derive_env.errors import LabelError, TopologyError
-from derive_env.labels import OPT_IN, PREFIX, is_opted_in
+from derive_env.hosts import is_ipv6
+from derive_env.labels import OPT_IN, PREFIX
+from derive_env.render import HOST_FORMATS
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~9 ms at startup)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (docs/performance.md)
 if TYPE_CHECKING:
     from derive_env.topology import ClusterTopology
 
-#: The host-list formats of ``--format`` (names fixed by issue 6; others rely on them).
-HOST_FORMATS: tuple[str, ...] = (
-    "hosts", "openmpi-hostfile", "mpich-hostfile", "deepspeed-hostfile", "horovod-hosts",
-)
+__all__ = ["HOST_FORMATS", "launcher_hosts", "render_hosts", "slots_per_node"]
 #: What a single-container session lists (the local node for every launcher here).
 SINGLE_CONTAINER_HOST = "localhost"
 NPROC_LABEL = PREFIX + "nproc-per-node"
 
 
 #: How each launcher reads hosts: (entry template, separator between entries, why it
-#: cannot take an IPv6 literal). Plain tuples: this module loads on every dry run.
+#: cannot take an IPv6 literal).
 _SYNTAX: dict[str, tuple[str, str, str]] = {
     "openmpi-hostfile": (
         "{host} slots={n}", "\n",
@@ -103,22 +106,23 @@ def launcher_hosts(topology: ClusterTopology) -> tuple[str, ...]:
 
 
 def slots_per_node(
-    topology: ClusterTopology, nproc_label: int | None, fmt: str, *, opted_in: bool = True
+    topology: ClusterTopology, nproc: int | None, fmt: str, *, opted_in: bool = True
 ) -> int:
     """N of ``host slots=N`` / ``host:N``: processes to start on each node.
 
     :param topology: the session; its ``gpus_per_node`` is this container's GPU count.
-    :param nproc_label: the validated label ``nproc-per-node`` (``None`` when unset).
+    :param nproc: the processes per node the image states (a user-set integer
+        ``PET_NPROC_PER_NODE``, else the validated label ``nproc-per-node``; ``None``: neither).
     :param fmt: the format asked for, named in the error.
     :param opted_in: whether the image opted in; without it the label cannot be used, and
         the error says so.
-    :returns: the label, else the GPU count when > 0 (as ``PET_NPROC_PER_NODE``). (Without
-        the label, :func:`render_hosts` first takes each node's own count when the launcher
+    :returns: ``nproc``, else the GPU count when > 0 (as ``PET_NPROC_PER_NODE``). (Without
+        ``nproc``, :func:`render_hosts` first takes each node's own count when the launcher
         states them: a Slurm step's ``SLURM_STEP_TASKS_PER_NODE``.)
     :raises LabelError: neither is known (exit 4); the message says what to set.
     """
-    if nproc_label is not None:
-        return nproc_label
+    if nproc is not None:
+        return nproc
     if topology.gpus_per_node:
         return topology.gpus_per_node
     if topology.gpus_per_node is None:
@@ -140,11 +144,13 @@ def slots_per_node(
 
 
 def render_hosts(
-    topology: ClusterTopology, fmt: str, nproc_label: int | None, *, opted_in: bool = True
+    topology: ClusterTopology, fmt: str, nproc: int | None, *, opted_in: bool = True
 ) -> str:
     """The host list of ``topology`` in ``fmt`` (one of :data:`HOST_FORMATS`).
 
-    :param nproc_label: the validated label ``nproc-per-node``, ``None`` when unset.
+    :param topology: the session, as :func:`derive_env.pipeline.host_list` gives it.
+    :param fmt: one of :data:`HOST_FORMATS`.
+    :param nproc: see :func:`slots_per_node`.
     :param opted_in: see :func:`slots_per_node`.
     :returns: the text to print, ending in a newline.
     :raises LabelError: N is needed and unknown (:func:`slots_per_node`).
@@ -160,13 +166,11 @@ def render_hosts(
     entry, separator, no_ipv6 = _SYNTAX[fmt]
     layout = topology.processes
     tasks = layout.tasks_per_node if layout is not None else None
-    if nproc_label is None and tasks:
+    if nproc is None and tasks:
         # The launcher stated every node's processes (SLURM_STEP_TASKS_PER_NODE): those.
         counts: Sequence[int] = tasks
     else:
-        counts = [slots_per_node(topology, nproc_label, fmt, opted_in=opted_in)] * len(hosts)
-    from derive_env.hosts import is_ipv6
-
+        counts = [slots_per_node(topology, nproc, fmt, opted_in=opted_in)] * len(hosts)
     for rank, host in enumerate(hosts):
         if is_ipv6(host):
             raise TopologyError(
@@ -177,47 +181,3 @@ def render_hosts(
     return separator.join(
         entry.format(host=h, n=n) for h, n in zip(hosts, counts, strict=True)) + "\n"
 
-
-def render_for(
-    environ: Mapping[str, str],
-    labels: Mapping[str, str],
-    fmt: str,
-    source: str | None = None,
-    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
-) -> str:
-    """The host list for ``fmt`` from a container's environment and its image's labels.
-
-    Needs only the topology, so it works for an image that did not opt in too (it sets no
-    variable); then the labels are not read for N. An opted-in image's labels are validated
-    as on every start. ``on-error=warn`` does not apply: there is no command to run
-    unchanged, and an empty host list would start a job on no node.
-
-    :param environ: the input environment (the cluster manager's variables).
-    :param source: ``--source`` (see :func:`derive_env.sources.topology_from`).
-    :param files: reads the files a source needs (``SLURM_HOSTFILE``).
-    :param labels: the image's labels; stray labels of an image that did not opt in must
-        already have been checked (app.py). N: a user-set integer ``PET_NPROC_PER_NODE``
-        (kept by the merge, so torchrun starts that many), else the label, else the GPU
-        count.
-    :raises TopologyError: bad cluster variables (exit 3), or see :func:`render_hosts`.
-    :raises LabelError: bad labels, or N unknown (exit 4).
-    """
-    from derive_env.sources import topology_from
-
-    # All labels go to ImagePolicy: it reports near misses (ai.backend.distibuted....) as
-    # every other path does, instead of silently dropping them.
-    opted_in = is_opted_in(labels)
-    nproc = None
-    if opted_in:
-        from derive_env.policy import ImagePolicy
-
-        nproc = ImagePolicy.from_labels(labels).nproc_per_node
-        # A user-set PET_NPROC_PER_NODE (same on every node) is what torchrun starts, and
-        # the merge keeps it over the label: the slots must say the same.
-        from derive_env.validation import count_of
-
-        user = count_of(environ.get("PET_NPROC_PER_NODE", ""))
-        if user:
-            nproc = user
-    return render_hosts(topology_from(environ, source, files, hosts_only=True), fmt, nproc,
-                        opted_in=opted_in)

@@ -25,11 +25,13 @@ from derive_env import render
 from derive_env.app import parse_env_file
 from derive_env.cli import cli
 from derive_env.errors import LabelError, TopologyError
-from derive_env.hostfiles import HOST_FORMATS, render_for, render_hosts
+from derive_env.pipeline import host_list
+from derive_env.render.hostfiles import HOST_FORMATS, render_hosts
 from derive_env.topology import ClusterTopology, Node
 from helpers import console_script, require
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
 SERVICES = ("main1", "sub1", "sub2")
 PREFIX = "ai.backend.distributed."
 FW = PREFIX + "frameworks"
@@ -70,6 +72,12 @@ def session_env(service: str, **extra: str) -> dict[str, str]:
     return {**parse_env_file(path.read_text(encoding="utf-8"), str(path)), **extra}
 
 
+def host_list_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
+    """What the command line prints for ``--format fmt``: the pipeline's host list, printed."""
+    topology, nproc, opted_in = host_list(environ, labels)
+    return render_hosts(topology, fmt, nproc, opted_in=opted_in)
+
+
 def topology_of(*hosts: str, gpus: int | None = None) -> ClusterTopology:
     return ClusterTopology(
         source="test", nodes=tuple(Node(h) for h in hosts), node_rank=0, gpus_per_node=gpus,
@@ -92,7 +100,7 @@ def test_host_formats_are_format_choices() -> None:
 def test_three_node_session_every_container_prints_the_same(service: str, fmt: str) -> None:
     """HOSTS is sub2,sub1,main1: the list is in canonical order, master first, and every
     container of the session prints the same text."""
-    assert render_for(session_env(service), WITH_NPROC, fmt) == THREE_NODES_N2[fmt]
+    assert host_list_for(session_env(service), WITH_NPROC, fmt) == THREE_NODES_N2[fmt]
 
 
 @pytest.mark.parametrize("fmt", SLOT_FORMATS)
@@ -103,18 +111,18 @@ def test_gpu_count_gives_n_without_the_label(fmt: str) -> None:
         "deepspeed-hostfile": "main1 slots=4\nsub1 slots=4\nsub2 slots=4\n",
         "horovod-hosts": "main1:4,sub1:4,sub2:4\n",
     }
-    assert render_for(session_env("sub2", GPU_COUNT="4"), OPTED_IN, fmt) == four[fmt]
+    assert host_list_for(session_env("sub2", GPU_COUNT="4"), OPTED_IN, fmt) == four[fmt]
 
 
 def test_label_wins_over_gpu_count() -> None:
     env = session_env("main1", GPU_COUNT="8", N_GPUS="8")
-    assert render_for(env, {FW: "pytorch", NPROC: "3"}, "openmpi-hostfile") == (
+    assert host_list_for(env, {FW: "pytorch", NPROC: "3"}, "openmpi-hostfile") == (
         "main1 slots=3\nsub1 slots=3\nsub2 slots=3\n"
     )
 
 
 def test_n_gpus_alone_gives_n() -> None:
-    assert render_for(session_env("sub1", N_GPUS="1"), OPTED_IN, "horovod-hosts") == (
+    assert host_list_for(session_env("sub1", N_GPUS="1"), OPTED_IN, "horovod-hosts") == (
         "main1:1,sub1:1,sub2:1\n"
     )
 
@@ -131,7 +139,7 @@ def test_n_gpus_alone_gives_n() -> None:
 )
 def test_single_container_lists_localhost(env: dict[str, str]) -> None:
     env = {**env, "GPU_COUNT": "2"}
-    assert [render_for(env, OPTED_IN, fmt) for fmt in HOST_FORMATS] == [
+    assert [host_list_for(env, OPTED_IN, fmt) for fmt in HOST_FORMATS] == [
         "localhost\n", "localhost slots=2\n", "localhost:2\n", "localhost slots=2\n",
         "localhost:2\n",
     ]
@@ -140,12 +148,12 @@ def test_single_container_lists_localhost(env: dict[str, str]) -> None:
 def test_not_opted_in_image_gets_host_lists_from_the_gpu_count() -> None:
     """The formats set nothing, so an image that did not opt in gets them too."""
     env = session_env("sub1", GPU_COUNT="2")
-    assert {fmt: render_for(env, {}, fmt) for fmt in HOST_FORMATS} == THREE_NODES_N2
+    assert {fmt: host_list_for(env, {}, fmt) for fmt in HOST_FORMATS} == THREE_NODES_N2
 
 
 def test_hosts_needs_no_n() -> None:
-    assert render_for(session_env("main1"), {}, "hosts") == "main1\nsub1\nsub2\n"
-    assert render_for(session_env("main1", GPU_COUNT="0"), OPTED_IN, "hosts") == (
+    assert host_list_for(session_env("main1"), {}, "hosts") == "main1\nsub1\nsub2\n"
+    assert host_list_for(session_env("main1", GPU_COUNT="0"), OPTED_IN, "hosts") == (
         "main1\nsub1\nsub2\n"
     )
 
@@ -153,20 +161,20 @@ def test_hosts_needs_no_n() -> None:
 @pytest.mark.parametrize("fmt", SLOT_FORMATS)
 def test_no_n_opted_in_is_a_label_error(fmt: str) -> None:
     with pytest.raises(LabelError) as info:
-        render_for(session_env("main1"), OPTED_IN, fmt)
+        host_list_for(session_env("main1"), OPTED_IN, fmt)
     assert str(info.value) == NO_N_OPTED_IN.format(fmt=fmt, gpus=NO_GPU_COUNT)
     assert info.value.exit_code == 4
 
 
 def test_no_n_with_gpu_count_zero_names_the_variable() -> None:
     with pytest.raises(LabelError) as info:
-        render_for(session_env("main1", GPU_COUNT="0"), OPTED_IN, "mpich-hostfile")
+        host_list_for(session_env("main1", GPU_COUNT="0"), OPTED_IN, "mpich-hostfile")
     assert str(info.value) == NO_N_OPTED_IN.format(fmt="mpich-hostfile", gpus="GPU_COUNT is 0")
 
 
 def test_no_n_not_opted_in_says_to_opt_in() -> None:
     with pytest.raises(LabelError) as info:
-        render_for(session_env("main1", N_GPUS="0"), {}, "deepspeed-hostfile")
+        host_list_for(session_env("main1", N_GPUS="0"), {}, "deepspeed-hostfile")
     assert str(info.value) == NO_N_NOT_OPTED_IN.format(
         fmt="deepspeed-hostfile", gpus="N_GPUS is 0"
     )
@@ -174,7 +182,7 @@ def test_no_n_not_opted_in_says_to_opt_in() -> None:
 
 def test_bad_label_of_an_opted_in_image_is_refused() -> None:
     with pytest.raises(LabelError) as info:
-        render_for(session_env("main1"), {FW: "pytorch", NPROC: "0"}, "hosts")
+        host_list_for(session_env("main1"), {FW: "pytorch", NPROC: "0"}, "hosts")
     assert str(info.value) == (
         "label ai.backend.distributed.nproc-per-node='0': expected an integer >= 1"
     )
@@ -183,7 +191,7 @@ def test_bad_label_of_an_opted_in_image_is_refused() -> None:
 def test_bad_topology_is_refused() -> None:
     env = session_env("main1", BACKENDAI_CLUSTER_SIZE="4")
     with pytest.raises(TopologyError) as info:
-        render_for(env, WITH_NPROC, "openmpi-hostfile")
+        host_list_for(env, WITH_NPROC, "openmpi-hostfile")
     assert str(info.value) == (
         "BACKENDAI_CLUSTER_REPLICAS='main:1,sub:2': expected counts adding up to "
         "BACKENDAI_CLUSTER_SIZE=4; they add up to 3"
@@ -227,21 +235,24 @@ def test_single_ipv6_container_is_localhost() -> None:
 
 
 def test_render_refuses_host_formats_and_unknown_ones() -> None:
-    with pytest.raises(ValueError, match=r"rendered by derive_env\.hostfiles\.render_for"):
+    with pytest.raises(ValueError,
+                       match=r"rendered by derive_env\.render\.hostfiles\.render_hosts"):
         render.render(None, "hosts")
     with pytest.raises(ValueError, match="unknown host format 'yaml'"):
         render_hosts(topology_of("main1"), "yaml", 2)
 
 
-def test_host_formats_load_without_heavy_imports() -> None:
-    """A fast dry-run path reads HOST_FORMATS; the module must stay as light as labels.py."""
+@pytest.mark.parametrize("module", ["derive_env.render", "derive_env.render.hostfiles"])
+def test_host_formats_load_without_heavy_imports(module: str) -> None:
+    """A fast dry-run path reads HOST_FORMATS (derive_env.render); the printing of the host
+    lists is as light: neither may import pydantic, click or typing."""
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import derive_env.hostfiles"],
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
         capture_output=True, text=True, timeout=60, check=True,
     )
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "derive_env.hostfiles" in imported
+    assert module in imported
     assert {"pydantic", "pydantic_core", "click", "typing"} & imported == set()
 
 
@@ -406,7 +417,7 @@ def test_near_miss_label_is_reported_on_the_hostfile_path_too() -> None:
     instead of being dropped so that the GPU count silently gives the slots."""
     labels = {FW: "pytorch", "ai.backend.distibuted.nproc-per-node": "2"}
     with pytest.raises(LabelError) as info:
-        render_for(session_env("main1", GPU_COUNT="8"), labels, "openmpi-hostfile")
+        host_list_for(session_env("main1", GPU_COUNT="8"), labels, "openmpi-hostfile")
     assert "ai.backend.distibuted.nproc-per-node" in str(info.value)
     assert "expected the key ai.backend.distributed.nproc-per-node" in str(info.value)
 
@@ -415,45 +426,35 @@ def test_user_set_pet_nproc_per_node_gives_the_slots() -> None:
     """torchrun starts the user's PET_NPROC_PER_NODE (the merge keeps it over the label):
     the slots of every hostfile say the same, so mpirun and torchrun agree."""
     environ = session_env("sub1", PET_NPROC_PER_NODE="3")
-    assert render_for(environ, WITH_NPROC, "openmpi-hostfile") == (
+    assert host_list_for(environ, WITH_NPROC, "openmpi-hostfile") == (
         "main1 slots=3\nsub1 slots=3\nsub2 slots=3\n"
     )
     # Not an integer (torchrun's auto/gpu): the label gives N.
     environ = session_env("sub1", PET_NPROC_PER_NODE="auto")
-    assert render_for(environ, WITH_NPROC, "mpich-hostfile") == "main1:2\nsub1:2\nsub2:2\n"
+    assert host_list_for(environ, WITH_NPROC, "mpich-hostfile") == "main1:2\nsub1:2\nsub2:2\n"
 
 
 def test_a_slurm_step_gives_each_node_its_own_slot_count() -> None:
     """srun -N3 -n5 (recorded): SLURM_STEP_TASKS_PER_NODE=3,1(x2) are the slots."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent / "e2e"))
+    sys.path.insert(0, str(TESTS / "e2e"))
     from record_envs import load_fixture
 
-    from derive_env.hostfiles import render_for
-
-    _, env = load_fixture(Path(__file__).parent / "fixtures/recorded/srun-uneven/task3.env")
-    assert render_for(dict(env), {}, "horovod-hosts") == (
+    _, env = load_fixture(TESTS / "fixtures/recorded/srun-uneven/task3.env")
+    assert host_list_for(dict(env), {}, "horovod-hosts") == (
         "gpu-a100-09:3,gpu-a100-10:1,gpu-a100-11:1\n")
-    assert render_for(dict(env), {}, "openmpi-hostfile") == (
+    assert host_list_for(dict(env), {}, "openmpi-hostfile") == (
         "gpu-a100-09 slots=3\ngpu-a100-10 slots=1\ngpu-a100-11 slots=1\n")
     opted = {"ai.backend.distributed.frameworks": "pytorch",
              "ai.backend.distributed.nproc-per-node": "4"}
-    assert render_for(dict(env), opted, "horovod-hosts") == (  # the label still wins
+    assert host_list_for(dict(env), opted, "horovod-hosts") == (  # the label still wins
         "gpu-a100-09:4,gpu-a100-10:4,gpu-a100-11:4\n")
 
 
 def test_a_batch_script_of_several_nodes_prints_the_allocations_hosts() -> None:
     """deepspeed / horovodrun start from the batch script: the host list is the job's,
     although deriving for the script itself stops (only srun starts the other nodes)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent / "e2e"))
+    sys.path.insert(0, str(TESTS / "e2e"))
     from record_envs import load_fixture
 
-    from derive_env.hostfiles import render_for
-
-    _, env = load_fixture(Path(__file__).parent / "fixtures/recorded/sbatch-3node/batch.env")
-    assert render_for(dict(env), {}, "hosts") == "gpu-a100-09\ngpu-a100-10\ngpu-a100-11\n"
+    _, env = load_fixture(TESTS / "fixtures/recorded/sbatch-3node/batch.env")
+    assert host_list_for(dict(env), {}, "hosts") == "gpu-a100-09\ngpu-a100-10\ngpu-a100-11\n"
