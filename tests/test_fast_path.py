@@ -407,3 +407,22 @@ def test_opted_in_start_loads_no_secrets_nor_libcrypto(tmp_path: Path, backendai
     assert "pydantic.types" in loaded
     assert {"secrets", "hmac", "hashlib", "_hashlib"} & loaded == set()
 
+
+@pytest.mark.parametrize("labels", [{}, {FW: "pytorch,tensorflow"}],
+                         ids=["not-opted-in", "opted-in"])
+@pytest.mark.parametrize(("argv", "wanted", "unwanted"), [
+    (["--dry-run", "--format", "shell"], "derive_env.render",
+     {"derive_env.render.hostfiles", "derive_env.render.explain"}),
+    (["--dry-run", "--explain"], "derive_env.render.explain", {"derive_env.render.hostfiles"}),
+    (["--dry-run", "--format", "hosts"], "derive_env.render.hostfiles",
+     {"derive_env.render.explain"}),
+], ids=["hook", "explain", "hosts"])
+def test_each_output_loads_only_its_renderer(tmp_path: Path, backendai_env, labels: dict[str, str],
+                                             argv: list[str], wanted: str,
+                                             unwanted: set[str]) -> None:
+    """The host formats and --explain are imported only by the option that needs them: the
+    hook's ``--format shell`` loads neither (redesign.md 4.4)."""
+    env = backendai_env(["sub1", "main1", "sub2"], "sub2")
+    loaded = _until_exec(tmp_path, labels, env, argv)[1]
+    assert wanted in loaded
+    assert unwanted & loaded == set()

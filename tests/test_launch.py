@@ -1054,7 +1054,7 @@ def test_ctrl_c_before_the_exec_exits_130_without_a_traceback(
     (["--", "true"], "derive_env.launch"),  # the ENTRYPOINT path
     (["--dry-run", "--format", "shell"], "derive_env.render"),  # the hook's (bootstrap.sh)
     (["--format=shell", "--dry-run"], "derive_env.render"),
-    (["--dry-run", "--explain"], "derive_env.render"),
+    (["--dry-run", "--explain"], "derive_env.render.explain"),
 ])
 def test_not_opted_in_path_imports_neither_pydantic_nor_click_nor_typing(
     tmp_path: Path, args: list[str], reached: str

@@ -638,10 +638,10 @@ def test_auto_resolves_once_the_master_a_few_peers_and_the_own_name(backendai_en
 
 
 def test_explain_says_why_a_candidate_was_rejected(sub1, opt_in) -> None:
-    from derive_env import render
+    from derive_env.render.explain import explain
 
     derivation = derive(sub1, {**opt_in, IFNAME: "auto"}, swarm(hosts="198.18.1.2 sub1\n"))
-    text = render.explain(derivation)
+    text = explain(derivation)
     assert (
         "label ai.backend.distributed.socket-ifname=auto: not chosen: eth1: its subnets "
         "(198.18.1.0/24) hold none of the peers' addresses (main1 198.18.0.10, sub2 "

@@ -721,9 +721,13 @@ def _write(text: str) -> int:
 
 def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool) -> int:
     if dry_run:
-        from derive_env import render
+        if explain:
+            from derive_env.render.explain import explain as for_a_person
 
-        return _write(render.explain(derivation) if explain else render.render(derivation, fmt))
+            return _write(for_a_person(derivation))
+        from derive_env.render import render
+
+        return _write(render(derivation, fmt))
     from derive_env.launch import exec_command
 
     if derivation is None:  # not opted in, or on-error=warn: the environment unchanged

@@ -4,28 +4,26 @@ Only derived variables are ever printed (the input environment can hold access k
 The machine formats (env, json, toml, shell) print exactly the variables the exec would add
 or change. The host formats (:data:`HOST_FORMATS`) print the session's nodes for a launcher
 instead; they need the topology, not the derivation, and are printed by
-:func:`derive_env.render.hostfiles.render_hosts`. ``--explain``: :func:`explain`.
+:func:`derive_env.render.hostfiles.render_hosts`. ``--explain`` is
+:func:`derive_env.render.explain.explain`.
 
 This module is the one the hook's fast dry run (``derive-env --dry-run --format shell``)
-and click's ``--format`` choice read: it holds the names as plain data and does not import
-the host formats, which only the option that needs them imports. A new format: its name
-here, its renderer in :func:`render` (or in a module of this package).
+and click's ``--format`` choice read: it holds the names as plain data and imports neither
+the host formats nor the explanation, which only the option that needs them imports. A new
+format: its name here, its renderer in :func:`render` (or in a module of this package).
 """
 
 from __future__ import annotations
 
 import json
 
-from derive_env.labels import OPT_IN
-
 # Not from typing, and the pipeline (pydantic) only for type checkers: an image that did not
 # opt in renders through here without importing pydantic (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from derive_env.pipeline import Derivation
-    from derive_env.topology import ClusterTopology
 
-__all__ = ["FORMATS", "HOST_FORMATS", "explain", "render"]
+__all__ = ["FORMATS", "HOST_FORMATS", "render"]
 
 #: The host-list formats of ``--format`` (:mod:`derive_env.render.hostfiles`); the names are
 #: fixed: launchers' job scripts rely on them.
@@ -76,127 +74,3 @@ def _single_quoted(value: str) -> str:
     quoted = shlex.quote(value)
     # shlex leaves safe words bare; those hold no quote or special character to escape.
     return quoted if quoted.startswith("'") else f"'{value}'"
-
-#: --explain lists at most this many nodes (the first ones, the master, this container).
-_NODES_SHOWN = 16
-
-
-def explain(derivation: Derivation | None) -> str:
-    """For a person: the topology, then each variable with its value and where it came from.
-
-    The topology part: source, session, node count; the nodes in canonical order under a
-    header naming the rule that built the order (``ClusterTopology.order``); the source's
-    notes (``ClusterTopology.notes``, e.g. a Backend.AI LOCAL_RANK that differs from the
-    node rank). Warnings (the source's first) close the text.
-
-    :param derivation: the derivation, ``None`` when the image did not opt in.
-    :returns: the text to print, ending in a newline.
-    """
-    if derivation is None:
-        return (
-            f"not opted in: the image has no label {OPT_IN}\n"
-            "nothing is derived; the command runs with the environment unchanged\n"
-        )
-    topo, policy = derivation.topology, derivation.policy
-    lines = _topology_lines(derivation)
-    lines += topo.notes  # e.g. the cluster manager's own rank, when it differs
-    lines += topo.layers  # every source seen, what each layer used, what was shadowed
-    mode = f" (mode {policy.pytorch_mode})" if "pytorch" in policy.frameworks else ""
-    if mode and topo.per_process:
-        mode = f" (mode {policy.pytorch_mode} not used: one worker per process)"
-    lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
-    lines.append("")
-    lines += _variable_lines(derivation)
-    if derivation.notes:
-        lines.append("")
-        lines += derivation.notes
-    for warning in derivation.warnings:
-        lines.append(f"warning: {warning}")
-    return "\n".join(lines) + "\n"
-
-
-def _printable(value: str) -> str:
-    """A value for a person: control characters escaped (a kept value could otherwise forge
-    lines), cut at 300 characters."""
-    if not value.isprintable():
-        value = repr(value)
-    return value if len(value) <= 300 else value[:300] + "..."
-
-
-def _topology_lines(derivation: Derivation) -> list[str]:
-    """The source line, the master or the nodes, and the process layer."""
-    topo = derivation.topology
-    # Backend.AI says session; the job managers (Slurm, MPI, torchrun, Kubeflow) say job.
-    kind = "session" if topo.source in ("backendai", "standalone") else "job"
-    session = f" {kind} {_printable(topo.session_id)}" if topo.session_id else ""
-    if not topo.multi_node:
-        lines = [f"source: {topo.source}{session}, single-container session"]
-    elif not topo.nodes:
-        lines = _without_host_list(derivation, session)
-    else:
-        lines = _node_lines(topo, session)
-    layout = topo.processes
-    if layout is not None:
-        lines.append(
-            f"processes ({topo.inputs_of('processes')}): rank {layout.rank} of "
-            f"{layout.world_size}, local rank {layout.local_rank} of "
-            f"{layout.local_world_size} on this node"
-            + ("; one worker per process" if topo.per_process else "; one per node"))
-    return lines
-
-
-def _without_host_list(derivation: Derivation, session: str) -> list[str]:
-    """A session of several nodes that no source lists: the count, and the master."""
-    topo = derivation.topology
-    count = f"{topo.num_nodes} nodes" if topo.num_nodes else "nodes not stated"
-    rank = f", node rank {topo.node_rank}" if topo.node_rank is not None else ""
-    lines = [f"source: {topo.source}{session}, {count}{rank}; no host list"]
-    if topo.master is not None:
-        lines.append(f"master (host of rank 0): {topo.master} ({topo.inputs_of('master')})")
-    elif any(v.name == "MASTER_ADDR" and v.kept for v in derivation.variables):
-        lines.append("no source states the host of rank 0: MASTER_ADDR (set) is used")
-    elif topo.missing:
-        lines.append(f"no source states the host of rank 0: {topo.missing}")
-    return lines
-
-
-def _node_lines(topo: ClusterTopology, session: str) -> list[str]:
-    """The source line, then the first nodes and this one in canonical order."""
-    me, layout = topo.this_node, topo.processes
-    who = "this process runs on" if layout is not None else "this container is"
-    where = (f"{who} {me.host}, node rank {topo.node_rank}" if me is not None
-             else "this process's node is not stated")
-    lines = [f"source: {topo.source}{session}, {topo.num_nodes} nodes; {where}"]
-    # the source says which rule built the order (REPLICAS, or names parsed from HOSTS)
-    rule = f" ({topo.order})" if topo.order else ""
-    lines.append(f"nodes in canonical order{rule}:")
-    # The first nodes and this one: no pass over a 4096-node session's others.
-    own = {topo.node_rank} if topo.node_rank is not None else set()
-    tasks = layout.tasks_per_node if layout is not None else None
-    for rank in sorted({*range(min(len(topo.nodes), _NODES_SHOWN)), *own}):
-        node = topo.nodes[rank]
-        tags = (["master"] if rank == 0 else []) + (
-            [("this node" if layout is not None else "this container")]
-            if rank == topo.node_rank else []
-        )
-        count = f"  {tasks[rank]} process(es)" if tasks else ""
-        lines.append(f"  {rank:>4}  {node.host}{count}"
-                     + (f"  ({', '.join(tags)})" if tags else ""))
-    if len(topo.nodes) > _NODES_SHOWN:
-        lines.append(f"  ... {len(topo.nodes)} nodes in all")
-    return lines
-
-
-def _variable_lines(derivation: Derivation) -> list[str]:
-    """Each variable: ``NAME = value``, then kept (and the derived value) or its source."""
-    lines = []
-    width = max((len(v.name) for v in derivation.variables), default=0)
-    for var in derivation.variables:
-        value = _printable(var.value)
-        lines.append(f"{var.name:<{width}} = {value}")
-        if var.kept:
-            same = "same as derived" if var.derived == var.value else f"derived: {var.derived}"
-            lines.append(f"{'':<{width}}   kept: already set ({same})")
-        else:
-            lines.append(f"{'':<{width}}   source: {var.source}")
-    return lines
