@@ -5,10 +5,10 @@ variables, its depth in the launch, its title, and how it states a multi-process
 :func:`seen_sources` finds the lines whose variables are all set without importing any
 module; :func:`choice_of` reads the ``--source`` choice. A line's module has
 ``read(environ, line, files=None) -> Report`` (sources/report.py); the composer
-(sources/compose.py) reads every seen line and composes one topology, and refuses a
-launcher derive-env cannot read (a line without a module, or a partial set of a line's
-variables) rather than describe one process of a larger job. Adding a source is one module
-plus ``module=`` on its line.
+(sources/compose.py) reads every seen line and composes one topology. A launcher
+derive-env cannot read (a line without a module, or a partial set of a line's variables)
+is refused rather than described as one process of a larger job (sources/refusals.py).
+Adding a source is one module plus ``module=`` on its line.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ class Source(namedtuple("Source", (
         missing (Backend.AI, contract section 5), instead of ignoring it.
     :ivar prefix: see ``any_of``.
 
-    The launcher refusals (sources.md 3; compose.launcher_problem), for a line with
-    ``states`` or a ``size``:
+    The launcher refusals (sources.md 3; :func:`derive_env.sources.refusals.launcher_problem`),
+    for a line with ``states`` or a ``size``:
 
     :ivar marker: the variables that alone say "this launcher started us"
         (``TORCHELASTIC_RUN_ID`` for torchrun); empty: all of ``detect``.
@@ -78,7 +78,8 @@ class Source(namedtuple("Source", (
     :ivar part_of: for a line without a module: the line whose module reads these
         variables when that line's complete set is set (``PMI_RANK`` and ``PMI_SIZE`` are
         part of Hydra's): they alone are refused as a partial set of it.
-    :ivar fix: what to do, ending the refusal of a line no module reads.
+    :ivar fix: what to do, ending the refusal of a launcher no module reads, or of one
+        that started this process without saying the job's size.
     """
 
     __slots__ = ()
