@@ -3,9 +3,8 @@
 Recorded environments first (Open MPI 4.1 and MPICH 4.0 over SSH and inside Slurm, and the
 Slurm PMI plugins that must NOT be taken for a launcher of ours), then variable sets built
 from the documentation of launchers not installable here (each names its page or file),
-then malformed and misleading input with exact messages, then the two properties of
-iface9.md: every process of one job agrees, and no text gives anything but a Report or a
-TopologyError.
+then malformed and misleading input with exact messages, then two properties: every
+process of one job agrees, and no text gives anything but a Report or a TopologyError.
 """
 
 from __future__ import annotations

@@ -372,8 +372,7 @@ def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
     """Rank 0 must run on node rank 0, the master (a check only rank 0 can make)."""
     if layout is None or layout.rank != 0 or node_rank in (None, 0):
         return
-    here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else (
-        f"node rank {node_rank}")
+    here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else f"node rank {node_rank}"
     raise TopologyError(
         f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, but every "
         f"framework needs rank 0 on node rank 0 (the master, "
