@@ -334,7 +334,8 @@ sys.argv = ["derive-env", *sys.argv[1:]]
 entry.main()
 """
 #: What every opted-in derive imports: the table, the resolver and the report it reads.
-_TABLE = ["derive_env.sources", "derive_env.sources.report", "derive_env.sources.resolve"]
+_TABLE = ["derive_env.sources", "derive_env.sources.compose", "derive_env.sources.refusals",
+          "derive_env.sources.report"]
 _UNSEEN = {"derive_env.sources.slurm", "derive_env.sources.slurm_grammar",
            "derive_env.sources.mpi", "derive_env.sources.torchrun",
            "derive_env.sources.kubeflow"}

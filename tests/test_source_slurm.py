@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 from record_envs import FIXTURES, load_fixture
 
 from derive_env.errors import TopologyError
-from derive_env.sources import seen_sources, slurm
+from derive_env.sources import BY_NAME, seen_sources, slurm
 from derive_env.sources.report import Processes
 from derive_env.topology import Node
 
@@ -39,11 +39,11 @@ def tasks(scenario: str) -> dict[str, tuple[str, dict[str, str]]]:
 
 
 def step(env: dict[str, str], files: dict[str, str | None] | None = None):
-    return slurm.read(env, "slurm-step", files if files is not None else {})
+    return slurm.read(env, BY_NAME["slurm-step"], files if files is not None else {})
 
 
 def alloc(env: dict[str, str]):
-    return slurm.read(env, "slurm-allocation")
+    return slurm.read(env, BY_NAME["slurm-allocation"])
 
 
 # -- every task of every recording -------------------------------------------------------------
@@ -184,7 +184,7 @@ def block() -> dict[str, str]:
 def raises(env: dict[str, str], name: str = "slurm-step",
            files: dict[str, str | None] | None = None) -> str:
     with pytest.raises(TopologyError) as info:
-        slurm.read(env, name, files or {})
+        slurm.read(env, BY_NAME[name], files or {})
     assert info.value.exit_code == 3
     return str(info.value)
 
@@ -580,7 +580,7 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(name, extra, hostfile
     env.update(extra)
     env.update({var: env[var] or "x" for var in line.detect})  # the line is seen
     try:
-        report = slurm.read(env, name, {"/h": hostfile})
+        report = slurm.read(env, BY_NAME[name], {"/h": hostfile})
     except TopologyError as exc:
         assert str(exc)
     else:
@@ -590,7 +590,7 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(name, extra, hostfile
 def slurm_lines():
     from derive_env.sources import SOURCES
 
-    return [s for s in SOURCES if s.module.endswith(".slurm")]
+    return [s for s in SOURCES if s.module == "slurm"]
 
 
 @pytest.mark.parametrize(("nodelist", "message"), [

@@ -23,7 +23,7 @@ from derive_env.errors import CommandNotExecutable, DeriveEnvError, TopologyErro
 from derive_env.hosts import host_port, is_loopback
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import LAUNCHERS, topology_from
+from derive_env.sources import SOURCES, topology_from
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
 PPC = {**ALL, PREFIX + "pytorch-mode": "process-per-container"}
@@ -522,11 +522,12 @@ def test_mpirun_inside_a_backendai_session_takes_ranks_from_mpirun(backendai_env
 
 
 def test_every_launcher_has_a_complete_set() -> None:
-    assert all(launcher.detect for launcher in LAUNCHERS)
-    assert len({launcher.name for launcher in LAUNCHERS}) == len(LAUNCHERS)
+    assert all(launcher.detect for launcher in SOURCES)
+    assert len({launcher.name for launcher in SOURCES}) == len(SOURCES)
 
 
-LAUNCHER_NAMES = sorted({n for lnch in LAUNCHERS for n in (*lnch.detect, *dict(lnch.states))})
+LAUNCHER_NAMES = sorted({n for lnch in SOURCES if lnch.states or lnch.size
+                         for n in (*(lnch.marker or lnch.detect), *dict(lnch.states))})
 
 
 @given(

@@ -21,7 +21,7 @@ from derive_env.frameworks import (
 )
 from derive_env.labels import is_opted_in
 from derive_env.policy import ImagePolicy
-from derive_env.sources import topology_from
+from derive_env.sources.compose import topology_from
 from derive_env.topology import ClusterTopology
 from derive_env.validation import count_of
 

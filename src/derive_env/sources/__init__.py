@@ -1,295 +1,57 @@
 """Sources: one module per cluster manager or launcher, each reporting what it saw.
 
-:data:`SOURCES` is the table, one line per source (its complete set of variables, its depth
-in the launch); :func:`seen_sources` finds the lines whose variables are all set without
-importing any module. Each module has ``read(environ, name) -> Report``
-(sources/report.py); :func:`topology_from` hands every seen source's report to the
-resolver (sources/resolve.py), which composes one topology. Adding a source is one module
-plus one line here. :data:`LAUNCHERS` refuses launchers derive-env cannot read (no source,
-or a partial set of a source's variables) rather than describe one process of a larger job.
+:data:`SOURCES` is the table, one line per manager or launcher: its complete set of
+variables, its depth in the launch, its title, and how it states a multi-process job.
+:func:`seen_sources` finds the lines whose variables are all set without importing any
+module; :func:`choice_of` reads the ``--source`` choice. A line's module has
+``read(environ, line, files=None) -> Report`` (sources/report.py); the composer
+(sources/compose.py) reads every seen line and composes one topology. A launcher
+derive-env cannot read (a line without a module, or a partial set of a line's variables)
+is refused rather than described as one process of a larger job (sources/refusals.py).
+Adding a source is one module plus ``module=`` on its line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from collections import namedtuple
+from collections.abc import Mapping
 
-from derive_env.errors import TopologyError, describe
-from derive_env.topology import ClusterTopology
-from derive_env.validation import static_count
+from derive_env.errors import TopologyError, UsageError, describe
 
-#: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
-#: multi-node or multi-process topology, with the value a single container has. Checked only
-#: when no cluster manager stated the nodes: inside a session they are user values
-#: (contract section 6, :mod:`derive_env.environ`).
-_SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
-                  "PET_NODE_RANK": 0, "GROUP_RANK": 0}
+#: The variable that chooses a source for every node of a session (``--source`` wins).
+SOURCE_VARIABLE = "DERIVE_ENV_SOURCE"
+#: The choices besides a source name.
+AUTO, NONE = "auto", "none"
 
-
-class Launcher(NamedTuple):
-    """How a launcher derive-env has no source for states ranks or sizes (sources.md 3).
-
-    :ivar name: for messages.
-    :ivar detect: its complete set of variables (all present: this launcher started us).
-    :ivar states: ``(variable, single-process value)``: one set to anything else states
-        more than one process, complete set or not.
-    :ivar fix: what to do, ending the message.
-    :ivar unless: variables whose presence means another context (a Slurm step, not the
-        batch script); the launcher is then not considered.
-    :ivar sized: False when the complete set cannot tell the job's size (PMIx, Kubernetes):
-        then the set alone is refused, on every process alike.
-    :ivar partial: whether ``states`` count without the complete set (an MPI rank alone is
-        still an MPI job; a batch script's node count alone is not a batch script).
-    :ivar unit: what the size counts (``process``, ``node``), for messages.
-    """
-
-    name: str
-    detect: tuple[str, ...]
-    states: tuple[tuple[str, int], ...]
-    fix: str
-    unless: tuple[str, ...] = ()
-    sized: bool = True
-    partial: bool = True
-    unit: str = "process"
-    source: str | None = None
+#: Ends a refusal: the label that lets the command run anyway.
+ON_ERROR_WARN = ("or set label ai.backend.distributed.on-error=warn to run it with the "
+                 "environment unchanged")
+_RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
+                f"launcher's), {ON_ERROR_WARN}")
 
 
-_NO_SOURCE = "derive-env has no source for it yet (planned)"
-_WARN = ("or set label ai.backend.distributed.on-error=warn to run it with the environment "
-         "unchanged")
-_RUN_WITHOUT = f"Run the command without derive-env (set the framework variables from the " \
-               f"launcher's), {_WARN}"
+class Source(namedtuple("Source", (
+        "name", "title", "module", "detect", "depth",
+        "unless", "fallback", "any_of", "prefix",
+        "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix"),
+        defaults=((), False, False, None, (), (), True, True, "process", None, None,
+                  _RUN_WITHOUT))):
+    """One line of the source table: how to see a manager or launcher without importing
+    anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
-#: Launchers in precedence order, innermost first (sources.md 3.13): the first that states
-#: more than one process is named.
-LAUNCHERS: tuple[Launcher, ...] = (
-    Launcher(
-        "torchrun (torchelastic)", ("TORCHELASTIC_RUN_ID",),
-        (("GROUP_WORLD_SIZE", 1), ("GROUP_RANK", 0), ("WORLD_SIZE", 1), ("RANK", 0),
-         ("LOCAL_WORLD_SIZE", 1)),
-        "derive-env runs inside a torchrun worker; start it outside instead: "
-        "derive-env -- torchrun ... (it sets torchrun's PET_* defaults)", partial=False,
-        source="torchrun",
-    ),
-    Launcher(
-        "Open MPI (mpirun)",
-        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-         "OMPI_COMM_WORLD_LOCAL_SIZE"),
-        (("OMPI_COMM_WORLD_SIZE", 1), ("OMPI_COMM_WORLD_RANK", 0),
-         ("OMPI_COMM_WORLD_LOCAL_SIZE", 1), ("OMPI_COMM_WORLD_LOCAL_RANK", 0)),
-        _RUN_WITHOUT, source="openmpi",
-    ),
-    Launcher(
-        "MVAPICH2 (mpirun_rsh)",
-        ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-         "MV2_COMM_WORLD_LOCAL_SIZE"),
-        (("MV2_COMM_WORLD_SIZE", 1), ("MV2_COMM_WORLD_RANK", 0),
-         ("MV2_COMM_WORLD_LOCAL_SIZE", 1), ("MV2_COMM_WORLD_LOCAL_RANK", 0)),
-        _RUN_WITHOUT, source="mvapich2",
-    ),
-    Launcher(
-        "Cray PALS (mpiexec)",
-        ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID", "PMI_SIZE"),
-        (("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0)),
-        _RUN_WITHOUT, source="pals",
-    ),
-    Launcher(
-        "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
-        ("PMI_RANK", "PMI_SIZE"),
-        (("PMI_SIZE", 1), ("PMI_RANK", 0), ("PMI_LOCAL_SIZE", 1), ("PMI_LOCAL_RANK", 0),
-         ("MPI_LOCALNRANKS", 1), ("MPI_LOCALRANKID", 0)),
-        _RUN_WITHOUT, source="hydra",
-    ),
-    Launcher(
-        "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
-        ("PMIX_RANK", "PMIX_NAMESPACE"),
-        (("PMIX_RANK", 0),), _RUN_WITHOUT, sized=False, source="openmpi",
-    ),
-    Launcher(
-        "a Slurm step (srun)",
-        ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
-         "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID",
-         "SLURM_NODEID"),
-        (("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1), ("SLURM_PROCID", 0),
-         ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0)),
-        _RUN_WITHOUT, source="slurm-step",
-    ),
-    Launcher(
-        "a Slurm batch script or salloc shell",
-        ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"),
-        (("SLURM_JOB_NUM_NODES", 1), ("SLURM_NNODES", 1)),
-        "The batch script runs on the first node only and only srun starts the others: run "
-        "derive-env inside the srun step (srun --ntasks-per-node=1 derive-env -- torchrun ...)",
-        unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST"), partial=False, unit="node",
-        source="slurm-allocation",
-    ),
-    Launcher(
-        "Flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"),
-        (("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1)), _RUN_WITHOUT,
-    ),
-    Launcher(
-        "LSF jsrun", ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK"),
-        (("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0), ("JSM_NAMESPACE_LOCAL_RANK", 0)),
-        _RUN_WITHOUT,
-    ),
-    Launcher(
-        "a Kubernetes indexed job", ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"),
-        (("JOB_COMPLETION_INDEX", 0),), _RUN_WITHOUT, sized=False,
-    ),
-    Launcher(
-        "SageMaker", ("SM_HOSTS", "SM_CURRENT_HOST"), (), _RUN_WITHOUT, unit="host",
-    ),
-    Launcher(
-        "AWS Batch multi-node parallel", ("AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX"),
-        (("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0)), _RUN_WITHOUT,
-    ),
-)
-
-
-def _single(value: str, single: int) -> bool:
-    """Whether ``value`` states the single-container value (``01``, torchrun's ``1:1`` too)."""
-    return static_count(value) == single
-
-
-def _sagemaker_hosts(value: str) -> int | None:
-    """The number of hosts in ``SM_HOSTS`` (a JSON list), ``None`` when unreadable."""
-    import json
-
-    try:
-        hosts = json.loads(value)
-    except (ValueError, RecursionError):
-        return None
-    return len(hosts) if isinstance(hosts, list) else None
-
-
-def launcher_problem(
-    environ: Mapping[str, str],
-    session: str | None,
-    seen: frozenset[str] = frozenset(),
-    launched: bool = False,
-) -> str | None:
-    """Say which launcher started more than one process without a usable source, or ``None``.
-
-    derive-env refuses rather than describe one process under a multi-process launcher it
-    cannot read (every process of such a job would derive a job of one): a launcher it has
-    no source for, or one whose variables are only partly set (a partial set never selects
-    a source, sources.md 3.13).
-
-    :param session: the cluster manager session the container is in (``"a Backend.AI
-        session of 3 nodes"``), or ``None`` for none.
-    :param seen: the names of the sources that were seen (their launchers are read).
-    :param launched: a seen source stated the process layer: then a launcher that has a
-        source but only part of its variables set is that source's companion (``srun
-        --mpi=pmi2`` sets ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
-    :returns: the message, naming the variable, the launcher and the fix.
-    """
-    unsized: Launcher | None = None  # a launcher that started us without saying the size
-    sized = False  # some launcher's complete set states the size (one process)
-    for launcher in LAUNCHERS:
-        if any(environ.get(name) for name in launcher.unless):
-            continue
-        if launcher.source is not None and (launcher.source in seen or launched):
-            continue
-        complete = all(environ.get(name) for name in launcher.detect)
-        if not complete and not launcher.partial:
-            continue
-        stated = [(name, environ[name]) for name, single in launcher.states
-                  if environ.get(name) and not _single(environ[name], single)]
-        if launcher.name == "SageMaker" and complete:
-            count = _sagemaker_hosts(environ["SM_HOSTS"])
-            if count != 1:
-                stated = [("SM_HOSTS", environ["SM_HOSTS"])]
-        if stated:
-            name, value = stated[0]
-            single = dict(launcher.states).get(name, "a JSON list of one host")
-            if launcher.source is not None:
-                table = next(t for t in SOURCES if t.name == launcher.source)
-                missing = [n for n in table.detect if not environ.get(n)]
-                return describe(
-                    name, value,
-                    f"{single} or unset: {launcher.name} states a job of more than one "
-                    f"{launcher.unit}, but only part of its variables are set (not set: "
-                    f"{', '.join(missing)}), and a partial set is never used: it may be "
-                    "left over from another job. Run derive-env in the launcher's own "
-                    f"process (the launcher sets all of them), {_WARN}",
-                )
-            outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
-                       "launcher's ranks" if session else
-                       f"derive-env would describe a job of one {launcher.unit}")
-            return describe(
-                name, value,
-                f"{single} or unset: {launcher.name} states a job of more than one "
-                f"{launcher.unit}, and {_NO_SOURCE}; {outcome}. {launcher.fix}",
-            )
-        if complete and launcher.sized:
-            sized = True
-        elif complete and unsized is None:
-            unsized = launcher
-    if unsized is not None and not sized:
-        # Open MPI also sets PMIx's variables, and its own say the size: only PMIx (or a
-        # Kubernetes index) alone leaves it unknown.
-        name = unsized.detect[0]
-        return describe(
-            name, environ[name],
-            f"unset: {unsized.name} started this process ({' and '.join(unsized.detect)} "
-            f"are set) without saying how many processes the job has, and {_NO_SOURCE}; "
-            f"describing a job of one process could be wrong. {unsized.fix}",
-        )
-    return None
-
-
-def check_single_container(environ: Mapping[str, str]) -> None:
-    """Refuse a single-container topology that another launcher's variables contradict.
-
-    Used when no cluster manager stated the nodes (no ``BACKENDAI_CLUSTER_*``): then
-    ``WORLD_SIZE=4`` or ``RANK=2`` come from a launcher derive-env has no source for, and
-    describing one container would contradict it. Nothing is guessed.
-
-    :raises TopologyError: naming the first contradicting variable.
-    """
-    for name, single in _SINGLE_VALUES.items():
-        value = environ.get(name, "")
-        if value and not _single(value, single):
-            raise TopologyError(describe(
-                name, value,
-                f"{single} or unset: no source's complete set of variables is set (no "
-                "cluster manager or launcher stated the job), so it is a single-container "
-                "session, but another launcher set a larger topology"
-                f"{_closest_partial(environ)}. Run the command without derive-env for that "
-                "launcher, or give the container its cluster manager's variables",
-            ))
-
-
-def _closest_partial(environ: Mapping[str, str]) -> str:
-    """``" (closest: torchrun, not set: X)"``: the source line with the most of its
-    variables set, when some but not all are (a value left empty, a launcher's copy)."""
-    best, missing = None, ()
-    count = 0
-    for source in SOURCES:
-        if source.any_of:
-            continue
-        present = [n for n in source.detect if environ.get(n)]
-        if present and len(present) > count:
-            best, count = source, len(present)
-            missing = tuple(n for n in source.detect if not environ.get(n))
-    if best is None:
-        return ""
-    return f" (closest: {best.title}; not set: {', '.join(missing)})"
-
-
-class Source(NamedTuple):
-    """One line of the source table: how to see a source without importing its module.
+    Detection (sources.md 3.13):
 
     :ivar name: for ``--source NAME`` / ``DERIVE_ENV_SOURCE`` and messages.
-    :ivar module: its module; imported only when all of ``detect`` are set.
+    :ivar title: for a person (``a Slurm step (srun)``); passed to the module with the line.
+    :ivar module: its module under ``derive_env.sources``, imported only when all of
+        ``detect`` are set; ``None``: derive-env cannot read it yet, it is only refused.
     :ivar detect: its complete set of variables, every one non-empty (a partial set never
-        selects a source: sources.md 3.13).
+        selects a source).
     :ivar depth: its place in the launch, innermost first (architecture.md, "Sources
         compose"): 0 torchrun, 1 an MPI launcher, 2 an srun step, 3 a Slurm allocation,
         4 a node-level manager (Backend.AI, Kubeflow).
-    :ivar title: for a person.
-    :ivar unless: variables whose presence (non-empty) means another context: the source
-        is then not seen.
+    :ivar unless: variables whose presence (non-empty) means another context (a Slurm
+        step, not the batch script): the line is then neither seen nor refused.
     :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
         derive-env itself exports, so a second run inside a session must not take them
         for a manager).
@@ -297,65 +59,126 @@ class Source(NamedTuple):
         set: for a source that reports a partial set itself, as an error naming what is
         missing (Backend.AI, contract section 5), instead of ignoring it.
     :ivar prefix: see ``any_of``.
+
+    The launcher refusals (sources.md 3; :func:`derive_env.sources.refusals.launcher_problem`),
+    for a line with ``states`` or a ``size``:
+
+    :ivar marker: the variables that alone say "this launcher started us"
+        (``TORCHELASTIC_RUN_ID`` for torchrun); empty: all of ``detect``.
+    :ivar states: ``(variable, single-process value)``: one set to anything else states
+        more than one process, complete set or not.
+    :ivar partial: whether ``states`` count without the complete marker (an MPI rank alone
+        is still an MPI job; a batch script's node count alone is not a batch script).
+    :ivar sized: False when the complete marker cannot tell the job's size (PMIx,
+        Kubernetes): then the marker alone is refused, on every process alike.
+    :ivar unit: what the size counts (``process``, ``node``, ``host``), for messages.
+    :ivar size: ``size(environ) -> (variable, expected) | None``, for a size no single
+        variable counts (SageMaker's JSON list): with the marker complete, the variable
+        that states more than one ``unit`` and what a single one would be.
+    :ivar part_of: for a line without a module: the line whose module reads these
+        variables when that line's complete set is set (``PMI_RANK`` and ``PMI_SIZE`` are
+        part of Hydra's): they alone are refused as a partial set of it.
+    :ivar fix: what to do, ending the refusal of a launcher no module reads, or of one
+        that started this process without saying the job's size.
     """
 
-    name: str
-    module: str
-    detect: tuple[str, ...]
-    depth: int
-    title: str
-    unless: tuple[str, ...] = ()
-    fallback: bool = False
-    any_of: bool = False
-    prefix: str | None = None
+    __slots__ = ()
 
 
-_SOURCE = "derive_env.sources."
+def _json_list_size(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """``SM_HOSTS`` (a JSON list of the job's hosts) unless it lists exactly one."""
+    import json
 
-#: Every source, innermost first; ties keep table order. One line per source.
+    try:
+        hosts = json.loads(environ["SM_HOSTS"])
+    except (ValueError, RecursionError):
+        hosts = None
+    if isinstance(hosts, list) and len(hosts) == 1:
+        return None
+    return "SM_HOSTS", "a JSON list of one host"
+
+
+#: Every manager and launcher, innermost first; ties keep table order, which is also the
+#: order of the refusals (the first line that states more than one process is named).
 SOURCES: tuple[Source, ...] = (
-    Source("torchrun", _SOURCE + "torchrun",
+    Source("torchrun", "torchrun (torchelastic)", "torchrun",
            ("TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-            "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
-           0, "torchrun (torchelastic)"),
-    Source("openmpi", _SOURCE + "mpi",
+            "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"), 0,
+           marker=("TORCHELASTIC_RUN_ID",),
+           states=(("GROUP_WORLD_SIZE", 1), ("GROUP_RANK", 0), ("WORLD_SIZE", 1), ("RANK", 0),
+                   ("LOCAL_WORLD_SIZE", 1)), partial=False),
+    Source("openmpi", "Open MPI (mpirun)", "mpi",
            ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-            "OMPI_COMM_WORLD_LOCAL_SIZE"), 1, "Open MPI (mpirun)"),
-    Source("mvapich2", _SOURCE + "mpi",
+            "OMPI_COMM_WORLD_LOCAL_SIZE"), 1,
+           states=(("OMPI_COMM_WORLD_SIZE", 1), ("OMPI_COMM_WORLD_RANK", 0),
+                   ("OMPI_COMM_WORLD_LOCAL_SIZE", 1), ("OMPI_COMM_WORLD_LOCAL_RANK", 0))),
+    Source("mvapich2", "MVAPICH2 (mpirun_rsh)", "mpi",
            ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-            "MV2_COMM_WORLD_LOCAL_SIZE"), 1, "MVAPICH2 (mpirun_rsh)"),
-    Source("hydra", _SOURCE + "mpi",
-           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1,
-           "MPICH Hydra or Intel MPI (mpiexec)"),
-    Source("pals", _SOURCE + "mpi",
+            "MV2_COMM_WORLD_LOCAL_SIZE"), 1,
+           states=(("MV2_COMM_WORLD_SIZE", 1), ("MV2_COMM_WORLD_RANK", 0),
+                   ("MV2_COMM_WORLD_LOCAL_SIZE", 1), ("MV2_COMM_WORLD_LOCAL_RANK", 0))),
+    Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "mpi",
+           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1),
+    Source("pals", "Cray PALS (mpiexec)", "mpi",
            ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID",
             "PMI_SIZE"), 1,
-           "Cray PALS (mpiexec)"),
-    Source("slurm-step", _SOURCE + "slurm",
+           states=(("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0))),
+    Source("pmi", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)", None,
+           ("PMI_RANK", "PMI_SIZE"), 1, part_of="hydra",
+           states=(("PMI_SIZE", 1), ("PMI_RANK", 0), ("PMI_LOCAL_SIZE", 1),
+                   ("PMI_LOCAL_RANK", 0), ("MPI_LOCALNRANKS", 1), ("MPI_LOCALRANKID", 0))),
+    # Open MPI 4 and 5 set these too (its own PMIx server), and srun --mpi=pmix.
+    Source("pmix", "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
+           None, ("PMIX_RANK", "PMIX_NAMESPACE"), 1, part_of="openmpi",
+           states=(("PMIX_RANK", 0),), sized=False),
+    Source("slurm-step", "a Slurm step (srun)", "slurm",
            ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
             "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID",
-            "SLURM_LOCALID", "SLURM_NODEID"), 2, "a Slurm step (srun)"),
-    Source("slurm-allocation", _SOURCE + "slurm",
+            "SLURM_LOCALID", "SLURM_NODEID"), 2,
+           states=(("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1),
+                   ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0))),
+    Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)", "slurm",
+           ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3),
+    # The allocation's variables outside a step, when another source was chosen.
+    Source("slurm-batch", "a Slurm batch script or salloc shell", None,
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3,
-           "a Slurm allocation (batch script or salloc shell)"),
-    Source("backendai", _SOURCE + "backendai",
+           unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST"), part_of="slurm-allocation",
+           states=(("SLURM_JOB_NUM_NODES", 1), ("SLURM_NNODES", 1)), partial=False,
+           unit="node"),
+    Source("backendai", "a Backend.AI session", "backendai",
            ("BACKENDAI_CLUSTER_SIZE", "BACKENDAI_CLUSTER_HOSTS", "BACKENDAI_CLUSTER_HOST",
             "BACKENDAI_CLUSTER_ROLE", "BACKENDAI_CLUSTER_IDX", "BACKENDAI_CLUSTER_LOCAL_RANK",
             "BACKENDAI_CLUSTER_REPLICAS", "BACKENDAI_SESSION_ID", "GPU_COUNT", "N_GPUS",
-            "BACKENDAI_DIST_MASTER_PORT"), 4, "a Backend.AI session",
-           any_of=True, prefix="BACKENDAI_CLUSTER_"),
-    Source("kubeflow-pytorchjob", _SOURCE + "kubeflow",
+            "BACKENDAI_DIST_MASTER_PORT"), 4, any_of=True, prefix="BACKENDAI_CLUSTER_"),
+    Source("kubeflow-pytorchjob", "a Kubeflow PyTorchJob (v1)", "kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK",
-            "PET_NNODES", "PET_NPROC_PER_NODE"), 4, "a Kubeflow PyTorchJob (v1)",
+            "PET_NNODES", "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID",), fallback=True),
-    Source("kubeflow-trainjob", _SOURCE + "kubeflow",
+    Source("kubeflow-trainjob", "a Kubeflow TrainJob (v2)", "kubeflow",
            ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
-            "PET_NPROC_PER_NODE"), 4, "a Kubeflow TrainJob (v2)",
+            "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True),
+    Source("flux", "Flux", None, ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
+           states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
+    Source("jsrun", "LSF jsrun", None, ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK"), 2,
+           states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
+                   ("JSM_NAMESPACE_LOCAL_RANK", 0))),
+    Source("kubernetes-indexed-job", "a Kubernetes indexed job", None,
+           ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"), 4,
+           states=(("JOB_COMPLETION_INDEX", 0),), sized=False),
+    Source("sagemaker", "SageMaker", None, ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
+           unit="host", size=_json_list_size),
+    Source("aws-batch", "AWS Batch multi-node parallel", None,
+           ("AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX"), 4,
+           states=(("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0))),
 )
 
+#: The table lines by name.
+BY_NAME: dict[str, Source] = {source.name: source for source in SOURCES}
+#: The lines derive-env reads, in table order.
+_READ = tuple(source for source in SOURCES if source.module is not None)
 #: Source names by ``--source``; ``auto`` (detect) and ``none`` (a single container).
-SOURCE_NAMES = tuple(source.name for source in SOURCES)
+SOURCE_NAMES = tuple(source.name for source in _READ)
 
 
 def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
@@ -369,56 +192,58 @@ def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
 
 
 def seen_sources(environ: Mapping[str, str]) -> list[Source]:
-    """The table lines whose complete set of variables is set, innermost first.
+    """The table lines with a module whose complete set of variables is set, innermost
+    first.
 
     Costs one dictionary lookup per variable of each line: no module is imported to learn
     that its variables are absent.
     """
-    seen = [s for s in SOURCES if _is_seen(s, environ)]
+    seen = [s for s in _READ if _is_seen(s, environ)]
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
     return sorted(seen, key=lambda s: s.depth)
 
 
-def topology_from(
-    environ: Mapping[str, str],
-    choice: str | None = None,
-    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
-    hosts_only: bool = False,
-) -> ClusterTopology:
-    """The topology composed from every source seen in ``environ`` (sources/resolve.py).
+def choice_of(environ: Mapping[str, str], option: str | None) -> str:
+    """The source choice: ``--source`` when given, else ``DERIVE_ENV_SOURCE``, else auto.
 
-    :param hosts_only: for the host lists: see :func:`resolve.resolve`.
-
-    With none seen, a single-container topology (contract section 5: no cluster variables
-    at all is a single-container session).
-
-    :param choice: ``--source`` (a source name, ``auto`` or ``none``); ``None``: the
-        ``DERIVE_ENV_SOURCE`` variable, else ``auto``.
-    :param files: reads the files a source needs (see :func:`resolve.resolve`).
-    :raises TopologyError: a seen source's variables are bad or the layers disagree; or no
-        source was seen while the environment states another topology (``WORLD_SIZE=4``,
-        ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
-        container would contradict it, and nothing is guessed; or another launcher's
-        variables state more than one process (:func:`launcher_problem`).
+    :param option: ``--source``, or ``None`` when not given.
+    :returns: ``auto``, ``none`` or a name of :data:`SOURCE_NAMES`.
+    :raises UsageError: ``--source`` is not a source name, ``auto`` or ``none`` (exit 2).
+    :raises TopologyError: ``DERIVE_ENV_SOURCE`` is not (exit 3).
     """
-    from derive_env.sources.resolve import NONE, choice_of, resolve
+    value = option if option is not None else environ.get(SOURCE_VARIABLE, "").strip() or AUTO
+    if value not in (AUTO, NONE, *SOURCE_NAMES):
+        error = UsageError if option is not None else TopologyError
+        raise error(describe(
+            "--source" if option is not None else SOURCE_VARIABLE, value,
+            f"one of auto, none, {', '.join(SOURCE_NAMES)}"))
+    return value
 
-    chosen = choice_of(environ, choice)
-    topology, reports = resolve(environ, chosen, files, hosts_only)
-    if chosen == NONE:
-        return topology
-    seen = frozenset(r.source for r in reports)
-    stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
-                                or topology.node_count is not None or not topology.sized)
-    # Launchers first: their message names the launcher and the fix.
-    problem = launcher_problem(
-        environ,
-        f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
-        seen, topology.processes is not None,
-    )
-    if problem:
-        raise TopologyError(problem)
-    if not stated:
-        check_single_container(environ)
-    return topology
+
+def forced_source(name: str, environ: Mapping[str, str]) -> Source:
+    """The line of the chosen source ``name`` (one of :data:`SOURCE_NAMES`).
+
+    :raises TopologyError: its variables are not set (all of them; for an ``any_of`` line,
+        at least one), naming the missing ones.
+    """
+    source = BY_NAME[name]
+    missing = [v for v in source.detect if not environ.get(v)]
+    if source.any_of and len(missing) < len(source.detect):
+        missing = []
+    if missing:
+        needs = "at least one of" if source.any_of else "all of"
+        raise TopologyError(describe(
+            f"--source (or {SOURCE_VARIABLE})", name,
+            f"a source whose variables are set: {source.title} needs {needs} "
+            f"{', '.join(source.detect)}; not set: {', '.join(missing)}"))
+    return source
+
+
+def __getattr__(name: str) -> object:
+    # The stage's entry, defined by the composer: loaded on first use only.
+    if name == "topology_from":
+        from derive_env.sources.compose import topology_from
+
+        return topology_from
+    raise AttributeError(f"module 'derive_env.sources' has no attribute {name!r}")

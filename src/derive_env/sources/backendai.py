@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from itertools import chain, repeat
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -47,6 +47,9 @@ from derive_env.hosts import ROLE_NAME, host_problem
 from derive_env.sources.report import Report
 from derive_env.topology import ClusterTopology, Node
 from derive_env.validation import first_error, parse_int, parse_port
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
 
 SIZE = "BACKENDAI_CLUSTER_SIZE"
 HOSTS = "BACKENDAI_CLUSTER_HOSTS"
@@ -542,8 +545,9 @@ def _facts(environ: Mapping[str, str]) -> dict:
     return {**topo_fields, "inputs": inputs}
 
 
-def read(environ: Mapping[str, str], name: str = "backendai") -> Report:
-    """This source's facts for the resolver (sources/resolve.py), as :func:`topology` has them.
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """This source's facts for the composer (sources/compose.py), as :func:`topology` has them.
 
     The node layer only when the session states its nodes (``BACKENDAI_CLUSTER_*``); a
     container with only ``GPU_COUNT`` or ``BACKENDAI_DIST_MASTER_PORT`` reports those.
@@ -554,7 +558,7 @@ def read(environ: Mapping[str, str], name: str = "backendai") -> Report:
     facts = _facts(environ)
     stated = "nodes" in facts["inputs"]
     return Report(
-        source="backendai", title="a Backend.AI session",
+        source="backendai", title=line.title,
         nodes=facts["nodes"] if stated else (),
         node_rank=facts["node_rank"] if stated else None,
         gpus=facts["gpus_per_node"], master_port=facts["master_port"],

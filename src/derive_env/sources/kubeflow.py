@@ -27,16 +27,15 @@ torchrun accepts as nproc per node an integer or ``auto``, ``cpu``, ``gpu``, ``x
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem, is_loopback
 from derive_env.sources.report import Processes, Report
 from derive_env.validation import parse_int, parse_port, variable_int
 
-TITLES = {
-    "kubeflow-pytorchjob": "a Kubeflow PyTorchJob (v1)",
-    "kubeflow-trainjob": "a Kubeflow TrainJob (v2)",
-}
+if TYPE_CHECKING:
+    from derive_env.sources import Source
 
 #: Words torchrun accepts for --nproc-per-node besides an integer (run.py).
 NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
@@ -106,8 +105,8 @@ def _node_rank(environ: Mapping[str, str], nodes: int | None, fix: str) -> int:
     return rank
 
 
-def _pytorchjob(environ: Mapping[str, str], name: str) -> Report:
-    fix = _FIX[name]
+def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
+    fix = _FIX[line.name]
     nodes = _nnodes(environ, fix, elastic=True)
     node_rank = _node_rank(environ, nodes, fix)
     pod_rank = _int(environ, "RANK", 0, fix)
@@ -118,44 +117,17 @@ def _pytorchjob(environ: Mapping[str, str], name: str) -> Report:
             f"rank (envvar.go, setPodEnv); {fix}"))
     nproc = _nproc(environ, fix)
     world = _int(environ, "WORLD_SIZE", 1, fix)
-    if nodes is not None and world != nodes * (nproc or 1):
-        per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
-               if nproc else f"(pods; PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} is "
-               "not a number)")
-        raise TopologyError(describe(
-            "WORLD_SIZE", environ["WORLD_SIZE"],
-            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
-    master, port = _master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
-    for pet, name_ in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
-        if environ.get(pet) and environ[pet] != environ[name_]:
-            raise TopologyError(describe(
-                pet, environ[pet],
-                f"{name_}={environ[name_]!r}: the operator sets both to the same value "
-                f"(master.go); {fix}"))
-    if node_rank != 0 and is_loopback(master):
-        raise TopologyError(describe(
-            "MASTER_ADDR", master,
-            f"the master's service or address on pod {node_rank} (PET_NODE_RANK): only the "
-            f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    _check_world(environ, nodes, nproc, world, fix)
+    master, port = _pod_master(environ, node_rank, fix)
     one = nproc == 1  # only then are RANK / WORLD_SIZE this process's (training-operator#1790)
-    notes = [f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)"]
-    if is_loopback(master):
-        notes.append(f"MASTER_ADDR={master!r}: this is the master pod (the operator gives it "
-                     "localhost, the other pods its service name)")
-    if nodes is None:
-        notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
-                     "rendezvous decides the node count")
-    if not one:
-        notes.append("RANK and WORLD_SIZE are the pod's rank and the job's process count, not "
-                     "this process's: torchrun sets each worker's")
     inputs = {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
               "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
               "ports": ("MASTER_PORT", "PET_NNODES")}
     if one:
         inputs["processes"] = ("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE")
     return Report(
-        source=name,
-        title=TITLES[name],
+        source=line.name,
+        title=line.title,
         node_rank=node_rank,
         num_nodes=nodes,
         processes=Processes(pod_rank, 0, world, 1) if one else None,
@@ -168,12 +140,56 @@ def _pytorchjob(environ: Mapping[str, str], name: str) -> Report:
                          + [n for n in environ if n.startswith("PET_")]),
         inputs=inputs,
         order="the operator's pod rank (master 0, worker i: i + 1)",
-        notes=tuple(notes),
+        notes=_pod_notes(environ, node_rank, nodes, master, one),
     )
 
 
-def _trainjob(environ: Mapping[str, str], name: str) -> Report:
-    fix = _FIX[name]
+def _check_world(environ: Mapping[str, str], nodes: int | None, nproc: int | None,
+                 world: int, fix: str) -> None:
+    """``WORLD_SIZE`` = pods x nproc per node (pods when nproc is a word; envvar.go)."""
+    if nodes is not None and world != nodes * (nproc or 1):
+        per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
+               if nproc else f"(pods; PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} is "
+               "not a number)")
+        raise TopologyError(describe(
+            "WORLD_SIZE", environ["WORLD_SIZE"],
+            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
+
+
+def _pod_master(environ: Mapping[str, str], node_rank: int, fix: str) -> tuple[str, int]:
+    """A PyTorchJob pod's ``MASTER_ADDR`` and ``MASTER_PORT``, and their ``PET_*`` copies."""
+    master, port = _master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
+    for pet, name in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
+        if environ.get(pet) and environ[pet] != environ[name]:
+            raise TopologyError(describe(
+                pet, environ[pet],
+                f"{name}={environ[name]!r}: the operator sets both to the same value "
+                f"(master.go); {fix}"))
+    if node_rank != 0 and is_loopback(master):
+        raise TopologyError(describe(
+            "MASTER_ADDR", master,
+            f"the master's service or address on pod {node_rank} (PET_NODE_RANK): only the "
+            f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    return master, port
+
+
+def _pod_notes(environ: Mapping[str, str], node_rank: int, nodes: int | None, master: str,
+               one: bool) -> tuple[str, ...]:
+    notes = [f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)"]
+    if is_loopback(master):
+        notes.append(f"MASTER_ADDR={master!r}: this is the master pod (the operator gives it "
+                     "localhost, the other pods its service name)")
+    if nodes is None:
+        notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
+                     "rendezvous decides the node count")
+    if not one:
+        notes.append("RANK and WORLD_SIZE are the pod's rank and the job's process count, not "
+                     "this process's: torchrun sets each worker's")
+    return tuple(notes)
+
+
+def _trainjob(environ: Mapping[str, str], line: Source) -> Report:
+    fix = _FIX[line.name]
     nodes = _nnodes(environ, fix, elastic=False)
     node_rank = _node_rank(environ, nodes, fix)
     _nproc(environ, fix)
@@ -192,8 +208,8 @@ def _trainjob(environ: Mapping[str, str], name: str) -> Report:
                 f"unset or {pet}={environ[pet]!r}: torchrun meets at {pet}, and "
                 f"init_process_group and JAX would use {user}; {fix}"))
     return Report(
-        source=name,
-        title=TITLES[name],
+        source=line.name,
+        title=line.title,
         node_rank=node_rank,
         num_nodes=nodes,
         master=master,
@@ -209,12 +225,14 @@ def _trainjob(environ: Mapping[str, str], name: str) -> Report:
     )
 
 
-def read(environ: Mapping[str, str], name: str) -> Report:
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
     """What a Kubeflow pod's environment says.
 
-    :param environ: the pod's environment; every detect variable of the table line ``name``
+    :param environ: the pod's environment; every detect variable of the table line ``line``
         is set (sources/__init__.py).
-    :param name: ``kubeflow-pytorchjob`` or ``kubeflow-trainjob``.
+    :param line: ``kubeflow-pytorchjob`` or ``kubeflow-trainjob``.
+    :param files: unused (the operators state no file).
     :returns: ``num_nodes`` (``PET_NNODES``; None for a v1 elastic range ``MIN:MAX``),
         ``node_rank`` (``PET_NODE_RANK``), ``master`` and ``master_port`` (a TCP port: v1
         ``MASTER_*``, v2 ``PET_MASTER_*``), ``job``: what every pod of the job shares (v1
@@ -229,6 +247,6 @@ def read(environ: Mapping[str, str], name: str) -> Report:
         loopback ``MASTER_ADDR``; the message
         names the variables, their values and the fix.
     """
-    if name == "kubeflow-trainjob":
-        return _trainjob(environ, name)
-    return _pytorchjob(environ, name)
+    if line.name == "kubeflow-trainjob":
+        return _trainjob(environ, line)
+    return _pytorchjob(environ, line)

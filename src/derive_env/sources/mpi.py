@@ -4,7 +4,7 @@ One module for four table lines (:data:`derive_env.sources.SOURCES`): ``openmpi`
 ``mvapich2``, ``hydra``, ``pals``. Each launcher states the process layer in its own four
 variables (rank, local rank, world size, local world size); that is all this module reports
 as ``processes``. A launcher's environment has no host list, so ``nodes`` stays empty and
-``master`` ``None``: the resolver takes the node layer from the allocation the launcher runs
+``master`` ``None``: the composer takes the node layer from the allocation the launcher runs
 in (Slurm, Backend.AI) or reports a partial topology. The exception is PALS, whose
 ``PALS_NODEID`` is a real node index (``node_rank``).
 
@@ -37,12 +37,14 @@ variables are compared: Hydra copies mpiexec's whole environment into every rank
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.errors import TopologyError, describe
-from derive_env.sources import SOURCES
 from derive_env.sources.report import Processes, Report
 from derive_env.validation import parse_int, variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
 
 
 class _Vocabulary(NamedTuple):
@@ -131,21 +133,50 @@ def _check_order(environ: Mapping[str, str], low: str, low_n: int, high: str, hi
     ))
 
 
-def read(environ: Mapping[str, str], name: str) -> Report:
-    """The process layer one MPI launcher states (table line ``name``).
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """The process layer one MPI launcher states (table line ``line``).
 
     :param environ: the process's environment; only the line's own variables are read
         (:data:`VOCABULARIES`).
-    :param name: ``openmpi``, ``mvapich2``, ``hydra`` or ``pals``; called only when the
+    :param line: ``openmpi``, ``mvapich2``, ``hydra`` or ``pals``; called only when the
         line's detect variables are all set.
+    :param files: unused (no MPI launcher states a file).
     :returns: a :class:`Report` with ``processes`` (and ``node_rank`` for PALS, ``job`` and
         ``session_id`` when the launcher gives a shared job id), no nodes, no master.
     :raises TopologyError: a variable is not a decimal integer (ranks >= 0, sizes >= 1), a
         rank is not below its size, the local world size exceeds the world size, or a
         companion variable disagrees with the launcher's own (both named, with values).
     """
-    vocabulary = VOCABULARIES[name]
-    title = next(source.title for source in SOURCES if source.name == name)
+    vocabulary = VOCABULARIES[line.name]
+    processes = _processes(environ, vocabulary, line.title)
+    notes = _companions(environ, vocabulary, processes, line.title)
+    inputs = {"processes": (vocabulary.rank, vocabulary.local_rank, vocabulary.world_size,
+                            vocabulary.local_world_size)}
+    node_rank = None
+    if vocabulary.node_rank is not None:
+        node_rank = _integer(environ, vocabulary.node_rank, 0, "this node's index in the job")
+        # Every node of the job runs at least one of its processes.
+        _check_order(environ, vocabulary.node_rank, node_rank, vocabulary.world_size,
+                     processes.world_size, True, line.title)
+        inputs["node_rank"] = (vocabulary.node_rank,)
+    job_id = environ.get(vocabulary.job, "") if vocabulary.job else ""
+    if job_id:
+        inputs["ports"] = (vocabulary.job,)
+    return Report(
+        source=line.name,
+        title=line.title,
+        node_rank=node_rank,
+        processes=processes,
+        job=(line.name, job_id, "") if job_id else None,
+        session_id=job_id or None,
+        inputs=inputs,
+        notes=notes,
+    )
+
+
+def _processes(environ: Mapping[str, str], vocabulary: _Vocabulary, title: str) -> Processes:
+    """The launcher's four process variables, each checked against the others."""
     world = _integer(environ, vocabulary.world_size, 1,
                      f"the number of processes {title} started")
     local_world = _integer(environ, vocabulary.local_world_size, 1,
@@ -158,8 +189,13 @@ def read(environ: Mapping[str, str], name: str) -> Report:
                  local_world, True, title)
     _check_order(environ, vocabulary.local_world_size, local_world, vocabulary.world_size,
                  world, False, title)
-    facts = {"rank": rank, "local_rank": local_rank, "world_size": world,
-             "local_world_size": local_world}
+    return Processes(rank, local_rank, world, local_world)
+
+
+def _companions(environ: Mapping[str, str], vocabulary: _Vocabulary, processes: Processes,
+                title: str) -> tuple[str, ...]:
+    """Notes for the companion variables that are set, each equal to the launcher's own
+    (module docstring); TopologyError naming both when one is not."""
     notes = []
     for companion, fact in vocabulary.companions:
         value = environ.get(companion)
@@ -167,7 +203,7 @@ def read(environ: Mapping[str, str], name: str) -> Report:
             continue
         own = getattr(vocabulary, fact)
         try:
-            agrees = parse_int(value, minimum=0) == facts[fact]
+            agrees = parse_int(value, minimum=0) == getattr(processes, fact)
         except ValueError:
             agrees = False
         if not agrees:
@@ -178,25 +214,4 @@ def read(environ: Mapping[str, str], name: str) -> Report:
                 f"inherited from another job; unset {companion} or {own}, whichever is stale",
             ))
         notes.append(f"{companion} agrees with {own}")
-    inputs = {"processes": (vocabulary.rank, vocabulary.local_rank, vocabulary.world_size,
-                            vocabulary.local_world_size)}
-    node_rank = None
-    if vocabulary.node_rank is not None:
-        node_rank = _integer(environ, vocabulary.node_rank, 0, "this node's index in the job")
-        # Every node of the job runs at least one of its processes.
-        _check_order(environ, vocabulary.node_rank, node_rank, vocabulary.world_size, world,
-                     True, title)
-        inputs["node_rank"] = (vocabulary.node_rank,)
-    job_id = environ.get(vocabulary.job, "") if vocabulary.job else ""
-    if job_id:
-        inputs["ports"] = (vocabulary.job,)
-    return Report(
-        source=name,
-        title=title,
-        node_rank=node_rank,
-        processes=Processes(rank, local_rank, world, local_world),
-        job=(name, job_id, "") if job_id else None,
-        session_id=job_id or None,
-        inputs=inputs,
-        notes=tuple(notes),
-    )
+    return tuple(notes)

@@ -1,12 +1,9 @@
-"""What one source saw: :class:`Report`, the unit the resolver composes (sources/resolve.py).
+"""What one source saw: :class:`Report`, the unit the composer composes (sources/compose.py).
 
 A source module never decides for another source (architecture.md, "Sources compose"): it
 reads only its own variables, checks them against each other, and reports each fact with
 the variables it came from. Every fact is optional: an MPI launcher knows ranks and no
 host list, a Slurm batch script knows the allocation's hosts and no process of its own.
-
-Named tuples, not pydantic models: built once per seen source at every container start,
-from values the source already validated.
 """
 
 from __future__ import annotations
@@ -73,7 +70,7 @@ class Report(NamedTuple):
     :ivar warnings: printed on stderr; do not stop the command.
     :ivar problem: for a source that is seen but describes no usable topology on its
         own (a Slurm batch script of a multi-node job): the error message, raised by the
-        resolver when no inner source (an MPI launcher started from that script) uses
+        composer when no inner source (an MPI launcher started from that script) uses
         the facts.
     """
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from itertools import repeat
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
@@ -37,6 +37,9 @@ from derive_env.sources.slurm_grammar import (
     parse_resv_ports,
 )
 from derive_env.topology import Node
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
 
 _DIGITS = "0123456789"
 _T = TypeVar("_T")
@@ -83,22 +86,22 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     return ()
 
 
-def read(environ: Mapping[str, str], name: str,
-         files: Mapping[str, str | None] = {}) -> Report:
-    """What Slurm states for table line ``name`` (``slurm-step`` or ``slurm-allocation``).
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What Slurm states for table line ``line`` (``slurm-step`` or ``slurm-allocation``).
 
     :param environ: the process environment (only Slurm's variables are read, plus
         ``ENVIRONMENT`` that Slurm sets in a batch script).
-    :param name: the table line.
+    :param line: the table line.
     :param files: path -> content (``None``: unreadable) for :func:`files_needed`'s paths.
     :returns: the :class:`Report` (see :func:`read_step`, :func:`read_allocation`).
     :raises TopologyError: a malformed or inconsistent value, naming the variable(s).
     """
-    if name == "slurm-step":
-        return read_step(environ, files)
-    if name == "slurm-allocation":
-        return read_allocation(environ)
-    raise ValueError(f"not a Slurm table line: {name!r}")
+    if line.name == "slurm-step":
+        return read_step(environ, line.title, files or {})
+    if line.name == "slurm-allocation":
+        return read_allocation(environ, line.title)
+    raise ValueError(f"not a Slurm table line: {line.name!r}")
 
 
 # -- shared checks -----------------------------------------------------------------------------
@@ -421,7 +424,8 @@ def _arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None
     return master, listed[rank]
 
 
-def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) -> Report:
+def read_step(environ: Mapping[str, str], title: str,
+              files: Mapping[str, str | None] = {}) -> Report:
     """The ``slurm-step`` line: a task of an ``srun`` step (sources.md 3.1).
 
     Facts: ``nodes`` = ``SLURM_STEP_NODELIST`` expanded; ``node_rank`` = ``SLURM_NODEID``
@@ -433,6 +437,7 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
     ``reserved_ports`` from ``SLURM_STEP_RESV_PORTS``; ``job`` = ("slurm", job id, step id);
     ``gpus`` = ``SLURM_GPUS_ON_NODE``; ``session_id`` = ``SLURM_JOB_ID``.
 
+    :param title: the table line's title.
     :param files: the content of ``SLURM_HOSTFILE`` for ``-m arbitrary`` (path -> text, or
         ``None`` when unreadable).
     :raises TopologyError: malformed values; sizes that disagree; ranks out of range; a step
@@ -543,7 +548,7 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
                 "from it",)
     return Report(
         source="slurm-step",
-        title="a Slurm step (srun)",
+        title=title,
         nodes=_nodes(hosts),
         node_rank=node_id,
         processes=Processes(rank, local_rank, world, local_world, tpn),
@@ -572,7 +577,7 @@ def _nodes(hosts: tuple[str, ...]) -> tuple[Node, ...]:
 # -- slurm-allocation --------------------------------------------------------------------------
 
 
-def read_allocation(environ: Mapping[str, str]) -> Report:
+def read_allocation(environ: Mapping[str, str], title: str) -> Report:
     """The ``slurm-allocation`` line: the job's allocation (sources.md 3.2).
 
     Facts: ``nodes`` = ``SLURM_JOB_NODELIST`` expanded, checked against
@@ -645,7 +650,7 @@ def read_allocation(environ: Mapping[str, str]) -> Report:
     inputs["ports"] = ("SLURM_JOB_ID",)
     return Report(
         source="slurm-allocation",
-        title="a Slurm allocation (batch script or salloc shell)",
+        title=title,
         nodes=_nodes(hosts),
         node_rank=node_rank,
         job=("slurm", job, "allocation"),

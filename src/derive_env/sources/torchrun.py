@@ -34,13 +34,15 @@ another order is not an error.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem
 from derive_env.sources.report import Processes, Report
 from derive_env.validation import parse_port, variable_int
 
-TITLE = "torchrun (torchelastic)"
+if TYPE_CHECKING:
+    from derive_env.sources import Source
 
 #: Variables torchrun's agent sets for a worker (local_elastic_agent.py, _start_workers and
 #: _set_local_rank_env; OMP_NUM_THREADS=1 by torch/distributed/run.py when a node runs more
@@ -144,12 +146,14 @@ def _check_role(environ: Mapping[str, str], rank: int, world: int, local_world: 
             f"numbers roles as it numbers ranks (api.py, _assign_worker_ranks); {FIX}"))
 
 
-def read(environ: Mapping[str, str], name: str = "torchrun") -> Report:
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
     """What a torchrun worker's environment says.
 
     :param environ: the worker's environment; every detect variable of the ``torchrun``
         table line is set (sources/__init__.py).
-    :param name: the table line's name.
+    :param line: the table line.
+    :param files: unused (torchrun states no file).
     :returns: the process layer (``RANK`` ...), ``num_nodes`` = ``GROUP_WORLD_SIZE``,
         ``node_rank`` = ``GROUP_RANK``, ``master`` = ``MASTER_ADDR``, ``master_port`` =
         ``MASTER_PORT`` (a TCP port: the agent's store when
@@ -171,6 +175,46 @@ def read(environ: Mapping[str, str], name: str = "torchrun") -> Report:
     groups = _int(environ, "GROUP_WORLD_SIZE", 1)
     _check_ranks(environ, rank, local_rank, world, local_world, group_rank, groups)
     _check_role(environ, rank, world, local_world)
+    master, port, agent_store = _master(environ)
+    run_id = environ["TORCHELASTIC_RUN_ID"]
+    notes = [
+        f"node {group_rank} of {groups} (GROUP_RANK, GROUP_WORLD_SIZE), worker {rank} of "
+        f"{world} (RANK, WORLD_SIZE); torchrun's variables are kept as they are",
+        "GROUP_RANK is torchrun's rendezvous order (--node-rank; with c10d the agents' host "
+        "names sorted as strings, dynamic_rendezvous.py), not an outer manager's node order",
+    ]
+    if agent_store:
+        notes.append(f"MASTER_PORT={port} is torchrun's agent store "
+                     "(TORCHELASTIC_USE_AGENT_STORE=True): other frameworks get other ports")
+    return Report(
+        source=line.name,
+        title=line.title,
+        node_rank=group_rank,
+        num_nodes=groups,
+        processes=Processes(rank, local_rank, world, local_world),
+        master=master,
+        master_port=port,
+        job=("torchrun", run_id, str(port)),
+        session_id=run_id,
+        preset=frozenset(
+            [n for n in WORKER_VARIABLES if n in environ]
+            + [n for n in environ if n.startswith("TORCHELASTIC_")]),
+        renumbers=True,
+        inputs={
+            "node_rank": ("GROUP_RANK",),
+            "num_nodes": ("GROUP_WORLD_SIZE",),
+            "processes": _PROCESSES,
+            "master": ("MASTER_ADDR",),
+            "master_port": ("MASTER_PORT",),
+            "ports": ("TORCHELASTIC_RUN_ID", "MASTER_PORT"),
+        },
+        order="torchrun's rendezvous (GROUP_RANK)",
+        notes=tuple(notes),
+    )
+
+
+def _master(environ: Mapping[str, str]) -> tuple[str, int, bool]:
+    """``(MASTER_ADDR, MASTER_PORT, whether the port is the agent's store)``, checked."""
     master = environ["MASTER_ADDR"]
     problem = host_problem(master)
     if problem:
@@ -185,39 +229,4 @@ def read(environ: Mapping[str, str], name: str = "torchrun") -> Report:
         raise TopologyError(describe(
             "TORCHELASTIC_USE_AGENT_STORE", agent_store,
             f"True or False (str() of a bool: local_elastic_agent.py); {FIX}"))
-    run_id = environ["TORCHELASTIC_RUN_ID"]
-    preset = frozenset(
-        [n for n in WORKER_VARIABLES if n in environ]
-        + [n for n in environ if n.startswith("TORCHELASTIC_")])
-    notes = [
-        f"node {group_rank} of {groups} (GROUP_RANK, GROUP_WORLD_SIZE), worker {rank} of "
-        f"{world} (RANK, WORLD_SIZE); torchrun's variables are kept as they are",
-        "GROUP_RANK is torchrun's rendezvous order (--node-rank; with c10d the agents' host "
-        "names sorted as strings, dynamic_rendezvous.py), not an outer manager's node order",
-    ]
-    if agent_store == "True":
-        notes.append(f"MASTER_PORT={port} is torchrun's agent store "
-                     "(TORCHELASTIC_USE_AGENT_STORE=True): other frameworks get other ports")
-    return Report(
-        source=name,
-        title=TITLE,
-        node_rank=group_rank,
-        num_nodes=groups,
-        processes=Processes(rank, local_rank, world, local_world),
-        master=master,
-        master_port=port,
-        job=("torchrun", run_id, str(port)),
-        session_id=run_id,
-        preset=preset,
-        renumbers=True,
-        inputs={
-            "node_rank": ("GROUP_RANK",),
-            "num_nodes": ("GROUP_WORLD_SIZE",),
-            "processes": _PROCESSES,
-            "master": ("MASTER_ADDR",),
-            "master_port": ("MASTER_PORT",),
-            "ports": ("TORCHELASTIC_RUN_ID", "MASTER_PORT"),
-        },
-        order="torchrun's rendezvous (GROUP_RANK)",
-        notes=tuple(notes),
-    )
+    return master, port, agent_store == "True"

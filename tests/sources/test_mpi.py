@@ -3,9 +3,8 @@
 Recorded environments first (Open MPI 4.1 and MPICH 4.0 over SSH and inside Slurm, and the
 Slurm PMI plugins that must NOT be taken for a launcher of ours), then variable sets built
 from the documentation of launchers not installable here (each names its page or file),
-then malformed and misleading input with exact messages, then the two properties of
-iface9.md: every process of one job agrees, and no text gives anything but a Report or a
-TopologyError.
+then malformed and misleading input with exact messages, then two properties: every
+process of one job agrees, and no text gives anything but a Report or a TopologyError.
 """
 
 from __future__ import annotations
@@ -17,16 +16,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from record_envs import FIXTURES, load_fixture
 
 from derive_env.errors import TopologyError
-from derive_env.sources import SOURCES, seen_sources
-from derive_env.sources.mpi import VOCABULARIES, read
+from derive_env.sources import BY_NAME, SOURCES, mpi, seen_sources
+from derive_env.sources.mpi import VOCABULARIES
 from derive_env.sources.report import Processes, Report
 
 MPI_LINES = ("openmpi", "mvapich2", "hydra", "pals")
+
+
+def read(environ: dict[str, str], name: str) -> Report:
+    """:func:`mpi.read` for the table line called ``name``."""
+    return mpi.read(environ, BY_NAME[name])
+
 N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
 
 #: Every 6-rank recording placed 2 ranks per node, by block: rank -> (node it ran on,
@@ -243,7 +248,7 @@ def test_detect_sets_are_the_vocabularies() -> None:
                    vocabulary.local_world_size} | (
                 {vocabulary.node_rank} if vocabulary.node_rank else set())
             assert set(source.detect) == own, source.name
-            assert source.module == "derive_env.sources.mpi"
+            assert source.module == "mpi"
 
 
 # --- malformed and misleading input ----------------------------------------------------

@@ -22,9 +22,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import kubeflow, seen_sources
-from derive_env.sources.kubeflow import read
-from derive_env.sources.report import Processes
+from derive_env.sources import BY_NAME, kubeflow, seen_sources
+from derive_env.sources.report import Processes, Report
+
+
+def read(environ: dict[str, str], name: str) -> Report:
+    """:func:`kubeflow.read` for the table line called ``name``."""
+    return kubeflow.read(environ, BY_NAME[name])
+
 
 V1_FIX = ("the training operator sets it for every pod (kubeflow/training-operator "
           "pkg/controller.v1/pytorch/envvar.go); do not set it in the pod template's env")
@@ -269,7 +274,7 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(name: str,
 def test_trainjob_loopback_master_of_a_multi_node_job_is_an_error() -> None:
     env = {**trainjob_node("tj", 3, 1), "PET_MASTER_ADDR": "localhost"}
     with pytest.raises(TopologyError) as caught:
-        kubeflow.read(env, "kubeflow-trainjob")
+        read(env, "kubeflow-trainjob")
     assert str(caught.value) == (
         "PET_MASTER_ADDR='localhost': expected the master node's service name or address (a "
         "job of 3 nodes): a loopback address makes every node wait at itself; "
@@ -279,7 +284,7 @@ def test_trainjob_loopback_master_of_a_multi_node_job_is_an_error() -> None:
 def test_trainjob_with_a_stale_master_addr_is_an_error() -> None:
     env = {**trainjob_node("tj", 3, 1), "MASTER_ADDR": "other"}
     with pytest.raises(TopologyError) as caught:
-        kubeflow.read(env, "kubeflow-trainjob")
+        read(env, "kubeflow-trainjob")
     assert str(caught.value).startswith(
         f"MASTER_ADDR='other': expected unset or PET_MASTER_ADDR={env['PET_MASTER_ADDR']!r}: "
         "torchrun meets at PET_MASTER_ADDR, and init_process_group and JAX would use "

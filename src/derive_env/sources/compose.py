@@ -1,4 +1,4 @@
-"""The resolver: the reports of every seen source -> one :class:`ClusterTopology`.
+"""The composer: the reports of every seen source -> one :class:`ClusterTopology`.
 
 Rules (architecture.md, "Sources compose"; sources.md 3.13):
 
@@ -28,6 +28,8 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * A seen source's ``Report.problem`` (a Slurm batch script of a multi-node job; a Slurm
   step self-check that an inner MPI launcher makes meaningless) is raised only when no
   inner source was seen.
+* Then the refusals (sources/refusals.py): another launcher's variables that state more
+  than one process, or more than the single container that no source describes.
 
 Raises :class:`~derive_env.errors.TopologyError` (exit 3) on any disagreement, naming the
 variables of both sides.
@@ -38,61 +40,81 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 
-from derive_env.errors import TopologyError, UsageError, describe
-from derive_env.sources import SOURCE_NAMES, SOURCES, Source, seen_sources
+from derive_env.errors import TopologyError
+from derive_env.sources import (
+    AUTO,
+    NONE,
+    SOURCE_VARIABLE,
+    SOURCES,
+    Source,
+    choice_of,
+    forced_source,
+    seen_sources,
+)
+from derive_env.sources.refusals import check_single_container, launcher_problem
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
 
-#: The variable that chooses a source for every node of a session (``--source`` wins).
-SOURCE_VARIABLE = "DERIVE_ENV_SOURCE"
-#: The choices besides a source name.
-AUTO, NONE = "auto", "none"
+#: Reads the files a source needs: paths -> contents (``None``: unreadable).
+Files = Callable[[Sequence[str]], Mapping[str, str | None]]
 
 
-def _read(source: Source, environ: Mapping[str, str],
-          files: Callable[[Sequence[str]], Mapping[str, str | None]] | None) -> Report:
-    module = import_module(source.module)
+def topology_from(
+    environ: Mapping[str, str],
+    choice: str | None = None,
+    files: Files | None = None,
+    hosts_only: bool = False,
+) -> ClusterTopology:
+    """The topology composed from every source seen in ``environ``.
+
+    With none seen, a single-container topology (contract section 5: no cluster variables
+    at all is a single-container session).
+
+    :param choice: ``--source`` (a source name, ``auto`` or ``none``); ``None``: the
+        ``DERIVE_ENV_SOURCE`` variable, else ``auto``.
+    :param files: reads the files a source needs (see :func:`resolve`).
+    :param hosts_only: for the host lists: see :func:`resolve`.
+    :raises TopologyError: a seen source's variables are bad or the layers disagree; or no
+        source was seen while the environment states another topology (``WORLD_SIZE=4``,
+        ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
+        container would contradict it, and nothing is guessed; or another launcher's
+        variables state more than one process (:func:`launcher_problem`).
+    :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
+    """
+    chosen = choice_of(environ, choice)
+    topology, reports = resolve(environ, chosen, files, hosts_only)
+    if chosen == NONE:
+        return topology
+    seen = frozenset(r.source for r in reports)
+    stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
+                                or topology.node_count is not None or not topology.sized)
+    # Launchers first: their message names the launcher and the fix.
+    problem = launcher_problem(
+        environ,
+        f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
+        seen, topology.processes is not None,
+    )
+    if problem:
+        raise TopologyError(problem)
+    if not stated:
+        check_single_container(environ)
+    return topology
+
+
+def _read(source: Source, environ: Mapping[str, str], files: Files | None) -> Report:
+    module = import_module(f"derive_env.sources.{source.module}")
     needed = getattr(module, "files_needed", None)
     paths = needed(environ, source.name) if needed is not None else ()
+    contents = None
     if paths:
         contents = files(paths) if files is not None else dict.fromkeys(paths)
-        return module.read(environ, source.name, contents)
-    return module.read(environ, source.name)
-
-
-def choice_of(environ: Mapping[str, str], option: str | None) -> str:
-    """The source choice: ``--source`` when given, else ``DERIVE_ENV_SOURCE``, else auto.
-
-    :raises UsageError: ``--source`` is not a source name, ``auto`` or ``none`` (exit 2).
-    :raises TopologyError: ``DERIVE_ENV_SOURCE`` is not (exit 3).
-    """
-    value = option if option is not None else environ.get(SOURCE_VARIABLE, "").strip() or AUTO
-    if value not in (AUTO, NONE, *SOURCE_NAMES):
-        error = UsageError if option is not None else TopologyError
-        raise error(describe(
-            "--source" if option is not None else SOURCE_VARIABLE, value,
-            f"one of auto, none, {', '.join(SOURCE_NAMES)}"))
-    return value
-
-
-def _forced(name: str, environ: Mapping[str, str]) -> Source:
-    source = next(s for s in SOURCES if s.name == name)
-    missing = [v for v in source.detect if not environ.get(v)]
-    if source.any_of and len(missing) < len(source.detect):
-        missing = []
-    if missing:
-        needs = "at least one of" if source.any_of else "all of"
-        raise TopologyError(describe(
-            f"--source (or {SOURCE_VARIABLE})", name,
-            f"a source whose variables are set: {source.title} needs {needs} "
-            f"{', '.join(source.detect)}; not set: {', '.join(missing)}"))
-    return source
+    return module.read(environ, source, contents)
 
 
 def resolve(
     environ: Mapping[str, str],
     choice: str = AUTO,
-    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
+    files: Files | None = None,
     hosts_only: bool = False,
 ) -> tuple[ClusterTopology, list[Report]]:
     """Compose the topology of this process from every source seen in ``environ``.
@@ -119,7 +141,7 @@ def resolve(
     if choice == NONE:
         topology, reports = single_node_topology(), []
     else:
-        reports = [_read(_forced(choice, environ), environ, files)]
+        reports = [_read(forced_source(choice, environ), environ, files)]
         topology = compose(reports, hosts_only)
     if ignored:  # the operator's choice wins, but not silently
         topology = topology.model_copy(update={"warnings": (*topology.warnings, (
@@ -129,12 +151,15 @@ def resolve(
     return topology, reports
 
 
+# -- composing ---------------------------------------------------------------------------------
+
+
 def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Report, Report]]]:
     """Drop outer process layers that describe an inner launcher's daemons."""
     used: list[Report] = []
     shadowed: list[tuple[Report, Report]] = []
     owner: Report | None = None
-    depth = {s.name: s.depth for s in SOURCES}
+    depth = {line.name: line.depth for line in SOURCES}
     for report in reports:
         inner, outer = (owner.processes if owner else None), report.processes
         if inner is not None and outer is not None and (
@@ -152,8 +177,7 @@ def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Repor
                     "from another job. Unset it (mpirun -x / mpiexec -genv pass only what you "
                     "name), or choose the launcher with --source NAME")
             shadowed.append((report, owner))
-            if owner is not None and owner.count() == outer.world_size and set(
-                    outer.tasks_per_node or (1,)) == {1}:
+            if owner.count() == outer.world_size and set(outer.tasks_per_node or (1,)) == {1}:
                 # Its tasks are the inner launcher's agents, one per node (srun
                 # --ntasks-per-node=1 torchrun): its node layer is the inner one's nodes.
                 used.append(report._replace(processes=None))
@@ -177,6 +201,14 @@ def _agree(inner: Report, outer: Report, fact: str, a: object, b: object) -> Non
         "or choose one with --source NAME (or DERIVE_ENV_SOURCE)")
 
 
+def _first(reports: Sequence[Report | None], field: str) -> Report | None:
+    """The first report that states ``field`` (a value other than None, ``()`` or ``""``)."""
+    for report in reports:
+        if report is not None and getattr(report, field) not in (None, (), ""):
+            return report
+    return None
+
+
 def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopology:
     """The topology from reports ordered innermost first (see the module docstring).
 
@@ -186,105 +218,27 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
     innermost = reports[0]
     if innermost.problem and not hosts_only:  # innermost only: an inner one uses its facts
         raise TopologyError(innermost.problem)
-    notes: list[str] = []
-    warnings: list[str] = []
-    for report in used:
-        notes += report.notes
-        warnings += report.warnings
-    owner = next((r for r in used if r.processes is not None), None)
+    notes = [note for report in used for note in report.notes]
+    owner = _first(used, "processes")
     node_src = next((r for r in used if r.count() is not None or r.node_rank is not None),
                     None)
-    hosts_src = next((r for r in used if r.nodes), None)
-    nodes: tuple[Node, ...] = ()
-    num_nodes = node_src.count() if node_src else None
-    node_rank = node_src.node_rank if node_src else None
+    hosts_src = _first(used, "nodes")
     inputs: dict[str, tuple[str, ...]] = {}
-    if node_src is not None:
-        for fact in ("num_nodes", "node_rank"):
-            if fact in node_src.inputs:
-                inputs[fact] = node_src.inputs[fact]
-    order = None
-    if hosts_src is not None:
-        nodes, order = hosts_src.nodes, hosts_src.order
-        inputs["nodes"] = hosts_src.inputs.get("nodes", ())
-        if hosts_src is not node_src and node_src is not None:
-            # Whether the two orders can be the same is decided from data every node shares
-            # (the node count, the master's host), so every node adopts the host list or
-            # none does; then each node's own rank must agree (a check only it can make).
-            first = nodes[0].host.lower()
-            shared_fit = num_nodes in (None, len(nodes)) and (
-                node_src.master is None or node_src.master.lower() == first)
-            if node_src.renumbers:
-                # Its order (torchrun's rendezvous) is known to no node in advance: no node
-                # can match it to another source's list, so none uses that list.
-                notes.append(
-                    f"{node_src.title} numbers the nodes itself (its rendezvous), in an order "
-                    f"{hosts_src.title} does not state: its host list is not used for them")
-                nodes, order = (), None
-                inputs.pop("nodes")
-            elif not shared_fit:
-                if num_nodes not in (None, len(nodes)):
-                    _agree(node_src, hosts_src, "num_nodes", num_nodes, len(nodes))
-                _agree(node_src, hosts_src, "master", node_src.master, nodes[0].host)
-            elif node_rank is not None and hosts_src.node_rank not in (None, node_rank):
-                _agree(node_src, hosts_src, "node_rank", node_rank, hosts_src.node_rank)
-            elif node_rank is None:
-                node_rank = hosts_src.node_rank
-                if "node_rank" in hosts_src.inputs:
-                    inputs["node_rank"] = hosts_src.inputs["node_rank"]
-        if nodes:
-            num_nodes = len(nodes)
-    master = next((r.master for r in used if r.master), None)
-    master_src = next((r for r in used if r.master), None)
-    processes = owner.processes if owner else None
-    tasks = processes.tasks_per_node if processes else ()
-    if processes is not None and not tasks:  # a confirming outer layer may state them
-        tasks = next((r.processes.tasks_per_node for r in used
-                      if r.processes is not None and r.processes.tasks_per_node), ())
-    if owner is not None:
-        inputs["processes"] = owner.inputs.get("processes", ())
-    if master is not None and master_src is not None:
-        inputs["master"] = master_src.inputs.get("master", ())
-        lowered = [n.host.lower() for n in nodes] if master_src is hosts_src else []
-        if nodes and master_src is not hosts_src:
-            master = None  # adopted above only when it is the first host: node rank 0
-        elif nodes and master.lower() in lowered:
-            # The node of rank 0 first: node rank 0 is the master (module docstring).
-            at = lowered.index(master.lower())
-            if at:
-                nodes = (nodes[at], *nodes[:at], *nodes[at + 1:])
-                if tasks and len(tasks) > at:
-                    tasks = (tasks[at], *tasks[:at], *tasks[at + 1:])
-                if node_rank is not None:
-                    node_rank = 0 if node_rank == at else node_rank + (node_rank < at)
-                    inputs["node_rank"] = (
-                        *inputs.get("node_rank", ()),
-                        f"{master} (the node of rank 0) moved first")
-                order = (f"the node of rank 0 ({master}, from "
-                         f"{' + '.join(inputs['master'])}) first, then "
-                         f"{order or 'the manager order'}")
-            master = None
+    nodes, order, num_nodes, node_rank = _node_layer(node_src, hosts_src, inputs, notes)
+    processes, tasks = _process_layer(owner, used, inputs)
+    master_src = _first(used, "master")
+    master = None
+    if master_src is not None:
+        master, nodes, tasks, node_rank, order = _master_first(
+            master_src, hosts_src, nodes, tasks, node_rank, order, inputs)
     layout = _layout(processes, tasks, num_nodes, node_rank, owner)
-    if layout is not None and layout.rank == 0 and node_rank not in (None, 0):
-        here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else (
-            f"node rank {node_rank}")
-        raise TopologyError(
-            f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, but every "
-            f"framework needs rank 0 on node rank 0 (the master, "
-            f"{nodes[0].host if nodes else 'node rank 0'}): the launcher placed its ranks "
-            "in another order than the node list. Place rank 0 on the first node (mpirun "
-            f"--map-by slot, the default) (checked on {here} only)")
-    gpus_src = next((r for r in used if r.gpus is not None), None)
-    port_src = next((r for r in used if r.master_port is not None), None)
-    resv_src = next((r for r in used if r.reserved_ports), None)
-    job_src = next((r for r in used if r.job is not None), None)
+    _check_rank_zero(layout, nodes, node_rank, inputs)
+    gpus_src, port_src, resv_src, job_src = (
+        _first(used, field) for field in ("gpus", "master_port", "reserved_ports", "job"))
     for name, src in (("gpus", gpus_src), ("master_port", port_src), ("ports", resv_src)):
         if src is not None and name in src.inputs:
             inputs[name] = src.inputs[name]
-    preset: frozenset[str] = frozenset()
-    for report in used:
-        preset |= report.preset
-    layers = _layers(reports, used, shadowed, owner, node_src, hosts_src)
+    session_src = _first((hosts_src, node_src, *used), "session_id")
     sized = not (node_src is not None and num_nodes is None and not nodes)
     if sized and not nodes and num_nodes is None and (
             layout is None or layout.world_size == layout.local_world_size):
@@ -301,18 +255,130 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         master_port=port_src.master_port if port_src else None,
         reserved_ports=resv_src.reserved_ports if resv_src else (),
         job=job_src.job if job_src else None,
-        session_id=next((r.session_id for r in (hosts_src, node_src, *used)
-                         if r is not None and r.session_id), None),
+        session_id=session_src.session_id if session_src else None,
         processes=layout,
-        preset=preset,
+        preset=frozenset().union(*(report.preset for report in used)),
         inputs=inputs,
         order=order,
         notes=tuple(notes),
-        warnings=tuple(warnings),
-        layers=layers,
+        warnings=tuple(warning for report in used for warning in report.warnings),
+        layers=_layers(reports, used, shadowed, owner, node_src, hosts_src),
         sized=sized,
         missing=None if nodes or master else _missing(owner, node_src),
     )
+
+
+def _node_layer(
+    node_src: Report | None, hosts_src: Report | None, inputs: dict[str, tuple[str, ...]],
+    notes: list[str],
+) -> tuple[tuple[Node, ...], str | None, int | None, int | None]:
+    """``(nodes, order, node count, node rank)`` from the innermost source that states node
+    facts and the innermost one with a host list (module docstring, "Node layer"); their
+    provenance goes to ``inputs``, a host list left unused for a reason to ``notes``."""
+    num_nodes = node_src.count() if node_src else None
+    node_rank = node_src.node_rank if node_src else None
+    if node_src is not None:
+        for fact in ("num_nodes", "node_rank"):
+            if fact in node_src.inputs:
+                inputs[fact] = node_src.inputs[fact]
+    if hosts_src is None:
+        return (), None, num_nodes, node_rank
+    nodes, order = hosts_src.nodes, hosts_src.order
+    inputs["nodes"] = hosts_src.inputs.get("nodes", ())
+    if node_src is not None and hosts_src is not node_src:
+        if node_src.renumbers:
+            # Its order (torchrun's rendezvous) is known to no node in advance: no node
+            # can match it to another source's list, so none uses that list.
+            notes.append(
+                f"{node_src.title} numbers the nodes itself (its rendezvous), in an order "
+                f"{hosts_src.title} does not state: its host list is not used for them")
+            nodes, order = (), None
+            inputs.pop("nodes")
+        else:
+            node_rank = _hosts_agree(node_src, hosts_src, num_nodes, node_rank, inputs)
+    if nodes:
+        num_nodes = len(nodes)
+    return nodes, order, num_nodes, node_rank
+
+
+def _hosts_agree(node_src: Report, hosts_src: Report, num_nodes: int | None,
+                 node_rank: int | None, inputs: dict[str, tuple[str, ...]]) -> int | None:
+    """This node's rank, once ``hosts_src``'s host list agrees with ``node_src``'s node
+    facts; the host list's own node rank when ``node_src`` states none."""
+    nodes = hosts_src.nodes
+    # Whether the two orders can be the same is decided from data every node shares (the
+    # node count, the master's host), so every node adopts the host list or none does;
+    # then each node's own rank must agree (a check only it can make).
+    if num_nodes not in (None, len(nodes)):
+        _agree(node_src, hosts_src, "num_nodes", num_nodes, len(nodes))
+    if node_src.master is not None and node_src.master.lower() != nodes[0].host.lower():
+        _agree(node_src, hosts_src, "master", node_src.master, nodes[0].host)
+    if node_rank is not None and hosts_src.node_rank not in (None, node_rank):
+        _agree(node_src, hosts_src, "node_rank", node_rank, hosts_src.node_rank)
+    if node_rank is None:
+        node_rank = hosts_src.node_rank
+        if "node_rank" in hosts_src.inputs:
+            inputs["node_rank"] = hosts_src.inputs["node_rank"]
+    return node_rank
+
+
+def _process_layer(owner: Report | None, used: Sequence[Report],
+                   inputs: dict[str, tuple[str, ...]]) -> tuple[Processes | None, tuple[int, ...]]:
+    """The innermost launcher's process layer and the process count of every node (which
+    a confirming outer layer may state)."""
+    if owner is None or owner.processes is None:
+        return None, ()
+    tasks = owner.processes.tasks_per_node or next(
+        (r.processes.tasks_per_node for r in used
+         if r.processes is not None and r.processes.tasks_per_node), ())
+    inputs["processes"] = owner.inputs.get("processes", ())
+    return owner.processes, tasks
+
+
+def _master_first(
+    master_src: Report, hosts_src: Report | None, nodes: tuple[Node, ...],
+    tasks: tuple[int, ...], node_rank: int | None, order: str | None,
+    inputs: dict[str, tuple[str, ...]],
+) -> tuple[str | None, tuple[Node, ...], tuple[int, ...], int | None, str | None]:
+    """``(master, nodes, tasks, node rank, order)`` with the node of rank 0 first (module
+    docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
+    stays set only when no host list places it."""
+    master = master_src.master
+    inputs["master"] = master_src.inputs.get("master", ())
+    if not nodes:
+        return master, nodes, tasks, node_rank, order
+    if master_src is not hosts_src:
+        # Another source's host list was adopted only when the master is its first host.
+        return None, nodes, tasks, node_rank, order
+    lowered = [n.host.lower() for n in nodes]
+    if master.lower() not in lowered:
+        return master, nodes, tasks, node_rank, order
+    at = lowered.index(master.lower())
+    if at:
+        nodes = (nodes[at], *nodes[:at], *nodes[at + 1:])
+        if tasks and len(tasks) > at:
+            tasks = (tasks[at], *tasks[:at], *tasks[at + 1:])
+        if node_rank is not None:
+            node_rank = 0 if node_rank == at else node_rank + (node_rank < at)
+            inputs["node_rank"] = (*inputs.get("node_rank", ()),
+                                   f"{master} (the node of rank 0) moved first")
+        order = (f"the node of rank 0 ({master}, from {' + '.join(inputs['master'])}) "
+                 f"first, then {order or 'the manager order'}")
+    return None, nodes, tasks, node_rank, order
+
+
+def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
+                     node_rank: int | None, inputs: Mapping[str, tuple[str, ...]]) -> None:
+    """Rank 0 must run on node rank 0, the master (a check only rank 0 can make)."""
+    if layout is None or layout.rank != 0 or node_rank in (None, 0):
+        return
+    here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else f"node rank {node_rank}"
+    raise TopologyError(
+        f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, but every "
+        f"framework needs rank 0 on node rank 0 (the master, "
+        f"{nodes[0].host if nodes else 'node rank 0'}): the launcher placed its ranks "
+        "in another order than the node list. Place rank 0 on the first node (mpirun "
+        f"--map-by slot, the default) (checked on {here} only)")
 
 
 def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int | None,

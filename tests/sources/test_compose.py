@@ -1,7 +1,7 @@
-"""The resolver (sources/resolve.py): reports of several sources -> one topology.
+"""The composer (sources/compose.py): reports of several sources -> one topology.
 
 Reports are built by hand here (each source's own tests check its reports against the
-recorded environments); tests/test_recorded_envs.py and test_source_*.py check whole jobs.
+recorded environments); tests/test_recorded_envs.py and tests/sources/ check whole jobs.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from derive_env.errors import LabelError, TopologyError, UsageError
+from derive_env.errors import LabelError, TopologyError
 from derive_env.frameworks import Context, pytorch, tensorflow
 from derive_env.frameworks import jax as jax_framework
 from derive_env.policy import ImagePolicy
+from derive_env.sources.compose import compose, resolve
 from derive_env.sources.report import Processes, Report
-from derive_env.sources.resolve import choice_of, compose, resolve
 from derive_env.topology import Node
 
 HOSTS = ("gpu-a100-09", "gpu-a100-10", "gpu-a100-11")
@@ -165,16 +165,6 @@ def test_a_problem_is_raised_only_for_the_innermost_source() -> None:
     with pytest.raises(TopologyError, match=r"^batch$"):
         compose([allocation(problem="batch")])
     assert compose([mpi(1, 1), allocation(problem="batch")]).nodes == NODES
-
-
-def test_source_choice() -> None:
-    assert choice_of({}, None) == "auto"
-    assert choice_of({"DERIVE_ENV_SOURCE": "none"}, None) == "none"
-    assert choice_of({"DERIVE_ENV_SOURCE": "none"}, "openmpi") == "openmpi"
-    with pytest.raises(UsageError, match=r"^--source='slurm': expected one of auto, none, "):
-        choice_of({}, "slurm")
-    with pytest.raises(TopologyError, match=r"^DERIVE_ENV_SOURCE='x': expected one of auto"):
-        choice_of({"DERIVE_ENV_SOURCE": "x"}, None)
 
 
 def test_a_named_source_needs_its_variables() -> None:

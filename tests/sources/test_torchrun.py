@@ -13,14 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from record_envs import FIXTURES, load_fixture
 
 from derive_env.errors import TopologyError
-from derive_env.sources import seen_sources
-from derive_env.sources.report import Processes
-from derive_env.sources.torchrun import read
+from derive_env.sources import BY_NAME, seen_sources, torchrun
+from derive_env.sources.report import Processes, Report
+
+
+def read(environ: dict[str, str], name: str = "torchrun") -> Report:
+    """:func:`torchrun.read` for the table line called ``name``."""
+    return torchrun.read(environ, BY_NAME[name])
+
 
 FIX = ("torchrun sets it for every worker (torch/distributed/elastic/agent/server/"
        "local_elastic_agent.py); something changed it after torchrun started this worker (a "
