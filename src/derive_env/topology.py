@@ -11,10 +11,14 @@ local world size); that layer is the optional :attr:`ClusterTopology.processes`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from itertools import repeat
 from operator import itemgetter
 from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
+
+from derive_env.hosts import repeated_host
 
 #: Address used as master in a single-container session (contract section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
@@ -140,12 +144,9 @@ class ClusterTopology(BaseModel):
         indices = [i for i in map(itemgetter(2), self.nodes) if i is not None]
         if indices and min(indices) < 1:
             raise ValueError("node indices are 1-based")
-        if len(set(map(str.lower, map(itemgetter(0), self.nodes)))) != len(self.nodes):
-            seen: set[str] = set()
-            for node in self.nodes:
-                if node.host.lower() in seen:
-                    raise ValueError(f"host {node.host} appears twice")
-                seen.add(node.host.lower())
+        twice = repeated_host(list(map(itemgetter(0), self.nodes)))
+        if twice is not None:
+            raise ValueError(f"host {twice} appears twice")
         return self
 
     @property
@@ -194,6 +195,19 @@ class ClusterTopology(BaseModel):
     def inputs_of(self, aspect: str) -> str:
         """The input variables behind ``aspect``, joined for a person (``a + b``)."""
         return " + ".join(self.inputs.get(aspect, ())) or "(none)"
+
+
+def nodes_of(hosts: Iterable[str], roles: Iterable[str] | None = None,
+             indices: Iterable[int] | None = None) -> tuple[Node, ...]:
+    """The :class:`Node` of every host, in order; with ``roles`` and ``indices`` (as many as
+    the hosts) each node's role and index, else none.
+
+    For the sources' host lists (4096 entries in a large session): the same named tuples as
+    ``Node(host, role, index)``, without a Python-level call per node.
+    """
+    fields = (zip(hosts, repeat(None), repeat(None)) if roles is None or indices is None
+              else zip(hosts, roles, indices, strict=True))
+    return tuple(map(tuple.__new__, repeat(Node), fields))
 
 
 def single_node_topology(source: str = "standalone", host: str = "localhost") -> ClusterTopology:

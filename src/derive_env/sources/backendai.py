@@ -43,9 +43,9 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.hosts import ROLE_NAME, host_problem
+from derive_env.hosts import ROLE_NAME, check_hosts, host_problem, repeated_host
 from derive_env.sources.report import Report
-from derive_env.topology import ClusterTopology, Node
+from derive_env.topology import ClusterTopology, Node, nodes_of
 from derive_env.validation import first_error, parse_int, parse_port
 
 SIZE = "BACKENDAI_CLUSTER_SIZE"
@@ -74,8 +74,6 @@ _ROLE_EXPECTED = (
     "a role name such as main or sub (letters, digits and '-', with a letter, not starting "
     "with '-')"
 )
-#: A host name label that needs no further check: a letter first, a digit last.
-_PLAIN_HOST = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,61}[0-9]\Z")
 #: Error messages list at most this many host names or values.
 _SHOWN = 8
 
@@ -110,32 +108,16 @@ def _split_hosts(value: object) -> tuple[str, ...]:
     if not isinstance(value, str):
         raise ValueError("a comma-separated list of host names")
     entries = tuple(map(str.strip, value.split(",")))
-    # One regex per entry at C speed for plain {role}{index} names; the loop below, once
-    # per node in Python, only when an entry is empty or needs host_problem.
-    if "" in entries or not all(map(_PLAIN_HOST.match, entries)):
-        _check_entries(entries)
-    if len(set(map(str.lower, entries))) != len(entries):
-        seen: set[str] = set()
-        for entry in entries:
-            if entry.lower() in seen:
-                raise ValueError(
-                    f"no duplicate entries ({shorten(entry, 80)!r} appears more than once)"
-                )
-            seen.add(entry.lower())
-    return entries
-
-
-def _check_entries(entries: Sequence[str]) -> None:
-    """Raise ValueError for the first empty entry or invalid host name (in HOSTS order)."""
-    plain = _PLAIN_HOST.match
-    for position, entry in enumerate(entries, start=1):
+    bad = check_hosts(entries)
+    if bad is not None:
+        position, entry, problem = bad
         if not entry:
             raise ValueError(f"no empty entries (entry {position} is empty)")
-        if plain(entry):
-            continue  # main1, a1001: a valid host name (one regex instead of host_problem)
-        problem = host_problem(entry)
-        if problem:
-            raise ValueError(f"every entry to be {problem} ({shorten(entry, 80)!r} is not)")
+        raise ValueError(f"every entry to be {problem} ({shorten(entry, 80)!r} is not)")
+    twice = repeated_host(entries)
+    if twice is not None:
+        raise ValueError(f"no duplicate entries ({shorten(twice, 80)!r} appears more than once)")
+    return entries
 
 
 def _parse_replicas(value: object) -> tuple[tuple[str, int], ...]:
@@ -232,12 +214,11 @@ def nodes_from_replicas(
     counts = dict(replicas)
     roles = role_order(list(counts))
     names = [f"{role}{index}" for role in roles for index in range(1, counts[role] + 1)]
-    if listed.issuperset(names) and len(set(map(str.lower, names))) == len(names):
+    if listed.issuperset(names) and repeated_host(names) is None:
         # HOSTS spells every rebuilt name as given and no two collide (as many hosts as
-        # names, checked by the caller): the nodes without a Python-level call per node.
-        fields = zip(names, chain.from_iterable(repeat(r, counts[r]) for r in roles),
-                     chain.from_iterable(range(1, counts[r] + 1) for r in roles), strict=True)
-        return tuple(map(tuple.__new__, repeat(Node), fields))
+        # names, checked by the caller).
+        return nodes_of(names, chain.from_iterable(repeat(r, counts[r]) for r in roles),
+                        chain.from_iterable(range(1, counts[r] + 1) for r in roles))
     # Otherwise one pass per node, which spells names as HOSTS does or names the problem.
     folded: dict[str, str] | None = None  # lower -> HOSTS spelling, built only if needed
     claimed: dict[str, tuple[str, int]] = {}

@@ -23,20 +23,19 @@ no inner source (the MPI launcher) is seen.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from itertools import repeat
 from typing import TypeVar
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.hosts import host_problem
+from derive_env.hosts import check_hosts, host_problem, repeated_host
 from derive_env.sources.report import Processes, Report
 from derive_env.sources.slurm_grammar import (
     expand_hostlist,
     expand_tasks_per_node,
     parse_resv_ports,
 )
-from derive_env.topology import Node
+from derive_env.topology import nodes_of
 
 _DIGITS = "0123456789"
 _T = TypeVar("_T")
@@ -121,34 +120,6 @@ def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
     return number
 
 
-#: Digits to ``0``: a host's shape. Host name rules treat every digit alike (RFC 1123
-#: labels, topology._HOSTNAME), so hosts of one shape are all valid or all invalid, except
-#: addresses (IPv4 ranges, IPv6 hex), which are checked one by one.
-_ZEROS = str.maketrans("123456789", "000000000")
-
-
-def _first_bad_host(hosts: tuple[str, ...]) -> tuple[str, str] | None:
-    """``(host, why)`` for the first host :func:`host_problem` refuses, or ``None``.
-
-    A 4096-node list has a handful of shapes (``n0000``): checking one host per shape
-    keeps the cost of a large step to the expansion (iface9.md: <= 1.1x a 4-node step).
-    """
-    # One translate over the joined list: hosts hold no "\n" (a host list separator).
-    shapes = set("\n".join(hosts).translate(_ZEROS).split("\n"))
-    if any(":" in shape or "%" in shape or not shape.strip("0.") for shape in shapes):
-        candidates: Iterable[str] = hosts
-    else:
-        bad = {shape for shape in shapes if host_problem(shape)}
-        if not bad:
-            return None
-        candidates = (host for host in hosts if host.translate(_ZEROS) in bad)
-    for host in candidates:
-        problem = host_problem(host)
-        if problem:
-            return host, problem
-    return None
-
-
 @lru_cache(maxsize=4)
 def _expand_checked(value: str) -> tuple[str, ...]:
     """``value`` expanded and checked; cached because both lines of a step read the same
@@ -157,13 +128,13 @@ def _expand_checked(value: str) -> tuple[str, ...]:
     hosts = expand_hostlist(value)
     if not hosts:
         raise ValueError("a Slurm host list of at least one node")
-    if len(set(hosts)) != len(hosts):
-        twice = next(host for i, host in enumerate(hosts) if host in hosts[:i])
+    twice = repeated_host(hosts)
+    if twice is not None:
         raise ValueError(f"every node once (Slurm never lists a node twice), not {twice!r} "
                          "twice")
-    bad = _first_bad_host(hosts)
+    bad = check_hosts(hosts)
     if bad:
-        raise ValueError(f"{bad[1]}, not {bad[0]!r}")
+        raise ValueError(f"{bad[2]}, not {bad[1]!r}")
     return hosts
 
 
@@ -560,13 +531,8 @@ def read_step(environ: Mapping[str, str], files: Mapping[str, str | None] = {}) 
     )
 
 
-@lru_cache(maxsize=4)
-def _nodes(hosts: tuple[str, ...]) -> tuple[Node, ...]:
-    """The nodes of ``hosts`` (cached: both lines of a step usually share the job's list).
-
-    Built by ``tuple.__new__`` over zipped fields, not ``Node(host)``: the same named
-    tuples without a Python-level call per node (half the cost on 4096 nodes)."""
-    return tuple(map(tuple.__new__, repeat(Node), zip(hosts, repeat(None), repeat(None))))
+#: The nodes of a host list (cached: both lines of a step usually share the job's list).
+_nodes = lru_cache(maxsize=4)(nodes_of)
 
 
 # -- slurm-allocation --------------------------------------------------------------------------
