@@ -335,7 +335,8 @@ entry.main()
 """
 #: What every opted-in derive imports: the table, the resolver and the report it reads.
 _TABLE = ["derive_env.sources", "derive_env.sources.report", "derive_env.sources.resolve"]
-_UNSEEN = {"derive_env.sources.slurm", "derive_env.sources.slurm_grammar",
+_UNSEEN = {"derive_env.sources.slurm", "derive_env.sources.slurm_checks",
+           "derive_env.sources.slurm_hostlist",
            "derive_env.sources.mpi", "derive_env.sources.torchrun",
            "derive_env.sources.kubeflow"}
 _SRUN_TASK = Path(__file__).resolve().parent / "fixtures/recorded/srun-block/task3.env"
@@ -394,7 +395,8 @@ def test_a_seen_source_is_imported_and_only_it(tmp_path: Path, argv: list[str]) 
     a recorded srun step imports the Slurm source, not Backend.AI's nor MPI's."""
     modules = _source_modules(tmp_path, {FW: "pytorch"}, _recorded_srun_task(), argv)
     assert modules == sorted([*_TABLE, "derive_env.sources.slurm",
-                              "derive_env.sources.slurm_grammar"])
+                              "derive_env.sources.slurm_checks",
+                              "derive_env.sources.slurm_hostlist"])
 
 
 @pytest.mark.parametrize("argv", PATH_ARGVS)
