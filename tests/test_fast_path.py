@@ -372,11 +372,17 @@ PATH_ARGVS = [pytest.param(["--", "true"], id="entrypoint"),
 def test_backendai_start_imports_no_other_source_module(tmp_path: Path, backendai_env,
                                                         argv: list[str]) -> None:
     """Detecting the absent sources reads the table only (docs/performance.md): a Backend.AI
-    start imports the Backend.AI source and none of Slurm, MPI, torchrun, Kubeflow."""
+    start imports the Backend.AI source and none of Slurm, MPI, torchrun, Kubeflow; its
+    canonical node order only for a session of several nodes."""
     env = backendai_env(["sub1", "main1", "sub2"], "sub2")
     modules = _source_modules(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)
-    assert modules == sorted([*_TABLE, "derive_env.sources.backendai"])
+    assert modules == sorted([*_TABLE, "derive_env.sources.backendai",
+                              "derive_env.sources.backendai_order"])
     assert _UNSEEN.isdisjoint(modules)
+    single = _source_modules(tmp_path, {FW: "pytorch,tensorflow"},
+                             {"BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_CLUSTER_HOST": "main1"},
+                             argv)
+    assert single == sorted([*_TABLE, "derive_env.sources.backendai"])
 
 
 @pytest.mark.parametrize("argv", PATH_ARGVS)
