@@ -78,10 +78,10 @@ def check_hosts(hosts: Sequence[str]) -> tuple[int, str, str] | None:
     """The first entry of a host list that cannot be a node's address, or ``None``.
 
     Each entry must pass :func:`host_problem` (an RFC 1123 host name or an IP literal; an
-    empty entry does not). Costs one :func:`host_problem` per shape of name (``n0001`` to
-    ``n4096`` are one shape) rather than one per entry.
+    empty entry does not). Names are checked once per shape (``n0001`` to ``n4096`` are one
+    shape, :data:`_ZEROS`), addresses one by one.
 
-    :param hosts: the entries in the manager's order (a 4096-node session has 4096).
+    :param hosts: the entries in the manager's order.
     :returns: ``(position, entry, expectation)`` of the first refused entry in list order,
         ``position`` counted from 1 and ``expectation`` phrased to follow "expected ...".
     """

@@ -261,6 +261,25 @@ def test_malformed_step_values(var: str, value: str, message: str) -> None:
         assert raises(env) == message
 
 
+def test_a_node_listed_twice_in_another_case_is_refused() -> None:
+    """Host names compare as DNS compares them (hosts.repeated_host, the one rule of every
+    source and of ClusterTopology): gpu-a100-09 and GPU-A100-09 are one node twice."""
+    env = block()
+    del env["SLURM_JOB_NODELIST"]
+    env["SLURM_STEP_NODELIST"] = "gpu-a100-09,GPU-A100-09,gpu-a100-10"
+    assert raises(env) == (
+        "SLURM_STEP_NODELIST='gpu-a100-09,GPU-A100-09,gpu-a100-10': expected every node once "
+        "(Slurm never lists a node twice), not 'GPU-A100-09' twice")
+
+
+def test_integers_are_read_by_the_shared_reader() -> None:
+    """validation.variable_int, as every source reads integers: at most 18 digits."""
+    env = block()
+    env["SLURM_PROCID"] = "1" * 19
+    assert raises(env) == (
+        f"SLURM_PROCID='{'1' * 19}': expected an integer >= 0 of at most 18 digits")
+
+
 def test_group_zero_of_an_ordinary_step_is_not_heterogeneous() -> None:
     env = dict(tasks("sbatch-3node")["step-task1"][1])
     assert env["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] == "1(x3)"  # recorded, not het

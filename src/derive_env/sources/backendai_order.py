@@ -43,8 +43,8 @@ def nodes_from_replicas(
     """The canonical node order rebuilt from REPLICAS, checked against HOSTS.
 
     Names are ``f"{role}{i}"`` for ``i`` in ``1..count`` (Backend.AI's
-    expand_kernel_groups_rule.py), roles in :func:`role_order`. One pass over the nodes, no
-    per-node case folding (a role is folded once; digits have no case).
+    expand_kernel_groups_rule.py), roles in :func:`role_order`; HOSTS may spell them in
+    another case (compared as DNS does).
 
     :param replicas: the parsed ``role:count`` pairs, in REPLICAS order.
     :param hosts: the HOSTS entries (validated host names, unique case-insensitively, as

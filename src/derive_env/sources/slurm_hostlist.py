@@ -46,7 +46,7 @@ Deliberate differences from Slurm, all on input Slurm itself never writes (it em
   after ``]``; this module accepts it, as current Slurm does.
 
 Differences from python-hostlist 2.3.0 (``hostlist.expand_hostlist``, GPL, a test-only
-oracle in tests/test_slurm_grammar.py): it removes duplicates (sorted unless
+oracle in tests/sources/test_slurm_hostlist.py): it removes duplicates (sorted unless
 ``allow_duplicates``), splits on ``,`` only (no blank separators), orders three or more
 bracket groups lexicographically, and rejects some inputs Slurm accepts (``n[1-]``,
 ``1a-3``, ``+3``, blanks inside brackets, ``]`` in a suffix).
