@@ -1,7 +1,7 @@
 """Cost of Slurm's grammar for a 4096-node step vs a 4-node one (issue 9, item 10).
 
 Each case is a full interpreter start, ``python -I -c CODE``, where CODE loads
-``derive_env/sources/slurm_grammar.py`` by file path (so the package's other imports do not
+``derive_env/sources/slurm_hostlist.py`` by file path (so the package's other imports do not
 hide the grammar's cost: the ratio is the strictest one, against the smallest denominator),
 then does what the Slurm source will do per task: expand ``SLURM_STEP_NODELIST`` and
 ``SLURM_STEP_TASKS_PER_NODE`` and parse ``SLURM_STEP_RESV_PORTS``:
@@ -36,13 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import CLEAN_PATH, BenchmarkError, Case, capture, machine, run_rounds
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-GRAMMAR = SRC / "derive_env" / "sources" / "slurm_grammar.py"
+GRAMMAR = SRC / "derive_env" / "sources" / "slurm_hostlist.py"
 TARGET = 1.1
 CASES = {"4 nodes": ("n[1-4]", "8(x4)", 4), "4096 nodes": ("n[0001-4096]", "8(x4096)", 4096)}
 
 CHILD = """\
 import importlib.util, sys
-spec = importlib.util.spec_from_file_location("slurm_grammar", {path!r})
+spec = importlib.util.spec_from_file_location("slurm_hostlist", {path!r})
 grammar = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(grammar)
 hosts = grammar.expand_hostlist({nodelist!r})
@@ -74,7 +74,7 @@ def validate(case: Case) -> None:
 def in_process() -> dict[str, float]:
     """Microseconds per call of the expansions alone, best of 5."""
     sys.path.insert(0, str(SRC))
-    from derive_env.sources.slurm_grammar import expand_hostlist, expand_tasks_per_node
+    from derive_env.sources.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 
     result = {}
     for label, (nodelist, tasks, _) in CASES.items():

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import backendai
+from derive_env.sources import topology_from
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -99,10 +99,10 @@ def test_local_rank_accepted_iff_some_group_order_gives_it(
     }
     value = data.draw(st.integers(0, len(names) + 2))
     if value in possible:
-        assert backendai.topology({**env, LOCAL_RANK: str(value)}).node_rank >= 0
+        assert topology_from({**env, LOCAL_RANK: str(value)}).node_rank >= 0
     else:
         with pytest.raises(TopologyError) as info:
-            backendai.topology({**env, LOCAL_RANK: str(value)})
+            topology_from({**env, LOCAL_RANK: str(value)})
         message = str(info.value)
         assert message.startswith(f"{LOCAL_RANK}={str(value)!r}: expected ")
         assert f" for container {host} (role {role!r}, index {index}): " in message

@@ -336,7 +336,8 @@ entry.main()
 #: What every opted-in derive imports: the table, the resolver and the report it reads.
 _TABLE = ["derive_env.sources", "derive_env.sources.compose", "derive_env.sources.refusals",
           "derive_env.sources.report"]
-_UNSEEN = {"derive_env.sources.slurm", "derive_env.sources.slurm_grammar",
+_UNSEEN = {"derive_env.sources.slurm", "derive_env.sources.slurm_checks",
+           "derive_env.sources.slurm_hostlist",
            "derive_env.sources.mpi", "derive_env.sources.torchrun",
            "derive_env.sources.kubeflow"}
 _SRUN_TASK = Path(__file__).resolve().parent / "fixtures/recorded/srun-block/task3.env"
@@ -372,11 +373,17 @@ PATH_ARGVS = [pytest.param(["--", "true"], id="entrypoint"),
 def test_backendai_start_imports_no_other_source_module(tmp_path: Path, backendai_env,
                                                         argv: list[str]) -> None:
     """Detecting the absent sources reads the table only (docs/performance.md): a Backend.AI
-    start imports the Backend.AI source and none of Slurm, MPI, torchrun, Kubeflow."""
+    start imports the Backend.AI source and none of Slurm, MPI, torchrun, Kubeflow; its
+    canonical node order only for a session of several nodes."""
     env = backendai_env(["sub1", "main1", "sub2"], "sub2")
     modules = _source_modules(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)
-    assert modules == sorted([*_TABLE, "derive_env.sources.backendai"])
+    assert modules == sorted([*_TABLE, "derive_env.sources.backendai",
+                              "derive_env.sources.backendai_order"])
     assert _UNSEEN.isdisjoint(modules)
+    single = _source_modules(tmp_path, {FW: "pytorch,tensorflow"},
+                             {"BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_CLUSTER_HOST": "main1"},
+                             argv)
+    assert single == sorted([*_TABLE, "derive_env.sources.backendai"])
 
 
 @pytest.mark.parametrize("argv", PATH_ARGVS)
@@ -395,7 +402,8 @@ def test_a_seen_source_is_imported_and_only_it(tmp_path: Path, argv: list[str]) 
     a recorded srun step imports the Slurm source, not Backend.AI's nor MPI's."""
     modules = _source_modules(tmp_path, {FW: "pytorch"}, _recorded_srun_task(), argv)
     assert modules == sorted([*_TABLE, "derive_env.sources.slurm",
-                              "derive_env.sources.slurm_grammar"])
+                              "derive_env.sources.slurm_checks",
+                              "derive_env.sources.slurm_hostlist"])
 
 
 @pytest.mark.parametrize("argv", PATH_ARGVS)

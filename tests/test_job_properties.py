@@ -1,6 +1,6 @@
 """Whole jobs through the whole pipeline: every task of one job derives one consistent job.
 
-The per-task environments come from the Slurm models of tests/test_source_slurm.py, which
+The per-task environments come from the Slurm models of tests/sources/test_slurm.py, which
 are checked there against the recordings of real Slurm and real mpirun/mpiexec runs. Here
 each task's environment goes through :func:`derive_env.pipeline.derive` (sources, resolver,
 frameworks, merge), and the job as a whole is checked: one master (the host of rank 0), one
@@ -11,12 +11,16 @@ each task's node is the node it runs on.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env.pipeline import derive
-from test_source_slurm import job_envs, mpi_in_allocation, slurm_jobs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "sources"))
+from test_slurm import job_envs, mpi_in_allocation, slurm_jobs
 
 LABELS = {"ai.backend.distributed.frameworks": "pytorch,jax,tensorflow"}
 JAX_ONLY = {"ai.backend.distributed.frameworks": "pytorch,jax"}

@@ -251,7 +251,7 @@ def test_parse_errors(parse: Callable[[str], object], text: str, expected: str) 
 def test_building_blocks_import_only_the_standard_library() -> None:
     """Both run on every container start of the Slurm source: no pydantic, click or typing
     (the grammar is loaded by path, as its package's __init__ is not this test's subject)."""
-    grammar = Path(__file__).resolve().parents[1] / "src/derive_env/sources/slurm_grammar.py"
+    grammar = Path(__file__).resolve().parents[1] / "src/derive_env/sources/slurm_hostlist.py"
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('g', {str(grammar)!r})\n"

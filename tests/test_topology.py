@@ -1,80 +1,22 @@
-"""ClusterTopology and the host helpers of derive_env.topology."""
+"""ClusterTopology, ProcessLayout and Node (derive_env.topology)."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from derive_env.hosts import host_port, host_problem, is_ipv6
 from derive_env.topology import (
     SINGLE_NODE_MASTER,
     ClusterTopology,
     Node,
     ProcessLayout,
+    nodes_of,
     single_node_topology,
 )
-
-HOSTNAME_EXPECTED = "a host name (letters, digits, '-' and '.') or an IP address"
-ZONE_EXPECTED = (
-    "a host name or an IP address without a zone; link-local IPv6 addresses with a "
-    "zone (fe80::...%eth0) cannot be carried in host:port values, use a global or "
-    "unique-local address or a host name"
-)
-LINK_LOCAL_EXPECTED = (
-    "a host name or a routable IP address; a link-local IPv6 address needs a "
-    "zone, which cannot be carried in host:port values"
-)
-BAD_IPV6_EXPECTED = "a host name or an IP address (IPv6 without brackets, no port)"
 
 
 def nodes(*hosts: str) -> tuple[Node, ...]:
     return tuple(Node(host=h) for h in hosts)
-
-
-@pytest.mark.parametrize(
-    "host",
-    ["main1", "sub10", "node-3.cluster.local", "10.0.0.1", "198.18.0.10", "2001:db8::1",
-     "fd00::1", "::1", "a" * 63, "A1"],
-)
-def test_host_problem_accepts(host: str) -> None:
-    assert host_problem(host) is None
-
-
-@pytest.mark.parametrize(
-    ("host", "expected"),
-    [
-        ("main_1", HOSTNAME_EXPECTED),
-        ("", HOSTNAME_EXPECTED),
-        ("-main1", HOSTNAME_EXPECTED),
-        ("main1-", HOSTNAME_EXPECTED),
-        ("main1.", HOSTNAME_EXPECTED),
-        ("a" * 64, HOSTNAME_EXPECTED),
-        (" main1", HOSTNAME_EXPECTED),
-        ("main1:29500", BAD_IPV6_EXPECTED),
-        ("[2001:db8::1]", BAD_IPV6_EXPECTED),
-        ("2001:db8::zz", BAD_IPV6_EXPECTED),
-        ("fe80::1%eth0", ZONE_EXPECTED),
-        ("main1%eth0", ZONE_EXPECTED),
-        ("fe80::1", LINK_LOCAL_EXPECTED),
-        ("fe80::abcd:1", LINK_LOCAL_EXPECTED),
-    ],
-)
-def test_host_problem_rejects(host: str, expected: str) -> None:
-    assert host_problem(host) == expected
-
-
-@pytest.mark.parametrize(
-    ("host", "port", "joined"),
-    [
-        ("main1", 2222, "main1:2222"),
-        ("10.0.0.1", 29500, "10.0.0.1:29500"),
-        ("2001:db8::1", 2222, "[2001:db8::1]:2222"),
-        ("::1", 1, "[::1]:1"),
-    ],
-)
-def test_host_port_brackets_ipv6_only(host: str, port: int, joined: str) -> None:
-    assert host_port(host, port) == joined
-    assert is_ipv6(host) == joined.startswith("[")
 
 
 def test_master_is_node_rank_zero_not_own_node() -> None:
@@ -167,7 +109,13 @@ def test_process_layout_ranks_in_range() -> None:
         ProcessLayout(rank=0, local_rank=2, world_size=8, local_world_size=2)
 
 
-@pytest.mark.parametrize("host", ["999.1.1.1", "1.2.3", "10.0.0.256", "123"])
-def test_numeric_names_that_are_not_ipv4_are_rejected(host: str) -> None:
-    """RFC 1123 section 2.1: an all-numeric name is never a host name."""
-    assert host_problem(host) == "a host name or an IPv4 address (four numbers 0-255)"
+def test_nodes_of_builds_the_same_nodes_as_node() -> None:
+    """One builder for the sources' host lists: equal to ``Node(...)``, with or without
+    roles and indices."""
+    assert nodes_of(["a1", "b2"]) == (Node("a1"), Node("b2"))
+    assert nodes_of(("main1", "sub1"), ["main", "sub"], [1, 1]) == (
+        Node("main1", "main", 1), Node("sub1", "sub", 1))
+    assert all(type(node) is Node for node in nodes_of([f"n{i}" for i in range(4096)]))
+    assert nodes_of([]) == ()
+    with pytest.raises(ValueError):
+        nodes_of(["a1", "b2"], ["a"], [1])

@@ -1,7 +1,8 @@
 """What a host name, an address and a role name may be: the rules every stage shares.
 
-Sources check the host lists they read with :func:`host_problem`; frameworks join hosts and
-ports with :func:`host_port`; the merge refuses a loopback master with :func:`is_loopback`.
+Sources check a host they read with :func:`host_problem` and a whole host list with
+:func:`check_hosts` and :func:`repeated_host`; frameworks join hosts and ports with
+:func:`host_port`; the merge refuses a loopback master with :func:`is_loopback`.
 Pure and pydantic-free: the standard library's ``ipaddress`` and ``re`` only.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable, Sequence
 
 #: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
 _HOSTNAME = re.compile(
@@ -64,6 +66,65 @@ def host_problem(value: str) -> str | None:
                 return "a host name or an IPv4 address (four numbers 0-255)"
         return None
     return "a host name (letters, digits, '-' and '.') or an IP address"
+
+
+#: Digits to ``0``: a host's shape. The host name rules treat every digit alike (RFC 1123
+#: labels, :data:`_HOSTNAME`), so hosts of one shape are all valid or all invalid; except
+#: addresses (IPv4, IPv6 hex, zones), which :func:`check_hosts` checks one by one.
+_ZEROS = str.maketrans("123456789", "000000000")
+
+
+def check_hosts(hosts: Sequence[str]) -> tuple[int, str, str] | None:
+    """The first entry of a host list that cannot be a node's address, or ``None``.
+
+    Each entry must pass :func:`host_problem` (an RFC 1123 host name or an IP literal; an
+    empty entry does not). Names are checked once per shape (``n0001`` to ``n4096`` are one
+    shape, :data:`_ZEROS`), addresses one by one.
+
+    :param hosts: the entries in the manager's order.
+    :returns: ``(position, entry, expectation)`` of the first refused entry in list order,
+        ``position`` counted from 1 and ``expectation`` phrased to follow "expected ...".
+    """
+    shapes = "\n".join(hosts).translate(_ZEROS).split("\n")
+    if len(shapes) == len(hosts):  # else an entry holds the separator: check each
+        distinct = set(shapes)
+        if not any(":" in shape or "%" in shape or not shape.strip("0.") for shape in distinct):
+            bad = {shape for shape in distinct if host_problem(shape)}
+            if not bad:
+                return None
+            suspects: Iterable[tuple[int, str]] = (
+                (position, host) for position, (host, shape)
+                in enumerate(zip(hosts, shapes, strict=True), 1) if shape in bad)
+            return _first_problem(suspects)
+    return _first_problem(enumerate(hosts, 1))
+
+
+def _first_problem(entries: Iterable[tuple[int, str]]) -> tuple[int, str, str] | None:
+    for position, host in entries:
+        problem = host_problem(host)
+        if problem:
+            return position, host, problem
+    return None
+
+
+def repeated_host(hosts: Sequence[str]) -> str | None:
+    """The first entry of a host list that repeats an earlier one, or ``None``.
+
+    Names are compared case-insensitively, as DNS compares them (RFC 4343): ``sub1`` and
+    ``SUB1`` are one node (contract section 5).
+
+    :returns: the second occurrence, spelled as the list spells it.
+    """
+    joined = "\n".join(hosts)
+    folded = hosts if joined.lower() == joined else [host.lower() for host in hosts]
+    if len(set(folded)) == len(hosts):
+        return None
+    seen: set[str] = set()
+    for host, key in zip(hosts, folded, strict=True):
+        if key in seen:
+            return host
+        seen.add(key)
+    return None  # unreachable: the set above was smaller than the list
 
 
 def is_ipv6(host: str) -> bool:

@@ -11,10 +11,14 @@ local world size); that layer is the optional :attr:`ClusterTopology.processes`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from itertools import repeat
 from operator import itemgetter
 from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
+
+from derive_env.hosts import repeated_host
 
 #: Address used as master in a single-container session (contract section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
@@ -23,11 +27,10 @@ _Count = Annotated[int, Field(ge=0)]
 
 
 class Node(NamedTuple):
-    """One container of the job.
+    """One container of the job (a named tuple: docs/performance.md, "Design notes").
 
-    A named tuple, not a pydantic model: a 4096-node session builds 4096 of them at every
-    container start. Sources validate host names before building nodes; the topology checks
-    the rest of its invariants (unique hosts, 1-based indices).
+    Sources validate host names before building nodes (:func:`nodes_of`); the topology
+    checks the rest of its invariants (unique hosts, 1-based indices).
 
     :ivar host: the name or address the other nodes reach it by.
     :ivar role: the cluster manager's role for it (Backend.AI: ``main``, ``sub``), if any.
@@ -135,17 +138,14 @@ class ClusterTopology(BaseModel):
         count = len(self.nodes) or self.node_count
         if self.node_rank is not None and count is not None and self.node_rank >= count:
             raise ValueError(f"node rank {self.node_rank} is outside {count} nodes")
-        # map/itemgetter: C-level loops, since a 4096-node session checks 4096 nodes at every
-        # container start (Node is a named tuple: 0 host, 2 index).
+        # map/itemgetter: no Python-level call per node (Node is a named tuple: 0 host,
+        # 2 index); a session may have 4096 of them.
         indices = [i for i in map(itemgetter(2), self.nodes) if i is not None]
         if indices and min(indices) < 1:
             raise ValueError("node indices are 1-based")
-        if len(set(map(str.lower, map(itemgetter(0), self.nodes)))) != len(self.nodes):
-            seen: set[str] = set()
-            for node in self.nodes:
-                if node.host.lower() in seen:
-                    raise ValueError(f"host {node.host} appears twice")
-                seen.add(node.host.lower())
+        twice = repeated_host(list(map(itemgetter(0), self.nodes)))
+        if twice is not None:
+            raise ValueError(f"host {twice} appears twice")
         return self
 
     @property
@@ -194,6 +194,21 @@ class ClusterTopology(BaseModel):
     def inputs_of(self, aspect: str) -> str:
         """The input variables behind ``aspect``, joined for a person (``a + b``)."""
         return " + ".join(self.inputs.get(aspect, ())) or "(none)"
+
+
+def nodes_of(hosts: Iterable[str], roles: Iterable[str] | None = None,
+             indices: Iterable[int] | None = None) -> tuple[Node, ...]:
+    """The :class:`Node` of every host, in order: the nodes of a source's host list.
+
+    :param hosts: host names, already checked (:func:`derive_env.hosts.check_hosts`).
+    :param roles: each node's role, with ``indices`` each node's 1-based index within it
+        (as many as the hosts); without them, nodes without role or index.
+    :returns: the same named tuples as ``Node(host, role, index)``.
+    :raises ValueError: ``roles`` or ``indices`` and ``hosts`` differ in length.
+    """
+    fields = (zip(hosts, repeat(None), repeat(None)) if roles is None or indices is None
+              else zip(hosts, roles, indices, strict=True))
+    return tuple(map(tuple.__new__, repeat(Node), fields))
 
 
 def single_node_topology(source: str = "standalone", host: str = "localhost") -> ClusterTopology:

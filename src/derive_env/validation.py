@@ -82,10 +82,14 @@ def first_error(exc: ValidationError, kind: str = "") -> str:
     return errors_of(exc, kind)[0]
 
 
-def variable_int(environ: Mapping[str, str], name: str, minimum: int, tail: str) -> int:
-    """``environ[name]`` as a decimal integer >= ``minimum`` (:func:`parse_int`), for the
-    sources: a bad value is a ``TopologyError`` (exit 3) naming the variable and its value,
-    ``tail`` ending the expectation (``" (the world size)"``, ``"; the fix"``)."""
+def variable_int(environ: Mapping[str, str], name: str, minimum: int, tail: str = "") -> int:
+    """``environ[name]`` as a decimal integer >= ``minimum`` (:func:`parse_int`): the one
+    integer reader of the sources. A bad value is a ``TopologyError`` (exit 3) naming the
+    variable and its value, ``tail`` ending the expectation (``" (the world size)"``,
+    ``"; the fix"``).
+
+    :raises KeyError: ``name`` is not in ``environ`` (the caller checks what is optional).
+    """
     from derive_env.errors import TopologyError
 
     value = environ[name]

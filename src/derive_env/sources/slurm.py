@@ -11,7 +11,7 @@ Two table lines share this module (sources/__init__.py ``SOURCES``):
 Every rule names the Slurm file it follows (SchedMD/slurm; recorded behaviour of Slurm
 22.05 in tests/fixtures/recorded/README.md wins over the design notes where they differ).
 Pure: reads only the mapping it is given, plus the content of ``SLURM_HOSTFILE`` that the
-edge (app.py) read for it (:func:`files_needed`).
+command line read for it (:func:`files_needed`).
 
 Errors are of two kinds. A value that is wrong whatever runs inside the step (a malformed
 list, counts that do not add up, a step of another job) raises :class:`TopologyError`. A
@@ -23,38 +23,32 @@ no inner source (the MPI launcher) is seen.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
-from itertools import repeat
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
 from derive_env.sources.report import Processes, Report
-from derive_env.sources.slurm_grammar import (
-    expand_hostlist,
-    expand_tasks_per_node,
-    parse_resv_ports,
+from derive_env.sources.slurm_checks import (
+    Step,
+    check_mpi_plugin,
+    gpus_on_node,
+    hosts_of,
+    job_hosts_if_set,
+    job_id,
+    parsed,
+    refuse_het,
+    same_as,
+    step_tasks,
 )
-from derive_env.topology import Node
+from derive_env.sources.slurm_hostlist import expand_hostfile, parse_resv_ports
+from derive_env.topology import nodes_of
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
+from derive_env.validation import parse_int, variable_int
 
-_DIGITS = "0123456789"
-_T = TypeVar("_T")
-
-#: Variables present only in a heterogeneous job or step (``srun ... : ...``, ``sbatch``
-#: with ``hetjob``): Slurm 20.02+ writes ``SLURM_HET_SIZE`` (``env.c``
-#: ``env_array_for_batch_job`` / ``env_array_for_step``), older releases ``SLURM_PACK_SIZE``.
-_HET_SIZES = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
-#: Per-component suffixes (``SLURM_JOB_NODELIST_HET_GROUP_1``). Group 0 alone is also
-#: written for ordinary steps (``SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0`` in every recorded
-#: step inside an allocation), so only a group above 0 proves a second component.
-_HET_GROUPS = ("_HET_GROUP_", "_PACK_GROUP_")
-
-_FIX_STEP = ("run derive-env as the command of srun (srun --ntasks-per-node=1 derive-env -- "
-             "torchrun ..., or srun derive-env -- python train.py for one process per task)")
 _COPIED = ("this task's own Slurm variables contradict the step it names, as when a "
            "launcher inside the step (MPICH's mpiexec) copied them from another process; "
            "run derive-env directly under srun, or under an MPI launcher derive-env reads")
@@ -66,6 +60,7 @@ _ALLOC_PROBLEM = ("a batch script or salloc shell runs on one node; only srun st
 def alloc_problem(value: str) -> str:
     """The message for a batch script or salloc shell of a multi-node job (sources.md 3.2)."""
     return describe("SLURM_JOB_NUM_NODES", value, "1 here: " + _ALLOC_PROBLEM)
+
 
 _STEP_ORDER = ("SLURM_STEP_NODELIST order: Slurm's node index in the step, as SLURM_NODEID "
                "counts it (slurmstepd, src/slurmd/slurmstepd/task.c)")
@@ -88,7 +83,7 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What Slurm states for table line ``line`` (``slurm-step`` or ``slurm-allocation``).
+    """What Slurm states for table line ``name`` (``slurm-step`` or ``slurm-allocation``).
 
     :param environ: the process environment (only Slurm's variables are read, plus
         ``ENVIRONMENT`` that Slurm sets in a batch script).
@@ -104,207 +99,13 @@ def read(environ: Mapping[str, str], line: Source,
     raise ValueError(f"not a Slurm table line: {line.name!r}")
 
 
-# -- shared checks -----------------------------------------------------------------------------
-
-
 def _arbitrary(environ: Mapping[str, str]) -> bool:
     """``srun -m arbitrary`` (``SLURM_DISTRIBUTION`` from ``-m``, src/common/env.c
     ``_setup_distribution`` writes ``arbitrary``; a ``:socket`` part may follow)."""
     return environ.get("SLURM_DISTRIBUTION", "").startswith("arbitrary")
 
 
-def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
-    """``environ[name]`` as a decimal integer >= ``minimum`` (digits only, at most 18)."""
-    value = environ[name]
-    if not value or len(value) > 18 or any(c not in _DIGITS for c in value):
-        raise TopologyError(describe(name, value, f"an integer >= {minimum}"))
-    number = int(value)
-    if number < minimum:
-        raise TopologyError(describe(name, value, f"an integer >= {minimum}"))
-    return number
-
-
-#: Digits to ``0``: a host's shape. Host name rules treat every digit alike (RFC 1123
-#: labels, topology._HOSTNAME), so hosts of one shape are all valid or all invalid, except
-#: addresses (IPv4 ranges, IPv6 hex), which are checked one by one.
-_ZEROS = str.maketrans("123456789", "000000000")
-
-
-def _first_bad_host(hosts: tuple[str, ...]) -> tuple[str, str] | None:
-    """``(host, why)`` for the first host :func:`host_problem` refuses, or ``None``.
-
-    A 4096-node list has a handful of shapes (``n0000``): checking one host per shape
-    keeps the cost of a large step to the expansion (iface9.md: <= 1.1x a 4-node step).
-    """
-    # One translate over the joined list: hosts hold no "\n" (a host list separator).
-    shapes = set("\n".join(hosts).translate(_ZEROS).split("\n"))
-    if any(":" in shape or "%" in shape or not shape.strip("0.") for shape in shapes):
-        candidates: Iterable[str] = hosts
-    else:
-        bad = {shape for shape in shapes if host_problem(shape)}
-        if not bad:
-            return None
-        candidates = (host for host in hosts if host.translate(_ZEROS) in bad)
-    for host in candidates:
-        problem = host_problem(host)
-        if problem:
-            return host, problem
-    return None
-
-
-@lru_cache(maxsize=4)
-def _expand_checked(value: str) -> tuple[str, ...]:
-    """``value`` expanded and checked; cached because both lines of a step read the same
-    ``SLURM_JOB_NODELIST`` (and most steps span the whole job). Raises ValueError whose
-    text completes "expected ..."."""
-    hosts = expand_hostlist(value)
-    if not hosts:
-        raise ValueError("a Slurm host list of at least one node")
-    if len(set(hosts)) != len(hosts):
-        twice = next(host for i, host in enumerate(hosts) if host in hosts[:i])
-        raise ValueError(f"every node once (Slurm never lists a node twice), not {twice!r} "
-                         "twice")
-    bad = _first_bad_host(hosts)
-    if bad:
-        raise ValueError(f"{bad[1]}, not {bad[0]!r}")
-    return hosts
-
-
-def _parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
-    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
-    TopologyError naming the variable and its value."""
-    try:
-        return parse(environ[name])
-    except ValueError as exc:
-        raise TopologyError(describe(name, environ[name], str(exc))) from None
-
-
-def _hosts(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """Expand host list ``name`` (src/common/hostlist.c grammar) and check every host."""
-    return _parsed(environ, name, _expand_checked)
-
-
-def _job_id(environ: Mapping[str, str]) -> str:
-    """``SLURM_JOB_ID``, checked against its old name ``SLURM_JOBID`` (src/common/env.c
-    ``setup_env`` writes both from one value)."""
-    job = environ["SLURM_JOB_ID"]
-    _int(environ, "SLURM_JOB_ID", 1)
-    alias = environ.get("SLURM_JOBID")
-    if alias and alias != job:
-        raise TopologyError(describe(
-            "SLURM_JOBID", alias,
-            f"the same job id as SLURM_JOB_ID={job!r} (Slurm sets both from one value); one "
-            "of them was inherited from another job or set by hand: unset the stale one"))
-    return job
-
-
-def _refuse_het(environ: Mapping[str, str]) -> None:
-    """Refuse a heterogeneous job: its ids and lists span components (task.c, env.c)."""
-    found = next((n for n in _HET_SIZES if environ.get(n)), None)
-    if found is None:
-        for key in environ:
-            for marker in _HET_GROUPS:
-                at = key.find(marker)
-                if at != -1 and key[at + len(marker):] not in ("", "0") and environ[key]:
-                    found = key
-                    break
-            if found:
-                break
-    if found:
-        raise TopologyError(describe(
-            found, environ[found],
-            "unset: this is a heterogeneous Slurm job (srun ... : ..., #SBATCH hetjob), whose "
-            "ranks and node lists span its components, and derive-env does not read those "
-            "yet; run one homogeneous step per derive-env (srun --het-group=0 derive-env -- "
-            "...), or set the framework variables yourself"))
-
-
-def _gpus(environ: Mapping[str, str]) -> tuple[int | None, tuple[str, ...]]:
-    """``SLURM_GPUS_ON_NODE``: the GPUs allocated on this node, an integer (srun.1 and
-    sbatch.1, OUTPUT ENVIRONMENT VARIABLES); never ``SLURM_GPUS_PER_NODE``, the request
-    (``a100:4``, sources.md 3.1 "GPUs")."""
-    if not environ.get("SLURM_GPUS_ON_NODE"):
-        return None, ()
-    return _int(environ, "SLURM_GPUS_ON_NODE", 0), ("SLURM_GPUS_ON_NODE",)
-
-
 # -- slurm-step --------------------------------------------------------------------------------
-
-
-class _Step:
-    """The step's variables, validated against each other (sources.md 3.1 "Consistency")."""
-
-    __slots__ = ("hosts", "node_id", "num_nodes")
-
-    def __init__(self, environ: Mapping[str, str], job_hosts: tuple[str, ...] | None) -> None:
-        self.num_nodes = _int(environ, "SLURM_STEP_NUM_NODES", 1)
-        self.node_id = _int(environ, "SLURM_NODEID", 0)
-        same_list = environ.get("SLURM_JOB_NODELIST") == environ["SLURM_STEP_NODELIST"]
-        self.hosts = job_hosts if same_list and job_hosts else _hosts(
-            environ, "SLURM_STEP_NODELIST")
-        if len(self.hosts) != self.num_nodes:
-            raise TopologyError(describe(
-                "SLURM_STEP_NUM_NODES", environ["SLURM_STEP_NUM_NODES"],
-                f"the number of nodes in SLURM_STEP_NODELIST={environ['SLURM_STEP_NODELIST']!r}"
-                f" ({len(self.hosts)}); srun writes both for one step (src/common/env.c "
-                "env_array_for_step), so one was set by hand or inherited"))
-        if self.node_id >= self.num_nodes:
-            raise TopologyError(describe(
-                "SLURM_NODEID", environ["SLURM_NODEID"],
-                f"a node index below SLURM_STEP_NUM_NODES={self.num_nodes}"))
-        if job_hosts is not None and not same_list:
-            outside = set(self.hosts).difference(job_hosts)
-            if outside:
-                raise TopologyError(describe(
-                    "SLURM_STEP_NODELIST", environ["SLURM_STEP_NODELIST"],
-                    f"nodes of this job's SLURM_JOB_NODELIST={environ['SLURM_JOB_NODELIST']!r}"
-                    f", not {sorted(outside)[0]!r}: the step variables were inherited from "
-                    "another job (a job submitted from inside a step); unset SLURM_STEP_* "
-                    "before sbatch/salloc, or submit with --export=NONE"))
-
-
-def _job_hosts(environ: Mapping[str, str]) -> tuple[str, ...] | None:
-    return _hosts(environ, "SLURM_JOB_NODELIST") if environ.get("SLURM_JOB_NODELIST") else None
-
-
-def _same_as(environ: Mapping[str, str], name: str, number: int, other: str,
-             expected: int) -> None:
-    """Raise unless ``name`` (parsed) equals ``other``'s value ``expected``."""
-    if number != expected:
-        raise TopologyError(describe(
-            name, environ[name],
-            f"{expected}, as {other}={environ[other]!r}: both are Slurm's own for this step, "
-            "so one was set by hand or inherited"))
-
-
-def _check_mpi_plugin(environ: Mapping[str, str], job: str, step: str, rank: int,
-                      node_id: int, world: int) -> None:
-    """The variables of Slurm's own MPI plugins must agree with the step's.
-
-    Only when they name this step: ``srun --mpi=pmi2`` sets ``PMI_RANK``, ``PMI_SIZE`` and
-    ``PMI_JOBID=<job>.<step>`` (src/plugins/mpi/pmi2/setup.c); ``--mpi=pmix`` sets
-    ``PMIX_RANK`` and ``PMIX_NAMESPACE=slurm.pmix.<job>.<step>`` (src/plugins/mpi/pmix/
-    pmixp_info.c); ``--mpi=cray_shasta`` sets ``PALS_RANKID``, ``PALS_NODEID`` and
-    ``PALS_APID=<job>.<step>`` (src/plugins/mpi/cray_shasta/mpi_cray_shasta.c; recorded).
-    Values naming another job step come from a launcher inside the step (the resolver
-    composes those); they are not read here.
-    """
-    this = f"{job}.{step}"
-    if environ.get("PMI_JOBID") == this:
-        if environ.get("PMI_RANK"):
-            _same_as(environ, "PMI_RANK", _int(environ, "PMI_RANK", 0), "SLURM_PROCID", rank)
-        if environ.get("PMI_SIZE"):
-            _same_as(environ, "PMI_SIZE", _int(environ, "PMI_SIZE", 1),
-                     "SLURM_STEP_NUM_TASKS", world)
-    if environ.get("PMIX_NAMESPACE") == f"slurm.pmix.{this}" and environ.get("PMIX_RANK"):
-        _same_as(environ, "PMIX_RANK", _int(environ, "PMIX_RANK", 0), "SLURM_PROCID", rank)
-    if environ.get("PALS_APID") == this:
-        if environ.get("PALS_RANKID"):
-            _same_as(environ, "PALS_RANKID", _int(environ, "PALS_RANKID", 0), "SLURM_PROCID",
-                     rank)
-        if environ.get("PALS_NODEID"):
-            _same_as(environ, "PALS_NODEID", _int(environ, "PALS_NODEID", 0), "SLURM_NODEID",
-                     node_id)
 
 
 def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
@@ -312,23 +113,16 @@ def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
     value = environ.get("SLURM_GTIDS")
     if not value:
         return None
-    items = value.split(",")
-    if any(not item or len(item) > 18 or any(c not in _DIGITS for c in item)
-           for item in items):
+    try:
+        return tuple(parse_int(item, minimum=0) for item in value.split(","))
+    except ValueError:
         raise TopologyError(describe(
-            "SLURM_GTIDS", value, "a comma-separated list of task ids such as 0,1"))
-    return tuple(int(item) for item in items)
+            "SLURM_GTIDS", value, "a comma-separated list of task ids such as 0,1")) from None
 
 
 def _hostfile_hosts(path: str, text: str | None) -> list[str]:
-    """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task).
-
-    Follows ``slurm_read_hostfile`` (src/api/allocate.c): a ``#`` starts a comment unless
-    escaped ``\\#``; empty lines are skipped; a line must start with a letter or digit; it
-    holds ``,``-separated names, ``name*N`` meaning ``N`` times. Blanks around a line are
-    ignored (Slurm refuses a leading blank, so srun never ran with one; leniency here cannot
-    change a file srun accepted).
-    """
+    """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task): its grammar is
+    :func:`~derive_env.sources.slurm_hostlist.expand_hostfile`'s."""
     where = f"SLURM_HOSTFILE={shorten(path)!r}"
     if text is None:
         raise TopologyError(
@@ -337,60 +131,10 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
             "arbitrary rank 0 runs on its first host, which no variable states; make the "
             "file visible at the same path inside the container (bind-mount its folder) "
             "or use another distribution (-m block)")
-    hosts: list[str] = []
-    checked: set[str] = set()  # a 4096-node file names each host many times: check it once
-    for number, line in enumerate(text.splitlines(), 1):
-        entry = _uncommented(line).strip()
-        if not entry:
-            continue
-        if not entry[0].isascii() or not entry[0].isalnum():
-            raise TopologyError(
-                f"{where}: expected lines of Slurm node names (src/api/allocate.c "
-                f"slurm_read_hostfile), not line {number} {_shorten_line(entry)!r}")
-        for name in entry.split(","):
-            host, star, times = name.partition("*")
-            count = 1
-            if star:
-                if not times or len(times) > 6 or any(c not in _DIGITS for c in times):
-                    raise TopologyError(
-                        f"{where}: expected name or name*N on line {number}, not "
-                        f"{_shorten_line(name)!r}")
-                count = int(times)
-            problem = None if host in checked else (host_problem(host) if host else
-                                                    "a node name")
-            checked.add(host)
-            if problem:
-                raise TopologyError(
-                    f"{where}: expected {problem} on line {number}, not "
-                    f"{_shorten_line(host)!r}")
-            hosts += [host] * count
-            if len(hosts) > 1 << 20:
-                raise TopologyError(f"{where}: expected at most {1 << 20} tasks")
-    if not hosts:
-        raise TopologyError(f"{where}: expected at least one node name (the file is empty)")
-    return hosts
-
-
-def _uncommented(line: str) -> str:
-    """``line`` without its ``#`` comment; ``\\#`` is a literal ``#`` (slurm_read_hostfile)."""
-    if "\\#" not in line:
-        return line.partition("#")[0]
-    kept, i = [], 0
-    while i < len(line):
-        if line[i] == "#":
-            if kept and kept[-1] == "\\":
-                kept[-1] = "#"
-                i += 1
-                continue
-            break
-        kept.append(line[i])
-        i += 1
-    return "".join(kept)
-
-
-def _shorten_line(text: str) -> str:
-    """A hostfile line cut for a message."""
-    return text if len(text) <= 80 else text[:80] + "..."
+    try:
+        return expand_hostfile(text, host_problem)
+    except ValueError as exc:
+        raise TopologyError(f"{where}: expected {exc}") from None
 
 
 def _arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None],
@@ -424,6 +168,88 @@ def _arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None
     return master, listed[rank]
 
 
+def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], info: Step,
+                 rank: int, local_rank: int, local_world: int,
+                 inputs: dict[str, tuple[str, ...]]) -> tuple[str | None, list[str]]:
+    """``(master, problems)``: rank 0's host when ``-m arbitrary`` proves it, and what only
+    this task can check (``SLURM_GTIDS``, ``SLURMD_NODENAME``, its hostfile line, rank 0's
+    node), for :attr:`Report.problem`. Adds the master's inputs to ``inputs``."""
+    hosts, node_id = info.hosts, info.node_id
+    problems: list[str] = []
+    gtids = _gtids(environ)
+    if gtids is not None:
+        if len(gtids) != local_world:
+            problems.append(describe(
+                "SLURM_GTIDS", environ["SLURM_GTIDS"],
+                f"{local_world} task ids, the count of node SLURM_NODEID={node_id} in "
+                f"SLURM_STEP_TASKS_PER_NODE={environ['SLURM_STEP_TASKS_PER_NODE']!r}"))
+        elif gtids[local_rank] != rank:
+            problems.append(describe(
+                "SLURM_GTIDS", environ["SLURM_GTIDS"],
+                f"SLURM_PROCID={rank} at position SLURM_LOCALID={local_rank}"))
+    node_name = environ.get("SLURMD_NODENAME")
+    if node_name and node_name != hosts[node_id]:
+        problems.append(describe(
+            "SLURMD_NODENAME", node_name,
+            f"{hosts[node_id]!r}, node SLURM_NODEID={node_id} of SLURM_STEP_NODELIST="
+            f"{environ['SLURM_STEP_NODELIST']!r}"))
+    master: str | None = None
+    if _arbitrary(environ):
+        master, own_line = _arbitrary_master(environ, files, hosts, rank)
+        inputs["master"] = ("SLURM_DISTRIBUTION", "SLURM_HOSTFILE")
+        if own_line is not None and own_line != hosts[node_id]:
+            problems.append(
+                f"SLURM_HOSTFILE={shorten(environ['SLURM_HOSTFILE'])!r}: expected line {rank + 1} "
+                f"(rank SLURM_PROCID={rank}) to name this task's node {hosts[node_id]!r} "
+                f"(SLURM_NODEID={node_id}), not {own_line!r}")
+    # Rank 0's node, checked where this task can: it is rank 0, or its node holds rank 0.
+    master_host = master or hosts[0]
+    if (rank == 0 or (gtids is not None and 0 in gtids)) and hosts[node_id] != master_host:
+        which = "SLURM_PROCID=0" if rank == 0 else f"SLURM_GTIDS={environ['SLURM_GTIDS']!r}"
+        problems.append(
+            f"{which} on node {hosts[node_id]!r} (SLURM_NODEID={node_id}): expected rank 0 "
+            f"on {master_host!r}, " + ("the first host of SLURM_HOSTFILE" if master else
+                                        "the first node of the step for distribution "
+                                        f"{environ.get('SLURM_DISTRIBUTION') or 'block'}"))
+    return master, problems
+
+
+def _ports_and_gpus(environ: Mapping[str, str],
+                    inputs: dict[str, tuple[str, ...]]) -> tuple[tuple[int, ...], int | None]:
+    """``SLURM_STEP_RESV_PORTS`` (else the ports come from the job and step ids) and
+    ``SLURM_GPUS_ON_NODE``; adds their inputs to ``inputs``."""
+    ports: tuple[int, ...] = ()
+    if environ.get("SLURM_STEP_RESV_PORTS"):
+        ports = parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports)
+        inputs["ports"] = ("SLURM_STEP_RESV_PORTS",)
+    else:
+        inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
+    gpus, gpu_inputs = gpus_on_node(environ)
+    if gpu_inputs:
+        inputs["gpus"] = gpu_inputs
+    return ports, gpus
+
+
+def _pty_notes(environ: Mapping[str, str], world: int,
+               rank: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(notes, warnings)`` for a step with ``SLURM_PTY_PORT``: described as it is, never
+    refused (recorded, tests/data/slurm-extra: ``srun -N2 --pty`` runs the command on both
+    tasks, only task 0 with the terminal; an srun inside a pty shell passes
+    ``SLURM_PTY_PORT`` on to its tasks)."""
+    if not environ.get("SLURM_PTY_PORT"):
+        return (), ()
+    notes = (f"SLURM_PTY_PORT is set: an srun --pty step, or a step started from one "
+             f"({world} task(s))",)
+    if world > 1 and rank == 0:
+        return notes, (
+            f"SLURM_PTY_PORT is set and the step has {world} tasks: if derive-env runs "
+            "from an interactive srun --pty shell, the other tasks' shells ended at "
+            "once (srun.1 --pty: only task 0 has the terminal) and the job will wait "
+            "for them; start the shell with srun -N1 -n1 --pty and the job with srun "
+            "from it",)
+    return notes, ()
+
+
 def read_step(environ: Mapping[str, str], title: str,
               files: Mapping[str, str | None] = {}) -> Report:
     """The ``slurm-step`` line: a task of an ``srun`` step (sources.md 3.1).
@@ -444,114 +270,30 @@ def read_step(environ: Mapping[str, str], title: str,
         of another job; an unreadable or malformed hostfile; a heterogeneous step; Slurm's
         MPI plugin variables that contradict the step.
     """
-    _refuse_het(environ)
-    job = _job_id(environ)
+    refuse_het(environ)
+    job = job_id(environ)
     step = environ["SLURM_STEP_ID"]
-    _int(environ, "SLURM_STEP_ID", 0)
-    info = _Step(environ, _job_hosts(environ))
+    variable_int(environ, "SLURM_STEP_ID", 0)
+    info = Step(environ, job_hosts_if_set(environ))
     hosts, node_id = info.hosts, info.node_id
-    world = _int(environ, "SLURM_STEP_NUM_TASKS", 1)
-    rank = _int(environ, "SLURM_PROCID", 0)
-    local_rank = _int(environ, "SLURM_LOCALID", 0)
-    tpn = _parsed(environ, "SLURM_STEP_TASKS_PER_NODE", expand_tasks_per_node)
-    if len(tpn) != info.num_nodes:
-        raise TopologyError(describe(
-            "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"],
-            f"one task count per node of the step, SLURM_STEP_NUM_NODES={info.num_nodes}, "
-            f"not {len(tpn)}"))
-    if sum(tpn) != world:
-        raise TopologyError(describe(
-            "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"],
-            f"task counts adding up to SLURM_STEP_NUM_TASKS={world}, not {sum(tpn)}"))
-    if rank >= world:
-        raise TopologyError(describe(
-            "SLURM_PROCID", environ["SLURM_PROCID"],
-            f"a rank below SLURM_STEP_NUM_TASKS={world}"))
-    local_world = tpn[node_id]
-    if local_rank >= local_world:
-        raise TopologyError(describe(
-            "SLURM_LOCALID", environ["SLURM_LOCALID"],
-            f"a local rank below {local_world}, the task count of node SLURM_NODEID="
-            f"{node_id} in SLURM_STEP_TASKS_PER_NODE={environ['SLURM_STEP_TASKS_PER_NODE']!r}"))
-    _check_mpi_plugin(environ, job, step, rank, node_id, world)
-
-    problems: list[str] = []
-    gtids = _gtids(environ)
-    if gtids is not None:
-        if len(gtids) != local_world:
-            problems.append(describe(
-                "SLURM_GTIDS", environ["SLURM_GTIDS"],
-                f"{local_world} task ids, the count of node SLURM_NODEID={node_id} in "
-                f"SLURM_STEP_TASKS_PER_NODE={environ['SLURM_STEP_TASKS_PER_NODE']!r}"))
-        elif gtids[local_rank] != rank:
-            problems.append(describe(
-                "SLURM_GTIDS", environ["SLURM_GTIDS"],
-                f"SLURM_PROCID={rank} at position SLURM_LOCALID={local_rank}"))
-    node_name = environ.get("SLURMD_NODENAME")
-    if node_name and node_name != hosts[node_id]:
-        problems.append(describe(
-            "SLURMD_NODENAME", node_name,
-            f"{hosts[node_id]!r}, node SLURM_NODEID={node_id} of SLURM_STEP_NODELIST="
-            f"{environ['SLURM_STEP_NODELIST']!r}"))
-
+    rank, local_rank, world, local_world, tasks_per_node = step_tasks(environ, info)
+    check_mpi_plugin(environ, job, step, rank, node_id, world)
     inputs: dict[str, tuple[str, ...]] = {
         "nodes": ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES"),
         "node_rank": ("SLURM_NODEID",),
         "processes": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS",
                       "SLURM_STEP_TASKS_PER_NODE"),
     }
-    master: str | None = None
-    master_host = hosts[0]
-    if _arbitrary(environ):
-        master, own_line = _arbitrary_master(environ, files, hosts, rank)
-        master_host = master
-        inputs["master"] = ("SLURM_DISTRIBUTION", "SLURM_HOSTFILE")
-        if own_line is not None and own_line != hosts[node_id]:
-            problems.append(
-                f"SLURM_HOSTFILE={shorten(environ['SLURM_HOSTFILE'])!r}: expected line {rank + 1} "
-                f"(rank SLURM_PROCID={rank}) to name this task's node {hosts[node_id]!r} "
-                f"(SLURM_NODEID={node_id}), not {own_line!r}")
-    # Rank 0's node, checked where this task can: it is rank 0, or its node holds rank 0.
-    holds_zero = rank == 0 or (gtids is not None and 0 in gtids)
-    if holds_zero and hosts[node_id] != master_host:
-        which = "SLURM_PROCID=0" if rank == 0 else f"SLURM_GTIDS={environ['SLURM_GTIDS']!r}"
-        problems.append(
-            f"{which} on node {hosts[node_id]!r} (SLURM_NODEID={node_id}): expected rank 0 "
-            f"on {master_host!r}, " + ("the first host of SLURM_HOSTFILE" if master else
-                                        "the first node of the step for distribution "
-                                        f"{environ.get('SLURM_DISTRIBUTION') or 'block'}"))
-
-    ports: tuple[int, ...] = ()
-    if environ.get("SLURM_STEP_RESV_PORTS"):
-        ports = _parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports)
-        inputs["ports"] = ("SLURM_STEP_RESV_PORTS",)
-    else:
-        inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
-    gpus, gpu_inputs = _gpus(environ)
-    if gpu_inputs:
-        inputs["gpus"] = gpu_inputs
-
-    notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    if environ.get("SLURM_PTY_PORT"):
-        # Recorded (tests/data/slurm-extra): srun -N2 --pty runs the command on both tasks,
-        # only task 0 with the terminal; and an srun inside a pty shell passes
-        # SLURM_PTY_PORT on to its tasks. So the step is described as it is, never refused.
-        notes = (f"SLURM_PTY_PORT is set: an srun --pty step, or a step started from one "
-                 f"({world} task(s))",)
-        if world > 1 and rank == 0:
-            warnings = (
-                f"SLURM_PTY_PORT is set and the step has {world} tasks: if derive-env runs "
-                "from an interactive srun --pty shell, the other tasks' shells ended at "
-                "once (srun.1 --pty: only task 0 has the terminal) and the job will wait "
-                "for them; start the shell with srun -N1 -n1 --pty and the job with srun "
-                "from it",)
+    master, problems = _self_checks(environ, files, info, rank, local_rank, local_world,
+                                    inputs)
+    ports, gpus = _ports_and_gpus(environ, inputs)
+    notes, warnings = _pty_notes(environ, world, rank)
     return Report(
         source="slurm-step",
         title=title,
         nodes=_nodes(hosts),
         node_rank=node_id,
-        processes=Processes(rank, local_rank, world, local_world, tpn),
+        processes=Processes(rank, local_rank, world, local_world, tasks_per_node),
         master=master,
         reserved_ports=ports,
         job=("slurm", job, step),
@@ -565,16 +307,49 @@ def read_step(environ: Mapping[str, str], title: str,
     )
 
 
-@lru_cache(maxsize=4)
-def _nodes(hosts: tuple[str, ...]) -> tuple[Node, ...]:
-    """The nodes of ``hosts`` (cached: both lines of a step usually share the job's list).
-
-    Built by ``tuple.__new__`` over zipped fields, not ``Node(host)``: the same named
-    tuples without a Python-level call per node (half the cost on 4096 nodes)."""
-    return tuple(map(tuple.__new__, repeat(Node), zip(hosts, repeat(None), repeat(None))))
+#: The nodes of a host list (cached: both lines of a step usually share the job's list).
+_nodes = lru_cache(maxsize=4)(nodes_of)
 
 
 # -- slurm-allocation --------------------------------------------------------------------------
+
+
+def _allocation_node(
+    environ: Mapping[str, str], hosts: tuple[str, ...], in_step: bool,
+    inputs: dict[str, tuple[str, ...]],
+) -> tuple[int | None, list[str], int | None]:
+    """``(node rank, notes, gpus)`` of a process of the allocation: the node rank only when
+    proven (see :func:`read_allocation`), the GPUs only in the batch script. Adds their
+    inputs to ``inputs``."""
+    node_rank: int | None = None
+    notes: list[str] = []
+    gpus: int | None = None
+    if environ.get("SLURM_STEP_NODELIST") and environ.get("SLURM_NODEID"):
+        if not environ.get("SLURM_STEP_NUM_NODES"):
+            raise TopologyError(describe(
+                "SLURM_STEP_NODELIST", environ["SLURM_STEP_NODELIST"],
+                "SLURM_STEP_NUM_NODES to be set as well (srun sets both, src/common/env.c "
+                "env_array_for_step)"))
+        info = Step(environ, hosts)
+        node_rank = hosts.index(info.hosts[info.node_id])
+        inputs["node_rank"] = ("SLURM_STEP_NODELIST", "SLURM_NODEID", "SLURM_JOB_NODELIST")
+        notes.append(f"in step {environ.get('SLURM_STEP_ID', '?')} of the job: its node "
+                     f"SLURM_NODEID={info.node_id} is {info.hosts[info.node_id]!r}")
+    elif in_step:
+        notes.append("step variables incomplete (SLURM_STEP_NODELIST and SLURM_NODEID): "
+                     "this process's node is not known")
+    elif environ.get("ENVIRONMENT") == "BATCH" and environ.get("SLURMD_NODENAME") == hosts[0]:
+        node_rank = 0
+        inputs["node_rank"] = ("ENVIRONMENT", "SLURMD_NODENAME")
+        notes.append("the batch script, on the job's first node")
+        gpus, gpu_inputs = gpus_on_node(environ)
+        if gpu_inputs:
+            inputs["gpus"] = gpu_inputs
+    elif len(hosts) == 1:
+        notes.append("an salloc shell, or a process outside the job's node, of a one-node job")
+    else:
+        notes.append("an salloc shell or another process outside a step: its node is unknown")
+    return node_rank, notes, gpus
 
 
 def read_allocation(environ: Mapping[str, str], title: str) -> Report:
@@ -601,10 +376,10 @@ def read_allocation(environ: Mapping[str, str], title: str) -> Report:
     :raises TopologyError: malformed values; counts that disagree; a heterogeneous job;
         step variables whose node is not one of the job's.
     """
-    _refuse_het(environ)
-    job = _job_id(environ)
-    hosts = _hosts(environ, "SLURM_JOB_NODELIST")
-    count = _int(environ, "SLURM_JOB_NUM_NODES", 1)
+    refuse_het(environ)
+    job = job_id(environ)
+    hosts = hosts_of(environ, "SLURM_JOB_NODELIST")
+    count = variable_int(environ, "SLURM_JOB_NUM_NODES", 1)
     if count != len(hosts):
         raise TopologyError(describe(
             "SLURM_JOB_NUM_NODES", environ["SLURM_JOB_NUM_NODES"],
@@ -613,37 +388,10 @@ def read_allocation(environ: Mapping[str, str], title: str) -> Report:
             "set by hand or inherited"))
     in_step = bool(environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_STEP_ID"))
     if not in_step and environ.get("SLURM_NNODES"):
-        _same_as(environ, "SLURM_NNODES", _int(environ, "SLURM_NNODES", 1),
-                 "SLURM_JOB_NUM_NODES", count)
+        same_as(environ, "SLURM_NNODES", variable_int(environ, "SLURM_NNODES", 1),
+                "SLURM_JOB_NUM_NODES", count)
     inputs: dict[str, tuple[str, ...]] = {"nodes": ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES")}
-    node_rank: int | None = None
-    notes: list[str] = []
-    gpus: int | None = None
-    if environ.get("SLURM_STEP_NODELIST") and environ.get("SLURM_NODEID"):
-        if not environ.get("SLURM_STEP_NUM_NODES"):
-            raise TopologyError(describe(
-                "SLURM_STEP_NODELIST", environ["SLURM_STEP_NODELIST"],
-                "SLURM_STEP_NUM_NODES to be set as well (srun sets both, src/common/env.c "
-                "env_array_for_step)"))
-        info = _Step(environ, hosts)
-        node_rank = hosts.index(info.hosts[info.node_id])
-        inputs["node_rank"] = ("SLURM_STEP_NODELIST", "SLURM_NODEID", "SLURM_JOB_NODELIST")
-        notes.append(f"in step {environ.get('SLURM_STEP_ID', '?')} of the job: its node "
-                     f"SLURM_NODEID={info.node_id} is {info.hosts[info.node_id]!r}")
-    elif in_step:
-        notes.append("step variables incomplete (SLURM_STEP_NODELIST and SLURM_NODEID): "
-                     "this process's node is not known")
-    elif environ.get("ENVIRONMENT") == "BATCH" and environ.get("SLURMD_NODENAME") == hosts[0]:
-        node_rank = 0
-        inputs["node_rank"] = ("ENVIRONMENT", "SLURMD_NODENAME")
-        notes.append("the batch script, on the job's first node")
-        gpus, gpu_inputs = _gpus(environ)
-        if gpu_inputs:
-            inputs["gpus"] = gpu_inputs
-    elif len(hosts) == 1:
-        notes.append("an salloc shell, or a process outside the job's node, of a one-node job")
-    else:
-        notes.append("an salloc shell or another process outside a step: its node is unknown")
+    node_rank, notes, gpus = _allocation_node(environ, hosts, in_step, inputs)
     if len(hosts) == 1:
         node_rank = 0
         inputs.setdefault("node_rank", ("SLURM_JOB_NUM_NODES",))

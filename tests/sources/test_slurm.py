@@ -15,13 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from record_envs import FIXTURES, load_fixture
 
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, seen_sources, slurm
 from derive_env.sources.report import Processes
+from derive_env.sources.slurm_hostlist import expand_hostlist
 from derive_env.topology import Node
 
 N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
@@ -29,7 +30,7 @@ ALL3 = (Node(N09), Node(N10), Node(N11))
 #: The hostfile srun-arbitrary ran with (record_envs.py writes _ORDER one host a line).
 HOSTFILE = "/tmp/derive-slurm-run/shared/srun-arbitrary/hostfile"
 HOSTFILE_TEXT = f"{N11}\n{N09}\n{N10}\n{N11}\n"
-EXTRA_DATA = Path(__file__).resolve().parent / "data" / "slurm-extra"
+EXTRA_DATA = Path(__file__).resolve().parents[1] / "data" / "slurm-extra"
 
 
 def tasks(scenario: str) -> dict[str, tuple[str, dict[str, str]]]:
@@ -258,6 +259,25 @@ def test_malformed_step_values(var: str, value: str, message: str) -> None:
         assert raises(env).startswith(message)
     else:
         assert raises(env) == message
+
+
+def test_a_node_listed_twice_in_another_case_is_refused() -> None:
+    """Host names compare as DNS compares them (hosts.repeated_host, the one rule of every
+    source and of ClusterTopology): gpu-a100-09 and GPU-A100-09 are one node twice."""
+    env = block()
+    del env["SLURM_JOB_NODELIST"]
+    env["SLURM_STEP_NODELIST"] = "gpu-a100-09,GPU-A100-09,gpu-a100-10"
+    assert raises(env) == (
+        "SLURM_STEP_NODELIST='gpu-a100-09,GPU-A100-09,gpu-a100-10': expected every node once "
+        "(Slurm never lists a node twice), not 'GPU-A100-09' twice")
+
+
+def test_integers_are_read_by_the_shared_reader() -> None:
+    """validation.variable_int, as every source reads integers: at most 18 digits."""
+    env = block()
+    env["SLURM_PROCID"] = "1" * 19
+    assert raises(env) == (
+        f"SLURM_PROCID='{'1' * 19}': expected an integer >= 0 of at most 18 digits")
 
 
 def test_group_zero_of_an_ordinary_step_is_not_heterogeneous() -> None:
@@ -682,7 +702,7 @@ def test_the_mpi_model_matches_the_recordings(kind: str) -> None:
         assert host == ran_on
         real = {k: real[k] for k in MPI_KEYS if k in real}
         if "SLURM_STEP_NODELIST" in real:  # the model writes lists uncompressed
-            real["SLURM_STEP_NODELIST"] = ",".join(slurm.expand_hostlist(
+            real["SLURM_STEP_NODELIST"] = ",".join(expand_hostlist(
                 real["SLURM_STEP_NODELIST"]))
         assert {k: env[k] for k in MPI_KEYS if k in env} == real
 

@@ -7,14 +7,13 @@ import itertools
 import pytest
 
 from derive_env.errors import TopologyError
-from derive_env.sources import backendai, topology_from
+from derive_env.sources import backendai, seen_sources, topology_from
 from derive_env.topology import ClusterTopology
 
 B = "BACKENDAI_CLUSTER_"
 SIZE, HOSTS, HOST, ROLE, IDX = B + "SIZE", B + "HOSTS", B + "HOST", B + "ROLE", B + "IDX"
 LOCAL_RANK, REPLICAS = B + "LOCAL_RANK", B + "REPLICAS"
 THREE = ["main1", "sub1", "sub2"]
-
 
 
 def only_here(container: str) -> str:
@@ -26,13 +25,25 @@ def only_here(container: str) -> str:
 
 ONLY_SUB2 = only_here("container sub2")
 
+
+def topology(environ: dict[str, str]) -> ClusterTopology:
+    """The topology a container with ``environ`` derives: the program's door, which detects
+    the Backend.AI line, reads its report (``backendai.read``) and composes it."""
+    return topology_from(environ)
+
+
+def detected(environ: dict[str, str]) -> bool:
+    """The Backend.AI line is seen in ``environ`` (the table's any-of and prefix rule)."""
+    return any(source.name == "backendai" for source in seen_sources(environ))
+
+
 def hosts_of(topo: ClusterTopology) -> list[str]:
     return [n.host for n in topo.nodes]
 
 
 def error_of(environ: dict[str, str]) -> str:
     with pytest.raises(TopologyError) as info:
-        backendai.topology(environ)
+        topology(environ)
     assert info.value.exit_code == 3
     return str(info.value)
 
@@ -65,7 +76,7 @@ def test_builder_sets_variables_as_backendai_does(sub2: dict[str, str]) -> None:
 @pytest.mark.parametrize("order", list(itertools.permutations(THREE)))
 def test_canonical_order_whatever_hosts_order(backendai_env, order: tuple[str, ...]) -> None:
     for rank, host in enumerate(THREE):
-        topo = backendai.topology(backendai_env(order, host))
+        topo = topology(backendai_env(order, host))
         assert hosts_of(topo) == THREE
         assert topo.node_rank == rank
         assert topo.master_addr == "main1"
@@ -73,7 +84,7 @@ def test_canonical_order_whatever_hosts_order(backendai_env, order: tuple[str, .
 
 
 def test_master_is_never_first_hosts_entry(backendai_env) -> None:
-    topo = backendai.topology(backendai_env(["sub1", "main1"], "sub1"))
+    topo = topology(backendai_env(["sub1", "main1"], "sub1"))
     assert topo.master_addr == "main1"
     assert topo.node_rank == 1
 
@@ -81,7 +92,7 @@ def test_master_is_never_first_hosts_entry(backendai_env) -> None:
 def test_numeric_index_order(backendai_env) -> None:
     hosts = ["main1"] + [f"sub{i}" for i in range(1, 12)]
     listed = sorted(hosts, reverse=True)  # sub9, ..., sub2, sub11, sub10, sub1, main1
-    topo = backendai.topology(backendai_env(listed, "sub10"))
+    topo = topology(backendai_env(listed, "sub10"))
     assert hosts_of(topo) == hosts
     assert topo.node_rank == 10
     assert [n.index for n in topo.nodes] == [1, *range(1, 12)]
@@ -89,7 +100,7 @@ def test_numeric_index_order(backendai_env) -> None:
 
 def test_sub2_before_sub10(backendai_env) -> None:
     hosts = ["main1"] + [f"sub{i}" for i in range(1, 11)]
-    topo = backendai.topology(backendai_env(["sub10", "sub2", *hosts[:2], *hosts[3:10]], "sub2"))
+    topo = topology(backendai_env(["sub10", "sub2", *hosts[:2], *hosts[3:10]], "sub2"))
     assert hosts_of(topo).index("sub2") == 2
     assert hosts_of(topo).index("sub10") == 10
 
@@ -97,7 +108,7 @@ def test_sub2_before_sub10(backendai_env) -> None:
 def test_extra_roles_follow_replicas_order(backendai_env) -> None:
     env = backendai_env(["worker2", "ps1", "worker1", "main1"], "worker1",
                         replicas="main:1,ps:1,worker:2")
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["main1", "ps1", "worker1", "worker2"]
     assert [n.role for n in topo.nodes] == ["main", "ps", "worker", "worker"]
     assert topo.node_rank == 2
@@ -107,14 +118,14 @@ def test_replicas_order_is_used_not_alphabetical(backendai_env) -> None:
     env = backendai_env(["ps1", "worker2", "main1", "worker1"], "ps1",
                         replicas="main:1,worker:2,ps:1")
     assert env[LOCAL_RANK] == "3"
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["main1", "worker1", "worker2", "ps1"]
     assert topo.node_rank == 3
 
 
 def test_main_first_even_when_replicas_lists_it_later(backendai_env) -> None:
     env = backendai_env(["sub1", "main1", "aux1"], "aux1", replicas="aux:1,main:1,sub:1")
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["main1", "aux1", "sub1"]
     assert topo.node_rank == 1
 
@@ -122,35 +133,35 @@ def test_main_first_even_when_replicas_lists_it_later(backendai_env) -> None:
 def test_without_replicas_roles_sorted_main_first(backendai_env) -> None:
     env = backendai_env(["worker1", "ps1", "main1"], "worker1")
     del env[REPLICAS]
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["main1", "ps1", "worker1"]
     assert topo.node_rank == 2
     assert topo.inputs["nodes"] == (HOSTS,)
 
 
 def test_hosts_blanks_around_commas_are_trimmed(sub2: dict[str, str]) -> None:
-    topo = backendai.topology({**sub2, HOSTS: " sub1 , main1,sub2 "})
+    topo = topology({**sub2, HOSTS: " sub1 , main1,sub2 "})
     assert hosts_of(topo) == THREE
 
 
 def test_roles_and_indices_recorded(sub2: dict[str, str]) -> None:
-    topo = backendai.topology(sub2)
+    topo = topology(sub2)
     assert [(n.role, n.index) for n in topo.nodes] == [("main", 1), ("sub", 1), ("sub", 2)]
     assert topo.source == "backendai"
     assert topo.session_id == "sess-0123"
 
 
 def test_order_rule_is_recorded(sub2: dict[str, str]) -> None:
-    assert backendai.topology(sub2).order == (
+    assert topology(sub2).order == (
         "from BACKENDAI_CLUSTER_REPLICAS: role main first, then the roles in REPLICAS order, "
         "each role's hosts {role}1 to {role}{count}"
     )
-    assert backendai.topology({**sub2, REPLICAS: ""}).order == (
+    assert topology({**sub2, REPLICAS: ""}).order == (
         "no BACKENDAI_CLUSTER_REPLICAS: roles and indices parsed from the "
         "BACKENDAI_CLUSTER_HOSTS names {role}{index}; role main first, then roles by name, "
         "each by numeric index"
     )
-    assert backendai.topology({SIZE: "1", HOST: "main1"}).order is None
+    assert topology({SIZE: "1", HOST: "main1"}).order is None
 
 
 def test_replicas_not_starting_with_main(backendai_env) -> None:
@@ -160,7 +171,7 @@ def test_replicas_not_starting_with_main(backendai_env) -> None:
         ranks = {}
         for host in hosts:
             env = backendai_env(listed, host, "aux:1,main:1,sub:2")
-            topo = backendai.topology(env)
+            topo = topology(env)
             assert hosts_of(topo) == ["main1", "aux1", "sub1", "sub2"]
             assert topo.master_addr == "main1"
             assert topo.warnings == ()
@@ -173,7 +184,7 @@ def test_roles_ending_in_digits(backendai_env) -> None:
     hosts = ["a1001", "main1", "a1002", "b21"]
     env = backendai_env(hosts, "a1002", "a100:2,b2:1,main:1")
     assert (env[ROLE], env[IDX], env[LOCAL_RANK]) == ("a100", "2", "2")
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["main1", "a1001", "a1002", "b21"]
     assert [(n.role, n.index) for n in topo.nodes] == [
         ("main", 1), ("a100", 1), ("a100", 2), ("b2", 1)]
@@ -184,7 +195,7 @@ def test_roles_ending_in_digits(backendai_env) -> None:
 def test_roles_with_hyphens(backendai_env) -> None:
     hosts = ["gpu-21", "main1", "gpu-22", "cpu-1"]
     env = backendai_env(hosts, "cpu-1", "cpu-:1,gpu-2:2,main:1")
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["main1", "cpu-1", "gpu-21", "gpu-22"]
     assert [(n.role, n.index) for n in topo.nodes] == [
         ("main", 1), ("cpu-", 1), ("gpu-2", 1), ("gpu-2", 2)]
@@ -193,7 +204,7 @@ def test_roles_with_hyphens(backendai_env) -> None:
 
 def test_role_starting_with_a_digit(backendai_env) -> None:
     env = backendai_env(["8gpu1", "main1"], "8gpu1", "8gpu:1,main:1")
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert [(n.host, n.role, n.index) for n in topo.nodes] == [
         ("main1", "main", 1), ("8gpu1", "8gpu", 1)]
 
@@ -202,7 +213,7 @@ def test_role_of_sixteen_characters(backendai_env) -> None:
     """Backend.AI's longest role (a 16-character column, models/kernel/row.py)."""
     role = "gpu-a100-80g-sx4"
     env = backendai_env([f"{role}1", "main1", f"{role}2"], f"{role}2", f"{role}:2,main:1")
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["main1", f"{role}1", f"{role}2"]
     assert (topo.node_rank, topo.this_node.role) == (2, role)
 
@@ -227,7 +238,7 @@ def test_template_session_listing_workers_first(backendai_env, listed: list[str]
     for host in listed:
         env = backendai_env(listed, host, "main:1,worker:2", group_order=["worker", "main"])
         assert env[LOCAL_RANK] == str(backendai_rank[host])
-        topo = backendai.topology(env)
+        topo = topology(env)
         assert hosts_of(topo) == ["main1", "worker1", "worker2"]
         assert topo.node_rank == expected_rank[host]
         assert topo.warnings == (lr_warning(backendai_rank[host], host, expected_rank[host]),)
@@ -236,11 +247,11 @@ def test_template_session_listing_workers_first(backendai_env, listed: list[str]
 
 def test_hosts_compared_case_insensitively(backendai_env) -> None:
     env = backendai_env(["SUB1", "Main1", "sub2"], "SUB1", "main:1,sub:2")
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["Main1", "SUB1", "sub2"]  # spelled as HOSTS spells them
     assert topo.node_rank == 1
     assert topo.master_addr == "Main1"
-    assert backendai.topology({**env, HOST: "sub1"}).node_rank == 1
+    assert topology({**env, HOST: "sub1"}).node_rank == 1
 
 
 def test_without_replicas_roles_ending_in_digits_fall_back(backendai_env) -> None:
@@ -248,12 +259,12 @@ def test_without_replicas_roles_ending_in_digits_fall_back(backendai_env) -> Non
     the same HOSTS the same way, and HOST == ROLE + IDX is accepted."""
     env = backendai_env(["a1002", "main1", "a1001"], "a1002", "a100:2,main:1")
     del env[REPLICAS]
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert hosts_of(topo) == ["main1", "a1001", "a1002"]
     assert topo.node_rank == 2
     assert topo.order.startswith("no BACKENDAI_CLUSTER_REPLICAS: ")
     assert topo.warnings == ()
-    assert backendai.topology({**env, LOCAL_RANK: "0"}).warnings == (
+    assert topology({**env, LOCAL_RANK: "0"}).warnings == (
         lr_warning(0, "a1002", 2),)
     assert error_of({**env, LOCAL_RANK: "3"}) == (
         "BACKENDAI_CLUSTER_LOCAL_RANK='3': expected one of 0, 1, 2 for container a1002 (role "
@@ -263,13 +274,13 @@ def test_without_replicas_roles_ending_in_digits_fall_back(backendai_env) -> Non
 
 def test_without_replicas_local_rank_checked_against_parsed_groups(sub2) -> None:
     env = {**sub2, REPLICAS: ""}
-    assert backendai.topology({**env, LOCAL_RANK: "1"}).warnings == (lr_warning(1, "sub2", 2),)
+    assert topology({**env, LOCAL_RANK: "1"}).warnings == (lr_warning(1, "sub2", 2),)
     assert error_of({**env, LOCAL_RANK: "0"}) == lr_error(
         "0", "one of 1, 2", "sub2", "sub", 2, "main:1")
 
 
 def test_single_container_role_from_replicas() -> None:
-    topo = backendai.topology({SIZE: "1", HOSTS: "a1001", HOST: "a1001", ROLE: "a100",
+    topo = topology({SIZE: "1", HOSTS: "a1001", HOST: "a1001", ROLE: "a100",
                                IDX: "1", REPLICAS: "a100:1", LOCAL_RANK: "0"})
     assert [(n.host, n.role, n.index) for n in topo.nodes] == [("a1001", "a100", 1)]
     assert (topo.warnings, topo.notes) == ((), ())
@@ -279,7 +290,7 @@ def test_single_container_role_from_replicas() -> None:
 
 
 def test_local_rank_agreeing_is_recorded_as_input(sub2: dict[str, str]) -> None:
-    topo = backendai.topology(sub2)
+    topo = topology(sub2)
     assert topo.node_rank == 2
     assert topo.inputs["node_rank"] == (
         "position of BACKENDAI_CLUSTER_HOST=sub2 in the canonical order",)
@@ -318,7 +329,7 @@ def lr_notes(local_rank: int, host: str, node_rank: int) -> tuple[str, str]:
 
 def test_local_rank_of_another_group_order_is_a_warning(sub2: dict[str, str]) -> None:
     """A request listing sub before main: sub1=0, sub2=1, main1=2 (a valid session)."""
-    topo = backendai.topology({**sub2, LOCAL_RANK: "1"})
+    topo = topology({**sub2, LOCAL_RANK: "1"})
     assert topo.node_rank == 2
     assert hosts_of(topo) == THREE
     assert topo.warnings == (lr_warning(1, "sub2", 2),)
@@ -345,7 +356,7 @@ def test_local_rank_offset_must_be_a_subset_sum(backendai_env) -> None:
     env = backendai_env(hosts, "c1", "b:3,c:2,main:1")
     assert env[LOCAL_RANK] == "4"  # default group order main, b, c
     for value, rank in (("0", 0), ("1", 1), ("3", 3)):  # c,main,b / main,c,b / b,c,main
-        topo = backendai.topology({**env, LOCAL_RANK: value})
+        topo = topology({**env, LOCAL_RANK: value})
         assert topo.node_rank == 4
         assert topo.warnings == (lr_warning(rank, "c1", 4),)
     assert error_of({**env, LOCAL_RANK: "2"}) == lr_error(
@@ -374,7 +385,7 @@ def test_absent_local_rank_uses_position(backendai_env, value: str | None) -> No
     env = backendai_env(["sub2", "sub1", "main1"], "sub1", local_rank=False)
     if value is not None:
         env[LOCAL_RANK] = value
-    topo = backendai.topology(env)
+    topo = topology(env)
     assert topo.node_rank == 1
     assert topo.inputs["node_rank"] == (
         "position of BACKENDAI_CLUSTER_HOST=sub1 in the canonical order",)
@@ -390,7 +401,7 @@ def test_local_rank_not_integer(sub2: dict[str, str]) -> None:
 
 
 def test_no_cluster_variables_is_single_container() -> None:
-    assert not backendai.detect({"PATH": "/bin", "HOSTNAME": "main1"})
+    assert not detected({"PATH": "/bin", "HOSTNAME": "main1"})
     topo = topology_from({"PATH": "/bin"})
     assert topo.source == "standalone"
     assert topo.num_nodes == 1
@@ -459,7 +470,7 @@ def test_single_container_launcher_values_accepted() -> None:
 
 def test_empty_cluster_variables_count_as_unset() -> None:
     environ = {SIZE: "", HOSTS: "", HOST: "", LOCAL_RANK: ""}
-    assert not backendai.detect(environ)
+    assert not detected(environ)
     assert topology_from(environ).source == "standalone"
 
 
@@ -501,7 +512,7 @@ def test_size_one_only() -> None:
     ],
 )
 def test_gpu_count(sub2, extra, gpus, inputs) -> None:
-    topo = backendai.topology({**sub2, **extra})
+    topo = topology({**sub2, **extra})
     assert topo.gpus_per_node == gpus
     assert topo.inputs.get("gpus") == inputs
 
@@ -521,11 +532,11 @@ def test_gpu_count_not_integer(sub2, name: str, value: str) -> None:
 
 
 def test_dist_master_port(sub2: dict[str, str]) -> None:
-    topo = backendai.topology({**sub2, "BACKENDAI_DIST_MASTER_PORT": "23456"})
+    topo = topology({**sub2, "BACKENDAI_DIST_MASTER_PORT": "23456"})
     assert topo.master_port == 23456
     assert topo.inputs["master_port"] == ("BACKENDAI_DIST_MASTER_PORT",)
-    assert backendai.topology(sub2).master_port is None
-    assert backendai.topology({**sub2, "BACKENDAI_DIST_MASTER_PORT": ""}).master_port is None
+    assert topology(sub2).master_port is None
+    assert topology({**sub2, "BACKENDAI_DIST_MASTER_PORT": ""}).master_port is None
 
 
 @pytest.mark.parametrize("value", ["0", "65536", "abc", "-1", " 80", "80.0"])
@@ -610,7 +621,7 @@ def test_hosts_same_role_and_index_without_replicas(sub2: dict[str, str]) -> Non
 def test_hosts_index_zero_is_a_topology_error(hosts: str) -> None:
     """Backend.AI indices are 1-based; ``sub0`` must be a TopologyError, not a traceback."""
     with pytest.raises(TopologyError) as info:
-        backendai.topology({SIZE: "2", HOSTS: hosts, HOST: "sub1" if "sub1" in hosts
+        topology({SIZE: "2", HOSTS: hosts, HOST: "sub1" if "sub1" in hosts
                             else "main1"})
     assert str(info.value).startswith(f"BACKENDAI_CLUSTER_HOSTS={hosts!r}: expected ")
 
@@ -630,7 +641,7 @@ def test_own_host_invalid(sub2: dict[str, str]) -> None:
 
 
 def test_own_host_matched_case_insensitively(sub2: dict[str, str]) -> None:
-    topo = backendai.topology({**sub2, HOST: "SUB2"})
+    topo = topology({**sub2, HOST: "SUB2"})
     assert topo.node_rank == 2
 
 
@@ -711,7 +722,7 @@ def test_replicas_names_colliding(replicas: str, name: str, first: str, second: 
 
 
 def test_replicas_role_with_zero_count_is_fine(sub2: dict[str, str]) -> None:
-    topo = backendai.topology({**sub2, REPLICAS: "main:1,ps:0,sub:2"})
+    topo = topology({**sub2, REPLICAS: "main:1,ps:0,sub:2"})
     assert hosts_of(topo) == THREE
 
 
@@ -760,13 +771,13 @@ def test_role_idx_malformed(sub2, name: str, value: str, expected: str) -> None:
 
 
 def test_empty_role_and_idx_count_as_unset(sub2: dict[str, str]) -> None:
-    assert backendai.topology({**sub2, ROLE: "", IDX: ""}).node_rank == 2
+    assert topology({**sub2, ROLE: "", IDX: ""}).node_rank == 2
 
 
 def test_size_one_role_contradicting_host_is_rejected() -> None:
     """ROLE/IDX contradicting HOST is an error in a one-container session too."""
     with pytest.raises(TopologyError, match="BACKENDAI_CLUSTER_ROLE='sub'"):
-        backendai.topology({SIZE: "1", HOST: "main1", ROLE: "sub", IDX: "1"})
+        topology({SIZE: "1", HOST: "main1", ROLE: "sub", IDX: "1"})
 
 
 def test_size_one_local_rank_other_than_zero_is_rejected() -> None:
@@ -802,7 +813,7 @@ def test_long_value_is_shortened_in_message(sub2: dict[str, str]) -> None:
 
 
 def test_topology_from_uses_backendai_when_detected(sub2: dict[str, str]) -> None:
-    assert backendai.detect(sub2)
+    assert detected(sub2)
     topo = topology_from(sub2)
     assert topo.source == "backendai"
     assert topo.node_rank == 2
@@ -842,7 +853,7 @@ def test_other_launcher_topology_refused_when_backendai_did_not_state_the_nodes(
     # Backend.AI variables, but none stating the nodes: still a single container as far as
     # derive-env knows, so WORLD_SIZE=4 contradicts it.
     environ = {**extra, "WORLD_SIZE": "4"}
-    assert backendai.detect(environ)
+    assert detected(environ)
     with pytest.raises(TopologyError) as info:
         topology_from(environ)
     assert str(info.value) == other_launcher_message("WORLD_SIZE", "4")
@@ -884,7 +895,7 @@ def test_replicas_must_add_up_to_size_without_hosts() -> None:
         "BACKENDAI_CLUSTER_SIZE=1; they add up to 0"
     )
     for replicas in ("main:1", "main:1,sub:0"):
-        topo = backendai.topology({SIZE: "1", REPLICAS: replicas})
+        topo = topology({SIZE: "1", REPLICAS: replicas})
         assert topo.num_nodes == 1
 
 

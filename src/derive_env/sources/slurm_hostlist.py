@@ -1,10 +1,10 @@
-"""Slurm's text formats, as pure functions: host lists, tasks per node, reserved ports.
+"""Slurm's text formats, as pure functions: host lists, tasks per node, reserved ports, and
+the hostfile of ``srun -m arbitrary``.
 
 A port of Slurm's own parser (SchedMD/slurm@284c3b9, ``src/common/hostlist.c``, the
 one-dimensional grammar every non-BlueGene cluster uses), not a re-invention. Standard
-library only, no regular expression, no typing import, because the Slurm source will import
-it on every container start. It is the building block for that planned source: no source
-uses it yet (only tests/test_slurm_grammar.py does).
+library only, no regular expression, no typing import: the Slurm source
+(sources/slurm.py) imports it on every container start in a Slurm job.
 
 Host list grammar (``expand_hostlist``), rule by rule with the C function it follows:
 
@@ -46,7 +46,7 @@ Deliberate differences from Slurm, all on input Slurm itself never writes (it em
   after ``]``; this module accepts it, as current Slurm does.
 
 Differences from python-hostlist 2.3.0 (``hostlist.expand_hostlist``, GPL, a test-only
-oracle in tests/test_slurm_grammar.py): it removes duplicates (sorted unless
+oracle in tests/sources/test_slurm_hostlist.py): it removes duplicates (sorted unless
 ``allow_duplicates``), splits on ``,`` only (no blank separators), orders three or more
 bracket groups lexicographically, and rejects some inputs Slurm accepts (``n[1-]``,
 ``1a-3``, ``+3``, blanks inside brackets, ``]`` in a suffix).
@@ -56,6 +56,8 @@ caller can name the variable: ``describe("SLURM_STEP_NODELIST", value, str(exc))
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 #: Token separators of ``hostlist_create_dims`` (hostlist.c).
 SEPARATORS = "\t, \n"
@@ -297,3 +299,69 @@ def parse_resv_ports(text: str) -> tuple[int, ...]:
             raise ValueError(f"TCP ports 1-65535, not {lo}-{hi}")
         ports += range(lo, hi + 1)
     return tuple(ports)
+
+
+def expand_hostfile(text: str, check: Callable[[str], str | None]) -> list[str]:
+    """The hosts of an ``srun -m arbitrary`` hostfile (``SLURM_HOSTFILE``), one per task.
+
+    Follows ``slurm_read_hostfile`` (src/api/allocate.c): a ``#`` starts a comment unless
+    escaped ``\\#``; empty lines are skipped; a line must start with a letter or digit; it
+    holds ``,``-separated names, ``name*N`` meaning ``N`` times. Blanks around a line are
+    ignored (Slurm refuses a leading blank, so srun never ran with one; leniency here cannot
+    change a file srun accepted).
+
+    :param text: the file's content.
+    :param check: why a name cannot be a node's address, or ``None``
+        (:func:`derive_env.hosts.host_problem`); called once per distinct name.
+    :returns: the hosts in file order, task ``r`` on ``hosts[r]``.
+    :raises ValueError: its text completes "expected ...": a malformed line, a bad name, an
+        empty file, more than 2**20 tasks.
+    """
+    hosts: list[str] = []
+    checked: set[str] = set()  # a 4096-node file names each host many times: check it once
+    for number, line in enumerate(text.splitlines(), 1):
+        entry = _uncommented(line).strip()
+        if not entry:
+            continue
+        if not entry[0].isascii() or not entry[0].isalnum():
+            raise ValueError(f"lines of Slurm node names (src/api/allocate.c "
+                             f"slurm_read_hostfile), not line {number} {_cut(entry)!r}")
+        for name in entry.split(","):
+            host, star, times = name.partition("*")
+            count = 1
+            if star:
+                if len(times) > 6 or not _is_decimal(times):
+                    raise ValueError(f"name or name*N on line {number}, not {_cut(name)!r}")
+                count = int(times)
+            problem = None if host in checked else (check(host) if host else "a node name")
+            checked.add(host)
+            if problem:
+                raise ValueError(f"{problem} on line {number}, not {_cut(host)!r}")
+            hosts += [host] * count
+            if len(hosts) > 1 << 20:
+                raise ValueError(f"at most {1 << 20} tasks")
+    if not hosts:
+        raise ValueError("at least one node name (the file is empty)")
+    return hosts
+
+
+def _uncommented(line: str) -> str:
+    """``line`` without its ``#`` comment; ``\\#`` is a literal ``#`` (slurm_read_hostfile)."""
+    if "\\#" not in line:
+        return line.partition("#")[0]
+    kept, i = [], 0
+    while i < len(line):
+        if line[i] == "#":
+            if kept and kept[-1] == "\\":
+                kept[-1] = "#"
+                i += 1
+                continue
+            break
+        kept.append(line[i])
+        i += 1
+    return "".join(kept)
+
+
+def _cut(text: str) -> str:
+    """A hostfile line cut for a message."""
+    return text if len(text) <= 80 else text[:80] + "..."

@@ -1,0 +1,152 @@
+"""Backend.AI's canonical node order (contract section 5), for a session of several nodes.
+
+The same in every container, whatever order ``BACKENDAI_CLUSTER_HOSTS`` has: role ``main``
+first, then the other roles in REPLICAS order, each role's hosts ``{role}1..{role}{count}``,
+rebuilt from REPLICAS (Backend.AI's
+``sokovan/scheduling_controller/preparers/resources/expand_kernel_groups_rule.py``); without
+REPLICAS, ``{role}{index}`` parsed from the HOSTS names. See sources/backendai.py, which
+imports this module only when a session has more than one node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain, repeat
+
+from derive_env.errors import TopologyError, describe, shorten
+from derive_env.hosts import repeated_host
+from derive_env.sources.backendai import _ROLE_INDEX, HOSTS, MAIN, REPLICAS, _listing
+from derive_env.topology import Node, nodes_of
+
+ORDER_FROM_REPLICAS = (
+    f"from {REPLICAS}: role main first, then the roles in REPLICAS order, each role's hosts "
+    "{role}1 to {role}{count}"
+)
+ORDER_FROM_HOSTS = (
+    f"no {REPLICAS}: roles and indices parsed from the {HOSTS} names {{role}}{{index}}; role "
+    "main first, then roles by name, each by numeric index"
+)
+
+
+def role_order(roles: Sequence[str]) -> list[str]:
+    """The canonical role order: ``main`` first, then ``roles`` in the order given.
+
+    :param roles: REPLICAS' roles in REPLICAS order (Backend.AI sorts them by name, so
+        ``main`` need not be first: ``aux:1,main:1,sub:2``).
+    """
+    return sorted(roles, key=lambda r: r != MAIN)  # stable: keeps the given order after main
+
+
+def nodes_from_replicas(
+    replicas: Sequence[tuple[str, int]], hosts: Sequence[str], raw_hosts: str, raw_replicas: str
+) -> tuple[Node, ...]:
+    """The canonical node order rebuilt from REPLICAS, checked against HOSTS.
+
+    Names are ``f"{role}{i}"`` for ``i`` in ``1..count`` (Backend.AI's
+    expand_kernel_groups_rule.py), roles in :func:`role_order`; HOSTS may spell them in
+    another case (compared as DNS does).
+
+    :param replicas: the parsed ``role:count`` pairs, in REPLICAS order.
+    :param hosts: the HOSTS entries (validated host names, unique case-insensitively, as
+        many as the counts add up to).
+    :returns: the nodes in canonical order, each spelled as HOSTS spells it.
+    :raises TopologyError: two roles rebuild the same name (``a:11,a1:1`` both give
+        ``a11``), naming REPLICAS; HOSTS is not exactly the rebuilt set, naming HOSTS and
+        REPLICAS and the missing / extra names.
+    """
+    listed = set(hosts)
+    counts = dict(replicas)
+    roles = role_order(list(counts))
+    names = [f"{role}{index}" for role in roles for index in range(1, counts[role] + 1)]
+    if listed.issuperset(names) and repeated_host(names) is None:
+        # HOSTS spells every rebuilt name as given and no two collide (as many hosts as
+        # names, checked by the caller).
+        return nodes_of(names, chain.from_iterable(repeat(r, counts[r]) for r in roles),
+                        chain.from_iterable(range(1, counts[r] + 1) for r in roles))
+    # Otherwise one pass per node, which spells names as HOSTS does or names the problem.
+    folded: dict[str, str] | None = None  # lower -> HOSTS spelling, built only if needed
+    claimed: dict[str, tuple[str, int]] = {}
+    nodes: list[Node] = []
+    missing: list[str] = []
+    for role in roles:
+        lower = role.lower()
+        for index in range(1, counts[role] + 1):
+            name, key = f"{role}{index}", f"{lower}{index}"
+            if key in claimed:
+                other_role, other_index = claimed[key]
+                raise TopologyError(describe(
+                    REPLICAS, raw_replicas,
+                    "roles whose host names {role}{index} are all different (compared "
+                    f"case-insensitively, as DNS does); {name!r} is both {other_role} "
+                    f"#{other_index} and {role} #{index}",
+                ))
+            claimed[key] = (role, index)
+            if name not in listed:  # spelled otherwise in HOSTS (SUB1), or not there
+                if folded is None:
+                    folded = {h.lower(): h for h in hosts}
+                host = folded.get(key)
+                if host is None:
+                    missing.append(name)
+                    host = name
+                name = host
+            nodes.append(Node(name, role, index))
+    if missing:
+        extra = [h for h in hosts if h.lower() not in claimed]
+        raise TopologyError(describe(
+            HOSTS, raw_hosts,
+            f"exactly the host names {REPLICAS}={shorten(raw_replicas, 120)} gives "
+            f"({{role}}1 to {{role}}{{count}} for each role); missing: {_listing(missing)}; "
+            f"not from {REPLICAS}: {_listing(extra)}",
+        ))
+    return tuple(nodes)
+
+
+def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, ...]:
+    """The fallback without REPLICAS: ``{role}{index}`` parsed from each HOSTS name.
+
+    A role is taken as not ending in a digit (``sub12`` -> ``sub`` #12): every container
+    parses the same HOSTS the same way, so they agree on the order even when a real role
+    ended in digits. Order: ``main`` first, then roles by name, each by numeric index.
+
+    :raises TopologyError: an entry is not ``{role}{index}``, has index 0, or two entries
+        have the same role and index (``sub01``, ``sub1``); the message names HOSTS.
+    """
+    parsed: list[tuple[str, str, int]] = []
+    match = _ROLE_INDEX.match  # inlined: this loop runs once per node of the session
+    for entry in hosts:
+        found = match(entry)
+        if found is None:
+            raise TopologyError(describe(
+                HOSTS, raw_hosts,
+                "every entry in Backend.AI's {role}{index} form (main1, sub2) so that every "
+                f"container computes the same node order; {entry!r} is not",
+            ))
+        index = int(found["index"])
+        if index < 1:
+            raise TopologyError(describe(
+                HOSTS, raw_hosts,
+                f"indices from 1 (Backend.AI numbers each role's hosts from 1); {entry!r} has "
+                f"{index}",
+            ))
+        parsed.append((entry, found["role"], index))
+    if len({(role, index) for _, role, index in parsed}) != len(parsed):
+        seen: dict[tuple[str, int], str] = {}
+        for entry, role, index in parsed:
+            if (role, index) in seen:
+                raise TopologyError(describe(
+                    HOSTS, raw_hosts,
+                    f"one host per role and index; {seen[(role, index)]!r} and {entry!r} are "
+                    f"both {role} #{index}",
+                ))
+            seen[(role, index)] = entry
+    position = {role: i for i, role in enumerate(role_order(sorted({r for _, r, _ in parsed})))}
+    ordered = sorted([(position[role], index, entry, role) for entry, role, index in parsed])
+    return tuple(Node(entry, role, index) for _, index, entry, role in ordered)
+
+
+def role_counts(nodes: Sequence[Node]) -> tuple[tuple[str, int], ...]:
+    """Role counts of parsed nodes (the fallback without REPLICAS), in node order."""
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node.role or ""] = counts.get(node.role or "", 0) + 1
+    return tuple(counts.items())
