@@ -1,7 +1,7 @@
 """The fast dry-run path (issue 6, item 3) changes speed only, never behaviour.
 
 ``derive-env --dry-run --format shell`` (the Backend.AI hook's command) and the other dry-run
-forms are parsed by :func:`derive_env.app.dry_run_options` without importing click. Each
+forms are parsed by :func:`derive_env.cli.dry_run_options` without importing click. Each
 command line below runs twice in-process, once through ``derive_env.__main__.main`` (the
 console script's entry) and once through click's command itself, in the same environment:
 stdout, stderr and the exit status must be identical, and the path taken must be the one
@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 import derive_env.__main__ as entry
-from derive_env import app, cli
+import derive_env.cli as app
+from derive_env.cli import command as cli
 from derive_env.formats import FORMATS
 from helpers import console_script
 
@@ -269,7 +270,7 @@ def _script_env(tmp_path: Path, labels: dict[str, str], extra: dict[str, str]) -
 
 
 CLICK_ONLY = [sys.executable, "-c",
-              "import sys; from derive_env.cli import cli; cli(prog_name='derive-env')"]
+              "import sys; from derive_env.cli.command import cli; cli(prog_name='derive-env')"]
 
 
 def test_console_script_hook_imports_no_click_and_prints_everything(

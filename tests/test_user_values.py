@@ -267,7 +267,7 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 def test_on_error_warn_runs_the_command_unchanged(
     backendai_env, tmp_path, fake_exec, capsys,
 ) -> None:
-    from derive_env.app import run
+    from derive_env.cli import run
     from helpers import Execed
 
     environ = session(backendai_env, "sub1", NODE_RANK="0")

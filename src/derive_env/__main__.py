@@ -6,11 +6,11 @@ Two forms skip click, whose import costs more than a derivation (docs/performanc
   goes straight to the exec path;
 * the dry-run forms of the hook and of operators (``derive-env --dry-run --format shell``,
   ``--dry-run --explain``, ``--label``/``--labels-file``/``--env-file``), which
-  :func:`derive_env.app.dry_run_options` parses only when click would accept them with the
+  :func:`derive_env.cli.dry_run_options` parses only when click would accept them with the
   same meaning.
 
-Anything else is parsed by the click command in cli.py. All end in
-:func:`derive_env.app.run`.
+Anything else is parsed by the click command in cli/command.py. All end in
+:func:`derive_env.cli.run`.
 """
 
 from __future__ import annotations
@@ -55,25 +55,25 @@ def main() -> None:
         sys.path[:] = drop_pythonpath(sys.path, os.environ.get("PYTHONPATH"), own_dir)
     args = sys.argv[1:]
     if args and (args[0] == "--" or not args[0].startswith("-")):
-        from derive_env.app import run_command
+        from derive_env.cli import run_command
 
         try:
             status = run_command(args[1:] if args[0] == "--" else args)
         except KeyboardInterrupt:  # e.g. Ctrl-C during a slow name lookup: no traceback
             status = 130
         sys.exit(status)
-    from derive_env.app import dry_run_options, run
+    from derive_env.cli import dry_run_options, run
 
     options = None if os.environ.get(_COMPLETE_VARIABLE) else dry_run_options(args)
     if options is not None:
         try:
             status = run([], **options)  # type: ignore[arg-type]
         except KeyboardInterrupt:
-            from derive_env.app import interrupted
+            from derive_env.cli import interrupted
 
             status = interrupted()
         _exit_now(status)
-    from derive_env.cli import cli
+    from derive_env.cli.command import cli
 
     cli(prog_name="derive-env")
 

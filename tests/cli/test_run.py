@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from derive_env import app, launch
-from derive_env.app import load_labels, parse_env_file, read_environment, run, run_command
+import derive_env.cli as app
+from derive_env import launch
+from derive_env.cli import load_labels, parse_env_file, read_environment, run, run_command
 from derive_env.errors import LabelError, UsageError
 from helpers import Execed
 
@@ -1026,7 +1027,7 @@ def test_pydantic_plugin_stand_in_answers_no_plugins_and_falls_back(monkeypatch)
     loader loses the speed-up, never the start."""
     import sys
 
-    from derive_env import app
+    import derive_env.cli as app
 
     name = "pydantic.plugin._loader"
     monkeypatch.delitem(sys.modules, name, raising=False)
@@ -1049,7 +1050,7 @@ def test_secrets_stand_in_loads_the_real_module_on_first_use(monkeypatch) -> Non
     docs/performance.md); the first use of a name gets the real module's."""
     import sys
 
-    from derive_env import app
+    import derive_env.cli as app
 
     monkeypatch.delitem(sys.modules, "secrets", raising=False)
     app._without_secrets_until_used()
@@ -1069,7 +1070,7 @@ def test_source_files_are_read_without_blocking_and_only_when_regular(tmp_path) 
     """SLURM_HOSTFILE as the edge reads it: a FIFO never hangs a start (issue 9)."""
     import os
 
-    from derive_env.app import MAX_SOURCE_FILE_BYTES, read_files
+    from derive_env.cli import MAX_SOURCE_FILE_BYTES, read_files
 
     regular = tmp_path / "hosts"
     regular.write_bytes(b"gpu-a100-11\nn\xff\n")

@@ -1,4 +1,4 @@
-"""The click command: options -> :func:`derive_env.app.run`. No derivation logic here."""
+"""The click command: options -> :func:`derive_env.cli.run`. No derivation logic here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import click
 
 from derive_env import __version__
-from derive_env.app import run
+from derive_env.cli import run
 from derive_env.formats import FORMATS
 
 _EPILOG = """\b
@@ -111,7 +111,7 @@ def cli(
             env_file=env_files[0] if env_files else None, source=source,
         )
     except KeyboardInterrupt:  # 130 as on the other paths, not click's "Aborted!" exit 1
-        from derive_env.app import interrupted
+        from derive_env.cli import interrupted
 
         status = interrupted()
     sys.exit(status)

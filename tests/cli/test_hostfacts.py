@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from derive_env import app
-from derive_env.app import Resolver, exit_on_signals
+import derive_env.cli as app
+from derive_env.cli import Resolver, exit_on_signals
 from helpers import wait_for_handler
 
 HANG = threading.Event()  # never set: a DNS server that does not answer
@@ -121,7 +121,7 @@ def test_gather_facts_reads_this_container() -> None:
 
 WAITER = """
 import sys, threading
-from derive_env.app import Resolver
+from derive_env.cli import Resolver
 def hanging(host, port, type=0):
     threading.Event().wait(60)
 resolver = Resolver(30.0, lookup=hanging)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from derive_env import __version__, app
-from derive_env.cli import cli
+import derive_env.cli as app
+from derive_env import __version__
+from derive_env.cli.command import cli
 from helpers import Execed, console_script, tomllib
 
 PREFIX = "ai.backend.distributed."
