@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 from derive_env import render
-from derive_env.cli import parse_env_file
 from derive_env.cli.command import cli
+from derive_env.cli.envfile import parse_env_file
 from derive_env.errors import LabelError, TopologyError
 from derive_env.hostfiles import HOST_FORMATS, render_for, render_hosts
 from derive_env.topology import ClusterTopology, Node

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from derive_env.cli import parse_env_file
+from derive_env.cli.envfile import parse_env_file
 from derive_env.errors import DeriveEnvError, UsageError
 
 FUZZ = settings(max_examples=200, deadline=None,

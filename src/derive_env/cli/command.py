@@ -1,4 +1,9 @@
-"""The click command: options -> :func:`derive_env.cli.run`. No derivation logic here."""
+"""The click command, built from the option table of :mod:`derive_env.cli.options`.
+
+It parses every command line that :mod:`derive_env.__main__` does not run without click (a
+command after options, ``--help``, ``--version``, shell completion, every usage error),
+then calls :func:`derive_env.cli.run`. No derivation logic here.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ import sys
 import click
 
 from derive_env import __version__
-from derive_env.cli import run
-from derive_env.formats import FORMATS
+from derive_env.cli import interrupted, run
+from derive_env.cli.options import FLAG, OPTIONS, REPEATABLE, check, keywords
 
 _EPILOG = """\b
 Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,
@@ -16,6 +21,24 @@ Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 
 executable, 127 not found, 130 interrupted.
 143 SIGTERM while resolving host names (label socket-ifname=auto); 130 for SIGINT there.
 Troubleshooting by message: the operator guide (docs/operator-guide.md in the source)."""
+
+
+def _table_options(function):
+    """Give ``function`` the click option of each line of the table, in table order."""
+    for option in reversed(OPTIONS):  # decorators apply bottom-up
+        attributes: dict[str, object] = {"help": option.help}
+        if option.kind == FLAG:
+            attributes["is_flag"] = True
+        elif option.kind == REPEATABLE:
+            attributes["multiple"] = True
+        else:
+            attributes["default"] = option.default
+        if option.metavar is not None:
+            attributes["metavar"] = option.metavar
+        if option.choices is not None:
+            attributes["type"] = click.Choice(option.choices)
+        function = click.option(option.name, option.keyword, **attributes)(function)
+    return function
 
 
 @click.command(
@@ -26,53 +49,10 @@ Troubleshooting by message: the operator guide (docs/operator-guide.md in the so
     },
     epilog=_EPILOG,
 )
-@click.option("--dry-run", is_flag=True, help="Print the derived variables; run nothing.")
-@click.option(
-    "--format", "fmt", type=click.Choice(FORMATS), default=None,
-    help="Dry-run output: KEY=VALUE lines (env, default), one JSON object, a TOML table, "
-         "eval-safe `export` lines (shell), or the session's nodes for a launcher (hosts, "
-         "openmpi-/mpich-/deepspeed-hostfile, horovod-hosts).",
-)
-@click.option(
-    "--explain", is_flag=True,
-    help="Dry-run output for a person: each variable with its value and where it came from.",
-)
-@click.option(
-    "--label", "label_items", multiple=True, metavar="KEY=VALUE",
-    help="An image label (repeatable); wins over the labels files.",
-)
-@click.option(
-    "--labels-file", "labels_files", metavar="PATH", multiple=True,
-    help="Labels as a JSON object, `docker image inspect` output or its {{json .Config}} "
-         "('-' for stdin); wins over the image's /etc/derive-env/labels.json (repeatable, "
-         "later wins).",
-)
-@click.option(
-    "--env-file", "env_files", metavar="PATH", multiple=True,
-    help="Read the input environment from a file instead of this process's, e.g. to see what "
-         "another container of the session would get: env -0 or /proc/PID/environ output, "
-         "docker inspect output, Backend.AI's environ.txt, or dotenv KEY=VALUE lines "
-         "('-' for stdin).",
-)
-@click.option(
-    "--source", "source", metavar="NAME", default=None,
-    help="Which source states the topology: auto (default: detect), none (a single "
-         "container), or a source name (slurm-step, slurm-allocation, openmpi, hydra, "
-         "mvapich2, pals, torchrun, backendai, kubeflow-pytorchjob, kubeflow-trainjob). "
-         "Default: the DERIVE_ENV_SOURCE variable, else auto.",
-)
+@_table_options
 @click.version_option(__version__, prog_name="derive-env")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
-def cli(
-    dry_run: bool,
-    fmt: str | None,
-    explain: bool,
-    label_items: tuple[str, ...],
-    labels_files: tuple[str, ...],
-    env_files: tuple[str, ...],
-    source: str | None,
-    command: tuple[str, ...],
-) -> None:
+def cli(**values: object) -> None:
     """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
 
     Reads the cluster topology from every cluster manager and launcher whose variables are
@@ -88,30 +68,11 @@ def cli(
       derive-env --dry-run --explain
       eval "$(derive-env --dry-run --format shell)"
     """
-    if not dry_run:
-        if fmt is not None or explain:
-            raise click.UsageError("--format and --explain need --dry-run.")
-        if not command:
-            raise click.UsageError(
-                "no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run."
-            )
-    elif explain and fmt is not None:
-        raise click.UsageError("--explain prints for a person; drop --format.")
-    if len(env_files) > 1:
-        raise click.UsageError("--env-file given more than once: one environment at a time.")
-    if "-" in env_files and "-" in labels_files:
-        raise click.UsageError(
-            "--env-file - and --labels-file - both read stdin, which holds one file: give one "
-            "of them a path."
-        )
+    problem = check(values)
+    if problem is not None:
+        raise click.UsageError(problem)
     try:
-        status = run(
-            list(command), dry_run=dry_run, fmt=fmt or "env", explain=explain,
-            labels_files=labels_files, label_items=label_items,
-            env_file=env_files[0] if env_files else None, source=source,
-        )
+        status = run(list(values["command"]), **keywords(values))  # type: ignore[call-overload, arg-type]
     except KeyboardInterrupt:  # 130 as on the other paths, not click's "Aborted!" exit 1
-        from derive_env.cli import interrupted
-
         status = interrupted()
     sys.exit(status)
