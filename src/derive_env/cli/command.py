@@ -8,6 +8,7 @@ then calls :func:`derive_env.cli.run`. No derivation logic here.
 from __future__ import annotations
 
 import sys
+from typing import Any  # click imports typing anyway
 
 import click
 
@@ -52,7 +53,7 @@ def _table_options(function):
 @_table_options
 @click.version_option(__version__, prog_name="derive-env")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
-def cli(**values: object) -> None:
+def cli(**values: Any) -> None:
     """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
 
     Reads the cluster topology from every cluster manager and launcher whose variables are
@@ -72,7 +73,7 @@ def cli(**values: object) -> None:
     if problem is not None:
         raise click.UsageError(problem)
     try:
-        status = run(list(values["command"]), **keywords(values))  # type: ignore[call-overload, arg-type]
+        status = run(list(values["command"]), **keywords(values))
     except KeyboardInterrupt:  # 130 as on the other paths, not click's "Aborted!" exit 1
         status = interrupted()
     sys.exit(status)
