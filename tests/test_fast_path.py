@@ -1,7 +1,7 @@
 """The fast dry-run path (issue 6, item 3) changes speed only, never behaviour.
 
 ``derive-env --dry-run --format shell`` (the Backend.AI hook's command) and the other dry-run
-forms are parsed by :func:`derive_env.app.dry_run_options` without importing click. Each
+forms are parsed by :func:`derive_env.cli.options.parse` without importing click. Each
 command line below runs twice in-process, once through ``derive_env.__main__.main`` (the
 console script's entry) and once through click's command itself, in the same environment:
 stdout, stderr and the exit status must be identical, and the path taken must be the one
@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 import derive_env.__main__ as entry
-from derive_env import app, cli
+from derive_env import cli
+from derive_env.cli import command, options
 from derive_env.render import FORMATS
 from helpers import console_script
 
@@ -173,7 +174,7 @@ def run_main(argv: list[str], monkeypatch: pytest.MonkeyPatch,
 
     with monkeypatch.context() as patch:
         patch.setattr(sys, "argv", ["derive-env", *argv])
-        patch.setattr(cli, "cli", stand_in)
+        patch.setattr(command, "cli", stand_in)
         patch.setattr(entry.os, "_exit", exit_now)
         try:
             outcome = _outcome(entry.main, capsys)
@@ -184,7 +185,7 @@ def run_main(argv: list[str], monkeypatch: pytest.MonkeyPatch,
 
 def run_click(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | str, str, str]:
     """click's command itself, as main() would call it."""
-    return _outcome(lambda: cli.cli.main(args=argv, prog_name="derive-env"), capsys)
+    return _outcome(lambda: command.cli.main(args=argv, prog_name="derive-env"), capsys)
 
 
 @pytest.mark.parametrize("environment", sorted(ENVIRONMENTS))
@@ -197,7 +198,7 @@ def test_fast_path_equals_click(
     _setup(monkeypatch, tmp_path, make_env(backendai_env), labels)
     argv = [arg.format(**files) for arg in argv]
     monkeypatch.chdir(tmp_path)  # a value that executed would leave ./x behind
-    assert (app.dry_run_options(argv) is not None) == fast
+    assert (options.parse(argv) is not None) == fast
     main_outcome, reached_click = run_main(argv, monkeypatch, capsys)
     assert reached_click == (not fast)
     click_outcome = run_click(argv, capsys)
@@ -216,19 +217,6 @@ def test_the_comparison_can_fail(files: dict[str, str], backendai_env, tmp_path:
     assert shell[0] == json_[0] == 0
     assert shell[1].startswith("export MASTER_ADDR='main1'\n")
     assert shell != json_
-
-
-def test_dry_run_options_keywords() -> None:
-    """The exact keywords click's command would pass to app.run for the same line."""
-    assert app.dry_run_options(
-        ["--label=a=b", "--dry-run", "--labels-file", "L1", "--format=toml", "--label", "c=d",
-         "--labels-file=L2", "--env-file", "E"]
-    ) == {"dry_run": True, "fmt": "toml", "explain": False, "labels_files": ("L1", "L2"),
-          "label_items": ("a=b", "c=d"), "env_file": "E", "source": None}
-    assert app.dry_run_options(["--dry-run"]) == {
-        "dry_run": True, "fmt": "env", "explain": False, "labels_files": (),
-        "label_items": (), "env_file": None, "source": None}
-    assert app.dry_run_options(["--dry-run", "--source=slurm-step"])["source"] == "slurm-step"
 
 
 def test_shell_completion_goes_to_click(monkeypatch: pytest.MonkeyPatch,
@@ -251,8 +239,8 @@ def test_ctrl_c_ends_both_paths_alike(monkeypatch: pytest.MonkeyPatch,
     def interrupted(*args: object, **kwargs: object) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(app, "run", interrupted)
     monkeypatch.setattr(cli, "run", interrupted)
+    monkeypatch.setattr(command, "run", interrupted)
     argv = ["--dry-run", "--format", "shell"]
     said = "derive-env: error: interrupted before the exec (SIGINT); nothing was run\n"
     assert run_click(argv, capsys) == (130, "", said)
@@ -269,7 +257,7 @@ def _script_env(tmp_path: Path, labels: dict[str, str], extra: dict[str, str]) -
 
 
 CLICK_ONLY = [sys.executable, "-c",
-              "import sys; from derive_env.cli import cli; cli(prog_name='derive-env')"]
+              "import sys; from derive_env.cli.command import cli; cli(prog_name='derive-env')"]
 
 
 def test_console_script_hook_imports_no_click_and_prints_everything(
@@ -300,9 +288,9 @@ def test_console_script_full_stdout_same_as_click(tmp_path: Path, labels: dict[s
     env = _script_env(tmp_path, labels, backendai_env(["sub1", "main1"], "sub1"))
     argv = ["--dry-run", "--format", "json"]
     results = []
-    for command in ([console_script(), *argv], [*CLICK_ONLY, *argv]):
+    for started in ([console_script(), *argv], [*CLICK_ONLY, *argv]):
         with open("/dev/full", "w") as full:
-            proc = subprocess.run(command, env=env, stdout=full, stderr=subprocess.PIPE,
+            proc = subprocess.run(started, env=env, stdout=full, stderr=subprocess.PIPE,
                                   text=True, timeout=60, check=False)
         results.append((proc.returncode, proc.stderr))
     assert results[0] == results[1]
@@ -313,22 +301,27 @@ def test_console_script_full_stdout_same_as_click(tmp_path: Path, labels: dict[s
 # ------------------------------------------------- source modules: only the ones seen are imported
 
 #: Runs the console script's entry in a fresh interpreter up to the exec (ENTRYPOINT path) or
-#: to the exit after the output (hook), then prints the ``derive_env.sources`` modules loaded.
+#: to the exit after the output (hook), then prints the ``derive_env.sources`` modules loaded,
+#: every module loaded from a file, and every ``derive_env`` module.
 #: (``-X importtime`` cannot tell: it does not log modules loaded by ``import_module``.)
+#: ``launch`` is imported here on the ENTRYPOINT path only, which loads it anyway.
 _SOURCE_MODULES = """
 import json, sys
 import derive_env.__main__ as entry
-from derive_env import launch
 
 def report(*args, **kwargs):
     real = [m for m, v in sys.modules.items() if getattr(v, "__file__", None)]
     print(json.dumps(sorted(m for m in sys.modules if m.startswith("derive_env.sources"))))
     print(json.dumps(sorted(real)))
+    print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "derive_env")))
     sys.stdout.flush()
     import os
     os._exit(0)
 
-launch.exec_command = report  # the ENTRYPOINT path, instead of the exec
+if sys.argv[1:2] == ["--"]:
+    from derive_env import launch
+
+    launch.exec_command = report  # the ENTRYPOINT path, instead of the exec
 entry._exit_now = report  # the hook, after the dry run's output
 sys.argv = ["derive-env", *sys.argv[1:]]
 entry.main()
@@ -349,15 +342,16 @@ def _recorded_srun_task() -> dict[str, str]:
 
 
 def _until_exec(tmp_path: Path, labels: dict[str, str], extra: dict[str, str],
-                argv: list[str]) -> tuple[list[str], set[str]]:
-    """(the ``derive_env.sources`` modules loaded, every module loaded from a file; a
-    stand-in has none) when the exec (or the hook's exit) would run."""
+                argv: list[str]) -> tuple[list[str], set[str], list[str]]:
+    """(the ``derive_env.sources`` modules loaded, every module loaded from a file (a
+    stand-in has none), every ``derive_env`` module) when the exec (or the hook's exit)
+    would run."""
     env = _script_env(tmp_path, labels, extra)
     out = subprocess.run([sys.executable, "-c", _SOURCE_MODULES, *argv], env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
-    sources, loaded = out.stdout.splitlines()[-2:]
-    return json.loads(sources), set(json.loads(loaded))
+    sources, loaded, own = out.stdout.splitlines()[-3:]
+    return json.loads(sources), set(json.loads(loaded)), json.loads(own)
 
 
 def _source_modules(tmp_path: Path, labels: dict[str, str], extra: dict[str, str],
@@ -435,3 +429,39 @@ def test_each_output_loads_only_its_renderer(tmp_path: Path, backendai_env, labe
     loaded = _until_exec(tmp_path, labels, env, argv)[1]
     assert wanted in loaded
     assert unwanted & loaded == set()
+
+
+# ------------------------------------------------------- what each start path loads, exactly
+
+#: The ``derive_env`` modules each start path loads (redesign.md 4.4's table), up to the
+#: exec or the hook's exit: a module added to a path is added here, and measured
+#: (benchmarks/startup.py --check). Not on any of them: ``cli.command`` (click),
+#: ``cli.envfile`` (--env-file), ``cli.hostfacts`` (label socket-ifname).
+_NOT_OPTED_IN = ["derive_env", "derive_env.__main__", "derive_env.cli", "derive_env.errors",
+                 "derive_env.labels"]
+_HOOK = ["derive_env.cli.options", "derive_env.render"]
+_OPTED_IN = [*_NOT_OPTED_IN, *_TABLE, "derive_env.environ", "derive_env.frameworks",
+             "derive_env.frameworks.network", "derive_env.frameworks.pytorch",
+             "derive_env.frameworks.tensorflow", "derive_env.hosts", "derive_env.launch",
+             "derive_env.pipeline", "derive_env.policy", "derive_env.sources.backendai",
+             "derive_env.sources.backendai_order",
+             "derive_env.topology", "derive_env.validation"]
+START_PATHS = [
+    pytest.param(False, ["--", "true"], [*_NOT_OPTED_IN, "derive_env.launch"],
+                 id="not-opted-in-entrypoint"),
+    pytest.param(False, ["--dry-run", "--format", "shell"], [*_NOT_OPTED_IN, *_HOOK],
+                 id="not-opted-in-hook"),
+    pytest.param(True, ["--", "true"], _OPTED_IN, id="opted-in-backendai-4-entrypoint"),
+    pytest.param(True, ["--dry-run", "--format", "shell"], [*_OPTED_IN, *_HOOK],
+                 id="opted-in-backendai-4-hook"),
+]
+
+
+@pytest.mark.parametrize(("opted_in", "argv", "expected"), START_PATHS)
+def test_each_start_path_loads_exactly_its_modules(
+    tmp_path: Path, backendai_env, opted_in: bool, argv: list[str], expected: list[str]
+) -> None:
+    """A 4-node Backend.AI container, its image opted in (pytorch, tensorflow) or not."""
+    env = backendai_env(["sub1", "main1", "sub2", "sub3"], "sub2")
+    labels = {FW: "pytorch,tensorflow"} if opted_in else {"maintainer": "a team"}
+    assert _until_exec(tmp_path, labels, env, argv)[2] == sorted(expected)

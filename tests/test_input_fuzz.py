@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from derive_env.app import parse_env_file
+from derive_env.cli.envfile import parse_env_file
 from derive_env.errors import DeriveEnvError, UsageError
 
 FUZZ = settings(max_examples=200, deadline=None,
@@ -170,7 +170,7 @@ def test_environ_txt_errors_name_the_format() -> None:
 def test_env_file_and_labels_file_both_from_stdin_is_a_usage_error() -> None:
     from click.testing import CliRunner
 
-    from derive_env.cli import cli
+    from derive_env.cli.command import cli
 
     result = CliRunner().invoke(cli, ["--env-file", "-", "--labels-file", "-", "--dry-run"],
                                 input="A=1\n")
@@ -406,7 +406,7 @@ def test_every_non_string_label_value_is_reported() -> None:
 
 
 def test_reading_problems_of_every_source_are_reported_together(tmp_path: Path) -> None:
-    from derive_env.app import load_labels
+    from derive_env.cli import load_labels
 
     bad = tmp_path / "bad.json"
     bad.write_text("{")

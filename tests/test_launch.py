@@ -891,7 +891,7 @@ def test_cli_dry_run_with_a_too_large_environment_exits_5(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("opted_in", [True, False], ids=["opted-in", "not-opted-in"])
 def test_cli_environment_over_arg_max_exits_5(tmp_path: Path, opted_in: bool) -> None:
-    # An --env-file holds at most 1 MiB (app.MAX_INPUT_BYTES), less than ARG_MAX: the command
+    # An --env-file holds at most 1 MiB (cli.MAX_INPUT_BYTES), less than ARG_MAX: the command
     # line makes up the rest. Neither alone is too large; together they are, and the check
     # counts the command's argv.
     arg_max = os.sysconf("SC_ARG_MAX")

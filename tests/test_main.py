@@ -1,8 +1,14 @@
-"""``derive_env.__main__``: derive-env's own imports ignore the image's PYTHONPATH."""
+"""``derive_env.__main__``: derive-env's own imports ignore the image's PYTHONPATH; every path
+of the program, and only the program, gets pydantic's stand-ins."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
+
+import pytest
 
 from derive_env.__main__ import drop_pythonpath
 
@@ -33,3 +39,82 @@ def test_nothing_dropped_without_pythonpath_or_when_derive_env_lives_there() -> 
 def test_the_script_folder_is_never_dropped() -> None:
     path = ["/opt/derive-env/bin", *STDLIB]
     assert drop_pythonpath(path, "/opt/derive-env/bin", SITE) == path
+
+
+# ------------------------------------------------------------- pydantic's stand-ins
+
+
+def test_pydantic_plugin_stand_in_answers_no_plugins_and_falls_back(monkeypatch) -> None:
+    """The stand-in for pydantic's plugin loader (startup cost, docs/performance.md) reports no
+    plugins, and any other name is served by the real module: a pydantic that changes its
+    loader loses the speed-up, never the start."""
+    import sys
+
+    import derive_env.__main__ as entry
+
+    name = "pydantic.plugin._loader"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    entry._without_pydantic_plugins()
+    stub = sys.modules[name]
+    assert stub.get_plugins() == ()
+    assert stub.get_plugins("any", extra=1) == ()
+    with pytest.raises(AttributeError):
+        stub.__path__  # noqa: B018  (the import system probes dunders: no real import)
+    assert sys.modules[name] is stub
+    real_value = stub._plugins  # not in the stand-in: the real module is imported
+    assert sys.modules[name] is not stub
+    assert real_value is sys.modules[name]._plugins
+    entry._without_pydantic_plugins()  # a loaded loader is left alone
+    assert sys.modules[name] is not stub
+
+
+def test_secrets_stand_in_loads_the_real_module_on_first_use(monkeypatch) -> None:
+    """``secrets`` (OpenSSL's libcrypto behind it) waits for a use (startup cost,
+    docs/performance.md); the first use of a name gets the real module's."""
+    import sys
+
+    import derive_env.__main__ as entry
+
+    monkeypatch.delitem(sys.modules, "secrets", raising=False)
+    entry._without_secrets_until_used()
+    stub = sys.modules["secrets"]
+    with pytest.raises(AttributeError):
+        stub.__path__  # noqa: B018  (the import system probes dunders: no real import)
+    assert sys.modules["secrets"] is stub
+    assert stub.compare_digest(b"derive", b"derive") is True
+    assert stub.compare_digest(b"derive", b"env") is False
+    real = sys.modules["secrets"]
+    assert real is not stub and real.compare_digest is stub.compare_digest
+    entry._without_secrets_until_used()  # a loaded module is left alone
+    assert sys.modules["secrets"] is real
+
+
+def test_main_installs_the_stand_ins_before_it_picks_a_path(monkeypatch) -> None:
+    """ENTRYPOINT, the click-free dry run and click: the stand-ins come first on each."""
+    import derive_env.__main__ as entry
+    from derive_env import cli
+    from derive_env.cli import command, options
+
+    events: list[str] = []
+    monkeypatch.setattr(entry, "before_pydantic", lambda: events.append("stand-ins"))
+    monkeypatch.setattr(cli, "run_command", lambda argv: events.append("exec path") or 0)
+    monkeypatch.setattr(options, "parse", lambda args: events.append("dry-run parser"))
+    monkeypatch.setattr(command, "cli", lambda **kwargs: events.append("click"))
+    for argv in (["--", "true"], ["--help"]):
+        monkeypatch.setattr(sys, "argv", ["derive-env", *argv])
+        with contextlib.suppress(SystemExit):
+            entry.main()
+    assert events == ["stand-ins", "exec path", "stand-ins", "dry-run parser", "click"]
+
+
+def test_a_library_user_keeps_the_real_modules() -> None:
+    """``derive_env.derive`` from a program of its own: no stand-in is installed."""
+    code = (
+        "import sys, derive_env\n"
+        "derive_env.derive({}, {'ai.backend.distributed.frameworks': 'pytorch'})\n"
+        "print([getattr(sys.modules.get(name), '__file__', None) is not None\n"
+        "       for name in ('secrets', 'pydantic.plugin._loader')])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True, env={"PATH": os.environ["PATH"]})
+    assert out.stdout == "[True, True]\n"

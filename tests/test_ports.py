@@ -15,15 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.ports import (
-    DEFAULT_EPHEMERAL_RANGE,
     FRAMEWORKS,
     MIN_WINDOW,
     job_ports,
     parse_port_range,
     parse_reserved_ports,
     port_seed,
-    read_ephemeral_range,
-    read_reserved_ports,
 )
 from helpers import value_error
 
@@ -192,37 +189,7 @@ def test_same_ports_in_processes_with_different_hash_seeds() -> None:
     assert outputs == {expected}
 
 
-# --- the /proc/sys readers and their formats ----------------------------------------------
-
-
-def test_read_ephemeral_range(tmp_path: Path) -> None:
-    path = tmp_path / "ip_local_port_range"
-    path.write_text("40000\t50000\n")
-    assert read_ephemeral_range(str(path)) == (40000, 50000)
-    assert read_ephemeral_range(str(tmp_path / "missing")) == DEFAULT_EPHEMERAL_RANGE
-    assert DEFAULT_EPHEMERAL_RANGE == (32768, 60999)
-    path.write_bytes(b"\xff\n")
-    assert (
-        value_error(read_ephemeral_range, str(path))
-        == "two port numbers 'low high', not '\ufffd\\n'"
-    )
-
-
-def test_read_this_machines_range() -> None:
-    low, high = read_ephemeral_range()
-    if Path("/proc/sys/net/ipv4/ip_local_port_range").exists():
-        fields = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        assert (low, high) == (int(fields[0]), int(fields[1]))
-    assert isinstance(read_reserved_ports(), frozenset)
-
-
-def test_read_reserved_ports(tmp_path: Path) -> None:
-    path = tmp_path / "ip_local_reserved_ports"
-    path.write_text("8080,9000-9002\n")
-    assert read_reserved_ports(str(path)) == frozenset({8080, 9000, 9001, 9002})
-    path.write_text("\n")
-    assert read_reserved_ports(str(path)) == frozenset()
-    assert read_reserved_ports(str(tmp_path / "missing")) == frozenset()
+# --- the /proc/sys formats ----------------------------------------------------------------
 
 
 _RANGE, _RESERVED = parse_port_range, parse_reserved_ports

@@ -255,7 +255,7 @@ def test_jax_coordinator_on_loopback_is_an_error(backendai_env) -> None:
 def test_on_error_warn_runs_the_command_unchanged(
     backendai_env, tmp_path, fake_exec, capsys,
 ) -> None:
-    from derive_env.app import run
+    from derive_env.cli import run
     from helpers import Execed
 
     environ = session(backendai_env, "sub1", NODE_RANK="0")

@@ -1,16 +1,19 @@
-"""``derive-env`` and ``python -m derive_env``.
+"""``derive-env`` and ``python -m derive_env``: the process itself.
 
-Two forms skip click, whose import costs more than a derivation (docs/performance.md):
+:func:`main` drops the ``PYTHONPATH`` entries from derive-env's own imports, installs the
+stand-ins that keep pydantic's first model cheap (every path of the program gets them,
+library users never do), then picks the path. Two forms skip click, whose import costs
+more than a derivation (docs/performance.md):
 
 * the ENTRYPOINT form ``derive-env [--] COMMAND ARG...`` (no option before the command)
   goes straight to the exec path;
 * the dry-run forms of the hook and of operators (``derive-env --dry-run --format shell``,
   ``--dry-run --explain``, ``--label``/``--labels-file``/``--env-file``), which
-  :func:`derive_env.app.dry_run_options` parses only when click would accept them with the
+  :func:`derive_env.cli.options.parse` reads only when click would accept them with the
   same meaning.
 
-Anything else is parsed by the click command in cli.py. All end in
-:func:`derive_env.app.run`.
+Anything else is parsed by the click command (:mod:`derive_env.cli.command`). All end in
+:func:`derive_env.cli.run`.
 """
 
 from __future__ import annotations
@@ -53,27 +56,28 @@ def main() -> None:
     if not sys.flags.ignore_environment:
         own_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         sys.path[:] = drop_pythonpath(sys.path, os.environ.get("PYTHONPATH"), own_dir)
+    before_pydantic()
     args = sys.argv[1:]
     if args and (args[0] == "--" or not args[0].startswith("-")):
-        from derive_env.app import run_command
+        from derive_env.cli import run_command
 
         try:
             status = run_command(args[1:] if args[0] == "--" else args)
         except KeyboardInterrupt:  # e.g. Ctrl-C during a slow name lookup: no traceback
             status = 130
         sys.exit(status)
-    from derive_env.app import dry_run_options, run
+    from derive_env.cli.options import parse
 
-    options = None if os.environ.get(_COMPLETE_VARIABLE) else dry_run_options(args)
+    options = None if os.environ.get(_COMPLETE_VARIABLE) else parse(args)
     if options is not None:
-        try:
-            status = run([], **options)  # type: ignore[arg-type]
-        except KeyboardInterrupt:
-            from derive_env.app import interrupted
+        from derive_env.cli import interrupted, run
 
+        try:
+            status = run([], **options)
+        except KeyboardInterrupt:
             status = interrupted()
         _exit_now(status)
-    from derive_env.cli import cli
+    from derive_env.cli.command import cli
 
     cli(prog_name="derive-env")
 
@@ -81,11 +85,9 @@ def main() -> None:
 def _exit_now(status: int) -> None:
     """End a dry run without the interpreter's teardown, once the output is flushed.
 
-    Nothing is left to do at exit (no atexit handler, no file open for writing; a resolver
-    thread still waiting on DNS is a daemon, which a normal exit does not wait for either),
-    and tearing down the modules (pydantic's, when opted in) costs about 8% of the hook's
-    run on every container start (docs/performance.md). Should a flush fail, the normal
-    exit runs instead, which reports it as it would have.
+    Nothing is left to do at exit: no atexit handler, no file open for writing; a resolver
+    thread still waiting on DNS is a daemon, which a normal exit does not wait for either.
+    Should a flush fail, the normal exit runs instead, which reports it as it would have.
     """
     try:
         for stream in (sys.stdout, sys.stderr):
@@ -94,6 +96,69 @@ def _exit_now(status: int) -> None:
     except (OSError, ValueError):
         sys.exit(status)
     os._exit(status)
+
+
+
+def before_pydantic() -> None:
+    """Install the stand-ins that keep pydantic's first model cheap, before any is built.
+
+    :func:`main` calls it on every path; a library user's process keeps the real modules.
+    """
+    _without_pydantic_plugins()
+    _without_secrets_until_used()
+
+
+def _without_pydantic_plugins() -> None:
+    """Keep pydantic from importing ``importlib.metadata`` to look for plugins.
+
+    When the first model is built, pydantic imports its plugin loader
+    (``pydantic.plugin._loader``, private), which imports ``importlib.metadata`` and scans
+    every installed distribution. derive-env's models use no plugin, and the exec'd program
+    is a new process that loads its own. The stand-in answers ``get_plugins()`` with none and
+    hands any other name to the real module, so a pydantic that changes its loader costs
+    the speed-up, never a failure.
+    """
+    def get_plugins(*args: object, **kwargs: object) -> tuple[()]:
+        return ()
+
+    _stand_in("pydantic.plugin._loader", get_plugins=get_plugins)
+
+
+def _without_secrets_until_used() -> None:
+    """Keep ``secrets`` (and OpenSSL's libcrypto) unloaded until something uses it.
+
+    ``pydantic.types``, imported with the first model, imports ``secrets`` at module level
+    for one call, ``secrets.compare_digest`` in ``Secret.__eq__``, which derive-env's
+    models never reach. The stand-in holds nothing: the first use of any name loads the
+    real module, as an import would have. Only derive-env's own process is affected: the
+    exec'd program starts a new interpreter.
+    """
+    _stand_in("secrets")
+
+
+def _stand_in(name: str, **attributes: object) -> None:
+    """Put a stand-in for module ``name`` in ``sys.modules``, unless it is loaded already.
+
+    The stand-in has ``attributes``; any other name loads the real module (which then
+    replaces the stand-in in ``sys.modules``) and is taken from it. Dunder names raise
+    AttributeError, so the import system's probes (``__path__``...) import nothing.
+    """
+    if name in sys.modules:
+        return
+    stub = type(sys)(name)  # types.ModuleType, without importing types
+
+    def real(attribute: str) -> object:
+        if attribute.startswith("__"):  # the import system probing (__path__ ...)
+            raise AttributeError(attribute)
+        if sys.modules.get(name) is stub:
+            del sys.modules[name]
+        from importlib import import_module
+
+        return getattr(import_module(name), attribute)
+
+    vars(stub).update(attributes)
+    stub.__getattr__ = real  # type: ignore[attr-defined]
+    sys.modules[name] = stub
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ code  meaning
 126   the command was found but cannot be executed
 127   the command was not found
 130   interrupted (SIGINT) before the exec
-143   SIGTERM while resolving host names (app.exit_on_signals), also as PID 1
+143   SIGTERM while resolving host names (cli.hostfacts.exit_on_signals), also as PID 1
 ====  =====================================================================
 """
 

@@ -38,8 +38,9 @@ derive different ports.
 Wired in by :func:`derive_env.frameworks.job_ports_of` for every source that reports a job
 (Slurm, Open MPI, torchrun, Kubeflow) or reserved ports; docs/ports.md is the user's page.
 
-The pure function is :func:`job_ports`; :func:`read_ephemeral_range` and
-:func:`read_reserved_ports` are the edge readers of the two ``/proc/sys`` files.
+The pure function is :func:`job_ports`; the command line reads the two ``/proc/sys`` files
+(:func:`derive_env.cli.gather_facts`), :func:`parse_port_range` and
+:func:`parse_reserved_ports` parse them.
 """
 
 from __future__ import annotations
@@ -52,8 +53,6 @@ FRAMEWORKS = ("pytorch", "tensorflow", "jax")
 DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 #: Fewest ports the window above the ephemeral range must hold.
 MIN_WINDOW = 256
-PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
-RESERVED_PORTS_FILE = "/proc/sys/net/ipv4/ip_local_reserved_ports"
 _HIGHEST_PORT = 65535
 
 
@@ -78,8 +77,8 @@ def job_ports(
     """The TCP ports of PyTorch, TensorFlow and JAX (:data:`FRAMEWORKS` order) for one step.
 
     Inputs: ``manager``, ``job_id``, ``step_id`` as in :func:`port_seed`; ``ephemeral``, this
-    node's ``(low, high)`` ephemeral port range (:func:`read_ephemeral_range`); ``reserved``,
-    its ``ip_local_reserved_ports`` (:func:`read_reserved_ports`); ``granted``, ports the
+    node's ``(low, high)`` ephemeral port range (:func:`parse_port_range`); ``reserved``,
+    its ``ip_local_reserved_ports`` (:func:`parse_reserved_ports`); ``granted``, ports the
     manager reserved for the step, in order (``parse_resv_ports(SLURM_STEP_RESV_PORTS)``).
     Output: three distinct ports 1-65535, by the rules of this module's docstring.
 
@@ -149,25 +148,3 @@ def parse_reserved_ports(text: str) -> frozenset[int]:
         ports.update(range(int(lo), int(hi) + 1))
     return frozenset(ports)
 
-
-def read_ephemeral_range(path: str = PORT_RANGE_FILE) -> tuple[int, int]:
-    """Edge reader: this node's ephemeral port range, :data:`DEFAULT_EPHEMERAL_RANGE` when
-    ``path`` cannot be read (no /proc, a sandbox). Raises ValueError for unexpected content
-    (:func:`parse_port_range`)."""
-    try:
-        with open(path, "rb") as file:
-            text = file.read().decode("ascii", "replace")
-    except OSError:
-        return DEFAULT_EPHEMERAL_RANGE
-    return parse_port_range(text)
-
-
-def read_reserved_ports(path: str = RESERVED_PORTS_FILE) -> frozenset[int]:
-    """Edge reader: this node's ``ip_local_reserved_ports``, empty when ``path`` cannot be
-    read. Raises ValueError for unexpected content (:func:`parse_reserved_ports`)."""
-    try:
-        with open(path, "rb") as file:
-            text = file.read().decode("ascii", "replace")
-    except OSError:
-        return frozenset()
-    return parse_reserved_ports(text)

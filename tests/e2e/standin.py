@@ -48,10 +48,15 @@ def main(argv: list[str]) -> int:
     if port == 0 and "SLURM_STEP_RESV_PORTS" in env:
         port = int(env["SLURM_STEP_RESV_PORTS"].split(",")[0].split("-")[0])
     elif port == 0:
-        from derive_env import ports
+        from derive_env import cli, ports
 
+        facts = cli.gather_facts(full=False)  # the sysctls, as derive-env reads them
+        ephemeral = (ports.parse_port_range(facts.port_range) if facts.port_range is not None
+                     else ports.DEFAULT_EPHEMERAL_RANGE)
+        reserved = (ports.parse_reserved_ports(facts.reserved_ports)
+                    if facts.reserved_ports is not None else frozenset())
         port = ports.job_ports("slurm", env["SLURM_JOB_ID"], env["SLURM_STEP_ID"],
-                               ports.read_ephemeral_range(), ports.read_reserved_ports())[0]
+                               ephemeral, reserved)[0]
     # No launcher's ranks (a batch script): one node, one process.
     names = next((v for v in VOCABULARIES if v[2] in env), None)
     rank, local, world, local_world = (env[n] for n in names) if names else ("0", "0", "1", "1")

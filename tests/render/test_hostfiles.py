@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 from derive_env import render
-from derive_env.app import parse_env_file
-from derive_env.cli import cli
+from derive_env.cli.command import cli
+from derive_env.cli.envfile import parse_env_file
 from derive_env.errors import LabelError, TopologyError
 from derive_env.pipeline import host_list
 from derive_env.render.hostfiles import HOST_FORMATS, render_hosts

@@ -1,4 +1,5 @@
-"""The command line (contract sections 2 and 7): options, usage errors, dry-run, on-error.
+"""cli/command.py, the command line (contract sections 2 and 7): options, usage errors,
+dry-run, on-error.
 
 In-process tests use click's CliRunner with the exec replaced by a fake that raises (so no
 test can replace the runner's process). Everything that really execs runs as a subprocess,
@@ -19,8 +20,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from derive_env import __version__, app
-from derive_env.cli import cli
+import derive_env.cli
+from derive_env import __version__
+from derive_env.cli.command import cli
+from derive_env.cli.envfile import parse_env_file
 from helpers import Execed, console_script, tomllib
 
 PREFIX = "ai.backend.distributed."
@@ -82,7 +85,7 @@ def write_labels(path: Path, labels: object) -> Path:
 
 def write_env_file(path: Path, env: Mapping[str, str], labels_file: Path) -> Path:
     """A dotenv file with ``env``, a comment, an ``export`` line and the labels file variable."""
-    lines = ["# written by test_cli.py", "", f"export {LABELS_VAR}={labels_file}"]
+    lines = ["# written by test_command.py", "", f"export {LABELS_VAR}={labels_file}"]
     lines += [f"{k}={v}" for k, v in env.items()]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -187,37 +190,6 @@ def test_version_via_subprocess(empty_labels: Path, script: bool) -> None:
 # --------------------------------------------------------------------------- usage errors
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        ([], "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n"),
-        (["--label", FW + "=pytorch"],
-         "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n"),
-        (["--label", FW + "=pytorch", "--"],
-         "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n"),
-        (["--format", "json", "--", "true"], "Error: --format and --explain need --dry-run.\n"),
-        (["--explain", "true"], "Error: --format and --explain need --dry-run.\n"),
-        (["--format", "json"], "Error: --format and --explain need --dry-run.\n"),
-        (["--dry-run", "--explain", "--format", "json"],
-         "Error: --explain prints for a person; drop --format.\n"),
-        (["--dry-run", "--format", "yaml"], "Error: Invalid value for '--format': 'yaml' is "
-                                            "not one of 'env', 'json', 'toml', 'shell', 'hosts', "
-                                            "'openmpi-hostfile', 'mpich-hostfile', "
-                                            "'deepspeed-hostfile', 'horovod-hosts'.\n"),
-    ],
-)
-def test_usage_errors_exit_2(
-    clean_environ: Path, fake_exec: None, args: list[str], message: str
-) -> None:
-    result = invoke(args)
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    assert result.stderr.startswith("Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n")
-    assert result.stderr.endswith(message)
-    # the hint is one line
-    assert len(message.strip().splitlines()) == 1
-
-
 @pytest.mark.parametrize("option", ["--bogus", "-x", "--dryrun", "--dry", "--lable"])
 def test_unknown_option_before_command_is_a_usage_error(
     clean_environ: Path, fake_exec: None, option: str
@@ -237,12 +209,6 @@ def test_unknown_option_is_never_taken_for_the_command(
     assert result.returncode == 2
     assert f"No such option '{option}'" in text(result.stderr)
     assert not marker.exists()
-
-
-def test_option_value_missing_is_a_usage_error(clean_environ: Path) -> None:
-    result = invoke(["--label"])
-    assert result.exit_code == 2
-    assert "Error: Option '--label' requires an argument." in result.stderr
 
 
 def test_no_command_fast_path(empty_labels: Path) -> None:
@@ -518,7 +484,7 @@ def test_not_opted_in_exec_passes_the_environment_unchanged(
     assert isinstance(result.exception, Execed), result.output
     assert result.exception.argv == ["train", "--epochs", "3"]
     env_lines = sub1_env.read_text(encoding="utf-8")
-    assert result.exception.env == app.parse_env_file(env_lines, "x")
+    assert result.exception.env == parse_env_file(env_lines, "x")
 
 
 # --------------------------------------------------------------------------- secrets
@@ -626,7 +592,9 @@ def test_default_labels_path_missing_means_not_opted_in(
     monkeypatch: pytest.MonkeyPatch, clean_environ: Path, tmp_path: Path
 ) -> None:
     monkeypatch.delenv(LABELS_VAR)
-    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", str(tmp_path / "etc" / "labels.json"))
+    monkeypatch.setattr(
+        derive_env.cli, "DEFAULT_LABELS_FILE", str(tmp_path / "etc" / "labels.json")
+    )
     for mode, output in ((["--format", "json"], "{}\n"), (["--explain"], NOT_OPTED_IN)):
         result = invoke(["--dry-run", *mode])
         assert (result.exit_code, result.stdout, result.stderr) == (0, output, "")
@@ -905,21 +873,6 @@ def test_labels_file_from_stdin_and_a_file(sub1_env: Path, tmp_path: Path) -> No
     assert json.loads(result.stdout) == want
 
 
-@pytest.mark.parametrize("tail", [["--dry-run"], ["--", "cmd"]], ids=["dry-run", "exec"])
-def test_env_file_given_twice_is_a_usage_error(
-    sub1_env: Path, tmp_path: Path, fake_exec: None, tail: list[str]
-) -> None:
-    other = write_env_file(tmp_path / "main1.env", node_env("main1"), sub1_env)
-    result = invoke(["--env-file", str(sub1_env), "--env-file", str(other), *tail])
-    assert result.exit_code == 2, result.output
-    assert not isinstance(result.exception, Execed)
-    assert result.stdout == ""
-    assert result.stderr.startswith("Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n")
-    assert result.stderr.endswith(
-        "Error: --env-file given more than once: one environment at a time.\n"
-    )
-
-
 # --------------------------------------------------------------------------- reading input
 
 
@@ -969,7 +922,7 @@ def test_default_labels_path_unreadable_exits_4(
 ) -> None:
     # Only a missing default file means "not opted in"; a directory there is an error.
     monkeypatch.delenv(LABELS_VAR)
-    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", str(tmp_path))
+    monkeypatch.setattr(derive_env.cli, "DEFAULT_LABELS_FILE", str(tmp_path))
     message = f"derive-env: error: labels file {str(tmp_path)!r}: cannot be read (Is a directory)\n"
     result = invoke(["--dry-run", "--format", "json"])
     assert (result.exit_code, result.stdout, result.stderr) == (4, "", message)

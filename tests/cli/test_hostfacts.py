@@ -1,8 +1,8 @@
-"""The edge's waits: one deadline for all name resolution, signals during it (issue 7 item 5)."""
+"""cli/hostfacts.py: this container's network facts (label socket-ifname), one deadline for
+all name resolution, signals during it (issue 7 item 5)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from derive_env import app
-from derive_env.app import Resolver, exit_on_signals
+from derive_env import cli
+from derive_env.cli.hostfacts import Resolver, exit_on_signals
 from helpers import wait_for_handler
 
 HANG = threading.Event()  # never set: a DNS server that does not answer
@@ -96,23 +96,9 @@ def test_handlers_are_put_back_and_ignored_signals_stay_ignored() -> None:
         signal.signal(signal.SIGTERM, old_term)
 
 
-def test_gather_facts_without_the_label_only_looks_for_baimulti0(monkeypatch) -> None:
-    looked = []
-    monkeypatch.setattr(os.path, "exists", lambda path: looked.append(path) or True)
-
-    def no_listdir(path):
-        raise AssertionError("listdir called")
-
-    monkeypatch.setattr(os, "listdir", no_listdir)
-    facts = app.gather_facts(full=False)
-    assert (facts.interfaces, looked) == (("baimulti0",), ["/sys/class/net/baimulti0"])
-    assert (facts.routes_v4, facts.hosts, facts.hostname) == ("", "", "")
-    monkeypatch.setattr(os.path, "exists", lambda path: False)
-    assert app.gather_facts(full=False).interfaces == ()
-
-
 def test_gather_facts_reads_this_container() -> None:
-    facts = app.gather_facts()
+    facts = cli.gather_facts()
+    assert isinstance(facts.resolve, Resolver)
     assert "lo" in facts.interfaces
     assert facts.hostname == socket.gethostname()
     assert facts.hosts == Path("/etc/hosts").read_text()
@@ -121,7 +107,7 @@ def test_gather_facts_reads_this_container() -> None:
 
 WAITER = """
 import sys, threading
-from derive_env.app import Resolver
+from derive_env.cli.hostfacts import Resolver
 def hanging(host, port, type=0):
     threading.Event().wait(60)
 resolver = Resolver(30.0, lookup=hanging)

@@ -1,4 +1,5 @@
-"""app.py: the I/O half of the command line (env files, labels sources, run's error path).
+"""cli/__init__.py: the command line's I/O (labels sources, the bounded readers, the host
+facts every start reads, run's error path and output).
 
 Everything here runs in-process; no test reaches ``os.execve`` (the exec is replaced by a
 fake that raises, so a mistake can never replace the test runner).
@@ -15,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from derive_env import app, launch
-from derive_env.app import load_labels, parse_env_file, read_environment, run, run_command
+from derive_env import cli, launch
+from derive_env.cli import load_labels, read_environment, run, run_command
+from derive_env.cli.envfile import parse_env_file
 from derive_env.errors import LabelError, UsageError
-from helpers import Execed
+from derive_env.ports import DEFAULT_EPHEMERAL_RANGE, parse_port_range, parse_reserved_ports
+from helpers import Execed, value_error
 
 PREFIX = "ai.backend.distributed."
 FW = PREFIX + "frameworks"
@@ -31,7 +34,7 @@ LABELS_VAR = "DERIVE_ENV_LABELS_FILE"
 def no_default_labels(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Point the default labels path at a file that does not exist (whatever the machine has)."""
     missing = tmp_path / "etc-derive-env" / "labels.json"
-    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", str(missing))
+    monkeypatch.setattr(cli, "DEFAULT_LABELS_FILE", str(missing))
     return missing
 
 
@@ -45,144 +48,6 @@ def write_json(path: Path, document: object) -> str:
     return str(path)
 
 
-# --------------------------------------------------------------------------- parse_env_file
-
-
-def test_env_file_comments_blank_lines_and_export_prefix() -> None:
-    text = (
-        "# a comment\n"
-        "\n"
-        "   \n"
-        "   # an indented comment\n"
-        "A=1\n"
-        "export B=2\n"
-        "export    C=3\n"
-        "  D=4  \n"
-    )
-    assert parse_env_file(text, "x.env") == {"A": "1", "B": "2", "C": "3", "D": "4"}
-
-
-def test_env_file_quotes_are_removed_when_matching_and_nothing_is_unescaped() -> None:
-    text = (
-        'DQ="a b  c"\n'
-        "SQ='single # not a comment'\n"
-        "EMPTY_DQ=\"\"\n"
-        "EMPTY_SQ=''\n"
-        "MIXED=\"a'\n"
-        'LONE="\n'
-        'NOESC="a\\nb\\"\n'
-        "INNER=a \"b\" c\n"
-    )
-    assert parse_env_file(text, "x.env") == {
-        "DQ": "a b  c",
-        "SQ": "single # not a comment",
-        "EMPTY_DQ": "",
-        "EMPTY_SQ": "",
-        "MIXED": "\"a'",
-        "LONE": '"',
-        "NOESC": "a\\nb\\",
-        "INNER": 'a "b" c',
-    }
-
-
-def test_env_file_values_verbatim() -> None:
-    text = "EQ=a=b=c\nEMPTY=\nBLANKS=a b\tc\nHASH=x # y\nUNI=ünï\n_U9=ok\n"
-    assert parse_env_file(text, "x.env") == {
-        "EQ": "a=b=c",
-        "EMPTY": "",
-        "BLANKS": "a b\tc",
-        "HASH": "x # y",
-        "UNI": "ünï",
-        "_U9": "ok",
-    }
-
-
-def test_env_file_later_line_wins_and_crlf_is_accepted() -> None:
-    assert parse_env_file("A=1\r\nB=2\r\nA=3\r\n", "x.env") == {"A": "3", "B": "2"}
-
-
-NO_EQUALS = "a line without '='"
-USE_NUL = ("capture the environment with `env -0` (or copy /proc/PID/environ, or "
-           "`docker exec CONTAINER env -0`), which --env-file reads exactly")
-
-
-@pytest.mark.parametrize(
-    ("text", "number", "got"),
-    [
-        ("A=1\nnot a line\n", 2, NO_EQUALS),
-        ("# c\n\nA=1\n1A=x\n", 4, "the name '1A'"),
-        ("A-B=x\n", 1, "the name 'A-B'"),
-        ("=x\n", 1, "the name ''"),
-        ("A =x\n", 1, "the name 'A '"),
-        ("export\n", 1, NO_EQUALS),
-        ("export =x\n", 1, "the name ''"),
-        ("A=1\n  KEY VALUE  \n", 2, NO_EQUALS),
-    ],
-)
-def test_env_file_malformed_line_names_file_and_line(text: str, number: int, got: str) -> None:
-    with pytest.raises(UsageError) as info:
-        parse_env_file(text, "sub2.env")
-    assert str(info.value) == (
-        f"--env-file sub2.env (dotenv lines), line {number}: expected KEY=VALUE with KEY a "
-        f"variable name, got {got}" + ("; if the file is `env` output, the value of A (line "
-        f"{number - 1}) may span lines: {USE_NUL}" if "A=1" in text else "")
-    )
-    assert info.value.exit_code == 2
-
-
-@pytest.mark.parametrize(
-    ("line", "got"),
-    [
-        ("A B=s3cr3t-value", "the name 'A B'"),
-        ("export DB PASSWORD=s3cr3t-value", "the name 'DB PASSWORD'"),
-        ("TOKEN s3cr3t-value", NO_EQUALS),
-        ("s3cr3t-value", NO_EQUALS),
-        ("-s3cr3t-value", NO_EQUALS),
-    ],
-)
-def test_env_file_malformed_line_is_not_echoed(line: str, got: str) -> None:
-    # The line may hold a secret (a password after a misspelt name): only the name is shown.
-    with pytest.raises(UsageError) as info:
-        parse_env_file(f"OK=1\n{line}\n", "secrets.env")
-    assert str(info.value) == (
-        "--env-file secrets.env (dotenv lines), line 2: expected KEY=VALUE with KEY a "
-        f"variable name, got {got}; if the file is `env` output, the value of OK (line 1) "
-        f"may span lines: {USE_NUL}"
-    )
-    assert "s3cr3t" not in str(info.value)
-
-
-def test_env_file_malformed_long_name_is_shortened() -> None:
-    name = "A B" * 100
-    with pytest.raises(UsageError) as info:
-        parse_env_file(f"{name}=v\n", "x.env")
-    assert str(info.value) == (
-        "--env-file x.env (dotenv lines), line 1: expected KEY=VALUE with KEY a variable name, "
-        f"got the name {name[:60] + '... (300 characters)'!r}"
-    )
-
-
-def test_env_file_lines_are_split_on_newline_only() -> None:
-    # A dotenv file is "\n"-separated lines; str.splitlines() also splits on \f, \v, \x1c-\x1e,
-    # \x85 and U+2028, which cuts such a value in two and shifts every later line number.
-    assert parse_env_file("A=x\x0cy\nB=2\n", "x.env") == {"A": "x\x0cy", "B": "2"}
-    with pytest.raises(UsageError, match=r"line 2: .* got a line without '='; if the file"):
-        parse_env_file("A=x\u2028y\nbad\n", "x.env")
-
-
-def test_env_file_nul_is_rejected_with_the_line_number() -> None:
-    # No environment variable can hold a NUL; accepting it ends in os.execve's ValueError
-    # (a traceback) instead of a usage error that names the line. Changed deliberately
-    # (issue 7): a file ENDING in a NUL is a NUL-separated one (env -0), and read as such.
-    with pytest.raises(UsageError) as info:
-        parse_env_file("A=1\nB=x\x00y\n", "x.env")
-    assert str(info.value) == (
-        "--env-file x.env (dotenv lines), line 2: contains a NUL byte, which no environment "
-        "variable can hold; a NUL-separated file (env -0, /proc/PID/environ) ends in one: this "
-        "one does not, so it was read as lines"
-    )
-
-
 # --------------------------------------------------------------------------- read_environment
 
 
@@ -194,41 +59,6 @@ def test_read_environment_without_file_is_a_copy_of_the_process_environment(
     assert environ == dict(os.environ)
     environ["DERIVE_ENV_TEST_MARKER"] = "changed"
     assert os.environ["DERIVE_ENV_TEST_MARKER"] == "here"
-
-
-def test_read_environment_from_file_replaces_the_process_environment(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("DERIVE_ENV_TEST_MARKER", "here")
-    env_file = tmp_path / "sub1.env"
-    env_file.write_text("BACKENDAI_CLUSTER_SIZE=2\nexport PATH=/bin\n", encoding="utf-8")
-    assert read_environment(str(env_file)) == {"BACKENDAI_CLUSTER_SIZE": "2", "PATH": "/bin"}
-
-
-def test_read_environment_missing_file_is_a_usage_error(tmp_path: Path) -> None:
-    path = tmp_path / "nope.env"
-    with pytest.raises(UsageError) as info:
-        read_environment(str(path))
-    assert str(info.value) == (
-        f"--env-file {str(path)!r}: cannot be read (No such file or directory)"
-    )
-    assert info.value.exit_code == 2
-
-
-def test_read_environment_directory_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError) as info:
-        read_environment(str(tmp_path))
-    assert str(info.value) == f"--env-file {str(tmp_path)!r}: cannot be read (Is a directory)"
-
-
-def test_read_environment_invalid_utf8_is_a_usage_error(tmp_path: Path) -> None:
-    path = tmp_path / "latin1.env"
-    path.write_bytes(b"A=1\nB=caf\xe9\n")
-    with pytest.raises(UsageError) as info:
-        read_environment(str(path))
-    assert str(info.value) == (
-        f"--env-file {str(path)!r}: not UTF-8 text (invalid continuation byte at byte 9)"
-    )
 
 
 # --------------------------------------------------------------------------- load_labels
@@ -285,7 +115,7 @@ def test_labels_default_path_present_is_read(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     path = write_json(tmp_path / "labels.json", {FW: "pytorch"})
-    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", path)
+    monkeypatch.setattr(cli, "DEFAULT_LABELS_FILE", path)
     assert load_labels({}) == {FW: "pytorch"}
 
 
@@ -293,7 +123,7 @@ def test_labels_variable_wins_over_default_path(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(
-        app, "DEFAULT_LABELS_FILE", write_json(tmp_path / "default.json", {FW: "tensorflow"})
+        cli, "DEFAULT_LABELS_FILE", write_json(tmp_path / "default.json", {FW: "tensorflow"})
     )
     named = write_json(tmp_path / "named.json", {FW: "pytorch"})
     assert load_labels({LABELS_VAR: named}) == {FW: "pytorch"}
@@ -556,7 +386,7 @@ def test_path_in_a_read_error_is_quoted_so_control_characters_show(
 
 
 def test_max_input_bytes_is_one_mib() -> None:
-    assert app.MAX_INPUT_BYTES == 1048576
+    assert cli.MAX_INPUT_BYTES == 1048576
 
 
 @pytest.mark.parametrize("source", ["labels-file", "labels-variable", "env-file"])
@@ -566,10 +396,10 @@ def test_input_file_over_one_mib_is_an_error(
     path = tmp_path / "big"
     # Valid content but one byte too many: the size alone is refused.
     if source == "env-file":
-        path.write_bytes(b"A=1\n" + b"#" * (app.MAX_INPUT_BYTES - 3))
+        path.write_bytes(b"A=1\n" + b"#" * (cli.MAX_INPUT_BYTES - 3))
     else:
-        path.write_bytes(b"{}" + b" " * (app.MAX_INPUT_BYTES - 1))
-    assert path.stat().st_size == app.MAX_INPUT_BYTES + 1
+        path.write_bytes(b"{}" + b" " * (cli.MAX_INPUT_BYTES - 1))
+    assert path.stat().st_size == cli.MAX_INPUT_BYTES + 1
     shown = repr(str(path))
     if source == "env-file":
         with pytest.raises(UsageError) as info:
@@ -591,12 +421,12 @@ def test_input_file_over_one_mib_is_an_error(
 
 def test_input_file_of_exactly_one_mib_is_read(no_default_labels: Path, tmp_path: Path) -> None:
     labels = tmp_path / "labels.json"
-    labels.write_bytes(json.dumps({FW: "pytorch"}).encode().ljust(app.MAX_INPUT_BYTES))
-    assert labels.stat().st_size == app.MAX_INPUT_BYTES
+    labels.write_bytes(json.dumps({FW: "pytorch"}).encode().ljust(cli.MAX_INPUT_BYTES))
+    assert labels.stat().st_size == cli.MAX_INPUT_BYTES
     assert load_labels({}, [str(labels)]) == {FW: "pytorch"}
     env_file = tmp_path / "x.env"
-    env_file.write_bytes(b"A=1\n" + b"#" * (app.MAX_INPUT_BYTES - 4))
-    assert env_file.stat().st_size == app.MAX_INPUT_BYTES
+    env_file.write_bytes(b"A=1\n" + b"#" * (cli.MAX_INPUT_BYTES - 4))
+    assert env_file.stat().st_size == cli.MAX_INPUT_BYTES
     assert read_environment(str(env_file)) == {"A": "1"}
 
 
@@ -633,18 +463,6 @@ def test_fifo_is_refused_at_once_not_waited_on(
     assert str(info.value) == what + tail
 
 
-def test_env_file_json_lone_surrogate_is_a_usage_error(tmp_path: Path) -> None:
-    """docker inspect JSON may carry \\ud800: no exec'd environment can hold it (no traceback)."""
-    path = tmp_path / "inspect.json"
-    path.write_text('{"Env":["PATH=/bin","A=\\ud800"]}', encoding="utf-8")
-    with pytest.raises(UsageError) as info:
-        read_environment(str(path))
-    assert str(info.value) == (
-        f"--env-file {path}: variable 'A' holds a lone UTF-16 surrogate (a JSON escape such "
-        "as \\ud800), which no environment variable can hold"
-    )
-
-
 def test_labels_file_path_with_a_lone_surrogate_is_an_error(no_default_labels: Path) -> None:
     with pytest.raises(LabelError) as info:
         load_labels({"DERIVE_ENV_LABELS_FILE": "/tmp/\ud800"})
@@ -656,7 +474,7 @@ def test_labels_file_path_with_a_lone_surrogate_is_an_error(no_default_labels: P
 def test_stdin_over_one_mib_is_an_error(
     monkeypatch: pytest.MonkeyPatch, no_default_labels: Path
 ) -> None:
-    monkeypatch.setattr(sys, "stdin", stdin_of(b"{}" + b" " * app.MAX_INPUT_BYTES))
+    monkeypatch.setattr(sys, "stdin", stdin_of(b"{}" + b" " * cli.MAX_INPUT_BYTES))
     with pytest.raises(LabelError) as info:
         load_labels({}, ["-"])
     assert str(info.value) == (
@@ -696,21 +514,6 @@ def test_stdin_not_utf8_names_stdin(
     assert str(info.value) == "--labels-file stdin: not UTF-8 text (invalid start byte at byte 0)"
 
 
-def test_env_file_from_stdin_names_stdin_in_messages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdin", stdin_of(b"A=1\nnot a line\n"))
-    with pytest.raises(UsageError) as info:
-        read_environment("-")
-    assert str(info.value) == (
-        "--env-file stdin (dotenv lines), line 2: expected KEY=VALUE with KEY a variable name, "
-        "got a line without '='; if the file is `env` output, the value of A (line 1) may span "
-        f"lines: {USE_NUL}"
-    )
-    monkeypatch.setattr(sys, "stdin", stdin_of(b"export A=1\nB='x y'\n"))
-    assert read_environment("-") == {"A": "1", "B": "x y"}
-    monkeypatch.setattr(sys, "stdin", stdin_of(b""))
-    assert read_environment("-") == {}
-
-
 # ------------------------------------------------------------------------ the default labels file
 
 
@@ -718,7 +521,7 @@ def test_default_labels_path_that_is_a_directory_is_an_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # Only a missing default file (ENOENT) means "no labels"; anything else is reported.
-    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", str(tmp_path))
+    monkeypatch.setattr(cli, "DEFAULT_LABELS_FILE", str(tmp_path))
     with pytest.raises(LabelError) as info:
         load_labels({})
     assert str(info.value) == f"labels file {str(tmp_path)!r}: cannot be read (Is a directory)"
@@ -731,7 +534,7 @@ def test_default_labels_path_under_a_file_is_an_error(
     not_a_dir = tmp_path / "etc-derive-env"
     not_a_dir.write_text("", encoding="utf-8")
     path = not_a_dir / "labels.json"
-    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", str(path))
+    monkeypatch.setattr(cli, "DEFAULT_LABELS_FILE", str(path))
     with pytest.raises(LabelError) as info:
         load_labels({})
     assert str(info.value) == f"labels file {str(path)!r}: cannot be read (Not a directory)"
@@ -750,8 +553,8 @@ def test_default_labels_path_permission_denied_is_an_error(
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), file)
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", path)
-    monkeypatch.setattr(app.os, "open", fake_open)
+    monkeypatch.setattr(cli, "DEFAULT_LABELS_FILE", path)
+    monkeypatch.setattr(cli.os, "open", fake_open)
     with pytest.raises(LabelError) as info:
         load_labels({})
     assert str(info.value) == f"labels file {path!r}: cannot be read (Permission denied)"
@@ -762,7 +565,7 @@ def test_default_labels_path_empty_file_is_an_error(
 ) -> None:
     path = tmp_path / "labels.json"
     path.write_text("", encoding="utf-8")
-    monkeypatch.setattr(app, "DEFAULT_LABELS_FILE", str(path))
+    monkeypatch.setattr(cli, "DEFAULT_LABELS_FILE", str(path))
     with pytest.raises(LabelError) as info:
         load_labels({})
     assert str(info.value) == f"labels file {path}: empty (expected a JSON object of labels)"
@@ -890,7 +693,7 @@ def warning_session(
     names = {"main1": ("198.18.0.10",), "sub1": ("198.18.0.11",)}
     facts = HostFacts(interfaces=("lo", "eth0"), routes_v4=ROUTE_HEADER, hostname="sub1",
                       resolve=lambda wanted: {n: names.get(n, ()) for n in wanted})
-    monkeypatch.setattr(app, "gather_facts", lambda full=True: facts)
+    monkeypatch.setattr(cli, "gather_facts", lambda full=True: facts)
 
 
 def test_explain_prints_warnings_in_its_output_only(
@@ -1020,56 +823,68 @@ def test_on_error_warn_cannot_help_when_the_command_alone_is_too_large(
     assert err.endswith("derive-env: note: the command was not run (exit 5)\n")
 
 
-def test_pydantic_plugin_stand_in_answers_no_plugins_and_falls_back(monkeypatch) -> None:
-    """The stand-in for pydantic's plugin loader (startup cost, docs/performance.md) reports no
-    plugins, and any other name is served by the real module: a pydantic that changes its
-    loader loses the speed-up, never the start."""
-    import sys
-
-    from derive_env import app
-
-    name = "pydantic.plugin._loader"
-    monkeypatch.delitem(sys.modules, name, raising=False)
-    app._without_pydantic_plugins()
-    stub = sys.modules[name]
-    assert stub.get_plugins() == ()
-    assert stub.get_plugins("any", extra=1) == ()
-    with pytest.raises(AttributeError):
-        stub.__path__  # noqa: B018  (the import system probes dunders: no real import)
-    assert sys.modules[name] is stub
-    real_value = stub._plugins  # not in the stand-in: the real module is imported
-    assert sys.modules[name] is not stub
-    assert real_value is sys.modules[name]._plugins
-    app._without_pydantic_plugins()  # a loaded loader is left alone
-    assert sys.modules[name] is not stub
+# ----------------------------------------------------------- the host facts every start reads
 
 
-def test_secrets_stand_in_loads_the_real_module_on_first_use(monkeypatch) -> None:
-    """``secrets`` (OpenSSL's libcrypto behind it) waits for a use (startup cost,
-    docs/performance.md); the first use of a name gets the real module's."""
-    import sys
+def test_gather_facts_without_the_label_only_looks_for_baimulti0(monkeypatch) -> None:
+    looked = []
+    monkeypatch.setattr(os.path, "exists", lambda path: looked.append(path) or True)
 
-    from derive_env import app
+    def no_listdir(path):
+        raise AssertionError("listdir called")
 
-    monkeypatch.delitem(sys.modules, "secrets", raising=False)
-    app._without_secrets_until_used()
-    stub = sys.modules["secrets"]
-    with pytest.raises(AttributeError):
-        stub.__path__  # noqa: B018  (the import system probes dunders: no real import)
-    assert sys.modules["secrets"] is stub
-    assert stub.compare_digest(b"derive", b"derive") is True
-    assert stub.compare_digest(b"derive", b"env") is False
-    real = sys.modules["secrets"]
-    assert real is not stub and real.compare_digest is stub.compare_digest
-    app._without_secrets_until_used()  # a loaded module is left alone
-    assert sys.modules["secrets"] is real
+    monkeypatch.setattr(os, "listdir", no_listdir)
+    facts = cli.gather_facts(full=False)
+    assert (facts.interfaces, looked) == (("baimulti0",), ["/sys/class/net/baimulti0"])
+    assert (facts.routes_v4, facts.hosts, facts.hostname) == ("", "", "")
+    monkeypatch.setattr(os.path, "exists", lambda path: False)
+    assert cli.gather_facts(full=False).interfaces == ()
+
+
+def test_port_sysctls_are_read_as_the_port_policy_parses_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's ephemeral range and reserved ports, read for ports.py's policy with or
+    without label socket-ifname; unreadable: ``None`` (the policy then takes Linux's
+    default range and no reserved port)."""
+    port_range = tmp_path / "ip_local_port_range"
+    reserved = tmp_path / "ip_local_reserved_ports"
+    monkeypatch.setattr(cli, "PORT_RANGE_FILE", str(port_range))
+    monkeypatch.setattr(cli, "RESERVED_PORTS_FILE", str(reserved))
+    port_range.write_text("40000\t50000\n")
+    reserved.write_text("8080,9000-9002\n")
+    for full in (False, True):
+        facts = cli.gather_facts(full)
+        assert parse_port_range(facts.port_range) == (40000, 50000)
+        assert parse_reserved_ports(facts.reserved_ports) == frozenset({8080, 9000, 9001, 9002})
+    reserved.write_text("\n")
+    assert parse_reserved_ports(cli.gather_facts(full=False).reserved_ports) == frozenset()
+    port_range.write_bytes(b"\xff\n")
+    assert (
+        value_error(parse_port_range, cli.gather_facts(full=False).port_range)
+        == "two port numbers 'low high', not '\ufffd\\n'"
+    )
+    port_range.unlink()
+    reserved.unlink()
+    facts = cli.gather_facts(full=False)
+    assert (facts.port_range, facts.reserved_ports) == (None, None)
+    assert DEFAULT_EPHEMERAL_RANGE == (32768, 60999)
+
+
+def test_this_machines_port_sysctls_are_read() -> None:
+    facts = cli.gather_facts(full=False)
+    path = Path(cli.PORT_RANGE_FILE)
+    if path.exists():
+        fields = path.read_text().split()
+        assert parse_port_range(facts.port_range) == (int(fields[0]), int(fields[1]))
+    assert isinstance(parse_reserved_ports(facts.reserved_ports or ""), frozenset)
 
 
 def test_source_files_are_read_without_blocking_and_only_when_regular(tmp_path) -> None:
     """SLURM_HOSTFILE as the edge reads it: a FIFO never hangs a start (issue 9)."""
     import os
 
-    from derive_env.app import MAX_SOURCE_FILE_BYTES, read_files
+    from derive_env.cli import MAX_SOURCE_FILE_BYTES, read_files
 
     regular = tmp_path / "hosts"
     regular.write_bytes(b"gpu-a100-11\nn\xff\n")

@@ -1,0 +1,411 @@
+"""The command line's I/O: read the real inputs, run the pipeline, print or exec.
+
+This package is the only place that reads argv, the process environment, files or the host
+(interfaces, routes, name resolution), and writes stdout or stderr; everything it reads is
+handed to the pure pipeline. This module holds :func:`run` and the readers every start
+uses; the others are loaded by the option or label that needs them:
+
+* :mod:`derive_env.cli.options`: the option table and its checks, and the click-free parser
+  of the dry-run forms (the hook's ``--dry-run --format shell``);
+* :mod:`derive_env.cli.command`: the click command, for every other command line;
+* :mod:`derive_env.cli.envfile`: ``--env-file``;
+* :mod:`derive_env.cli.hostfacts`: the network facts and the bounded resolver of label
+  ``socket-ifname``.
+
+It imports neither pydantic nor click at module level: the ENTRYPOINT path
+``derive-env -- CMD`` of an image that did not opt in reads one small JSON file, then execs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Mapping, Sequence
+
+from derive_env.errors import DeriveEnvError, LabelError, shorten
+from derive_env.labels import (
+    DEFAULT_LABELS_FILE,
+    LABELS_FILE_VARIABLE,
+    PREFIX,
+    check_not_opted_in,
+    is_opted_in,
+    join_problems,
+    on_error_of,
+    parse_label_option,
+    parse_labels_document,
+)
+
+#: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
+MAX_INPUT_BYTES = 1 << 20
+#: Largest file a source reads (a 4096-node step's SLURM_HOSTFILE of 8 tasks per node is
+#: about 0.4 MiB).
+MAX_SOURCE_FILE_BYTES = 16 << 20
+#: The kernel's ephemeral port range and reserved ports (sysctl ``net.ipv4.*``), read for
+#: the port policy (:mod:`derive_env.ports`) on every opted-in start that reads host facts.
+PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+RESERVED_PORTS_FILE = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+
+
+def run(
+    command: Sequence[str],
+    *,
+    dry_run: bool = False,
+    fmt: str = "env",
+    explain: bool = False,
+    labels_files: Sequence[str] = (),
+    label_items: Sequence[str] = (),
+    env_file: str | None = None,
+    source: str | None = None,
+) -> int:
+    """Do what the command line asked; returns the exit status (or execs and never returns).
+
+    Errors from input print ``derive-env: error: ...`` and return their exit code without
+    running the command; with label ``on-error=warn`` a derivation error prints a warning
+    and the command runs with its environment unchanged.
+    """
+    try:
+        environ = read_environment(env_file)
+        labels = load_labels(environ, labels_files, label_items)
+        opted_in = is_opted_in(labels)
+        if not opted_in:
+            _check_not_opted_in(labels)
+        # The files a source names (SLURM_HOSTFILE) are read for --env-file too: they sit on
+        # a shared file system where the operator runs the dry run, as in the job.
+        files = read_files
+        if dry_run and not explain and _is_host_format(fmt):
+            return _write(_host_list(environ, labels, fmt, source, files))
+        if not opted_in:
+            return _finish(command, environ, None, dry_run, fmt, explain)
+        # Host facts describe this machine: meaningless for another container's --env-file.
+        derivation = _derive(
+            environ, labels, command, dry_run, explain, host_facts=env_file is None,
+            source=source, files=files,
+        )
+        if derivation is None and dry_run and explain:  # on-error=warn, already reported
+            return _write("nothing derived: on-error=warn (see the warning above)\n")
+        return _finish(command, environ, derivation, dry_run, fmt, explain)
+    except DeriveEnvError as exc:
+        say("error", str(exc))
+        if command and not dry_run:
+            say("note", f"the command was not run (exit {exc.exit_code})")
+        return exc.exit_code
+
+
+def run_command(command: Sequence[str]) -> int:
+    """The ENTRYPOINT path ``derive-env [--] CMD ARG...`` with no options (no click import)."""
+    if not command:
+        say("error", "no command given. Usage: derive-env [OPTIONS] -- COMMAND [ARG]... "
+                     "or derive-env --dry-run (see derive-env --help)")
+        return 2
+    return run(command)
+
+
+def interrupted() -> int:
+    """Ctrl-C (SIGINT) before the exec, on every path: say so, exit status 130 (errors.py)."""
+    say("error", "interrupted before the exec (SIGINT); nothing was run")
+    return 130
+
+
+# ------------------------------------------------------------------------------ the inputs
+
+
+def read_environment(env_file: str | None) -> dict[str, str]:
+    """The input environment: the ``--env-file`` when given (any format of
+    :func:`derive_env.cli.envfile.parse_env_file`), else the process's own.
+
+    The process's own is the one derive-env was started with: CPython's C-locale coercion
+    (PEP 538) adds ``LC_CTYPE=C.UTF-8`` to ``os.environ`` at start-up, which must not reach
+    the command: ``LC_CTYPE`` is taken back as ``/proc/self/environ`` had it (or dropped).
+
+    :raises UsageError: the ``--env-file`` cannot be read or parsed (exit 2).
+    """
+    if env_file is not None:
+        from derive_env.cli.envfile import read_env_file
+
+        return read_env_file(env_file)
+    environ = dict(os.environ)
+    if "LC_CTYPE" in environ:
+        try:
+            with open("/proc/self/environ", "rb") as handle:
+                initial = handle.read().split(b"\0")
+        except OSError:
+            return environ
+        original = [item[len(b"LC_CTYPE="):] for item in initial if item.startswith(b"LC_CTYPE=")]
+        if original:
+            environ["LC_CTYPE"] = os.fsdecode(original[-1])
+        else:
+            del environ["LC_CTYPE"]
+    return environ
+
+
+def load_labels(
+    environ: Mapping[str, str],
+    labels_files: Sequence[str] = (),
+    label_items: Sequence[str] = (),
+) -> dict[str, str]:
+    """Gather the image's labels, later wins: labels file, ``--labels-file``s, ``--label``s.
+
+    The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from the input environment, else from
+    this process's: an ``--env-file`` rarely repeats the image's ``ENV``) or
+    ``/etc/derive-env/labels.json``; only a default file that does not exist (ENOENT) means
+    no labels, any other failure to read it is an error.
+
+    :raises LabelError: a file that cannot be read (but the missing default) or parsed, or a
+        ``--label`` that cannot be parsed: every such problem of every source in one message.
+    """
+    labels: dict[str, str] = {}
+    problems: list[str] = []
+
+    def read(path: str, what: str, missing_ok: bool = False) -> None:
+        try:
+            text = read_text(path, what, LabelError, missing_ok=missing_ok)
+            if text is not None or not missing_ok:
+                labels.update(parse_labels_document(text or "", "stdin" if path == "-" else path))
+        except LabelError as exc:
+            problems.append(str(exc))
+
+    baked = environ.get(LABELS_FILE_VARIABLE) or os.environ.get(LABELS_FILE_VARIABLE) or None
+    read(baked or DEFAULT_LABELS_FILE,
+         f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
+    for labels_file in labels_files:
+        read(labels_file, "--labels-file")
+    for item in label_items:
+        try:
+            key, value = parse_label_option(item)
+        except LabelError as exc:
+            problems.append(str(exc))
+            continue
+        labels[key] = value
+    if problems:
+        raise LabelError(join_problems(problems))
+    return labels
+
+
+def read_text(
+    path: str, what: str, error: type[DeriveEnvError], *, missing_ok: bool = False
+) -> str | None:
+    """Read a small UTF-8 input file (labels, ``--env-file``; ``-``: stdin).
+
+    :param what: how to name the file in messages (``--labels-file``).
+    :returns: its text; ``None`` when it does not exist and ``missing_ok``.
+    :raises error: unreadable, a FIFO or socket, larger than :data:`MAX_INPUT_BYTES`, or not
+        UTF-8.
+    """
+    shown = "stdin" if path == "-" else repr(path)
+    try:
+        if path == "-":
+            if sys.stdin is None:
+                raise error(f"{what} -: stdin is closed")
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            data = _read_bounded(path, what, shown, error)
+    except (UnicodeEncodeError, ValueError):  # a path no file system can hold (\ud800, NUL)
+        raise error(f"{what} {shorten(ascii(path), 200)}: not a valid file path") from None
+    except FileNotFoundError as exc:
+        if missing_ok:
+            return None
+        raise error(f"{what} {shown}: cannot be read ({exc.strerror})") from None
+    except OSError as exc:
+        raise error(f"{what} {shown}: cannot be read ({exc.strerror})") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise error(f"{what} {shown}: larger than {MAX_INPUT_BYTES} bytes, too large to be one")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {shown}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _read_bounded(path: str, what: str, shown: str, error: type[DeriveEnvError]) -> bytes:
+    """At most one byte more than :data:`MAX_INPUT_BYTES` of the file at ``path``."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer (it would stall the container
+    # start with no message). Devices (/dev/null) are read as before.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if os.fstat(fd).st_mode & 0o170000 in (0o010000, 0o140000):  # FIFO, socket
+            raise error(
+                f"{what} {shown}: a FIFO or socket, which can wait for a writer "
+                "forever; write it to a file first, or give - for stdin"
+            )
+        os.set_blocking(fd, True)
+        return handle.read(MAX_INPUT_BYTES + 1)
+
+
+def read_files(paths: Sequence[str]) -> dict[str, str | None]:
+    """Edge reader for the files a source needs (``SLURM_HOSTFILE``): path -> its text
+    (UTF-8, undecodable bytes escaped), ``None`` when it is not a regular file this process
+    can read of at most :data:`MAX_SOURCE_FILE_BYTES` (16 MiB). Opened without blocking
+    (``O_NONBLOCK``), so a FIFO never hangs a container start."""
+    out: dict[str, str | None] = {}
+    for path in paths:
+        out[path] = None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        except (OSError, ValueError):
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SOURCE_FILE_BYTES:
+                continue
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                data = handle.read(MAX_SOURCE_FILE_BYTES + 1)
+            if len(data) <= MAX_SOURCE_FILE_BYTES:
+                out[path] = data.decode("utf-8", "surrogateescape")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return out
+
+
+def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the pipeline
+    """Read this container's facts for the framework rules (frameworks/network.py, ports.py).
+
+    :param full: everything label ``socket-ifname`` uses
+        (:func:`derive_env.cli.hostfacts.network_facts`). ``False`` (no label): only
+        whether ``baimulti0`` exists, one stat.
+        Always: the kernel's ephemeral and reserved port ranges (:data:`PORT_RANGE_FILE`,
+        :data:`RESERVED_PORTS_FILE`), for the port policy.
+    :returns: a ``HostFacts``; unreadable files read as empty (the port files as ``None``).
+    """
+    ports = {"port_range": _text_or_none(PORT_RANGE_FILE),
+             "reserved_ports": _text_or_none(RESERVED_PORTS_FILE)}
+    if full:
+        from derive_env.cli.hostfacts import network_facts
+
+        return network_facts(**ports)
+    from derive_env.frameworks import HostFacts
+    from derive_env.frameworks.network import OVERLAY
+
+    present = os.path.exists(f"/sys/class/net/{OVERLAY}")
+    return HostFacts(interfaces=(OVERLAY,) if present else (), **ports)
+
+
+def _text_or_none(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+# ------------------------------------------------------------------------ the derivation
+
+
+def _check_not_opted_in(labels: Mapping[str, str]) -> None:
+    """Stray distributed labels without the opt-in one: an error, or a warning with warn."""
+    try:
+        check_not_opted_in(labels)
+    except LabelError as exc:
+        if on_error_of(labels) != "warn":
+            raise
+        say("warning", str(exc))
+
+
+def _is_host_format(fmt: str) -> bool:
+    from derive_env.render import HOST_FORMATS  # not needed on the exec path
+
+    return fmt in HOST_FORMATS
+
+
+def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
+               source: str | None, files) -> str:
+    """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
+    from derive_env.pipeline import host_list
+    from derive_env.render.hostfiles import render_hosts
+
+    topology, nproc, opted_in = host_list(environ, labels, source, files)
+    return render_hosts(topology, fmt, nproc, opted_in=opted_in)
+
+
+def _derive(
+    environ: Mapping[str, str],
+    labels: Mapping[str, str],
+    command: Sequence[str],
+    dry_run: bool,
+    explain: bool,
+    host_facts: bool,
+    source: str | None = None,
+    files=None,
+):
+    from derive_env.errors import EnvironmentTooLarge
+    from derive_env.launch import check_limits
+    from derive_env.pipeline import derive
+
+    arg_max = os.sysconf("SC_ARG_MAX")
+    try:
+        # Read only if a rule asks (ctx.facts); everything only with the socket-ifname label.
+        full = PREFIX + "socket-ifname" in labels
+        derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None,
+                            source, files)
+        assert derivation is not None  # opted in, checked by the caller
+        check_limits(command, {**environ, **derivation.changes()}, arg_max)
+    except DeriveEnvError as exc:
+        if isinstance(exc, EnvironmentTooLarge):
+            # Too large already without derived variables: on-error=warn cannot help.
+            check_limits(command, environ, arg_max)
+        if on_error_of(labels) != "warn":
+            raise
+        say("warning", str(exc))
+        say("warning", "on-error=warn: " + (
+            "nothing derived" if dry_run else "running the command with the environment unchanged"
+        ))
+        return None
+    if not (dry_run and explain):  # --explain prints them in its own output
+        for warning in derivation.warnings:
+            say("warning", warning)
+    return derivation
+
+
+def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool) -> int:
+    if dry_run:
+        if explain:
+            from derive_env.render.explain import explain as for_a_person
+
+            return _write(for_a_person(derivation))
+        from derive_env.render import render
+
+        return _write(render(derivation, fmt))
+    from derive_env.launch import exec_command
+
+    if derivation is None:  # not opted in, or on-error=warn: the environment unchanged
+        exec_command(command, environ)
+    # _derive checked these exact argv and environment against the kernel's limits.
+    exec_command(command, {**environ, **derivation.changes()}, limits_checked=True)
+
+
+# ------------------------------------------------------------------------------ the output
+
+
+def say(kind: str, message: str) -> None:
+    """``derive-env: KIND: MESSAGE`` on stderr, shortened to 4000 characters; a closed or
+    broken stderr must not change what happens next."""
+    if sys.stderr is None:
+        return
+    try:  # not contextlib.suppress: contextlib stays off the start path
+        sys.stderr.write(f"derive-env: {kind}: {shorten(message, 4000)}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _write(text: str) -> int:
+    """Print dry-run output; 0, or 1 with a message when stdout is closed or full."""
+    if sys.stdout is None:
+        say("error", "cannot write the dry-run output: stdout is closed")
+        return 1
+    try:
+        # Kept values and session ids may hold undecodable bytes (surrogate escapes).
+        sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:
+        say("error", f"cannot write the dry-run output to stdout ({exc})")
+        # Drop what is still buffered, or the interpreter's final flush fails again (exit 120).
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+    return 0

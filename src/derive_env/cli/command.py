@@ -1,0 +1,79 @@
+"""The click command, built from the option table of :mod:`derive_env.cli.options`.
+
+It parses every command line that :mod:`derive_env.__main__` does not run without click (a
+command after options, ``--help``, ``--version``, shell completion, every usage error),
+then calls :func:`derive_env.cli.run`. No derivation logic here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any  # click imports typing anyway
+
+import click
+
+from derive_env import __version__
+from derive_env.cli import interrupted, run
+from derive_env.cli.options import FLAG, OPTIONS, REPEATABLE, check, keywords
+
+_EPILOG = """\b
+Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,
+3 bad cluster variables, 4 bad image label, 5 environment too large, 126 command not
+executable, 127 not found, 130 interrupted.
+143 SIGTERM while resolving host names (label socket-ifname=auto); 130 for SIGINT there.
+Troubleshooting by message: the operator guide (docs/operator-guide.md in the source)."""
+
+
+def _table_options(function):
+    """Give ``function`` the click option of each line of the table, in table order."""
+    for option in reversed(OPTIONS):  # decorators apply bottom-up
+        attributes: dict[str, object] = {"help": option.help}
+        if option.kind == FLAG:
+            attributes["is_flag"] = True
+        elif option.kind == REPEATABLE:
+            attributes["multiple"] = True
+        else:
+            attributes["default"] = option.default
+        if option.metavar is not None:
+            attributes["metavar"] = option.metavar
+        if option.choices is not None:
+            attributes["type"] = click.Choice(option.choices)
+        function = click.option(option.name, option.keyword, **attributes)(function)
+    return function
+
+
+@click.command(
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "allow_interspersed_args": False,
+        "max_content_width": 100,
+    },
+    epilog=_EPILOG,
+)
+@_table_options
+@click.version_option(__version__, prog_name="derive-env")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
+def cli(**values: Any) -> None:
+    """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
+
+    Reads the cluster topology from every cluster manager and launcher whose variables are
+    set (Backend.AI, a Slurm step or allocation, Open MPI, MPICH/Intel MPI, MVAPICH2, Cray
+    PALS, torchrun, Kubeflow) and the image's ai.backend.distributed.* labels (or --label),
+    sets MASTER_ADDR, RANK..., torchrun's PET_* defaults, TF_CONFIG or JAX's coordinator
+    address, and replaces itself with COMMAND (same PID). Without the
+    ai.backend.distributed.frameworks label the environment is passed unchanged.
+
+    \b
+      derive-env -- torchrun train.py
+      srun --ntasks-per-node=2 derive-env -- python train.py
+      derive-env --dry-run --explain
+      eval "$(derive-env --dry-run --format shell)"
+    """
+    problem = check(values)
+    if problem is not None:
+        raise click.UsageError(problem)
+    try:
+        status = run(list(values["command"]), **keywords(values))
+    except KeyboardInterrupt:  # 130 as on the other paths, not click's "Aborted!" exit 1
+        status = interrupted()
+    sys.exit(status)

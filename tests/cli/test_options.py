@@ -1,0 +1,239 @@
+"""cli/options.py: one table of options and one check, read by click's command and by the
+click-free dry-run parser alike (tests/test_fast_path.py runs both on whole starts).
+
+``run()`` is replaced here by a recorder: these tests are about what reaches it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from derive_env.cli import command, options
+from derive_env.render import FORMATS
+from helpers import Execed
+
+PREFIX = "ai.backend.distributed."
+FW = PREFIX + "frameworks"
+LABELS_VAR = "DERIVE_ENV_LABELS_FILE"
+USAGE = "Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n"
+NO_COMMAND = "no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run."
+NEED_DRY_RUN = "--format and --explain need --dry-run."
+FOR_A_PERSON = "--explain prints for a person; drop --format."
+TWO_ENV_FILES = "--env-file given more than once: one environment at a time."
+ONE_STDIN = ("--env-file - and --labels-file - both read stdin, which holds one file: give one "
+             "of them a path.")
+#: run()'s keywords when no option but --dry-run is given.
+DRY_RUN = {"dry_run": True, "fmt": "env", "explain": False, "labels_files": (),
+           "label_items": (), "env_file": None, "source": None}
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict[str, object]]]:
+    """What click's command called run() with: (command, keywords); run() returns 0."""
+    calls: list[tuple[list[str], dict[str, object]]] = []
+
+    def recorder(argv: list[str], **keywords: object) -> int:
+        calls.append((argv, keywords))
+        return 0
+
+    monkeypatch.setattr(command, "run", recorder)
+    return calls
+
+
+@pytest.fixture
+def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """This process's environment without cluster or framework variables; labels file empty."""
+    for key in list(os.environ):
+        if key.startswith(("BACKENDAI_", "DERIVE_ENV_", "PET_", "TF_", "JAX_")) or key in {
+            "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE", "GPU_COUNT", "N_GPUS",
+        }:
+            monkeypatch.delenv(key)
+    labels = tmp_path / "process-labels.json"
+    labels.write_text("{}", encoding="utf-8")
+    monkeypatch.setenv(LABELS_VAR, str(labels))
+    return labels
+
+
+def invoke(args: list[str]) -> Result:
+    return CliRunner().invoke(command.cli, list(args), prog_name="derive-env")
+
+
+# ------------------------------------------------------------ both parsers, one grammar
+
+#: Command lines of options only, which both parsers read: run()'s keywords, or the usage
+#: error (click prints it after "Error: ", exit 2; the fast parser hands the line to click).
+BOTH: list[tuple[list[str], dict[str, object] | str]] = [
+    (["--dry-run"], DRY_RUN),
+    (["--dry-run", "--dry-run", "--explain", "--explain"], {**DRY_RUN, "explain": True}),
+    (["--format=shell", "--dry-run"], {**DRY_RUN, "fmt": "shell"}),
+    *[(["--dry-run", "--format", fmt], {**DRY_RUN, "fmt": fmt}) for fmt in FORMATS],
+    (["--label", "a=b", "--dry-run", "--label=c=d", "--labels-file", "-", "--env-file", "E",
+      "--source", "none"],
+     {**DRY_RUN, "label_items": ("a=b", "c=d"), "labels_files": ("-",), "env_file": "E",
+      "source": "none"}),
+    (["--dry-run", "--label", "--format"], {**DRY_RUN, "label_items": ("--format",)}),
+    (["--dry-run", "--label="], {**DRY_RUN, "label_items": ("",)}),
+    (["--dry-run", "--env-file", "-", "--labels-file", "L"],
+     {**DRY_RUN, "env_file": "-", "labels_files": ("L",)}),
+    (["--dry-run", "--source", "bogus"], {**DRY_RUN, "source": "bogus"}),  # run() refuses it
+    ([], NO_COMMAND),
+    (["--label", FW + "=pytorch"], NO_COMMAND),
+    (["--env-file", "a", "--env-file", "b"], NO_COMMAND),  # the checks run in order
+    (["--format", "json"], NEED_DRY_RUN),
+    (["--explain"], NEED_DRY_RUN),
+    (["--dry-run", "--explain", "--format", "json"], FOR_A_PERSON),
+    (["--format=toml", "--explain", "--dry-run"], FOR_A_PERSON),
+    (["--dry-run", "--env-file", "a", "--env-file", "b"], TWO_ENV_FILES),
+    (["--dry-run", "--env-file", "-", "--labels-file", "-"], ONE_STDIN),
+    (["--dry-run", "--labels-file=-", "--env-file=-"], ONE_STDIN),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), BOTH, ids=[" ".join(a) or "(none)" for a, _ in BOTH])
+def test_click_and_the_fast_parser_accept_and_refuse_alike(
+    argv: list[str], expected: dict[str, object] | str, ran: list[object]
+) -> None:
+    result = invoke(argv)
+    values = options.values_of(argv)
+    assert values is not None
+    if isinstance(expected, dict):
+        assert (result.exit_code, ran) == (0, [([], expected)]), result.output
+        assert options.check(values) is None
+        assert options.parse(argv) == expected
+        return
+    assert (result.exit_code, ran, result.stdout) == (2, [], "")
+    assert result.stderr.startswith(USAGE)
+    assert result.stderr.endswith(f"\nError: {expected}\n")
+    assert options.check(values) == expected
+    assert options.parse(argv) is None
+
+
+#: Command lines only click reads (:func:`options.values_of` says None): what click makes of
+#: them, run()'s (command, keywords) or the end of its error.
+CLICK_ONLY: list[tuple[list[str], tuple[list[str], dict[str, object]] | str]] = [
+    (["--dry-run", "--format", "json", "--format", "shell"], ([], {**DRY_RUN, "fmt": "shell"})),
+    (["--dry-run", "--source", "none", "--source", "auto"], ([], {**DRY_RUN, "source": "auto"})),
+    (["--dry-run", "--", "true"], (["true"], DRY_RUN)),
+    (["--label", "a=b", "--", "cmd", "--dry-run"],
+     (["cmd", "--dry-run"], {**DRY_RUN, "dry_run": False, "label_items": ("a=b",)})),
+    (["--format", "json", "--", "true"], NEED_DRY_RUN),
+    (["--env-file", "a", "--env-file", "b", "--", "cmd"], TWO_ENV_FILES),
+    (["--dry-run", "--format", "yaml"],
+     "Invalid value for '--format': 'yaml' is not one of 'env', 'json', 'toml', 'shell', "
+     "'hosts', 'openmpi-hostfile', 'mpich-hostfile', 'deepspeed-hostfile', 'horovod-hosts'."),
+    (["--dry-run", "--format", "SHELL"], "Invalid value for '--format': 'SHELL' is not one of "
+     "'env', 'json', 'toml', 'shell', 'hosts', 'openmpi-hostfile', 'mpich-hostfile', "
+     "'deepspeed-hostfile', 'horovod-hosts'."),
+    (["--dry-run", "--format"], "Option '--format' requires an argument."),
+    (["--dry-run=1"], "Option '--dry-run' does not take a value."),
+    (["--dry-run", "--bogus"], "No such option '--bogus'."),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), CLICK_ONLY,
+                         ids=[" ".join(a) for a, _ in CLICK_ONLY])
+def test_what_the_fast_parser_leaves_to_click(
+    argv: list[str], expected: tuple[list[str], dict[str, object]] | str, ran: list[object]
+) -> None:
+    assert options.values_of(argv) is None
+    assert options.parse(argv) is None
+    result = invoke(argv)
+    if isinstance(expected, tuple):
+        assert (result.exit_code, ran) == (0, [expected]), result.output
+        return
+    assert (result.exit_code, ran) == (2, [])
+    assert result.stderr.endswith(f"Error: {expected}\n")
+
+
+def test_the_click_command_is_the_table() -> None:
+    """Each line of the table is one click option, in order, with its name, value, choices,
+    help (the defaults: test_click_and_the_fast_parser_accept_and_refuse_alike); then
+    click's own --version and the command."""
+    params = command.cli.params
+    table = [p for p in params if isinstance(p, click.Option) and p.name != "version"]
+    assert [p.opts for p in table] == [[o.name] for o in options.OPTIONS]
+    for param, option in zip(table, options.OPTIONS, strict=True):
+        assert param.name == option.keyword
+        assert (param.is_flag, param.multiple) == (
+            option.kind == options.FLAG, option.kind == options.REPEATABLE)
+        assert param.help == option.help
+        choices = getattr(param.type, "choices", None)
+        assert (tuple(choices) if choices else None) == option.choices
+        assert (param.metavar or None) == option.metavar
+    assert [p.name for p in params[len(table):]] == ["version", "command"]
+
+
+def test_parse_keywords() -> None:
+    """The exact keywords click's command would pass to run() for the same line."""
+    assert options.parse(
+        ["--label=a=b", "--dry-run", "--labels-file", "L1", "--format=toml", "--label", "c=d",
+         "--labels-file=L2", "--env-file", "E"]
+    ) == {"dry_run": True, "fmt": "toml", "explain": False, "labels_files": ("L1", "L2"),
+          "label_items": ("a=b", "c=d"), "env_file": "E", "source": None}
+    assert options.parse(["--dry-run"]) == {
+        "dry_run": True, "fmt": "env", "explain": False, "labels_files": (),
+        "label_items": (), "env_file": None, "source": None}
+    assert options.parse(["--dry-run", "--source=slurm-step"])["source"] == "slurm-step"
+
+
+# ------------------------------------------------------------------------ click's messages
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n"),
+        (["--label", FW + "=pytorch"],
+         "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n"),
+        (["--label", FW + "=pytorch", "--"],
+         "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n"),
+        (["--format", "json", "--", "true"], "Error: --format and --explain need --dry-run.\n"),
+        (["--explain", "true"], "Error: --format and --explain need --dry-run.\n"),
+        (["--format", "json"], "Error: --format and --explain need --dry-run.\n"),
+        (["--dry-run", "--explain", "--format", "json"],
+         "Error: --explain prints for a person; drop --format.\n"),
+        (["--dry-run", "--format", "yaml"], "Error: Invalid value for '--format': 'yaml' is "
+                                            "not one of 'env', 'json', 'toml', 'shell', 'hosts', "
+                                            "'openmpi-hostfile', 'mpich-hostfile', "
+                                            "'deepspeed-hostfile', 'horovod-hosts'.\n"),
+    ],
+)
+def test_usage_errors_exit_2(
+    clean_environ: Path, fake_exec: None, args: list[str], message: str
+) -> None:
+    result = invoke(args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n")
+    assert result.stderr.endswith(message)
+    # the hint is one line
+    assert len(message.strip().splitlines()) == 1
+
+
+def test_option_value_missing_is_a_usage_error(clean_environ: Path) -> None:
+    result = invoke(["--label"])
+    assert result.exit_code == 2
+    assert "Error: Option '--label' requires an argument." in result.stderr
+
+
+@pytest.mark.parametrize("tail", [["--dry-run"], ["--", "cmd"]], ids=["dry-run", "exec"])
+def test_env_file_given_twice_is_a_usage_error(
+    clean_environ: Path, tmp_path: Path, fake_exec: None, tail: list[str]
+) -> None:
+    sub1_env, other = tmp_path / "sub1.env", tmp_path / "main1.env"
+    sub1_env.write_text("BACKENDAI_CLUSTER_HOST=sub1\n", encoding="utf-8")
+    other.write_text("BACKENDAI_CLUSTER_HOST=main1\n", encoding="utf-8")
+    result = invoke(["--env-file", str(sub1_env), "--env-file", str(other), *tail])
+    assert result.exit_code == 2, result.output
+    assert not isinstance(result.exception, Execed)
+    assert result.stdout == ""
+    assert result.stderr.startswith("Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n")
+    assert result.stderr.endswith(
+        "Error: --env-file given more than once: one environment at a time.\n"
+    )
