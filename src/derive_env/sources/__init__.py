@@ -30,12 +30,16 @@ _RUN_WITHOUT = ("Run the command without derive-env (set the framework variables
                 f"launcher's), {ON_ERROR_WARN}")
 
 
+#: How a variable reaches every process of a launcher by default (Open MPI's ``-x``).
+PASS_ENV = "mpirun -x {name}={value}"
+
+
 class Source(namedtuple("Source", (
         "name", "title", "module", "detect", "depth",
         "unless", "fallback", "any_of", "prefix",
-        "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix"),
+        "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix", "pass_env"),
         defaults=((), False, False, None, (), (), True, True, "process", None, None,
-                  _RUN_WITHOUT))):
+                  _RUN_WITHOUT, PASS_ENV))):
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
@@ -80,6 +84,8 @@ class Source(namedtuple("Source", (
         part of Hydra's): they alone are refused as a partial set of it.
     :ivar fix: what to do, ending the refusal of a launcher no module reads, or of one
         that started this process without saying the job's size.
+    :ivar pass_env: how a user gives one variable to every process this launcher starts
+        (``{name}``, ``{value}`` filled in), for the fix of a partial topology.
     """
 
     __slots__ = ()
@@ -118,7 +124,8 @@ SOURCES: tuple[Source, ...] = (
            states=(("MV2_COMM_WORLD_SIZE", 1), ("MV2_COMM_WORLD_RANK", 0),
                    ("MV2_COMM_WORLD_LOCAL_SIZE", 1), ("MV2_COMM_WORLD_LOCAL_RANK", 0))),
     Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "mpi",
-           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1),
+           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1,
+           pass_env="mpiexec -genv {name} {value}"),
     Source("pals", "Cray PALS (mpiexec)", "mpi",
            ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID",
             "PMI_SIZE"), 1,

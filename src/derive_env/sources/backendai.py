@@ -9,9 +9,9 @@ Rules (contract section 5), from lablup/backend.ai's own code (paths in that rep
   ``_LOCAL_RANK``, ``_HOST``.
 * Host names are always ``f"{role}{idx}"``, ``idx`` 1-based within the role, and roles are
   free-form strings of up to 16 characters (``models/kernel/row.py``) that may end in digits
-  or hyphens (``a100`` -> ``a1001``, ``gpu-2`` -> ``gpu-21``):
-  ``sokovan/scheduling_controller/preparers/resources/expand_kernel_groups_rule.py``. So
-  the names are REBUILT from REPLICAS, never split back into role and index.
+  or hyphens (``a100`` -> ``a1001``, ``gpu-2`` -> ``gpu-21``), so the names are REBUILT from
+  REPLICAS, never split back into role and index
+  (``sokovan/scheduling_controller/preparers/resources/expand_kernel_groups_rule.py``).
 * Canonical node order, identical in every container whatever order ``_HOSTS`` has (it comes
   from a query ordered by the index within a role only,
   ``repositories/scheduler/db_source/db_source.py``, so ``sub1,main1`` happens): role ``main``
@@ -19,8 +19,7 @@ Rules (contract section 5), from lablup/backend.ai's own code (paths in that rep
   HOSTS must be exactly those names (compared case-insensitively, as DNS does). Without
   REPLICAS: ``{role}{index}`` parsed from the HOSTS names (the role taken as not ending in a
   digit), ``main`` first, then roles by name, numeric index.
-* Node rank = the own host's position in that order; master = node rank 0, never "the first
-  entry of HOSTS".
+* Node rank = the own host's position in that order; master = node rank 0, never HOSTS[0].
 * ``_LOCAL_RANK`` is the position over the role groups IN THE ORDER THE SESSION'S REQUEST
   LISTED THEM (expand_kernel_groups_rule.py), which a container cannot see (a cluster
   template may list workers before main): ``offset(own role) + IDX - 1``. It never decides

@@ -28,8 +28,7 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * A seen source's ``Report.problem`` (a Slurm batch script of a multi-node job; a Slurm
   step self-check that an inner MPI launcher makes meaningless) is raised only when no
   inner source was seen.
-* Then the refusals (sources/refusals.py): another launcher's variables that state more
-  than one process, or more than the single container that no source describes.
+* Then the refusals (sources/refusals.py): another launcher's variables stating more.
 
 Raises :class:`~derive_env.errors.TopologyError` (exit 3) on any disagreement, naming the
 variables of both sides.
@@ -43,7 +42,9 @@ from importlib import import_module
 from derive_env.errors import TopologyError
 from derive_env.sources import (
     AUTO,
+    BY_NAME,
     NONE,
+    PASS_ENV,
     SOURCE_VARIABLE,
     SOURCES,
     Source,
@@ -414,10 +415,10 @@ def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int 
 
 
 def _missing(owner: Report | None, node_src: Report | None) -> str:
-    who = (owner or node_src)
-    title = who.title if who else "the launcher"
-    how = ("mpiexec -genv MASTER_ADDR <host of rank 0>" if who is not None
-           and who.source == "hydra" else "mpirun -x MASTER_ADDR=<host of rank 0>")
+    who = owner or node_src
+    line = BY_NAME.get(who.source) if who is not None else None
+    title, template = (who.title, line.pass_env) if line else ("the launcher", PASS_ENV)
+    how = template.format(name="MASTER_ADDR", value="<host of rank 0>")
     return (f"{title} states no host list, so the host of rank 0 is unknown: set "
             f"MASTER_ADDR to it (the same value for every process, e.g. {how}), or run the "
             "launcher inside a Slurm allocation or a Backend.AI session, which state the hosts")
