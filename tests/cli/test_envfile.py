@@ -1,7 +1,7 @@
 """cli/envfile.py: ``--env-file`` in its formats, and reading it as the input environment.
 
 The NUL-separated and ``docker inspect`` formats are fuzzed, with their messages, in
-tests/test_input_fuzz.py.
+tests/properties/test_input_fuzz.py.
 """
 
 from __future__ import annotations

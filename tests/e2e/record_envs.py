@@ -360,7 +360,7 @@ README = """\
 
 Written by `tests/e2e/record_envs.py` (do not edit by hand; re-record with
 `.venv/bin/python tests/e2e/record_envs.py` as root). Checked by
-`tests/test_recorded_envs.py`. One folder per scenario, one `<task>.env` per process
+`tests/properties/test_recorded_envs.py`. One folder per scenario, one `<task>.env` per process
 (`task<SLURM_PROCID>`, `rank<MPI rank>`, `batch`, `shell`), dotenv, sorted, after a first
 line `# ran on: <node>` (the task's `uname -n`, i.e. where it really ran); only the
 variables a source may read: `SLURM_*`, `SLURMD_*`, `OMPI_*`, `PMI_*`, `PMIX_*`, `PRTE_*`,
@@ -384,7 +384,7 @@ run, no host key checks). `$OUT` below is the scenario's output folder, substitu
 the run (commands are argv, quoted as by `shlex.join`); each task runs
 `env -0 >$OUT/<task>.env0; uname -n >$OUT/<task>.host`.
 
-## What the recordings show (pinned by tests/test_recorded_envs.py)
+## What the recordings show (pinned by tests/properties/test_recorded_envs.py)
 
 - `HOSTNAME` in a task is the submitting shell's (`login`), never the task's node; in a batch
   script it is the batch node's, and every step started there copies that.

@@ -1,7 +1,7 @@
 """The composer (sources/compose.py): reports of several sources -> one topology.
 
 Reports are built by hand here (each source's own tests check its reports against the
-recorded environments); tests/test_recorded_envs.py and tests/sources/ check whole jobs.
+recorded environments); tests/properties/test_recorded_envs.py and tests/sources/ check whole jobs.
 """
 
 from __future__ import annotations

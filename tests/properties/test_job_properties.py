@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from derive_env.pipeline import derive
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "sources"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sources"))
 from test_slurm import job_envs, mpi_in_allocation, slurm_jobs
 
 LABELS = {"ai.backend.distributed.frameworks": "pytorch,jax,tensorflow"}
