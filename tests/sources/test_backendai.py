@@ -917,18 +917,3 @@ def test_port_over_18_digits_says_so(sub2: dict[str, str]) -> None:
         "digits"
     )
 
-
-def test_parse_int_digit_limit() -> None:
-    from derive_env.validation import parse_int
-
-    assert parse_int("9" * 18, minimum=1) == 10**18 - 1
-    assert parse_int("0" * 18, minimum=0) == 0
-    with pytest.raises(ValueError) as info:
-        parse_int("0" * 19, minimum=0)
-    assert str(info.value) == "an integer >= 0 of at most 18 digits"
-    with pytest.raises(ValueError) as info:
-        parse_int("1" * 19, minimum=1, what="a count")
-    assert str(info.value) == "a count of at most 18 digits"
-    with pytest.raises(ValueError) as info:  # not digits: the plain expectation
-        parse_int("x" * 19, minimum=1)
-    assert str(info.value) == "an integer >= 1"

@@ -1,0 +1,64 @@
+"""errors.py: the exception tree, its exit codes, and the standard sentence."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from derive_env import errors
+from derive_env.errors import (
+    CommandNotExecutable,
+    CommandNotFound,
+    DeriveEnvError,
+    EnvironmentTooLarge,
+    LabelError,
+    TopologyError,
+    UsageError,
+    describe,
+    shorten,
+)
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "operator-guide.md"
+
+
+@pytest.mark.parametrize(("cls", "code"), [
+    (DeriveEnvError, 1), (UsageError, 2), (TopologyError, 3), (LabelError, 4),
+    (EnvironmentTooLarge, 5), (CommandNotExecutable, 126), (CommandNotFound, 127),
+])
+def test_each_error_knows_its_exit_code(cls: type[DeriveEnvError], code: int) -> None:
+    error = cls("NAME='x': expected y")
+    assert error.exit_code == code
+    assert isinstance(error, DeriveEnvError)
+    assert str(error) == error.message == "NAME='x': expected y"
+
+
+def test_exit_codes_of_the_tree_are_the_documented_ones() -> None:
+    """Every class's code is in the module's table and in the operator guide's table."""
+    documented = {int(code) for code in re.findall(r"^(\d+) ", errors.__doc__, re.M)}
+    guide = {int(code) for code in re.findall(r"^\| (\d+) \|", GUIDE.read_text(), re.M)}
+    codes = {cls.exit_code for cls in vars(errors).values()
+             if isinstance(cls, type) and issubclass(cls, DeriveEnvError)}
+    assert codes == {1, 2, 3, 4, 5, 126, 127}
+    assert codes <= documented
+    assert documented - {0} <= guide
+
+
+def test_describe_is_the_standard_sentence() -> None:
+    assert describe("WORLD_SIZE", "x y", "an integer >= 1") == (
+        "WORLD_SIZE='x y': expected an integer >= 1")
+    # repr shows control characters instead of printing them
+    assert describe("A", "1\n2", "one line") == "A='1\\n2': expected one line"
+
+
+def test_describe_shortens_name_and_value() -> None:
+    message = describe("N" * 500, "v" * 5000, "less")
+    assert message == ("N" * 120 + "... (500 characters)=" + repr("v" * 200 + "... (5000 characters)")
+                       + ": expected less")
+
+
+def test_shorten() -> None:
+    assert shorten("abc", 3) == "abc"
+    assert shorten("abcd", 3) == "abc... (4 characters)"
+    assert shorten("x" * 200) == "x" * 200
