@@ -54,8 +54,8 @@ def test_describe_is_the_standard_sentence() -> None:
 
 def test_describe_shortens_name_and_value() -> None:
     message = describe("N" * 500, "v" * 5000, "less")
-    assert message == ("N" * 120 + "... (500 characters)=" + repr("v" * 200 + "... (5000 characters)")
-                       + ": expected less")
+    value = repr("v" * 200 + "... (5000 characters)")
+    assert message == "N" * 120 + f"... (500 characters)={value}: expected less"
 
 
 def test_shorten() -> None:

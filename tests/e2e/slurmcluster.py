@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # typing.Self is 3.11+; tests/properties/test_recorded_envs.py imports this on 3.10
+if TYPE_CHECKING:  # typing.Self is 3.11+; tests/properties/test_recorded_envs.py: 3.10
     from typing import Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
