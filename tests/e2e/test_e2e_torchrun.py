@@ -18,6 +18,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for help
 from record_envs import FIXTURES, load_fixture
 from record_torchrun import SCENARIOS, record, stable
 
+from derive_env.sources import BY_NAME
 from derive_env.sources.torchrun import read
 from helpers import require
 
@@ -42,6 +43,6 @@ def test_a_fresh_recording_matches_the_fixtures(name: str) -> None:
         want_host, want_env = fixtures[task]
         assert (task, host) == (task, want_host)
         assert stable(name, env) == stable(name, want_env), f"{name}/{task}"
-        report = read(env)
+        report = read(env, BY_NAME["torchrun"])
         assert report.master_port == int(env["MASTER_PORT"])
         assert report.processes.rank == int(task.removeprefix("rank"))
