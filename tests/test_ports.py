@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from derive_env.ports import (
     DEFAULT_EPHEMERAL_RANGE,
-    FRAMEWORKS,
     MIN_WINDOW,
     job_ports,
     parse_port_range,
     parse_reserved_ports,
+    port_order,
     port_seed,
     read_ephemeral_range,
     read_reserved_ports,
@@ -37,7 +37,7 @@ def _documented(manager: str, job: str, step: str, high: int = 60999) -> tuple[i
 
 
 def test_exact_ports_with_the_default_range() -> None:
-    assert FRAMEWORKS == ("pytorch", "tensorflow", "jax")
+    assert port_order() == ("pytorch", "tensorflow", "jax")
     assert job_ports("slurm", "123", "0") == (61957, 61958, 61959)
     assert job_ports("slurm", "123", "0") == _documented("slurm", "123", "0")
     assert port_seed("slurm", "123", "0") == binascii.crc32(b"slurm/123/0")

@@ -323,7 +323,7 @@ def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the p
         ``ip_local_port_range``, ``ip_local_reserved_ports``), for the port policy.
     :returns: a ``HostFacts``; unreadable files read as empty (the port files as ``None``).
     """
-    from derive_env.frameworks import RESOLVE_SECONDS, HostFacts
+    from derive_env.frameworks.context import RESOLVE_SECONDS, HostFacts
     from derive_env.frameworks.network import OVERLAY
 
     ports = {"port_range": _text_or_none("/proc/sys/net/ipv4/ip_local_port_range"),

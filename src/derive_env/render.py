@@ -147,7 +147,7 @@ def explain(derivation: Derivation | None) -> str:
             same = "same as derived" if var.derived == var.value else f"derived: {var.derived}"
             lines.append(f"{'':<{width}}   kept: already set ({same})")
         else:
-            lines.append(f"{'':<{width}}   source: {var.source}")
+            lines.append(f"{'':<{width}}   source: {var.provenance}")
     if derivation.notes:
         lines.append("")
         lines += derivation.notes

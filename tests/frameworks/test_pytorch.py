@@ -7,7 +7,8 @@ import os
 import pytest
 
 from derive_env.errors import TopologyError
-from derive_env.frameworks import Context, pytorch
+from derive_env.frameworks import pytorch
+from derive_env.frameworks.context import Context
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.policy import ImagePolicy
@@ -127,9 +128,9 @@ def test_nproc_sources(backendai_env, opt_in) -> None:
     by_label = derive(env, {**opt_in, NPROC: "4"})
     by_gpus = derive(env, opt_in)
     assert by_label is not None and by_gpus is not None
-    src = {v.name: v.source for v in by_label.variables}
+    src = {v.name: v.provenance for v in by_label.variables}
     assert src["PET_NPROC_PER_NODE"] == "label ai.backend.distributed.nproc-per-node"
-    src = {v.name: v.source for v in by_gpus.variables}
+    src = {v.name: v.provenance for v in by_gpus.variables}
     assert src["PET_NPROC_PER_NODE"] == "GPU_COUNT: GPU count of this container"
 
 
@@ -146,8 +147,8 @@ def test_master_port_precedence(backendai_env, opt_in, extra, labels, port, sour
     got = {v.name: v for v in derivation.variables}
     assert got["MASTER_PORT"].value == port
     assert got["PET_MASTER_PORT"].value == port
-    assert got["MASTER_PORT"].source == source
-    assert got["PET_MASTER_PORT"].source == f"same as MASTER_PORT: {source}"
+    assert got["MASTER_PORT"].provenance == source
+    assert got["PET_MASTER_PORT"].provenance == f"same as MASTER_PORT: {source}"
 
 
 def test_user_master_port_beats_everything(backendai_env, opt_in) -> None:
@@ -159,7 +160,7 @@ def test_user_master_port_beats_everything(backendai_env, opt_in) -> None:
     assert (got["MASTER_PORT"].value, got["MASTER_PORT"].kept) == ("45678", True)
     assert got["MASTER_PORT"].derived == "34567"  # what the topology alone gives
     assert got["PET_MASTER_PORT"].value == "45678"
-    assert got["PET_MASTER_PORT"].source == "same as MASTER_PORT: MASTER_PORT (already set)"
+    assert got["PET_MASTER_PORT"].provenance == "same as MASTER_PORT: MASTER_PORT (already set)"
 
 
 def test_user_master_addr_and_port_kept_and_fed(backendai_env) -> None:

@@ -9,7 +9,8 @@ import os
 import pytest
 
 from derive_env.errors import LabelError, TopologyError
-from derive_env.frameworks import Context, jax, master_of, pytorch, tensorflow
+from derive_env.frameworks import jax, pytorch, tensorflow
+from derive_env.frameworks.context import Context, master_of
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.policy import ImagePolicy
