@@ -33,7 +33,6 @@ from derive_env.frameworks.context import (
     SCOPES,
     SHARED,
     DerivedVariable,
-    variable,
 )
 from derive_env.hosts import host_port, is_loopback
 from derive_env.labels import PREFIX
@@ -386,27 +385,6 @@ def test_on_error_warn_runs_the_command_unchanged(
     assert err[0].startswith("derive-env: warning: NODE_RANK='0': expected '1', this node's ")
     assert err[1] == ("derive-env: warning: on-error=warn: running the command with the "
                       "environment unchanged")
-
-
-def test_a_variable_without_a_scope_cannot_be_built() -> None:
-    var = variable("pytorch")
-    with pytest.raises(TypeError, match="scope"):
-        var("NODE_RANK", 1, "test")  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match="scope"):
-        DerivedVariable(name="NODE_RANK", value="1", provenance="test",  # type: ignore[call-arg]
-                        framework="pytorch")
-    with pytest.raises(ValueError, match="unknown scope"):
-        var("NODE_RANK", 1, "test", scope="per-node")
-    with pytest.raises(ValueError, match="unknown scope 'node' or comparison 'text'"):
-        var("NODE_RANK", 1, "test", scope=NODE, compare="text", what="x")
-    with pytest.raises(ValueError, match="needs what the variable is"):
-        var("NODE_RANK", 1, "test", scope=NODE)
-    with pytest.raises(ValueError, match="a leader is given exactly for scope 'follows'"):
-        var("PET_MASTER_ADDR", "main1", "test", scope=FOLLOWS)
-    with pytest.raises(ValueError, match="a leader is given exactly for scope 'follows'"):
-        var("MASTER_ADDR", "main1", "test", scope=SHARED, leader="MASTER_ADDR")
-    built = var("NODE_RANK", 1, "test", scope=NODE, what="this node's node rank")
-    assert (built.value, built.scope, built.compare) == ("1", NODE, INTEGER)
 
 
 @pytest.mark.parametrize(("labels", "every"), [(PPC, True), (ALL, False)])

@@ -37,7 +37,12 @@ class TFConfig(BaseModel):
 
     def to_json(self) -> str:
         """Compact JSON (no blanks), keys in the order ``cluster`` (as given), ``task``
-        (``type``, ``index``)."""
+        (``type``, ``index``); non-ASCII characters escaped (``\\u00e9``), as
+        ``json.dumps(..., separators=(",", ":"))`` writes it."""
+        text = self.model_dump_json()
+        # pydantic writes non-ASCII characters and DEL as they are; host names hold none.
+        if text.isascii() and text.isprintable():
+            return text
         return json.dumps(self.model_dump(), separators=(",", ":"))
 
     @classmethod
