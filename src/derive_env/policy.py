@@ -223,6 +223,11 @@ class ImagePolicy(BaseModel):
         assert policy is not None
         return policy
 
+    def __hash__(self) -> int:
+        # Frozen, so hashable: the ports dict as its items.
+        return hash(tuple(tuple(v.items()) if isinstance(v, dict) else v
+                          for v in self.__dict__.values()))
+
     @classmethod
     def known_labels(cls) -> frozenset[str]:
         """Every label this policy reads: the fields' and the FRAMEWORKS port labels."""
