@@ -246,7 +246,7 @@ HOSTILE = {
 HOSTILE_DERIVE_ENV = '''#!{python}
 import sys
 sys.path[:0] = {path!r}
-from derive_env.frameworks import DerivedVariable
+from derive_env.frameworks.context import SHARED, DerivedVariable
 from derive_env.pipeline import Derivation
 from derive_env.policy import ImagePolicy
 from derive_env.render import render
@@ -255,7 +255,8 @@ values = {values!r}
 sys.stdout.write(render(Derivation(
     topology=single_node_topology(),
     policy=ImagePolicy.from_labels({{"ai.backend.distributed.frameworks": "pytorch"}}),
-    variables=tuple(DerivedVariable(name=k, value=v, source="test", framework="t")
+    variables=tuple(DerivedVariable(name=k, value=v, provenance="test", framework="t",
+                                    scope=SHARED)
                     for k, v in values.items()),
 ), "shell"))
 '''

@@ -440,12 +440,13 @@ def test_each_output_loads_only_its_renderer(tmp_path: Path, backendai_env, labe
 _NOT_OPTED_IN = ["derive_env", "derive_env.__main__", "derive_env.cli", "derive_env.errors",
                  "derive_env.labels"]
 _HOOK = ["derive_env.cli.options", "derive_env.render"]
-_OPTED_IN = [*_NOT_OPTED_IN, *_TABLE, "derive_env.environ", "derive_env.frameworks",
+_OPTED_IN = [*_NOT_OPTED_IN, *_TABLE, "derive_env.merge", "derive_env.frameworks",
+             "derive_env.frameworks.context",
              "derive_env.frameworks.network", "derive_env.frameworks.pytorch",
              "derive_env.frameworks.tensorflow", "derive_env.hosts", "derive_env.launch",
              "derive_env.pipeline", "derive_env.policy", "derive_env.sources.backendai",
              "derive_env.sources.backendai_order",
-             "derive_env.topology", "derive_env.validation"]
+             "derive_env.tf_config", "derive_env.topology", "derive_env.validation"]
 START_PATHS = [
     pytest.param(False, ["--", "true"], [*_NOT_OPTED_IN, "derive_env.launch"],
                  id="not-opted-in-entrypoint"),

@@ -173,6 +173,15 @@ def test_unknown_key_reported_before_bad_values() -> None:
         "pytorch, tensorflow, jax; 'nope' is not one")
 
 
+def test_ports_of_every_framework_and_hashable() -> None:
+    p = policy(jax_port="4321")
+    assert p.ports == {"pytorch": 29500, "tensorflow": 2222, "jax": 4321}
+    assert p.port_provenance("jax") == "label ai.backend.distributed.jax-port"
+    assert p.port_provenance("tensorflow") == "default"
+    assert hash(p) == hash(policy(jax_port="4321")) and p == policy(jax_port="4321")
+    assert p != policy()
+
+
 def test_label_or_default() -> None:
     p = policy(master_port="1")
     assert p.label_or_default("master_port") == "label ai.backend.distributed.master-port"
@@ -186,3 +195,17 @@ def test_label_or_default() -> None:
 def test_on_error_of(value: str | None, choice: str) -> None:
     labels = {} if value is None else {PREFIX + "on-error": value}
     assert on_error_of(labels) == choice
+
+
+def test_port_errors_are_named_by_their_labels_in_label_order() -> None:
+    message = label_error({FW: "torch", PREFIX + "jax-port": "x", PREFIX + "master-port": "0",
+                           PREFIX + "on-error": "z", PREFIX + "tensorflow-port": "70000"})
+    assert message == (
+        "5 label problems:\n"
+        "  1. label ai.backend.distributed.frameworks='torch': expected a comma list of "
+        "pytorch, tensorflow, jax; 'torch' is not one\n"
+        "  2. label ai.backend.distributed.master-port='0': expected a port number 1-65535\n"
+        "  3. label ai.backend.distributed.tensorflow-port='70000': expected a port number "
+        "1-65535\n"
+        "  4. label ai.backend.distributed.jax-port='x': expected a port number 1-65535\n"
+        "  5. label ai.backend.distributed.on-error='z': expected fail or warn")

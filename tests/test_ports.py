@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.ports import (
-    FRAMEWORKS,
     MIN_WINDOW,
     job_ports,
     parse_port_range,
     parse_reserved_ports,
+    port_order,
     port_seed,
 )
 from helpers import value_error
@@ -34,7 +34,7 @@ def _documented(manager: str, job: str, step: str, high: int = 60999) -> tuple[i
 
 
 def test_exact_ports_with_the_default_range() -> None:
-    assert FRAMEWORKS == ("pytorch", "tensorflow", "jax")
+    assert port_order() == ("pytorch", "tensorflow", "jax")
     assert job_ports("slurm", "123", "0") == (61957, 61958, 61959)
     assert job_ports("slurm", "123", "0") == _documented("slurm", "123", "0")
     assert port_seed("slurm", "123", "0") == binascii.crc32(b"slurm/123/0")

@@ -18,7 +18,7 @@ _LAZY = {
     "Derivation": "derive_env.pipeline",
     "ClusterTopology": "derive_env.topology",
     "Node": "derive_env.topology",
-    "DerivedVariable": "derive_env.frameworks",
+    "DerivedVariable": "derive_env.frameworks.context",
     "ImagePolicy": "derive_env.policy",
     "DeriveEnvError": "derive_env.errors",
     "TopologyError": "derive_env.errors",
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from derive_env.errors import DeriveEnvError, LabelError, TopologyError
-    from derive_env.frameworks import DerivedVariable
+    from derive_env.frameworks.context import DerivedVariable
     from derive_env.pipeline import Derivation, derive
     from derive_env.policy import ImagePolicy
     from derive_env.topology import ClusterTopology, Node

@@ -23,17 +23,14 @@ from derive_env.errors import LabelError, shorten
 
 PREFIX = "ai.backend.distributed."
 OPT_IN = PREFIX + "frameworks"
-#: The names the frameworks label accepts, in the order their variables are listed; the one
-#: list (frameworks.FRAMEWORKS maps each to its module, policy validates the label with it).
-FRAMEWORK_NAMES = ("pytorch", "tensorflow", "jax")
 DEFAULT_LABELS_FILE = "/etc/derive-env/labels.json"
 _JSON_TYPES = {str: "string", int: "number", float: "number", bool: "boolean",
                type(None): "null", list: "array"}
 LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
-#: The label names under :data:`PREFIX` (the keys of :class:`~derive_env.policy.ImagePolicy`;
-#: a test keeps them equal), here so the near-miss check needs no pydantic.
-LABEL_NAMES = ("frameworks", "master-port", "tensorflow-port", "jax-port", "pytorch-mode",
-               "nproc-per-node", "tensorflow-roles", "socket-ifname", "on-error")
+#: The label names under :data:`PREFIX` that are not a framework's port label, here so that
+#: the near-miss check needs no pydantic (:func:`label_names` adds the port labels).
+SETTING_LABELS = ("pytorch-mode", "nproc-per-node", "tensorflow-roles", "socket-ifname",
+                  "on-error")
 _BACKEND = "ai.backend."
 #: The 3-grams of "distributed": two edits destroy at most six of these nine, so a key within
 #: two edits of a derive-env key contains one of them (a cheap filter before the distance).
@@ -68,10 +65,20 @@ def _within_two_edits(a: str, b: str, edits: int = 2) -> bool:
     return previous[-1] <= edits
 
 
+def label_names() -> tuple[str, ...]:
+    """Every label name under :data:`PREFIX`: ``frameworks``, the port labels of
+    :data:`derive_env.frameworks.FRAMEWORKS` in its order, then :data:`SETTING_LABELS`
+    (the keys of :class:`~derive_env.policy.ImagePolicy`; a test keeps them equal)."""
+    from derive_env.frameworks import FRAMEWORKS  # a table of tuples: imports nothing
+
+    ports = tuple(str(line.port_label) for line in FRAMEWORKS if line.port_label is not None)
+    return (OPT_IN[len(PREFIX):], *ports, *SETTING_LABELS)
+
+
 def near_miss(key: str) -> tuple[str, str] | None:
     """The ``ai.backend.distributed.*`` key that ``key`` was probably meant to be.
 
-    A near miss (issue 7): equal to such a key but for letter case; a known label name (or
+    A near miss: equal to such a key but for letter case; a known label name (or
     one edit from one) right under ``ai.backend.`` (``ai.backend.frameworks``); a prefix at
     most two edits from ``ai.backend.distributed.``; or the whole key at most two edits
     from a known label.
@@ -87,7 +94,7 @@ def near_miss(key: str) -> tuple[str, str] | None:
         return lowered, "the same but for letter case"
     if lowered.startswith(_BACKEND):
         rest = lowered[len(_BACKEND):]
-        for label in LABEL_NAMES:  # the prefix lost "distributed.", the name one edit at most
+        for label in label_names():  # the prefix lost "distributed.", the name one edit at most
             if rest == label or _within_two_edits(rest, label, edits=1):
                 return PREFIX + label, f"a derive-env label name under {_BACKEND}"
     if not any(gram in lowered for gram in _GRAMS):
@@ -96,7 +103,7 @@ def near_miss(key: str) -> tuple[str, str] | None:
     if dot and _within_two_edits(prefix.lower() + ".", PREFIX):
         return PREFIX + name.lower(), "its prefix is two edits or fewer from " + PREFIX
     if lowered.startswith(_BACKEND[:2]):  # "ai" (two edits may touch the rest)
-        for label in LABEL_NAMES:
+        for label in label_names():
             if _within_two_edits(lowered, PREFIX + label):
                 return PREFIX + label, "two edits or fewer from it"
     return None

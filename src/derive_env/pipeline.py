@@ -11,15 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from typing import NamedTuple
 
-from derive_env.environ import changes, check_user_values, merge
-from derive_env.frameworks import (
-    FRAMEWORKS,
-    Context,
-    DerivedVariable,
-    HostFacts,
-    network,
-)
+from derive_env.frameworks import FRAMEWORKS
+from derive_env.frameworks.context import SHARED, Context, DerivedVariable, HostFacts, variable
 from derive_env.labels import is_opted_in
+from derive_env.merge import changes, check_user_values, merge
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import topology_from
 from derive_env.topology import ClusterTopology
@@ -70,7 +65,7 @@ def derive(
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
         ``MASTER_ADDR`` / ``MASTER_PORT`` (exit 3); another launcher's multi-process
         topology (:func:`derive_env.sources.topology_from`); a user-set value that
-        contradicts the derived one (:func:`derive_env.environ.check_user_values`).
+        contradicts the derived one (:func:`derive_env.merge.check_user_values`).
     """
     if not is_opted_in(labels):
         return None
@@ -81,9 +76,10 @@ def derive(
     checks: list[DerivedVariable] = []
     notes: list[str] = []
     warnings: list[str] = list(topology.warnings)  # the source's first: they concern the input
-    modules = [import_module(FRAMEWORKS[n]) for n in FRAMEWORKS if n in policy.frameworks]
-    for module in (*modules, network):
-        part = module.derive(ctx)
+    for line in FRAMEWORKS:
+        if not (line.always or line.name in policy.frameworks):
+            continue
+        part = import_module(line.module).derive(ctx)
         variables += part.variables
         checks += part.checks
         notes += part.notes
@@ -141,9 +137,7 @@ def _nproc_per_node(environ: Mapping[str, str], label: int | None) -> int | None
     number)."""
     # From the label alone (empty without it: then only a user-set value counts); the GPU
     # count is not derived here: a launcher's own counts per node come first (render_hosts).
-    derived = DerivedVariable(
-        name="PET_NPROC_PER_NODE", value="" if label is None else str(label),
-        source="label nproc-per-node", framework="pytorch",
-    )
+    derived = variable("pytorch")("PET_NPROC_PER_NODE", "" if label is None else label,
+                                  "label nproc-per-node", scope=SHARED)
     (merged,) = merge(environ, [derived])
     return count_of(merged.value) or label

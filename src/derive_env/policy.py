@@ -1,15 +1,18 @@
 """ImagePolicy: the image's ``ai.backend.distributed.*`` labels, validated.
 
-Label reference (contract section 4, issue #3; docs/operator-guide.md has the table):
+Label reference (contract section 4; docs/operator-guide.md has the table). The framework
+names and the port labels are those of :data:`derive_env.frameworks.FRAMEWORKS`:
 
 ===============================================  ===========================================
 label                                            value (default)
 ===============================================  ===========================================
-``ai.backend.distributed.frameworks``            comma list of ``pytorch``, ``tensorflow``,
-                                                 ``jax`` (absent: not opted in)
-``ai.backend.distributed.master-port``           1-65535 (29500, PyTorch's default)
-``ai.backend.distributed.tensorflow-port``       1-65535 (2222)
-``ai.backend.distributed.jax-port``              1-65535 (1234, the port of JAX's docs)
+``ai.backend.distributed.frameworks``            comma list of framework names: ``pytorch``,
+                                                 ``tensorflow``, ``jax`` (absent: not opted
+                                                 in)
+``ai.backend.distributed.<port label>``          1-65535 (the line's default port):
+                                                 ``master-port`` (29500, PyTorch's default),
+                                                 ``tensorflow-port`` (2222), ``jax-port``
+                                                 (1234, the port of JAX's docs)
 ``ai.backend.distributed.pytorch-mode``          ``torchrun`` | ``process-per-container``
 ``ai.backend.distributed.nproc-per-node``        integer >= 1 (the GPU count, when > 0)
 ``ai.backend.distributed.tensorflow-roles``      ``role:type`` pairs, type one of chief,
@@ -33,12 +36,19 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 
 from derive_env.errors import LabelError, describe, shorten
+from derive_env.frameworks import FRAMEWORKS
 from derive_env.hosts import ROLE_NAME
 from derive_env.labels import (
-    FRAMEWORK_NAMES,
     PREFIX,
     distributed_labels,
     join_problems,
@@ -47,6 +57,15 @@ from derive_env.labels import (
 from derive_env.validation import errors_of, parse_int, parse_port
 
 TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+#: The names the frameworks label accepts, in FRAMEWORKS order.
+FRAMEWORK_NAMES = tuple(line.name for line in FRAMEWORKS if not line.always)
+#: The FRAMEWORKS lines with a port label.
+_PORTED = tuple(line for line in FRAMEWORKS if line.port_label is not None)
+#: framework name -> its full port label, and back.
+_LABEL_OF = {line.name: PREFIX + str(line.port_label) for line in _PORTED}
+_PORT_LABELS = {label: name for name, label in _LABEL_OF.items()}
+#: the public port properties (``master_port``...) -> framework name.
+_PORT_FIELDS = {str(line.port_label).replace("-", "_"): line.name for line in _PORTED}
 _ROLE = ROLE_NAME  # the Backend.AI source's rule: a role may end in digits (a100)
 #: Linux interface names: 1-15 characters, no '/', blanks or ':' (dev_valid_name()).
 _IFNAME = re.compile(r"[A-Za-z0-9_.@-]{1,15}\Z")
@@ -113,10 +132,36 @@ def _choice(*choices: str) -> BeforeValidator:
 _Port = Annotated[int, BeforeValidator(parse_port)]
 
 
+def _default_ports() -> dict[str, int]:
+    return {line.name: int(line.default_port) for line in _PORTED}
+
+
+def _with_defaults(ports: dict[str, int]) -> dict[str, int]:
+    """Every framework with a port, in FRAMEWORKS order: the given port, else its default."""
+    return {name: ports.get(name, default) for name, default in _default_ports().items()}
+
+
+def _by_label(exc: ValidationError) -> ValidationError:
+    """``exc`` with the port errors named by their labels (``ports.jax`` -> the
+    ``jax-port`` label), as a user wrote them."""
+    errors = exc.errors(include_url=False)
+    if not any(error["loc"][:1] == ("ports",) for error in errors):
+        return exc
+    return ValidationError.from_exception_data(exc.title, [
+        {"type": error["type"], "input": error["input"],
+         "loc": ((_LABEL_OF[str(error["loc"][1])],) if error["loc"][:1] == ("ports",)
+                 else error["loc"]),
+         **({"ctx": error["ctx"]} if "ctx" in error else {})}
+        for error in errors])
+
+
 class ImagePolicy(BaseModel):
     """What an opted-in image asks for: frameworks, ports, modes.
 
     Build it with :meth:`from_labels`. Ports are TCP port numbers.
+
+    :ivar ports: framework name -> the port its server listens on (every framework with a
+        port label; the label's value, else the FRAMEWORKS line's default).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
@@ -124,9 +169,9 @@ class ImagePolicy(BaseModel):
     frameworks: Annotated[tuple[str, ...], BeforeValidator(_frameworks)] = Field(
         alias=PREFIX + "frameworks"
     )
-    master_port: _Port = Field(29500, alias=PREFIX + "master-port")
-    tensorflow_port: _Port = Field(2222, alias=PREFIX + "tensorflow-port")
-    jax_port: _Port = Field(1234, alias=PREFIX + "jax-port")
+    # Right after frameworks: label errors are listed in this order.
+    ports: Annotated[dict[str, _Port], AfterValidator(_with_defaults)] = Field(
+        default_factory=_default_ports)
     pytorch_mode: Annotated[
         Literal["torchrun", "process-per-container"],
         _choice("torchrun", "process-per-container"),
@@ -158,27 +203,63 @@ class ImagePolicy(BaseModel):
         """
         problems = label_problems(labels)
         labels = distributed_labels(labels)
-        known = {f.alias for f in cls.model_fields.values() if f.alias}
+        known = cls.known_labels()
         for key in sorted(labels):
             if key not in known:
                 problems.append(describe(
                     f"label {key}", labels[key],
                     "a known label; known: " + ", ".join(sorted(known)),
                 ))
+        fields = {k: v for k, v in labels.items() if k in known and k not in _PORT_LABELS}
+        ports = {name: labels[label] for name, label in _LABEL_OF.items() if label in labels}
         try:
             policy = cls.model_validate(
-                {**{k: v for k, v in labels.items() if k in known}, "given": tuple(sorted(labels))}
-            )
+                {**fields, "ports": ports, "given": tuple(sorted(labels))})
         except ValidationError as exc:
-            problems += errors_of(exc, kind="label ")
+            problems += errors_of(_by_label(exc), kind="label ")
             policy = None
         if problems:
             raise LabelError(join_problems(problems))
         assert policy is not None
         return policy
 
+    def __hash__(self) -> int:
+        # Frozen, so hashable: the ports dict as its items.
+        return hash(tuple(tuple(v.items()) if isinstance(v, dict) else v
+                          for v in self.__dict__.values()))
+
+    @classmethod
+    def known_labels(cls) -> frozenset[str]:
+        """Every label this policy reads: the fields' and the FRAMEWORKS port labels."""
+        return frozenset(
+            {f.alias for f in cls.model_fields.values() if f.alias} | set(_PORT_LABELS))
+
     def label_or_default(self, field: str) -> str:
-        """Provenance of a field: ``label <key>`` when set, else ``default``."""
+        """Provenance of a field (or of a port property, ``master_port``): ``label <key>``
+        when set, else ``default``."""
+        if field in _PORT_FIELDS:
+            return self.port_provenance(_PORT_FIELDS[field])
         alias = type(self).model_fields[field].alias
         return f"label {alias}" if alias in self.given else "default"
+
+    def port_provenance(self, framework: str) -> str:
+        """Provenance of a framework's port: ``label <its port label>`` when set, else
+        ``default``. :raises KeyError: a framework without a port label."""
+        label = _LABEL_OF[framework]
+        return f"label {label}" if label in self.given else "default"
+
+    @property
+    def master_port(self) -> int:
+        """The ``master-port`` label (PyTorch's, default 29500): ``ports["pytorch"]``."""
+        return self.ports["pytorch"]
+
+    @property
+    def tensorflow_port(self) -> int:
+        """The ``tensorflow-port`` label (default 2222): ``ports["tensorflow"]``."""
+        return self.ports["tensorflow"]
+
+    @property
+    def jax_port(self) -> int:
+        """The ``jax-port`` label (default 1234): ``ports["jax"]``."""
+        return self.ports["jax"]
 

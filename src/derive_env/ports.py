@@ -4,7 +4,7 @@ Rules (sources.md 3.1 "Port" and 3.13.5):
 
 1. Ports the manager reserved for the step come first: Slurm's ``SLURM_STEP_RESV_PORTS``
    (srun ``--resv-ports``; ``src/common/env.c`` ``env_array_for_step``) names ports no other
-   step on the node holds (``src/common/port_mgr.c``). Framework ``i`` of :data:`FRAMEWORKS`
+   step on the node holds (``src/common/port_mgr.c``). Framework ``i`` of :func:`port_order`
    gets the ``i``-th reserved port.
 2. The other frameworks get ports derived, without any communication, from data every node
    of the job has (the manager's name, the job id, the step id), so every task computes the
@@ -16,7 +16,7 @@ Rules (sources.md 3.1 "Port" and 3.13.5):
        port_k = low + (seed + k) % size,  k = 0, 1, 2, ...
 
    taking, in order of ``k``, the ports that are neither in ``net.ipv4.ip_local_reserved_ports``
-   nor already given (rule 1), for PyTorch, TensorFlow, JAX in :data:`FRAMEWORKS` order.
+   nor already given (rule 1), for PyTorch, TensorFlow, JAX in :func:`port_order`.
    With the Linux default range 32768-60999 the window is 61000-65535 (4536 ports).
    Consecutive ports are deliberate: two jobs' blocks of three overlap for 5 of the
    ``size`` seeds, independent draws would for 9.
@@ -35,7 +35,7 @@ namespace and node: every node of a job must have the same ``ip_local_port_range
 ``ip_local_reserved_ports`` (the default in a fresh container namespace), else the nodes
 derive different ports.
 
-Wired in by :func:`derive_env.frameworks.job_ports_of` for every source that reports a job
+Wired in by :func:`derive_env.frameworks.context.job_ports_of` for every source that reports a job
 (Slurm, Open MPI, torchrun, Kubeflow) or reserved ports; docs/ports.md is the user's page.
 
 The pure function is :func:`job_ports`; the command line reads the two ``/proc/sys`` files
@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import zlib
 
-#: The frameworks, in the order :func:`job_ports` returns their ports.
-FRAMEWORKS = ("pytorch", "tensorflow", "jax")
+from derive_env.frameworks import FRAMEWORKS
+
 #: Linux's default ``net.ipv4.ip_local_port_range`` (Documentation/networking/ip-sysctl.rst).
 DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 #: Fewest ports the window above the ephemeral range must hold.
@@ -66,6 +66,12 @@ def port_seed(manager: str, job_id: str, step_id: str) -> int:
     return zlib.crc32(f"{manager}/{job_id}/{step_id}".encode())
 
 
+def port_order() -> tuple[str, ...]:
+    """The frameworks that have a port, in :data:`derive_env.frameworks.FRAMEWORKS` order
+    (``pytorch``, ``tensorflow``, ``jax``): the order :func:`job_ports` returns their ports."""
+    return tuple(line.name for line in FRAMEWORKS if line.port_label is not None)
+
+
 def job_ports(
     manager: str,
     job_id: str,
@@ -73,21 +79,22 @@ def job_ports(
     ephemeral: tuple[int, int] = DEFAULT_EPHEMERAL_RANGE,
     reserved: frozenset[int] = frozenset(),
     granted: tuple[int, ...] = (),
-) -> tuple[int, int, int]:
-    """The TCP ports of PyTorch, TensorFlow and JAX (:data:`FRAMEWORKS` order) for one step.
+) -> tuple[int, ...]:
+    """The TCP ports of PyTorch, TensorFlow and JAX (:func:`port_order`) for one step.
 
     Inputs: ``manager``, ``job_id``, ``step_id`` as in :func:`port_seed`; ``ephemeral``, this
     node's ``(low, high)`` ephemeral port range (:func:`parse_port_range`); ``reserved``,
     its ``ip_local_reserved_ports`` (:func:`parse_reserved_ports`); ``granted``, ports the
     manager reserved for the step, in order (``parse_resv_ports(SLURM_STEP_RESV_PORTS)``).
-    Output: three distinct ports 1-65535, by the rules of this module's docstring.
+    Output: one distinct port 1-65535 per framework, by the rules of this module's docstring.
 
     Raises ValueError, whose text completes "expected ...", when the ephemeral range is not
     ``low <= high`` within 1-65535 or leaves fewer than :data:`MIN_WINDOW` ports above it
     (only when a port must be derived).
     """
-    ports = list(dict.fromkeys(granted))[: len(FRAMEWORKS)]
-    if len(ports) < len(FRAMEWORKS):
+    wanted = len(port_order())
+    ports = list(dict.fromkeys(granted))[:wanted]
+    if len(ports) < wanted:
         low, high = ephemeral
         if not 1 <= low <= high <= _HIGHEST_PORT:
             raise ValueError(
@@ -108,14 +115,14 @@ def job_ports(
             port = start + (seed + k) % size
             if port not in reserved and port not in ports:
                 ports.append(port)
-                if len(ports) == len(FRAMEWORKS):
+                if len(ports) == wanted:
                     break
         else:
             raise ValueError(
-                f"{len(FRAMEWORKS)} ports in {start}-65535 outside "
+                f"{wanted} ports in {start}-65535 outside "
                 "net.ipv4.ip_local_reserved_ports, not all of them reserved"
             )
-    return ports[0], ports[1], ports[2]
+    return tuple(ports)
 
 
 def parse_port_range(text: str) -> tuple[int, int]:

@@ -678,7 +678,7 @@ def warning_session(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backendai_env
 ) -> None:
     """This process is sub1 of a 3-node session whose derivation warns (no route to main1)."""
-    from derive_env.frameworks import HostFacts
+    from derive_env.frameworks.context import HostFacts
 
     for key in list(os.environ):
         if key.startswith(("BACKENDAI_", "DERIVE_ENV_", "PET_", "TF_", "JAX_", "GLOO_", "NCCL_")

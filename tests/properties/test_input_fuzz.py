@@ -260,9 +260,9 @@ def test_the_command_line_never_tracebacks_on_a_bad_env_file(tmp_path: Path) -> 
 
 from derive_env.errors import LabelError  # noqa: E402
 from derive_env.labels import (  # noqa: E402  (grouped with the tests that use them)
-    LABEL_NAMES,
     PREFIX,
     check_not_opted_in,
+    label_names,
     near_miss,
     on_error_of,
     parse_labels_document,
@@ -271,8 +271,7 @@ from derive_env.policy import ImagePolicy  # noqa: E402
 
 
 def test_label_names_match_the_policy() -> None:
-    aliases = {f.alias for f in ImagePolicy.model_fields.values() if f.alias}
-    assert {PREFIX + n for n in LABEL_NAMES} == aliases
+    assert {PREFIX + n for n in label_names()} == ImagePolicy.known_labels()
 
 
 @pytest.mark.parametrize(("key", "meant", "why"), [
@@ -421,7 +420,7 @@ def test_reading_problems_of_every_source_are_reported_together(tmp_path: Path) 
 
 
 @given(labels=st.dictionaries(
-    st.one_of(st.sampled_from([PREFIX + n for n in LABEL_NAMES]),
+    st.one_of(st.sampled_from([PREFIX + n for n in label_names()]),
               st.sampled_from(["ai.backend.distibuted.frameworks", "AI.BACKEND.DISTRIBUTED.X",
                                "ai.backend.frameworks", "ai.backend.kernelspec"]),
               st.text(max_size=30)),

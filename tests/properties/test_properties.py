@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import DeriveEnvError
-from derive_env.frameworks import HostFacts
+from derive_env.frameworks.context import HostFacts
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from derive_env.frameworks import DerivedVariable
+from derive_env.frameworks.context import SHARED, DerivedVariable
 from derive_env.labels import PREFIX
 from derive_env.pipeline import Derivation, derive
 from derive_env.policy import ImagePolicy
@@ -30,11 +30,12 @@ def derivation(backendai_env) -> Derivation:
 
 def made(values: dict[str, str], kept: dict[str, str] | None = None) -> Derivation:
     """A derivation holding arbitrary values (frameworks never derive such strings)."""
-    variables = [DerivedVariable(name=k, value=v, source=f"test source of {k}", framework="t")
+    variables = [DerivedVariable(name=k, value=v, provenance=f"test source of {k}",
+                                 framework="t", scope=SHARED)
                  for k, v in values.items()]
     for name, value in (kept or {}).items():
-        variables.append(DerivedVariable(name=name, value=value, source="x", framework="t",
-                                         kept=True, derived="other"))
+        variables.append(DerivedVariable(name=name, value=value, provenance="x", framework="t",
+                                         scope=SHARED, kept=True, derived="other"))
     return Derivation(
         topology=single_node_topology(),
         policy=ImagePolicy.from_labels({PREFIX + "frameworks": "pytorch"}),

@@ -11,8 +11,9 @@ import json
 import pytest
 
 from derive_env.errors import LabelError, TopologyError
-from derive_env.frameworks import Context, pytorch, tensorflow
 from derive_env.frameworks import jax as jax_framework
+from derive_env.frameworks import pytorch, tensorflow
+from derive_env.frameworks.context import Context
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import compose, resolve
 from derive_env.sources.report import Processes, Report

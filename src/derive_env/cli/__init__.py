@@ -274,7 +274,7 @@ def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the p
         from derive_env.cli.hostfacts import network_facts
 
         return network_facts(**ports)
-    from derive_env.frameworks import HostFacts
+    from derive_env.frameworks.context import HostFacts
     from derive_env.frameworks.network import OVERLAY
 
     present = os.path.exists(f"/sys/class/net/{OVERLAY}")

@@ -22,7 +22,7 @@ from derive_env.cli import say
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
-    from derive_env.frameworks import HostFacts
+    from derive_env.frameworks.context import HostFacts
 
 
 def network_facts(port_range: str | None, reserved_ports: str | None) -> HostFacts:
@@ -34,7 +34,7 @@ def network_facts(port_range: str | None, reserved_ports: str | None) -> HostFac
         ``RESOLVE_SECONDS`` (5 s); unreadable files read as empty, a missing
         ``/sys/class/net`` as no interface.
     """
-    from derive_env.frameworks import RESOLVE_SECONDS, HostFacts
+    from derive_env.frameworks.context import RESOLVE_SECONDS, HostFacts
 
     try:
         interfaces = tuple(sorted(os.listdir("/sys/class/net")))

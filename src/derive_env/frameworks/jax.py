@@ -29,7 +29,11 @@ store holds (torchrun's).
 from __future__ import annotations
 
 from derive_env.errors import TopologyError
-from derive_env.frameworks import (
+from derive_env.frameworks.context import (
+    ADDRESS,
+    JOB,
+    NODE,
+    SHARED,
     Context,
     Contribution,
     framework_port,
@@ -51,13 +55,15 @@ def derive(ctx: Context) -> Contribution:
     :raises TopologyError: the host of rank 0 is unknown and ``MASTER_ADDR`` is not set;
         the port collides with a launcher's store (:func:`framework_port`).
     """
-    topo, policy, master = ctx.topology, ctx.policy, ctx.master
-    port, port_src = framework_port(ctx, "jax", "jax_port", f"default ({policy.jax_port})")
+    topo, master = ctx.topology, ctx.master
+    port, port_src = framework_port(ctx, "jax")
     layout = topo.processes
     if layout is not None:
         src = topo.inputs_of("processes")
         count = (layout.world_size, f"{src}: world size, one JAX process per task")
         own = (layout.rank, f"{src}: rank")
+        what = ("the number of JAX processes, one per process",
+                "this process's JAX process id (one per process)")
     else:
         nodes_src = nodes_source(topo)
         if topo.num_nodes is None:
@@ -68,15 +74,18 @@ def derive(ctx: Context) -> Contribution:
                 "ai.backend.distributed.frameworks")
         count = (topo.num_nodes, f"{nodes_src}: one process per node")
         own = node_rank_of(topo)
+        what = ("the number of JAX processes, one per node",
+                "this node's JAX process id (one process per node)")
     out = Contribution()
     out.variables += [
         var(
             "JAX_COORDINATOR_ADDRESS",
             host_port(master.addr, port),
             f"master address ({master.addr_source}) + port from {port_src}",
+            scope=SHARED, compare=ADDRESS,
         ),
-        var("JAX_NUM_PROCESSES", *count),
-        var("JAX_PROCESS_ID", *own),
+        var("JAX_NUM_PROCESSES", *count, scope=JOB, what=what[0]),
+        var("JAX_PROCESS_ID", *own, scope=NODE, what=what[1]),
     ]
     if topo.per_process and layout is not None:
         _local_devices(ctx, out)
@@ -116,4 +125,4 @@ def _local_devices(ctx: Context, out: Contribution) -> None:
     out.variables.append(var(
         "JAX_LOCAL_DEVICE_IDS", ",".join(map(str, own)),
         f"{src}: {per} of {len(devices)} GPU(s) for local rank {layout.local_rank} of "
-        f"{layout.local_world_size}"))
+        f"{layout.local_world_size}", scope=NODE, what="this process's share of the node's GPUs"))

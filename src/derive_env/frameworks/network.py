@@ -23,7 +23,7 @@ Rules, in order (docs/operator-guide.md, "socket-ifname"):
   session only the route rule applies (the master is 127.0.0.1, so ``lo``).
 
 All name resolution of one start happens in one call of :attr:`HostFacts.resolve`, bounded
-in all by :data:`derive_env.frameworks.RESOLVE_SECONDS`.
+in all by :data:`derive_env.frameworks.context.RESOLVE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import ipaddress
 import re
 
 from derive_env.errors import LabelError, describe
-from derive_env.frameworks import (
+from derive_env.frameworks.context import (
     RESOLVE_SECONDS,
+    SHARED,
     Context,
     Contribution,
     HostFacts,
@@ -194,11 +195,6 @@ def route_choice(address: str, facts: HostFacts) -> tuple[str | None, tuple[str,
     return chosen, tuple(dict.fromkeys(i for i in equal if i != chosen))
 
 
-def route_interface(address: str, facts: HostFacts) -> str | None:
-    """The interface of :func:`route_choice`, or ``None`` when no route matches."""
-    return route_choice(address, facts)[0]
-
-
 def connected_subnets(facts: HostFacts) -> dict[str, list[IPNetwork]]:
     """Interface -> the subnets it reaches directly (routes without a gateway).
 
@@ -293,7 +289,7 @@ def _own_name(ctx: Context) -> str:
 
 
 def _set(out: Contribution, iface: str, source: str) -> None:
-    out.variables += [var(name, iface, source) for name in VARIABLES]
+    out.variables += [var(name, iface, source, scope=SHARED) for name in VARIABLES]
 
 
 def _overlay_default(ctx: Context, out: Contribution) -> None:
@@ -318,63 +314,91 @@ def _addresses(name: str, resolved: dict[str, tuple[str, ...]]) -> tuple[str, ..
         return tuple(resolved.get(name, ()))
 
 
+#: A candidate interface: (interface, provenance, interfaces with an equally good route).
+Candidate = tuple[str, str, tuple[str, ...]]
+
+
 def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[str, ...]]:
     """``auto``: the first usable candidate (module docstring); returns what was resolved."""
-    topology = ctx.topology
-    multi = topology.multi_node
+    multi = ctx.topology.multi_node
     master = ctx.master.addr
-    peers = [n.host for r, n in enumerate(topology.nodes) if r != topology.node_rank]
-    me = topology.this_node
-    if me is None or master.lower() != me.host.lower():
-        # A user-set MASTER_ADDR need not be a node; it is a peer all the same.
-        peers.insert(0, master)
-    peers = list(dict.fromkeys(peers))[:MAX_PEERS] if multi else []
+    peers = _peers(ctx) if multi else []
     names = [master, *peers, facts.hostname] if multi else [master]
     names = [n for n in dict.fromkeys(names) if n and not _addresses(n, {})]
     resolved = dict(facts.resolve(names)) if names else {}
-    peer_addresses = [
-        (host, address) for host in peers for address in _addresses(host, resolved)
-    ]
-    subnets = connected_subnets(facts)
-
-    # (interface, provenance, interfaces with an equally good route)
-    candidates: list[tuple[str, str, tuple[str, ...]]] = []
+    peer_addresses = [(host, a) for host in peers for a in _addresses(host, resolved)]
     rejected: list[str] = []
-    if multi:
-        if OVERLAY in facts.interfaces:
-            candidates.append(
-                (OVERLAY, f"label {LABEL}=auto: {OVERLAY}, Backend.AI's multi-node overlay", ())
-            )
-        for address in hosts_addresses(facts.hosts, facts.hostname):
-            if ipaddress.ip_address(address).is_loopback:
-                continue
-            iface = own_interface(address, facts)
-            if iface is None:
-                rejected.append(
-                    f"{address} ({facts.hostname} in /etc/hosts) is not an address of this "
-                    "container"
-                )
-                continue
-            candidates.append((iface, (
-                f"label {LABEL}=auto: the interface holding {address}, the address of this "
-                f"container's host name {facts.hostname} in /etc/hosts"
-            ), ()))
+    candidates = _hosts_candidates(facts, rejected) if multi else []
     master_addresses = _addresses(master, resolved)
     for address in master_addresses:
         iface, ties = route_choice(address, facts)
         if iface and iface in facts.interfaces:
-            candidates.append(
-                (iface, f"label {LABEL}=auto: route to the master {master} ({address})", ties)
-            )
+            route = f"label {LABEL}=auto: route to the master {master} ({address})"
+            candidates.append((iface, route, ties))
+    chosen = _choose(candidates, rejected, multi, connected_subnets(facts), peer_addresses,
+                     master, out)
+    out.notes += [f"label {LABEL}=auto: not chosen: {reason}" for reason in rejected]
+    if peers and not peer_addresses:
+        out.notes.append(
+            f"label {LABEL}=auto: no peer's name resolved within {RESOLVE_SECONDS:g} s "
+            f"({', '.join(peers)}): the subnet rule was not checked"
+        )
+    if chosen is None and rejected:
+        out.warnings.append(
+            f"label {LABEL}=auto: no usable interface ({'; '.join(rejected)}); {_NOT_SET}")
+    elif chosen is None:
+        out.warnings.append(
+            f"label {LABEL}=auto: no interface routes to the master {master!r} "
+            f"(resolved: {', '.join(master_addresses) or 'not resolvable'}); {_NOT_SET}")
+    return resolved
 
-    chosen = None
+
+def _peers(ctx: Context) -> list[str]:
+    """The peers whose addresses the subnet rule checks: the master first (a user-set
+    ``MASTER_ADDR`` need not be a node; it is a peer all the same) unless it is this node,
+    then the other nodes in canonical order, at most :data:`MAX_PEERS`."""
+    topology, master = ctx.topology, ctx.master.addr
+    peers = [n.host for r, n in enumerate(topology.nodes) if r != topology.node_rank]
+    me = topology.this_node
+    if me is None or master.lower() != me.host.lower():
+        peers.insert(0, master)
+    return list(dict.fromkeys(peers))[:MAX_PEERS]
+
+
+def _hosts_candidates(facts: HostFacts, rejected: list[str]) -> list[Candidate]:
+    """The candidates before the route to the master: ``baimulti0``, then the interface
+    holding each address ``/etc/hosts`` gives the own host name (loopback skipped; an
+    address that is not this container's goes to ``rejected``)."""
+    candidates: list[Candidate] = []
+    if OVERLAY in facts.interfaces:
+        overlay = f"label {LABEL}=auto: {OVERLAY}, Backend.AI's multi-node overlay"
+        candidates.append((OVERLAY, overlay, ()))
+    for address in hosts_addresses(facts.hosts, facts.hostname):
+        if ipaddress.ip_address(address).is_loopback:
+            continue
+        iface = own_interface(address, facts)
+        if iface is None:
+            rejected.append(f"{address} ({facts.hostname} in /etc/hosts) is not an address "
+                            "of this container")
+            continue
+        candidates.append((iface, (
+            f"label {LABEL}=auto: the interface holding {address}, the address of this "
+            f"container's host name {facts.hostname} in /etc/hosts"), ()))
+    return candidates
+
+
+def _choose(candidates: list[Candidate], rejected: list[str], multi: bool,
+            subnets: dict[str, list[IPNetwork]], peer_addresses: list[tuple[str, str]],
+            master: str, out: Contribution) -> str | None:
+    """Set the first usable candidate (a warning when its route ties with another's); the
+    reasons the others before it were not usable go to ``rejected``. :returns: it, or
+    ``None``."""
     for iface, source, ties in candidates:
         reason = _unusable(iface, multi, subnets, peer_addresses)
         if reason:
             if reason not in rejected:
                 rejected.append(reason)
             continue
-        chosen = iface
         _set(out, iface, source)
         if ties:
             out.warnings.append(
@@ -382,34 +406,13 @@ def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[
                 f"{', '.join(ties)} have the same prefix and metric; took {iface}, the first "
                 "in the routing table, as the kernel does, but another node may list them in "
                 "another order and choose differently (NVIDIA/nccl#1581); give the routes "
-                "different metrics, or name the interface in the label"
-            )
-        break
-    out.notes += [f"label {LABEL}=auto: not chosen: {reason}" for reason in rejected]
-    if peers and not peer_addresses:
-        out.notes.append(
-            f"label {LABEL}=auto: no peer's name resolved within {RESOLVE_SECONDS:g} s "
-            f"({', '.join(peers)}): the subnet rule was not checked"
-        )
-    if chosen is None:
-        if rejected:
-            out.warnings.append(
-                f"label {LABEL}=auto: no usable interface ({'; '.join(rejected)}); {_NOT_SET}"
-            )
-        else:
-            out.warnings.append(
-                f"label {LABEL}=auto: no interface routes to the master {master!r} "
-                f"(resolved: {', '.join(master_addresses) or 'not resolvable'}); {_NOT_SET}"
-            )
-    return resolved
+                "different metrics, or name the interface in the label")
+        return iface
+    return None
 
 
-def _unusable(
-    iface: str,
-    multi: bool,
-    subnets: dict[str, list[IPNetwork]],
-    peer_addresses: list[tuple[str, str]],
-) -> str | None:
+def _unusable(iface: str, multi: bool, subnets: dict[str, list[IPNetwork]],
+              peer_addresses: list[tuple[str, str]]) -> str | None:
     """Why a candidate interface cannot carry the job's traffic, or ``None`` when it can."""
     if not multi:
         return None
@@ -422,15 +425,12 @@ def _unusable(
         return None
     shown = ", ".join(f"{host} {address}" for host, address in peer_addresses[:4])
     more = ", ..." if len(peer_addresses) > 4 else ""
-    return (
-        f"{iface}: its subnets ({', '.join(map(str, nets)) or 'none'}) hold none of the "
-        f"peers' addresses ({shown}{more})"
-    )
+    return (f"{iface}: its subnets ({', '.join(map(str, nets)) or 'none'}) hold none of the "
+            f"peers' addresses ({shown}{more})")
 
 
-def _hostname_warning(
-    hostname: str, resolved: dict[str, tuple[str, ...]], out: Contribution
-) -> None:
+def _hostname_warning(hostname: str, resolved: dict[str, tuple[str, ...]],
+                      out: Contribution) -> None:
     """gloo without an interface hint binds to what its host name resolves to."""
     addresses = _addresses(hostname, resolved)
     if not addresses:
@@ -438,11 +438,9 @@ def _hostname_warning(
             f"this container's host name {hostname!r} did not resolve within "
             f"{RESOLVE_SECONDS:g} s: gloo then binds to the loopback address 127.0.0.1 and "
             "advertises it to the other nodes, which cannot reach it; add the name to "
-            "/etc/hosts or set GLOO_SOCKET_IFNAME"
-        )
+            "/etc/hosts or set GLOO_SOCKET_IFNAME")
     elif all(ipaddress.ip_address(a).is_loopback for a in addresses):
         out.warnings.append(
             f"this container's host name {hostname!r} resolves only to loopback "
             f"({', '.join(addresses)}): gloo and NCCL would advertise it to the other "
-            "nodes, which cannot reach it; fix /etc/hosts or set GLOO_SOCKET_IFNAME"
-        )
+            "nodes, which cannot reach it; fix /etc/hosts or set GLOO_SOCKET_IFNAME")

@@ -30,9 +30,32 @@ Rules followed:
 
 from __future__ import annotations
 
-from derive_env.frameworks import Context, Contribution, node_rank_of, nodes_source, variable
+from derive_env.frameworks.context import (
+    COUNT_RANGE,
+    FOLLOWS,
+    HOST,
+    JOB,
+    NODE,
+    SHARED,
+    Context,
+    Contribution,
+    DerivedVariable,
+    node_rank_of,
+    nodes_source,
+    variable,
+)
+from derive_env.topology import ClusterTopology
 
 var = variable("pytorch")
+#: What each per-process variable is, for messages: with one process per node, and under a
+#: launcher's process layer.
+_WHAT = {
+    "RANK": ("this node's rank, one process per node", "this process's rank"),
+    "WORLD_SIZE": ("the number of processes, one per node", "the number of processes of the job"),
+    "LOCAL_RANK": ("the local rank of the one process per node", "this process's local rank"),
+    "LOCAL_WORLD_SIZE": ("the number of processes per node, one",
+                         "the number of processes on this node"),
+}
 
 
 def derive(ctx: Context) -> Contribution:
@@ -40,7 +63,7 @@ def derive(ctx: Context) -> Contribution:
     when the launcher started several per node (module docstring).
 
     :raises TopologyError: no source states the host of rank 0 and ``MASTER_ADDR`` is not
-        set (:func:`derive_env.frameworks.master_of`).
+        set (:func:`derive_env.frameworks.context.master_of`).
     """
     if ctx.topology.per_process:
         return _per_process(ctx)
@@ -49,25 +72,25 @@ def derive(ctx: Context) -> Contribution:
     node_rank, rank_src = node_rank_of(topo)
     out = Contribution()
     out.variables += [
-        # The topology's own values: a user-set MASTER_ADDR/PORT shows as kept over them.
-        var("MASTER_ADDR", master.derived_addr, master.derived_addr_source),
-        var("MASTER_PORT", master.derived_port, master.derived_port_source),
-        var("NODE_RANK", node_rank, rank_src),
-        *([var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes")]
+        *_master(ctx),
+        var("NODE_RANK", node_rank, rank_src, scope=NODE, what=_NODE_RANK),
+        *([var("PET_NNODES", topo.num_nodes, f"{nodes_src}: number of nodes", scope=JOB,
+               compare=COUNT_RANGE, what="the number of nodes")]
           if topo.num_nodes is not None else []),
-        var("PET_NODE_RANK", node_rank, rank_src),
-        var("PET_MASTER_ADDR", master.addr, f"same as MASTER_ADDR: {master.addr_source}"),
-        var("PET_MASTER_PORT", master.port, f"same as MASTER_PORT: {master.port_source}"),
+        var("PET_NODE_RANK", node_rank, rank_src, scope=NODE, what=_NODE_RANK),
+        var("PET_MASTER_ADDR", master.addr, f"same as MASTER_ADDR: {master.addr_source}",
+            scope=FOLLOWS, compare=HOST, leader="MASTER_ADDR"),
+        var("PET_MASTER_PORT", master.port, f"same as MASTER_PORT: {master.port_source}",
+            scope=FOLLOWS, leader="MASTER_PORT"),
     ]
     if policy.nproc_per_node is not None:
         out.variables.append(var(
-            "PET_NPROC_PER_NODE", policy.nproc_per_node, "label " + _alias("nproc_per_node")
-        ))
+            "PET_NPROC_PER_NODE", policy.nproc_per_node, "label " + _alias("nproc_per_node"),
+            scope=SHARED))
     elif topo.gpus_per_node:
         out.variables.append(var(
             "PET_NPROC_PER_NODE", topo.gpus_per_node,
-            f"{topo.inputs_of('gpus')}: GPU count of this container",
-        ))
+            f"{topo.inputs_of('gpus')}: GPU count of this container", scope=SHARED))
     elif not ctx.environ.get("PET_NPROC_PER_NODE"):
         out.notes.append(
             "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
@@ -75,44 +98,65 @@ def derive(ctx: Context) -> Contribution:
         )
     if policy.pytorch_mode == "process-per-container":
         mode = "label " + _alias("pytorch_mode")
-        out.variables += [
-            var("RANK", node_rank, f"{rank_src} ({mode}: one process per container)"),
-            var("WORLD_SIZE", topo.num_nodes, f"{nodes_src}: number of nodes ({mode})"),
-            var("LOCAL_RANK", 0, f"{mode}: one process per container"),
-            var("LOCAL_WORLD_SIZE", 1, f"{mode}: one process per container"),
-        ]
+        out.variables += _ranks(topo, {
+            "RANK": (node_rank, f"{rank_src} ({mode}: one process per container)"),
+            "WORLD_SIZE": (topo.num_nodes, f"{nodes_src}: number of nodes ({mode})"),
+            "LOCAL_RANK": (0, f"{mode}: one process per container"),
+            "LOCAL_WORLD_SIZE": (1, f"{mode}: one process per container")})
     elif topo.multi_node:
         # torchrun sets these per worker; a container-level value (set for the whole
         # session) is read by what runs without torchrun (Lightning, NePS, env://), so it
         # must describe the one layout a container-level value can: one process per node.
         why = "torchrun mode: not set, torchrun sets it per worker; at container level only " \
               "one process per node fits"
-        out.checks += [
-            var("RANK", node_rank, why),
-            var("WORLD_SIZE", topo.num_nodes, why),
-            var("LOCAL_RANK", 0, why),
-            var("LOCAL_WORLD_SIZE", 1, why),
-        ]
+        out.checks += _ranks(topo, {"RANK": (node_rank, why), "WORLD_SIZE": (topo.num_nodes, why),
+                                    "LOCAL_RANK": (0, why), "LOCAL_WORLD_SIZE": (1, why)})
     return out
+
+
+_NODE_RANK = "this node's node rank"
+
+
+def _master(ctx: Context) -> list[DerivedVariable]:
+    """``MASTER_ADDR``/``MASTER_PORT``: the topology's own values, so that a user-set one
+    shows as kept over them."""
+    master = ctx.master
+    return [
+        var("MASTER_ADDR", master.derived_addr, master.derived_addr_source, scope=SHARED,
+            compare=HOST),
+        var("MASTER_PORT", master.derived_port, master.derived_port_source, scope=SHARED),
+    ]
+
+
+def _ranks(
+    topo: ClusterTopology, values: dict[str, tuple[object, str]]
+) -> list[DerivedVariable]:
+    """The per-process variables (keys of :data:`_WHAT`) from name -> (value, provenance),
+    in the order given. ``RANK`` identifies the process; the others are the same on every
+    node of one process per node, and are checked with the job's sizes."""
+    layer = int(topo.processes is not None)
+    return [
+        var(name, value, provenance, scope=NODE if name == "RANK" else JOB,
+            what=_WHAT[name][layer])
+        for name, (value, provenance) in values.items()
+    ]
 
 
 def _per_process(ctx: Context) -> Contribution:
     """One worker per process: the launcher's process layer (module docstring)."""
-    topo, master = ctx.topology, ctx.master
+    topo = ctx.topology
     layout = topo.processes
     assert layout is not None  # per_process
     src = topo.inputs_of("processes")
     out = Contribution()
-    out.variables += [
-        var("MASTER_ADDR", master.derived_addr, master.derived_addr_source),
-        var("MASTER_PORT", master.derived_port, master.derived_port_source),
-        var("RANK", layout.rank, f"{src}: rank"),
-        var("LOCAL_RANK", layout.local_rank, f"{src}: local rank"),
-        var("WORLD_SIZE", layout.world_size, f"{src}: world size"),
-        var("LOCAL_WORLD_SIZE", layout.local_world_size, f"{src}: local world size"),
-    ]
+    out.variables += [*_master(ctx), *_ranks(topo, {
+        "RANK": (layout.rank, f"{src}: rank"),
+        "LOCAL_RANK": (layout.local_rank, f"{src}: local rank"),
+        "WORLD_SIZE": (layout.world_size, f"{src}: world size"),
+        "LOCAL_WORLD_SIZE": (layout.local_world_size, f"{src}: local world size")})]
     if topo.node_rank is not None:
-        out.variables.append(var("NODE_RANK", topo.node_rank, topo.inputs_of("node_rank")))
+        out.variables.append(var("NODE_RANK", topo.node_rank, topo.inputs_of("node_rank"),
+                                 scope=NODE, what=_NODE_RANK))
     else:
         out.notes.append(
             "NODE_RANK not set: no source states which node this process is on (the "

@@ -13,7 +13,8 @@ cluster_resolver/tfconfig_cluster_resolver.py):
   the spec), and a training task whose spec listed it would count it in collective groups
   and try to reach it.
 * Only for more than one node: a single container trains locally without TF_CONFIG.
-* JSON built as data, serialised compactly; IPv6 hosts bracketed (``[2001:db8::1]:2222``).
+* Built as a :class:`derive_env.tf_config.TFConfig`, serialised compactly; IPv6 hosts
+  bracketed (``[2001:db8::1]:2222``).
 
 Role mapping: label ``ai.backend.distributed.tensorflow-roles`` maps the cluster manager's
 roles to task types (``main:chief,sub:worker``); default every node a ``worker``. Nodes are
@@ -31,20 +32,26 @@ states only its own node's) TF_CONFIG cannot be built: an error says so.
 
 from __future__ import annotations
 
-import json
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 from derive_env.errors import LabelError, TopologyError, describe
-from derive_env.frameworks import (
+from derive_env.frameworks.context import (
+    JSON,
+    NODE,
     Context,
     Contribution,
     framework_port,
     node_rank_of,
+    port_label,
     variable,
 )
 from derive_env.hosts import host_port
 from derive_env.labels import PREFIX
 from derive_env.topology import ClusterTopology
+
+if TYPE_CHECKING:
+    from derive_env.tf_config import TFConfig
 
 ROLES_LABEL = PREFIX + "tensorflow-roles"
 #: key order of ``cluster`` in the emitted JSON.
@@ -90,19 +97,31 @@ def task_types(topology: ClusterTopology, roles: tuple[tuple[str, str], ...] | N
 
 def tf_config(
     topology: ClusterTopology, types: list[str], port: int, node_rank: int | None = None
-) -> dict[str, object]:
-    """The TF_CONFIG object of this container or process (before serialisation).
+) -> TFConfig:
+    """The TF_CONFIG of this container or process.
 
     :param types: task type per node in canonical order (see :func:`task_types`).
     :param port: the TensorFlow server port (TCP) on every node; with several processes
         per node, process ``l`` of a node listens on ``port + l`` (module docstring).
     :param node_rank: this node's rank (default: the topology's).
+    :raises LabelError: as :func:`_per_process_cluster`.
     """
+    from derive_env.tf_config import Task, TFConfig  # only when a TF_CONFIG is built
+
     if node_rank is None:
         node_rank = topology.node_rank or 0
     layout = topology.processes
+    own_type = types[node_rank]
     if topology.per_process and layout is not None and layout.tasks_per_node:
-        return _per_process_config(topology, types, port, node_rank, layout.tasks_per_node)
+        cluster, index = _per_process_cluster(topology, types, port, node_rank,
+                                              layout.tasks_per_node)
+    else:
+        cluster, index = _cluster(topology, types, port), types[:node_rank].count(own_type)
+    return TFConfig(cluster=cluster, task=Task(type=own_type, index=index))
+
+
+def _cluster(topology: ClusterTopology, types: list[str], port: int) -> dict[str, list[str]]:
+    """One task per node: ``host:port`` per type, in node order, the evaluator left out."""
     suffix = f":{port}"
     # Once per node at every container start (4096 nodes benchmarked): one string per host,
     # a call only for an IPv6 literal (host_port brackets it); Node is a named tuple, 0 host.
@@ -115,20 +134,22 @@ def tf_config(
         for address, task_type in zip(addresses, types, strict=True):
             if task_type in members:  # not the evaluator
                 members[task_type].append(address)
-    cluster = {t: hosts for t, hosts in members.items() if hosts}
-    own_type = types[node_rank]
-    index = types[:node_rank].count(own_type)
-    return {"cluster": cluster, "task": {"type": own_type, "index": index}}
+    return {t: hosts for t, hosts in members.items() if hosts}
 
 
-def _per_process_config(
+def _per_process_cluster(
     topology: ClusterTopology, types: list[str], port: int, node_rank: int,
     tasks: tuple[int, ...],
-) -> dict[str, object]:
-    """One TF task per process (module docstring): ``host:port+l`` node by node."""
+) -> tuple[dict[str, list[str]], int]:
+    """One TF task per process (module docstring): ``host:port+l`` node by node; the
+    cluster and this process's index.
+
+    :raises LabelError: the ports of a node's processes go past 65535; a chief or evaluator
+        node runs more than one process.
+    """
     if port + max(tasks) - 1 > 65535:
         raise LabelError(describe(
-            f"label {PREFIX}tensorflow-port", str(port),
+            f"label {port_label('tensorflow')}", str(port),
             f"a port that leaves {max(tasks)} consecutive ports (one per process of a node) "
             "below 65536"))
     layout = topology.processes
@@ -148,13 +169,19 @@ def _per_process_config(
                 f"label {ROLES_LABEL}", ",".join(sorted(set(types))),
                 f"at most one {single} task: its node runs {tasks[types.index(single)]} "
                 "processes, each a task of the node's type"))
-    cluster = {t: hosts for t, hosts in members.items() if hosts}
-    return {"cluster": cluster, "task": {"type": own_type, "index": index}}
+    return {t: hosts for t, hosts in members.items() if hosts}, index
+
+
+def _width(topo: ClusterTopology) -> int:
+    """TensorFlow's ports per host: the most processes a node runs (one per node: 1)."""
+    layout = topo.processes
+    return max(layout.tasks_per_node) if (
+        topo.per_process and layout is not None and layout.tasks_per_node) else 1
 
 
 def _clear_of_others(ctx: Context, port: int, source: str) -> tuple[int, str]:
-    """TensorFlow's ports (``port`` .. ``port + processes per node - 1``) clear of the JAX
-    coordinator's and the master port on the same hosts.
+    """TensorFlow's ports (``port`` .. ``port + processes per node - 1``) clear of the ports
+    the image's other frameworks serve on the same hosts (:meth:`Context.ports_taken`).
 
     A clash with ports the manager's policy derived moves TensorFlow's block just above the
     others (the same move on every node: it depends only on shared values); a clash with a
@@ -162,55 +189,31 @@ def _clear_of_others(ctx: Context, port: int, source: str) -> tuple[int, str]:
 
     :raises LabelError: the ``tensorflow-port`` label's ports hold another framework's port.
     """
-    topo, policy = ctx.topology, ctx.policy
-    layout = topo.processes
-    width = max(layout.tasks_per_node) if (
-        topo.per_process and layout is not None and layout.tasks_per_node) else 1
-    taken: dict[int, str] = {}
-    if "jax" in policy.frameworks:
-        jax_port, jax_src = framework_port(ctx, "jax", "jax_port", f"default ({policy.jax_port})")
-        taken[jax_port] = f"the JAX coordinator's ({jax_src})"
-    if "pytorch" in policy.frameworks or "MASTER_PORT" in topo.preset:
-        taken[ctx.master.port] = f"the master port ({ctx.master.port_source})"
+    width = _width(ctx.topology)
+    taken = ctx.ports_taken("tensorflow")
     clash = sorted(p for p in taken if port <= p < port + width)
     if not clash:
         return port, source
-    if policy.label_or_default("tensorflow_port") != "default" or ctx.job_ports is None:
+    label = port_label("tensorflow")
+    if ctx.policy.port_provenance("tensorflow") != "default" or ctx.job_ports is None:
         raise LabelError(describe(
-            f"label {PREFIX}tensorflow-port", str(port),
+            f"label {label}", str(port),
             f"a port whose {width} TensorFlow port(s) on a host ({port}-{port + width - 1}) "
             f"do not hold {taken[clash[0]]} port {clash[0]}"))
     moved = max(taken) + 1
     if moved + width - 1 > 65535:
         raise TopologyError(
             f"TensorFlow needs {width} port(s) per host clear of {', '.join(map(str, taken))}"
-            f" and none fit below 65536: set label {PREFIX}tensorflow-port")
+            f" and none fit below 65536: set label {label}")
     return moved, f"{source}, moved above {', '.join(map(str, sorted(taken)))} (taken)"
 
 
-def derive(ctx: Context) -> Contribution:
-    """``TF_CONFIG`` for this container, when the session has more than one node."""
-    topo, policy = ctx.topology, ctx.policy
-    out = Contribution()
-    layout = topo.processes
-    if not topo.multi_node and not topo.per_process:
-        out.notes.append("TF_CONFIG not set: single-container session (TensorFlow trains locally)")
-        return out
-    if not topo.nodes or (topo.per_process and not (layout and layout.tasks_per_node)):
-        what = ("the processes of every node (the launcher states only this node's: "
-                f"{topo.inputs_of('processes')})" if topo.nodes else "the hosts of every node")
-        raise TopologyError(
-            f"TF_CONFIG cannot be built: it lists every task's host:port, and no source "
-            f"states {what}. {topo.missing or ''} Run the job under a launcher that states "
-            "every node's processes (srun: SLURM_STEP_TASKS_PER_NODE), or set TF_CONFIG "
-            "yourself".replace("  ", " "))
-    node_rank, rank_src = node_rank_of(topo)
-    types = task_types(topo, policy.tensorflow_roles)
-    port, port_src = framework_port(ctx, "tensorflow", "tensorflow_port",
-                                    f"default ({policy.tensorflow_port})")
-    port, port_src = _clear_of_others(ctx, port, port_src)
-    width = max(layout.tasks_per_node) if (
-        topo.per_process and layout is not None and layout.tasks_per_node) else 1
+def _port(ctx: Context, out: Contribution) -> tuple[int, str]:
+    """TensorFlow's first port and its provenance; a warning when the step's reserved ports
+    do not cover all of this node's TensorFlow ports."""
+    topo = ctx.topology
+    port, port_src = _clear_of_others(ctx, *framework_port(ctx, "tensorflow"))
+    width = _width(topo)
     unreserved = [p for p in range(port, port + width) if p not in topo.reserved_ports]
     if topo.reserved_ports and port in topo.reserved_ports and unreserved:
         out.warnings.append(
@@ -218,24 +221,70 @@ def derive(ctx: Context) -> Contribution:
             f"node, from {port}) are not among the step's reserved ports "
             f"({topo.inputs_of('ports')}: {', '.join(map(str, topo.reserved_ports))}): another "
             "step on the node may hold them; reserve more (srun --resv-ports) or set label "
-            f"{PREFIX}tensorflow-port")
+            f"{port_label('tensorflow')}")
+    return port, port_src
+
+
+def _unbuildable(topo: ClusterTopology) -> TopologyError | None:
+    """Why TF_CONFIG cannot be built: no source states every node's host, or, with a
+    process per task, every node's processes."""
+    layout = topo.processes
+    if topo.nodes and not (topo.per_process and not (layout and layout.tasks_per_node)):
+        return None
+    what = ("the processes of every node (the launcher states only this node's: "
+            f"{topo.inputs_of('processes')})" if topo.nodes else "the hosts of every node")
+    return TopologyError(
+        f"TF_CONFIG cannot be built: it lists every task's host:port, and no source "
+        f"states {what}. {topo.missing or ''} Run the job under a launcher that states "
+        "every node's processes (srun: SLURM_STEP_TASKS_PER_NODE), or set TF_CONFIG "
+        "yourself".replace("  ", " "))
+
+
+def derive(ctx: Context) -> Contribution:
+    """``TF_CONFIG`` for this container, when the session has more than one node.
+
+    :raises TopologyError: TF_CONFIG cannot be built (:func:`_unbuildable`), or TensorFlow's
+        ports fit nowhere (:func:`_clear_of_others`).
+    :raises LabelError: bad ``tensorflow-roles`` or ``tensorflow-port`` labels.
+    """
+    topo, policy = ctx.topology, ctx.policy
+    out = Contribution()
+    if not topo.multi_node and not topo.per_process:
+        out.notes.append("TF_CONFIG not set: single-container session (TensorFlow trains locally)")
+        return out
+    error = _unbuildable(topo)
+    if error is not None:
+        raise error
+    node_rank, rank_src = node_rank_of(topo)
+    types = task_types(topo, policy.tensorflow_roles)
+    port, port_src = _port(ctx, out)
     config = tf_config(topo, types, port, node_rank)
     roles_src = policy.label_or_default("tensorflow_roles")
     per = (f"; one task per process ({topo.inputs_of('processes')}), port + local rank"
            if topo.per_process else "")
-    source = (
+    provenance = (
         f"nodes: {topo.inputs_of('nodes')} in canonical order; this task: node rank from "
         f"{rank_src}{per}; port {port} from {port_src}; roles from "
         f"{roles_src if roles_src != 'default' else 'default (every node a worker)'}"
     )
-    out.variables.append(var("TF_CONFIG", json.dumps(config, separators=(",", ":")), source))
-    out.notes.append("TensorFlow roles -> tasks:")
-    # A 4096-node table helps nobody: beyond 16 nodes, the first of each type and this one.
+    out.variables.append(var("TF_CONFIG", config.to_json(), provenance, scope=NODE,
+                             compare=JSON, what="this node's TF_CONFIG"))
+    out.notes += _task_notes(topo, types, node_rank, config.task.index)
+    return out
+
+
+def _task_notes(
+    topo: ClusterTopology, types: list[str], node_rank: int, own_index: int
+) -> list[str]:
+    """The ``--explain`` table of roles -> tasks (beyond 16 nodes, the first node of each
+    type and this one: a 4096-node table helps nobody)."""
+    notes = ["TensorFlow roles -> tasks:"]
     if topo.num_nodes <= 16:
         shown = range(topo.num_nodes)
     else:
         firsts = {types.index(t) for t in set(types)}
         shown = sorted(firsts | {node_rank})
+    layout = topo.processes
     tasks = layout.tasks_per_node if topo.per_process and layout is not None else None
     for rank in shown:
         node, task_type = topo.nodes[rank], types[rank]
@@ -243,10 +292,9 @@ def derive(ctx: Context) -> Contribution:
         if tasks:  # one task per process: this node's tasks are a range of indices
             first = sum(c for t, c in zip(types[:rank], tasks, strict=False) if t == task_type)
             index = f"{first}-{first + tasks[rank] - 1}" if tasks[rank] > 1 else str(first)
-            mark = (f"  <- this process: {task_type} {config['task']['index']}"  # type: ignore[index]
-                    if rank == node_rank else "")
+            mark = f"  <- this process: {task_type} {own_index}" if rank == node_rank else ""
         else:
             index = str(types[:rank].count(task_type))
             mark = "  <- this container" if rank == node_rank else ""
-        out.notes.append(f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}")
-    return out
+        notes.append(f"  {node.role or '-'}: {node.host} -> {task_type} {index}{aside}{mark}")
+    return notes

@@ -141,5 +141,5 @@ def _variable_lines(derivation: Derivation) -> list[str]:
             same = "same as derived" if var.derived == var.value else f"derived: {var.derived}"
             lines.append(f"{'':<{width}}   kept: already set ({same})")
         else:
-            lines.append(f"{'':<{width}}   source: {var.source}")
+            lines.append(f"{'':<{width}}   source: {var.provenance}")
     return lines

@@ -24,7 +24,7 @@ from derive_env.validation import static_count
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
 #: multi-node or multi-process topology, with the value a single container has. Checked only
 #: when no cluster manager stated the nodes: inside a session they are user values
-#: (contract section 6, :mod:`derive_env.environ`).
+#: (contract section 6, :mod:`derive_env.merge`).
 _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "PET_NODE_RANK": 0, "GROUP_RANK": 0}
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from derive_env.errors import TopologyError
-from derive_env.frameworks import Context, pytorch
+from derive_env.frameworks import pytorch
+from derive_env.frameworks.context import Context
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.policy import ImagePolicy
@@ -127,99 +127,10 @@ def test_nproc_sources(backendai_env, opt_in) -> None:
     by_label = derive(env, {**opt_in, NPROC: "4"})
     by_gpus = derive(env, opt_in)
     assert by_label is not None and by_gpus is not None
-    src = {v.name: v.source for v in by_label.variables}
+    src = {v.name: v.provenance for v in by_label.variables}
     assert src["PET_NPROC_PER_NODE"] == "label ai.backend.distributed.nproc-per-node"
-    src = {v.name: v.source for v in by_gpus.variables}
+    src = {v.name: v.provenance for v in by_gpus.variables}
     assert src["PET_NPROC_PER_NODE"] == "GPU_COUNT: GPU count of this container"
-
-
-@pytest.mark.parametrize(("extra", "labels", "port", "source"), [
-    ({}, {}, "29500", "default (29500, PyTorch's)"),
-    ({}, {PREFIX + "master-port": "23456"}, "23456", "label ai.backend.distributed.master-port"),
-    ({"BACKENDAI_DIST_MASTER_PORT": "34567"}, {PREFIX + "master-port": "23456"}, "34567",
-     "BACKENDAI_DIST_MASTER_PORT"),
-])
-def test_master_port_precedence(backendai_env, opt_in, extra, labels, port, source) -> None:
-    env = {**backendai_env(["main1", "sub1"], "sub1"), **extra}
-    derivation = derive(env, {**opt_in, **labels})
-    assert derivation is not None
-    got = {v.name: v for v in derivation.variables}
-    assert got["MASTER_PORT"].value == port
-    assert got["PET_MASTER_PORT"].value == port
-    assert got["MASTER_PORT"].source == source
-    assert got["PET_MASTER_PORT"].source == f"same as MASTER_PORT: {source}"
-
-
-def test_user_master_port_beats_everything(backendai_env, opt_in) -> None:
-    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_PORT": "45678",
-           "BACKENDAI_DIST_MASTER_PORT": "34567"}
-    derivation = derive(env, {**opt_in, PREFIX + "master-port": "23456"})
-    assert derivation is not None
-    got = {v.name: v for v in derivation.variables}
-    assert (got["MASTER_PORT"].value, got["MASTER_PORT"].kept) == ("45678", True)
-    assert got["MASTER_PORT"].derived == "34567"  # what the topology alone gives
-    assert got["PET_MASTER_PORT"].value == "45678"
-    assert got["PET_MASTER_PORT"].source == "same as MASTER_PORT: MASTER_PORT (already set)"
-
-
-def test_user_master_addr_and_port_kept_and_fed(backendai_env) -> None:
-    env = {**backendai_env(["sub1", "main1"], "sub1"),
-           "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "1111"}
-    derivation = derive(env, {PREFIX + "frameworks": "pytorch,jax"})
-    assert derivation is not None
-    got = {v.name: v for v in derivation.variables}
-    assert got["MASTER_ADDR"].kept and got["MASTER_ADDR"].value == "10.1.2.3"
-    assert got["MASTER_ADDR"].derived == "main1"  # reported as overridden
-    assert got["MASTER_PORT"].kept and got["MASTER_PORT"].value == "1111"
-    assert got["MASTER_PORT"].derived == "29500"
-    assert got["PET_MASTER_ADDR"].value == "10.1.2.3"
-    assert not got["PET_MASTER_ADDR"].kept
-    assert got["PET_MASTER_PORT"].value == "1111"
-    assert got["JAX_COORDINATOR_ADDRESS"].value == "10.1.2.3:1234"
-    changes = derivation.changes()
-    assert "MASTER_ADDR" not in changes and "MASTER_PORT" not in changes
-    assert changes["PET_MASTER_ADDR"] == "10.1.2.3"
-    assert changes["PET_MASTER_PORT"] == "1111"
-
-
-def test_user_master_addr_host_name_fed(backendai_env, opt_in) -> None:
-    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_ADDR": "rdzv.example.org"}
-    got = pytorch_vars(env, opt_in)
-    assert got["MASTER_ADDR"] == got["PET_MASTER_ADDR"] == "rdzv.example.org"
-    assert got["MASTER_PORT"] == "29500"
-
-
-def test_empty_user_master_addr_counts_as_unset(backendai_env, opt_in) -> None:
-    env = {**backendai_env(["sub1", "main1"], "sub1"), "MASTER_ADDR": "", "MASTER_PORT": ""}
-    derivation = derive(env, opt_in)
-    assert derivation is not None
-    assert derivation.changes()["MASTER_ADDR"] == "main1"
-    assert derivation.changes()["MASTER_PORT"] == "29500"
-
-
-@pytest.mark.parametrize("value", ["abc", "0", "70000", " 29500", "29500 ", "-1", "0x10"])
-def test_malformed_user_master_port(backendai_env, opt_in, value: str) -> None:
-    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_PORT": value}
-    with pytest.raises(TopologyError) as info:
-        derive(env, opt_in)
-    assert str(info.value) == f"MASTER_PORT={value!r}: expected a port number 1-65535"
-    assert info.value.exit_code == 3
-
-
-@pytest.mark.parametrize(("value", "expected"), [
-    ("main_1", "a host name (letters, digits, '-' and '.') or an IP address"),
-    ("main1:29500", "a host name or an IP address (IPv6 without brackets, no port)"),
-    ("[2001:db8::1]", "a host name or an IP address (IPv6 without brackets, no port)"),
-    ("fe80::1%eth0",
-     "a host name or an IP address without a zone; link-local IPv6 addresses with a zone "
-     "(fe80::...%eth0) cannot be carried in host:port values, use a global or unique-local "
-     "address or a host name"),
-])
-def test_malformed_user_master_addr(backendai_env, opt_in, value: str, expected: str) -> None:
-    env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_ADDR": value}
-    with pytest.raises(TopologyError) as info:
-        derive(env, opt_in)
-    assert str(info.value) == f"MASTER_ADDR={value!r}: expected {expected}"
 
 
 def test_pytorch_module_directly(backendai_env) -> None:

@@ -70,7 +70,7 @@ def test_user_coordinator_kept(backendai_env) -> None:
 def test_sources_and_note(backendai_env) -> None:
     derivation = derive(backendai_env(["main1", "sub1"], "sub1"), JAX)
     assert derivation is not None
-    got = {v.name: v.source for v in derivation.variables}
+    got = {v.name: v.provenance for v in derivation.variables}
     assert got["JAX_COORDINATOR_ADDRESS"] == (
         "master address (BACKENDAI_CLUSTER_HOSTS + BACKENDAI_CLUSTER_REPLICAS: node rank 0 in "
         "canonical order) + port from default (1234)"

@@ -2,18 +2,25 @@
 
 Rules (contract section 6). A cluster manager copies a session's user-defined variables
 unchanged into EVERY container (Backend.AI's launcher spreads the session environment into
-each container's), so a value already in the environment is the same on every node:
+each container's), so a value already in the environment is the same on every node. Each
+variable states its scope where its framework builds it
+(:func:`derive_env.frameworks.context.variable`), and a user-set value is judged by it:
 
-* Values that are the same on every node (:data:`SESSION_WIDE`: the master address and port,
-  ``PET_NPROC_PER_NODE``, the JAX coordinator, the socket interface): a non-empty user-set
-  value wins and is reported as kept. The frameworks already fed it to what derives from it
-  (:func:`derive_env.frameworks.master_of`); the followers (:data:`FOLLOWS`,
-  ``PET_MASTER_*``) must then agree with it. A loopback master address in a session of more
-  than one node is an error, a master that is another node than node rank 0 too (node rank
-  0 serves the rendezvous), and a host name that is not a node of the session a warning.
-* Values that identify the node or size the job (:data:`IDENTITY`): kept when equal to the
-  derived value (compared as data: ``01`` is 1, ``3:3`` nodes is 3, ``TF_CONFIG`` as JSON);
-  a different value is an error naming the variable, both values and why.
+* :data:`~derive_env.frameworks.context.SHARED` (the same on every node: the master address
+  and port, ``PET_NPROC_PER_NODE``, the JAX coordinator, the socket interface): a non-empty
+  user-set value wins and is reported as kept. The frameworks already fed it to what
+  derives from it (:func:`derive_env.frameworks.context.master_of`).
+* :data:`~derive_env.frameworks.context.FOLLOWS` (``PET_MASTER_*``): must agree with its
+  leader's value.
+* :data:`~derive_env.frameworks.context.JOB` (sizes the job) and
+  :data:`~derive_env.frameworks.context.NODE` (identifies the node or process): kept when
+  equal to the derived value, compared as data by the variable's comparison (``01`` is 1,
+  ``3:3`` nodes is 3, ``TF_CONFIG`` as JSON); a different value is an error naming the
+  variable, both values and why.
+* A variable naming the host of rank 0 (comparison ``HOST`` or ``ADDRESS``): in a session of
+  more than one node, a loopback address is an error, a master that is another node than
+  node rank 0 too (node rank 0 serves the rendezvous), and a host name that is not a node of
+  the session a warning.
 
 An empty value counts as unset, as torch's ``env://`` rendezvous treats it.
 """
@@ -24,49 +31,22 @@ import json
 from collections.abc import Mapping, Sequence
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.frameworks import DerivedVariable
+from derive_env.frameworks.context import (
+    ADDRESS,
+    COUNT_RANGE,
+    FOLLOWS,
+    HOST,
+    INTEGER,
+    JOB,
+    JSON,
+    NODE,
+    SHARED,
+    DerivedVariable,
+)
 from derive_env.hosts import is_ip, is_loopback
 from derive_env.topology import ClusterTopology
 from derive_env.validation import count_of, static_count
 
-#: Same on every node: a user-set value wins (and the frameworks feed it to its dependents).
-SESSION_WIDE = frozenset({
-    "MASTER_ADDR", "MASTER_PORT", "PET_NPROC_PER_NODE", "JAX_COORDINATOR_ADDRESS",
-    "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
-})
-#: Derived from a session-wide value: a user-set one must agree with it (follower -> leader).
-FOLLOWS = {"PET_MASTER_ADDR": "MASTER_ADDR", "PET_MASTER_PORT": "MASTER_PORT"}
-#: Identify this node (differ between nodes) or size the job (same on every node): a user-set
-#: value must equal the derived one. Value: what the variable is, for messages.
-IDENTITY = {
-    "NODE_RANK": "this node's node rank",
-    "PET_NODE_RANK": "this node's node rank",
-    "RANK": "this node's rank, one process per node",
-    "JAX_PROCESS_ID": "this node's JAX process id (one process per node)",
-    "TF_CONFIG": "this node's TF_CONFIG",
-    "PET_NNODES": "the number of nodes",
-    "WORLD_SIZE": "the number of processes, one per node",
-    "LOCAL_RANK": "the local rank of the one process per node",
-    "LOCAL_WORLD_SIZE": "the number of processes per node, one",
-    "JAX_NUM_PROCESSES": "the number of JAX processes, one per node",
-    "JAX_LOCAL_DEVICE_IDS": "this process's share of the node's GPUs",
-}
-#: The same, for a topology with a process layer (a launcher started the processes).
-PROCESS_IDENTITY = {
-    **IDENTITY,
-    "RANK": "this process's rank",
-    "WORLD_SIZE": "the number of processes of the job",
-    "LOCAL_RANK": "this process's local rank",
-    "LOCAL_WORLD_SIZE": "the number of processes on this node",
-    "JAX_PROCESS_ID": "this process's JAX process id (one per process)",
-    "JAX_NUM_PROCESSES": "the number of JAX processes, one per process",
-}
-#: The identity variables whose value differs between nodes: set for the whole session, it
-#: is right on at most one node.
-PER_NODE = frozenset({"NODE_RANK", "PET_NODE_RANK", "RANK", "JAX_PROCESS_ID", "TF_CONFIG",
-                      "JAX_LOCAL_DEVICE_IDS"})
-#: Variables holding the master's address (JAX's as ``host:port``).
-_ADDRESSES = ("MASTER_ADDR", "PET_MASTER_ADDR", "JAX_COORDINATOR_ADDRESS")
 _FIX = "set label ai.backend.distributed.on-error=warn to run the command unchanged"
 
 
@@ -109,33 +89,48 @@ def _json(value: str) -> object:
         return ValueError  # a sentinel no parsed document equals
 
 
-def same_value(name: str, user: str, derived: str) -> bool:
-    """Whether a user-set ``name=user`` states the same as derive-env's ``derived``.
+def _same_tf_config(user: object, derived: object) -> bool:
+    """Two parsed JSON documents state the same ``TF_CONFIG``, both read with its model."""
+    from derive_env.tf_config import TFConfig  # only when a user set TF_CONFIG
 
-    Compared as data: integers numerically (``01`` = ``1``, blanks around ignored, as
-    ``int()`` in torch and user code does), ``PET_NNODES`` as torchrun reads it (``3:3`` =
-    ``3``), ``TF_CONFIG`` as parsed JSON (key order and blanks do not matter), host names
-    without regard to case; anything else as text.
+    mine = TFConfig.read(user)
+    return mine is not None and mine == TFConfig.read(derived)
+
+
+def same_value(compare: str, user: str, derived: str) -> bool:
+    """Whether a user-set value states the same as derive-env's ``derived``.
+
+    :param compare: the variable's comparison (:class:`DerivedVariable`): integers
+        numerically (``01`` = ``1``, blanks around ignored, as ``int()`` in torch and user
+        code does), else as text; ``COUNT_RANGE`` as torchrun reads it (``3:3`` = ``3``);
+        ``JSON`` as a parsed ``TF_CONFIG`` (key order and blanks do not matter, the index
+        is a JSON integer: :mod:`derive_env.tf_config`); ``HOST`` without regard to case,
+        ``ADDRESS`` too, its port as an integer.
     """
     if user == derived:
         return True
-    if name == "TF_CONFIG":
-        return _json(user) == _json(derived)
-    if name == "PET_NNODES":
+    if compare == JSON:
+        return _same_tf_config(_json(user), _json(derived))
+    if compare == COUNT_RANGE:
         return static_count(user) is not None and static_count(user) == static_count(derived)
-    if name in ("PET_MASTER_ADDR", "MASTER_ADDR"):
+    if compare == HOST:
         return user.strip().lower() == derived.lower()
+    if compare == ADDRESS:
+        return (_host_of(compare, user).lower() == _host_of(compare, derived).lower()
+                and same_value(INTEGER, user.rpartition(":")[2], derived.rpartition(":")[2]))
     number = count_of(user)
     return number is not None and number == count_of(derived)
 
 
 def _tf_difference(user: str, derived: str) -> str:
-    """Which part of a user-set TF_CONFIG differs, for the message."""
+    """Which part of a user-set TF_CONFIG differs, for the message: each part is read with
+    the other taken from the derived document."""
     document = _json(user)
     if not isinstance(document, dict):
         return "it is not a JSON object"
     expected = json.loads(derived)
-    parts = [key for key in ("cluster", "task") if document.get(key) != expected[key]]
+    parts = [key for key in ("cluster", "task") if key not in document
+             or not _same_tf_config({**expected, key: document[key]}, expected)]
     extra = sorted(set(document) - {"cluster", "task"})
     if extra:
         parts.append("extra keys " + ", ".join(shorten(k, 40) for k in extra[:3]))
@@ -146,12 +141,11 @@ def _tf_difference(user: str, derived: str) -> str:
 
 def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> TopologyError:
     derived = var.derived or ""
-    table = PROCESS_IDENTITY if topology.processes is not None else IDENTITY
-    if var.name in PER_NODE:
+    if var.scope == NODE:
         why = (
             "a value set for the whole session is copied into every container, so it is "
             "right on at most one node" + (
-                "" if var.name == "TF_CONFIG" else " and two nodes would claim the same rank"
+                "" if var.compare == JSON else " and two nodes would claim the same rank"
             )
         )
     else:
@@ -161,21 +155,32 @@ def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> Topology
             "sizes the job wrongly on every node (each would train alone or wait for "
             "processes that never come)"
         )
-    if var.name == "TF_CONFIG":
+    if var.compare == JSON:
         detail = f" ({_tf_difference(var.value, derived)})"
     else:
-        detail = f" ({shorten(var.source, 160)})"
+        detail = f" ({shorten(var.provenance, 160)})"
     return TopologyError(
-        describe(var.name, var.value, f"{shorten(derived)!r}, {table[var.name]}{detail}")
+        describe(var.name, var.value, f"{shorten(derived)!r}, {var.what}{detail}")
         + f": {why}. Remove {var.name} from the session's environment (derive-env "
         f"derives it on every node), or {_FIX}"
     )
 
 
-def _host_of(name: str, value: str) -> str:
-    """The host part of an address variable (JAX's ``host:port``, IPv6 bracketed)."""
+def _follower_error(var: DerivedVariable) -> TopologyError:
+    leader = var.leader
+    return TopologyError(describe(
+        var.name, var.value,
+        f"{var.derived or ''!r}, the same as {leader} ({shorten(var.provenance, 160)}): "
+        f"torchrun would meet at {shorten(var.value, 80)} while init_process_group and "
+        f"Lightning use {leader}. Set {leader} instead (derive-env derives "
+        f"{var.name} from it), or both to the same value",
+    ))
+
+
+def _host_of(compare: str, value: str) -> str:
+    """The host part of an address variable (``host:port`` for ADDRESS, IPv6 bracketed)."""
     value = value.strip()
-    if name != "JAX_COORDINATOR_ADDRESS":
+    if compare != ADDRESS:
         return value
     if value.startswith("["):
         return value[1:].partition("]")[0]
@@ -186,7 +191,7 @@ def _address_problem(
     var: DerivedVariable, topology: ClusterTopology
 ) -> tuple[TopologyError | None, str | None]:
     """A user-set master address in a session of more than one node: (error, warning)."""
-    host = _host_of(var.name, var.value)
+    host = _host_of(var.compare, var.value)
     hosts = [node.host for node in topology.nodes]
     master = hosts[0] if hosts else "the host of rank 0"
     shown = ", ".join(hosts[:8]) + (", ..." if len(hosts) > 8 else "")
@@ -222,44 +227,46 @@ def _address_problem(
     )
 
 
+def _check_value(var: DerivedVariable, topology: ClusterTopology) -> None:
+    """A kept variable against its derived value, by its scope.
+
+    :raises TopologyError: a :data:`JOB` or :data:`NODE` variable different from its derived
+        value, a :data:`FOLLOWS` one different from its leader's.
+    :raises ValueError: an unknown scope (a programming error).
+    """
+    if var.scope == SHARED:  # the user's value wins
+        return
+    if var.scope not in (JOB, NODE, FOLLOWS):
+        raise ValueError(f"{var.name}: unknown scope {var.scope!r}")
+    # Equal: kept silently. Not warned about: a shell in a Backend.AI container, after the
+    # hook, has every derived value set, and runs derive-env again.
+    if not same_value(var.compare, var.value, var.derived or ""):
+        raise _follower_error(var) if var.scope == FOLLOWS else _identity_error(var, topology)
+
+
 def check_user_values(
     variables: Sequence[DerivedVariable], topology: ClusterTopology
 ) -> list[str]:
-    """Check the kept (user-set) variables of :func:`merge` against the topology.
+    """Check the kept (user-set) variables of :func:`merge` against the topology, each by
+    its scope (module docstring).
 
     :returns: warnings (a master host name that is not a node of the session).
-    :raises TopologyError: (exit 3) an identity variable different from its derived value;
-        a ``PET_MASTER_*`` that contradicts the master address or port; in a session of more
-        than one node, a loopback master address, or one naming a node other than node rank
-        0. The first found: first the checks whose verdict is the same on every node (sizes,
-        addresses), then the per-node ones (node rank...), so that, wherever possible, every
-        node of a session stops naming the same variable.
+    :raises TopologyError: (exit 3) a job-sizing or node-identifying variable different
+        from its derived value; a ``PET_MASTER_*`` that contradicts the master address or
+        port; in a session of more than one node, a loopback master address, or one naming
+        a node other than node rank 0. The first found: first the checks whose verdict is
+        the same on every node (sizes, addresses), then the per-node ones (node rank...),
+        so that, wherever possible, every node of a session stops naming the same variable.
     """
     warnings: list[str] = []
     multi = topology.multi_node
     checked: set[str] = set()  # hosts already checked (MASTER_ADDR and PET_MASTER_ADDR)
-    # The checks whose verdict is the same on every node first (sizes, addresses), so that
-    # every node of a session stops naming the same variable when one of them fails.
-    for var in sorted(variables, key=lambda v: v.name in PER_NODE):
+    for var in sorted(variables, key=lambda v: v.scope == NODE):
         if not var.kept or var.name in topology.preset:  # the launcher's own: its authority
             continue
-        derived = var.derived or ""
-        if var.name in IDENTITY:
-            if not same_value(var.name, var.value, derived):
-                raise _identity_error(var, topology)
-            # Equal: kept silently. Not warned about: a shell in a Backend.AI container,
-            # after the hook, has every derived value set, and runs derive-env again.
-        elif var.name in FOLLOWS and not same_value(var.name, var.value, derived):
-            leader = FOLLOWS[var.name]
-            raise TopologyError(describe(
-                var.name, var.value,
-                f"{derived!r}, the same as {leader} ({shorten(var.source, 160)}): torchrun "
-                f"would meet at {shorten(var.value, 80)} while init_process_group and "
-                f"Lightning use {leader}. Set {leader} instead (derive-env derives "
-                f"{var.name} from it), or both to the same value",
-            ))
-        host = _host_of(var.name, var.value).lower()
-        if multi and var.name in _ADDRESSES and host not in checked:
+        _check_value(var, topology)
+        host = _host_of(var.compare, var.value).lower()
+        if multi and var.compare in (HOST, ADDRESS) and host not in checked:
             checked.add(host)
             error, warning = _address_problem(var, topology)
             if error is not None:

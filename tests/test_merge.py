@@ -1,10 +1,12 @@
-"""User-set values (contract section 6) and other launchers' topologies (issue 7, items 1, 2).
+"""The merge (derive_env.merge): user-set values (contract section 6), and other launchers'
+topologies.
 
-A cluster manager copies the session's user-defined variables into every container, so a
-user-set value is the same on every node: values that are the same on every node win,
-values that identify a node or size the job must equal the derived value. And a launcher
-derive-env has no source for (srun, mpirun, torchrun, ...) is refused rather than described
-as a job of one process.
+merge / changes: user-set values win, empty counts as unset. A cluster manager copies the
+session's user-defined variables into every container, so a user-set value is the same on
+every node: values that are the same on every node win, values that identify a node or size
+the job must equal the derived value, each judged by the scope its framework gave it. And a
+launcher derive-env has no source for (srun, mpirun, torchrun, ...) is refused rather than
+described as a job of one process.
 """
 
 from __future__ import annotations
@@ -18,10 +20,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env import launch
-from derive_env.environ import FOLLOWS, IDENTITY, SESSION_WIDE, same_value
 from derive_env.errors import CommandNotExecutable, DeriveEnvError, TopologyError
+from derive_env.frameworks.context import (
+    ADDRESS,
+    COUNT_RANGE,
+    FOLLOWS,
+    HOST,
+    INTEGER,
+    JOB,
+    JSON,
+    NODE,
+    SCOPES,
+    SHARED,
+    DerivedVariable,
+)
 from derive_env.hosts import host_port
 from derive_env.labels import PREFIX
+from derive_env.merge import changes, merge, same_value
 from derive_env.pipeline import derive
 from derive_env.sources import SOURCES, topology_from
 
@@ -29,6 +44,12 @@ ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
 PPC = {**ALL, PREFIX + "pytorch-mode": "process-per-container"}
 HOSTS = ["sub1", "main1", "sub2"]  # HOSTS order of the session; canonical: main1, sub1, sub2
 WARN_FIX = ("set label ai.backend.distributed.on-error=warn to run the command unchanged")
+#: The variables that size the job or identify the node (scope JOB or NODE): a user-set value
+#: must equal the derived one (the property's oracle; a test keeps it equal to the scopes).
+IDENTITY = frozenset({
+    "NODE_RANK", "PET_NODE_RANK", "RANK", "JAX_PROCESS_ID", "TF_CONFIG", "PET_NNODES",
+    "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "JAX_NUM_PROCESSES", "JAX_LOCAL_DEVICE_IDS",
+})
 
 
 def session(backendai_env, host: str, **user: str) -> dict[str, str]:
@@ -40,6 +61,64 @@ def error(environ: dict[str, str], labels: dict[str, str] = ALL) -> str:
         derive(environ, labels)
     assert info.value.exit_code == 3
     return str(info.value)
+
+
+# --- merge and changes ----------------------------------------------------------------------
+
+
+def var(name: str, value: str) -> DerivedVariable:
+    return DerivedVariable(name=name, value=value, provenance="test", framework="pytorch",
+                           scope=NODE if name == "NODE_RANK" else SHARED)
+
+
+DERIVED = [var("MASTER_ADDR", "main1"), var("MASTER_PORT", "29500"), var("NODE_RANK", "2")]
+
+
+def test_nothing_set_nothing_kept() -> None:
+    merged = merge({"PATH": "/bin"}, DERIVED)
+    assert merged == DERIVED
+    assert changes(merged) == {"MASTER_ADDR": "main1", "MASTER_PORT": "29500", "NODE_RANK": "2"}
+
+
+def test_user_value_kept_with_derived_recorded() -> None:
+    merged = merge({"MASTER_ADDR": "10.0.0.9"}, DERIVED)
+    assert merged[0] == DerivedVariable(
+        name="MASTER_ADDR", value="10.0.0.9", provenance="test", framework="pytorch",
+        scope=SHARED, kept=True, derived="main1",
+    )
+    assert merged[1:] == DERIVED[1:]
+    assert changes(merged) == {"MASTER_PORT": "29500", "NODE_RANK": "2"}
+
+
+def test_identical_user_value_kept() -> None:
+    merged = merge({"NODE_RANK": "2"}, DERIVED)
+    assert merged[2].kept
+    assert (merged[2].value, merged[2].derived) == ("2", "2")
+    assert "NODE_RANK" not in changes(merged)
+
+
+def test_empty_user_value_counts_as_unset() -> None:
+    merged = merge({"MASTER_ADDR": "", "MASTER_PORT": ""}, DERIVED)
+    assert merged == DERIVED
+    assert changes(merged)["MASTER_ADDR"] == "main1"
+
+
+def test_blank_user_value_is_a_value() -> None:
+    merged = merge({"NODE_RANK": " "}, DERIVED)
+    assert merged[2].kept and merged[2].value == " "
+
+
+def test_order_preserved_and_inputs_untouched() -> None:
+    environ = {"MASTER_PORT": "1"}
+    merged = merge(environ, DERIVED)
+    assert [v.name for v in merged] == ["MASTER_ADDR", "MASTER_PORT", "NODE_RANK"]
+    assert environ == {"MASTER_PORT": "1"}
+    assert DERIVED[1].value == "29500" and not DERIVED[1].kept
+
+
+def test_empty() -> None:
+    assert merge({}, []) == []
+    assert changes([]) == {}
 
 
 # --- item 1: identity variables --------------------------------------------------------------
@@ -120,16 +199,41 @@ def test_tf_config_is_compared_as_data(backendai_env) -> None:
     assert "this node's TF_CONFIG (it is not a JSON object): " in broken
 
 
-@pytest.mark.parametrize(("name", "user", "derived", "same"), [
-    ("NODE_RANK", "01", "1", True), ("NODE_RANK", " 1 ", "1", True),
-    ("NODE_RANK", "1.0", "1", False),
-    ("NODE_RANK", "-1", "1", False), ("PET_NNODES", "3:3", "3", True),
-    ("PET_NNODES", "1:3", "3", False), ("PET_NNODES", "03", "3", True),
-    ("PET_MASTER_ADDR", "MAIN1", "main1", True), ("RANK", "\u0661", "1", False),
-    ("TF_CONFIG", '{"a": [1, 2]}', '{"a":[1,2]}', True), ("TF_CONFIG", "[]", "{}", False),
-])
-def test_same_value_compares_data(name, user, derived, same) -> None:
-    assert same_value(name, user, derived) is same
+TF_DERIVED = '{"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":1}}'
+
+
+@pytest.mark.parametrize(("compare", "user", "derived", "same"), [
+    (INTEGER, "01", "1", True), (INTEGER, " 1 ", "1", True),
+    (INTEGER, "1.0", "1", False),
+    (INTEGER, "-1", "1", False), (COUNT_RANGE, "3:3", "3", True),
+    (COUNT_RANGE, "1:3", "3", False), (COUNT_RANGE, "03", "3", True),
+    (HOST, "MAIN1", "main1", True), (INTEGER, "\u0661", "1", False),
+    (JSON, '{"task": {"index": 1, "type": "worker"},\n "cluster": {"worker": ["a:1", "b:1"]}}',
+     TF_DERIVED, True), (JSON, "[]", "{}", False),
+    # TF_CONFIG's index is a JSON integer: true and 1.0 are not 1 (json.loads equates them).
+    (JSON, TF_DERIVED.replace('"index":1', '"index":true'), TF_DERIVED, False),
+    (JSON, TF_DERIVED.replace('"index":1', '"index":1.0'), TF_DERIVED, False),
+    (JSON, TF_DERIVED.replace('"index":1', '"index":"1"'), TF_DERIVED, False),
+    (ADDRESS, "MAIN1:01234", "main1:1234", True), (ADDRESS, "[::1]:1234", "[::1]:1234", True),
+    (ADDRESS, "main1:1235", "main1:1234", False), (ADDRESS, "sub1:1234", "main1:1234", False),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 12 else None)
+def test_same_value_compares_data(compare, user, derived, same) -> None:
+    assert same_value(compare, user, derived) is same
+
+
+@pytest.mark.parametrize("index", ["true", "1.0", '"1"'])
+def test_tf_config_index_must_be_a_json_integer(backendai_env, index) -> None:
+    """A user-set TF_CONFIG whose index only looks like 1 is refused on node rank 1, naming
+    the task (json.loads would have equated true and 1.0 with 1)."""
+    derived = ('{"cluster":{"worker":["main1:2222","sub1:2222","sub2:2222"]},"task":{"type":'
+               '"worker","index":1}}')
+    user = derived.replace('"index":1', f'"index":{index}')
+    assert error(session(backendai_env, "sub1", TF_CONFIG=user)) == (
+        f"TF_CONFIG={user!r}: expected {derived!r}, this node's TF_CONFIG (its task differs): "
+        "a value set for the whole session is copied into every container, so it is right on "
+        "at most one node. Remove TF_CONFIG from the session's environment (derive-env "
+        "derives it on every node), or " + WARN_FIX
+    )
 
 
 def test_equal_identity_values_are_kept_silently_in_a_single_container() -> None:
@@ -271,12 +375,21 @@ def test_on_error_warn_runs_the_command_unchanged(
                       "environment unchanged")
 
 
-def test_every_derived_variable_is_classified(backendai_env) -> None:
-    labels = {**PPC, PREFIX + "nproc-per-node": "2"}
+@pytest.mark.parametrize(("labels", "every"), [(PPC, True), (ALL, False)])
+def test_every_derived_variable_has_its_scope(backendai_env, labels, every) -> None:
+    """The oracle's IDENTITY is what the frameworks scope JOB or NODE (all of it in
+    process-per-container mode; JAX_LOCAL_DEVICE_IDS under a launcher's process layer)."""
+    labels = {**labels, PREFIX + "nproc-per-node": "2"}
     derivation = derive(session(backendai_env, "sub1", GLOO_SOCKET_IFNAME="eth0"), labels)
-    names = {v.name for v in derivation.variables}
-    classified = set(IDENTITY) | SESSION_WIDE | set(FOLLOWS)
-    assert names <= classified, names - classified
+    srun = derive({**SRUN_TASK_3, "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+                  {PREFIX + "frameworks": "pytorch,jax"})
+    assert derivation is not None and srun is not None
+    variables = [*derivation.variables, *srun.variables]
+    assert {v.scope for v in variables} <= set(SCOPES)
+    judged = {v.name for v in variables if v.scope in (JOB, NODE)}
+    assert judged <= IDENTITY, judged - IDENTITY
+    assert judged == IDENTITY or not every, IDENTITY - judged
+    assert {v.name for v in variables if v.scope in (SHARED, FOLLOWS)}.isdisjoint(IDENTITY)
 
 
 # --- item 1: the property ---------------------------------------------------------------------

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from derive_env.errors import LabelError
-from derive_env.frameworks import HostFacts
-from derive_env.frameworks.network import route_interface
+from derive_env.frameworks.context import HostFacts
+from derive_env.frameworks.network import route_choice
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 
@@ -49,6 +49,11 @@ def facts(**kwargs) -> HostFacts:
     return HostFacts(**kwargs)
 
 
+def route_interface(address: str, host: HostFacts) -> str | None:
+    """The interface :func:`route_choice` picks (the ties it also returns aside)."""
+    return route_choice(address, host)[0]
+
+
 # --- the synthetic text itself matches what the kernel prints -------------------------------
 
 
@@ -58,7 +63,7 @@ def test_helper_matches_kernel_format() -> None:
         "eth0\t00000000\t010011AC\t0003\t0\t0\t0\t00000000\t0\t0\t0")
 
 
-# --- route_interface, IPv4 ------------------------------------------------------------------
+# --- route_choice, IPv4 ---------------------------------------------------------------------
 
 LITERAL_V4 = (
     "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
@@ -125,7 +130,7 @@ def test_loopback_goes_through_lo(address: str) -> None:
     assert route_interface(address, facts()) == "lo"
 
 
-# --- route_interface, IPv6 ------------------------------------------------------------------
+# --- route_choice, IPv6 ---------------------------------------------------------------------
 
 V6_ROUTES = "\n".join([
     v6("eth0", "2001:db8::/32"),
@@ -196,7 +201,7 @@ def test_auto_routes_to_master(sub1, opt_in) -> None:
     network, warnings = run(sub1, {**opt_in, IFNAME: "auto"}, host_facts())
     assert {k: v.value for k, v in network.items()} == {
         "GLOO_SOCKET_IFNAME": "baimulti0", "NCCL_SOCKET_IFNAME": "baimulti0"}
-    assert network["GLOO_SOCKET_IFNAME"].source == (
+    assert network["GLOO_SOCKET_IFNAME"].provenance == (
         "label ai.backend.distributed.socket-ifname=auto: baimulti0, Backend.AI's multi-node "
         "overlay")
     assert warnings == []
@@ -206,7 +211,7 @@ def test_auto_route_rule_without_overlay(sub1, opt_in) -> None:
     routes = ROUTES.replace("baimulti0", "eth1")
     network, warnings = run(sub1, {**opt_in, IFNAME: "auto"},
                             host_facts(interfaces=("lo", "eth0", "eth1"), routes=routes))
-    assert {k: (v.value, v.source) for k, v in network.items()} == {
+    assert {k: (v.value, v.provenance) for k, v in network.items()} == {
         name: ("eth1", "label ai.backend.distributed.socket-ifname=auto: route to the master "
                        "main1 (198.18.0.10)")
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
@@ -250,7 +255,7 @@ def test_auto_master_not_resolvable(sub1, opt_in) -> None:
 
 def test_explicit_interface(sub1, opt_in) -> None:
     network, _ = run(sub1, {**opt_in, IFNAME: "eth0"}, host_facts())
-    assert {k: (v.value, v.source) for k, v in network.items()} == {
+    assert {k: (v.value, v.provenance) for k, v in network.items()} == {
         "GLOO_SOCKET_IFNAME": ("eth0", "label ai.backend.distributed.socket-ifname"),
         "NCCL_SOCKET_IFNAME": ("eth0", "label ai.backend.distributed.socket-ifname"),
     }
@@ -357,7 +362,8 @@ def test_user_set_ifname_kept(sub1, opt_in) -> None:
 
 def network_only(environ, labels, facts_):
     """Only the network module's contribution (not the merge, which has rules of its own)."""
-    from derive_env.frameworks import Context, network
+    from derive_env.frameworks import network
+    from derive_env.frameworks.context import Context
     from derive_env.policy import ImagePolicy
     from derive_env.sources import topology_from
 
@@ -376,7 +382,7 @@ def both(iface: str) -> dict[str, str]:
 
 
 #: Recorded in a simulated container with an overlay eth0 and a gwbridge eth1 (README there).
-RECORDED = Path(__file__).parent / "data" / "netns-gwbridge"
+RECORDED = Path(__file__).parents[1] / "data" / "netns-gwbridge"
 FIB_TRIE = (RECORDED / "fib_trie").read_text()
 
 
@@ -437,7 +443,7 @@ DEFAULT_SOURCE = (
 
 def test_default_overlay_without_label(sub1, opt_in) -> None:
     network, warnings = run(sub1, opt_in, HostFacts(interfaces=("baimulti0",)))
-    assert {k: (v.value, v.source) for k, v in network.items()} == {
+    assert {k: (v.value, v.provenance) for k, v in network.items()} == {
         "GLOO_SOCKET_IFNAME": ("baimulti0", DEFAULT_SOURCE),
         "NCCL_SOCKET_IFNAME": ("baimulti0", DEFAULT_SOURCE),
     }
@@ -557,7 +563,7 @@ def test_auto_takes_the_interface_of_the_own_name_in_etc_hosts(sub1, opt_in) -> 
     network, warnings, notes = network_only(
         sub1, {**opt_in, IFNAME: "auto"},
         swarm(hosts="127.0.0.1 localhost\n127.0.1.1 sub1\n198.18.0.11 sub1\n", names={}))
-    assert {k: v.source for k, v in network.items()} == dict.fromkeys(
+    assert {k: v.provenance for k, v in network.items()} == dict.fromkeys(
         ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"),
         "label ai.backend.distributed.socket-ifname=auto: the interface holding 198.18.0.11, "
         "the address of this container's host name sub1 in /etc/hosts")
@@ -655,8 +661,6 @@ EQUAL = v4_table(v4("eth1", "198.18.0.0/24", metric=100), v4("eth0", "198.18.0.0
 
 
 def test_route_choice_follows_table_order_on_equal_routes() -> None:
-    from derive_env.frameworks.network import route_choice
-
     assert route_choice("198.18.0.10", facts(routes_v4=EQUAL)) == ("eth1", ("eth0", "eth2"))
     assert route_choice("198.18.0.10", facts(routes_v4=v4_table(v4("eth0", "198.18.0.0/24"))
                                              )) == ("eth0", ())

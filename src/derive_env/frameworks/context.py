@@ -1,0 +1,450 @@
+"""The kit every framework module uses: what it reads and what it returns.
+
+A framework reads only the :class:`Context` (topology, policy, resolved master, user
+environment, host facts), never a source's variables, so a new cluster manager needs no
+change in a framework. It returns a :class:`Contribution` of :class:`DerivedVariable`, each
+built with :func:`variable` and stating its scope (how the merge judges a user-set value,
+:mod:`derive_env.merge`) where it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+from derive_env.errors import TopologyError, describe
+from derive_env.frameworks import FRAMEWORKS
+from derive_env.hosts import host_problem
+from derive_env.labels import PREFIX
+from derive_env.validation import parse_port
+
+if TYPE_CHECKING:
+    from derive_env.frameworks import Framework
+    from derive_env.policy import ImagePolicy
+    from derive_env.topology import ClusterTopology
+
+T = TypeVar("T")
+
+MASTER_FRAMEWORK = "pytorch"  # its server port is the master port (MASTER_PORT)
+
+# Scopes: how a user-set value of a variable is judged (contract section 6, merge.py).
+#: Session-wide, the same on every node: a user-set value wins.
+SHARED = "shared"
+#: Derived from a session-wide leader (``leader``): a user-set value must equal the leader's.
+FOLLOWS = "follows"
+#: Sizes the job, the same on every node: a user-set value must equal the derived one.
+JOB = "job"
+#: Identifies the node or process: a user-set value must equal the derived one.
+NODE = "node"
+SCOPES = (SHARED, FOLLOWS, JOB, NODE)
+
+# Comparisons: when a user-set value states the same as the derived one (merge.same_value).
+#: Numerically when both are decimal integers (``01`` = ``1``, blanks around ignored, as
+#: ``int()`` reads them), else as text.
+INTEGER = "integer"
+#: A host name or address of the host of rank 0, without regard to case; in a session of
+#: more than one node it must be node rank 0's host (merge.py).
+HOST = "host"
+#: ``host:port`` (IPv6 bracketed), the host as :data:`HOST`.
+ADDRESS = "host:port"
+#: A ``TF_CONFIG`` JSON document, read with :class:`derive_env.tf_config.TFConfig`.
+JSON = "json"
+#: torchrun's node count: ``N`` or ``MIN:MAX`` with ``MIN == MAX`` (``3:3`` = ``3``).
+COUNT_RANGE = "count range"
+COMPARISONS = (INTEGER, HOST, ADDRESS, JSON, COUNT_RANGE)
+
+
+class DerivedVariable(NamedTuple):
+    """One variable the shim sets, with where its value came from and how a user-set value
+    of it is judged.
+
+    Build it with :func:`variable`; :func:`derive_env.merge.merge` copies it with
+    ``_replace``. Immutable.
+
+    :ivar name: the variable's name, e.g. ``MASTER_ADDR``.
+    :ivar value: the value in the command's environment (the user's when ``kept``).
+    :ivar provenance: where the value came from, for a person (input variables, label...).
+    :ivar framework: who reads it (``pytorch``, ``tensorflow``, ``jax``, ``network``).
+    :ivar scope: :data:`SHARED`, :data:`FOLLOWS`, :data:`JOB` or :data:`NODE`. Required.
+    :ivar compare: how a user-set value is compared: :data:`INTEGER`, :data:`HOST`,
+        :data:`ADDRESS`, :data:`JSON` or :data:`COUNT_RANGE`.
+    :ivar what: what the variable is, for messages (``"this node's node rank"``); required
+        for :data:`JOB` and :data:`NODE`.
+    :ivar leader: the variable a :data:`FOLLOWS` one follows (``MASTER_ADDR``).
+    :ivar kept: the environment already had a non-empty value, which wins.
+    :ivar derived: when kept, the value the shim would have set.
+    """
+
+    name: str
+    value: str
+    provenance: str
+    framework: str
+    scope: str
+    compare: str = INTEGER
+    what: str = ""
+    leader: str | None = None
+    kept: bool = False
+    derived: str | None = None
+
+
+class Master(NamedTuple):
+    """The master (node rank 0) address and port every framework derives from.
+
+    ``addr``/``port`` are the effective values (a user-set ``MASTER_ADDR``/``MASTER_PORT``
+    first); ``derived_addr``/``derived_port`` are what the topology and labels alone give,
+    which is what ``MASTER_ADDR``/``MASTER_PORT`` themselves are derived as (and reported as
+    overridden when the user set them). Addresses are bare (IPv6 without brackets); ports
+    are TCP ports.
+    """
+
+    addr: str
+    addr_source: str
+    port: int
+    port_source: str
+    derived_addr: str
+    derived_addr_source: str
+    derived_port: int
+    derived_port_source: str
+
+
+def _resolve_none(hosts: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    return {host: () for host in hosts}
+
+
+class HostFacts(NamedTuple):
+    """Facts of the running container, read at the edge (the command line) only when a rule
+    needs them. Immutable, built by keyword.
+
+    :ivar interfaces: names of the network interfaces (``/sys/class/net``). Without the
+        ``socket-ifname`` label the edge only looks for ``baimulti0`` (one stat), so then
+        this holds ``baimulti0`` or nothing.
+    :ivar routes_v4: the text of ``/proc/net/route`` (the main routing table).
+    :ivar routes_v6: the text of ``/proc/net/ipv6_route``.
+    :ivar addresses_v6: the text of ``/proc/net/if_inet6`` (own IPv6 addresses).
+    :ivar local_v4: the text of ``/proc/net/fib_trie`` (own IPv4 addresses: ``/32 host
+        LOCAL`` entries).
+    :ivar hosts: the text of ``/etc/hosts`` (read without any DNS wait).
+    :ivar hostname: the container's own host name (``gethostname()``).
+    :ivar port_range: the text of ``/proc/sys/net/ipv4/ip_local_port_range``, ``None``
+        when unreadable (then Linux's default 32768-60999 is used).
+    :ivar reserved_ports: the text of ``/proc/sys/net/ipv4/ip_local_reserved_ports``,
+        ``None`` when unreadable.
+    :ivar resolve: host names -> each one's IP addresses (``getaddrinfo``; ``()`` for a name
+        that did not resolve), all names of one call resolved at once against one deadline
+        shared by every call of one start (:data:`RESOLVE_SECONDS`).
+    """
+
+    interfaces: tuple[str, ...] = ()
+    routes_v4: str = ""
+    routes_v6: str = ""
+    addresses_v6: str = ""
+    local_v4: str = ""
+    hosts: str = ""
+    hostname: str = ""
+    port_range: str | None = None
+    reserved_ports: str | None = None
+    resolve: Callable[[Sequence[str]], Mapping[str, tuple[str, ...]]] = _resolve_none
+
+
+#: Seconds that all name resolution of one start may take together (docs/operator-guide.md).
+RESOLVE_SECONDS = 5.0
+
+
+class Context:
+    """Everything a framework may read.
+
+    ``master`` is resolved on first use, so an image whose frameworks never read the master
+    (TensorFlow only) is not stopped by a malformed user-set ``MASTER_ADDR``; ``master``,
+    ``facts`` and ``job_ports`` are each computed once.
+
+    :ivar host: host facts, or a function that reads them on first use (:attr:`facts`).
+    """
+
+    def __init__(
+        self,
+        topology: ClusterTopology,
+        policy: ImagePolicy,
+        environ: Mapping[str, str],
+        host: HostFacts | Callable[[], HostFacts] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.policy = policy
+        self.environ = environ
+        self.host = host
+
+    @cached_property
+    def facts(self) -> HostFacts | None:
+        """The host facts; a reader given as ``host`` is called once, on first use, so a
+        start that needs none reads nothing."""
+        return self.host() if callable(self.host) else self.host
+
+    @cached_property
+    def master(self) -> Master:
+        """See :func:`master_of`. :raises TopologyError: as :func:`master_of`."""
+        return master_of(self.topology, self.policy, self.environ, self.job_ports)
+
+    @cached_property
+    def job_ports(self) -> dict[str, tuple[int, str]] | None:
+        """The ports of the manager's port policy per framework (``pytorch``,
+        ``tensorflow``, ``jax``) with their provenance, or ``None`` when the manager gives
+        neither reserved ports nor a job id (Backend.AI). See :func:`job_ports_of`."""
+        topo = self.topology
+        if not topo.reserved_ports and topo.job is None:
+            return None  # read no host fact for nothing
+        return job_ports_of(topo, self.facts)
+
+    def ports_taken(self, framework: str) -> dict[int, str]:
+        """The ports the other frameworks of this image serve on the host of rank 0.
+
+        :param framework: the asking framework's name (left out).
+        :returns: TCP port -> what serves there and its provenance (``"the JAX
+            coordinator's (default (1234))"``): the other frameworks of the image with a
+            port, in :data:`~derive_env.frameworks.FRAMEWORKS` order, then the master port
+            when PyTorch is asked for or a launcher serves its store there (torchrun:
+            ``topology.preset`` holds ``MASTER_PORT``).
+        :raises TopologyError: as :func:`framework_port` and :func:`master_of`.
+        """
+        taken: dict[int, str] = {}
+        for line in FRAMEWORKS:
+            if line.port_label is None or line.name in (framework, MASTER_FRAMEWORK):
+                continue
+            if line.name in self.policy.frameworks:
+                port, source = framework_port(self, line.name)
+                taken[port] = f"{line.serves} ({source})"
+        served = MASTER_FRAMEWORK in self.policy.frameworks or "MASTER_PORT" in self.topology.preset
+        if framework != MASTER_FRAMEWORK and served:
+            serves = framework_line(MASTER_FRAMEWORK).serves
+            taken[self.master.port] = f"{serves} ({self.master.port_source})"
+        return taken
+
+
+class Contribution:
+    """What one framework adds: variables, lines for ``--explain``, warnings.
+
+    ``checks`` are values the framework does not set but a user-set variable of that name
+    must equal (see :func:`derive_env.merge.merge`). Each list starts empty, or as a copy
+    of the one given.
+    """
+
+    __slots__ = ("checks", "notes", "variables", "warnings")
+
+    def __init__(self, variables: Sequence[DerivedVariable] = (),
+                 checks: Sequence[DerivedVariable] = (), notes: Sequence[str] = (),
+                 warnings: Sequence[str] = ()) -> None:
+        self.variables: list[DerivedVariable] = list(variables)
+        self.checks: list[DerivedVariable] = list(checks)
+        self.notes: list[str] = list(notes)
+        self.warnings: list[str] = list(warnings)
+
+
+def job_ports_of(topology: ClusterTopology,
+                 facts: HostFacts | None) -> dict[str, tuple[int, str]] | None:
+    """The manager's ports per framework: reserved ones first, then derived.
+
+    Follows :func:`derive_env.ports.job_ports` (sources.md 3.1 "Port", 3.13.5): the step's
+    reserved ports in :data:`~derive_env.frameworks.FRAMEWORKS` order (PyTorch, TensorFlow,
+    JAX), the others a deterministic hash of ``(manager, job id, step id)`` into the window
+    above this node's ephemeral port range (``facts.port_range``; Linux's default when
+    unknown), outside ``facts.reserved_ports``. Labels and user-set values win over both.
+
+    :returns: framework -> (TCP port, provenance); ``None`` without reserved ports or job.
+    :raises TopologyError: the kernel's range leaves too few ports above it, or the
+        ``/proc`` files hold something unexpected (message names the sysctl).
+    """
+    from derive_env import ports
+
+    if not topology.reserved_ports and topology.job is None:
+        return None
+    granted = topology.reserved_ports
+    manager, job_id, step_id = topology.job or ("", "", "")
+    range_sysctl = "net.ipv4.ip_local_port_range"
+    ephemeral = _sysctl(range_sysctl, facts.port_range if facts else None,
+                        ports.parse_port_range, ports.DEFAULT_EPHEMERAL_RANGE)
+    reserved = _sysctl("net.ipv4.ip_local_reserved_ports",
+                       facts.reserved_ports if facts else None,
+                       ports.parse_reserved_ports, frozenset())
+    try:
+        values = ports.job_ports(manager, job_id, step_id, ephemeral, reserved, granted)
+    except ValueError as exc:
+        raise TopologyError(describe(
+            range_sysctl, f"{ephemeral[0]} {ephemeral[1]}", str(exc))) from None
+    held = " + ".join(topology.inputs.get("ports", ())) or "reserved ports"
+    out: dict[str, tuple[int, str]] = {}
+    for k, (framework, port) in enumerate(zip(ports.port_order(), values, strict=True)):
+        if k < len(dict.fromkeys(granted)):
+            out[framework] = (port, f"{held}: port {k + 1} reserved for the step")
+        else:
+            step = f" step {step_id}" if step_id else ""
+            out[framework] = (port, (
+                f"derived from {manager} job {job_id}{step} (hash into the ports above the "
+                "ephemeral range: docs/ports.md)"))
+    return out
+
+
+def _sysctl(name: str, text: str | None, parse: Callable[[str], T], default: T) -> T:
+    """A ``/proc/sys`` file's text parsed, ``default`` when unread; bad text is an error
+    naming the sysctl (exit 3)."""
+    if text is None:
+        return default
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise TopologyError(describe(name, text.strip(), str(exc))) from None
+
+
+def master_of(
+    topology: ClusterTopology,
+    policy: ImagePolicy,
+    environ: Mapping[str, str],
+    job_ports: Mapping[str, tuple[int, str]] | None = None,
+) -> Master:
+    """Resolve the master address and port, a user-set value first.
+
+    Precedence for the address: ``MASTER_ADDR`` already set (non-empty) > the host of rank
+    0 (node rank 0 of the topology, ``127.0.0.1`` for a single container). For the port:
+    ``MASTER_PORT`` already set > the cluster manager's (``BACKENDAI_DIST_MASTER_PORT``,
+    torchrun's store) > label ``master-port`` > the manager's port policy (``job_ports``:
+    reserved, else derived) > 29500 (torch/distributed/run.py's default). A user-set pair
+    feeds every value derived from the master, so nothing contradicts it (contract 6).
+
+    :raises TopologyError: a user-set ``MASTER_ADDR`` is not a host name or IP literal, or
+        ``MASTER_PORT`` is not a port number 1-65535; or no source states the host of
+        rank 0 and ``MASTER_ADDR`` is not set (``topology.missing`` says what to set).
+    """
+    own_addr = topology.master_addr
+    if not topology.multi_node:
+        own_addr_source = "single-container session: loopback"
+    elif topology.master is not None:
+        own_addr_source = f"{topology.inputs_of('master')}: the host of rank 0"
+    else:
+        own_addr_source = f"{topology.inputs_of('nodes')}: node rank 0 in canonical order"
+    if topology.master_port is not None:
+        own_port, own_port_source = topology.master_port, topology.inputs_of("master_port")
+    elif policy.label_or_default("master_port") == "default" and job_ports:
+        own_port, own_port_source = job_ports[MASTER_FRAMEWORK]
+    else:
+        own_port = policy.master_port
+        own_port_source = policy.label_or_default("master_port")
+        if own_port_source == "default":
+            own_port_source = "default (29500, PyTorch's)"
+    addr, addr_source = own_addr, own_addr_source
+    port, port_source = own_port, own_port_source
+    user_addr = environ.get("MASTER_ADDR", "")
+    if own_addr is None and user_addr:
+        own_addr = user_addr
+        own_addr_source = "MASTER_ADDR (already set; no source states the host of rank 0)"
+    if user_addr:
+        problem = host_problem(user_addr)
+        if problem:
+            raise TopologyError(describe("MASTER_ADDR", user_addr, problem))
+        addr, addr_source = user_addr, "MASTER_ADDR (already set)"
+    elif own_addr is None:
+        raise TopologyError(describe(
+            "MASTER_ADDR", "", f"the host of rank 0 (it also gives JAX's coordinator): "
+            f"{topology.missing or 'unknown'}"))
+    user_port = environ.get("MASTER_PORT", "")
+    if user_port:
+        try:
+            port = parse_port(user_port)
+        except ValueError as exc:
+            raise TopologyError(describe("MASTER_PORT", user_port, str(exc))) from None
+        port_source = "MASTER_PORT (already set)"
+    return Master(addr=addr, addr_source=addr_source, port=port, port_source=port_source,
+                  derived_addr=own_addr, derived_addr_source=own_addr_source,
+                  derived_port=own_port, derived_port_source=own_port_source)
+
+
+def framework_line(name: str) -> Framework:
+    """The :data:`~derive_env.frameworks.FRAMEWORKS` line of framework ``name``."""
+    return next(line for line in FRAMEWORKS if line.name == name)
+
+
+def port_label(framework: str) -> str:
+    """The full label of a framework's port (``ai.backend.distributed.tensorflow-port``)."""
+    return PREFIX + str(framework_line(framework).port_label)
+
+
+def framework_port(ctx: Context, framework: str) -> tuple[int, str]:
+    """A framework's server port and its provenance: label > the manager's port policy
+    (:attr:`Context.job_ports`) > the default (its FRAMEWORKS line's).
+
+    :param framework: a framework other than PyTorch with a port label (``tensorflow``,
+        ``jax``); PyTorch's port is the master's (:func:`master_of`).
+    :raises TopologyError: the port equals the master port while a launcher serves its store
+        there (torchrun: ``topology.preset`` holds ``MASTER_PORT``) or PyTorch is asked
+        for too: two servers cannot listen on one port of rank 0's host.
+    """
+    source = ctx.policy.port_provenance(framework)
+    port = ctx.policy.ports[framework]
+    if source == "default":
+        job = ctx.job_ports
+        if job is not None:
+            port, source = job[framework]
+        else:
+            source = f"default ({port})"
+    shares_host = ("MASTER_PORT" in ctx.topology.preset
+                   or MASTER_FRAMEWORK in ctx.policy.frameworks)
+    if shares_host and port == ctx.master.port:
+        label = port_label(framework)
+        raise TopologyError(
+            f"the {framework} port {port} ({source}) is the master port ({ctx.master.port_source})"
+            f", which {'the launcher' if 'MASTER_PORT' in ctx.topology.preset else 'PyTorch'} "
+            f"serves its rendezvous on, on the same host: set label {label} to another port")
+    return port, source
+
+
+def nodes_source(topology: ClusterTopology) -> str:
+    """Provenance of the node count for a framework: the host list's variables, else the
+    count's (torchrun's ``GROUP_WORLD_SIZE``), or a single-container session."""
+    if not topology.multi_node:
+        return "single-container session"
+    return topology.inputs_of("nodes" if topology.nodes else "num_nodes")
+
+
+def node_rank_of(topology: ClusterTopology) -> tuple[int, str]:
+    """This node's rank for a framework that numbers nodes, with its provenance.
+
+    The topology's node rank; without one (``mpirun`` one process per node inside a Slurm
+    allocation: the hosts are known, not which one is this), the process's rank, which
+    numbers the nodes as well when every node runs one process.
+
+    :raises TopologyError: neither is known.
+    """
+    if topology.node_rank is not None:
+        source = (topology.inputs_of("node_rank") if topology.multi_node
+                  else "single-container session")
+        return topology.node_rank, source
+    if topology.processes is not None and not topology.per_process:
+        return topology.processes.rank, (
+            f"{topology.inputs_of('processes')}: rank (one process per node)")
+    raise TopologyError("no source states this node's rank: " + (topology.missing or "unknown"))
+
+
+def variable(framework: str) -> Callable[..., DerivedVariable]:
+    """The maker of one framework's variables::
+
+        var = variable("jax")
+        var("JAX_PROCESS_ID", rank, provenance, scope=NODE, what="this process's JAX process id")
+
+    The maker takes the name, the value (turned into text), the provenance and, by keyword,
+    the variable's ``scope``, ``compare``, ``what`` and ``leader`` (:class:`DerivedVariable`).
+
+    :raises TypeError: (the maker) no ``scope`` given.
+    :raises ValueError: (the maker) an unknown scope or comparison; a :data:`FOLLOWS`
+        variable without a ``leader`` (or another with one); a :data:`JOB` or :data:`NODE`
+        variable without ``what``, which its messages need.
+    """
+
+    def make(name: str, value: object, provenance: str, *, scope: str, compare: str = INTEGER,
+             what: str = "", leader: str | None = None) -> DerivedVariable:
+        if scope not in SCOPES or compare not in COMPARISONS:
+            raise ValueError(f"{name}: unknown scope {scope!r} or comparison {compare!r}")
+        if (scope == FOLLOWS) != (leader is not None):
+            raise ValueError(f"{name}: a leader is given exactly for scope {FOLLOWS!r}")
+        if scope in (JOB, NODE) and not what:
+            raise ValueError(f"{name}: scope {scope!r} needs what the variable is")
+        return DerivedVariable(name, str(value), provenance, framework, scope, compare, what,
+                               leader)
+
+    return make
