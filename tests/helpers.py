@@ -75,3 +75,15 @@ def value_error(function: Callable[..., object], *args: object, **kwargs: object
     with pytest.raises(ValueError) as caught:
         function(*args, **kwargs)
     return str(caught.value)
+
+
+#: An srun step's task variables for `srun -N2 -n8`, task 3, as Slurm's env.c writes them
+#: (sources.md 3.1); typed, not recorded (no Slurm cluster here; mpirun and mpiexec are
+#: recorded in tests/e2e/test_e2e_launchers.py); shared by the merge and refusal tests.
+SRUN_TASK_3 = {
+    "SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
+    "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "8",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_PROCID": "3", "SLURM_LOCALID": "3",
+    "SLURM_NODEID": "0", "SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_JOB_NODELIST": "node[1-2]", "SLURMD_NODENAME": "node1",
+}

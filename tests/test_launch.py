@@ -1073,3 +1073,22 @@ def test_not_opted_in_path_imports_neither_pydantic_nor_click_nor_typing(
                 if line.startswith("import time:")}
     assert reached in imported
     assert {"pydantic", "pydantic_core", "click", "typing"} & imported == set()
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("train.py", "python SCRIPT"), ("train.sh", "sh SCRIPT"), ("train", "sh SCRIPT"),
+])
+def test_no_shebang_hint_names_the_interpreter(tmp_path, monkeypatch, name, hint) -> None:
+    script = tmp_path / name
+    script.write_text("print('hi')\n")
+    script.chmod(0o755)
+
+    def fake_execve(path, argv, env):
+        raise OSError(errno.ENOEXEC, os.strerror(errno.ENOEXEC))
+
+    monkeypatch.setattr(os, "execve", fake_execve)
+    with pytest.raises(CommandNotExecutable) as info:
+        launch.exec_command([str(script)], {"PATH": "/bin"})
+    assert str(info.value) == (
+        f"{script}: Exec format error (no #! line? run it as: {hint}) ({script})"
+    )

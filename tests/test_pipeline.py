@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import derive_env
 from derive_env.errors import LabelError, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import Derivation, derive, host_list
@@ -127,15 +126,6 @@ def test_inputs_not_modified(backendai_env) -> None:
     before = (dict(env), dict(labels))
     derive(env, labels)
     assert (env, labels) == before
-
-
-def test_public_api() -> None:
-    assert derive_env.derive is derive
-    assert derive_env.Derivation is Derivation
-    assert issubclass(derive_env.TopologyError, derive_env.DeriveEnvError)
-    assert issubclass(derive_env.LabelError, derive_env.DeriveEnvError)
-    with pytest.raises(AttributeError):
-        _ = derive_env.no_such_name
 
 
 def test_tensorflow_only_image_ignores_a_malformed_master_addr(backendai_env) -> None:
