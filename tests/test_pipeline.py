@@ -149,7 +149,7 @@ NPROC = PREFIX + "nproc-per-node"
 
 def test_host_list_not_opted_in_reads_no_label(backendai_env) -> None:
     """The host formats set nothing: an image that did not opt in gets the topology, and its
-    labels are not read for N (not even a malformed one: app.py reports stray labels)."""
+    labels are not read for N (not even a malformed one: the command line reports stray labels)."""
     env = {**backendai_env(HOSTS_ORDER, "sub1"), "PET_NPROC_PER_NODE": "3"}
     topology, nproc, opted_in = host_list(env, {NPROC: "zero"})
     assert [node.host for node in topology.nodes] == ["main1", "sub1", "sub2"]

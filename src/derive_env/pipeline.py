@@ -2,7 +2,7 @@
 
 environment -> source -> topology; labels -> policy; (topology, policy) -> frameworks ->
 merge. Nothing here reads the real environment, a file, or writes ``os.environ``; the
-command line (app.py) reads inputs and renders or execs the result.
+command line (cli/) reads inputs and renders or execs the result.
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ TORCHRUN_README = """\
 
 Written by `tests/e2e/record_torchrun.py` (re-record with
 `.venv/bin/python tests/e2e/record_torchrun.py` as root). Checked by
-`tests/test_source_torchrun.py` and `tests/test_source_kubeflow.py`. torch {version}'s
+`tests/sources/test_torchrun.py` and `tests/sources/test_kubeflow.py`. torch {version}'s
 `torchrun`, every agent on loopback in a UTS and mount namespace of its own (`unshare -u -m`,
 hostname `node-a` or `node-b` (or as named), `$HOSTS` naming them 127.0.1.1, 127.0.1.2,
 mounted over /etc/hosts;
@@ -234,7 +234,7 @@ and TMPDIR; one `rank<RANK>.env` per worker; only the variables torchrun sets fo
 `HOSTNAME`, `NODE_RANK`. torchrun's temporary folder is written as `{tmp}`; `$PORT` is
 random per run.
 
-What the recordings show (pinned by tests/test_source_torchrun.py):
+What the recordings show (pinned by tests/sources/test_torchrun.py):
 
 - static: `MASTER_ADDR`/`MASTER_PORT` are `--master-addr`/`--master-port` (the agent's
   store, `TORCHELASTIC_USE_AGENT_STORE=True`), `TORCHELASTIC_RUN_ID=none`, `GROUP_RANK` is

@@ -69,7 +69,7 @@ def common(name: str, key: str) -> str:
 
 
 def test_every_scenario_is_recorded() -> None:
-    # torchrun-*: recorded by record_torchrun.py, checked by test_source_torchrun.py.
+    # torchrun-*: recorded by record_torchrun.py, checked by tests/sources/test_torchrun.py.
     recorded = {d.name for d in FIXTURES.iterdir() if d.is_dir()} - set(TORCHRUN_SCENARIOS)
     assert recorded == set(SCENARIOS) == set(JOB_IDS)
 

@@ -2,7 +2,7 @@
 and the --source choice.
 
 Each source's own file checks what its lines see in real environments; the refusals of the
-lines without a module are checked in tests/test_user_values.py (section "other launchers").
+lines without a module are checked in tests/sources/test_refusals.py.
 """
 
 from __future__ import annotations
