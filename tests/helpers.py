@@ -87,3 +87,25 @@ SRUN_TASK_3 = {
     "SLURM_NODEID": "0", "SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2",
     "SLURM_JOB_NODELIST": "node[1-2]", "SLURMD_NODENAME": "node1",
 }
+
+
+def made(values: dict[str, str], kept: dict[str, str] | None = None):
+    """A derivation holding arbitrary values (frameworks never derive such strings), for
+    the renderers' tests: ``values`` derived, ``kept`` set by the user (derived: "other")."""
+    from derive_env.frameworks.context import SHARED, DerivedVariable
+    from derive_env.labels import PREFIX
+    from derive_env.pipeline import Derivation
+    from derive_env.policy import ImagePolicy
+    from derive_env.topology import single_node_topology
+
+    variables = [DerivedVariable(name=k, value=v, provenance=f"test source of {k}",
+                                 framework="t", scope=SHARED)
+                 for k, v in values.items()]
+    for name, value in (kept or {}).items():
+        variables.append(DerivedVariable(name=name, value=value, provenance="x", framework="t",
+                                         scope=SHARED, kept=True, derived="other"))
+    return Derivation(
+        topology=single_node_topology(),
+        policy=ImagePolicy.from_labels({PREFIX + "frameworks": "pytorch"}),
+        variables=tuple(variables),
+    )

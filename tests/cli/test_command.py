@@ -101,22 +101,6 @@ def sub1_env(tmp_path: Path, empty_labels: Path) -> Path:
     return write_env_file(tmp_path / "sub1.env", node_env("sub1"), empty_labels)
 
 
-@pytest.fixture
-def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """This process's environment without cluster or framework variables; labels file empty."""
-    for key in list(os.environ):
-        if key.startswith(("BACKENDAI_", "DERIVE_ENV_", "PET_", "TF_", "JAX_")) or key in {
-            "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE", "GPU_COUNT", "N_GPUS",
-        }:
-            monkeypatch.delenv(key)
-    labels = write_labels(tmp_path / "process-labels.json", {})
-    monkeypatch.setenv(LABELS_VAR, str(labels))
-    return labels
-
-
-
-
 def invoke(args: Sequence[str], stdin: str | None = None) -> Result:
     return CliRunner().invoke(cli, list(args), input=stdin, prog_name="derive-env")
 

@@ -8,39 +8,12 @@ import sys
 
 import pytest
 
-from derive_env.frameworks.context import SHARED, DerivedVariable
 from derive_env.labels import PREFIX
 from derive_env.pipeline import Derivation, derive
-from derive_env.policy import ImagePolicy
 from derive_env.render import FORMATS, render
-from derive_env.topology import single_node_topology
-from helpers import tomllib
+from helpers import made, tomllib
 
 TF_CONFIG = '{"cluster":{"worker":["main1:2222","sub1:2222"]},"task":{"type":"worker","index":1}}'
-
-
-@pytest.fixture
-def derivation(backendai_env) -> Derivation:
-    """sub1 of a 2-node session, PyTorch + TensorFlow, the user set MASTER_PORT=1111."""
-    env = {**backendai_env(["sub1", "main1"], "sub1", session_id="s1"), "MASTER_PORT": "1111"}
-    result = derive(env, {PREFIX + "frameworks": "pytorch,tensorflow"})
-    assert result is not None
-    return result
-
-
-def made(values: dict[str, str], kept: dict[str, str] | None = None) -> Derivation:
-    """A derivation holding arbitrary values (frameworks never derive such strings)."""
-    variables = [DerivedVariable(name=k, value=v, provenance=f"test source of {k}",
-                                 framework="t", scope=SHARED)
-                 for k, v in values.items()]
-    for name, value in (kept or {}).items():
-        variables.append(DerivedVariable(name=name, value=value, provenance="x", framework="t",
-                                         scope=SHARED, kept=True, derived="other"))
-    return Derivation(
-        topology=single_node_topology(),
-        policy=ImagePolicy.from_labels({PREFIX + "frameworks": "pytorch"}),
-        variables=tuple(variables),
-    )
 
 
 def test_formats() -> None:
