@@ -89,6 +89,12 @@ def test_add_a_manager_is_one_file_plus_one_line(tmp_path: Path) -> None:
     # the module's own checks, through the table's detection
     bad = _derive(src, {**env, "EXAMPLE_NODE_RANK": "3"}, labels)
     assert bad == {"error": "EXAMPLE_NODE_RANK='3': expected a node rank below 3"}
+    # the table drives --help
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from derive_env.cli import options; "
+            "print(options.help_of(next(o for o in options.OPTIONS if o.name == '--source')))")
+    shown = subprocess.run([sys.executable, "-I", "-c", code, str(src)], capture_output=True,
+                           text=True, timeout=60, check=True).stdout
+    assert "kubeflow-trainjob, example)" in shown
     # without the step, the same environment is a single container
     plain = _derive(ROOT / "src", env, labels)
     assert plain["changes"]["MASTER_ADDR"] == "127.0.0.1"

@@ -146,7 +146,7 @@ def test_the_click_command_is_the_table() -> None:
         assert param.name == option.keyword
         assert (param.is_flag, param.multiple) == (
             option.kind == options.FLAG, option.kind == options.REPEATABLE)
-        assert param.help == option.help
+        assert param.help == options.help_of(option)
         choices = getattr(param.type, "choices", None)
         assert (tuple(choices) if choices else None) == option.choices
         assert (param.metavar or None) == option.metavar
@@ -221,3 +221,12 @@ def test_env_file_given_twice_is_a_usage_error(
     assert result.stderr.endswith(
         "Error: --env-file given more than once: one environment at a time.\n"
     )
+
+
+def test_help_lists_every_source_of_the_table() -> None:
+    """--source's help is built from SOURCES: a new line is listed without another edit."""
+    from derive_env.sources import SOURCE_NAMES
+
+    text = options.help_of(next(o for o in options.OPTIONS if o.name == "--source"))
+    assert f"or a source name ({', '.join(SOURCE_NAMES)})." in text
+    assert "{sources}" not in text

@@ -14,7 +14,7 @@ import click
 
 from derive_env import __version__
 from derive_env.cli import interrupted, run
-from derive_env.cli.options import FLAG, OPTIONS, REPEATABLE, check, keywords
+from derive_env.cli.options import FLAG, OPTIONS, REPEATABLE, check, help_of, keywords
 
 _EPILOG = """\b
 Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,
@@ -27,7 +27,7 @@ Troubleshooting by message: the operator guide (docs/operator-guide.md in the so
 def _table_options(function):
     """Give ``function`` the click option of each line of the table, in table order."""
     for option in reversed(OPTIONS):  # decorators apply bottom-up
-        attributes: dict[str, object] = {"help": option.help}
+        attributes: dict[str, object] = {"help": help_of(option)}
         if option.kind == FLAG:
             attributes["is_flag"] = True
         elif option.kind == REPEATABLE:
@@ -67,7 +67,10 @@ def cli(**values: Any) -> None:
       derive-env -- torchrun train.py
       srun --ntasks-per-node=2 derive-env -- python train.py
       derive-env --dry-run --explain
-      eval "$(derive-env --dry-run --format shell)"
+      exports=$(derive-env --dry-run --format shell) && eval "$exports"
+
+    A sourced hook must check the exit status, as the last line does: a bare eval of a
+    failed run would start the command without the variables (docker/bootstrap.sh).
     """
     problem = check(values)
     if problem is not None:

@@ -77,8 +77,8 @@ OPTIONS = (
     Option(
         "--labels-file", "labels_files", REPEATABLE, metavar="PATH",
         help="Labels as a JSON object, `docker image inspect` output or its {{json .Config}} "
-             "('-' for stdin); wins over the image's /etc/derive-env/labels.json (repeatable, "
-             "later wins).",
+             "('-' for stdin); wins over the image's /etc/derive-env/labels.json, or the "
+             "file DERIVE_ENV_LABELS_FILE names (repeatable, later wins).",
     ),
     Option(
         # Repeatable for the grammar, so that check() can say that one is the most.
@@ -91,13 +91,22 @@ OPTIONS = (
     Option(
         "--source", "source", VALUE, metavar="NAME",
         help="Which source states the topology: auto (default: detect), none (a single "
-             "container), or a source name (slurm-step, slurm-allocation, openmpi, hydra, "
-             "mvapich2, pals, torchrun, backendai, kubeflow-pytorchjob, kubeflow-trainjob). "
+             "container), or a source name ({sources}). "
              "Default: the DERIVE_ENV_SOURCE variable, else auto.",
     ),
 )
 
 _BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def help_of(option: Option) -> str:
+    """An option's ``--help`` text, the source names filled in from the source table (so a
+    new source's line is all it takes to list it); for the click command only."""
+    if "{sources}" not in option.help:
+        return option.help
+    from derive_env.sources import SOURCE_NAMES
+
+    return option.help.replace("{sources}", ", ".join(SOURCE_NAMES))
 
 
 def check(values: Mapping[str, Any]) -> str | None:
