@@ -342,3 +342,19 @@ def test_roles_ending_in_digits_can_be_mapped(backendai_env) -> None:
         "cluster": {"chief": ["main1:2222"], "worker": ["a1001:2222", "a1002:2222"]},
         "task": {"type": "worker", "index": 1},
     }
+
+
+def test_no_host_list_is_not_fixed_by_a_master_address() -> None:
+    """mpirun over SSH with MASTER_ADDR set: TF_CONFIG needs every host, so the message does
+    not ask for MASTER_ADDR (it is set) and ends in one fix."""
+    from derive_env.errors import TopologyError
+
+    environ = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+               "MASTER_ADDR": "a"}
+    with pytest.raises(TopologyError) as info:
+        derive(environ, {PREFIX + "frameworks": "tensorflow"})
+    assert str(info.value) == (
+        "TF_CONFIG cannot be built: it lists every task's host:port, and no source states the "
+        "hosts of every node. Run the job under a launcher that states every node's processes "
+        "(srun: SLURM_STEP_TASKS_PER_NODE), or set TF_CONFIG yourself")

@@ -458,3 +458,16 @@ def test_a_batch_script_of_several_nodes_prints_the_allocations_hosts() -> None:
 
     _, env = load_fixture(TESTS / "fixtures/recorded/sbatch-3node/batch.env")
     assert host_list_for(dict(env), {}, "hosts") == "gpu-a100-09\ngpu-a100-10\ngpu-a100-11\n"
+
+
+def test_no_host_list_says_what_states_the_hosts_not_how_to_name_the_master() -> None:
+    """mpirun over SSH states ranks only: a user-set MASTER_ADDR cannot make a host list."""
+    environ = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+               "MASTER_ADDR": "a"}
+    with pytest.raises(TopologyError) as info:
+        host_list_for(environ, {"ai.backend.distributed.frameworks": "pytorch"}, "hosts")
+    assert str(info.value) == (
+        "no host list to print: no source states the hosts of every node (openmpi states "
+        "none): run it where a source states them (inside a Slurm allocation or a Backend.AI "
+        "session)")

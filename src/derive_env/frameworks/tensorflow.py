@@ -235,9 +235,8 @@ def _unbuildable(topo: ClusterTopology) -> TopologyError | None:
             f"{topo.inputs_of('processes')})" if topo.nodes else "the hosts of every node")
     return TopologyError(
         f"TF_CONFIG cannot be built: it lists every task's host:port, and no source "
-        f"states {what}. {topo.missing or ''} Run the job under a launcher that states "
-        "every node's processes (srun: SLURM_STEP_TASKS_PER_NODE), or set TF_CONFIG "
-        "yourself".replace("  ", " "))
+        f"states {what}. Run the job under a launcher that states every node's processes "
+        "(srun: SLURM_STEP_TASKS_PER_NODE), or set TF_CONFIG yourself")
 
 
 def derive(ctx: Context) -> Contribution:

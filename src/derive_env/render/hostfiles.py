@@ -100,8 +100,11 @@ def launcher_hosts(topology: ClusterTopology) -> tuple[str, ...]:
     if not topology.multi_node:
         return (SINGLE_CONTAINER_HOST,)
     if not topology.nodes:
+        # Not topology.missing: that says how to name the master, and a host list needs all.
         raise TopologyError(
-            "no host list to print: " + (topology.missing or "no source states the hosts"))
+            f"no host list to print: no source states the hosts of every node "
+            f"({topology.source} states none): run it where a source states them (inside a "
+            "Slurm allocation or a Backend.AI session)")
     return tuple(node.host for node in topology.nodes)
 
 
