@@ -79,7 +79,7 @@ ARGVS: list[tuple[list[str], bool]] = [
     (["--dry-run", "--source", "backendai", "--format", "json"], True),
     (["--dry-run", "--source=none"], True),
     (["--dry-run", "--source", "auto", "--explain"], True),
-    (["--dry-run", "--source", "slurm"], True),
+    (["--dry-run", "--source", "slurm"], False),  # not a source name: click's usage error
     (["--dry-run", "--source", "slurm-step"], True),  # its variables are not set: exit 3
     (["--dry-run", "--source", "none", "--source", "auto"], False),
     # everything else goes to click, unchanged

@@ -130,6 +130,16 @@ def check(values: Mapping[str, Any]) -> str | None:
     if "-" in env_files and "-" in values["labels_files"]:
         return ("--env-file - and --labels-file - both read stdin, which holds one file: give "
                 "one of them a path.")
+    if values["source"] is not None:
+        # Also for an image that did not opt in: a mistyped option is a usage error on
+        # every node alike, not only on opted-in images (the table is read only here).
+        from derive_env.errors import UsageError
+        from derive_env.sources import choice_of
+
+        try:
+            choice_of({}, values["source"])
+        except UsageError as exc:
+            return str(exc)
     return None
 
 
