@@ -79,3 +79,19 @@ def test_sources_and_note(backendai_env) -> None:
         "position of BACKENDAI_CLUSTER_HOST=sub1 in the canonical order"
     )
     assert any("jax.distributed.initialize(" in note for note in derivation.notes)
+
+
+@pytest.mark.parametrize("visible", ["\u00b2", "0,\u00b9", "\u0660,\u0661,\u0662,\u0663",
+                                     "GPU-1f2e"])
+def test_local_device_ids_take_ascii_device_numbers_only(visible: str) -> None:
+    """A superscript or Arabic-Indic digit is no device number CUDA reads: a note, never a
+    traceback (str.isdigit() takes them, int() refuses '²' and reads '٣' as 3)."""
+    from helpers import SRUN_TASK_3
+
+    result = derive({**SRUN_TASK_3, "CUDA_VISIBLE_DEVICES": visible},
+                    {PREFIX + "frameworks": "jax"})
+    assert result is not None
+    assert "JAX_LOCAL_DEVICE_IDS" not in result.changes()
+    assert ("JAX_LOCAL_DEVICE_IDS not set: CUDA_VISIBLE_DEVICES names devices by UUID; JAX "
+            "takes numbers") in result.notes
+    assert result.changes()["JAX_PROCESS_ID"] == "3"

@@ -105,7 +105,9 @@ def _local_devices(ctx: Context, out: Contribution) -> None:
     visible_name = next((n for n in _VISIBLE if ctx.environ.get(n, "").strip()), None)
     if visible_name is not None:
         ids = [i.strip() for i in ctx.environ[visible_name].split(",") if i.strip()]
-        if not all(i.isdigit() for i in ids):
+        # ASCII digits only: str.isdigit() also takes '²' and '٣', which int() refuses or
+        # reads as another device than CUDA does.
+        if not all(i.isascii() and i.isdigit() for i in ids):
             out.notes.append(
                 f"JAX_LOCAL_DEVICE_IDS not set: {visible_name} names devices by UUID; JAX "
                 "takes numbers")
