@@ -120,3 +120,15 @@ def test_a_library_user_keeps_the_real_modules() -> None:
                          timeout=60, check=True, env={"PATH": os.environ["PATH"]})
     # secrets: not imported at all by older pydantic (2.6), else the real module
     assert out.stdout == "[True, True] True\n"
+
+
+@pytest.mark.parametrize("value", ["bash_complete", "x"])
+def test_a_stray_completion_variable_changes_nothing(value: str) -> None:
+    """click's _DERIVE_ENV_COMPLETE switch is off: the command runs on the click path too."""
+    from helpers import console_script
+
+    env = {"PATH": os.environ["PATH"], "_DERIVE_ENV_COMPLETE": value}
+    out = subprocess.run([console_script(), "--label", "ai.backend.distributed.frameworks=pytorch",
+                          "--", "sh", "-c", "echo ran"], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "ran\n", "")

@@ -79,7 +79,10 @@ def main() -> None:
         _exit_now(status)
     from derive_env.cli.command import cli
 
-    cli(prog_name="derive-env")
+    # No shell completion: click would take a stray _DERIVE_ENV_COMPLETE in a container's
+    # environment as a completion request (a traceback, or exit 1 without the command);
+    # "=" is no variable name, so the switch can never be set.
+    cli(prog_name="derive-env", complete_var="=")
 
 
 def _exit_now(status: int) -> None:
