@@ -18,7 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env import cli
-from derive_env.digest import canonical, digest_of, escape, facts_of, facts_text, render_digest
+from derive_env.digest import (
+    canonical,
+    digest_of,
+    escape,
+    explain_lines,
+    facts_of,
+    facts_text,
+    render_digest,
+)
 from derive_env.frameworks.context import HostFacts
 from derive_env.pipeline import derive
 from derive_env.sources.compose import topology_from
@@ -341,3 +349,58 @@ def test_explain_prints_the_digest_and_its_facts(backendai_env, tmp_path: Path, 
                                                    for line in SUB1_FACTS.splitlines()))
     assert block + "\n" in out  # then the notes and warnings, which close the text
     assert out.index("TF_CONFIG ") < out.index(block)
+
+
+def test_a_slurm_task_of_another_step_or_ports_differs() -> None:
+    """A task whose step id, job id or reserved ports differ from the others' (a stale
+    variable inherited from another step) changes its digest; its own ids do not."""
+    envs = [env for _h, env in job_envs(["n01", "n02"], ["n01", "n02"], [2, 2], "block")]
+    base = digests(envs)
+    assert len(base) == 1
+    for changes in ({"SLURM_STEP_ID": "1"}, {"SLURM_JOB_ID": "43", "SLURM_JOBID": "43"},
+                    {"SLURM_STEP_RESV_PORTS": "12000-12002"}):
+        assert digest({**envs[3], **changes}).split()[0] not in base, changes
+    line = digest(envs[3])
+    assert line.split()[1:] == ["1", "n02"]
+
+
+def test_the_facts_of_a_slurm_step_exactly() -> None:
+    envs = [env for _h, env in job_envs(["n01", "n02"], ["n01", "n02"], [2, 1], "block")]
+    derivation = derive({**envs[2], "SLURM_STEP_RESV_PORTS": "12000-12002"}, {FW: "pytorch,jax"})
+    assert derivation is not None
+    facts = dict(facts_of(derivation.topology, derivation))
+    assert {k: v for k, v in facts.items() if not k.startswith("label.")} == {
+        "source": "slurm-step", "session": "42", "job": "slurm 42 0", "nodes": "2",
+        "node.0": "n01", "node.1": "n02", "master": "n01", "master_port": "-",
+        "reserved_ports": "12000,12001,12002", "processes.world_size": "3",
+        "processes.per_node": "2,1",
+        "var.MASTER_ADDR": "n01", "var.MASTER_PORT": "12000", "var.WORLD_SIZE": "3",
+        "var.JAX_COORDINATOR_ADDRESS": "n01:12002", "var.JAX_NUM_PROCESSES": "3",
+    }
+
+
+@given(workers=st.integers(1, 8), nproc=NPROC)
+@SETTINGS
+def test_later_operator_workers_agree_and_the_master_pod_cannot(workers: int, nproc: str) -> None:
+    """The later training operator gives the master pod MASTER_ADDR=localhost: it cannot
+    state the name the workers reach it by, so its digest differs from theirs (a known
+    limit, docs/operator-guide.md); the workers agree among themselves."""
+    envs = [pytorchjob_pod("job-1", workers, pod, nproc, later=True)
+            for pod in range(workers + 1)]
+    workers_digests = digests(envs[1:], {FW: "pytorch"})
+    assert len(workers_digests) == 1
+    assert digests(envs[:1], {FW: "pytorch"}) != workers_digests
+
+
+def test_explain_shows_at_most_16_node_lines(backendai_env) -> None:
+    hosts = ["main1", *(f"sub{i}" for i in range(1, 20))]
+    derivation = derive(backendai_env(hosts, "sub3"), {FW: "pytorch"})
+    assert derivation is not None
+    lines = explain_lines(derivation)
+    nodes = [line for line in lines if line.startswith("  node.")]
+    assert nodes == ["  node.0: main1 (main 1)",
+                     *(f"  node.{i}: sub{i} (sub {i})" for i in range(1, 16))]
+    at = lines.index("  node.15: sub15 (sub 15)")
+    assert lines[at + 1:at + 3] == ["  ... 20 node lines in all", "  master: main1"]
+    full = render_digest(derivation.topology, derivation, "digest-facts")
+    assert "node.19: sub19 (sub 19)\n" in full
