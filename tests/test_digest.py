@@ -9,6 +9,7 @@ changes it; node-local facts do not. The command line: ``--format digest`` and
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import sys
 from pathlib import Path
@@ -404,3 +405,77 @@ def test_explain_shows_at_most_16_node_lines(backendai_env) -> None:
     assert lines[at + 1:at + 3] == ["  ... 20 node lines in all", "  master: main1"]
     full = render_digest(derivation.topology, derivation, "digest-facts")
     assert "node.19: sub19 (sub 19)\n" in full
+
+
+# ------------------------------------------------- the same two rules, over random sessions
+
+
+PORTS = st.integers(3000, 65535).filter(lambda p: p != 29500)
+
+
+@st.composite
+def job_wide_changes(draw, pairs: list[tuple[str, int]]):
+    """(labels, environment changes) that change one job-wide fact of a container."""
+    kinds = ["master-port", "tensorflow-port", "jax-port", "MASTER_PORT", "session", "roles"]
+    others = [role for role, _ in pairs if role != "main"]
+    if len(others) > 1:
+        kinds.append("replicas")
+    kind = draw(st.sampled_from(kinds))
+    if kind.endswith("-port"):
+        return {PREFIX + kind: str(draw(PORTS))}, {}
+    if kind == "MASTER_PORT":
+        return {}, {"MASTER_PORT": str(draw(PORTS))}
+    if kind == "session":
+        return {}, {"BACKENDAI_SESSION_ID": draw(st.from_regex(r"[a-f0-9-]{1,36}", fullmatch=True)
+                                                .filter(lambda s: s != "sess-0123"))}
+    if kind == "roles":  # main the chief, every other role a worker
+        roles = ",".join(f"{r}:{'chief' if r == 'main' else 'worker'}" for r, _ in pairs)
+        return {PREFIX + "tensorflow-roles": roles}, {}
+    order = draw(st.permutations(others).filter(lambda o: list(o) != others))
+    counts = dict(pairs)
+    replicas = ",".join(f"{r}:{counts[r]}" for r in ["main", *order])
+    return {}, {"BACKENDAI_CLUSTER_REPLICAS": replicas}
+
+
+@given(session=sessions(), seed=st.integers(0, 2**32 - 1), data=st.data())
+@SETTINGS
+def test_one_job_wide_change_on_one_container_changes_only_its_digest(
+    backendai_env, session, seed, data
+) -> None:
+    pairs, group_order = session
+    rnd = random.Random(seed)
+    names = [f"{role}{i}" for role, count in pairs for i in range(1, count + 1)]
+    envs = {host: backendai_env(hosts_by_index(pairs, rnd), host, pairs, group_order=group_order)
+            for host in names}
+    before = digests(list(envs.values()))
+    assert len(before) == 1
+    host = data.draw(st.sampled_from(names))
+    labels, changes = data.draw(job_wide_changes(pairs))
+    after = digest({**envs[host], **changes}, {**ALL, **labels})
+    assert after.split()[0] not in before
+    assert after.split()[2] == host
+
+
+@given(session=sessions(), seed=st.integers(0, 2**32 - 1), data=st.data())
+@SETTINGS
+def test_node_local_changes_on_one_container_keep_its_digest(
+    backendai_env, session, seed, data
+) -> None:
+    pairs, group_order = session
+    rnd = random.Random(seed)
+    names = [f"{role}{i}" for role, count in pairs for i in range(1, count + 1)]
+    envs = [backendai_env(hosts_by_index(pairs, rnd), host, pairs, group_order=group_order)
+            for host in names]
+    before = digests(envs)
+    env = data.draw(st.sampled_from(envs))
+    derivation = derive(env, ALL)
+    assert derivation is not None
+    own = {v.name: v.value for v in derivation.variables if v.scope == "node"}
+    # the node's own values set by hand (a shell after the hook), TF_CONFIG re-spaced
+    kept = data.draw(st.lists(st.sampled_from(sorted(own)), unique=True))
+    changes = {name: own[name] for name in kept}
+    if "TF_CONFIG" in changes:
+        changes["TF_CONFIG"] = json.dumps(json.loads(changes["TF_CONFIG"]), indent=1)
+    changes["CUDA_VISIBLE_DEVICES"] = data.draw(st.sampled_from(["0", "1,2", "GPU-1a2b"]))
+    facts = data.draw(st.sampled_from([None, HostFacts(interfaces=("baimulti0",))]))
+    assert digest({**env, **changes}, ALL, facts).split()[0] in before
