@@ -93,6 +93,9 @@ def run_check(start: float, timeout: float, labels_files: Sequence[str],
         wanted = labels.get(PREFIX + "frameworks", "")
         if "pytorch" not in wanted.replace(" ", "").split(","):
             labels[PREFIX + "frameworks"] = ",".join(filter(None, [wanted, "pytorch"]))
+            if not wanted:
+                say("note", f"this image did not opt in (label {PREFIX}frameworks): checked "
+                            "as if frameworks=pytorch")
         facts = gather_facts(True)._replace(
             resolve=Resolver(min(RESOLVE_SECONDS, timeout * 0.3)))
         derivation = derive(environ, labels, facts, source, read_files)
@@ -108,7 +111,8 @@ def run_check(start: float, timeout: float, labels_files: Sequence[str],
                  for n in (plan.host, plan.master, *plan.peers)}
     single = len(plan.expected) == 1
     name = check_name(plan.host, addresses[plan.host], list(own), single)
-    if facts.hostname and facts.hostname.lower() != plan.host.lower() and name.ok:
+    if (facts.hostname and facts.hostname.lower() != plan.host.lower() and name.ok
+            and not single):  # one node: gloo's fallback to loopback is right
         name = check_name(facts.hostname, resolved.get(facts.hostname, ()), list(own), single)
     settings = {v: job[v] for v in VARIABLES if job.get(v)}
     peers = [(p, addresses[p][0]) for p in plan.peers if addresses[p]]
@@ -282,22 +286,11 @@ def _client(plan, cells, resolved, own, master_addresses: Sequence[str], timeout
     from derive_env import preflight
 
     head = preflight.title(len(plan.expected), plan.what, plan.master, plan.port, timeout)
-    sock, problem = None, f"{plan.master} does not resolve on {plan.host}"
-    end = deadline - _margin(timeout)
-    while master_addresses:
-        sock, problem = connect_once(host_port(plan.master, plan.port), master_addresses,
-                                      plan.port, plan.key, end)
-        if sock is not None or problem.startswith(f"{host_port(plan.master, plan.port)} is already"):
-            break
-        if time.monotonic() + 0.2 >= end:
-            problem = (f"cannot connect to {host_port(plan.master, plan.port)} from {plan.host} within "
-                       f"{timeout:g} s: {problem}")
-            break
-        time.sleep(0.2)
-    if sock is None:
-        row = _row(plan, cells, resolved, own, preflight.failed(problem))
-        ok, line = preflight.verdict([row], plan.what)
-        _write(head + preflight.table([row], _title(plan)) + line + "\n")
+    sock = _connect(plan, master_addresses, timeout, deadline - _margin(timeout))
+    if isinstance(sock, str):
+        row = _row(plan, cells, resolved, own, preflight.failed(sock))
+        _write(head + preflight.table([row], _title(plan)) + preflight.verdict(
+            [row], plan.what)[1] + "\n")
         return 1
     row = _row(plan, cells, resolved, own, preflight.passed("connected"))
     with sock:
@@ -308,16 +301,32 @@ def _client(plan, cells, resolved, own, master_addresses: Sequence[str], timeout
             answer = json.loads(read_line(sock, deadline) or "null")
         except (OSError, ValueError):
             pass
-    own_ok, line = preflight.verdict([row], plan.what)
+    ok, said = False, f"no verdict from the master {plan.master} within {timeout:g} s"
     if isinstance(answer, dict) and isinstance(answer.get("verdict"), str):
-        ok, said = own_ok and answer.get("ok") is True, f"master {plan.master}: {answer['verdict']}"
+        ok = not row.failures and answer.get("ok") is True
+        said = f"master {plan.master}: {answer['verdict']}"
         found = answer.get("problems")
         if isinstance(found, list) and not row.failures and all(isinstance(p, str) for p in found):
             said = "".join(f"{p}\n" for p in found) + said
-    else:
-        ok, said = False, f"no verdict from the master {plan.master} within {timeout:g} s"
     _write(head + preflight.table([row], _title(plan)) + said + "\n")
     return 0 if ok else 1
+
+
+def _connect(plan, addresses: Sequence[str], timeout: float, end: float):
+    """A connection to the master greeted by this job's check, retried every 0.2 s until
+    ``end``; else why not (a foreign listener at once, without retrying)."""
+    where = host_port(plan.master, plan.port)
+    if not addresses:
+        return f"{plan.master} does not resolve on {plan.host}: cannot connect to {where}"
+    while True:
+        sock, problem = connect_once(where, addresses, plan.port, plan.key, end)
+        if sock is not None:
+            return sock
+        if problem.startswith(f"{where} is already in use"):
+            return problem
+        if time.monotonic() + 0.2 >= end:
+            return f"cannot connect to {where} from {plan.host} within {timeout:g} s: {problem}"
+        time.sleep(0.2)
 
 
 def _title(plan) -> str:
