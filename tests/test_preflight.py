@@ -266,3 +266,13 @@ def test_the_job_key_tells_jobs_and_ports_apart() -> None:
     assert len({key, job_key("backendai", "s2", "main1", 29500, 3),
                 job_key("backendai", "s1", "main1", 29501, 3),
                 job_key("backendai", "s1", "main1", 29500, 4)}) == 4
+
+
+def test_the_operator_guide_shows_these_tables() -> None:
+    """docs/operator-guide.md, section 8, shows the master's output of the e2e sessions
+    (tests/e2e/test_e2e_check.py) with port 29500: kept equal to the renderer here."""
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "operator-guide.md").read_text()
+    for output in (HEALTHY_TABLE, FAILING_TABLE):
+        assert f"```console\n$ on-every-node derive-env check\n{output}```\n" in guide
