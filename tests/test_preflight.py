@@ -276,3 +276,15 @@ def test_the_operator_guide_shows_these_tables() -> None:
     guide = (Path(__file__).resolve().parents[1] / "docs" / "operator-guide.md").read_text()
     for output in (HEALTHY_TABLE, FAILING_TABLE):
         assert f"```console\n$ on-every-node derive-env check\n{output}```\n" in guide
+
+
+def test_the_plan_of_an_mpirun_rank_without_a_host_list() -> None:
+    """Open MPI over SSH states ranks, not hosts: rows are tasks; rank 2 connects to h0."""
+    env = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+           "OMPI_COMM_WORLD_NODE_RANK": "2", "MASTER_ADDR": "h0", "MASTER_PORT": "29500"}
+    derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+    plan = plan_of(derivation.topology, {**env, **derivation.changes()}, "h2")
+    assert (plan.per_task, plan.label, plan.host, plan.peers, plan.names, plan.leader) == (
+        True, "2", "h2", ("h0",), ("h2", "h0"), False)
+    assert plan.expected == (("0", "rank 0"), ("1", "rank 1"), ("2", "h2"), ("3", "rank 3"))

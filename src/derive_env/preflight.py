@@ -112,15 +112,12 @@ class Plan(NamedTuple):
         name and port only; else rows are nodes.
     :ivar label: this row's node rank (or task rank) as text, ``?`` when unknown.
     :ivar host: this node's name (the topology's, else the host name).
-    :ivar master: / :ivar port: the master address and port the job uses (``MASTER_ADDR``,
-        ``MASTER_PORT`` as the job gets them).
-    :ivar peers: the names this row must resolve, this node's own left out.
-    :ivar names: every name this row resolves (its own, the peers', the master's).
+    :ivar master: / :ivar port: ``MASTER_ADDR``, ``MASTER_PORT`` as the job gets them.
+    :ivar peers: the names this row must resolve; :ivar names: every name it resolves.
     :ivar expected: every row of the job, ``(label, host)``, in order (the master's table).
     :ivar leader: this row listens on the master port: the task of rank 0, or the node the
         master address names (decided with the resolution: :meth:`is_master`).
-    :ivar key: :func:`job_key` of the job.
-    """
+    :ivar key: :func:`job_key` of the job."""
 
     per_task: bool
     label: str
@@ -161,7 +158,9 @@ def plan_of(topology: ClusterTopology, environ: Mapping[str, str], hostname: str
     host = me.host if me is not None else (hostname or "?")
     nodes = [n.host for n in topology.nodes]
     processes = topology.processes
-    if topology.per_process and processes is not None:
+    # A launcher's tasks without a host list (mpirun over SSH): tasks too, even one per node.
+    per_task = processes is not None and (topology.per_process or not nodes)
+    if per_task and processes is not None:
         label, count = str(processes.rank), processes.world_size
         expected = tuple((str(r), host if r == processes.rank else f"rank {r}")
                          for r in range(count))
@@ -170,7 +169,9 @@ def plan_of(topology: ClusterTopology, environ: Mapping[str, str], hostname: str
     else:
         rank = topology.node_rank
         label = "?" if rank is None else str(rank)
-        expected = tuple((str(r), n) for r, n in enumerate(nodes)) or ((label, host),)
+        expected = tuple((str(r), n) for r, n in enumerate(nodes)) or tuple(
+            (str(r), host if str(r) == label else f"node {r}")
+            for r in range(topology.num_nodes or 1))
         count = len(expected)
         peers = tuple(n for n in dict.fromkeys([*nodes, master])
                       if n.lower() != host.lower()) if topology.multi_node else ()
@@ -178,7 +179,7 @@ def plan_of(topology: ClusterTopology, environ: Mapping[str, str], hostname: str
     names = [n for n in dict.fromkeys([host, hostname, master, *peers]) if n and not is_ip(n)]
     session = topology.session_id or "/".join(topology.job or ())
     key = job_key(topology.source, session, master, port, count)
-    return Plan(topology.per_process, label, host, master, port, tuple(peers), tuple(names),
+    return Plan(per_task, label, host, master, port, tuple(peers), tuple(names),
                 expected, leader, key)
 
 

@@ -69,6 +69,7 @@ def main(args: Sequence[str]) -> None:
         try:
             status = run_check(start, timeout, labels_files, label_items, source)
         except KeyboardInterrupt:
+            say("error", "interrupted (SIGINT): the check did not finish")
             status = 130
         _exit_now(status)
 
