@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bai_session import DEFAULT, BackendAISession, missing_tools, torch_labels
 from hpc_jobs import NODES, cluster, job_env, require_hpc, write_labels
-from sessions import require, venv_bin
+from sessions import require, require_frameworks, venv_bin
 from slurmcluster import SlurmCluster
 
 pytestmark = pytest.mark.e2e
@@ -69,6 +69,7 @@ def _within_bound(text: str, hosts: list[str]) -> dict[str, float]:
 def _session(batch: str, port: int, edit=None) -> tuple[str, int | None, list[str]]:
     """Run one session whose batch command is ``batch``; main1's output, the batch status,
     what the session left behind."""
+    require_frameworks()  # root, ip netns, derive-env next to this Python
     require(not missing_tools(), f"missing {missing_tools()} (install openssh-server)")
     with BackendAISession(DEFAULT, batch, torch_labels(port)) as session:
         if edit is not None:
@@ -139,6 +140,32 @@ def test_a_peer_name_that_resolves_otherwise_on_one_node_is_named() -> None:
     assert ("sub1 peers: sub1 resolves sub2 to 198.18.0.99, the others to 198.18.0.12\n"
             "master main1: FAILED: sub1 (peers)\n") in out
     print("name differs, seconds per node:", _within_bound(out, list(DEFAULT.hosts)))
+    assert left == []
+
+
+def test_a_node_that_never_checks_is_named_within_the_bound() -> None:
+    """sub2 does not run the check: the master waits until shortly before its bound, then
+    names sub2; sub1 gets that verdict; neither outlives the bound. (The nodes start up to a
+    few seconds apart under on-every-node, whose SSH sessions start one after the other: a
+    much shorter --timeout than the default leaves them no common window.)"""
+    port = _port()
+    skip_sub2 = f'[ "$(hostname)" = sub2 ] && exit 0; {TIMED_CHECK}'
+    out, rc, left = _session(f"on-every-node true && on-every-node sh -c {shlex.quote(skip_sub2)}",
+                             port)
+    assert rc == 1, out
+    assert _table(port, ["node  host   name         peers  port       iface",
+                         "0     main1  198.18.0.10  ok     listening  eth0",
+                         "1     sub1   198.18.0.11  ok     connected  eth0",
+                         "2     sub2   -            -      FAIL       -",
+                         "sub2 port: sub2 did not report to the master (not started, or it "
+                         "cannot connect)"],
+                  "FAILED: sub2 (port)") in out
+    assert "master main1: FAILED: sub2 (port)\n" in out
+    times = _elapsed(out)
+    assert sorted(times) == ["main1", "sub1"], out
+    assert 10.0 < times["main1"] < BOUND_S + SLACK_S, times
+    assert times["sub1"] < BOUND_S + SLACK_S, times
+    print("sub2 never checks, seconds per node:", times)
     assert left == []
 
 
