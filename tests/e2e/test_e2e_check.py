@@ -8,10 +8,13 @@
 - On the real Slurm cluster (tests/e2e/slurmcluster.py), ``srun derive-env check`` with one
   task per node (the node layer) and two (the process layer: rank 0 listens, every other
   task connects): all pass; a listener already on the master port of the first node is named.
+- Open MPI's ``mpirun`` over SSH (no host list: the user gives MASTER_ADDR), 2 ranks per
+  node: rank 0 listens, all pass.
+- sub2 never runs the check: the master names it, within the bound.
 
 Each node's check is timed by the shell around it; every one must end within the bound
 (15 s by default) plus a small slack for the interpreter's start. Needs root, ``ip netns``,
-sshd, slurm-wlm and munge: skipped without them, FAILS under CI=true.
+sshd, slurm-wlm, munge and openmpi-bin: skipped without them, FAILS under CI=true.
 """
 
 from __future__ import annotations
@@ -247,3 +250,47 @@ def test_srun_a_listener_already_on_the_master_port_is_named(slurm: SlurmCluster
         assert (f"{node} port: gpu-a100-09:{port} is already in use: a program there accepts "
                 "connections but does not greet as derive-env check\n") in tasks[task], out
     print("srun, port taken, seconds per node:", _within_bound(out, NODES))
+
+
+# ------------------------------------------------------------------ Open MPI over SSH
+
+
+@pytest.fixture(scope="module")
+def mpi() -> Iterator[SlurmCluster]:
+    """A cluster with sshd on every node, for mpirun over SSH (removed afterwards)."""
+    require_hpc("mpirun.openmpi", "sshd")
+    with cluster(ssh=True) as slurm:
+        yield slurm
+
+
+def test_mpirun_over_ssh_rank_0_listens(mpi: SlurmCluster) -> None:
+    """mpirun.openmpi -H gpu-a100-09:2,...:2 -np 6 -x MASTER_ADDR=gpu-a100-09: Open MPI states
+    ranks, no host list; rank 0 listens, the 5 others connect; every task passes."""
+    port = _port()
+    labels = write_labels(mpi, {"frameworks": "pytorch", "master-port": str(port)})
+    env = job_env(labels, PATH=f"{venv_bin()}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+    exported = [a for k in env for a in ("-x", k)]
+    hosts = ",".join(f"{n}:2" for n in NODES)
+    res = mpi.run(["mpirun.openmpi", "--allow-run-as-root", "--tag-output", "--mca",
+                   "plm_rsh_agent", str(mpi.ssh_wrapper), "-H", hosts, "-np", "6",
+                   "-x", f"MASTER_ADDR={NODES[0]}", *exported, "sh", "-c", TIMED_CHECK],
+                  timeout=90, env=env)
+    tasks: dict[str, str] = {}
+    for task, text in re.findall(r"^\[\d+,(\d+)\]<stdout>:(.*)$", res.stdout, re.M):
+        tasks[task] = tasks.get(task, "") + text + "\n"
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert tasks["0"].startswith(
+        f"derive-env check: 6 tasks, master {NODES[0]}:{port}, within 15 s\n"
+        "rank  host         name         peers  port       iface\n"
+        "0     gpu-a100-09  198.18.0.10  -      listening  eth0\n"
+        "1     gpu-a100-09  198.18.0.10  -      connected  eth0\n"
+        "2     gpu-a100-10  198.18.0.11  ok     connected  eth0\n"
+        "3     gpu-a100-10  198.18.0.11  ok     connected  eth0\n"
+        "4     gpu-a100-11  198.18.0.12  ok     connected  eth0\n"
+        "5     gpu-a100-11  198.18.0.12  ok     connected  eth0\n"
+        "all checks pass on 6 tasks\n"), out
+    assert "master gpu-a100-09: all checks pass on 6 tasks\n" in tasks["5"], out
+    times = {task: _elapsed(text) for task, text in sorted(tasks.items())}
+    assert all(t < BOUND_S + SLACK_S for each in times.values() for t in each.values()), times
+    print("mpirun over SSH, 2 tasks per node, seconds per task:", times)
