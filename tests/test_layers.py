@@ -52,6 +52,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "derive_env.digest": ("derive_env.sources", "derive_env.merge", "derive_env.pipeline",
                           "derive_env.render", "derive_env.cli", "derive_env.launch",
                           "derive_env.policy"),
+    # derive-env check's decisions: read the frameworks' network rules, never run the pipeline
+    "derive_env.preflight": ("derive_env.sources", "derive_env.merge", "derive_env.pipeline",
+                             "derive_env.render", "derive_env.policy", "derive_env.cli",
+                             "derive_env.launch"),
     "derive_env.launch": ("derive_env.sources", "derive_env.frameworks", "derive_env.merge",
                           "derive_env.pipeline", "derive_env.render", "derive_env.cli"),
 }

@@ -7,6 +7,8 @@ more than a derivation (docs/performance.md):
 
 * the ENTRYPOINT form ``derive-env [--] COMMAND ARG...`` (no option before the command)
   goes straight to the exec path;
+* ``derive-env check ...`` (``check`` as the first word, no ``--`` before it) is the
+  preflight, :mod:`derive_env.cli.check`, loaded only then;
 * the dry-run forms of the hook and of operators (``derive-env --dry-run --format shell``,
   ``--dry-run --explain``, ``--label``/``--labels-file``/``--env-file``), which
   :func:`derive_env.cli.options.parse` reads only when click would accept them with the
@@ -24,6 +26,9 @@ import sys
 #: click's shell-completion switch for prog_name ``derive-env`` (click.core, ``complete_var``):
 #: when set, click answers the completion request instead of running the command.
 _COMPLETE_VARIABLE = "_DERIVE_ENV_COMPLETE"
+#: The first word that starts the preflight (:mod:`derive_env.cli.check`) instead of a
+#: command: only as the very first word; ``derive-env -- check`` runs a command ``check``.
+CHECK = "check"
 
 
 def drop_pythonpath(path: list[str], pythonpath: str | None, own_dir: str) -> list[str]:
@@ -58,6 +63,10 @@ def main() -> None:
         sys.path[:] = drop_pythonpath(sys.path, os.environ.get("PYTHONPATH"), own_dir)
     before_pydantic()
     args = sys.argv[1:]
+    if args and args[0] == CHECK:
+        from derive_env.cli.check import main as check
+
+        check(args[1:])  # exits
     if args and (args[0] == "--" or not args[0].startswith("-")):
         from derive_env.cli import run_command
 

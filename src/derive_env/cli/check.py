@@ -1,0 +1,334 @@
+"""``derive-env check [--timeout SECONDS]``: the preflight, the edge (contract section 8).
+
+Loaded only when ``check`` is the first word of the command line (:mod:`derive_env.__main__`);
+``derive-env -- check`` still runs a command named ``check``. Reads this node's facts,
+derives as a start would (an image that did not opt in is checked as ``frameworks=pytorch``),
+resolves the job's names, then either listens on the master port (the master: it greets
+every connection, collects every row and prints the whole table) or connects to it (the
+others: they send their row and print it with the master's verdict). Every wait is bounded
+by one deadline, ``--timeout`` seconds after the start. What is checked and every message
+are in :mod:`derive_env.preflight`. Traffic goes only to the master's port, at the
+addresses the job's own master name resolves to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from derive_env.cli import gather_facts, load_labels, read_environment, read_files, say
+from derive_env.cli.checknet import connect_once, listen, read_line
+from derive_env.hosts import host_port
+
+#: Seconds of the whole run when --timeout is not given (contract section 8).
+DEFAULT_TIMEOUT = 15.0
+#: Seconds left for the output and the exit after the last wait.
+EXIT_SLACK = 0.3
+
+
+def main(args: Sequence[str]) -> None:
+    """``derive-env check ARGS``: parse (click), run, exit with 0 (all pass), 1 (a check
+    failed), 2 (usage), 3 or 4 (the derivation's errors), 130/143 (interrupted)."""
+    start = time.monotonic()
+    import click
+
+    from derive_env.cli.options import OPTIONS
+
+    helps = {o.keyword: o.help for o in OPTIONS}
+
+    @click.command(context_settings={"help_option_names": ["-h", "--help"],
+                                     "max_content_width": 100})
+    @click.option("--timeout", type=click.FloatRange(0, 3600, min_open=True),
+                  default=DEFAULT_TIMEOUT, show_default=True, metavar="SECONDS",
+                  help="Bound on the whole check, in seconds.")
+    @click.option("--label", "label_items", multiple=True, metavar="KEY=VALUE",
+                  help=helps["label_items"])
+    @click.option("--labels-file", "labels_files", multiple=True, metavar="PATH",
+                  help=helps["labels_files"])
+    @click.option("--source", metavar="NAME", help="As for derive-env --source.")
+    def check(timeout: float, label_items: tuple[str, ...], labels_files: tuple[str, ...],
+              source: str | None) -> None:
+        """Check what a rendezvous needs, on every node at once (on-every-node derive-env
+        check, or srun/mpirun derive-env check): names resolve, the master port is free on
+        the master and reachable from every node, gloo's and NCCL's interfaces reach the
+        peers. The master prints the table node x check; exit 0 when every check passes,
+        else 1."""
+        if source is not None:
+            from derive_env.errors import UsageError
+            from derive_env.sources import choice_of
+
+            try:
+                choice_of({}, source)
+            except UsageError as exc:
+                raise click.UsageError(str(exc)) from None
+        try:
+            status = run_check(start, timeout, labels_files, label_items, source)
+        except KeyboardInterrupt:
+            say("error", "interrupted (SIGINT): the check did not finish")
+            status = 130
+        _exit_now(status)
+
+    check.main(list(args), prog_name="derive-env check")
+
+
+def run_check(start: float, timeout: float, labels_files: Sequence[str],
+              label_items: Sequence[str], source: str | None) -> int:
+    """The check of this node (or task); returns the exit status."""
+    from derive_env.cli.hostfacts import Resolver
+    from derive_env.errors import DeriveEnvError
+    from derive_env.frameworks.context import RESOLVE_SECONDS
+    from derive_env.frameworks.network import VARIABLES
+    from derive_env.labels import PREFIX
+    from derive_env.pipeline import derive
+    from derive_env.preflight import check_iface, check_name, check_peers, own_addresses, plan_of
+
+    deadline = start + timeout - EXIT_SLACK
+    try:
+        environ = read_environment(None)
+        labels = load_labels(environ, labels_files, label_items)
+        wanted = labels.get(PREFIX + "frameworks", "")
+        if "pytorch" not in wanted.replace(" ", "").split(","):
+            labels[PREFIX + "frameworks"] = ",".join(filter(None, [wanted, "pytorch"]))
+            if not wanted:
+                say("note", f"this image did not opt in (label {PREFIX}frameworks): checked "
+                            "as if frameworks=pytorch")
+        facts = gather_facts(True)._replace(
+            resolve=Resolver(min(RESOLVE_SECONDS, timeout * 0.3)))
+        derivation = derive(environ, labels, facts, source, read_files)
+        assert derivation is not None  # opted in above
+    except DeriveEnvError as exc:
+        say("error", str(exc))
+        return exc.exit_code
+    job = {**environ, **derivation.changes()}
+    plan = plan_of(derivation.topology, job, facts.hostname)
+    resolved = dict(facts.resolve(plan.names))
+    own = own_addresses(facts)
+    addresses = {n: ((n,) if n not in resolved else tuple(resolved[n]))
+                 for n in (plan.host, plan.master, *plan.peers)}
+    single = len(plan.expected) == 1
+    name = check_name(plan.host, addresses[plan.host], list(own), single)
+    if (facts.hostname and facts.hostname.lower() != plan.host.lower() and name.ok
+            and not single):  # one node: gloo's fallback to loopback is right
+        name = check_name(facts.hostname, resolved.get(facts.hostname, ()), list(own), single)
+    settings = {v: job[v] for v in VARIABLES if job.get(v)}
+    peers = [(p, addresses[p][0]) for p in plan.peers if addresses[p]]
+    cells = {"name": name, "peers": check_peers(plan.host, plan.peers, addresses),
+             "iface": check_iface(settings, facts, plan.host, addresses[plan.host], peers)}
+    row_parts = (plan, cells, resolved, tuple(own))
+    if plan.is_master(list(own), addresses[plan.master]):
+        return _Master(*row_parts, timeout=timeout, deadline=deadline).run()
+    return _client(*row_parts, addresses[plan.master], timeout, deadline)
+
+
+def _margin(timeout: float) -> float:
+    """Seconds before the deadline at which the master stops collecting and the others stop
+    connecting, so the verdict reaches every node before its own deadline."""
+    return min(2.0, timeout * 0.1)
+
+
+def _write(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _exit_now(status: int) -> None:
+    """Exit at once: a resolver or connection thread still waiting must not delay it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _row(plan, cells, resolved, own, port_cell):  # -> preflight.Row
+    from derive_env.preflight import Row
+
+    return Row(plan.label, plan.host, {**cells, "port": port_cell}, resolved, own)
+
+
+# --------------------------------------------------------------------------- the master
+
+
+class _Master:
+    """Listen on the master port, greet, collect every row, send the verdict, print."""
+
+    def __init__(self, plan, cells, resolved, own, *, timeout: float, deadline: float) -> None:
+        self.plan, self.cells, self.resolved, self.own = plan, cells, resolved, own
+        self.timeout, self.deadline = timeout, deadline
+        self.rows: dict[str, object] = {}
+        self.conns: list[tuple[socket.socket, str]] = []
+        self.extra: list[str] = []
+        self.done = threading.Condition()
+
+    def run(self) -> int:
+        from derive_env import preflight
+
+        plan = self.plan
+        head = preflight.title(len(plan.expected), plan.what, plan.master, plan.port,
+                               self.timeout)
+        listener = listen(plan.port)
+        if isinstance(listener, str):
+            problem = (f"{host_port(plan.master, plan.port)} is already in use{listener}"
+                       if listener.startswith(" (") or not listener else listener)
+            row = _row(*self._parts(), preflight.failed(problem))
+            ok, line = preflight.verdict([row], plan.what)
+            _write(head + preflight.table([row], self._title()) + line + "\n"
+                   + f"the other {plan.what} cannot report to the master: they say why\n")
+            return 1
+        with listener:
+            listener.settimeout(0.2)
+            threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+            port_cell = self._self_connect()
+            self._collect()
+            rows = [_row(*self._parts(), port_cell), *self.rows.values()]
+            judged = preflight.judge(rows, plan.expected)
+            ok, line = preflight.verdict(judged, plan.what)
+            self._answer(ok, line, judged)
+        _write(head + preflight.table(judged, self._title()) + "".join(
+            f"{x}\n" for x in self.extra) + line + "\n")
+        return 0 if ok else 1
+
+    def _parts(self):
+        return self.plan, self.cells, self.resolved, self.own
+
+    def _title(self) -> str:
+        return "rank" if self.plan.per_task else "node"
+
+    def _self_connect(self):
+        """The master reaches its own port at the master address, as its own workers do."""
+        from derive_env.preflight import failed, passed
+
+        plan = self.plan
+        addresses = self.resolved.get(plan.master, (plan.master,))
+        sock, problem = connect_once(host_port(plan.master, plan.port), addresses, plan.port,
+                                      plan.key, self.deadline)
+        if sock is None:
+            return failed(f"{plan.host} listens on port {plan.port}, but {plan.master}:"
+                          f"{plan.port} does not reach it from {plan.host}: {problem}")
+        sock.close()
+        return passed("listening")
+
+    def _accept(self, listener: socket.socket) -> None:
+        while time.monotonic() < self.deadline:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        from derive_env.preflight import PROTOCOL, row_from_wire
+
+        try:
+            conn.settimeout(max(0.1, self.deadline - time.monotonic()))
+            greeting = {"protocol": PROTOCOL, "key": self.plan.key, "host": self.plan.host}
+            conn.sendall(json.dumps(greeting).encode() + b"\n")
+            message = json.loads(read_line(conn, self.deadline) or "null")
+        except (OSError, ValueError):
+            conn.close()
+            return
+        row = row_from_wire(message.get("row")) if isinstance(message, dict) else None
+        if row is None or message.get("key") != self.plan.key:
+            conn.close()
+            return
+        with self.done:
+            if row.label in self.rows or row.label == self.plan.label:
+                self.extra.append(f"two checks report as {self.plan.what[:-1]} {row.label} "
+                                  f"({row.host}): is the check running twice?")
+            else:
+                self.rows[row.label] = row
+            self.conns.append((conn, row.host))
+            self.done.notify_all()
+
+    def _collect(self) -> None:
+        end = self.deadline - _margin(self.timeout)
+        with self.done:
+            while len(self.rows) < len(self.plan.expected) - 1:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.done.wait(remaining)
+
+    def _answer(self, ok: bool, line: str, judged) -> None:
+        """Send every node the verdict, with the problems the master found in its row."""
+        with self.done:
+            conns, self.conns = self.conns, []
+        problems = {r.host: [f"{r.host} {c}: {r.cells[c].problem}" for c in r.failures]
+                    for r in judged}
+        for conn, host in conns:
+            answer = {"ok": ok, "verdict": line, "problems": problems.get(host, [])}
+            try:
+                conn.settimeout(0.5)
+                conn.sendall(json.dumps(answer).encode() + b"\n")
+            except OSError:
+                pass
+            conn.close()
+
+
+# ---------------------------------------------------------------------------- the others
+
+
+def _client(plan, cells, resolved, own, master_addresses: Sequence[str], timeout: float,
+            deadline: float) -> int:
+    """Connect to the master (retrying until the margin), send the row, print it with the
+    master's verdict."""
+    from derive_env import preflight
+
+    head = preflight.title(len(plan.expected), plan.what, plan.master, plan.port, timeout)
+    sock = _connect(plan, master_addresses, timeout, deadline - _margin(timeout))
+    if isinstance(sock, str):
+        row = _row(plan, cells, resolved, own, preflight.failed(sock))
+        _write(head + preflight.table([row], _title(plan)) + preflight.verdict(
+            [row], plan.what)[1] + "\n")
+        return 1
+    row = _row(plan, cells, resolved, own, preflight.passed("connected"))
+    with sock:
+        answer = None
+        try:
+            sock.sendall(json.dumps({"key": plan.key, "row": preflight.row_to_wire(row)}
+                                    ).encode() + b"\n")
+            answer = json.loads(read_line(sock, deadline) or "null")
+        except (OSError, ValueError):
+            pass
+    ok, said = False, f"no verdict from the master {plan.master} within {timeout:g} s"
+    if isinstance(answer, dict) and isinstance(answer.get("verdict"), str):
+        ok = not row.failures and answer.get("ok") is True
+        said = f"master {plan.master}: {answer['verdict']}"
+        found = answer.get("problems")
+        if isinstance(found, list) and not row.failures and all(isinstance(p, str) for p in found):
+            said = "".join(f"{p}\n" for p in found) + said
+    _write(head + preflight.table([row], _title(plan)) + said + "\n")
+    return 0 if ok else 1
+
+
+def _connect(plan, addresses: Sequence[str], timeout: float, end: float):
+    """A connection to the master greeted by this job's check, retried every 0.2 s until
+    ``end``; else why not (a foreign listener at once, without retrying)."""
+    where = host_port(plan.master, plan.port)
+    if not addresses:
+        return f"{plan.master} does not resolve on {plan.host}: cannot connect to {where}"
+    while True:
+        sock, problem = connect_once(where, addresses, plan.port, plan.key, end)
+        if sock is not None:
+            return sock
+        if problem.startswith(f"{where} is already in use"):
+            return problem
+        if time.monotonic() + 0.2 >= end:
+            return f"cannot connect to {where} from {plan.host} within {timeout:g} s: {problem}"
+        time.sleep(0.2)
+
+
+def _title(plan) -> str:
+    return "rank" if plan.per_task else "node"
