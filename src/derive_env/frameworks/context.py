@@ -74,6 +74,9 @@ class DerivedVariable(NamedTuple):
     :ivar leader: the variable a :data:`FOLLOWS` one follows (``MASTER_ADDR``).
     :ivar kept: the environment already had a non-empty value, which wins.
     :ivar derived: when kept, the value the shim would have set.
+    :ivar checked_only: a value the shim does not set, only compares a user-set one with
+        (a framework's ``Contribution.checks``: torchrun mode's ``RANK`` ...); its error
+        says who sets it instead.
     """
 
     name: str
@@ -86,6 +89,7 @@ class DerivedVariable(NamedTuple):
     leader: str | None = None
     kept: bool = False
     derived: str | None = None
+    checked_only: bool = False
 
 
 class Master(NamedTuple):

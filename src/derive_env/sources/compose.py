@@ -20,20 +20,23 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
   or a Kubeflow pod is the node layer (it may start torchrun). Never decided by comparing
   the world size with the node count, which packed ranks can match.
 * Node layer: the innermost source that states node facts gives the node count and this
-  node's rank; the innermost one with a host list the hosts. Where both state the count,
-  the master and the node rank, they must agree (an error naming both). A source that
-  numbers nodes itself (``Report.renumbers``: torchrun's rendezvous) never takes another
-  source's host list: no node knows the rendezvous' order in advance (a note says why).
+  node's rank; the innermost source with a host list gives the hosts. Where both state the
+  count, the master and the node rank, they must agree (an error naming both). A source
+  that numbers nodes itself (``Report.renumbers``: torchrun's rendezvous) never takes
+  another source's host list: no node can know the rendezvous' order in advance, so its
+  nodes stay without a host list on every node alike (a note says why).
 * Master = the host of rank 0. A source that proves rank 0 is on another node than its
-  first (``srun -m arbitrary``) names it; that node is then put first, the others in the
-  manager's order, so that node rank 0 is always the master (torchrun's static rendezvous
-  and every framework here require it).
-* Checks between the layers: the process counts per node sum to the world size, one entry
-  per node; this node's entry is its local world size; rank 0 is on node rank 0 (a check
-  only rank 0 can make: under an MPI launcher or srun that one failing stops the job).
+  first (``srun -m arbitrary``) names it; the nodes are then put in the order "the node
+  of rank 0 first, then the others in the manager's order", so that node rank 0 is always
+  the master, which torchrun's static rendezvous and every framework here require.
+* Checks between the layers: the process counts per node sum to the world size and have
+  one entry per node; this node's entry is its local world size; rank 0 is on node rank 0
+  (a check only the process of rank 0 can make: under an MPI launcher or srun that one
+  process failing stops the job).
 * A seen source's ``Report.problem`` (a Slurm batch script of a multi-node job; a Slurm
   step self-check that an inner MPI launcher makes meaningless) is raised only when no
-  inner source was seen. Then the refusals (sources/refusals.py).
+  inner source was seen.
+* Then the refusals (sources/refusals.py): another launcher's variables stating more.
 
 Raises :class:`~derive_env.errors.TopologyError` (exit 3) on any disagreement, naming the
 variables of both sides.
