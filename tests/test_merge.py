@@ -155,7 +155,7 @@ def test_running_again_after_the_hook_keeps_everything_silently(backendai_env) -
 @pytest.mark.parametrize(("user", "name", "expected", "what"), [
     ({"PET_NNODES": "1"}, "PET_NNODES", "3", "the number of nodes"),
     ({"WORLD_SIZE": "1", "RANK": "0"}, "WORLD_SIZE", "3",
-     "the number of processes, one per node"),
+     "the number of nodes, one process per node"),
     ({"JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0"}, "JAX_NUM_PROCESSES", "3",
      "the number of JAX processes, one per node"),
     ({"LOCAL_WORLD_SIZE": "2"}, "LOCAL_WORLD_SIZE", "1",
@@ -244,7 +244,7 @@ def test_single_container_process_per_container_world_size_must_be_one(backendai
     # Changed deliberately (issue 7): a Backend.AI single-container session no longer keeps a
     # WORLD_SIZE that contradicts the derived 1 in process-per-container mode.
     message = error({**backendai_env(["main1"], "main1"), "WORLD_SIZE": "4"}, PPC)
-    assert message.startswith("WORLD_SIZE='4': expected '1', the number of processes, one per ")
+    assert message.startswith("WORLD_SIZE='4': expected '1', the number of nodes, one process ")
 
 
 # --- item 1: torchrun mode: per-process variables checked, never set -------------------------
@@ -256,7 +256,8 @@ def test_torchrun_mode_checks_container_level_rank_against_one_process_per_node(
     message = error(session(backendai_env, "sub2", RANK="0"))
     assert message.startswith(
         "RANK='0': expected '2', this node's rank, one process per node (torchrun mode: not "
-        "set, torchrun sets it per worker; at container level only one process per node fits)"
+        "set, torchrun sets it for each worker it starts; a value for the whole container can "
+        "only describe one process on each node)"
     )
     derivation = derive(session(backendai_env, "sub2", RANK="2", LOCAL_RANK="0"), ALL)
     kept = {v.name: v.value for v in derivation.variables if v.kept}

@@ -73,7 +73,8 @@ def merge(
     for var in derived:
         user = environ.get(var.name, "")
         merged.append(_kept(var, user) if user else var)
-    merged += [_kept(var, environ[var.name]) for var in checks if environ.get(var.name)]
+    merged += [_kept(var._replace(checked_only=True), environ[var.name])
+               for var in checks if environ.get(var.name)]
     return merged
 
 
@@ -159,10 +160,11 @@ def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> Topology
         detail = f" ({_tf_difference(var.value, derived)})"
     else:
         detail = f" ({shorten(var.provenance, 160)})"
+    setter = ("derive-env does not set it: the launcher sets it per process"
+              if var.checked_only else "derive-env derives it on every node")
     return TopologyError(
         describe(var.name, var.value, f"{shorten(derived)!r}, {var.what}{detail}")
-        + f": {why}. Remove {var.name} from the session's environment (derive-env "
-        f"derives it on every node), or {_FIX}"
+        + f": {why}. Remove {var.name} from the session's environment ({setter}), or {_FIX}"
     )
 
 

@@ -57,6 +57,9 @@ class ProcessLayout(BaseModel):
     local_world_size: Annotated[int, Field(ge=1)]
     #: every node's process count in node order, when the launcher states it.
     tasks_per_node: tuple[int, ...] | None = None
+    #: each process is a worker of the job, with its own rank (:attr:`ClusterTopology.
+    #: per_process`): decided by the composer (sources/compose.py, "Mode").
+    workers: bool = False
 
     @model_validator(mode="after")
     def _ranks_in_range(self) -> ProcessLayout:
@@ -183,13 +186,13 @@ class ClusterTopology(BaseModel):
 
     @property
     def per_process(self) -> bool:
-        """The launcher started several processes on some node: each is a worker with its
-        own rank (no torchrun inside). False for one process per node."""
-        p = self.processes
-        if p is None:
-            return False
-        count = self.num_nodes if self.multi_node else 1
-        return count is None or p.world_size != count
+        """Each process is a worker with its own rank (``RANK``, ``LOCAL_RANK`` ...; no
+        ``PET_*``): its launcher started the job's workers (torchrun, an MPI launcher) or
+        more than one process on some node. False without a process layer, and for one
+        process per node of a launcher that may start torchrun (``srun
+        --ntasks-per-node=1``). Never decided by comparing the world size with the node
+        count (the rule: :mod:`derive_env.sources.compose`, "Mode")."""
+        return self.processes is not None and self.processes.workers
 
     def inputs_of(self, aspect: str) -> str:
         """The input variables behind ``aspect``, joined for a person (``a + b``)."""

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from derive_env.errors import TopologyError
 from derive_env.frameworks import pytorch
 from derive_env.frameworks.context import Context
 from derive_env.labels import PREFIX
@@ -161,3 +162,47 @@ def test_torchrun_reads_pet_defaults(backendai_env, opt_in, monkeypatch) -> None
     assert (args.nnodes, args.node_rank, args.master_addr, args.master_port) == (
         "3", 2, "main1", 29500)
     assert args.nproc_per_node == "4"
+
+
+# --- under torchrun: nothing of torchrun's added or checked (issue 15 item 1) ----------------
+
+#: A worker of ``torchrun --nnodes=1:4 --nproc-per-node=1`` in a Kubeflow PyTorchJob pod (the
+#: agent's PET_* inherited: kubeflow/trainer#3277), on the second of 2 nodes.
+ELASTIC_WORKER = {
+    "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+    "MASTER_ADDR": "node-a", "MASTER_PORT": "26003", "RANK": "1", "ROLE_NAME": "default",
+    "ROLE_RANK": "1", "ROLE_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "bert",
+    "TORCHELASTIC_USE_AGENT_STORE": "False", "WORLD_SIZE": "2", "PET_NNODES": "1:4",
+    "PET_NPROC_PER_NODE": "1", "PET_RDZV_BACKEND": "c10d"}
+
+
+@pytest.mark.parametrize("pet", [{"PET_NNODES": "1:4"}, {"PET_NNODES": "1:4",
+                                                         "PET_NODE_RANK": "0"}, {}])
+def test_a_torchrun_worker_with_one_worker_per_node_gets_no_pet(opt_in, pet) -> None:
+    """Was ``PET_NNODES='1:4': expected '2'`` (elastic), and PET_* added without it; the
+    README says a launched process gets none."""
+    env = {k: v for k, v in ELASTIC_WORKER.items() if not k.startswith("PET_")} | pet
+    derivation = derive(env, opt_in)
+    assert derivation is not None
+    assert pytorch_vars(env, opt_in) == {
+        "MASTER_ADDR": "node-a", "MASTER_PORT": "26003", "RANK": "1", "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "1"}
+    assert derivation.changes() == {"NODE_RANK": "1"}  # torchrun's own values as they are
+    assert derivation.topology.per_process
+
+
+def test_torchrun_mode_speaks_of_nodes_not_world_size(backendai_env, opt_in) -> None:
+    """WORLD_SIZE=6, the real world size of 3 nodes of 2 GPUs: a container-level value can
+    only describe one process per node, and the message says so in nodes."""
+    env = {**backendai_env(["main1", "sub1", "sub2"], "sub1"), "WORLD_SIZE": "6"}
+    with pytest.raises(TopologyError) as caught:
+        derive(env, opt_in)
+    assert str(caught.value) == (
+        "WORLD_SIZE='6': expected '3', the number of nodes, one process per node (torchrun "
+        "mode: not set, torchrun sets it for each worker it starts; a value for the whole "
+        "container can only describe one process on each node): the session has 3 node(s); "
+        "a value set for the whole session sizes the job wrongly on every node (each would "
+        "train alone or wait for processes that never come). Remove WORLD_SIZE from the "
+        "session's environment (derive-env does not set it: the launcher sets it per "
+        "process), or set label ai.backend.distributed.on-error=warn to run the command "
+        "unchanged")

@@ -121,7 +121,6 @@ def test_every_rank_of_mpirun_in_an_allocation_derives_one_job(first, per_node, 
         derived.append((host, values))
         if "NODE_RANK" in values:  # only when proven: then it is this rank's real node
             assert hosts[int(values["NODE_RANK"])] == host
-    if sum(per_node) == len(hosts):
-        check_nodes(derived, hosts[0], len(hosts))
-    else:
-        check_job(derived, hosts[0], sum(per_node), tf=False)
+    # An MPI launcher's ranks are workers, one per node or not (issue 15: never decided by
+    # the world size equal to the node count): tests/properties/test_mode_properties.py.
+    check_job(derived, hosts[0], sum(per_node), tf=False)

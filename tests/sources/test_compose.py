@@ -17,7 +17,7 @@ from derive_env.frameworks.context import Context
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import compose, resolve
 from derive_env.sources.report import Processes, Report
-from derive_env.topology import Node
+from derive_env.topology import Node, ProcessLayout
 
 HOSTS = ("gpu-a100-09", "gpu-a100-10", "gpu-a100-11")
 NODES = tuple(Node(host=h) for h in HOSTS)
@@ -76,8 +76,35 @@ def test_a_daemon_step_is_shadowed_and_the_allocation_gives_the_hosts() -> None:
     assert [n.host for n in topo.nodes] == list(HOSTS)
     assert topo.node_rank == 1
     assert topo.processes is not None and topo.processes.world_size == 6
-    assert ("shadowed: slurm-step (a Slurm step (srun)): its world size or rank differs from "
-            "openmpi's, so it describes Open MPI (mpirun)'s daemons, not the ranks") in topo.layers
+    assert ("shadowed: slurm-step (a Slurm step (srun)): one task on each of its nodes around "
+            "openmpi's ranks: Open MPI (mpirun)'s daemon step, not the ranks") in topo.layers
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_daemon_step_is_recognised_by_what_it_is_not_by_its_sizes(rank: int) -> None:
+    """mpirun -np 2, both ranks packed on the first node of a 2-node allocation: rank 0 is
+    the orted step's task 0 of 2 as well, a coincidence that must neither stop it nor make
+    the step its process layer (issue 15; Lightning-AI/pytorch-lightning#11406)."""
+    daemons = step(0, 0, 2, (1, 1), nodes=NODES[:2])
+    two = allocation(node_rank=0)._replace(nodes=NODES[:2])
+    topo = compose([mpi(rank, rank, world=2, local=2), daemons, two])
+    assert (topo.node_rank, topo.per_process, topo.inputs["nodes"]) == (
+        0, True, ("SLURM_JOB_NODELIST",))
+    assert topo.processes == ProcessLayout(rank=rank, local_rank=rank, world_size=2,
+                                           local_world_size=2, workers=True)
+    assert topo.layers[-1] == (
+        "shadowed: slurm-step (a Slurm step (srun)): one task on each of its nodes around "
+        "openmpi's ranks: Open MPI (mpirun)'s daemon step, not the ranks")
+
+
+def test_torchruns_agents_step_keeps_its_node_layer() -> None:
+    """srun --ntasks-per-node=1 torchrun: the step's tasks are torchrun's agents."""
+    agents = step(1, 1, 3, (1, 1, 1))
+    topo = compose([torchrun(1), agents])
+    assert topo.layers[-1] == (
+        "shadowed: slurm-step (a Slurm step (srun)): its world size or rank differs from "
+        "torchrun's, so its tasks started torchrun (torchelastic)'s processes, not the ranks")
+    assert (topo.num_nodes, topo.node_rank, topo.per_process) == (3, 1, True)
 
 
 def test_an_equal_inner_layer_confirms_the_step() -> None:
@@ -147,8 +174,10 @@ def test_a_master_that_is_not_the_first_host_is_an_error() -> None:
     inner = Report(source="pals", title="Cray PALS (mpiexec)", num_nodes=3, node_rank=0,
                    master="gpu-a100-10", processes=Processes(0, 0, 3, 1),
                    inputs={"master": ("X",), "node_rank": ("PALS_NODEID",)})
+    session = Report(source="backendai", title="a Backend.AI session", nodes=NODES,
+                     node_rank=0, inputs={"nodes": ("BACKENDAI_CLUSTER_HOSTS",)})
     with pytest.raises(TopologyError, match=r"disagree on the host of rank 0 \(the first node"):
-        compose([inner, step(0, 0, 3, (1, 1, 1))])
+        compose([inner, session])
 
 
 def test_disagreeing_layers_are_an_error_naming_both() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import Processes, Report, layer_lines
 from derive_env.topology import Node
 
 
@@ -30,3 +30,20 @@ def test_the_node_count_is_the_host_list_or_the_count_alone() -> None:
 def test_processes_state_the_tasks_per_node_only_when_known() -> None:
     assert Processes(3, 1, 6, 2).tasks_per_node == ()
     assert Processes(3, 1, 6, 2, (2, 2, 2))._replace(rank=4).rank == 4
+
+
+def test_layer_lines_say_why_a_step_was_shadowed() -> None:
+    mpi = Report("openmpi", "Open MPI (mpirun)", processes=Processes(0, 0, 2, 2))
+    step = Report("slurm-step", "a Slurm step (srun)", processes=Processes(0, 0, 2, 1, (1, 1)))
+    alloc = Report("slurm-allocation", "a Slurm allocation", nodes=(Node("n1"), Node("n2")),
+                   node_rank=0)
+    assert layer_lines([mpi, step, alloc], [mpi, alloc], [(step, mpi, True)], mpi, alloc,
+                       alloc) == (
+        "sources seen (innermost first): openmpi (Open MPI (mpirun)), slurm-step (a Slurm "
+        "step (srun)), slurm-allocation (a Slurm allocation)",
+        "process layer: openmpi",
+        "node layer: node count and rank from slurm-allocation; hosts from slurm-allocation",
+        "shadowed: slurm-step (a Slurm step (srun)): one task on each of its nodes around "
+        "openmpi's ranks: Open MPI (mpirun)'s daemon step, not the ranks")
+    assert layer_lines([mpi], [mpi], [], mpi, None, None) == (
+        "source seen: openmpi (Open MPI (mpirun)), for the process layer",)

@@ -74,6 +74,9 @@ class DerivedVariable(NamedTuple):
     :ivar leader: the variable a :data:`FOLLOWS` one follows (``MASTER_ADDR``).
     :ivar kept: the environment already had a non-empty value, which wins.
     :ivar derived: when kept, the value the shim would have set.
+    :ivar checked_only: a value the shim does not set, only compares a user-set one with
+        (a framework's ``Contribution.checks``: torchrun mode's ``RANK`` ...); its error
+        says who sets it instead.
     """
 
     name: str
@@ -86,6 +89,7 @@ class DerivedVariable(NamedTuple):
     leader: str | None = None
     kept: bool = False
     derived: str | None = None
+    checked_only: bool = False
 
 
 class Master(NamedTuple):
@@ -405,9 +409,10 @@ def nodes_source(topology: ClusterTopology) -> str:
 def node_rank_of(topology: ClusterTopology) -> tuple[int, str]:
     """This node's rank for a framework that numbers nodes, with its provenance.
 
-    The topology's node rank; without one (``mpirun`` one process per node inside a Slurm
-    allocation: the hosts are known, not which one is this), the process's rank, which
-    numbers the nodes as well when every node runs one process.
+    The topology's node rank; without one, the process's rank, only for a process layer
+    of one process per node that is not the job's workers (``topology.per_process``
+    False: its ranks number its nodes). Workers (an MPI launcher's ranks) never: packed
+    or by a hostfile, their ranks need not follow the nodes.
 
     :raises TopologyError: neither is known.
     """

@@ -16,13 +16,16 @@ Rules followed:
   ``init_process_group("env://")`` once per container. In ``torchrun`` mode with more
   than one node, a user-set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` is
   checked (not set) against one process per node (``Contribution.checks``).
-* A launcher that started several processes on a node (``srun --ntasks-per-node=2``,
-  ``mpirun -np 6`` on 3 nodes; the topology's process layer) made each process a worker,
-  with no torchrun inside: every process gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-  ``LOCAL_WORLD_SIZE`` (the launcher's), ``NODE_RANK`` when its node is known,
-  ``MASTER_ADDR`` (the host of rank 0) and ``MASTER_PORT``, and no ``PET_*`` (a torchrun
-  started from such a worker would read them as its own job), whatever the mode.
-  One process per node (``srun --ntasks-per-node=1``) is the node layer as above.
+* A process that is one worker of the job (``topology.per_process``: an MPI launcher's
+  rank, however its ranks are placed; a worker torchrun started; any launcher's process
+  when a node runs more than one, ``srun --ntasks-per-node=2``) gets ``RANK``,
+  ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` (the launcher's), ``NODE_RANK`` when
+  its node is known, ``MASTER_ADDR`` (the host of rank 0) and ``MASTER_PORT``, and no
+  ``PET_*`` (a torchrun started from such a worker would read them as its own job),
+  whatever the mode. Under torchrun its own values are kept (preset) and nothing of
+  torchrun's is added or checked (an elastic ``PET_NNODES=1:4`` stays as it is). One
+  process per node of ``srun --ntasks-per-node=1`` (which starts torchrun) is the node
+  layer as above.
 * Variables a launcher already set for its workers (torchrun's ``RANK``, ``MASTER_PORT``...:
   ``topology.preset``) are never rewritten: they are derived from the launcher's own values,
   so the merge keeps them unchanged.
@@ -51,7 +54,8 @@ var = variable("pytorch")
 #: launcher's process layer.
 _WHAT = {
     "RANK": ("this node's rank, one process per node", "this process's rank"),
-    "WORLD_SIZE": ("the number of processes, one per node", "the number of processes of the job"),
+    "WORLD_SIZE": ("the number of nodes, one process per node",
+                   "the number of processes of the job"),
     "LOCAL_RANK": ("the local rank of the one process per node", "this process's local rank"),
     "LOCAL_WORLD_SIZE": ("the number of processes per node, one",
                          "the number of processes on this node"),
@@ -107,8 +111,8 @@ def derive(ctx: Context) -> Contribution:
         # torchrun sets these per worker; a container-level value (set for the whole
         # session) is read by what runs without torchrun (Lightning, NePS, env://), so it
         # must describe the one layout a container-level value can: one process per node.
-        why = "torchrun mode: not set, torchrun sets it per worker; at container level only " \
-              "one process per node fits"
+        why = ("torchrun mode: not set, torchrun sets it for each worker it starts; a value "
+               "for the whole container can only describe one process on each node")
         out.checks += _ranks(topo, {"RANK": (node_rank, why), "WORLD_SIZE": (topo.num_nodes, why),
                                     "LOCAL_RANK": (0, why), "LOCAL_WORLD_SIZE": (1, why)})
     return out

@@ -6,11 +6,19 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
   each reports only what it saw (:class:`~derive_env.sources.report.Report`).
 * Process layer: from the innermost source that launched processes (torchrun > an MPI
   launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
-* A Slurm step (or any outer source with a process layer) whose world size or rank differs
-  from the inner launcher's is that launcher's daemon step (``mpirun`` starts its daemons
-  with ``srun --ntasks-per-node=1``: sources.md 3.1 (b)): it is shadowed, facts and all,
-  since its node list can also miss the node ``mpirun`` itself runs on (the recordings
-  ``ompi-in-sbatch``). Equal layers confirm each other.
+* The daemon step, recognised by what it is: a Slurm step of one task on each of its nodes
+  around an MPI launcher's ranks (mpirun starts orted, mpiexec Hydra's proxies, with one
+  srun task per node of the allocation, or of all but its own: sources.md 3.1 (b),
+  recordings ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
+  sizes (rank 0 of ``mpirun -np 2`` packed on the first node is also its task 0 of 2);
+  its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
+  layer whose world size or rank differs from the inner one's is shadowed too (``srun
+  --ntasks-per-node=1 torchrun``: its agents); equal layers confirm each other.
+* Mode: the processes are the job's workers, each with its own rank (``per_process``),
+  when their launcher starts the workers itself (torchrun, an MPI launcher: depth 0 and 1
+  of the table) or a node runs more than one of them; one process per node of an srun step
+  or a Kubeflow pod is the node layer (it may start torchrun). Never decided by comparing
+  the world size with the node count, which packed ranks can match.
 * Node layer: the innermost source that states node facts gives the node count and this
   node's rank; the innermost source with a host list gives the hosts. Where both state the
   count, the master and the node rank, they must agree (an error naming both). A source
@@ -53,7 +61,7 @@ from derive_env.sources import (
     seen_sources,
 )
 from derive_env.sources.refusals import check_single_container, launcher_problem
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import Processes, Report, layer_lines
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
 
 #: Reads the files a source needs: paths -> contents (``None``: unreadable).
@@ -155,37 +163,57 @@ def resolve(
 # -- composing ---------------------------------------------------------------------------------
 
 
-def _shadowed(reports: Sequence[Report]) -> tuple[list[Report], list[tuple[Report, Report]]]:
-    """Drop outer process layers that describe an inner launcher's daemons."""
+#: Each line's depth in the table; up to :data:`_MPI` (torchrun 0, an MPI launcher 1), its
+#: launcher starts the job's workers itself.
+_DEPTH, _MPI = {line.name: line.depth for line in SOURCES}, 1
+
+
+def _src(report: Report) -> str:
+    return " + ".join(report.inputs.get("processes", ()))
+
+
+def _daemon_step(owner: Report, report: Report) -> bool:
+    """``report`` is ``owner``'s daemon step (module docstring): an outer step of one task
+    on each of its nodes around an MPI launcher's ranks."""
+    tasks = report.processes.tasks_per_node if report.processes else ()
+    return (_DEPTH.get(owner.source) == _MPI and _DEPTH.get(report.source, 0) > _MPI
+            and bool(tasks) and max(tasks) == 1)
+
+
+def _shadowed(
+    reports: Sequence[Report],
+) -> tuple[list[Report], list[tuple[Report, Report, bool]]]:
+    """Drop outer process layers that describe an inner launcher's daemons or agents:
+    ``(used, [(shadowed, by, whether it is by's daemon step)])``."""
     used: list[Report] = []
-    shadowed: list[tuple[Report, Report]] = []
-    owner: Report | None = None
-    depth = {line.name: line.depth for line in SOURCES}
+    shadowed: list[tuple[Report, Report, bool]] = []
+    owner: Report | None = None  # the innermost with a process layer
     for report in reports:
-        inner, outer = (owner.processes if owner else None), report.processes
-        if inner is not None and outer is not None and (
-                outer.world_size != inner.world_size or outer.rank != inner.rank):
-            assert owner is not None
-            if depth.get(report.source) == depth.get(owner.source):
-                # Two launchers of one kind (MPI) cannot be told inner from outer: the
-                # variables of one are left over from another job (Hydra copies them all).
-                raise TopologyError(
-                    f"{owner.title} and {report.title} both state this process's rank, and "
-                    f"differently: rank {inner.rank} of {inner.world_size} "
-                    f"({' + '.join(owner.inputs.get('processes', ()))}) against rank "
-                    f"{outer.rank} of {outer.world_size} "
-                    f"({' + '.join(report.inputs.get('processes', ()))}); one set is left over "
-                    "from another job. Unset it (mpirun -x / mpiexec -genv pass only what you "
-                    "name), or choose the launcher with --source NAME")
-            shadowed.append((report, owner))
-            if owner.count() == outer.world_size and set(outer.tasks_per_node or (1,)) == {1}:
-                # Its tasks are the inner launcher's agents, one per node (srun
-                # --ntasks-per-node=1 torchrun): its node layer is the inner one's nodes.
-                used.append(report._replace(processes=None))
+        outer = report.processes
+        if owner is None or outer is None:
+            owner = report if owner is None and outer is not None else owner
+            used.append(report)
             continue
-        if owner is None and outer is not None:
-            owner = report
-        used.append(report)
+        inner, daemons = owner.processes, _daemon_step(owner, report)
+        assert inner is not None
+        if not daemons and (outer.world_size, outer.rank) == (inner.world_size, inner.rank):
+            used.append(report)  # equal layers confirm each other
+            continue
+        if not daemons and _DEPTH.get(report.source) == _DEPTH.get(owner.source):
+            # Two launchers of one kind (MPI) cannot be told inner from outer: the
+            # variables of one are left over from another job (Hydra copies them all).
+            raise TopologyError(
+                f"{owner.title} and {report.title} both state this process's rank, and "
+                f"differently: rank {inner.rank} of {inner.world_size} ({_src(owner)}) "
+                f"against rank {outer.rank} of {outer.world_size} ({_src(report)}); one set "
+                "is left over from another job. Unset it (mpirun -x / mpiexec -genv pass "
+                "only what you name), or choose the launcher with --source NAME")
+        shadowed.append((report, owner, daemons))
+        if not daemons and owner.count() == outer.world_size and set(
+                outer.tasks_per_node or (1,)) == {1}:
+            # Its tasks are the inner launcher's agents, one per node (srun
+            # --ntasks-per-node=1 torchrun): its node layer is the inner one's nodes.
+            used.append(report._replace(processes=None))
     return used, shadowed
 
 
@@ -247,24 +275,17 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
     if not nodes and num_nodes == 1 and master is None:
         nodes, node_rank = (Node(host="localhost"),), 0
     return ClusterTopology(
-        source=(hosts_src or node_src or owner or innermost).source,
-        nodes=nodes,
-        node_rank=node_rank,
-        node_count=None if nodes else num_nodes,
-        master=master,
+        source=(hosts_src or node_src or owner or innermost).source, nodes=nodes,
+        node_rank=node_rank, node_count=None if nodes else num_nodes, master=master,
         gpus_per_node=gpus_src.gpus if gpus_src else None,
         master_port=port_src.master_port if port_src else None,
         reserved_ports=resv_src.reserved_ports if resv_src else (),
         job=job_src.job if job_src else None,
-        session_id=session_src.session_id if session_src else None,
-        processes=layout,
-        preset=frozenset().union(*(report.preset for report in used)),
-        inputs=inputs,
-        order=order,
-        notes=tuple(notes),
+        session_id=session_src.session_id if session_src else None, processes=layout,
+        preset=frozenset().union(*(report.preset for report in used)), inputs=inputs,
+        order=order, notes=tuple(notes),
         warnings=tuple(warning for report in used for warning in report.warnings),
-        layers=_layers(reports, used, shadowed, owner, node_src, hosts_src),
-        sized=sized,
+        layers=layer_lines(reports, used, shadowed, owner, node_src, hosts_src), sized=sized,
         missing=None if nodes or master else _missing(owner, node_src),
     )
 
@@ -401,11 +422,14 @@ def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int 
                 f"{owner.title}: node rank {node_rank} has {tasks[node_rank]} process(es) "
                 f"by the list of processes per node, but its local world size is "
                 f"{processes.local_world_size} ({src})")
+    # Mode (module docstring): from the launcher and the counts per node it states.
+    workers = (_DEPTH.get(owner.source, _MPI + 1) <= _MPI
+               or max(tasks or (processes.local_world_size,)) > 1)
     try:
         return ProcessLayout(
             rank=processes.rank, local_rank=processes.local_rank,
             world_size=processes.world_size, local_world_size=processes.local_world_size,
-            tasks_per_node=tasks or None,
+            tasks_per_node=tasks or None, workers=workers,
         )
     except ValueError:
         raise TopologyError(
@@ -422,29 +446,3 @@ def _missing(owner: Report | None, node_src: Report | None) -> str:
     return (f"{title} states no host list, so the host of rank 0 is unknown: set "
             f"MASTER_ADDR to it (the same value for every process, e.g. {how}), or run the "
             "launcher inside a Slurm allocation or a Backend.AI session, which state the hosts")
-
-
-def _layers(reports: Sequence[Report], used: Sequence[Report],
-            shadowed: Sequence[tuple[Report, Report]], owner: Report | None,
-            node_src: Report | None, hosts_src: Report | None) -> tuple[str, ...]:
-    """Lines for ``--explain``: every source seen, what each layer used, what was shadowed."""
-    if len(reports) == 1:
-        only = reports[0]
-        layers = [name for name, used in (("process layer", owner), ("node layer", node_src))
-                  if used is only]
-        return (f"source seen: {only.source} ({only.title}), for the "
-                f"{' and the '.join(layers) or 'GPU count and port only'}",)
-    lines = ["sources seen (innermost first): " + ", ".join(
-        f"{r.source} ({r.title})" for r in reports)]
-    lines.append(f"process layer: {owner.source if owner else 'none stated'}")
-    node = node_src.source if node_src else "none stated"
-    hosts = hosts_src.source if hosts_src else "none (no host list)"
-    lines.append(f"node layer: node count and rank from {node}; hosts from {hosts}")
-    for report, by in shadowed:
-        lines.append(
-            f"shadowed: {report.source} ({report.title}): its world size or rank differs "
-            f"from {by.source}'s, so it describes {by.title}'s daemons, not the ranks")
-    for report in used:
-        if report not in (owner, node_src, hosts_src):
-            lines.append(f"shadowed: {report.source}: an inner source states its facts")
-    return tuple(lines)

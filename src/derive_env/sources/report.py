@@ -4,11 +4,12 @@ A source module never decides for another source (architecture.md, "Sources comp
 reads only its own variables, checks them against each other, and reports each fact with
 the variables it came from. Every fact is optional: an MPI launcher knows ranks and no
 host list, a Slurm batch script knows the allocation's hosts and no process of its own.
+:func:`layer_lines` says, for ``--explain``, how the composer used the reports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -97,3 +98,39 @@ class Report(NamedTuple):
     def count(self) -> int | None:
         """The number of nodes the source states, with or without a host list."""
         return len(self.nodes) if self.nodes else self.num_nodes
+
+
+def layer_lines(reports: Sequence[Report], used: Sequence[Report],
+                shadowed: Sequence[tuple[Report, Report, bool]], owner: Report | None,
+                node_src: Report | None, hosts_src: Report | None) -> tuple[str, ...]:
+    """Lines for ``--explain``: every source seen, what each layer of the composer
+    (sources/compose.py) used, what was shadowed.
+
+    :param reports: every seen source's report, innermost first.
+    :param used: those the composer used (a shadowed daemon step left out).
+    :param shadowed: ``(report, by, daemons)``: an outer process layer shadowed by the
+        inner launcher ``by``; ``daemons``: it is ``by``'s daemon step (one task per node).
+    :param owner: the report that gave the process layer; ``node_src``: the node count and
+        rank; ``hosts_src``: the host list (each ``None`` when none stated it).
+    """
+    if len(reports) == 1:
+        only = reports[0]
+        layers = [name for name, src in (("process layer", owner), ("node layer", node_src))
+                  if src is only]
+        return (f"source seen: {only.source} ({only.title}), for the "
+                f"{' and the '.join(layers) or 'GPU count and port only'}",)
+    lines = ["sources seen (innermost first): " + ", ".join(
+        f"{r.source} ({r.title})" for r in reports)]
+    lines.append(f"process layer: {owner.source if owner else 'none stated'}")
+    node = node_src.source if node_src else "none stated"
+    hosts = hosts_src.source if hosts_src else "none (no host list)"
+    lines.append(f"node layer: node count and rank from {node}; hosts from {hosts}")
+    for report, by, daemons in shadowed:
+        why = (f"one task on each of its nodes around {by.source}'s ranks: {by.title}'s "
+               "daemon step" if daemons else f"its world size or rank differs from "
+               f"{by.source}'s, so its tasks started {by.title}'s processes")
+        lines.append(f"shadowed: {report.source} ({report.title}): {why}, not the ranks")
+    for report in used:
+        if report not in (owner, node_src, hosts_src):
+            lines.append(f"shadowed: {report.source}: an inner source states its facts")
+    return tuple(lines)
