@@ -56,7 +56,7 @@ HYDRA_INPUTS = ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS")
 def _layer(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     """A launcher's process-layer inputs: the four together, and each fact's own variable."""
     facts = ("rank", "local_rank", "world_size", "local_world_size")
-    return {"processes": names, **{fact: (name,) for fact, name in zip(facts, names)}}
+    return {"processes": names, **{fact: (name,) for fact, name in zip(facts, names, strict=True)}}
 
 
 def _recorded(scenario: str) -> dict[int, tuple[str, dict[str, str]]]:
