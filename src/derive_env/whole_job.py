@@ -117,13 +117,21 @@ def job_view(
     layouts, notes = _layouts(topology, count)
     shown = sorted({*range(min(count, ROWS - 2)), count - 1,
                     *(() if topology.node_rank is None else (topology.node_rank,))})
+    # A launcher's own variables (topology.preset: Kubeflow's PET_NODE_RANK, torchrun's
+    # RANK) are this node's, not session-wide: another node derives without them.
+    others = {k: v for k, v in environ.items() if k not in topology.preset}
     rows, values = [], []
     for rank in shown:
-        row, found = _row(topology, policy, environ, rank, layouts(rank))
+        here = environ if rank == topology.node_rank else others
+        row, found = _row(topology, policy, here, rank, layouts(rank))
+        if not found and not row.error and own is not None and rank == topology.node_rank:
+            # its processes unknown to the others: this node's own derivation
+            row, found = _fill(row, own.variables, own.variables, topology.preset)
         rows.append(row)
         values.append(found)
     columns, shared = _columns(rows, values)
-    rows = [row._replace(cells={c: row.cells[c] for c in columns if c in row.cells})
+    rows = [row._replace(cells={c: row.cells[c] for c in columns if c in row.cells},
+                         conflicts={c: v for c, v in row.conflicts.items() if c in columns})
             for row in rows]
     return view._replace(
         columns=tuple(columns), rows=tuple(rows), shared=tuple(shared), notes=tuple(notes),
@@ -184,18 +192,24 @@ def _row(topology: ClusterTopology, policy: ImagePolicy, environ: Mapping[str, s
             derived.append(merge(environ, part.variables, part.checks))
     except DeriveEnvError as exc:
         return row._replace(error=str(exc)), {}
-    if not derived:
-        return row, {}
-    last = {v.name: v for v in derived[-1]}
-    for var in derived[0]:
+    return _fill(row, *derived[:1], *derived[-1:], preset=topology.preset)
+
+
+def _fill(row: NodeRow, first: Sequence[DerivedVariable] = (),
+          last: Sequence[DerivedVariable] = (), preset: frozenset[str] = frozenset(),
+          ) -> tuple[NodeRow, dict[str, DerivedVariable]]:
+    """The row's cells from its first and last process's variables, the user-set values
+    that differ marked (not a launcher's own, ``preset``: its authority); and the first
+    process's variables by name."""
+    at_last = {v.name: v for v in last}
+    for var in first:
         if var.name in NODE_DECIDED:
             continue
-        text = _cell(var, last.get(var.name, var))
-        row.cells[var.name] = text
-        if var.kept and var.scope != SHARED and not same_value(
+        row.cells[var.name] = _cell(var, at_last.get(var.name, var))
+        if var.kept and var.scope != SHARED and var.name not in preset and not same_value(
                 var.compare, var.value, var.derived or ""):
             row.conflicts[var.name] = var.value
-    return row, {v.name: v for v in derived[0] if v.name not in NODE_DECIDED}
+    return row, {v.name: v for v in first if v.name not in NODE_DECIDED}
 
 
 def _text(var: DerivedVariable) -> str:
@@ -221,18 +235,19 @@ def _cell(first: DerivedVariable, last: DerivedVariable) -> str:
 
 def _columns(rows: Sequence[NodeRow], values: Sequence[Mapping[str, DerivedVariable]]
              ) -> tuple[list[str], list[tuple[str, str, str | None]]]:
-    """The variables that differ between the rows (or identify a node, or conflict
-    somewhere) and those with one value everywhere, with a user-set value that differs."""
+    """The variables that differ between the rows (or identify a node), and those with one
+    value on every row, each with the user-set value when it differs (a job's size)."""
     order = list(dict.fromkeys(name for found in values for name in found))
     columns, shared = [], []
     for name in order:
-        texts = {row.cells.get(name) for row in rows if not row.error}
+        texts = {row.cells.get(name) for row in rows if row.cells}
         scope = next(found[name].scope for found in values if name in found)
-        if len(texts) > 1 or scope == NODE or any(name in row.conflicts for row in rows):
+        if len(texts) > 1 or scope == NODE:
             columns.append(name)
             continue
         var = next(found[name] for found in values if name in found)
-        differs = var.kept and not same_value(var.compare, var.value, var.derived or "")
+        differs = var.kept and var.scope != SHARED and not same_value(
+            var.compare, var.value, var.derived or "")
         shared.append((name, texts.pop() or "", var.value if differs else None))
     return columns, shared
 

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 __all__ = ["all_nodes"]
 
 #: What a node decides on itself, for the line that says so.
-_OWN = ("its interfaces (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME under label socket-ifname), "
-        "its GPU count (PET_NPROC_PER_NODE without label nproc-per-node, "
-        "JAX_LOCAL_DEVICE_IDS) and its own host checks (derive-env check on every node)")
+_OWN = ("  decided by each node itself, not derived here: its interfaces "
+        "(GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME), its GPU count (PET_NPROC_PER_NODE from it, "
+        "JAX_LOCAL_DEVICE_IDS), its own host checks (derive-env check)")
 
 
 def all_nodes(view: JobView) -> str:
@@ -28,13 +28,16 @@ def all_nodes(view: JobView) -> str:
         variables in conflict (``!``), the nodes nothing could be derived for, and what each
         node decides on itself; or, without a node count, the heading and why no table.
     """
-    count = f"{view.num_nodes} node(s)" if view.num_nodes is not None else "nodes not stated"
+    count = ("nodes not stated" if view.num_nodes is None
+             else f"{view.num_nodes} node{'s' if view.num_nodes != 1 else ''}")
     lines = [f"all nodes, each derived here from what every node shares "
              f"(source {view.source}, {count}):"]
     if view.absent is not None:
         return "\n".join([*lines, f"  no table: {view.absent}"]) + "\n"
     if view.shared:
-        lines.append("  the same on every node:")
+        alone = len(view.rows) > 1 and sum(1 for row in view.rows if row.cells) == 1
+        lines.append("  this node's (the others' are not derived here):" if alone
+                     else "  the same on every node:")
         width = max(len(name) for name, _, _ in view.shared)
         for name, value, user in view.shared:
             mark = f"  ! set to {_printable(user)} in the environment" if user else ""
@@ -46,9 +49,9 @@ def all_nodes(view: JobView) -> str:
         at = [_where(row) for row in view.rows if row.error == error]
         lines.append(f"  not derived for {', '.join(at)}: {_printable(error, 600)}")
     lines += [f"  {note}" for note in view.notes]
-    decided = ", ".join(view.node_decided)
-    lines.append("  decided on each node itself, not derived here: " + _OWN
-                 + (f"; here: {decided}" if decided else ""))
+    lines.append(_OWN)
+    if view.node_decided:
+        lines.append(f"  decided by this node: {', '.join(view.node_decided)} (see above)")
     return "\n".join(lines) + "\n"
 
 
@@ -111,9 +114,9 @@ def _conflicts(view: JobView) -> list[str]:
     names = dict.fromkeys(name for row in view.rows for name in row.conflicts)
     for name in names:
         user = next(row.conflicts[name] for row in view.rows if name in row.conflicts)
-        wrong = [f"{_where(row)}: {row.cells.get(name, '?')}" for row in view.rows
+        wrong = [f"{row.cells.get(name, '?')} on {_where(row)}" for row in view.rows
                  if name in row.conflicts]
         lines.append(
-            f"  ! {name} is set to {_printable(user)} in the environment (a session-wide value "
-            f"is the same in every container), but derives otherwise on {', '.join(wrong)}")
+            f"  ! {name} is set to {_printable(user)} in the environment (a session-wide value: "
+            f"the same in every container), but is derived as {', '.join(wrong)}")
     return lines
