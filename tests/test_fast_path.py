@@ -60,6 +60,9 @@ ARGVS: list[tuple[list[str], bool]] = [
     (["--dry-run", "--dry-run", "--format", "env"], True),  # click accepts a flag twice
     (["--dry-run", "--explain"], True),
     (["--explain", "--dry-run"], True),
+    (["--explain"], True),  # implies --dry-run (issue 14)
+    (["--explain", "--all-nodes"], True),
+    (["--dry-run", "--explain", "--all-nodes"], True),
     # labels and environments given on the command line
     (["--dry-run", "--label", FW + "=pytorch"], True),
     (["--dry-run", "--label=" + FW + "=jax", "--format", "json"], True),
@@ -95,7 +98,8 @@ ARGVS: list[tuple[list[str], bool]] = [
     (["--dry-run", "--label"], False),
     (["--dry-run", "--labels-file"], False),
     (["--format", "shell"], False),
-    (["--explain"], False),
+    (["--all-nodes", "--dry-run"], False),  # --all-nodes needs --explain: click's usage error
+    (["--explain", "--", "true"], False),
     (["--label", FW + "=pytorch"], False),
     (["--dry-run=1"], False),
     (["--dry-run", "--bogus"], False),

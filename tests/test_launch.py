@@ -25,7 +25,14 @@ import pytest
 
 from derive_env import launch
 from derive_env.errors import CommandNotExecutable, CommandNotFound, EnvironmentTooLarge
-from derive_env.launch import ARG_MAX_MARGIN, MAX_ARG_STRLEN, check_limits, find_command
+from derive_env.launch import (
+    ARG_MAX_MARGIN,
+    FAN_OUT,
+    MAX_ARG_STRLEN,
+    check_limits,
+    find_command,
+    main1_hint,
+)
 from helpers import console_script
 
 FW = "ai.backend.distributed.frameworks"
@@ -1092,3 +1099,30 @@ def test_no_shebang_hint_names_the_interpreter(tmp_path, monkeypatch, name, hint
     assert str(info.value) == (
         f"{script}: Exec format error (no #! line? run it as: {hint}) ({script})"
     )
+
+
+# ------------------------------------------------------------------ the main1 hint (issue 14)
+
+MAIN1 = {"BACKENDAI_CLUSTER_ROLE": "main", "BACKENDAI_CLUSTER_IDX": "1",
+         "BACKENDAI_CLUSTER_SIZE": "2"}
+
+
+def test_main1_hint_names_the_command_and_the_fix() -> None:
+    assert main1_hint(MAIN1, ["python", "train.py"]) == (
+        "only this container (main1 of 2) runs python train.py: Backend.AI starts the batch "
+        "command in main1 alone, so the other containers never join the job. Start it on every "
+        "node: on-every-node python train.py (docs/backendai.md, \"Only main1 started the job\")")
+
+
+@pytest.mark.parametrize(("extra", "command"), [
+    ({"BACKENDAI_CLUSTER_ROLE": "sub"}, ["python"]),
+    ({"BACKENDAI_CLUSTER_IDX": "2"}, ["python"]),
+    ({"BACKENDAI_CLUSTER_SIZE": "1"}, ["python"]),
+    ({"BACKENDAI_CLUSTER_SIZE": "two"}, ["python"]),
+    ({"ON_EVERY_NODE": "1"}, ["python"]),
+    *[({}, [launcher, "x"]) for launcher in sorted(FAN_OUT)],
+    ({}, ["env", "A=1", "/opt/bin/horovodrun", "-np", "4", "python"]),
+    ({}, ["bash", "-c", "cd x; srun python"]),
+])
+def test_no_main1_hint(extra: dict[str, str], command: list[str]) -> None:
+    assert main1_hint({**MAIN1, **extra}, command) is None

@@ -44,10 +44,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                               "derive_env.render", "derive_env.cli", "derive_env.launch"),
     "derive_env.merge": ("derive_env.sources", "derive_env.pipeline", "derive_env.render",
                          "derive_env.cli", "derive_env.launch", "derive_env.policy"),
-    "derive_env.pipeline": ("derive_env.render", "derive_env.cli", "derive_env.launch"),
+    "derive_env.pipeline": ("derive_env.render", "derive_env.cli", "derive_env.launch",
+                            "derive_env.whole_job"),
+    # every node's view: the pipeline's pieces and its one renderer, nothing of the edge
+    "derive_env.whole_job": ("derive_env.cli", "derive_env.launch"),
     "derive_env.render": ("derive_env.sources", "derive_env.frameworks", "derive_env.merge",
                           "derive_env.pipeline", "derive_env.policy", "derive_env.cli",
-                          "derive_env.launch"),
+                          "derive_env.launch", "derive_env.whole_job"),
     # the job digest reads a derivation (scopes, the FRAMEWORKS table), derives nothing
     "derive_env.digest": ("derive_env.sources", "derive_env.merge", "derive_env.pipeline",
                           "derive_env.render", "derive_env.cli", "derive_env.launch",

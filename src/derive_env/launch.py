@@ -16,7 +16,12 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import CommandNotExecutable, CommandNotFound, EnvironmentTooLarge
+from derive_env.errors import (
+    CommandNotExecutable,
+    CommandNotFound,
+    EnvironmentTooLarge,
+    shorten,
+)
 
 TYPE_CHECKING = False  # not from typing: see derive_env/__init__.py
 if TYPE_CHECKING:
@@ -162,3 +167,43 @@ def _interpreter_problem(name: str, program: str, exc: OSError) -> str:
         interpreter = "python" if name.endswith(".py") else "sh"
         hint = f" (no #! line? run it as: {interpreter} SCRIPT)"
     return f"{name}: {exc.strerror}{hint} ({program})"
+
+
+# ------------------------------------------------------------------ before the exec
+
+
+#: Commands that start their command on every node themselves (docs/backendai.md section
+#: 4, docs/integration.md): after one of them, the main1 hint would be wrong.
+FAN_OUT = frozenset({
+    "on-every-node", "bssh", "pdsh", "clush", "pssh", "parallel-ssh", "mpirun", "mpiexec",
+    "mpiexec.hydra", "orterun", "prterun", "mpirun_rsh", "srun", "jsrun", "aprun", "flux",
+    "deepspeed", "horovodrun",
+})
+
+
+def main1_hint(environ: Mapping[str, str], command: Sequence[str]) -> str | None:
+    """The warning for a command started in main1 only (docs/backendai.md, "Only main1
+    started the job"), or ``None``.
+
+    Given when ``environ`` is main1's (``BACKENDAI_CLUSTER_ROLE=main``,
+    ``BACKENDAI_CLUSTER_IDX=1``) in a session of more than one container, ``on-every-node``
+    did not start the command (it exports ``ON_EVERY_NODE=1``), and no word of the command
+    (``sh -c '...'`` included) is a launcher of :data:`FAN_OUT`, which starts it on every
+    node itself. Never on a sub container, never for a dry run (the caller's part).
+    """
+    if (environ.get("BACKENDAI_CLUSTER_ROLE") != "main"
+            or environ.get("BACKENDAI_CLUSTER_IDX", "").strip() != "1"
+            or environ.get("ON_EVERY_NODE") == "1"):
+        return None
+    size = environ.get("BACKENDAI_CLUSTER_SIZE", "").strip()
+    if not (size.isascii() and size.isdigit() and int(size) > 1):
+        return None
+    words = {os.path.basename(word) for arg in command for word in
+             arg.replace(";", " ").replace("&", " ").replace("|", " ").split()}
+    if words & FAN_OUT:
+        return None
+    shown = shorten(" ".join(command), 120)
+    return (f"only this container (main1 of {int(size)}) runs {shown}: Backend.AI starts "
+            "the batch command in main1 alone, so the other containers never join the job. "
+            f"Start it on every node: on-every-node {shown} (docs/backendai.md, \"Only main1 "
+            "started the job\")")

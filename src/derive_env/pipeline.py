@@ -12,7 +12,14 @@ from importlib import import_module
 from typing import NamedTuple
 
 from derive_env.frameworks import FRAMEWORKS
-from derive_env.frameworks.context import SHARED, Context, DerivedVariable, HostFacts, variable
+from derive_env.frameworks.context import (
+    SHARED,
+    Context,
+    Contribution,
+    DerivedVariable,
+    HostFacts,
+    variable,
+)
 from derive_env.labels import is_opted_in
 from derive_env.merge import changes, check_user_values, merge
 from derive_env.policy import ImagePolicy
@@ -72,27 +79,34 @@ def derive(
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
     topology = topology_from(environ, source, files)
     ctx = Context(topology=topology, policy=policy, environ=environ, host=facts)
-    variables: list[DerivedVariable] = []
-    checks: list[DerivedVariable] = []
-    notes: list[str] = []
-    warnings: list[str] = list(topology.warnings)  # the source's first: they concern the input
-    for line in FRAMEWORKS:
-        if not (line.always or line.name in policy.frameworks):
-            continue
-        part = import_module(line.module).derive(ctx)
-        variables += part.variables
-        checks += part.checks
-        notes += part.notes
-        warnings += part.warnings
-    # A launcher's own variables (torchrun's RANK...) are its authority: never checked
-    # against a rule for another layout (torchrun mode's one process per node).
-    checks = [c for c in checks if c.name not in topology.preset]
-    merged = merge(environ, variables, checks)
-    warnings += check_user_values(merged, topology)
+    part = contributions(ctx)
+    merged = merge(environ, part.variables, part.checks)
+    # the source's warnings first: they concern the input
+    warnings = [*topology.warnings, *part.warnings, *check_user_values(merged, topology)]
     return Derivation(
         topology=topology, policy=policy, variables=tuple(merged),
-        notes=tuple(notes), warnings=tuple(warnings),
+        notes=tuple(part.notes), warnings=tuple(warnings),
     )
+
+
+def contributions(ctx: Context) -> Contribution:
+    """Every framework's contribution for ``ctx`` (the policy's frameworks and those that
+    always run, in :data:`~derive_env.frameworks.FRAMEWORKS` order), joined; the checks
+    without the variables a launcher already set (``topology.preset``: torchrun's ``RANK``
+    ... are its authority, never checked against a rule for another layout).
+
+    :raises DeriveEnvError: as each framework's ``derive`` (:func:`derive`).
+    """
+    out = Contribution()
+    for line in FRAMEWORKS:
+        if line.always or line.name in ctx.policy.frameworks:
+            part = import_module(line.module).derive(ctx)
+            out.variables += part.variables
+            out.checks += part.checks
+            out.notes += part.notes
+            out.warnings += part.warnings
+    out.checks = [c for c in out.checks if c.name not in ctx.topology.preset]
+    return out
 
 
 def host_list(

@@ -24,6 +24,8 @@ from derive_env.hosts import repeated_host
 SINGLE_NODE_MASTER = "127.0.0.1"
 
 _Count = Annotated[int, Field(ge=0)]
+#: The process layer's facts (sources/report.py PROCESS_FACTS), each with its own inputs.
+_PROCESS_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 class Node(NamedTuple):
@@ -195,8 +197,11 @@ class ClusterTopology(BaseModel):
         return self.processes is not None and self.processes.workers
 
     def inputs_of(self, aspect: str) -> str:
-        """The input variables behind ``aspect``, joined for a person (``a + b``)."""
-        return " + ".join(self.inputs.get(aspect, ())) or "(none)"
+        """The input variables behind ``aspect``, joined for a person (``a + b``); a fact of
+        the process layer (``rank``...) that no source stated alone: the layer's."""
+        found = self.inputs.get(aspect) or (
+            self.inputs.get("processes") if aspect in _PROCESS_FACTS else None)
+        return " + ".join(found or ()) or "(none)"
 
 
 def nodes_of(hosts: Iterable[str], roles: Iterable[str] | None = None,

@@ -21,14 +21,16 @@ FW = PREFIX + "frameworks"
 LABELS_VAR = "DERIVE_ENV_LABELS_FILE"
 USAGE = "Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n"
 NO_COMMAND = "no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run."
-NEED_DRY_RUN = "--format and --explain need --dry-run."
+NEED_DRY_RUN = "--format needs --dry-run."
+ALL_NEEDS_EXPLAIN = "--all-nodes is a part of --explain: add --explain."
 FOR_A_PERSON = "--explain prints for a person; drop --format."
 TWO_ENV_FILES = "--env-file given more than once: one environment at a time."
 ONE_STDIN = ("--env-file - and --labels-file - both read stdin, which holds one file: give one "
              "of them a path.")
 #: run()'s keywords when no option but --dry-run is given.
-DRY_RUN = {"dry_run": True, "fmt": "env", "explain": False, "labels_files": (),
-           "label_items": (), "env_file": None, "source": None}
+DRY_RUN = {"dry_run": True, "fmt": "env", "explain": False, "all_nodes": False,
+           "labels_files": (), "label_items": (), "env_file": None, "source": None}
+EXPLAIN = {**DRY_RUN, "explain": True}
 
 
 @pytest.fixture
@@ -75,7 +77,14 @@ BOTH: list[tuple[list[str], dict[str, object] | str]] = [
     (["--label", FW + "=pytorch"], NO_COMMAND),
     (["--env-file", "a", "--env-file", "b"], NO_COMMAND),  # the checks run in order
     (["--format", "json"], NEED_DRY_RUN),
-    (["--explain"], NEED_DRY_RUN),
+    # --explain implies --dry-run (issue 14)
+    (["--explain"], EXPLAIN),
+    (["--explain", "--all-nodes"], {**EXPLAIN, "all_nodes": True}),
+    (["--all-nodes", "--dry-run", "--explain", "--all-nodes"], {**EXPLAIN, "all_nodes": True}),
+    (["--dry-run", "--all-nodes"], ALL_NEEDS_EXPLAIN),
+    (["--all-nodes"], ALL_NEEDS_EXPLAIN),
+    (["--all-nodes", "--format", "json"], ALL_NEEDS_EXPLAIN),
+    (["--explain", "--format", "json"], FOR_A_PERSON),
     (["--dry-run", "--explain", "--format", "json"], FOR_A_PERSON),
     (["--format=toml", "--explain", "--dry-run"], FOR_A_PERSON),
     (["--dry-run", "--env-file", "a", "--env-file", "b"], TWO_ENV_FILES),
@@ -113,6 +122,10 @@ CLICK_ONLY: list[tuple[list[str], tuple[list[str], dict[str, object]] | str]] = 
     (["--label", "a=b", "--", "cmd", "--dry-run"],
      (["cmd", "--dry-run"], {**DRY_RUN, "dry_run": False, "label_items": ("a=b",)})),
     (["--format", "json", "--", "true"], NEED_DRY_RUN),
+    # a command after --explain: explained, not run (cli.run says so on stderr)
+    (["--explain", "--", "true"], (["true"], EXPLAIN)),
+    (["--explain", "--all-nodes", "train.py"], (["train.py"], {**EXPLAIN, "all_nodes": True})),
+    (["--all-nodes", "--", "true"], ALL_NEEDS_EXPLAIN),
     (["--env-file", "a", "--env-file", "b", "--", "cmd"], TWO_ENV_FILES),
     (["--dry-run", "--format", "yaml"],
      "Invalid value for '--format': 'yaml' is not one of 'env', 'json', 'toml', 'shell', "
@@ -165,10 +178,11 @@ def test_parse_keywords() -> None:
     assert options.parse(
         ["--label=a=b", "--dry-run", "--labels-file", "L1", "--format=toml", "--label", "c=d",
          "--labels-file=L2", "--env-file", "E"]
-    ) == {"dry_run": True, "fmt": "toml", "explain": False, "labels_files": ("L1", "L2"),
+    ) == {"dry_run": True, "fmt": "toml", "explain": False, "all_nodes": False,
+          "labels_files": ("L1", "L2"),
           "label_items": ("a=b", "c=d"), "env_file": "E", "source": None}
     assert options.parse(["--dry-run"]) == {
-        "dry_run": True, "fmt": "env", "explain": False, "labels_files": (),
+        "dry_run": True, "fmt": "env", "explain": False, "all_nodes": False, "labels_files": (),
         "label_items": (), "env_file": None, "source": None}
     assert options.parse(["--dry-run", "--source=slurm-step"])["source"] == "slurm-step"
 
@@ -184,9 +198,9 @@ def test_parse_keywords() -> None:
          "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n"),
         (["--label", FW + "=pytorch", "--"],
          "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n"),
-        (["--format", "json", "--", "true"], "Error: --format and --explain need --dry-run.\n"),
-        (["--explain", "true"], "Error: --format and --explain need --dry-run.\n"),
-        (["--format", "json"], "Error: --format and --explain need --dry-run.\n"),
+        (["--format", "json", "--", "true"], "Error: --format needs --dry-run.\n"),
+        (["--all-nodes", "true"], "Error: --all-nodes is a part of --explain: add --explain.\n"),
+        (["--format", "json"], "Error: --format needs --dry-run.\n"),
         (["--dry-run", "--explain", "--format", "json"],
          "Error: --explain prints for a person; drop --format.\n"),
         (["--dry-run", "--format", "yaml"], "Error: Invalid value for '--format': 'yaml' is "

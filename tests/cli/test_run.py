@@ -895,3 +895,113 @@ def test_source_files_are_read_without_blocking_and_only_when_regular(tmp_path) 
     got = read_files([str(regular), str(fifo), str(tmp_path), str(big), str(tmp_path / "no")])
     assert got == {str(regular): "gpu-a100-11\nn\udcff\n", str(fifo): None, str(tmp_path): None,
                    str(big): None, str(tmp_path / "no"): None}
+
+
+# ------------------------------------------- --explain: a dry run, every node, errors (issue 14)
+
+
+@pytest.fixture
+def in_session(clean_environ: Path, monkeypatch: pytest.MonkeyPatch, backendai_env):
+    """Put this process in container ``host`` of a session main1, sub1, sub2 (PyTorch)."""
+    clean_environ.write_text(json.dumps({FW: "pytorch"}), encoding="utf-8")
+    monkeypatch.delenv("ON_EVERY_NODE", raising=False)
+
+    def enter(host: str, **extra: str) -> None:
+        for key, value in {**backendai_env(["main1", "sub1", "sub2"], host), **extra}.items():
+            monkeypatch.setenv(key, value)
+
+    return enter
+
+
+def test_explain_with_a_command_explains_and_does_not_run_it(
+    in_session, fake_exec: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    in_session("sub1")
+    assert run(["torchrun", "train.py"], dry_run=True, explain=True) == 0
+    out, err = capsys.readouterr()
+    assert err == "derive-env: note: --explain is a dry run: the command was not run\n"
+    assert "\nNODE_RANK       = 1\n" in out
+
+
+def test_explain_all_nodes_adds_the_table(
+    in_session, capsys: pytest.CaptureFixture[str]
+) -> None:
+    in_session("sub2")
+    assert run([], dry_run=True, explain=True, all_nodes=True) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    explained, _, table = out.partition("\nall nodes, each derived here")
+    assert explained.startswith("source: backendai session sess-0123, 3 nodes")
+    assert table.splitlines()[7:11] == [
+        "  node rank  host   NODE_RANK/PET_NODE_RANK",
+        "  0          main1  0                        (master)",
+        "  1          sub1   1",
+        "  2          sub2   2                        (this node)",
+    ]
+
+
+def test_an_error_keeps_the_picture_and_its_exit_code(
+    in_session, capsys: pytest.CaptureFixture[str]
+) -> None:
+    in_session("sub1", NODE_RANK="0")
+    assert run([], dry_run=True, explain=True) == 3
+    out, err = capsys.readouterr()
+    assert "  1          sub1   1!         1              (this node)\n" in out
+    assert ("  ! NODE_RANK is set to 0 in the environment (a session-wide value: the same in "
+            "every container), but is derived as 1 on sub1 (node rank 1), 2 on sub2 (node "
+            "rank 2)\n") in out
+    assert err.startswith("derive-env: error: NODE_RANK='0': expected '1', this node's node rank")
+    # without --explain: the error alone, as before
+    assert run([], dry_run=True) == 3
+    assert capsys.readouterr().out == ""
+
+
+def test_an_error_without_a_topology_prints_only_the_error(
+    in_session, capsys: pytest.CaptureFixture[str]
+) -> None:
+    in_session("sub1", BACKENDAI_CLUSTER_SIZE="4")
+    assert run([], dry_run=True, explain=True) == 3
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("derive-env: error: BACKENDAI_CLUSTER_REPLICAS='main:1,sub:2': expected "
+                   "counts adding up to BACKENDAI_CLUSTER_SIZE=4; they add up to 3\n")
+
+
+MAIN1_HINT = (
+    "derive-env: warning: only this container (main1 of 3) runs torchrun train.py: Backend.AI "
+    "starts the batch command in main1 alone, so the other containers never join the job. "
+    "Start it on every node: on-every-node torchrun train.py (docs/backendai.md, \"Only main1 "
+    "started the job\")\n")
+
+
+def test_the_main1_hint(in_session, fake_exec: None,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    in_session("main1")
+    with pytest.raises(Execed) as info:
+        run(["torchrun", "train.py"])
+    assert info.value.env["NODE_RANK"] == "0"  # a warning: the command still runs
+    assert capsys.readouterr() == ("", MAIN1_HINT)
+
+
+@pytest.mark.parametrize(("host", "extra", "command"), [
+    ("sub1", {}, ["torchrun", "train.py"]),  # a sub container: started by someone else
+    ("main1", {"ON_EVERY_NODE": "1"}, ["torchrun", "train.py"]),  # on-every-node started it
+    ("main1", {}, ["on-every-node", "torchrun", "train.py"]),
+    ("main1", {}, ["/usr/bin/mpirun", "-np", "6", "python", "train.py"]),
+    ("main1", {}, ["sh", "-c", "cd /home/work/x && deepspeed --hostfile h train.py"]),
+    ("main1", {"BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_CLUSTER_HOSTS": "main1",
+               "BACKENDAI_CLUSTER_REPLICAS": "main:1"}, ["python", "train.py"]),
+], ids=["sub1", "ON_EVERY_NODE", "on-every-node", "mpirun", "sh -c deepspeed", "one container"])
+def test_no_main1_hint(in_session, fake_exec: None, capsys: pytest.CaptureFixture[str],
+                       host: str, extra: dict[str, str], command: list[str]) -> None:
+    in_session(host, **extra)
+    with pytest.raises(Execed):
+        run(command)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_no_main1_hint_on_the_hooks_dry_run(in_session,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    in_session("main1")
+    assert run([], dry_run=True, fmt="shell") == 0
+    assert capsys.readouterr().err == ""

@@ -404,3 +404,61 @@ def test_mpich_over_ssh_copies_mpiexecs_environment() -> None:
         assert [k for k in env if k.startswith("SLURM")] == ["SLURM_CONF"]
         assert env["HOSTNAME"] == "login"
         assert env["PMI_FD"].isdigit()
+
+
+# -- provenance: every derived variable names the inputs that gave it (issue 14) ---------------
+
+#: Derived variables of one process-layer fact, and the fact's key in the topology's inputs.
+_ONE_FACT = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size",
+             "JAX_PROCESS_ID": "rank", "JAX_NUM_PROCESSES": "world_size"}
+
+
+def _derivations():
+    """Every recorded task, derived for PyTorch + JAX (+ TensorFlow), with and without a
+    user-set MASTER_ADDR (MPI over SSH needs one): (where, derivation) for each that derives."""
+    from derive_env.errors import DeriveEnvError
+    from derive_env.pipeline import derive
+
+    for path in sorted(FIXTURES.glob("*/*.env")):
+        environ = load_fixture(path)[1]
+        for frameworks in ("pytorch,jax", "pytorch,jax,tensorflow"):
+            for extra in ({}, {"MASTER_ADDR": "gpu-a100-09"}):
+                labels = {"ai.backend.distributed.frameworks": frameworks,
+                          "ai.backend.distributed.tensorflow-port": "2223"}
+                try:
+                    derivation = derive({**environ, **extra}, labels)
+                except DeriveEnvError:
+                    continue
+                yield f"{path.parent.name}/{path.stem} {frameworks} {sorted(extra)}", derivation
+
+
+def test_every_recorded_provenance_names_its_inputs() -> None:
+    seen = 0
+    for where, derivation in _derivations():
+        seen += 1
+        for var in derivation.variables:
+            assert var.provenance.strip(), (where, var.name)
+            assert "(none)" not in var.provenance, (where, var.name, var.provenance)
+        inputs = derivation.topology.inputs
+        if derivation.topology.processes is not None:
+            for fact in ("rank", "local_rank", "world_size"):
+                assert len(inputs[fact]) == 1, (where, fact, inputs[fact])
+        for var in derivation.variables:
+            fact = _ONE_FACT.get(var.name)
+            if fact is not None and derivation.topology.processes is not None:
+                named = var.provenance.split(":")[0]
+                assert named == inputs[fact][0], (where, var.name, var.provenance)
+    assert seen >= 100  # every fixture derives for PyTorch + JAX at least with MASTER_ADDR
+
+
+def test_open_mpi_rank_provenance_is_its_rank_variable() -> None:
+    from derive_env.pipeline import derive
+
+    environ = load_fixture(FIXTURES / "ompi-in-salloc" / "rank3.env")[1]
+    derived = derive(environ, {"ai.backend.distributed.frameworks": "pytorch,jax"})
+    assert derived is not None
+    provenance = {v.name: v.provenance for v in derived.variables}
+    assert provenance["RANK"] == "OMPI_COMM_WORLD_RANK: rank"
+    assert provenance["LOCAL_RANK"] == "OMPI_COMM_WORLD_LOCAL_RANK: local rank"
+    assert provenance["WORLD_SIZE"] == "OMPI_COMM_WORLD_SIZE: world size"
+    assert provenance["JAX_PROCESS_ID"] == "OMPI_COMM_WORLD_RANK: rank"

@@ -53,6 +53,12 @@ OMPI_INPUTS = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_
 HYDRA_INPUTS = ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS")
 
 
+def _layer(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """A launcher's process-layer inputs: the four together, and each fact's own variable."""
+    facts = ("rank", "local_rank", "world_size", "local_world_size")
+    return {"processes": names, **{fact: (name,) for fact, name in zip(facts, names, strict=True)}}
+
+
 def _recorded(scenario: str) -> dict[int, tuple[str, dict[str, str]]]:
     ranks = {}
     for path in sorted((FIXTURES / scenario).glob("*.env")):
@@ -87,13 +93,13 @@ def test_recorded_every_rank(scenario: str) -> None:
             assert report.title == "Open MPI (mpirun)"
             assert report.job == ("openmpi", job_id, "")
             assert report.session_id == job_id
-            assert report.inputs == {"processes": OMPI_INPUTS, "ports": ("PMIX_NAMESPACE",)}
+            assert report.inputs == {**_layer(OMPI_INPUTS), "ports": ("PMIX_NAMESPACE",)}
             assert report.notes == ("PMIX_RANK agrees with OMPI_COMM_WORLD_RANK",)
         else:
             assert report.title == "MPICH Hydra or Intel MPI (mpiexec)"
             assert report.job is None
             assert report.session_id is None
-            assert report.inputs == {"processes": HYDRA_INPUTS}
+            assert report.inputs == _layer(HYDRA_INPUTS)
             assert report.notes == ()
 
 
@@ -185,7 +191,7 @@ def test_open_mpi_5() -> None:
         source="openmpi", title="Open MPI (mpirun)",
         processes=Processes(5, 1, 8, 4), job=("openmpi", "prterun-login-4242@1", ""),
         session_id="prterun-login-4242@1",
-        inputs={"processes": OMPI_INPUTS, "ports": ("PMIX_NAMESPACE",)},
+        inputs={**_layer(OMPI_INPUTS), "ports": ("PMIX_NAMESPACE",)},
         notes=("PMIX_RANK agrees with OMPI_COMM_WORLD_RANK",),
     )
 
@@ -194,7 +200,7 @@ def test_intel_mpi() -> None:
     assert _mpi_seen(INTEL_MPI) == ["hydra"]
     assert read(INTEL_MPI, "hydra") == Report(
         source="hydra", title="MPICH Hydra or Intel MPI (mpiexec)",
-        processes=Processes(3, 1, 4, 2), inputs={"processes": HYDRA_INPUTS},
+        processes=Processes(3, 1, 4, 2), inputs=_layer(HYDRA_INPUTS),
     )
 
 
@@ -211,8 +217,8 @@ def test_mvapich2() -> None:
     assert read(MVAPICH2, "mvapich2") == Report(
         source="mvapich2", title="MVAPICH2 (mpirun_rsh)",
         processes=Processes(2, 0, 4, 2),
-        inputs={"processes": ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-                              "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")},
+        inputs=_layer(("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                       "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")),
         notes=("PMI_ID agrees with MV2_COMM_WORLD_RANK",
                "MPIRUN_NPROCS agrees with MV2_COMM_WORLD_SIZE"),
     )
@@ -231,8 +237,7 @@ def test_pals() -> None:
         source="pals", title="Cray PALS (mpiexec)",
         node_rank=1, processes=Processes(5, 1, 8, 4),
         job=("pals", PALS["PALS_APID"], ""), session_id=PALS["PALS_APID"],
-        inputs={"processes": ("PALS_RANKID", "PALS_LOCAL_RANKID", "PMI_SIZE",
-                              "PALS_LOCAL_SIZE"),
+        inputs={**_layer(("PALS_RANKID", "PALS_LOCAL_RANKID", "PMI_SIZE", "PALS_LOCAL_SIZE")),
                 "node_rank": ("PALS_NODEID",), "ports": ("PALS_APID",)},
         notes=("PMI_RANK agrees with PALS_RANKID", "PMI_LOCAL_RANK agrees with PALS_LOCAL_RANKID",
                "PMI_LOCAL_SIZE agrees with PALS_LOCAL_SIZE"),

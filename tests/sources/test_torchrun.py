@@ -127,6 +127,8 @@ def test_recorded_worker(scenario: str, task: str) -> None:
     assert report.inputs == {
         "node_rank": ("GROUP_RANK",), "num_nodes": ("GROUP_WORLD_SIZE",),
         "processes": ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"),
+        "rank": ("RANK",), "local_rank": ("LOCAL_RANK",), "world_size": ("WORLD_SIZE",),
+        "local_world_size": ("LOCAL_WORLD_SIZE",),
         "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
         "ports": ("TORCHELASTIC_RUN_ID", "MASTER_PORT"),
     }

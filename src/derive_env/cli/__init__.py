@@ -53,6 +53,7 @@ def run(
     dry_run: bool = False,
     fmt: str = "env",
     explain: bool = False,
+    all_nodes: bool = False,
     labels_files: Sequence[str] = (),
     label_items: Sequence[str] = (),
     env_file: str | None = None,
@@ -62,8 +63,16 @@ def run(
 
     Errors from input print ``derive-env: error: ...`` and return their exit code without
     running the command; with label ``on-error=warn`` a derivation error prints a warning
-    and the command runs with its environment unchanged.
+    and the command runs with its environment unchanged. ``--explain`` is a dry run (a
+    command given is not run, a note says so); on an error it still prints every node's
+    view when a topology can be built (:func:`_picture`), then the error. ``all_nodes``
+    (``--explain --all-nodes``) adds that view to the explanation.
     """
+    environ: Mapping[str, str] | None = None
+    labels: Mapping[str, str] | None = None
+    if explain and command:
+        say("note", "--explain is a dry run: the command was not run")
+        dry_run = True
     try:
         environ = read_environment(env_file)
         labels = load_labels(environ, labels_files, label_items)
@@ -86,8 +95,15 @@ def run(
         )
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
+        if dry_run and explain and all_nodes:
+            from derive_env.render.explain import explain as for_a_person
+
+            return _write(for_a_person(derivation) + "\n"
+                          + _picture(environ, labels, source, files, derivation))
         return _finish(command, environ, derivation, dry_run, fmt, explain)
     except DeriveEnvError as exc:
+        if explain and environ is not None and labels is not None and is_opted_in(labels):
+            _write(_picture(environ, labels, source, read_files, None))
         say("error", str(exc))
         if command and not dry_run:
             say("note", f"the command was not run (exit {exc.exit_code})")
@@ -383,6 +399,13 @@ def _derive(
     return derivation
 
 
+def _picture(environ: Mapping[str, str], labels: Mapping[str, str], source: str | None,
+             files, own) -> str:
+    from derive_env.whole_job import picture  # only for --explain --all-nodes or an error
+
+    return picture(environ, labels, source, files, own)
+
+
 def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool) -> int:
     if dry_run:
         if explain:
@@ -392,7 +415,11 @@ def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool
         from derive_env.render import render
 
         return _write(render(derivation, fmt))
-    from derive_env.launch import exec_command
+    from derive_env.launch import exec_command, main1_hint
+
+    hint = main1_hint(environ, command)
+    if hint is not None:
+        say("warning", hint)
 
     if derivation is None:  # not opted in, or on-error=warn: the environment unchanged
         exec_command(command, environ)

@@ -70,7 +70,13 @@ OPTIONS = (
     ),
     Option(
         "--explain", "explain", FLAG,
-        "Dry-run output for a person: each variable with its value and where it came from.",
+        "Dry-run output for a person: each variable with its value and where it came from "
+        "(implies --dry-run: a command given is not run).",
+    ),
+    Option(
+        "--all-nodes", "all_nodes", FLAG,
+        "With --explain: every node's view of the job, derived from the variables all nodes "
+        "share, as a table (node, host, node rank, the variables that differ per node).",
     ),
     Option(
         "--label", "label_items", REPEATABLE, metavar="KEY=VALUE",
@@ -120,9 +126,11 @@ def check(values: Mapping[str, Any]) -> str | None:
         exit 2), or ``None``.
     """
     env_files = values["env_files"]
-    if not values["dry_run"]:
-        if values["fmt"] is not None or values["explain"]:
-            return "--format and --explain need --dry-run."
+    if values["all_nodes"] and not values["explain"]:
+        return "--all-nodes is a part of --explain: add --explain."
+    if not (values["dry_run"] or values["explain"]):  # --explain implies --dry-run
+        if values["fmt"] is not None:
+            return "--format needs --dry-run."
         if not values["command"]:
             return "no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run."
     elif values["explain"] and values["fmt"] is not None:
@@ -149,8 +157,11 @@ def keywords(values: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`derive_env.cli.run`'s keywords (``command`` excluded) from checked values."""
     env_files = values["env_files"]
     return {
-        "dry_run": values["dry_run"], "fmt": values["fmt"] or "env",
-        "explain": values["explain"], "labels_files": values["labels_files"],
+        # --explain implies --dry-run: explaining and then running would start the job
+        # while the operator reads (docs/operator-guide.md, "Dry run").
+        "dry_run": values["dry_run"] or values["explain"], "fmt": values["fmt"] or "env",
+        "explain": values["explain"], "all_nodes": values["all_nodes"],
+        "labels_files": values["labels_files"],
         "label_items": values["label_items"], "env_file": env_files[0] if env_files else None,
         "source": values["source"],
     }

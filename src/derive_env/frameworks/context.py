@@ -422,7 +422,7 @@ def node_rank_of(topology: ClusterTopology) -> tuple[int, str]:
         return topology.node_rank, source
     if topology.processes is not None and not topology.per_process:
         return topology.processes.rank, (
-            f"{topology.inputs_of('processes')}: rank (one process per node)")
+            f"{topology.inputs_of('rank')}: rank (one process per node)")
     raise TopologyError("no source states this node's rank: " + (topology.missing or "unknown"))
 
 

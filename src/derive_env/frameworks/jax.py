@@ -59,9 +59,9 @@ def derive(ctx: Context) -> Contribution:
     port, port_src = framework_port(ctx, "jax")
     layout = topo.processes
     if layout is not None:
-        src = topo.inputs_of("processes")
-        count = (layout.world_size, f"{src}: world size, one JAX process per task")
-        own = (layout.rank, f"{src}: rank")
+        count = (layout.world_size,
+                 f"{topo.inputs_of('world_size')}: world size, one JAX process per task")
+        own = (layout.rank, f"{topo.inputs_of('rank')}: rank")
         what = ("the number of JAX processes, one per process",
                 "this process's JAX process id (one per process)")
     else:

@@ -154,13 +154,14 @@ def _per_process(ctx: Context) -> Contribution:
     topo = ctx.topology
     layout = topo.processes
     assert layout is not None  # per_process
-    src = topo.inputs_of("processes")
+    src = topo.inputs_of
     out = Contribution()
     out.variables += [*_master(ctx), *_ranks(topo, {
-        "RANK": (layout.rank, f"{src}: rank"),
-        "LOCAL_RANK": (layout.local_rank, f"{src}: local rank"),
-        "WORLD_SIZE": (layout.world_size, f"{src}: world size"),
-        "LOCAL_WORLD_SIZE": (layout.local_world_size, f"{src}: local world size")})]
+        "RANK": (layout.rank, f"{src('rank')}: rank"),
+        "LOCAL_RANK": (layout.local_rank, f"{src('local_rank')}: local rank"),
+        "WORLD_SIZE": (layout.world_size, f"{src('world_size')}: world size"),
+        "LOCAL_WORLD_SIZE": (layout.local_world_size,
+                             f"{src('local_world_size')}: local world size")})]
     if topo.node_rank is not None:
         out.variables.append(var("NODE_RANK", topo.node_rank, topo.inputs_of("node_rank"),
                                  scope=NODE, what=_NODE_RANK))

@@ -259,7 +259,7 @@ def derive(ctx: Context) -> Contribution:
     port, port_src = _port(ctx, out)
     config = tf_config(topo, types, port, node_rank)
     roles_src = policy.label_or_default("tensorflow_roles")
-    per = (f"; one task per process ({topo.inputs_of('processes')}), port + local rank"
+    per = (f"; one task per process, port + local rank ({topo.inputs_of('local_rank')})"
            if topo.per_process else "")
     provenance = (
         f"nodes: {topo.inputs_of('nodes')} in canonical order; this task: node rank from "

@@ -61,7 +61,7 @@ from derive_env.sources import (
     seen_sources,
 )
 from derive_env.sources.refusals import check_single_container, launcher_problem
-from derive_env.sources.report import Processes, Report, layer_lines
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
 
 #: Reads the files a source needs: paths -> contents (``None``: unreadable).
@@ -354,6 +354,8 @@ def _process_layer(owner: Report | None, used: Sequence[Report],
         (r.processes.tasks_per_node for r in used
          if r.processes is not None and r.processes.tasks_per_node), ())
     inputs["processes"] = owner.inputs.get("processes", ())
+    for fact in PROCESS_FACTS:  # a source that states no fact alone: the whole layer's
+        inputs[fact] = owner.inputs.get(fact, inputs["processes"])
     return owner.processes, tasks
 
 

@@ -124,7 +124,9 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
               "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
               "ports": ("MASTER_PORT", "PET_NNODES")}
     if one:
-        inputs["processes"] = ("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE")
+        inputs.update(processes=("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE"), rank=("RANK",),
+                      world_size=("WORLD_SIZE",), local_rank=("PET_NPROC_PER_NODE",),
+                      local_world_size=("PET_NPROC_PER_NODE",))
     return Report(
         source=line.name,
         title=line.title,

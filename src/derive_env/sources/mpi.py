@@ -152,7 +152,8 @@ def read(environ: Mapping[str, str], line: Source,
     processes = _processes(environ, vocabulary, line.title)
     notes = _companions(environ, vocabulary, processes, line.title)
     inputs = {"processes": (vocabulary.rank, vocabulary.local_rank, vocabulary.world_size,
-                            vocabulary.local_world_size)}
+                            vocabulary.local_world_size),
+              **{fact: (getattr(vocabulary, fact),) for fact in _FACTS}}
     node_rank = None
     if vocabulary.node_rank is not None:
         node_rank = _integer(environ, vocabulary.node_rank, 0, "this node's index in the job")

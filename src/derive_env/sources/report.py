@@ -16,6 +16,9 @@ from typing import NamedTuple
 from derive_env.topology import Node
 
 _NONE: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+#: The facts of the process layer, each with its own key in :attr:`Report.inputs` (the one
+#: variable that states it), beside ``processes`` (every variable of the layer).
+PROCESS_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 class Processes(NamedTuple):
@@ -65,7 +68,9 @@ class Report(NamedTuple):
         ``GROUP_RANK`` in arrival order): an outer host list whose order differs is not
         an error, it is only not used for this source's nodes.
     :ivar inputs: provenance per fact: keys ``nodes``, ``node_rank``, ``num_nodes``,
-        ``processes``, ``master``, ``master_port``, ``gpus``, ``ports``.
+        ``processes`` (the layer's variables together), each of :data:`PROCESS_FACTS`
+        (exactly the variables that state that one fact: ``rank`` is
+        ``OMPI_COMM_WORLD_RANK``), ``master``, ``master_port``, ``gpus``, ``ports``.
     :ivar order: for ``--explain``, the rule behind the order of ``nodes``.
     :ivar notes: for ``--explain``.
     :ivar warnings: printed on stderr; do not stop the command.

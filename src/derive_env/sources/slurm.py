@@ -283,6 +283,10 @@ def read_step(environ: Mapping[str, str], title: str,
         "node_rank": ("SLURM_NODEID",),
         "processes": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS",
                       "SLURM_STEP_TASKS_PER_NODE"),
+        "rank": ("SLURM_PROCID",), "local_rank": ("SLURM_LOCALID",),
+        "world_size": ("SLURM_STEP_NUM_TASKS",),
+        # this node's entry (SLURM_NODEID) of the list
+        "local_world_size": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID"),
     }
     master, problems = _self_checks(environ, files, info, rank, local_rank, local_world,
                                     inputs)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report
 from derive_env.validation import parse_port, variable_int
 
 if TYPE_CHECKING:
@@ -204,6 +204,7 @@ def read(environ: Mapping[str, str], line: Source,
             "node_rank": ("GROUP_RANK",),
             "num_nodes": ("GROUP_WORLD_SIZE",),
             "processes": _PROCESSES,
+            **{fact: (name,) for fact, name in zip(PROCESS_FACTS, _PROCESSES, strict=True)},
             "master": ("MASTER_ADDR",),
             "master_port": ("MASTER_PORT",),
             "ports": ("TORCHELASTIC_RUN_ID", "MASTER_PORT"),
