@@ -249,9 +249,10 @@ def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
 
 @pytest.mark.parametrize(("environ", "gpus", "local_rank", "expected"), [
     ({}, 4, 1, "2,3"),                                   # 4 GPUs, 2 tasks: the second half
-    ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4, 0, "4,5"),  # already narrowed: its ids
+    ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4, 1, "2,3"),  # ordinals in the list, not its ids
+    ({"CUDA_VISIBLE_DEVICES": "6,7"}, 4, 1, "0,1"),      # narrowed per task: all it sees
     ({}, 3, 1, None),                                    # 3 GPUs do not divide among 2
-    ({"CUDA_VISIBLE_DEVICES": "GPU-1a,GPU-2b"}, 2, 0, None),  # UUIDs: JAX takes numbers
+    ({"CUDA_VISIBLE_DEVICES": "GPU-1a,GPU-2b"}, 2, 0, "0"),  # UUIDs count as devices
     ({}, None, 0, None),                                 # no GPU known
 ])
 def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
