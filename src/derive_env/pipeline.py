@@ -84,6 +84,7 @@ def derive(
         checks += part.checks
         notes += part.notes
         warnings += part.warnings
+    warnings += ctx.warnings  # the shared values' (the ports), once
     # A launcher's own variables (torchrun's RANK...) are its authority: never checked
     # against a rule for another layout (torchrun mode's one process per node).
     checks = [c for c in checks if c.name not in topology.preset]

@@ -215,9 +215,11 @@ def test_several_processes_per_node_get_the_process_layer_and_no_pet() -> None:
     with pytest.raises(LabelError) as caught:
         tensorflow.derive(Context(topo, labelled, {}))
     assert str(caught.value) == (
-        "label ai.backend.distributed.tensorflow-port='3000': expected a port whose 2 "
-        "TensorFlow port(s) on a host (3000-3001) do not hold the JAX coordinator's (label "
-        "ai.backend.distributed.jax-port) port 3001")
+        "the JAX coordinator's port 3001 (label ai.backend.distributed.jax-port) and "
+        "TensorFlow's ports 3000-3001 (label ai.backend.distributed.tensorflow-port) both hold "
+        "port 3001 on rank 0's host, where only one server can listen: set label "
+        "ai.backend.distributed.jax-port or label ai.backend.distributed.tensorflow-port to "
+        "another port")
 
 
 def test_one_process_per_node_is_the_node_layer() -> None:
@@ -242,9 +244,9 @@ def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
     with pytest.raises(TopologyError) as caught:
         jax_framework.derive(Context(compose([torchrun(0)]), policy, {}))
     assert str(caught.value) == (
-        "the jax port 29400 (label ai.backend.distributed.jax-port) is the master port "
-        "(MASTER_PORT), which the launcher serves its rendezvous on, on the same host: set "
-        "label ai.backend.distributed.jax-port to another port")
+        "the JAX coordinator's port 29400 (label ai.backend.distributed.jax-port) and the "
+        "master port 29400 (MASTER_PORT) both hold port 29400 on rank 0's host, where only one "
+        "server can listen: set label ai.backend.distributed.jax-port to another port")
 
 
 @pytest.mark.parametrize(("environ", "gpus", "local_rank", "expected"), [
