@@ -178,6 +178,14 @@ def test_local_device_ids_take_device_numbers_or_uuids_only(visible: str, entry:
     assert result.changes()["JAX_PROCESS_ID"] == "3"
 
 
+def test_a_blank_visible_list_hides_every_device() -> None:
+    result = derive(srun_task(3, 2, CUDA_VISIBLE_DEVICES=" ", SLURM_GPUS_ON_NODE="4"), JAX)
+    assert result is not None
+    assert "JAX_LOCAL_DEVICE_IDS" not in result.changes()
+    assert ("JAX_LOCAL_DEVICE_IDS not set: CUDA_VISIBLE_DEVICES is set and blank: no device "
+            "is visible") in result.notes
+
+
 def test_no_gpu_known_sets_nothing() -> None:
     result = derive(srun_task(3, 2), JAX)
     assert result is not None

@@ -32,7 +32,8 @@ source's GPU count of the node, ``SLURM_GPUS_ON_NODE``, Backend.AI's ``GPU_COUNT
 
 Never the values of ``CUDA_VISIBLE_DEVICES``. An entry that is not a device number (ASCII
 digits) or UUID (``GPU-...``, ``MIG-...``), ``-1`` or ``²`` included, leaves it unset
-with a note naming the variable and the entry (CUDA stops reading the list there).
+with a note naming the variable and the entry (CUDA stops reading the list there); so does
+a variable set blank (no device visible).
 
 One JAX process per task: under a launcher that started processes (srun, mpirun,
 torchrun: the topology's process layer) process id = rank and process count = world size;
@@ -152,6 +153,11 @@ def _local_devices(ctx: Context, out: Contribution) -> None:
                 "(GPU-..., MIG-...); CUDA stops reading the list there")
             return
         visible, src = len(ids), visible_name
+    elif any(n in ctx.environ for n in _VISIBLE):  # set, and blank: CUDA sees no device
+        blank = next(n for n in _VISIBLE if n in ctx.environ)
+        out.notes.append(f"JAX_LOCAL_DEVICE_IDS not set: {blank} is set and blank: no device "
+                         "is visible")
+        return
     elif topo.gpus_per_node:
         visible, src = topo.gpus_per_node, topo.inputs_of("gpus")
     else:
