@@ -207,6 +207,46 @@ def test_every_node_derives_the_same_distinct_ports_in_the_window(
         assert served["jax"] == [jax_label]
 
 
+_LABEL = st.one_of(st.none(), st.integers(3000, 3004))
+
+
+@settings(max_examples=150, deadline=None)
+@given(tasks_per_node=st.integers(1, 3), master=_LABEL, tf=_LABEL, jax=_LABEL,
+       sysctls=st.lists(_RANGES, min_size=3, max_size=3))
+def test_labels_either_collide_on_every_node_or_every_port_is_distinct(
+        tasks_per_node: int, master: int | None, tf: int | None, jax: int | None,
+        sysctls: list[str | None]) -> None:
+    """Labels stay where they are; derived ports move clear; labels that collide are the
+    same error on every node."""
+    labels = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
+    for name, port in (("master-port", master), ("tensorflow-port", tf), ("jax-port", jax)):
+        if port is not None:
+            labels[PREFIX + name] = str(port)
+    outcomes = []
+    for node, text in enumerate(sysctls):
+        rank = node * tasks_per_node
+        try:
+            derivation = derive(_srun(rank, tasks_per_node, "77", "0"), labels,
+                                HostFacts(port_range=lambda text=text: text))
+        except LabelError as exc:
+            outcomes.append(str(exc))
+            continue
+        assert derivation is not None
+        outcomes.append(_served(derivation.changes()))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    if isinstance(outcomes[0], str):
+        assert outcomes[0].count("label ai.backend.distributed.") == 4  # both, twice
+        return
+    served = outcomes[0]
+    every = [p for ports in served.values() for p in ports]
+    assert len(every) == len(set(every)) == 2 + tasks_per_node
+    for name, port in (("pytorch", master), ("tensorflow", tf), ("jax", jax)):
+        if port is not None:
+            assert served[name][0] == port
+        else:
+            assert all(61000 <= p <= 65535 for p in served[name])
+
+
 def test_a_node_whose_range_overlaps_the_window_is_warned() -> None:
     labels = {PREFIX + "frameworks": "pytorch,jax"}
     derivation = derive(_srun(0, 1, "1", "0"), labels,
