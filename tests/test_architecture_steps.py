@@ -115,8 +115,15 @@ def test_add_a_framework_is_one_file_plus_one_line(tmp_path: Path, backendai_env
     # its port label is a label of the policy, read like the others
     labelled = _derive(src, env, {**labels, "ai.backend.distributed.example-port": "4100"})
     assert labelled["changes"]["EXAMPLE_COORDINATOR"] == "main1:4100"
-    clash = _derive(src, env, {**labels, "ai.backend.distributed.example-port": "29500"})
-    assert clash["error"].startswith("the example port 29500 (label ")
+    # the port policy keeps it clear of the others: a default moves, two labels are refused
+    moved = _derive(src, env, {**labels, "ai.backend.distributed.example-port": "29500"})
+    assert (moved["changes"]["EXAMPLE_COORDINATOR"], moved["changes"]["MASTER_PORT"]) == (
+        "main1:29500", "29501")
+    clash = _derive(src, env, {**labels, "ai.backend.distributed.example-port": "4100",
+                               "ai.backend.distributed.master-port": "4100"})
+    assert clash["error"].startswith(
+        "the example coordinator's port 4100 (label ai.backend.distributed.example-port) and "
+        "the master port 4100 (label ai.backend.distributed.master-port) both hold port 4100")
     # its NODE variable is judged by its scope: a session-wide value is refused
     wrong = _derive(src, {**env, "EXAMPLE_NODE_ID": "0"}, labels)
     assert wrong["error"].startswith("EXAMPLE_NODE_ID='0': expected '2', this node's rank")

@@ -49,6 +49,7 @@ def expected_changes(host: str, rank: int) -> dict[str, str]:
         "JAX_COORDINATOR_ADDRESS": "main1:1234",
         "JAX_NUM_PROCESSES": "3",
         "JAX_PROCESS_ID": str(rank),
+        "JAX_LOCAL_DEVICE_IDS": "0,1",  # the one JAX process of a node: all its GPUs
     }
 
 

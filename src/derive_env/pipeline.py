@@ -82,7 +82,8 @@ def derive(
     part = contributions(ctx)
     merged = merge(environ, part.variables, part.checks)
     # the source's warnings first: they concern the input
-    warnings = [*topology.warnings, *part.warnings, *check_user_values(merged, topology)]
+    warnings = [*topology.warnings, *part.warnings, *ctx.warnings,  # ctx's: the ports, once
+                *check_user_values(merged, topology)]
     return Derivation(
         topology=topology, policy=policy, variables=tuple(merged),
         notes=tuple(part.notes), warnings=tuple(warnings),

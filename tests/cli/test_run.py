@@ -20,7 +20,7 @@ from derive_env import cli, launch
 from derive_env.cli import load_labels, read_environment, run, run_command
 from derive_env.cli.envfile import parse_env_file
 from derive_env.errors import LabelError, UsageError
-from derive_env.ports import DEFAULT_EPHEMERAL_RANGE, parse_port_range, parse_reserved_ports
+from derive_env.ports import parse_port_range
 from helpers import Execed, value_error
 
 PREFIX = "ai.backend.distributed."
@@ -841,43 +841,40 @@ def test_gather_facts_without_the_label_only_looks_for_baimulti0(monkeypatch) ->
     assert cli.gather_facts(full=False).interfaces == ()
 
 
-def test_port_sysctls_are_read_as_the_port_policy_parses_them(
+def test_the_port_range_is_read_only_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The kernel's ephemeral range and reserved ports, read for ports.py's policy with or
-    without label socket-ifname; unreadable: ``None`` (the policy then takes Linux's
-    default range and no reserved port)."""
+    """The kernel's ephemeral range, read with or without label socket-ifname, but only when
+    the facts' reader is called (a hashed port: ports.overlap_warning); unreadable: ``None``.
+    ip_local_reserved_ports is no longer read: no sysctl moves a port (contract section 10)."""
     port_range = tmp_path / "ip_local_port_range"
-    reserved = tmp_path / "ip_local_reserved_ports"
     monkeypatch.setattr(cli, "PORT_RANGE_FILE", str(port_range))
-    monkeypatch.setattr(cli, "RESERVED_PORTS_FILE", str(reserved))
+    assert not hasattr(cli, "RESERVED_PORTS_FILE")
     port_range.write_text("40000\t50000\n")
-    reserved.write_text("8080,9000-9002\n")
     for full in (False, True):
         facts = cli.gather_facts(full)
-        assert parse_port_range(facts.port_range) == (40000, 50000)
-        assert parse_reserved_ports(facts.reserved_ports) == frozenset({8080, 9000, 9001, 9002})
-    reserved.write_text("\n")
-    assert parse_reserved_ports(cli.gather_facts(full=False).reserved_ports) == frozenset()
+        assert parse_port_range(facts.port_range()) == (40000, 50000)
     port_range.write_bytes(b"\xff\n")
     assert (
-        value_error(parse_port_range, cli.gather_facts(full=False).port_range)
-        == "two port numbers 'low high', not '\ufffd\\n'"
+        value_error(parse_port_range, cli.gather_facts(full=False).port_range())
+        == "two port numbers 'low high', not '\ufffd'"
     )
     port_range.unlink()
-    reserved.unlink()
-    facts = cli.gather_facts(full=False)
-    assert (facts.port_range, facts.reserved_ports) == (None, None)
-    assert DEFAULT_EPHEMERAL_RANGE == (32768, 60999)
+    assert cli.gather_facts(full=False).port_range() is None
+    opened: list[str] = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: (
+        opened.append(str(path)), real_open(path, *a, **k))[1])
+    cli.gather_facts(full=False)
+    assert str(port_range) not in opened
 
 
-def test_this_machines_port_sysctls_are_read() -> None:
+def test_this_machines_port_range_is_read() -> None:
     facts = cli.gather_facts(full=False)
     path = Path(cli.PORT_RANGE_FILE)
     if path.exists():
         fields = path.read_text().split()
-        assert parse_port_range(facts.port_range) == (int(fields[0]), int(fields[1]))
-    assert isinstance(parse_reserved_ports(facts.reserved_ports or ""), frozenset)
+        assert parse_port_range(facts.port_range()) == (int(fields[0]), int(fields[1]))
 
 
 def test_source_files_are_read_without_blocking_and_only_when_regular(tmp_path) -> None:

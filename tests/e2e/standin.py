@@ -15,7 +15,7 @@ PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT). Vocabularies: Slurm (SLURM_PRO
 Open MPI (OMPI_COMM_WORLD_*), MPICH Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
 MPI_LOCALNRANKS). Ports: MASTER_PORT = PORT, TensorFlow PORT + 1 + local rank, JAX PORT + 3;
 PORT ``0`` under Slurm: the first of SLURM_STEP_RESV_PORTS, else ports.job_ports' port of
-(slurm, job, step) with this node's ephemeral range.
+(slurm, job, step), in 61000-65535 on every node.
 
 TF_CONFIG lists every process as a worker, in rank order, each at its node's host (taken
 from ``E2E_STANDIN_HOSTS``: the node of every rank, comma-separated, given by the test).
@@ -48,15 +48,9 @@ def main(argv: list[str]) -> int:
     if port == 0 and "SLURM_STEP_RESV_PORTS" in env:
         port = int(env["SLURM_STEP_RESV_PORTS"].split(",")[0].split("-")[0])
     elif port == 0:
-        from derive_env import cli, ports
+        from derive_env import ports
 
-        facts = cli.gather_facts(full=False)  # the sysctls, as derive-env reads them
-        ephemeral = (ports.parse_port_range(facts.port_range) if facts.port_range is not None
-                     else ports.DEFAULT_EPHEMERAL_RANGE)
-        reserved = (ports.parse_reserved_ports(facts.reserved_ports)
-                    if facts.reserved_ports is not None else frozenset())
-        port = ports.job_ports("slurm", env["SLURM_JOB_ID"], env["SLURM_STEP_ID"],
-                               ephemeral, reserved)[0]
+        port = ports.job_ports("slurm", env["SLURM_JOB_ID"], env["SLURM_STEP_ID"])[0]
     # No launcher's ranks (a batch script): one node, one process.
     names = next((v for v in VOCABULARIES if v[2] in env), None)
     rank, local, world, local_world = (env[n] for n in names) if names else ("0", "0", "1", "1")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from derive_env.errors import TopologyError
+from derive_env import ports
+from derive_env.errors import LabelError, TopologyError
 from derive_env.frameworks.context import (
     FOLLOWS,
     INTEGER,
@@ -15,7 +16,6 @@ from derive_env.frameworks.context import (
     DerivedVariable,
     HostFacts,
     framework_port,
-    job_ports_of,
     master_of,
     node_rank_of,
     nodes_source,
@@ -174,7 +174,7 @@ def test_master_of_without_the_host_of_rank_0_names_what_to_set() -> None:
         "n1", "n1", "MASTER_ADDR (already set; no source states the host of rank 0)")
 
 
-# --- framework_port and the ports the others take ---------------------------------------------
+# --- framework_port and the ports of one job (contract section 10) ---------------------------
 
 
 def test_framework_port_label_then_job_then_default() -> None:
@@ -183,43 +183,76 @@ def test_framework_port_label_then_job_then_default() -> None:
     assert framework_port(context(plain, "jax", jax_port="4321"), "jax") == (
         4321, "label ai.backend.distributed.jax-port")
     job = topology("main1", "sub1", job=SLURM_JOB)
-    port, source = framework_port(context(job, "jax"), "jax")
-    assert 61000 <= port <= 65535
-    assert source == ("derived from slurm job 4242 step 0 (hash into the ports above the "
-                      "ephemeral range: docs/ports.md)")
+    assert framework_port(context(job, "jax"), "jax") == (
+        62106, "derived from slurm job 4242 step 0 (hash into 61000-65535: docs/ports.md)")
     assert framework_port(context(job, "jax", jax_port="4321"), "jax")[0] == 4321
 
 
-def test_framework_port_on_the_master_port_of_pytorch_is_an_error() -> None:
-    ctx = context(topology("main1", "sub1"), "pytorch,tensorflow", tensorflow_port="29500")
-    with pytest.raises(TopologyError) as info:
-        framework_port(ctx, "tensorflow")
+def test_two_labels_on_one_port_are_an_error_naming_both() -> None:
+    ctx = context(topology("main1", "sub1"), "pytorch,tensorflow,jax", master_port="3000",
+                  jax_port="3000")
+    with pytest.raises(LabelError) as info:
+        framework_port(ctx, "jax")
     assert str(info.value) == (
-        "the tensorflow port 29500 (label ai.backend.distributed.tensorflow-port) is the master "
-        "port (default (29500, PyTorch's)), which PyTorch serves its rendezvous on, on the same "
-        "host: set label ai.backend.distributed.tensorflow-port to another port")
+        "the JAX coordinator's port 3000 (label ai.backend.distributed.jax-port) and the "
+        "master port 3000 (label ai.backend.distributed.master-port) both hold port 3000 on "
+        "rank 0's host, where only one server can listen: set label "
+        "ai.backend.distributed.jax-port or label ai.backend.distributed.master-port to "
+        "another port")
+
+
+def test_a_label_on_a_set_master_port_is_an_error_naming_the_label() -> None:
+    store = topology("main1", "sub1", preset=frozenset({"MASTER_PORT"}), master_port=29400,
+                     inputs={"master_port": ("MASTER_PORT",)})
+    with pytest.raises(TopologyError) as info:
+        framework_port(context(store, "jax", jax_port="29400"), "jax")
+    assert str(info.value) == (
+        "the JAX coordinator's port 29400 (label ai.backend.distributed.jax-port) and the "
+        "master port 29400 (MASTER_PORT) both hold port 29400 on rank 0's host, where only "
+        "one server can listen: set label ai.backend.distributed.jax-port to another port")
+    user = context(topology("main1", "sub1"), "pytorch,tensorflow",
+                   {"MASTER_PORT": "3000"}, tensorflow_port="3000")
+    with pytest.raises(TopologyError, match=r"^TensorFlow's port 3000 \(label .*\) and the "
+                       r"master port 3000 \(MASTER_PORT \(already set\)\) both hold"):
+        framework_port(user, "tensorflow")
+
+
+def test_a_derived_port_moves_clear_of_a_label() -> None:
+    """The default moves, the label stays: no error for a port nobody chose."""
+    ctx = context(topology("main1", "sub1"), "pytorch,tensorflow", tensorflow_port="29500")
+    assert framework_port(ctx, "tensorflow") == (
+        29500, "label ai.backend.distributed.tensorflow-port")
+    assert ctx.master.port == 29501
+    assert ctx.master.port_source == (
+        "default (29500, PyTorch's); moved from 29500 to 29501, clear of the job's other "
+        "ports (29500)")
+    assert ctx.master.derived_port == 29501
     # Without PyTorch (and no launcher's store) nothing serves the master port.
     alone = context(topology("main1", "sub1"), "tensorflow", tensorflow_port="29500")
     assert framework_port(alone, "tensorflow") == (
         29500, "label ai.backend.distributed.tensorflow-port")
 
 
-def test_ports_taken_by_the_other_frameworks() -> None:
+def test_a_hashed_port_moves_within_the_window_on_a_set_master_port() -> None:
+    """torchrun's store on the port JAX's hash gives: JAX moves up, wrapping at 65535."""
+    job = ("torchrun", "none", "29400")
+    (jax_port,) = [port for name, port in zip(
+        ("pytorch", "tensorflow", "jax"), ports.job_ports(*job), strict=True) if name == "jax"]
+    store = topology("main1", "sub1", job=job, preset=frozenset({"MASTER_PORT"}),
+                     master_port=jax_port, inputs={"master_port": ("MASTER_PORT",)})
+    port, source = framework_port(context(store, "jax"), "jax")
+    assert port == (jax_port + 1 if jax_port < 65535 else 61000)
+    assert source.endswith(
+        f"; moved from {jax_port} to {port}, clear of the job's other ports ({jax_port})")
+
+
+def test_the_ports_of_an_image_without_a_conflict() -> None:
     ctx = context(topology("main1", "sub1"), "pytorch,tensorflow,jax")
-    assert ctx.ports_taken("tensorflow") == {
-        1234: "the JAX coordinator's (default (1234))",
-        29500: "the master port (default (29500, PyTorch's))"}
-    assert ctx.ports_taken("jax") == {
-        2222: "TensorFlow's (default (2222))",
-        29500: "the master port (default (29500, PyTorch's))"}
-    assert ctx.ports_taken("pytorch") == {2222: "TensorFlow's (default (2222))",
-                                          1234: "the JAX coordinator's (default (1234))"}
-    assert context(topology("main1", "sub1"), "tensorflow").ports_taken("tensorflow") == {}
-    # A launcher's store on the master port counts without PyTorch.
-    store = topology("main1", "sub1", preset=frozenset({"MASTER_PORT"}), master_port=29400,
-                     inputs={"master_port": ("MASTER_PORT",)})
-    assert context(store, "tensorflow").ports_taken("tensorflow") == {
-        29400: "the master port (MASTER_PORT)"}
+    assert ctx.ports == {"pytorch": (29500, "default (29500, PyTorch's)"),
+                         "tensorflow": (2222, "default (2222)"),
+                         "jax": (1234, "default (1234)")}
+    # A single container builds no TF_CONFIG: TensorFlow serves nothing.
+    assert list(context(topology("main1"), "tensorflow,jax").ports) == ["jax"]
 
 
 def test_port_label() -> None:
@@ -227,48 +260,80 @@ def test_port_label() -> None:
     assert port_label("jax") == "ai.backend.distributed.jax-port"
 
 
-# --- job_ports_of: the manager's port policy per framework ------------------------------------
+# --- ports.job_ports_of: the manager's port policy per framework -----------------------------
 
 
 def test_job_ports_none_without_job_or_reserved_ports() -> None:
-    assert job_ports_of(topology("main1", "sub1"), None) is None
+    assert ports.job_ports_of(topology("main1", "sub1")) is None
     assert context(topology("main1", "sub1"), "pytorch").job_ports is None
 
 
 def test_job_ports_reserved_first_then_derived() -> None:
     topo = topology("main1", "sub1", job=SLURM_JOB, reserved_ports=(12001, 12002),
                     inputs={"ports": ("SLURM_STEP_RESV_PORTS",)})
-    ports = job_ports_of(topo, None)
-    assert ports is not None and list(ports) == ["pytorch", "tensorflow", "jax"]
-    assert ports["pytorch"] == (12001, "SLURM_STEP_RESV_PORTS: port 1 reserved for the step")
-    assert ports["tensorflow"] == (12002, "SLURM_STEP_RESV_PORTS: port 2 reserved for the step")
-    assert 61000 <= ports["jax"][0] <= 65535
-    assert ports["jax"][1].startswith("derived from slurm job 4242 step 0 (hash into")
+    ports_ = ports.job_ports_of(topo)
+    assert ports_ is not None and list(ports_) == ["pytorch", "tensorflow", "jax"]
+    assert ports_["pytorch"] == (
+        12001, "SLURM_STEP_RESV_PORTS: port 1 reserved for the step", "reserved")
+    assert ports_["tensorflow"] == (
+        12002, "SLURM_STEP_RESV_PORTS: port 2 reserved for the step", "reserved")
+    assert ports_["jax"] == (
+        62104,
+        "derived from slurm job 4242 step 0 (hash into 61000-65535: docs/ports.md)", "hashed")
 
 
-def test_job_ports_follow_this_nodes_ephemeral_range() -> None:
-    topo = topology("main1", "sub1", job=SLURM_JOB)
-    low = job_ports_of(topo, HostFacts(port_range="1024\t40000\n", reserved_ports=""))
-    assert low is not None and all(40001 <= port <= 65535 for port, _ in low.values())
-
-
-@pytest.mark.parametrize(("facts", "message"), [
-    (HostFacts(port_range="32768 65500\n"),
-     "net.ipv4.ip_local_port_range='32768 65500': expected at least 256 ports above this "
-     "node's ephemeral port range 32768-65500 (net.ipv4.ip_local_port_range), not 35: lower "
-     "its upper bound, reserve ports for the step (srun --resv-ports), or set the ports by "
-     "label or variable"),
-    (HostFacts(port_range="garbage"),
-     "net.ipv4.ip_local_port_range='garbage': expected two port numbers 'low high', not "
-     "'garbage'"),
-    (HostFacts(reserved_ports="8080,x\n"),
-     "net.ipv4.ip_local_reserved_ports='8080,x': expected ports and port ranges separated by "
-     "commas, not 'x'"),
+@pytest.mark.parametrize(("text", "warned"), [
+    ("32768\t60999\n", None),                    # Linux's default: below the window
+    ("1024\t40000\n", None),
+    (None, None),                                 # unreadable: nothing said
+    ("32768\t65535\n", "this node's ephemeral port range 32768-65535 "
+     "(net.ipv4.ip_local_port_range) overlaps the window of derived ports 61000-65535, and "
+     "holds this job's port(s) 62104, 62105, 62106: a connection of this node's own may hold "
+     "a derived port; the bind then fails with a clear error (address already in use) rather "
+     "than a hang. Lower the range's upper bound below 61000 on every node, reserve ports for "
+     "the step (srun --resv-ports), or set the ports by label or variable"),
+    ("64000 65000\n", "this node's ephemeral port range 64000-65000 "
+     "(net.ipv4.ip_local_port_range) overlaps the window of derived ports 61000-65535: a "
+     "connection of this node's own may hold a derived port; the bind then fails with a clear "
+     "error (address already in use) rather than a hang. Lower the range's upper bound below "
+     "61000 on every node, reserve ports for the step (srun --resv-ports), or set the ports "
+     "by label or variable"),
+    ("garbage", None),
 ])
-def test_job_ports_name_the_sysctl(facts: HostFacts, message: str) -> None:
-    with pytest.raises(TopologyError) as info:
-        job_ports_of(topology("main1", "sub1", job=SLURM_JOB), facts)
-    assert str(info.value) == message
+def test_the_ports_are_the_same_whatever_the_sysctl_and_an_overlap_is_warned(
+        text, warned) -> None:
+    read: list[int] = []
+
+    def port_range() -> str | None:
+        read.append(1)
+        return text
+
+    ctx = context(topology("main1", "sub1", job=SLURM_JOB), "pytorch,tensorflow,jax",
+                  facts=HostFacts(port_range=port_range))
+    assert {k: v[0] for k, v in ctx.ports.items()} == {
+        "pytorch": 62104, "tensorflow": 62105, "jax": 62106}
+    assert read == [1]
+    if text == "garbage":
+        assert ctx.warnings == [
+            "net.ipv4.ip_local_port_range='garbage': expected two port numbers 'low high', "
+            "not 'garbage'; cannot tell whether this node's ephemeral ports overlap the "
+            "derived ports 61000-65535"]
+    elif warned is None:
+        assert ctx.warnings == []
+    else:
+        assert ctx.warnings == [warned]
+
+
+def test_no_sysctl_is_read_without_a_hashed_port(backendai_env) -> None:
+    def port_range() -> str | None:
+        raise AssertionError("read")
+
+    ctx = context(topology("main1", "sub1"), "pytorch,tensorflow,jax",
+                  facts=HostFacts(port_range=port_range))
+    assert ctx.ports["jax"] == (1234, "default (1234)")
+    labelled = context(topology("main1", "sub1", job=SLURM_JOB), "jax", jax_port="4000",
+                       facts=HostFacts(port_range=port_range))
+    assert labelled.ports["jax"][0] == 4000
 
 
 # --- node rank and count, host facts ----------------------------------------------------------

@@ -244,9 +244,11 @@ def test_several_processes_per_node_get_the_process_layer_and_no_pet() -> None:
     with pytest.raises(LabelError) as caught:
         tensorflow.derive(Context(topo, labelled, {}))
     assert str(caught.value) == (
-        "label ai.backend.distributed.tensorflow-port='3000': expected a port whose 2 "
-        "TensorFlow port(s) on a host (3000-3001) do not hold the JAX coordinator's (label "
-        "ai.backend.distributed.jax-port) port 3001")
+        "the JAX coordinator's port 3001 (label ai.backend.distributed.jax-port) and "
+        "TensorFlow's ports 3000-3001 (label ai.backend.distributed.tensorflow-port) both hold "
+        "port 3001 on rank 0's host, where only one server can listen: set label "
+        "ai.backend.distributed.jax-port or label ai.backend.distributed.tensorflow-port to "
+        "another port")
 
 
 def test_one_process_per_node_is_the_node_layer() -> None:
@@ -271,16 +273,17 @@ def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
     with pytest.raises(TopologyError) as caught:
         jax_framework.derive(Context(compose([torchrun(0)]), policy, {}))
     assert str(caught.value) == (
-        "the jax port 29400 (label ai.backend.distributed.jax-port) is the master port "
-        "(MASTER_PORT), which the launcher serves its rendezvous on, on the same host: set "
-        "label ai.backend.distributed.jax-port to another port")
+        "the JAX coordinator's port 29400 (label ai.backend.distributed.jax-port) and the "
+        "master port 29400 (MASTER_PORT) both hold port 29400 on rank 0's host, where only one "
+        "server can listen: set label ai.backend.distributed.jax-port to another port")
 
 
 @pytest.mark.parametrize(("environ", "gpus", "local_rank", "expected"), [
     ({}, 4, 1, "2,3"),                                   # 4 GPUs, 2 tasks: the second half
-    ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4, 0, "4,5"),  # already narrowed: its ids
+    ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4, 1, "2,3"),  # ordinals in the list, not its ids
+    ({"CUDA_VISIBLE_DEVICES": "6,7"}, 4, 1, "0,1"),      # narrowed per task: all it sees
     ({}, 3, 1, None),                                    # 3 GPUs do not divide among 2
-    ({"CUDA_VISIBLE_DEVICES": "GPU-1a,GPU-2b"}, 2, 0, None),  # UUIDs: JAX takes numbers
+    ({"CUDA_VISIBLE_DEVICES": "GPU-1a,GPU-2b"}, 2, 0, "0"),  # UUIDs count as devices
     ({}, None, 0, None),                                 # no GPU known
 ])
 def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:

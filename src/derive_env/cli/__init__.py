@@ -41,10 +41,10 @@ MAX_INPUT_BYTES = 1 << 20
 #: Largest file a source reads (a 4096-node step's SLURM_HOSTFILE of 8 tasks per node is
 #: about 0.4 MiB).
 MAX_SOURCE_FILE_BYTES = 16 << 20
-#: The kernel's ephemeral port range and reserved ports (sysctl ``net.ipv4.*``), read for
-#: the port policy (:mod:`derive_env.ports`) on every opted-in start that reads host facts.
+#: The kernel's ephemeral port range (sysctl ``net.ipv4.ip_local_port_range``), read only
+#: when a port was derived by hash, for the warning of a range that overlaps the window
+#: (:func:`derive_env.ports.overlap_warning`).
 PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
-RESERVED_PORTS_FILE = "/proc/sys/net/ipv4/ip_local_reserved_ports"
 
 
 def run(
@@ -282,21 +282,24 @@ def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the p
     :param full: everything label ``socket-ifname`` uses
         (:func:`derive_env.cli.hostfacts.network_facts`). ``False`` (no label): only
         whether ``baimulti0`` exists, one stat.
-        Always: the kernel's ephemeral and reserved port ranges (:data:`PORT_RANGE_FILE`,
-        :data:`RESERVED_PORTS_FILE`), for the port policy.
-    :returns: a ``HostFacts``; unreadable files read as empty (the port files as ``None``).
+        Either way, a reader of the kernel's ephemeral port range (:data:`PORT_RANGE_FILE`),
+        called only when a port was derived by hash.
+    :returns: a ``HostFacts``; unreadable files read as empty (the port range as ``None``).
     """
-    ports = {"port_range": _text_or_none(PORT_RANGE_FILE),
-             "reserved_ports": _text_or_none(RESERVED_PORTS_FILE)}
     if full:
         from derive_env.cli.hostfacts import network_facts
 
-        return network_facts(**ports)
+        return network_facts(read_port_range)
     from derive_env.frameworks.context import HostFacts
     from derive_env.frameworks.network import OVERLAY
 
     present = os.path.exists(f"/sys/class/net/{OVERLAY}")
-    return HostFacts(interfaces=(OVERLAY,) if present else (), **ports)
+    return HostFacts(interfaces=(OVERLAY,) if present else (), port_range=read_port_range)
+
+
+def read_port_range() -> str | None:
+    """The text of :data:`PORT_RANGE_FILE`, ``None`` when it cannot be read."""
+    return _text_or_none(PORT_RANGE_FILE)
 
 
 def _text_or_none(path: str) -> str | None:

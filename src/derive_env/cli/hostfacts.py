@@ -4,8 +4,8 @@ What frameworks/network.py's rules read when the image sets label ``socket-ifnam
 interface names (``/sys/class/net``), routes (``/proc/net/route``, ``ipv6_route``), own
 addresses (``if_inet6``, ``fib_trie``), ``/etc/hosts``, the host name, and a resolver bounded
 by one deadline for all names of this start. Loaded only with that label: the facts every
-opted-in start reads (the port sysctls, whether ``baimulti0`` exists) are read by
-:func:`derive_env.cli.gather_facts` without this module.
+opted-in start reads (whether ``baimulti0`` exists; the port range, for a hashed port) are
+read by :func:`derive_env.cli.gather_facts` without this module.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from derive_env.cli import say
 
@@ -25,11 +25,11 @@ if TYPE_CHECKING:
     from derive_env.frameworks.context import HostFacts
 
 
-def network_facts(port_range: str | None, reserved_ports: str | None) -> HostFacts:
-    """Every network fact of this container, with the port sysctls' texts already read.
+def network_facts(port_range: Callable[[], str | None]) -> HostFacts:
+    """Every network fact of this container.
 
-    :param port_range: the text of ``ip_local_port_range`` (``None``: unreadable).
-    :param reserved_ports: the text of ``ip_local_reserved_ports`` (``None``: unreadable).
+    :param port_range: reads the text of ``ip_local_port_range`` (``None``: unreadable),
+        called only when a port is derived by hash.
     :returns: a ``HostFacts`` whose ``resolve`` is a :class:`Resolver` bounded by
         ``RESOLVE_SECONDS`` (5 s); unreadable files read as empty, a missing
         ``/sys/class/net`` as no interface.
@@ -50,7 +50,6 @@ def network_facts(port_range: str | None, reserved_ports: str | None) -> HostFac
         hostname=socket.gethostname(),
         resolve=Resolver(RESOLVE_SECONDS),
         port_range=port_range,
-        reserved_ports=reserved_ports,
     )
 
 

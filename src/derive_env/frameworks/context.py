@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple
 
-from derive_env.errors import TopologyError, describe
+from derive_env.errors import LabelError, TopologyError, describe
 from derive_env.frameworks import FRAMEWORKS
 from derive_env.hosts import host_problem
 from derive_env.labels import PREFIX
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from derive_env.frameworks import Framework
     from derive_env.policy import ImagePolicy
     from derive_env.topology import ClusterTopology
-
-T = TypeVar("T")
 
 MASTER_FRAMEWORK = "pytorch"  # its server port is the master port (MASTER_PORT)
 
@@ -99,7 +97,7 @@ class Master(NamedTuple):
     first); ``derived_addr``/``derived_port`` are what the topology and labels alone give,
     which is what ``MASTER_ADDR``/``MASTER_PORT`` themselves are derived as (and reported as
     overridden when the user set them). Addresses are bare (IPv6 without brackets); ports
-    are TCP ports.
+    are TCP ports. ``port_kind``: who chose ``port`` (:class:`derive_env.ports.Claim`).
     """
 
     addr: str
@@ -110,6 +108,7 @@ class Master(NamedTuple):
     derived_addr_source: str
     derived_port: int
     derived_port_source: str
+    port_kind: str = "default"
 
 
 def _resolve_none(hosts: Sequence[str]) -> dict[str, tuple[str, ...]]:
@@ -130,10 +129,8 @@ class HostFacts(NamedTuple):
         LOCAL`` entries).
     :ivar hosts: the text of ``/etc/hosts`` (read without any DNS wait).
     :ivar hostname: the container's own host name (``gethostname()``).
-    :ivar port_range: the text of ``/proc/sys/net/ipv4/ip_local_port_range``, ``None``
-        when unreadable (then Linux's default 32768-60999 is used).
-    :ivar reserved_ports: the text of ``/proc/sys/net/ipv4/ip_local_reserved_ports``,
-        ``None`` when unreadable.
+    :ivar port_range: reads ``/proc/sys/net/ipv4/ip_local_port_range`` when called (``None``:
+        unreadable); called only for a hashed port (:func:`derive_env.ports.overlap_warning`).
     :ivar resolve: host names -> each one's IP addresses (``getaddrinfo``; ``()`` for a name
         that did not resolve), all names of one call resolved at once against one deadline
         shared by every call of one start (:data:`RESOLVE_SECONDS`).
@@ -146,8 +143,7 @@ class HostFacts(NamedTuple):
     local_v4: str = ""
     hosts: str = ""
     hostname: str = ""
-    port_range: str | None = None
-    reserved_ports: str | None = None
+    port_range: Callable[[], str | None] = lambda: None
     resolve: Callable[[Sequence[str]], Mapping[str, tuple[str, ...]]] = _resolve_none
 
 
@@ -160,9 +156,11 @@ class Context:
 
     ``master`` is resolved on first use, so an image whose frameworks never read the master
     (TensorFlow only) is not stopped by a malformed user-set ``MASTER_ADDR``; ``master``,
-    ``facts`` and ``job_ports`` are each computed once.
+    ``facts``, ``job_ports`` and ``ports`` are each computed once.
 
     :ivar host: host facts, or a function that reads them on first use (:attr:`facts`).
+    :ivar warnings: warnings about values every framework shares (the ports), reported
+        once by the pipeline.
     """
 
     def __init__(
@@ -176,6 +174,7 @@ class Context:
         self.policy = policy
         self.environ = environ
         self.host = host
+        self.warnings: list[str] = []
 
     @cached_property
     def facts(self) -> HostFacts | None:
@@ -185,42 +184,75 @@ class Context:
 
     @cached_property
     def master(self) -> Master:
-        """See :func:`master_of`. :raises TopologyError: as :func:`master_of`."""
+        """See :func:`master_of`; the port moved clear of the other frameworks' when it was
+        derived (:attr:`ports`). :raises TopologyError: as :func:`master_of`."""
+        own = self._master
+        placed = self.ports.get(MASTER_FRAMEWORK)
+        if placed is None or placed[0] == own.port:
+            return own
+        return own._replace(port=placed[0], port_source=placed[1], derived_port=placed[0],
+                            derived_port_source=placed[1])
+
+    @cached_property
+    def _master(self) -> Master:
         return master_of(self.topology, self.policy, self.environ, self.job_ports)
 
     @cached_property
-    def job_ports(self) -> dict[str, tuple[int, str]] | None:
+    def job_ports(self) -> dict[str, tuple[int, str, str]] | None:
         """The ports of the manager's port policy per framework (``pytorch``,
-        ``tensorflow``, ``jax``) with their provenance, or ``None`` when the manager gives
-        neither reserved ports nor a job id (Backend.AI). See :func:`job_ports_of`."""
-        topo = self.topology
-        if not topo.reserved_ports and topo.job is None:
-            return None  # read no host fact for nothing
-        return job_ports_of(topo, self.facts)
+        ``tensorflow``, ``jax``) with their provenance and kind, or ``None`` when the
+        manager gives neither reserved ports nor a job id (Backend.AI). See
+        :func:`derive_env.ports.job_ports_of`."""
+        if not self.topology.reserved_ports and self.topology.job is None:
+            return None  # and derive_env.ports stays unloaded
+        from derive_env import ports
 
-    def ports_taken(self, framework: str) -> dict[int, str]:
-        """The ports the other frameworks of this image serve on the host of rank 0.
+        return ports.job_ports_of(self.topology)
 
-        :param framework: the asking framework's name (left out).
-        :returns: TCP port -> what serves there and its provenance (``"the JAX
-            coordinator's (default (1234))"``): the other frameworks of the image with a
-            port, in :data:`~derive_env.frameworks.FRAMEWORKS` order, then the master port
-            when PyTorch is asked for or a launcher serves its store there (torchrun:
-            ``topology.preset`` holds ``MASTER_PORT``).
-        :raises TopologyError: as :func:`framework_port` and :func:`master_of`.
+    @cached_property
+    def ports(self) -> dict[str, tuple[int, str]]:
+        """Framework -> (first port, provenance) of every server of this image, clear of
+        each other (:func:`derive_env.ports.place`): the master port when PyTorch or a
+        launcher's store (``topology.preset`` holds ``MASTER_PORT``) serves it, TensorFlow's
+        block when it builds a TF_CONFIG, the JAX coordinator's. A node whose ephemeral
+        range overlaps a hashed port gets a warning (:attr:`warnings`).
+
+        :raises LabelError: two labels put two servers on one port.
+        :raises TopologyError: a label's port is a set master port; as :func:`master_of`.
         """
-        taken: dict[int, str] = {}
+        claims = []  # (framework, port, source, kind, serves, width): derive_env.ports.Claim
+        topo = self.topology
+        if MASTER_FRAMEWORK in self.policy.frameworks or "MASTER_PORT" in topo.preset:
+            own = self._master
+            claims.append((MASTER_FRAMEWORK, own.port, own.port_source, own.port_kind,
+                           framework_line(MASTER_FRAMEWORK).serves, 1))
+        layout = topo.processes
+        width = max(layout.tasks_per_node) if (
+            topo.per_process and layout is not None and layout.tasks_per_node) else 1
         for line in FRAMEWORKS:
-            if line.port_label is None or line.name in (framework, MASTER_FRAMEWORK):
+            if line.name not in self.policy.frameworks or line.name == MASTER_FRAMEWORK:
                 continue
-            if line.name in self.policy.frameworks:
-                port, source = framework_port(self, line.name)
-                taken[port] = f"{line.serves} ({source})"
-        served = MASTER_FRAMEWORK in self.policy.frameworks or "MASTER_PORT" in self.topology.preset
-        if framework != MASTER_FRAMEWORK and served:
-            serves = framework_line(MASTER_FRAMEWORK).serves
-            taken[self.master.port] = f"{serves} ({self.master.port_source})"
-        return taken
+            if line.port_label is None or (line.name == "tensorflow" and not (
+                    topo.multi_node or topo.per_process)):
+                continue  # no port, or no TF_CONFIG: a single container trains locally
+            claims.append((line.name, *_own_port(self, line.name), line.serves,
+                           width if line.name == "tensorflow" else 1))
+        spans = [set(range(c[1], c[1] + c[5])) for c in claims]
+        if sum(map(len, spans)) == len(set().union(*spans)) and not any(
+                c[3] == "hashed" for c in claims):
+            return {c[0]: (c[1], c[2]) for c in claims}  # derive_env.ports stays unloaded
+        from derive_env import ports
+
+        try:
+            placed = ports.place([ports.Claim(*c) for c in claims])
+        except ValueError as exc:
+            raise (LabelError if exc.args[1] else TopologyError)(exc.args[0]) from None
+        hashed = [placed[c[0]][0] for c in claims if c[3] == "hashed"]
+        if hashed and self.facts is not None:
+            warning = ports.overlap_warning(self.facts.port_range(), hashed)
+            if warning:
+                self.warnings.append(warning)
+        return placed
 
 
 class Contribution:
@@ -242,66 +274,11 @@ class Contribution:
         self.warnings: list[str] = list(warnings)
 
 
-def job_ports_of(topology: ClusterTopology,
-                 facts: HostFacts | None) -> dict[str, tuple[int, str]] | None:
-    """The manager's ports per framework: reserved ones first, then derived.
-
-    Follows :func:`derive_env.ports.job_ports` (sources.md 3.1 "Port", 3.13.5): the step's
-    reserved ports in :data:`~derive_env.frameworks.FRAMEWORKS` order (PyTorch, TensorFlow,
-    JAX), the others a deterministic hash of ``(manager, job id, step id)`` into the window
-    above this node's ephemeral port range (``facts.port_range``; Linux's default when
-    unknown), outside ``facts.reserved_ports``. Labels and user-set values win over both.
-
-    :returns: framework -> (TCP port, provenance); ``None`` without reserved ports or job.
-    :raises TopologyError: the kernel's range leaves too few ports above it, or the
-        ``/proc`` files hold something unexpected (message names the sysctl).
-    """
-    from derive_env import ports
-
-    if not topology.reserved_ports and topology.job is None:
-        return None
-    granted = topology.reserved_ports
-    manager, job_id, step_id = topology.job or ("", "", "")
-    range_sysctl = "net.ipv4.ip_local_port_range"
-    ephemeral = _sysctl(range_sysctl, facts.port_range if facts else None,
-                        ports.parse_port_range, ports.DEFAULT_EPHEMERAL_RANGE)
-    reserved = _sysctl("net.ipv4.ip_local_reserved_ports",
-                       facts.reserved_ports if facts else None,
-                       ports.parse_reserved_ports, frozenset())
-    try:
-        values = ports.job_ports(manager, job_id, step_id, ephemeral, reserved, granted)
-    except ValueError as exc:
-        raise TopologyError(describe(
-            range_sysctl, f"{ephemeral[0]} {ephemeral[1]}", str(exc))) from None
-    held = " + ".join(topology.inputs.get("ports", ())) or "reserved ports"
-    out: dict[str, tuple[int, str]] = {}
-    for k, (framework, port) in enumerate(zip(ports.port_order(), values, strict=True)):
-        if k < len(dict.fromkeys(granted)):
-            out[framework] = (port, f"{held}: port {k + 1} reserved for the step")
-        else:
-            step = f" step {step_id}" if step_id else ""
-            out[framework] = (port, (
-                f"derived from {manager} job {job_id}{step} (hash into the ports above the "
-                "ephemeral range: docs/ports.md)"))
-    return out
-
-
-def _sysctl(name: str, text: str | None, parse: Callable[[str], T], default: T) -> T:
-    """A ``/proc/sys`` file's text parsed, ``default`` when unread; bad text is an error
-    naming the sysctl (exit 3)."""
-    if text is None:
-        return default
-    try:
-        return parse(text)
-    except ValueError as exc:
-        raise TopologyError(describe(name, text.strip(), str(exc))) from None
-
-
 def master_of(
     topology: ClusterTopology,
     policy: ImagePolicy,
     environ: Mapping[str, str],
-    job_ports: Mapping[str, tuple[int, str]] | None = None,
+    job_ports: Mapping[str, tuple[int, str, str]] | None = None,
 ) -> Master:
     """Resolve the master address and port, a user-set value first.
 
@@ -325,13 +302,15 @@ def master_of(
         own_addr_source = f"{topology.inputs_of('nodes')}: node rank 0 in canonical order"
     if topology.master_port is not None:
         own_port, own_port_source = topology.master_port, topology.inputs_of("master_port")
+        kind = "set"
     elif policy.label_or_default("master_port") == "default" and job_ports:
-        own_port, own_port_source = job_ports[MASTER_FRAMEWORK]
+        own_port, own_port_source, kind = job_ports[MASTER_FRAMEWORK]
     else:
         own_port = policy.master_port
         own_port_source = policy.label_or_default("master_port")
+        kind = "label"
         if own_port_source == "default":
-            own_port_source = "default (29500, PyTorch's)"
+            own_port_source, kind = "default (29500, PyTorch's)", "default"
     addr, addr_source = own_addr, own_addr_source
     port, port_source = own_port, own_port_source
     user_addr = environ.get("MASTER_ADDR", "")
@@ -353,10 +332,10 @@ def master_of(
             port = parse_port(user_port)
         except ValueError as exc:
             raise TopologyError(describe("MASTER_PORT", user_port, str(exc))) from None
-        port_source = "MASTER_PORT (already set)"
+        port_source, kind = "MASTER_PORT (already set)", "set"
     return Master(addr=addr, addr_source=addr_source, port=port, port_source=port_source,
                   derived_addr=own_addr, derived_addr_source=own_addr_source,
-                  derived_port=own_port, derived_port_source=own_port_source)
+                  derived_port=own_port, derived_port_source=own_port_source, port_kind=kind)
 
 
 def framework_line(name: str) -> Framework:
@@ -371,31 +350,28 @@ def port_label(framework: str) -> str:
 
 def framework_port(ctx: Context, framework: str) -> tuple[int, str]:
     """A framework's server port and its provenance: label > the manager's port policy
-    (:attr:`Context.job_ports`) > the default (its FRAMEWORKS line's).
+    (:attr:`Context.job_ports`) > the default (its FRAMEWORKS line's), clear of the other
+    servers of the job (:attr:`Context.ports`).
 
     :param framework: a framework other than PyTorch with a port label (``tensorflow``,
         ``jax``); PyTorch's port is the master's (:func:`master_of`).
-    :raises TopologyError: the port equals the master port while a launcher serves its store
-        there (torchrun: ``topology.preset`` holds ``MASTER_PORT``) or PyTorch is asked
-        for too: two servers cannot listen on one port of rank 0's host.
+    :raises LabelError: two labels put two servers on one port.
+    :raises TopologyError: its label's port is the master port a launcher or the user set.
     """
+    placed = ctx.ports.get(framework)
+    return placed if placed is not None else _own_port(ctx, framework)[:2]
+
+
+def _own_port(ctx: Context, framework: str) -> tuple[int, str, str]:
+    """A framework's port as its label, the manager's policy or its default give it, with
+    provenance and kind (:class:`derive_env.ports.Claim`)."""
     source = ctx.policy.port_provenance(framework)
+    if source != "default":
+        return ctx.policy.ports[framework], source, "label"
+    if ctx.job_ports is not None:
+        return ctx.job_ports[framework]
     port = ctx.policy.ports[framework]
-    if source == "default":
-        job = ctx.job_ports
-        if job is not None:
-            port, source = job[framework]
-        else:
-            source = f"default ({port})"
-    shares_host = ("MASTER_PORT" in ctx.topology.preset
-                   or MASTER_FRAMEWORK in ctx.policy.frameworks)
-    if shares_host and port == ctx.master.port:
-        label = port_label(framework)
-        raise TopologyError(
-            f"the {framework} port {port} ({source}) is the master port ({ctx.master.port_source})"
-            f", which {'the launcher' if 'MASTER_PORT' in ctx.topology.preset else 'PyTorch'} "
-            f"serves its rendezvous on, on the same host: set label {label} to another port")
-    return port, source
+    return port, f"default ({port})", "default"
 
 
 def nodes_source(topology: ClusterTopology) -> str:

@@ -9,13 +9,31 @@ sets them too), so user code passes them:
         num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
         process_id=int(os.environ["JAX_PROCESS_ID"]))
 
-``JAX_LOCAL_DEVICE_IDS`` (read by ``initialize`` when ``local_device_ids`` is not passed;
-JAX then restricts the process to those devices by setting ``CUDA_VISIBLE_DEVICES`` to them,
-jax/_src/distributed.py): set when a launcher started several processes on a node that
-share its GPUs, so that each task owns its slice: ``k = GPUs // local world size`` devices,
-``[local_rank*k, (local_rank+1)*k)``, taken from the ids in ``CUDA_VISIBLE_DEVICES`` when
-the node's visible devices are already narrowed (numbers only), else 0..GPUs-1. Not set when
-the GPUs do not divide evenly, or are named by UUID (a note says why).
+``JAX_LOCAL_DEVICE_IDS`` (read by ``initialize`` when ``local_device_ids`` is not passed,
+jax/_src/distributed.py) holds ORDINALS within the devices the process sees: JAX hands them
+to its GPU client as ``jax_cuda_visible_devices`` / ``jax_rocm_visible_devices``, which
+index the list ``CUDA_VISIBLE_DEVICES`` already narrowed (jax-ml/jax#23452: ``6,7`` under
+``CUDA_VISIBLE_DEVICES=4,5,6,7`` are invalid ordinals; the last two are ``2,3``). Without
+it, JAX's Slurm and Open MPI detection binds ``[local process id]``
+(jax/_src/clusters/cluster.py ``auto_detect_unset_distributed_params``): one GPU per node
+for one process per node (#16788, #29669), an invalid ordinal for a task whose GPUs the
+launcher narrowed (#28194). So it is set whenever the GPUs are known, by
+:func:`device_ordinals`: ``m`` = the devices this process sees (the entries of
+``CUDA_VISIBLE_DEVICES``, else ``HIP_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``; else the
+source's GPU count of the node, ``SLURM_GPUS_ON_NODE``, Backend.AI's ``GPU_COUNT``):
+
+* one process on the node: ``0..m-1``, all of them;
+* several processes, each seeing fewer devices than the node's GPU count (Slurm's
+  ``--gpus-per-task`` or ``--gpu-bind``: each task's ``CUDA_VISIBLE_DEVICES`` lists its own
+  GPUs, while ``SLURM_GPUS_ON_NODE`` counts the step's on the node): already narrowed by
+  the launcher, ``0..m-1``;
+* several processes sharing the list: ``k = m // local world size`` each, ordinals
+  ``local_rank*k .. (local_rank+1)*k - 1``; not set when ``m`` does not divide (a note).
+
+Never the values of ``CUDA_VISIBLE_DEVICES``. An entry that is not a device number (ASCII
+digits) or UUID (``GPU-...``, ``MIG-...``), ``-1`` or ``²`` included, leaves it unset
+with a note naming the variable and the entry (CUDA stops reading the list there); so does
+a variable set blank (no device visible).
 
 One JAX process per task: under a launcher that started processes (srun, mpirun,
 torchrun: the topology's process layer) process id = rank and process count = world size;
@@ -28,7 +46,7 @@ store holds (torchrun's).
 
 from __future__ import annotations
 
-from derive_env.errors import TopologyError
+from derive_env.errors import TopologyError, shorten
 from derive_env.frameworks.context import (
     ADDRESS,
     JOB,
@@ -87,8 +105,7 @@ def derive(ctx: Context) -> Contribution:
         var("JAX_NUM_PROCESSES", *count, scope=JOB, what=what[0]),
         var("JAX_PROCESS_ID", *own, scope=NODE, what=what[1]),
     ]
-    if topo.per_process and layout is not None:
-        _local_devices(ctx, out)
+    _local_devices(ctx, out)
     out.notes.append(
         "JAX reads only JAX_COORDINATOR_ADDRESS; pass the others: jax.distributed.initialize("
         "num_processes=int(os.environ['JAX_NUM_PROCESSES']), "
@@ -97,34 +114,69 @@ def derive(ctx: Context) -> Contribution:
     return out
 
 
+def device_ordinals(visible: int, node_gpus: int | None, local: int,
+                    local_rank: int) -> tuple[list[int], str] | str:
+    """The device ordinals JAX should use in one process (module docstring).
+
+    :param visible: devices this process sees (>= 1).
+    :param node_gpus: the node's GPU count as a source states it, ``None`` when none does.
+    :param local: processes on this node (1: one per node); ``local_rank`` this one's.
+    :returns: ``(ordinals, why)``; or, when there is no right value, the reason (text).
+    """
+    whole = list(range(visible))
+    if local == 1:
+        return whole, "the one process of this node: all of them"
+    if node_gpus is not None and visible < node_gpus:
+        return whole, (f"this process sees {visible} of the node's {node_gpus} GPU(s): "
+                       "narrowed per task by the launcher, all of them")
+    per, rest = divmod(visible, local)
+    if per == 0 or rest:
+        return f"{visible} GPU(s) do not divide among the {local} processes of this node"
+    return whole[local_rank * per:(local_rank + 1) * per], (
+        f"{per} of {visible} shared GPU(s) for local rank {local_rank} of {local}")
+
+
 def _local_devices(ctx: Context, out: Contribution) -> None:
-    """``JAX_LOCAL_DEVICE_IDS``: this task's slice of the node's GPUs (module docstring)."""
+    """``JAX_LOCAL_DEVICE_IDS``: this process's devices as ordinals (module docstring)."""
     topo = ctx.topology
-    layout = topo.processes
-    assert layout is not None
+    layout = topo.processes if topo.per_process else None
+    local, local_rank = (layout.local_world_size, layout.local_rank) if layout else (1, 0)
     visible_name = next((n for n in _VISIBLE if ctx.environ.get(n, "").strip()), None)
     if visible_name is not None:
-        ids = [i.strip() for i in ctx.environ[visible_name].split(",") if i.strip()]
-        # ASCII digits only: str.isdigit() also takes '²' and '٣', which int() refuses or
-        # reads as another device than CUDA does.
-        if not all(i.isascii() and i.isdigit() for i in ids):
+        text = ctx.environ[visible_name]
+        ids = [i.strip() for i in text.split(",") if i.strip()]
+        bad = next((i for i in ids if not _is_device(i)), None if ids else "")
+        if bad is not None:
             out.notes.append(
-                f"JAX_LOCAL_DEVICE_IDS not set: {visible_name} names devices by UUID; JAX "
-                "takes numbers")
+                f"JAX_LOCAL_DEVICE_IDS not set: {visible_name}={shorten(text, 80)!r} holds "
+                f"{shorten(bad, 40)!r}, which is not a device number (ASCII digits) or UUID "
+                "(GPU-..., MIG-...); CUDA stops reading the list there")
             return
-        devices, src = [int(i) for i in ids], visible_name
+        visible, src = len(ids), visible_name
+    elif any(n in ctx.environ for n in _VISIBLE):  # set, and blank: CUDA sees no device
+        blank = next(n for n in _VISIBLE if n in ctx.environ)
+        out.notes.append(f"JAX_LOCAL_DEVICE_IDS not set: {blank} is set and blank: no device "
+                         "is visible")
+        return
     elif topo.gpus_per_node:
-        devices, src = list(range(topo.gpus_per_node)), topo.inputs_of("gpus")
+        visible, src = topo.gpus_per_node, topo.inputs_of("gpus")
     else:
         return  # no GPU known: JAX uses what it finds (CPU)
-    per = len(devices) // layout.local_world_size
-    if per == 0 or len(devices) % layout.local_world_size:
-        out.notes.append(
-            f"JAX_LOCAL_DEVICE_IDS not set: {len(devices)} GPU(s) ({src}) do not divide among "
-            f"the {layout.local_world_size} processes of this node")
+    got = device_ordinals(visible, topo.gpus_per_node, local, local_rank)
+    if isinstance(got, str):
+        out.notes.append(f"JAX_LOCAL_DEVICE_IDS not set: {got} ({src})")
         return
-    own = devices[layout.local_rank * per:(layout.local_rank + 1) * per]
+    own, why = got
+    gpus = f", node's GPUs from {topo.inputs_of('gpus')}" if topo.gpus_per_node else ""
     out.variables.append(var(
         "JAX_LOCAL_DEVICE_IDS", ",".join(map(str, own)),
-        f"{src}: {per} of {len(devices)} GPU(s) for local rank {layout.local_rank} of "
-        f"{layout.local_world_size}", scope=NODE, what="this process's share of the node's GPUs"))
+        f"{src}: {visible} visible device(s){gpus}; ordinals within them, {why}",
+        scope=NODE, what="this process's devices (ordinals within the visible ones)"))
+
+
+def _is_device(entry: str) -> bool:
+    """An entry CUDA or ROCm reads as a device: ASCII digits, or a UUID (``GPU-``, ``MIG-``).
+
+    ``str.isdigit()`` alone takes ``²`` and ``٣``, which ``int()`` refuses or reads as
+    another device than CUDA does."""
+    return entry.isascii() and (entry.isdigit() or entry[:4].upper() in ("GPU-", "MIG-"))

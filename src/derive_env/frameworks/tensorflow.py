@@ -179,40 +179,11 @@ def _width(topo: ClusterTopology) -> int:
         topo.per_process and layout is not None and layout.tasks_per_node) else 1
 
 
-def _clear_of_others(ctx: Context, port: int, source: str) -> tuple[int, str]:
-    """TensorFlow's ports (``port`` .. ``port + processes per node - 1``) clear of the ports
-    the image's other frameworks serve on the same hosts (:meth:`Context.ports_taken`).
-
-    A clash with ports the manager's policy derived moves TensorFlow's block just above the
-    others (the same move on every node: it depends only on shared values); a clash with a
-    label is an error naming it.
-
-    :raises LabelError: the ``tensorflow-port`` label's ports hold another framework's port.
-    """
-    width = _width(ctx.topology)
-    taken = ctx.ports_taken("tensorflow")
-    clash = sorted(p for p in taken if port <= p < port + width)
-    if not clash:
-        return port, source
-    label = port_label("tensorflow")
-    if ctx.policy.port_provenance("tensorflow") != "default" or ctx.job_ports is None:
-        raise LabelError(describe(
-            f"label {label}", str(port),
-            f"a port whose {width} TensorFlow port(s) on a host ({port}-{port + width - 1}) "
-            f"do not hold {taken[clash[0]]} port {clash[0]}"))
-    moved = max(taken) + 1
-    if moved + width - 1 > 65535:
-        raise TopologyError(
-            f"TensorFlow needs {width} port(s) per host clear of {', '.join(map(str, taken))}"
-            f" and none fit below 65536: set label {label}")
-    return moved, f"{source}, moved above {', '.join(map(str, sorted(taken)))} (taken)"
-
-
 def _port(ctx: Context, out: Contribution) -> tuple[int, str]:
     """TensorFlow's first port and its provenance; a warning when the step's reserved ports
     do not cover all of this node's TensorFlow ports."""
     topo = ctx.topology
-    port, port_src = _clear_of_others(ctx, *framework_port(ctx, "tensorflow"))
+    port, port_src = framework_port(ctx, "tensorflow")  # clear of the others' (Context.ports)
     width = _width(topo)
     unreserved = [p for p in range(port, port + width) if p not in topo.reserved_ports]
     if topo.reserved_ports and port in topo.reserved_ports and unreserved:
@@ -243,8 +214,9 @@ def derive(ctx: Context) -> Contribution:
     """``TF_CONFIG`` for this container, when the session has more than one node.
 
     :raises TopologyError: TF_CONFIG cannot be built (:func:`_unbuildable`), or TensorFlow's
-        ports fit nowhere (:func:`_clear_of_others`).
-    :raises LabelError: bad ``tensorflow-roles`` or ``tensorflow-port`` labels.
+        ports fit nowhere or hold a set master port (:attr:`Context.ports`).
+    :raises LabelError: bad ``tensorflow-roles`` or ``tensorflow-port`` labels, or ports two
+        labels put on one port.
     """
     topo, policy = ctx.topology, ctx.policy
     out = Contribution()
