@@ -56,8 +56,8 @@ def test_backendai_rows_are_each_nodes_derivation() -> None:
         ("MASTER_ADDR", "main1", None), ("MASTER_PORT", "29500", None), ("PET_NNODES", "3", None),
         ("PET_MASTER_ADDR", "main1", None), ("PET_MASTER_PORT", "29500", None),
         ("JAX_COORDINATOR_ADDRESS", "main1:1234", None), ("JAX_NUM_PROCESSES", "3", None))
-    # the GPU count is this container's: not derived for the others
-    assert view.node_decided == ("PET_NPROC_PER_NODE",)
+    # the GPU count and JAX's devices are this container's: not derived for the others
+    assert view.node_decided == ("PET_NPROC_PER_NODE", "JAX_LOCAL_DEVICE_IDS")
     # the same table from every node of the session
     for host in ("main1", "sub2"):
         other = job_view(session(host), ALL)
