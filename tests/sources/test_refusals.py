@@ -32,6 +32,14 @@ RUN_WITHOUT = ("Run the command without derive-env (set the framework variables 
                "launcher's), or set label ai.backend.distributed.on-error=warn to run it with "
                "the environment unchanged")
 
+def torchrun_fix(how: str) -> str:
+    """The fix of a node-level manager no module reads (sources/__init__.py)."""
+    return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
+            "python train.py), so that derive-env reads each worker torchrun starts; or, for "
+            "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set label "
+            "ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+
+
 def partial(name: str, value: str, single: str, launcher: str, missing: str) -> str:
     """The refusal of a launcher's partial set of variables (sources/__init__.py)."""
     return (
@@ -73,14 +81,17 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
      partial("PALS_RANKID", "5", "0", "Cray PALS (mpiexec)",
              "PALS_LOCAL_RANKID, PALS_LOCAL_SIZE, PALS_NODEID, PMI_SIZE")),
     ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"},
-     "JOB_COMPLETION_INDEX='0': expected unset: a Kubernetes indexed job started this process "
-     "(JOB_COMPLETION_INDEX and KUBERNETES_SERVICE_HOST are set) without saying how many "
-     "processes the job has, and derive-env has no source for it yet (planned); describing a "
-     "job of one process could be wrong. " + RUN_WITHOUT),
+     "JOB_COMPLETION_INDEX='0': expected unset: a Kubernetes Indexed Job or JobSet started "
+     "this process (JOB_COMPLETION_INDEX and KUBERNETES_SERVICE_HOST are set) without saying "
+     "how many pods the job has, and derive-env has no source for it yet (planned); "
+     "describing a job of one pod could be wrong. " + torchrun_fix(
+         "--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX --master-addr=<the "
+         "hostname of index 0>")),
     ({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"},
      "SM_HOSTS='[\"algo-1\",\"algo-2\"]': expected a JSON list of one host or unset: SageMaker "
      f"states a job of more than one host, {NO_SOURCE}derive-env would describe a job of one "
-     "host. " + RUN_WITHOUT),
+     "host. " + torchrun_fix("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
+                             "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of $SM_HOSTS>")),
     ({"FLUX_JOB_SIZE": "4"}, None), ({"JSM_NAMESPACE_SIZE": "6"}, None),
     ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"}, None),
 ], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
@@ -122,7 +133,7 @@ def test_an_srun_task_is_read_by_the_slurm_source() -> None:
      "PMIX_NAMESPACE": "37879809"},
     {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1"},
     {"TORCHELASTIC_RUN_ID": "r", "WORLD_SIZE": "1", "RANK": "0", "GROUP_WORLD_SIZE": "1"},
-    {"JOB_COMPLETION_INDEX": "0"}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"},
+    {"KUBERNETES_SERVICE_HOST": "10.96.0.1"},
     {"OMPI_MCA_btl_tcp_if_exclude": "lo,docker0"},  # set by Backend.AI, not a launcher
 ], ids=lambda e: ",".join(sorted(e))[:60])
 def test_single_process_or_no_launcher_is_a_single_container(environ) -> None:
