@@ -249,7 +249,10 @@ def derive(ctx: Context) -> Contribution:
     topo, policy = ctx.topology, ctx.policy
     out = Contribution()
     if not topo.multi_node and not topo.per_process:
-        out.notes.append("TF_CONFIG not set: single-container session (TensorFlow trains locally)")
+        out.notes.append(
+            "TF_CONFIG kept as set (a single-container session: derive-env derives none, and "
+            "TensorFlow reads the one set)" if ctx.environ.get("TF_CONFIG") else
+            "TF_CONFIG not set: single-container session (TensorFlow trains locally)")
         return out
     error = _unbuildable(topo)
     if error is not None:
