@@ -28,12 +28,15 @@ from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
     PREFIX,
+    Labels,
     check_not_opted_in,
     is_opted_in,
     join_problems,
     on_error_of,
     parse_label_option,
     parse_labels_document,
+    session_labels,
+    variable_of,
 )
 
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
@@ -144,17 +147,20 @@ def load_labels(
     labels_files: Sequence[str] = (),
     label_items: Sequence[str] = (),
 ) -> dict[str, str]:
-    """Gather the image's labels, later wins: labels file, ``--labels-file``s, ``--label``s.
+    """Gather the image's labels, later wins: labels file, ``--labels-file``s, the session's
+    ``DERIVE_ENV_<NAME>`` variables (contract section 9), ``--label``s.
 
     The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from the input environment, else from
     this process's: an ``--env-file`` rarely repeats the image's ``ENV``) or
     ``/etc/derive-env/labels.json``; only a default file that does not exist (ENOENT) means
     no labels, any other failure to read it is an error.
 
-    :raises LabelError: a file that cannot be read (but the missing default) or parsed, or a
-        ``--label`` that cannot be parsed: every such problem of every source in one message.
+    :returns: the labels (:class:`~derive_env.labels.Labels`: which came from a variable).
+    :raises LabelError: a file that cannot be read (but the missing default) or parsed, a
+        near miss of a ``DERIVE_ENV_<NAME>`` variable, or a ``--label`` that cannot be
+        parsed: every such problem of every source in one message.
     """
-    labels: dict[str, str] = {}
+    labels = Labels()
     problems: list[str] = []
 
     def read(path: str, what: str, missing_ok: bool = False) -> None:
@@ -170,6 +176,10 @@ def load_labels(
          f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
     for labels_file in labels_files:
         read(labels_file, "--labels-file")
+    from_session, near = session_labels(environ)
+    problems += near
+    labels.update(from_session)
+    labels.variables.update({key: variable_of(key) for key in from_session})
     for item in label_items:
         try:
             key, value = parse_label_option(item)
@@ -177,6 +187,7 @@ def load_labels(
             problems.append(str(exc))
             continue
         labels[key] = value
+        labels.variables.pop(key, None)
     if problems:
         raise LabelError(join_problems(problems))
     return labels
