@@ -27,6 +27,7 @@ from derive_env.errors import DeriveEnvError, LabelError, shorten
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
+    OPT_IN,
     PREFIX,
     Labels,
     check_not_opted_in,
@@ -60,8 +61,12 @@ def run(
     label_items: Sequence[str] = (),
     env_file: str | None = None,
     source: str | None = None,
+    frameworks: str | None = None,
 ) -> int:
     """Do what the command line asked; returns the exit status (or execs and never returns).
+
+    ``frameworks`` (``--frameworks LIST``) is the ``frameworks`` label, after every
+    ``--label`` (contract section 11).
 
     Errors from input print ``derive-env: error: ...`` and return their exit code without
     running the command; with label ``on-error=warn`` a derivation error prints a warning
@@ -69,6 +74,8 @@ def run(
     """
     try:
         environ = read_environment(env_file)
+        if frameworks is not None:
+            label_items = (*label_items, f"{OPT_IN}={frameworks}")
         labels = load_labels(environ, labels_files, label_items)
         opted_in = is_opted_in(labels)
         if not opted_in:
@@ -79,6 +86,7 @@ def run(
         if dry_run and not explain and _is_host_format(fmt):
             return _write(_host_list(environ, labels, fmt, source, files))
         if not opted_in:
+            _note_larger_job(environ)
             return _finish(command, environ, None, dry_run, fmt, explain)
         # Host facts describe this machine: meaningless for another container's --env-file.
         derivation = _derive(
@@ -311,6 +319,22 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
         if on_error_of(labels) != "warn":
             raise
         say("warning", str(exc))
+
+
+def _note_larger_job(environ: Mapping[str, str]) -> None:
+    """Not opted in, inside a job a source states as more than one node or process: one
+    line on stderr, on every path, so that nodes each training alone do not look healthy
+    (contract section 11). The source table only: no source module is imported."""
+    from derive_env.sources import larger_job
+
+    job = larger_job(environ, read_files)
+    if job is not None:
+        say("warning", (
+            f"nothing derived: the image did not opt in (label {OPT_IN} is not set), but "
+            f"{shorten(job, 300)}, so every node runs the command as a job of its own. To "
+            f"opt in, set the label {OPT_IN}=pytorch (or tensorflow, jax) in the image, "
+            f"{variable_of(OPT_IN)}=pytorch for the session, or derive-env --frameworks "
+            "pytorch"))
 
 
 def _is_host_format(fmt: str) -> bool:

@@ -47,9 +47,9 @@ class Source(namedtuple("Source", (
         "name", "title", "module", "detect", "depth",
         "unless", "fallback", "any_of", "prefix",
         "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix", "pass_env",
-        "files"),
+        "files", "counts"),
         defaults=((), False, False, None, (), (), True, True, "process", None, None,
-                  _RUN_WITHOUT, PASS_ENV, ()))):
+                  _RUN_WITHOUT, PASS_ENV, (), ()))):
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
@@ -93,6 +93,9 @@ class Source(namedtuple("Source", (
         ``unit`` and what a single one would be, ``None`` for one, ``sizes.UNKNOWN`` when
         the size cannot be told (a file unreadable: then refused as a launcher that does
         not say its size).
+    :ivar counts: for a line a module reads, the variables whose value above 1 states a
+        job of more than one ``unit`` (``BACKENDAI_CLUSTER_SIZE``), for the note of an image
+        that did not opt in (:func:`larger_job`; the ``states`` of the other lines count too).
     :ivar files: files ``size`` reads (a path, or ``$VARIABLE`` for the path a variable
         holds), read at the edge (cli/) only when the marker is complete.
     :ivar part_of: for a line without a module: the line whose module reads these
@@ -152,7 +155,8 @@ SOURCES: tuple[Source, ...] = (
            states=(("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1),
                    ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0))),
     Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)", "slurm",
-           ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3),
+           ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3, unit="node",
+           counts=("SLURM_JOB_NUM_NODES",)),
     # The allocation's variables outside a step, when another source was chosen.
     Source("slurm-batch", "a Slurm batch script or salloc shell", None,
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3,
@@ -163,15 +167,17 @@ SOURCES: tuple[Source, ...] = (
            ("BACKENDAI_CLUSTER_SIZE", "BACKENDAI_CLUSTER_HOSTS", "BACKENDAI_CLUSTER_HOST",
             "BACKENDAI_CLUSTER_ROLE", "BACKENDAI_CLUSTER_IDX", "BACKENDAI_CLUSTER_LOCAL_RANK",
             "BACKENDAI_CLUSTER_REPLICAS", "BACKENDAI_SESSION_ID", "GPU_COUNT", "N_GPUS",
-            "BACKENDAI_DIST_MASTER_PORT"), 4, any_of=True, prefix="BACKENDAI_CLUSTER_"),
+            "BACKENDAI_DIST_MASTER_PORT"), 4, any_of=True, prefix="BACKENDAI_CLUSTER_",
+           unit="node", counts=("BACKENDAI_CLUSTER_SIZE",)),
     Source("kubeflow-pytorchjob", "a Kubeflow PyTorchJob (v1)", "kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK",
             "PET_NNODES", "PET_NPROC_PER_NODE"), 4,
-           unless=("TORCHELASTIC_RUN_ID",), fallback=True),
+           unless=("TORCHELASTIC_RUN_ID",), fallback=True, unit="node", counts=("PET_NNODES",)),
     Source("kubeflow-trainjob", "a Kubeflow TrainJob (v2)", "kubeflow",
            ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
             "PET_NPROC_PER_NODE"), 4,
-           unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True),
+           unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True, unit="node",
+           counts=("PET_NNODES",)),
     Source("flux", "Flux", None, ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
     Source("jsrun", "LSF jsrun", None, ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK"), 2,
@@ -327,6 +333,49 @@ def seen_sources(environ: Mapping[str, str]) -> list[Source]:
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
     return sorted(seen, key=lambda s: s.depth)
+
+
+def _more_than(value: str, single: int | None) -> bool:
+    """Whether a launcher's ``value`` (``4``, torchrun's ``1:4``) is another than ``single``;
+    a value that is no count states nothing here."""
+    count = value.strip().rpartition(":")[2]
+    if not (count.isascii() and count.isdigit()):
+        return False
+    return single is None or int(count) != single
+
+
+def larger_job(environ: Mapping[str, str], files=None) -> str | None:
+    """What states a job of more than one node or process, for an image that did not opt in
+    (contract section 11): ``"a Backend.AI session states a job of more than one node
+    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None``.
+
+    The table only, by dictionary lookups (``states`` and ``counts``); a line's ``size`` is
+    imported and asked only when its marker is complete.
+
+    :param files: reads the files a ``size`` needs (cli/), as for the refusals.
+    """
+    for line in SOURCES:
+        if any(environ.get(name) for name in line.unless):
+            continue
+        complete = all(environ.get(name) for name in line.marker or line.detect)
+        if not complete and not line.partial:
+            continue
+        for name, single in (*line.states, *((name, 1) for name in line.counts)):
+            value = environ.get(name)
+            if value and _more_than(value, single):
+                return (f"{line.title} states a job of more than one {line.unit} "
+                        f"({name}={value!r})")
+        if complete and line.size is not None:
+            from derive_env.sources import sizes
+
+            paths = [environ.get(p[1:], "") if p.startswith("$") else p for p in line.files]
+            paths = [p for p in paths if p]
+            over = getattr(sizes, line.size)(
+                environ, files(paths) if files is not None and paths else dict.fromkeys(paths))
+            if over is not None and over != sizes.UNKNOWN:
+                return (f"{line.title} states a job of more than one {line.unit} "
+                        f"({over[0]}={(environ.get(over[0]) or over[1])!r})")
+    return None
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:
