@@ -17,8 +17,8 @@ KNOWN = (
     "ai.backend.distributed.tensorflow-roles"
 )
 ROLES_EXPECTED = (
-    "comma-separated role:task-type pairs such as main:chief,sub:worker, the task type one "
-    "of chief, worker, ps, evaluator"
+    "comma-separated role:task-type pairs such as main:chief,*:worker (* maps every role not "
+    "listed), the task type one of chief, worker, ps, evaluator"
 )
 
 
