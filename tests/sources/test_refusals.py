@@ -475,3 +475,25 @@ def test_no_managers_multi_node_job_derives_a_single_node_topology(case) -> None
         return
     assert derivation is not None
     assert derivation.topology.multi_node, (manager, environ)
+
+
+def test_a_tf_config_of_three_tasks_in_a_single_container_session_is_refused(
+        backendai_env) -> None:
+    """Backend.AI states one node; a TFJob's TF_CONFIG of 3 tasks beside it is refused, not
+    kept beside single-node PyTorch values."""
+    environ = {**backendai_env(["main1"], "main1"), "TF_CONFIG": TFJOB_CONFIG}
+    assert error(environ, {PREFIX + "frameworks": "pytorch"}).startswith(
+        f"TF_CONFIG={TFJOB_CONFIG!r}: expected a cluster of one task or unset: a TF_CONFIG "
+        "(Kubeflow TFJob, Volcano, Vertex AI) states a job of more than one task")
+
+
+def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:
+    """Ranks without a node count (mpirun over SSH from SkyPilot's IPs): the ranks' job,
+    not SkyPilot's refusal; MASTER_ADDR given, a per-process topology."""
+    environ = {**MANAGERS["skypilot"][0], "OMPI_COMM_WORLD_SIZE": "16",
+               "OMPI_COMM_WORLD_RANK": "9", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_SIZE": "8", "MASTER_ADDR": "10.0.0.1"}
+    derivation = derive(environ, {PREFIX + "frameworks": "pytorch"})
+    assert derivation is not None
+    assert {k: derivation.changes()[k] for k in ("RANK", "WORLD_SIZE")} == {
+        "RANK": "9", "WORLD_SIZE": "16"}

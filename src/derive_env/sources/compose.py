@@ -91,10 +91,8 @@ def topology_from(
                                 or topology.node_count is not None or not topology.sized)
     # Launchers first: their message names the launcher and the fix.
     problem = launcher_problem(
-        environ,
-        f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
-        seen, topology.processes is not None, files,
-    )
+        environ, f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
+        seen, topology.processes is not None, files, topology.num_nodes if stated else 1)
     if problem:
         raise TopologyError(problem)
     if not stated:

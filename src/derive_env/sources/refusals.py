@@ -56,6 +56,7 @@ def launcher_problem(
     seen: frozenset[str] = frozenset(),
     launched: bool = False,
     files: Files | None = None,
+    nodes: int | None = 1,
 ) -> str | None:
     """Say which launcher started more than one process without a usable source, or ``None``.
 
@@ -74,9 +75,13 @@ def launcher_problem(
         reads but only part of whose variables are set is that source's companion (``srun
         --mpi=pmi2`` sets ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
     :param files: reads the files a line's ``size`` needs (cli/); ``None``: none readable.
+    :param nodes: the nodes the seen sources state (``None``: a launcher's ranks without a
+        node count): inside such a job, or one of more than one node (torchrun started from
+        SkyPilot's variables), a node-level manager no module reads is that job's, not
+        refused; in a job of one node, its larger job is.
     :returns: the message, naming the variable, the launcher and the fix.
     """
-    found = refused_line(environ, session, seen, launched, files)
+    found = refused_line(environ, session, seen, launched, files, nodes)
     return found[1] if found is not None else None
 
 
@@ -86,6 +91,7 @@ def refused_line(
     seen: frozenset[str] = frozenset(),
     launched: bool = False,
     files: Files | None = None,
+    nodes: int | None = 1,
 ) -> tuple[Source, str] | None:
     """:func:`launcher_problem` with the line it names: ``(line, message)`` or ``None``."""
     unsized: Source | None = None  # a launcher that started us without saying the size
@@ -96,7 +102,7 @@ def refused_line(
         reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
         if reader is not None and (reader.name in seen or launched):
             continue
-        if session is not None and _node_level(line):
+        if (nodes is None or nodes > 1) and _node_level(line):
             continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
         if not complete and not line.partial:
