@@ -109,3 +109,20 @@ def made(values: dict[str, str], kept: dict[str, str] | None = None):
         policy=ImagePolicy.from_labels({PREFIX + "frameworks": "pytorch"}),
         variables=tuple(variables),
     )
+
+
+def not_opted_in_note(job: str) -> str:
+    """The stderr line of an image that did not opt in inside a larger job (contract section
+    11, cli._note_larger_job): ``job`` is what states it (``a Backend.AI session states ...``)."""
+    return (
+        "derive-env: warning: nothing derived: the image did not opt in (label "
+        f"ai.backend.distributed.frameworks is not set), but {job}, so every node runs the "
+        "command as a job of its own. To opt in, set the label "
+        "ai.backend.distributed.frameworks=pytorch (or tensorflow, jax) in the image, "
+        "DERIVE_ENV_FRAMEWORKS=pytorch for the session, or derive-env --frameworks pytorch\n")
+
+
+def backendai_job(size: int) -> str:
+    """:func:`not_opted_in_note`'s ``job`` for a Backend.AI session of ``size`` nodes."""
+    return ("a Backend.AI session states a job of more than one node "
+            f"(BACKENDAI_CLUSTER_SIZE='{size}')")

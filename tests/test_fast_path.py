@@ -298,8 +298,16 @@ def test_console_script_full_stdout_same_as_click(tmp_path: Path, labels: dict[s
                                   text=True, timeout=60, check=False)
         results.append((proc.returncode, proc.stderr))
     assert results[0] == results[1]
-    assert results[0] == (1, "derive-env: error: cannot write the dry-run output to stdout "
-                             "([Errno 28] No space left on device)\n")
+    # Not opted in inside a session of 2 nodes: the note of contract section 11 first.
+    note = "" if labels else (
+        "derive-env: warning: nothing derived: the image did not opt in (label "
+        "ai.backend.distributed.frameworks is not set), but a Backend.AI session states a job "
+        "of more than one node (BACKENDAI_CLUSTER_SIZE='2'), so every node runs the command "
+        "as a job of its own. To opt in, set the label ai.backend.distributed.frameworks="
+        "pytorch (or tensorflow, jax) in the image, DERIVE_ENV_FRAMEWORKS=pytorch for the "
+        "session, or derive-env --frameworks pytorch\n")
+    assert results[0] == (1, note + "derive-env: error: cannot write the dry-run output to "
+                             "stdout ([Errno 28] No space left on device)\n")
 
 
 # ------------------------------------------------- source modules: only the ones seen are imported
@@ -388,10 +396,12 @@ def test_backendai_start_imports_no_other_source_module(tmp_path: Path, backenda
 @pytest.mark.parametrize("manager", ["backendai", "slurm", "none"])
 def test_not_opted_in_start_imports_no_source_module(tmp_path: Path, backendai_env,
                                                      argv: list[str], manager: str) -> None:
-    """An image that did not opt in reads no source, whatever manager started it."""
+    """An image that did not opt in reads no source, whatever manager started it: only the
+    table, whose ``states`` and ``counts`` tell whether the job is larger than one node or
+    process (the note of contract section 11)."""
     env = {"backendai": backendai_env(["sub1", "main1"], "sub1"),
            "slurm": _recorded_srun_task(), "none": {}}[manager]
-    assert _source_modules(tmp_path, {}, env, argv) == []
+    assert _source_modules(tmp_path, {}, env, argv) == ["derive_env.sources"]
 
 
 @pytest.mark.parametrize("argv", PATH_ARGVS)
@@ -445,10 +455,13 @@ def test_each_output_loads_only_its_renderer(tmp_path: Path, backendai_env, labe
 #: exec or the hook's exit: a module added to a path is added here, and measured
 #: (benchmarks/startup.py --check). Not on any of them: ``cli.command`` (click),
 #: ``cli.envfile`` (--env-file), ``cli.hostfacts`` (label socket-ifname).
+#: ``derive_env.sources`` (the table alone, no source module) is on the not-opted-in paths
+#: since issue 15: an image that did not opt in, inside a job a source states as larger than
+#: one node or process, says so in one line (contract section 11; docs/performance.md).
 _NOT_OPTED_IN = ["derive_env", "derive_env.__main__", "derive_env.cli", "derive_env.errors",
-                 "derive_env.labels"]
+                 "derive_env.labels", "derive_env.sources"]
 _HOOK = ["derive_env.cli.options", "derive_env.render"]
-_OPTED_IN = [*_NOT_OPTED_IN, *_TABLE, "derive_env.merge", "derive_env.frameworks",
+_OPTED_IN = [*_NOT_OPTED_IN, *_TABLE[1:], "derive_env.merge", "derive_env.frameworks",
              "derive_env.frameworks.context",
              "derive_env.frameworks.network", "derive_env.frameworks.pytorch",
              "derive_env.frameworks.tensorflow", "derive_env.hosts", "derive_env.launch",

@@ -218,3 +218,17 @@ def test_check_not_opted_in_shortens_a_huge_label() -> None:
         check_not_opted_in({key: value})
     shown_key = key[:120] + f"... ({len(key)} characters)"
     assert str(info.value) == stray_message(shown_key, "v" * 200 + "... (500 characters)")
+
+
+def test_the_session_variable_of_each_label() -> None:
+    """Contract section 9: DERIVE_ENV_ + the name upper-cased, - as _."""
+    from derive_env.labels import label_names, session_labels, variable_of
+
+    assert [variable_of(name) for name in label_names()] == [
+        "DERIVE_ENV_FRAMEWORKS", "DERIVE_ENV_MASTER_PORT", "DERIVE_ENV_TENSORFLOW_PORT",
+        "DERIVE_ENV_JAX_PORT", "DERIVE_ENV_PYTORCH_MODE", "DERIVE_ENV_NPROC_PER_NODE",
+        "DERIVE_ENV_TENSORFLOW_ROLES", "DERIVE_ENV_SOCKET_IFNAME", "DERIVE_ENV_ON_ERROR"]
+    assert variable_of("ai.backend.distributed.tensorflow-roles") == (
+        "DERIVE_ENV_TENSORFLOW_ROLES")
+    assert session_labels({"DERIVE_ENV_JAX_PORT": "5000", "HOME": "/root"}) == (
+        {"ai.backend.distributed.jax-port": "5000"}, [])

@@ -17,8 +17,8 @@ KNOWN = (
     "ai.backend.distributed.tensorflow-roles"
 )
 ROLES_EXPECTED = (
-    "comma-separated role:task-type pairs such as main:chief,sub:worker, the task type one "
-    "of chief, worker, ps, evaluator"
+    "comma-separated role:task-type pairs such as main:chief,*:worker (* maps every role not "
+    "listed), the task type one of chief, worker, ps, evaluator"
 )
 
 
@@ -209,3 +209,9 @@ def test_port_errors_are_named_by_their_labels_in_label_order() -> None:
         "1-65535\n"
         "  4. label ai.backend.distributed.jax-port='x': expected a port number 1-65535\n"
         "  5. label ai.backend.distributed.on-error='z': expected fail or warn")
+
+
+def test_star_maps_every_role_not_listed() -> None:
+    """Contract section 9: ``*`` in tensorflow-roles (once, like any role)."""
+    assert policy(**{"tensorflow-roles": "main:chief,*:Worker"}).tensorflow_roles == (
+        ("main", "chief"), ("*", "worker"))

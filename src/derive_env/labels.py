@@ -9,7 +9,8 @@ opt-out; :mod:`derive_env.policy` validates the labels into an
 not-opted-in path (no ``frameworks`` label) can exec the command without importing it.
 
 Sources, later wins: the labels file baked into the image (default
-``/etc/derive-env/labels.json`` or ``$DERIVE_ENV_LABELS_FILE``), ``--labels-file``,
+``/etc/derive-env/labels.json`` or ``$DERIVE_ENV_LABELS_FILE``), ``--labels-file``, the
+session's ``DERIVE_ENV_<NAME>`` variables (contract section 9, :func:`session_labels`),
 ``--label KEY=VALUE``. A container cannot read its own image's labels, so the image writes
 the file at build time from the same build ``ARG`` as its ``LABEL`` (see docker/).
 """
@@ -27,6 +28,11 @@ DEFAULT_LABELS_FILE = "/etc/derive-env/labels.json"
 _JSON_TYPES = {str: "string", int: "number", float: "number", bool: "boolean",
                type(None): "null", list: "array"}
 LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
+#: A label for one session: ``DERIVE_ENV_<NAME>``, the name upper-cased, ``-`` as ``_``.
+VARIABLE_PREFIX = "DERIVE_ENV_"
+#: The ``DERIVE_ENV_*`` variables derive-env reads that are not labels (nor near misses of
+#: one): the labels file and the source choice (sources.SOURCE_VARIABLE).
+NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE"})
 #: The label names under :data:`PREFIX` that are not a framework's port label, here so that
 #: the near-miss check needs no pydantic (:func:`label_names` adds the port labels).
 SETTING_LABELS = ("pytorch-mode", "nproc-per-node", "tensorflow-roles", "socket-ifname",
@@ -35,6 +41,57 @@ _BACKEND = "ai.backend."
 #: The 3-grams of "distributed": two edits destroy at most six of these nine, so a key within
 #: two edits of a derive-env key contains one of them (a cheap filter before the distance).
 _GRAMS = ("dis", "ist", "str", "tri", "rib", "ibu", "but", "ute", "ted")
+
+
+class Labels(dict):  # type: ignore[type-arg]
+    """``{label: value}`` that also knows which labels a session variable gave.
+
+    :ivar variables: label -> the ``DERIVE_ENV_<NAME>`` variable it came from (contract
+        section 9), for ``--explain``'s provenance and the opt-in rule.
+    """
+
+    def __init__(self, *args: object, **kwargs: str) -> None:
+        super().__init__(*args, **kwargs)
+        self.variables: dict[str, str] = {}
+
+
+def variable_of(label: str) -> str:
+    """The session variable of a label: ``tensorflow-roles`` (or its full key) ->
+    ``DERIVE_ENV_TENSORFLOW_ROLES``."""
+    name = label[len(PREFIX):] if label.startswith(PREFIX) else label
+    return VARIABLE_PREFIX + name.upper().replace("-", "_")
+
+
+def session_labels(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The labels the session gives as ``DERIVE_ENV_<NAME>`` variables (contract section 9),
+    and the near misses of such a name (``DERIVE_ENV_TENSORFLOW_ROLE``): one message each.
+
+    A variable set to the empty string counts as unset. :data:`NOT_LABELS` are neither
+    labels nor near misses. Cheap when none is set: one pass over the names, and the label
+    names (the frameworks table) are looked at only when a candidate is there.
+
+    :returns: ``({full label key: value}, problems)``.
+    """
+    candidates = sorted(k for k, v in environ.items()
+                        if v and "DERIV" in k.upper() and k not in NOT_LABELS)
+    if not candidates:
+        return {}, []
+    by_variable = {variable_of(name): PREFIX + name for name in label_names()}
+    labels: dict[str, str] = {}
+    problems: list[str] = []
+    for key in candidates:
+        if key in by_variable:
+            labels[by_variable[key]] = environ[key]
+            continue
+        meant = next((v for v in by_variable if key.upper() == v), None) or next(
+            (v for v in by_variable if _within_two_edits(key.upper(), v)), None)
+        if meant is not None:
+            problems.append(
+                f"variable {shorten(key, 120)}={shorten(environ[key])!r}: expected the name "
+                f"{meant} (label {by_variable[meant]} for the session); derive-env reads only "
+                f"{VARIABLE_PREFIX}<LABEL NAME> exactly (upper case, - as _), so this one "
+                "would be ignored. Rename it")
+    return labels, problems
 
 
 def join_problems(problems: list[str]) -> str:
@@ -225,7 +282,10 @@ def check_not_opted_in(labels: Mapping[str, str]) -> None:
     :raises LabelError: naming the near misses and the first stray label, in one message.
     """
     problems = label_problems(labels)
-    stray = sorted(k for k in labels if k.startswith(PREFIX))
+    # A session variable never opts an image in by itself (contract section 9): the
+    # session's DERIVE_ENV_MASTER_PORT reaches images that did not opt in too.
+    given = getattr(labels, "variables", {})
+    stray = sorted(k for k in labels if k.startswith(PREFIX) and k not in given)
     if stray:
         problems.append(
             f"label {shorten(stray[0], 120)}={shorten(labels[stray[0]])!r} is set but {OPT_IN} "

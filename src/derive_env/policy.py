@@ -16,7 +16,8 @@ label                                            value (default)
 ``ai.backend.distributed.pytorch-mode``          ``torchrun`` | ``process-per-container``
 ``ai.backend.distributed.nproc-per-node``        integer >= 1 (the GPU count, when > 0)
 ``ai.backend.distributed.tensorflow-roles``      ``role:type`` pairs, type one of chief,
-                                                 worker, ps, evaluator (every node a worker)
+                                                 worker, ps, evaluator; role ``*``: every
+                                                 role not listed (every node a worker)
 ``ai.backend.distributed.socket-ifname``         ``auto``, ``none`` or an interface name
                                                  (unset: ``baimulti0`` when present in a
                                                  session of more than one node)
@@ -90,7 +91,8 @@ def _frameworks(value: object) -> tuple[str, ...]:
 
 def _tf_roles(value: object) -> tuple[tuple[str, str], ...]:
     expected = (
-        "comma-separated role:task-type pairs such as main:chief,sub:worker, the task "
+        "comma-separated role:task-type pairs such as main:chief,*:worker (* maps every "
+        "role not listed), the task "
         f"type one of {', '.join(TF_TASK_TYPES)}"
     )
     if not isinstance(value, str):
@@ -99,7 +101,7 @@ def _tf_roles(value: object) -> tuple[tuple[str, str], ...]:
     for part in value.split(","):
         role, sep, task_type = (s.strip() for s in part.partition(":"))
         task_type = task_type.lower()
-        if not sep or not _ROLE.match(role) or task_type not in TF_TASK_TYPES:
+        if not sep or not (role == "*" or _ROLE.match(role)) or task_type not in TF_TASK_TYPES:
             raise ValueError(f"{expected}; {shorten(part.strip(), 60)!r} is not one")
         if role in dict(pairs):
             raise ValueError(f"{expected}; role {shorten(role, 60)!r} is mapped twice")
@@ -190,6 +192,8 @@ class ImagePolicy(BaseModel):
     )
     #: the labels that were set, for provenance (``label ... = value``).
     given: tuple[str, ...] = Field(default=(), exclude=True)
+    #: ``(label, variable)`` for the labels a session variable gave (contract section 9).
+    variables: tuple[tuple[str, str], ...] = Field(default=(), exclude=True)
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> ImagePolicy:
@@ -202,6 +206,7 @@ class ImagePolicy(BaseModel):
             expected.
         """
         problems = label_problems(labels)
+        variables = tuple(sorted(getattr(labels, "variables", {}).items()))
         labels = distributed_labels(labels)
         known = cls.known_labels()
         for key in sorted(labels):
@@ -214,7 +219,8 @@ class ImagePolicy(BaseModel):
         ports = {name: labels[label] for name, label in _LABEL_OF.items() if label in labels}
         try:
             policy = cls.model_validate(
-                {**fields, "ports": ports, "given": tuple(sorted(labels))})
+                {**fields, "ports": ports, "given": tuple(sorted(labels)),
+                 "variables": variables})
         except ValidationError as exc:
             problems += errors_of(_by_label(exc), kind="label ")
             policy = None
@@ -240,12 +246,18 @@ class ImagePolicy(BaseModel):
         if field in _PORT_FIELDS:
             return self.port_provenance(_PORT_FIELDS[field])
         alias = type(self).model_fields[field].alias
-        return f"label {alias}" if alias in self.given else "default"
+        return self._given(str(alias))
 
     def port_provenance(self, framework: str) -> str:
         """Provenance of a framework's port: ``label <its port label>`` when set, else
         ``default``. :raises KeyError: a framework without a port label."""
-        label = _LABEL_OF[framework]
+        return self._given(_LABEL_OF[framework])
+
+    def _given(self, label: str) -> str:
+        """``variable DERIVE_ENV_<NAME>`` (a session's), ``label <key>`` or ``default``."""
+        variable = dict(self.variables).get(label)
+        if variable is not None:
+            return f"variable {variable}"
         return f"label {label}" if label in self.given else "default"
 
     @property

@@ -24,7 +24,7 @@ import derive_env.cli
 from derive_env import __version__
 from derive_env.cli.command import cli
 from derive_env.cli.envfile import parse_env_file
-from helpers import Execed, console_script, tomllib
+from helpers import Execed, backendai_job, console_script, not_opted_in_note, tomllib
 
 PREFIX = "ai.backend.distributed."
 FW = PREFIX + "frameworks"
@@ -434,7 +434,7 @@ def test_not_opted_in_prints_nothing_derived(sub1_env: Path, fmt: str, output: s
     result = invoke(["--env-file", str(sub1_env), "--dry-run", "--format", fmt])
     assert result.exit_code == 0, result.output
     assert result.stdout == output
-    assert result.stderr == ""
+    assert result.stderr == not_opted_in_note(backendai_job(3))
 
 
 def test_not_opted_in_explain(sub1_env: Path) -> None:
@@ -589,10 +589,11 @@ def test_default_labels_path_missing_subprocess(tmp_path: Path) -> None:
     if Path("/etc/derive-env/labels.json").exists():
         pytest.skip("this machine has /etc/derive-env/labels.json")
     env = {"PATH": os.environ["PATH"], **node_env("sub1")}
+    note = not_opted_in_note(backendai_job(3)).encode()  # a session of 3 nodes
     result = run_shim(["--dry-run", "--format", "json"], env)
-    assert (result.returncode, result.stdout, result.stderr) == (0, b"{}\n", b"")
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"{}\n", note)
     result = run_shim(["sh", "-c", 'test -z "$MASTER_ADDR" && echo "$BACKENDAI_CLUSTER_HOST"'], env)
-    assert (result.returncode, result.stdout, result.stderr) == (0, b"sub1\n", b"")
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"sub1\n", note)
 
 
 def test_labels_from_variable_file_via_subprocess(tmp_path: Path) -> None:
@@ -955,7 +956,7 @@ def test_stray_label_with_on_error_warn_warns_and_runs_unchanged(
     assert (result.returncode, result.stdout) == (0, b"sub1\n"), text(result.stderr)
     assert text(result.stderr) == (
         f"derive-env: warning: {stray_label_message(PREFIX + 'framework', 'pytorch')}\n"
-    )
+        + not_opted_in_note(backendai_job(3)))
 
 
 def test_stray_label_with_on_error_warn_dry_run(sub1_env: Path) -> None:
@@ -964,7 +965,7 @@ def test_stray_label_with_on_error_warn_dry_run(sub1_env: Path) -> None:
     assert (result.exit_code, result.stdout) == (0, "{}\n")
     assert result.stderr == (
         f"derive-env: warning: {stray_label_message(PREFIX + 'framework', 'pytorch')}\n"
-    )
+        + not_opted_in_note(backendai_job(3)))
 
 
 # --------------------------------------------------------------------------- topology via the CLI

@@ -29,7 +29,8 @@ ONE_STDIN = ("--env-file - and --labels-file - both read stdin, which holds one 
              "of them a path.")
 #: run()'s keywords when no option but --dry-run is given.
 DRY_RUN = {"dry_run": True, "fmt": "env", "explain": False, "all_nodes": False,
-           "labels_files": (), "label_items": (), "env_file": None, "source": None}
+           "labels_files": (), "label_items": (), "env_file": None, "source": None,
+           "frameworks": None}
 EXPLAIN = {**DRY_RUN, "explain": True}
 
 
@@ -68,6 +69,8 @@ BOTH: list[tuple[list[str], dict[str, object] | str]] = [
      {**DRY_RUN, "label_items": ("a=b", "c=d"), "labels_files": ("-",), "env_file": "E",
       "source": "none"}),
     (["--dry-run", "--label", "--format"], {**DRY_RUN, "label_items": ("--format",)}),
+    (["--dry-run", "--frameworks", "pytorch,jax"], {**DRY_RUN, "frameworks": "pytorch,jax"}),
+    (["--frameworks=tensorflow", "--dry-run"], {**DRY_RUN, "frameworks": "tensorflow"}),
     (["--dry-run", "--label="], {**DRY_RUN, "label_items": ("",)}),
     (["--dry-run", "--env-file", "-", "--labels-file", "L"],
      {**DRY_RUN, "env_file": "-", "labels_files": ("L",)}),
@@ -180,11 +183,16 @@ def test_parse_keywords() -> None:
          "--labels-file=L2", "--env-file", "E"]
     ) == {"dry_run": True, "fmt": "toml", "explain": False, "all_nodes": False,
           "labels_files": ("L1", "L2"),
-          "label_items": ("a=b", "c=d"), "env_file": "E", "source": None}
+          "label_items": ("a=b", "c=d"), "env_file": "E", "source": None, "frameworks": None}
     assert options.parse(["--dry-run"]) == {
         "dry_run": True, "fmt": "env", "explain": False, "all_nodes": False, "labels_files": (),
-        "label_items": (), "env_file": None, "source": None}
+        "label_items": (), "env_file": None, "source": None, "frameworks": None}
     assert options.parse(["--dry-run", "--source=slurm-step"])["source"] == "slurm-step"
+    # --frameworks LIST: the frameworks label (contract section 11), on both parsers.
+    assert options.parse(["--dry-run", "--frameworks", "pytorch,jax"])["frameworks"] == (
+        "pytorch,jax")
+    assert options.parse(["--frameworks=jax", "--dry-run"])["frameworks"] == "jax"
+    assert options.parse(["--dry-run", "--frameworks"]) is None  # a missing value: click's
 
 
 # ------------------------------------------------------------------------ click's messages

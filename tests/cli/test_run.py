@@ -1002,3 +1002,114 @@ def test_no_main1_hint_on_the_hooks_dry_run(in_session,
     in_session("main1")
     assert run([], dry_run=True, fmt="shell") == 0
     assert capsys.readouterr().err == ""
+
+
+# ------------------------------------------------ labels for one session (contract section 9)
+
+
+def test_session_variables_rank_between_the_files_and_label_options(
+        tmp_path: Path, no_default_labels: Path) -> None:
+    """--label > DERIVE_ENV_<NAME> > labels files > default; the variables a label came from
+    are kept for --explain."""
+    baked = write_json(tmp_path / "baked.json", {FW: "pytorch", PREFIX + "master-port": "1000",
+                                                 PREFIX + "tensorflow-port": "1001"})
+    option_file = write_json(tmp_path / "option.json", {PREFIX + "nproc-per-node": "2"})
+    environ = {LABELS_VAR: baked, "DERIVE_ENV_MASTER_PORT": "2000",
+               "DERIVE_ENV_TENSORFLOW_PORT": "2001", "DERIVE_ENV_NPROC_PER_NODE": "4",
+               "DERIVE_ENV_TENSORFLOW_ROLES": "main:chief,*:worker", "DERIVE_ENV_SOURCE": "auto"}
+    labels = load_labels(environ, [option_file], [PREFIX + "tensorflow-port=3001"])
+    assert labels == {FW: "pytorch", PREFIX + "master-port": "2000",
+                      PREFIX + "tensorflow-port": "3001", PREFIX + "nproc-per-node": "4",
+                      PREFIX + "tensorflow-roles": "main:chief,*:worker"}
+    assert labels.variables == {
+        PREFIX + "master-port": "DERIVE_ENV_MASTER_PORT",
+        PREFIX + "nproc-per-node": "DERIVE_ENV_NPROC_PER_NODE",
+        PREFIX + "tensorflow-roles": "DERIVE_ENV_TENSORFLOW_ROLES"}
+
+
+def test_only_derive_env_frameworks_opts_in(no_default_labels: Path, capsys) -> None:
+    """A session's DERIVE_ENV_MASTER_PORT reaches images that did not opt in: not an opt-in,
+    not a stray label; DERIVE_ENV_FRAMEWORKS is the opt-in."""
+    environ = {"DERIVE_ENV_MASTER_PORT": "4000", "DERIVE_ENV_TENSORFLOW_ROLES": "main:chief"}
+    labels = load_labels(environ)
+    assert not cli.is_opted_in(labels)
+    cli._check_not_opted_in(labels)  # no error
+    opted = load_labels({**environ, "DERIVE_ENV_FRAMEWORKS": "pytorch"})
+    assert cli.is_opted_in(opted)
+    assert opted.variables[FW] == "DERIVE_ENV_FRAMEWORKS"
+
+
+@pytest.mark.parametrize(("name", "meant", "label"), [
+    ("DERIVE_ENV_TENSORFLOW_ROLE", "DERIVE_ENV_TENSORFLOW_ROLES", "tensorflow-roles"),
+    ("DERIVE_ENV_FRAMEWORK", "DERIVE_ENV_FRAMEWORKS", "frameworks"),
+    ("derive_env_master_port", "DERIVE_ENV_MASTER_PORT", "master-port"),
+    ("DERIVE_ENV_MASTERPORT", "DERIVE_ENV_MASTER_PORT", "master-port"),
+    ("DERIVE_ENV_ON_ERRORS", "DERIVE_ENV_ON_ERROR", "on-error"),
+])
+def test_a_near_miss_of_a_session_variable_names_the_intended_one(
+        no_default_labels: Path, name: str, meant: str, label: str) -> None:
+    with pytest.raises(LabelError) as info:
+        load_labels({name: "x"})
+    assert info.value.exit_code == 4
+    assert str(info.value) == (
+        f"variable {name}='x': expected the name {meant} (label {PREFIX}{label} for the "
+        "session); derive-env reads only DERIVE_ENV_<LABEL NAME> exactly (upper case, - as "
+        "_), so this one would be ignored. Rename it")
+
+
+@pytest.mark.parametrize("name", ["DERIVE_ENV_LABELS_FILE", "DERIVE_ENV_SOURCE",
+                                  "DERIVE_ENV_TEST_MARKER", "DERIVE_ENV_NNODES"])
+def test_derive_envs_own_variables_are_not_labels_nor_near_misses(
+        no_default_labels: Path, name: str, tmp_path: Path) -> None:
+    value = write_json(tmp_path / "l.json", {}) if name == LABELS_VAR else "auto"
+    labels = load_labels({name: value})
+    assert (labels, labels.variables) == ({}, {})
+
+
+def test_an_empty_session_variable_is_unset(no_default_labels: Path) -> None:
+    assert load_labels({"DERIVE_ENV_FRAMEWORKS": "", "DERIVE_ENV_TENSORFLOW_ROLE": ""}) == {}
+
+
+def test_explain_names_the_session_variable(no_default_labels: Path, capsys,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "DERIVE_ENV_FRAMEWORKS": "pytorch",
+                                        "DERIVE_ENV_MASTER_PORT": "4000"})
+    assert run([], dry_run=True, explain=True) == 0
+    out = capsys.readouterr().out
+    assert ("frameworks: pytorch (mode torchrun)\n"
+            "label ai.backend.distributed.frameworks from variable DERIVE_ENV_FRAMEWORKS\n"
+            "label ai.backend.distributed.master-port from variable DERIVE_ENV_MASTER_PORT\n"
+            ) in out
+    assert ("MASTER_PORT     = 4000\n"
+            "                  source: variable DERIVE_ENV_MASTER_PORT\n") in out
+
+
+def test_frameworks_option_is_the_frameworks_label(no_default_labels: Path, capsys,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """--frameworks LIST opts in a job started without the labels file (contract 11), and
+    wins over DERIVE_ENV_FRAMEWORKS."""
+    monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "DERIVE_ENV_FRAMEWORKS": "pytorch"})
+    assert run([], dry_run=True, fmt="json", frameworks="jax") == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "1",
+        "JAX_PROCESS_ID": "0"}
+
+
+def test_the_not_opted_in_note_on_both_paths(no_default_labels: Path, capsys, fake_exec,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contract section 11: inside a SkyPilot task of 2 nodes, an image that did not opt in
+    says that nothing was derived, on the hook's path and on the ENTRYPOINT path."""
+    from helpers import not_opted_in_note
+
+    job = ("a SkyPilot task states a job of more than one node (SKYPILOT_NUM_NODES='2')")
+    monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "SKYPILOT_NUM_NODES": "2",
+                                        "SKYPILOT_NODE_RANK": "1"})
+    assert run([], dry_run=True, fmt="shell") == 0
+    assert capsys.readouterr() == ("", not_opted_in_note(job))
+    with pytest.raises(Execed):
+        run_command(["true"])
+    assert capsys.readouterr().err == not_opted_in_note(job)
+    # A job of one: nothing said.
+    monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "SKYPILOT_NUM_NODES": "1"})
+    assert run([], dry_run=True, fmt="shell") == 0
+    assert capsys.readouterr() == ("", "")

@@ -164,8 +164,39 @@ def test_unmapped_role(backendai_env) -> None:
     labels = {**TF, ROLES: "main:chief,sub:worker"}
     assert label_error(backendai_env(PS_HOSTS, "main1"), labels) == (
         f"{ROLES_LABEL}='main:chief,sub:worker': expected a task type for every role of the "
-        "session; role 'ps' (host ps1) has none"
+        "session; role 'ps' (host ps1) has none. Map it, e.g. for this session "
+        "DERIVE_ENV_TENSORFLOW_ROLES=main:chief,sub:worker,ps:worker (or the label "
+        "ai.backend.distributed.tensorflow-roles=main:chief,sub:worker,ps:worker); the role * "
+        "maps every role not listed (main:chief,sub:worker,*:worker)"
     )
+
+
+#: A cluster template whose roles are ``worker`` and ``a100`` (issue 15): REPLICAS
+#: main:1,worker:2,a100:1; canonical order main1, a1001, worker1, worker2.
+TEMPLATE = ["worker2", "a1001", "main1", "worker1"]
+REPLICAS = "a100:1,main:1,worker:2"
+
+
+@pytest.mark.parametrize(("host", "task"), [
+    ("main1", ("chief", 0)), ("a1001", ("worker", 0)), ("worker1", ("worker", 1)),
+    ("worker2", ("worker", 2)),
+])
+def test_star_maps_every_role_not_listed(backendai_env, host: str, task) -> None:
+    """main:chief,*:worker: the template's roles worker and a100 are workers."""
+    labels = {**TF, ROLES: "main:chief,*:worker"}
+    config = json.loads(tf_config_of(backendai_env(TEMPLATE, host, REPLICAS), labels) or "")
+    assert config["cluster"] == {"chief": ["main1:2222"],
+                                 "worker": ["a1001:2222", "worker1:2222", "worker2:2222"]}
+    assert (config["task"]["type"], config["task"]["index"]) == task
+
+
+def test_a_listed_role_wins_over_star(backendai_env) -> None:
+    labels = {**TF, ROLES: "*:worker,main:chief,a100:evaluator"}
+    config = json.loads(tf_config_of(backendai_env(TEMPLATE, "a1001", REPLICAS), labels)
+                        or "")
+    assert config["task"] == {"type": "evaluator", "index": 0}
+    assert config["cluster"] == {"chief": ["main1:2222"],
+                                 "worker": ["worker1:2222", "worker2:2222"]}
 
 
 def test_no_chief_or_worker(backendai_env) -> None:

@@ -275,7 +275,7 @@ def closest(name: str) -> str:
     from derive_env.sources import SOURCES
 
     for source in SOURCES:
-        if name in source.detect and not source.any_of:
+        if name in source.detect and not source.any_of and source.module is not None:
             rest = ", ".join(n for n in source.detect if n != name)
             return f" (closest: {source.title}; not set: {rest})"
     return ""

@@ -32,6 +32,14 @@ RUN_WITHOUT = ("Run the command without derive-env (set the framework variables 
                "launcher's), or set label ai.backend.distributed.on-error=warn to run it with "
                "the environment unchanged")
 
+def torchrun_fix(how: str) -> str:
+    """The fix of a node-level manager no module reads (sources/__init__.py)."""
+    return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
+            "python train.py), so that derive-env reads each worker torchrun starts; or, for "
+            "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set label "
+            "ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+
+
 def partial(name: str, value: str, single: str, launcher: str, missing: str) -> str:
     """The refusal of a launcher's partial set of variables (sources/__init__.py)."""
     return (
@@ -73,14 +81,17 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
      partial("PALS_RANKID", "5", "0", "Cray PALS (mpiexec)",
              "PALS_LOCAL_RANKID, PALS_LOCAL_SIZE, PALS_NODEID, PMI_SIZE")),
     ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"},
-     "JOB_COMPLETION_INDEX='0': expected unset: a Kubernetes indexed job started this process "
-     "(JOB_COMPLETION_INDEX and KUBERNETES_SERVICE_HOST are set) without saying how many "
-     "processes the job has, and derive-env has no source for it yet (planned); describing a "
-     "job of one process could be wrong. " + RUN_WITHOUT),
+     "JOB_COMPLETION_INDEX='0': expected unset: a Kubernetes Indexed Job or JobSet started "
+     "this process (JOB_COMPLETION_INDEX and KUBERNETES_SERVICE_HOST are set) without saying "
+     "how many pods the job has, and derive-env has no source for it yet (planned); "
+     "describing a job of one pod could be wrong. " + torchrun_fix(
+         "--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX --master-addr=<the "
+         "hostname of index 0>")),
     ({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"},
      "SM_HOSTS='[\"algo-1\",\"algo-2\"]': expected a JSON list of one host or unset: SageMaker "
      f"states a job of more than one host, {NO_SOURCE}derive-env would describe a job of one "
-     "host. " + RUN_WITHOUT),
+     "host. " + torchrun_fix("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
+                             "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of $SM_HOSTS>")),
     ({"FLUX_JOB_SIZE": "4"}, None), ({"JSM_NAMESPACE_SIZE": "6"}, None),
     ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"}, None),
 ], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
@@ -122,7 +133,7 @@ def test_an_srun_task_is_read_by_the_slurm_source() -> None:
      "PMIX_NAMESPACE": "37879809"},
     {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1"},
     {"TORCHELASTIC_RUN_ID": "r", "WORLD_SIZE": "1", "RANK": "0", "GROUP_WORLD_SIZE": "1"},
-    {"JOB_COMPLETION_INDEX": "0"}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"},
+    {"KUBERNETES_SERVICE_HOST": "10.96.0.1"},
     {"OMPI_MCA_btl_tcp_if_exclude": "lo,docker0"},  # set by Backend.AI, not a launcher
 ], ids=lambda e: ",".join(sorted(e))[:60])
 def test_single_process_or_no_launcher_is_a_single_container(environ) -> None:
@@ -192,3 +203,297 @@ def test_huge_launcher_value_is_an_error_not_a_traceback() -> None:
         derive({"WORLD_SIZE": huge}, ALL)
     assert info.value.exit_code == 3
     assert str(info.value).startswith("WORLD_SIZE='" + "1" * 200 + "... (5000 characters)'")
+
+
+# ------------------------------------------ every manager of sources-cloud.md 25: refused
+
+TFJOB_CONFIG = ('{"cluster": {"chief": ["j-chief-0.ns.svc:2222"], "worker": '
+                '["j-worker-0.ns.svc:2222", "j-worker-1.ns.svc:2222"]}, '
+                '"task": {"type": "worker", "index": 1}, "environment": "cloud"}')
+SAGEMAKER_FILE = "/opt/ml/input/config/resourceconfig.json"
+RENDEZVOUS = "/run/determined/info/rendezvous.json"
+#: manager -> (the environment of node 1 of a 2-node job (files: path -> text), the
+#: variable named, its value, what a job of one holds, the title, the unit).
+MANAGERS = {
+    "skypilot": ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NODE_RANK": "1",
+                  "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "8",
+                  "SKYPILOT_TASK_ID": "sky-1"}, {},
+                 "SKYPILOT_NUM_NODES", "2", "1 or unset", "a SkyPilot task", "node"),
+    "dstack": ({"DSTACK_RUN_ID": "r", "DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2",
+                "DSTACK_MASTER_NODE_IP": "10.0.0.1", "DSTACK_NODE_RANK": "1",
+                "DSTACK_NODES_NUM": "2", "DSTACK_GPUS_PER_NODE": "8"}, {},
+               "DSTACK_NODES_NUM", "2", "1 or unset", "a dstack task", "node"),
+    "lws": ({"LWS_LEADER_ADDRESS": "lws-0.lws.default", "LWS_GROUP_SIZE": "2",
+             "LWS_WORKER_INDEX": "1", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
+            "LWS_GROUP_SIZE", "2", "1 or unset", "a LeaderWorkerSet group", "node"),
+    "volcano": ({"VC_TASK_INDEX": "0", "VK_TASK_INDEX": "0", "VC_MASTER_NUM": "1",
+                 "VC_WORKER_NUM": "1", "VC_WORKER_HOSTS": "j-worker-0.j"}, {},
+                "VC_MASTER_NUM", "1", "1 pod in all VC_<TASK>_NUM or unset", "a Volcano Job",
+                "pod"),
+    "tfjob": ({"TF_CONFIG": TFJOB_CONFIG, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
+              "TF_CONFIG", TFJOB_CONFIG, "a cluster of one task or unset",
+              "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "task"),
+    "vertex": ({"CLOUD_ML_JOB_ID": "1", "CLUSTER_SPEC": '{"cluster": {"workerpool0": '
+                '["cmle-0:2222"], "workerpool1": ["cmle-1:2222"]}, "task": {"type": '
+                '"workerpool1", "index": 0}}'}, {}, "CLUSTER_SPEC", None,
+               "a cluster of one task or unset", "a Vertex AI custom job", "task"),
+    "tpu": ({"TPU_WORKER_ID": "1", "TPU_WORKER_HOSTNAMES": "t-0.svc,t-1.svc"}, {},
+            "TPU_WORKER_HOSTNAMES", "t-0.svc,t-1.svc", "one host or unset",
+            "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "host"),
+    "sagemaker-platform": ({"TRAINING_JOB_NAME": "j", "TRAINING_JOB_ARN": "arn:aws:sagemaker"},
+                           {SAGEMAKER_FILE: '{"current_host": "algo-2", "hosts": ["algo-1", '
+                            '"algo-2"]}'}, f"hosts in {SAGEMAKER_FILE}", '["algo-1", "algo-2"]',
+                           "a list of one host or unset", "an Amazon SageMaker training job",
+                           "host"),
+    "determined": ({"DET_MASTER": "http://m:8080", "DET_ALLOCATION_ID": "a.1",
+                    "DET_SLOT_IDS": "[0,1]", "DET_TASK_TYPE": "TRIAL"},
+                   {RENDEZVOUS: '{"container_addrs": ["10.0.0.1", "10.0.0.2"], '
+                    '"container_rank": 1}'}, f"container_addrs in {RENDEZVOUS}",
+                   '["10.0.0.1", "10.0.0.2"]', "a list of one address or unset",
+                   "a Determined trial", "container"),
+    "aws-batch": ({"AWS_BATCH_JOB_ID": "j#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
+                   "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+                   "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.1"}, {},
+                  "AWS_BATCH_JOB_NUM_NODES", "2", "1 or unset", "AWS Batch multi-node parallel",
+                  "node"),
+    "azure-mpi": ({"AZ_BATCH_MASTER_NODE": "10.0.0.4:6105", "AZUREML_RUN_ID": "r"}, {},
+                  "AZ_BATCH_MASTER_NODE", "10.0.0.4:6105", "unset",
+                  "an Azure ML or Azure Batch job of several nodes", "node"),
+    "kubeflow-jax": ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1",
+                      "JAX_COORDINATOR_ADDRESS": "tj-node-0-0.tj:6666"}, {},
+                     "JAX_NUM_PROCESSES", "2", "1 or unset", "a Kubeflow TrainJob (JAX runtime)",
+                     "process"),
+    "kubeflow-jaxjob": ({"COORDINATOR_ADDRESS": "j-worker-0", "COORDINATOR_PORT": "6666",
+                         "NUM_PROCESSES": "2", "PROCESS_ID": "1"}, {}, "NUM_PROCESSES", "2",
+                        "1 or unset", "a Kubeflow JAXJob (v1)", "process"),
+    "xgboost": ({"DMLC_TRACKER_URI": "tj-node-0-0.tj", "DMLC_TRACKER_PORT": "9091",
+                 "DMLC_TASK_ID": "1", "DMLC_NUM_WORKER": "2"}, {}, "DMLC_NUM_WORKER", "2",
+                "1 or unset", "a Kubeflow TrainJob (XGBoost runtime)", "process"),
+    "htcondor": ({"_CONDOR_PROCNO": "1", "_CONDOR_NPROCS": "2",
+                  "_CONDOR_REMOTE_SPOOL_DIR": "/spool"}, {}, "_CONDOR_NPROCS", "2",
+                 "1 or unset", "an HTCondor parallel-universe job", "node"),
+    "pbs": ({"PBS_JOBID": "7.pbs", "PBS_NODEFILE": "/var/spool/pbs/aux/7.pbs",
+             "PBS_ENVIRONMENT": "PBS_BATCH", "PBS_NODENUM": "0"},
+            {"/var/spool/pbs/aux/7.pbs": "n1\nn1\nn2\nn2\n"}, "PBS_NODEFILE",
+            "/var/spool/pbs/aux/7.pbs", "a node file of one host or unset",
+            "an OpenPBS/Torque job", "node"),
+    "lsf": ({"LSB_JOBID": "7", "LSB_MCPU_HOSTS": "hostA 4 hostB 4"}, {}, "LSB_MCPU_HOSTS",
+            "hostA 4 hostB 4", "one host and its slots or unset", "an LSF job", "host"),
+    "gridengine": ({"JOB_ID": "7", "PE_HOSTFILE": "/opt/sge/pe_hostfile", "NSLOTS": "8",
+                    "NHOSTS": "2", "PE": "mpi", "SGE_ROOT": "/opt/sge"}, {}, "NHOSTS", "2",
+                   "1 or unset", "a Grid Engine parallel job", "host"),
+    "mpi-operator": ({"K_MPI_JOB_ROLE": "launcher",
+                      "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile"}, {},
+                     "K_MPI_JOB_ROLE", "launcher", "worker (a rank mpirun started) or unset",
+                     "a Kubeflow MPIJob launcher", "process"),
+    "ray-train": ({"ACCELERATE_TORCH_DEVICE": "cuda:0", "NODE_RANK": "1", "RANK": "2",
+                   "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                   "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "41000"}, {}, "WORLD_SIZE", "4",
+                  "1 or unset", "a Ray Train worker", "process"),
+    "azureml-pytorch": ({"AZUREML_RUN_ID": "r", "RANK": "1", "WORLD_SIZE": "2",
+                         "LOCAL_RANK": "1", "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.4",
+                         "MASTER_PORT": "6105"}, {}, "WORLD_SIZE", "2", "1 or unset",
+                        "an Azure ML PyTorch-distribution process", "process"),
+}
+
+
+def reader(contents: dict[str, str]):
+    """The edge's file reader (cli.read_files) as the tests give it: path -> text or None."""
+    return lambda paths: {path: contents.get(path) for path in paths}
+
+
+@pytest.mark.parametrize("manager", sorted(MANAGERS))
+def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: str) -> None:
+    """Never a silent single-node job: PyTorch-only, JAX-only and TF images alike, exit 3;
+    the message names the variable, the manager, and ends in the line's fix."""
+    from derive_env.sources import SOURCES
+
+    environ, files, name, value, expected, title, unit = MANAGERS[manager]
+    line = next(line for line in SOURCES if line.title == title)
+    value = environ.get(name, value) if value is None else value
+    for frameworks in ("pytorch", "jax", "tensorflow"):
+        with pytest.raises(TopologyError) as info:
+            derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+        assert info.value.exit_code == 3
+        assert str(info.value) == (
+            f"{name}={value!r}: expected {expected}: {title} states a job of more than one "
+            f"{unit}, {NO_SOURCE}derive-env would describe a job of one {unit}. {line.fix}")
+
+
+def test_the_fixes_say_what_to_set() -> None:
+    from derive_env.sources import BY_NAME
+
+    assert BY_NAME["skypilot"].fix == torchrun_fix(
+        "--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
+        "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")
+    assert BY_NAME["dstack"].fix == torchrun_fix(
+        "--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
+        "--master-addr=$DSTACK_MASTER_NODE_IP")
+    assert BY_NAME["lws"].fix == torchrun_fix(
+        "--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
+        "--master-addr=$LWS_LEADER_ADDRESS")
+    assert BY_NAME["tf-config"].fix == (
+        "Run the command without derive-env (TensorFlow reads the TF_CONFIG its manager set), "
+        "or, for a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set "
+        "label ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+    assert BY_NAME["mpi-operator-launcher"].fix == (
+        "Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
+        "train.py), not around mpirun; or set label ai.backend.distributed.on-error=warn to "
+        "run it with the environment unchanged")
+
+
+@pytest.mark.parametrize("manager", sorted(MANAGERS))
+def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
+    """The same managers stating a job of one node (or process): a single container."""
+    one = {"SKYPILOT_NUM_NODES": "1", "SKYPILOT_NODE_RANK": "0", "DSTACK_NODES_NUM": "1",
+           "DSTACK_NODE_RANK": "0", "LWS_GROUP_SIZE": "1", "LWS_WORKER_INDEX": "0",
+           "VC_WORKER_NUM": "0", "TF_CONFIG": '{"cluster": {"worker": ["localhost:2222"]}, '
+           '"task": {"type": "worker", "index": 0}}', "CLUSTER_SPEC": '{"cluster": '
+           '{"workerpool0": ["cmle-0:2222"]}}', "TPU_WORKER_HOSTNAMES": "t-0.svc",
+           "TPU_WORKER_ID": "0", "AWS_BATCH_JOB_NUM_NODES": "1",
+           "AWS_BATCH_JOB_NODE_INDEX": "0", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0",
+           "NUM_PROCESSES": "1", "PROCESS_ID": "0", "DMLC_NUM_WORKER": "1", "DMLC_TASK_ID": "0",
+           "_CONDOR_NPROCS": "1", "_CONDOR_PROCNO": "0", "LSB_MCPU_HOSTS": "hostA 4",
+           "NHOSTS": "1", "K_MPI_JOB_ROLE": "worker", "WORLD_SIZE": "1", "RANK": "0",
+           "NODE_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    environ, files, *_ = MANAGERS[manager]
+    environ = {**environ, **{k: v for k, v in one.items() if k in environ}}
+    files = {path: text.replace('"algo-1", "algo-2"', '"algo-1"').replace(
+        '"10.0.0.1", "10.0.0.2"', '"10.0.0.1"').replace("n2\nn2\n", "")
+        for path, text in files.items()}
+    environ.pop("AZ_BATCH_MASTER_NODE", None)  # set only for a job of several nodes
+    topology = topology_from(environ, files=reader(files))
+    assert (topology.num_nodes, topology.node_rank, topology.multi_node) == (1, 0, False)
+
+
+@pytest.mark.parametrize(("environ", "files", "shown"), [
+    ({"TRAINING_JOB_NAME": "j", "TRAINING_JOB_ARN": "arn"}, {}, "TRAINING_JOB_NAME='j'"),
+    ({"DET_MASTER": "m", "DET_ALLOCATION_ID": "a", "DET_SLOT_IDS": "[0]"}, {},
+     "DET_MASTER='m'"),
+    ({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}, {}, "PBS_JOBID='7'"),
+    ({"VC_TASK_INDEX": "0"}, {}, "VC_TASK_INDEX='0'"),
+], ids=["sagemaker", "determined", "pbs", "volcano"])
+def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, shown) -> None:
+    """A manager file that cannot be read (or Volcano without its svc plugin): refused as a
+    launcher that does not say the job's size, on every node alike."""
+    text = error(environ)
+    assert text.startswith(f"{shown}: expected unset: ")
+    assert " without saying how many " in text
+
+
+@pytest.mark.parametrize("name", ["JOB_COMPLETION_INDEX", "PMIX_RANK"])
+@pytest.mark.parametrize("index", ["0", "1", "7"])
+def test_a_lone_index_is_refused_on_every_index_alike(name: str, index: str) -> None:
+    """Contract section 7: index 0 must not train alone while the others stop."""
+    title = {"JOB_COMPLETION_INDEX": "a Kubernetes Indexed Job or JobSet",
+             "PMIX_RANK": "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's "
+                          "variables)"}[name]
+    unit, units = ("pod", "pods") if name == "JOB_COMPLETION_INDEX" else ("process",
+                                                                           "processes")
+    text = error({name: index})
+    assert text.startswith(
+        f"{name}={index!r}: expected unset: {title} started this process ({name} is set) "
+        f"without saying how many {units} the job has, {NO_SOURCE}describing a job of one "
+        f"{unit} could be wrong. ")
+
+
+def test_a_manager_inside_a_job_another_source_states_is_that_jobs() -> None:
+    """The fix works: torchrun started from SkyPilot's variables, derive-env in a worker."""
+    environ = {**MANAGERS["skypilot"][0], "TORCHELASTIC_RUN_ID": "r", "RANK": "9",
+               "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8",
+               "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
+               "MASTER_PORT": "29500"}
+    topology = topology_from(environ)
+    assert (topology.num_nodes, topology.node_rank) == (2, 1)
+
+
+def test_a_kept_tf_config_is_not_said_unset() -> None:
+    """--explain says what was kept: a one-task TF_CONFIG is kept, never "not set"."""
+    one = '{"cluster": {"worker": ["localhost:2222"]}, "task": {"type": "worker", "index": 0}}'
+    derivation = derive({"TF_CONFIG": one}, {PREFIX + "frameworks": "tensorflow"})
+    assert derivation is not None
+    notes = [n for n in derivation.notes if "TF_CONFIG" in n]
+    assert notes == ["TF_CONFIG kept as set (a single-container session: derive-env derives "
+                     "none, and TensorFlow reads the one set)"]
+
+
+def test_source_none_in_a_larger_job_warns() -> None:
+    """--source none wins, but not silently (contract section 11)."""
+    environ = MANAGERS["skypilot"][0]
+    topology = topology_from(environ, "none")
+    assert topology.num_nodes == 1
+    assert topology.warnings == (
+        "source none chosen (--source or DERIVE_ENV_SOURCE): a SkyPilot task states a job of "
+        "more than one node (SKYPILOT_NUM_NODES='2'), and this process derives a job of one; "
+        "if that job has more than one node, each trains alone",)
+    assert topology_from({}, "none").warnings == ()
+
+
+def _manager_environments():
+    """Hypothesis: any listed manager's job of n > 1 nodes, any node of it, with the
+    variables of the other managers' single-node form or absent."""
+    return st.tuples(st.sampled_from(sorted(MANAGERS)), st.integers(2, 64),
+                     st.data())
+
+
+@given(case=_manager_environments())
+@PROPERTY
+def test_no_managers_multi_node_job_derives_a_single_node_topology(case) -> None:
+    """No environment a listed manager sets for a job of more than one node derives a
+    single-node topology with exit 0: it is read or refused."""
+    from derive_env.sources import SOURCES
+
+    manager, nodes, data = case
+    environ, files, name, _, _, title, _ = MANAGERS[manager]
+    line = next(line for line in SOURCES if line.title == title)
+    rank = data.draw(st.integers(0, nodes - 1))
+    sized = {"SKYPILOT_NUM_NODES": str(nodes), "SKYPILOT_NODE_RANK": str(rank),
+             "DSTACK_NODES_NUM": str(nodes), "DSTACK_NODE_RANK": str(rank),
+             "LWS_GROUP_SIZE": str(nodes), "LWS_WORKER_INDEX": str(rank),
+             "AWS_BATCH_JOB_NUM_NODES": str(nodes), "AWS_BATCH_JOB_NODE_INDEX": str(rank),
+             "JAX_NUM_PROCESSES": str(nodes), "JAX_PROCESS_ID": str(rank),
+             "NUM_PROCESSES": str(nodes), "PROCESS_ID": str(rank),
+             "DMLC_NUM_WORKER": str(nodes), "DMLC_TASK_ID": str(rank),
+             "_CONDOR_NPROCS": str(nodes), "_CONDOR_PROCNO": str(rank),
+             "NHOSTS": str(nodes), "WORLD_SIZE": str(nodes), "RANK": str(rank),
+             "JOB_COMPLETION_INDEX": str(rank), "PMIX_RANK": str(rank),
+             "VC_TASK_INDEX": str(rank), "VC_WORKER_NUM": str(nodes - 1),
+             "TPU_WORKER_ID": str(rank),
+             "TPU_WORKER_HOSTNAMES": ",".join(f"t-{i}" for i in range(nodes)),
+             "LSB_MCPU_HOSTS": " ".join(f"h{i} 4" for i in range(nodes))}
+    environ = {**environ, **{k: v for k, v in sized.items() if k in environ}}
+    # The manager sets its whole set; anything else it sets may be missing (user-unset).
+    optional = sorted(k for k in set(environ) - {name, *line.detect, *(line.marker or ())}
+                      if not k.endswith("_NUM"))
+    drop = data.draw(st.sets(st.sampled_from(optional))) if optional else set()
+    environ = {k: v for k, v in environ.items() if k not in drop}
+    frameworks = data.draw(st.sampled_from(["pytorch", "jax", "tensorflow", "pytorch,jax"]))
+    try:
+        derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+    except DeriveEnvError as exc:
+        assert exc.exit_code == 3
+        return
+    assert derivation is not None
+    assert derivation.topology.multi_node, (manager, environ)
+
+
+def test_a_tf_config_of_three_tasks_in_a_single_container_session_is_refused(
+        backendai_env) -> None:
+    """Backend.AI states one node; a TFJob's TF_CONFIG of 3 tasks beside it is refused, not
+    kept beside single-node PyTorch values."""
+    environ = {**backendai_env(["main1"], "main1"), "TF_CONFIG": TFJOB_CONFIG}
+    assert error(environ, {PREFIX + "frameworks": "pytorch"}).startswith(
+        f"TF_CONFIG={TFJOB_CONFIG!r}: expected a cluster of one task or unset: a TF_CONFIG "
+        "(Kubeflow TFJob, Volcano, Vertex AI) states a job of more than one task")
+
+
+def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:
+    """Ranks without a node count (mpirun over SSH from SkyPilot's IPs): the ranks' job,
+    not SkyPilot's refusal; MASTER_ADDR given, a per-process topology."""
+    environ = {**MANAGERS["skypilot"][0], "OMPI_COMM_WORLD_SIZE": "16",
+               "OMPI_COMM_WORLD_RANK": "9", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_SIZE": "8", "MASTER_ADDR": "10.0.0.1"}
+    derivation = derive(environ, {PREFIX + "frameworks": "pytorch"})
+    assert derivation is not None
+    assert {k: derivation.changes()[k] for k in ("RANK", "WORLD_SIZE")} == {
+        "RANK": "9", "WORLD_SIZE": "16"}

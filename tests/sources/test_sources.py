@@ -117,7 +117,17 @@ def test_the_refusals_keep_the_launchers_order() -> None:
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
         "a Slurm step (srun)", "a Slurm batch script or salloc shell", "Flux", "LSF jsrun",
-        "a Kubernetes indexed job", "SageMaker", "AWS Batch multi-node parallel"]
+        "a Kubernetes Indexed Job or JobSet", "SageMaker", "AWS Batch multi-node parallel",
+        "an Amazon SageMaker training job", "a SkyPilot task", "a dstack task",
+        "a LeaderWorkerSet group", "a Volcano Job",
+        "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "a Vertex AI custom job",
+        "a TPU slice (GKE, LeaderWorkerSet or KubeRay)",
+        "an Azure ML or Azure Batch job of several nodes", "a Determined trial",
+        "a Kubeflow TrainJob (JAX runtime)", "a Kubeflow JAXJob (v1)",
+        "a Kubeflow TrainJob (XGBoost runtime)", "an HTCondor parallel-universe job",
+        "an OpenPBS/Torque job", "an LSF job", "a Grid Engine parallel job",
+        "a Kubeflow MPIJob launcher", "a Ray Train worker",
+        "an Azure ML PyTorch-distribution process"]
 
 
 @pytest.mark.parametrize(("hosts", "stated"), [
@@ -125,6 +135,8 @@ def test_the_refusals_keep_the_launchers_order() -> None:
     ("algo-1", "SM_HOSTS"), ('{"algo-1": 1}', "SM_HOSTS"), ("[" * 5000, "SM_HOSTS"),
 ])
 def test_sagemakers_size_is_its_json_list(hosts: str, stated: str | None) -> None:
-    size = BY_NAME["sagemaker"].size
-    result = size({"SM_HOSTS": hosts, "SM_CURRENT_HOST": "algo-1"})
+    from derive_env.sources import sizes
+
+    size = getattr(sizes, BY_NAME["sagemaker"].size)
+    result = size({"SM_HOSTS": hosts, "SM_CURRENT_HOST": "algo-1"}, {})
     assert result == (None if stated is None else (stated, "a JSON list of one host"))

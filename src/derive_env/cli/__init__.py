@@ -27,13 +27,17 @@ from derive_env.errors import DeriveEnvError, LabelError, shorten
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
+    OPT_IN,
     PREFIX,
+    Labels,
     check_not_opted_in,
     is_opted_in,
     join_problems,
     on_error_of,
     parse_label_option,
     parse_labels_document,
+    session_labels,
+    variable_of,
 )
 
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
@@ -58,8 +62,12 @@ def run(
     label_items: Sequence[str] = (),
     env_file: str | None = None,
     source: str | None = None,
+    frameworks: str | None = None,
 ) -> int:
     """Do what the command line asked; returns the exit status (or execs and never returns).
+
+    ``frameworks`` (``--frameworks LIST``) is the ``frameworks`` label, after every
+    ``--label`` (contract section 11).
 
     Errors from input print ``derive-env: error: ...`` and return their exit code without
     running the command; with label ``on-error=warn`` a derivation error prints a warning
@@ -75,6 +83,8 @@ def run(
         dry_run = True
     try:
         environ = read_environment(env_file)
+        if frameworks is not None:
+            label_items = (*label_items, f"{OPT_IN}={frameworks}")
         labels = load_labels(environ, labels_files, label_items)
         opted_in = is_opted_in(labels)
         if not opted_in:
@@ -87,6 +97,7 @@ def run(
         if dry_run and not explain and _is_digest_format(fmt):
             return _write(_digest(environ, labels, fmt, source, files, env_file is None))
         if not opted_in:
+            _note_larger_job(environ)
             return _finish(command, environ, None, dry_run, fmt, explain)
         # Host facts describe this machine: meaningless for another container's --env-file.
         derivation = _derive(
@@ -162,17 +173,20 @@ def load_labels(
     labels_files: Sequence[str] = (),
     label_items: Sequence[str] = (),
 ) -> dict[str, str]:
-    """Gather the image's labels, later wins: labels file, ``--labels-file``s, ``--label``s.
+    """Gather the image's labels, later wins: labels file, ``--labels-file``s, the session's
+    ``DERIVE_ENV_<NAME>`` variables (contract section 9), ``--label``s.
 
     The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from the input environment, else from
     this process's: an ``--env-file`` rarely repeats the image's ``ENV``) or
     ``/etc/derive-env/labels.json``; only a default file that does not exist (ENOENT) means
     no labels, any other failure to read it is an error.
 
-    :raises LabelError: a file that cannot be read (but the missing default) or parsed, or a
-        ``--label`` that cannot be parsed: every such problem of every source in one message.
+    :returns: the labels (:class:`~derive_env.labels.Labels`: which came from a variable).
+    :raises LabelError: a file that cannot be read (but the missing default) or parsed, a
+        near miss of a ``DERIVE_ENV_<NAME>`` variable, or a ``--label`` that cannot be
+        parsed: every such problem of every source in one message.
     """
-    labels: dict[str, str] = {}
+    labels = Labels()
     problems: list[str] = []
 
     def read(path: str, what: str, missing_ok: bool = False) -> None:
@@ -188,6 +202,10 @@ def load_labels(
          f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
     for labels_file in labels_files:
         read(labels_file, "--labels-file")
+    from_session, near = session_labels(environ)
+    problems += near
+    labels.update(from_session)
+    labels.variables.update({key: variable_of(key) for key in from_session})
     for item in label_items:
         try:
             key, value = parse_label_option(item)
@@ -195,6 +213,7 @@ def load_labels(
             problems.append(str(exc))
             continue
         labels[key] = value
+        labels.variables.pop(key, None)
     if problems:
         raise LabelError(join_problems(problems))
     return labels
@@ -321,6 +340,22 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
         if on_error_of(labels) != "warn":
             raise
         say("warning", str(exc))
+
+
+def _note_larger_job(environ: Mapping[str, str]) -> None:
+    """Not opted in, inside a job a source states as more than one node or process: one
+    line on stderr, on every path, so that nodes each training alone do not look healthy
+    (contract section 11). The source table only: no source module is imported."""
+    from derive_env.sources import larger_job
+
+    job = larger_job(environ, read_files)
+    if job is not None:
+        say("warning", (
+            f"nothing derived: the image did not opt in (label {OPT_IN} is not set), but "
+            f"{shorten(job, 300)}, so every node runs the command as a job of its own. To "
+            f"opt in, set the label {OPT_IN}=pytorch (or tensorflow, jax) in the image, "
+            f"{variable_of(OPT_IN)}=pytorch for the session, or derive-env --frameworks "
+            "pytorch"))
 
 
 def _is_host_format(fmt: str) -> bool:

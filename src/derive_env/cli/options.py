@@ -83,6 +83,12 @@ OPTIONS = (
         help="An image label (repeatable); wins over the labels files.",
     ),
     Option(
+        "--frameworks", "frameworks", VALUE, metavar="LIST",
+        help="The frameworks label (ai.backend.distributed.frameworks), e.g. pytorch,jax: "
+             "opts in a job started without the image's labels file (bare metal, srun "
+             "--export=NONE); wins over every other source of that label.",
+    ),
+    Option(
         "--labels-file", "labels_files", REPEATABLE, metavar="PATH",
         help="Labels as a JSON object, `docker image inspect` output or its {{json .Config}} "
              "('-' for stdin); wins over the image's /etc/derive-env/labels.json, or the "
@@ -163,7 +169,7 @@ def keywords(values: Mapping[str, Any]) -> dict[str, Any]:
         "explain": values["explain"], "all_nodes": values["all_nodes"],
         "labels_files": values["labels_files"],
         "label_items": values["label_items"], "env_file": env_files[0] if env_files else None,
-        "source": values["source"],
+        "source": values["source"], "frameworks": values["frameworks"],
     }
 
 

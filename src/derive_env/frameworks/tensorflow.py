@@ -47,7 +47,7 @@ from derive_env.frameworks.context import (
     variable,
 )
 from derive_env.hosts import host_port
-from derive_env.labels import PREFIX
+from derive_env.labels import PREFIX, VARIABLE_PREFIX
 from derive_env.topology import ClusterTopology
 
 if TYPE_CHECKING:
@@ -60,26 +60,36 @@ _CLUSTER_ORDER = ("chief", "worker", "ps")
 var = variable("tensorflow")
 
 
-def task_types(topology: ClusterTopology, roles: tuple[tuple[str, str], ...] | None) -> list[str]:
+def task_types(topology: ClusterTopology, roles: tuple[tuple[str, str], ...] | None,
+               given: str = f"label {ROLES_LABEL}") -> list[str]:
     """The TF task type of each node, in canonical order.
 
-    :param roles: the parsed ``tensorflow-roles`` label, or ``None`` for all workers.
-    :raises LabelError: a node's role is not mapped, more than one chief or evaluator, or
-        no chief and no worker left to train.
+    :param roles: the parsed ``tensorflow-roles`` label, or ``None`` for all workers; role
+        ``*`` maps every role not listed (contract section 9).
+    :param given: where the label came from (``label ...`` or ``variable
+        DERIVE_ENV_TENSORFLOW_ROLES``), for messages.
+    :raises LabelError: a node's role is not mapped (the message gives the line that maps
+        it), more than one chief or evaluator, or no chief and no worker left to train.
     """
     if roles is None:
         return ["worker"] * topology.num_nodes
     shown = ",".join(f"{r}:{t}" for r, t in roles)
     mapping = dict(roles)
+    other = mapping.get("*")
     types: list[str] = []
     for node in topology.nodes:
-        if node.role not in mapping:
+        task_type = mapping.get(node.role or "", other)
+        if task_type is None:
+            mapped = f"{shown},{node.role}:worker"
             raise LabelError(describe(
-                f"label {ROLES_LABEL}", shown,
+                given, shown,
                 f"a task type for every role of the session; role {node.role!r} "
-                f"(host {node.host}) has none",
+                f"(host {node.host}) has none. Map it, e.g. for this session "
+                f"{VARIABLE_PREFIX}TENSORFLOW_ROLES={mapped} (or the label "
+                f"{ROLES_LABEL}={mapped}); the role * maps every role not listed "
+                f"({shown},*:worker)",
             ))
-        types.append(mapping[node.role])
+        types.append(task_type)
     for single in ("chief", "evaluator"):
         hosts = [n.host for n, t in zip(topology.nodes, types, strict=True) if t == single]
         if len(hosts) > 1:
@@ -221,16 +231,20 @@ def derive(ctx: Context) -> Contribution:
     topo, policy = ctx.topology, ctx.policy
     out = Contribution()
     if not topo.multi_node and not topo.per_process:
-        out.notes.append("TF_CONFIG not set: single-container session (TensorFlow trains locally)")
+        out.notes.append(
+            "TF_CONFIG kept as set (a single-container session: derive-env derives none, and "
+            "TensorFlow reads the one set)" if ctx.environ.get("TF_CONFIG") else
+            "TF_CONFIG not set: single-container session (TensorFlow trains locally)")
         return out
     error = _unbuildable(topo)
     if error is not None:
         raise error
     node_rank, rank_src = node_rank_of(topo)
-    types = task_types(topo, policy.tensorflow_roles)
+    roles_src = policy.label_or_default("tensorflow_roles")
+    types = task_types(topo, policy.tensorflow_roles,
+                       roles_src if roles_src != "default" else f"label {ROLES_LABEL}")
     port, port_src = _port(ctx, out)
     config = tf_config(topo, types, port, node_rank)
-    roles_src = policy.label_or_default("tensorflow_roles")
     per = (f"; one task per process, port + local rank ({topo.inputs_of('local_rank')})"
            if topo.per_process else "")
     provenance = (

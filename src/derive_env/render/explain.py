@@ -49,6 +49,8 @@ def explain(derivation: Derivation | None) -> str:
     if mode and topo.per_process:
         mode = f" (mode {policy.pytorch_mode} not used: one worker per process)"
     lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
+    # The labels a session variable gave (contract section 9), named as their source.
+    lines += [f"label {label} from variable {variable}" for label, variable in policy.variables]
     lines.append("")
     lines += _variable_lines(derivation)
     from derive_env.digest import explain_lines  # the job digest and its facts (contract 8)

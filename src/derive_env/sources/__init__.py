@@ -30,6 +30,15 @@ _RUN_WITHOUT = ("Run the command without derive-env (set the framework variables
                 f"launcher's), {ON_ERROR_WARN}")
 
 
+def _start_torchrun(how: str) -> str:
+    """The fix for a node-level manager no module reads: torchrun from its variables, with
+    derive-env in each worker (the torchrun source reads them), or ``--source none``."""
+    return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
+            "python train.py), so that derive-env reads each worker torchrun starts; or, for "
+            "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); "
+            + ON_ERROR_WARN)
+
+
 #: How a variable reaches every process of a launcher by default (Open MPI's ``-x``).
 PASS_ENV = "mpirun -x {name}={value}"
 
@@ -37,9 +46,10 @@ PASS_ENV = "mpirun -x {name}={value}"
 class Source(namedtuple("Source", (
         "name", "title", "module", "detect", "depth",
         "unless", "fallback", "any_of", "prefix",
-        "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix", "pass_env"),
+        "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix", "pass_env",
+        "files", "counts"),
         defaults=((), False, False, None, (), (), True, True, "process", None, None,
-                  _RUN_WITHOUT, PASS_ENV))):
+                  _RUN_WITHOUT, PASS_ENV, (), ()))):
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
@@ -70,15 +80,24 @@ class Source(namedtuple("Source", (
     :ivar marker: the variables that alone say "this launcher started us"
         (``TORCHELASTIC_RUN_ID`` for torchrun); empty: all of ``detect``.
     :ivar states: ``(variable, single-process value)``: one set to anything else states
-        more than one process, complete set or not.
+        more than one process, complete set or not; a single value ``None``: set at all,
+        it states more than one (Azure Batch's ``AZ_BATCH_MASTER_NODE``).
     :ivar partial: whether ``states`` count without the complete marker (an MPI rank alone
         is still an MPI job; a batch script's node count alone is not a batch script).
     :ivar sized: False when the complete marker cannot tell the job's size (PMIx,
         Kubernetes): then the marker alone is refused, on every process alike.
     :ivar unit: what the size counts (``process``, ``node``, ``host``), for messages.
-    :ivar size: ``size(environ) -> (variable, expected) | None``, for a size no single
-        variable counts (SageMaker's JSON list): with the marker complete, the variable
-        that states more than one ``unit`` and what a single one would be.
+    :ivar size: the name of a function of :mod:`derive_env.sources.sizes` (imported only
+        when the marker is complete), for a size no single variable counts (SageMaker's
+        JSON list): ``(variable, expected)`` for the variable that states more than one
+        ``unit`` and what a single one would be, ``None`` for one, ``sizes.UNKNOWN`` when
+        the size cannot be told (a file unreadable: then refused as a launcher that does
+        not say its size).
+    :ivar counts: for a line a module reads, the variables whose value above 1 states a
+        job of more than one ``unit`` (``BACKENDAI_CLUSTER_SIZE``), for the note of an image
+        that did not opt in (:func:`larger_job`; the ``states`` of the other lines count too).
+    :ivar files: files ``size`` reads (a path, or ``$VARIABLE`` for the path a variable
+        holds), read at the edge (cli/) only when the marker is complete.
     :ivar part_of: for a line without a module: the line whose module reads these
         variables when that line's complete set is set (``PMI_RANK`` and ``PMI_SIZE`` are
         part of Hydra's): they alone are refused as a partial set of it.
@@ -91,18 +110,9 @@ class Source(namedtuple("Source", (
     __slots__ = ()
 
 
-def _json_list_size(environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """``SM_HOSTS`` (a JSON list of the job's hosts) unless it lists exactly one."""
-    import json
-
-    try:
-        hosts = json.loads(environ["SM_HOSTS"])
-    except (ValueError, RecursionError):
-        hosts = None
-    if isinstance(hosts, list) and len(hosts) == 1:
-        return None
-    return "SM_HOSTS", "a JSON list of one host"
-
+#: The files of the managers whose size only a file states (read in cli/, on demand).
+SAGEMAKER_CONFIG = "/opt/ml/input/config/resourceconfig.json"
+DETERMINED_RENDEZVOUS = "/run/determined/info/rendezvous.json"
 
 #: Every manager and launcher, innermost first; ties keep table order, which is also the
 #: order of the refusals (the first line that states more than one process is named).
@@ -145,7 +155,8 @@ SOURCES: tuple[Source, ...] = (
            states=(("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1),
                    ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0))),
     Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)", "slurm",
-           ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3),
+           ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3, unit="node",
+           counts=("SLURM_JOB_NUM_NODES",)),
     # The allocation's variables outside a step, when another source was chosen.
     Source("slurm-batch", "a Slurm batch script or salloc shell", None,
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3,
@@ -156,28 +167,141 @@ SOURCES: tuple[Source, ...] = (
            ("BACKENDAI_CLUSTER_SIZE", "BACKENDAI_CLUSTER_HOSTS", "BACKENDAI_CLUSTER_HOST",
             "BACKENDAI_CLUSTER_ROLE", "BACKENDAI_CLUSTER_IDX", "BACKENDAI_CLUSTER_LOCAL_RANK",
             "BACKENDAI_CLUSTER_REPLICAS", "BACKENDAI_SESSION_ID", "GPU_COUNT", "N_GPUS",
-            "BACKENDAI_DIST_MASTER_PORT"), 4, any_of=True, prefix="BACKENDAI_CLUSTER_"),
+            "BACKENDAI_DIST_MASTER_PORT"), 4, any_of=True, prefix="BACKENDAI_CLUSTER_",
+           unit="node", counts=("BACKENDAI_CLUSTER_SIZE",)),
     Source("kubeflow-pytorchjob", "a Kubeflow PyTorchJob (v1)", "kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK",
             "PET_NNODES", "PET_NPROC_PER_NODE"), 4,
-           unless=("TORCHELASTIC_RUN_ID",), fallback=True),
+           unless=("TORCHELASTIC_RUN_ID",), fallback=True, unit="node", counts=("PET_NNODES",)),
     Source("kubeflow-trainjob", "a Kubeflow TrainJob (v2)", "kubeflow",
            ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
             "PET_NPROC_PER_NODE"), 4,
-           unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True),
+           unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True, unit="node",
+           counts=("PET_NNODES",)),
     Source("flux", "Flux", None, ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
     Source("jsrun", "LSF jsrun", None, ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK"), 2,
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0))),
-    Source("kubernetes-indexed-job", "a Kubernetes indexed job", None,
+    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job or JobSet", None,
            ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"), 4,
-           states=(("JOB_COMPLETION_INDEX", 0),), sized=False),
+           states=(("JOB_COMPLETION_INDEX", 0),), sized=False, unit="pod",
+           fix=_start_torchrun("--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX "
+                               "--master-addr=<the hostname of index 0>")),
     Source("sagemaker", "SageMaker", None, ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
-           unit="host", size=_json_list_size),
+           unit="host", size="json_list",
+           fix=_start_torchrun("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
+                               "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of "
+                               "$SM_HOSTS>")),
     Source("aws-batch", "AWS Batch multi-node parallel", None,
-           ("AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX"), 4,
-           states=(("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0))),
+           ("AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX"), 4, unit="node",
+           states=(("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0)),
+           fix=_start_torchrun("--nnodes=$AWS_BATCH_JOB_NUM_NODES --node-rank="
+                               "$AWS_BATCH_JOB_NODE_INDEX --master-addr=<the main node's "
+                               "address>")),
+    # The managers of sources-cloud.md section 25 that no module reads yet: refused.
+    Source("sagemaker-platform", "an Amazon SageMaker training job", None,
+           ("TRAINING_JOB_NAME", "TRAINING_JOB_ARN"), 4, unit="host",
+           files=(SAGEMAKER_CONFIG,),
+           size="sagemaker_hosts",
+           fix=_start_torchrun("--nnodes=<length of hosts> --node-rank=<position of "
+                               f"current_host in hosts, {SAGEMAKER_CONFIG}> "
+                               "--master-addr=<first of hosts>")),
+    Source("skypilot", "a SkyPilot task", None,
+           ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
+           states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
+           fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
+                               "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
+    Source("dstack", "a dstack task", None,
+           ("DSTACK_NODES_IPS", "DSTACK_MASTER_NODE_IP", "DSTACK_NODE_RANK",
+            "DSTACK_NODES_NUM"), 4, unit="node",
+           states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
+           fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
+                               "--master-addr=$DSTACK_MASTER_NODE_IP")),
+    Source("lws", "a LeaderWorkerSet group", None,
+           ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
+           states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
+           fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
+                               "--master-addr=$LWS_LEADER_ADDRESS")),
+    Source("volcano", "a Volcano Job", None, ("VC_TASK_INDEX",), 4, unit="pod",
+           size="volcano_pods",
+           fix=_start_torchrun("--nnodes=<pods of every task> --node-rank=<the pod's place "
+                               "among them> --master-addr=<first of $VC_MASTER_HOSTS>")),
+    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", None,
+           ("TF_CONFIG",), 4, unit="task", size="tf_config_tasks",
+           fix="Run the command without derive-env (TensorFlow reads the TF_CONFIG its "
+               "manager set), or, for a job of one node, choose --source none (or "
+               f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    Source("vertex", "a Vertex AI custom job", None, ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
+           unit="task", size="cluster_spec_tasks",
+           fix=_start_torchrun("--nnodes=<tasks of workerpool0 and workerpool1> "
+                               "--node-rank=<this task's place> --master-addr=<first of "
+                               "workerpool0 in $CLUSTER_SPEC>")),
+    Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", None,
+           ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"), 4, unit="host",
+           states=(("MEGASCALE_NUM_SLICES", 1), ("MEGASCALE_SLICE_ID", 0)),
+           size="tpu_hosts",
+           fix="Run the command without derive-env (JAX reads TPU_WORKER_ID and "
+               "TPU_WORKER_HOSTNAMES itself), or, for a slice of one host, choose --source "
+               f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    Source("azure-batch", "an Azure ML or Azure Batch job of several nodes", None,
+           ("AZ_BATCH_MASTER_NODE",), 4, unit="node",
+           states=(("AZ_BATCH_MASTER_NODE", None),),
+           fix=_start_torchrun("--nnodes=<the node count> --node-rank=<this node's> "
+                               "--master-addr=<host part of $AZ_BATCH_MASTER_NODE>")),
+    Source("determined", "a Determined trial", None,
+           ("DET_MASTER", "DET_ALLOCATION_ID", "DET_SLOT_IDS"), 4, unit="container",
+           files=(DETERMINED_RENDEZVOUS,),
+           size="determined_containers",
+           fix="Start it with Determined's launcher (python3 -m determined.launch."
+               "torch_distributed), which runs torchrun, and run derive-env in each worker "
+               "it starts; or, for a trial of one container, choose --source none (or "
+               f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", None,
+           ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"), 4,
+           states=(("JAX_NUM_PROCESSES", 1), ("JAX_PROCESS_ID", 0)), partial=False),
+    Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", None,
+           ("COORDINATOR_ADDRESS", "NUM_PROCESSES", "PROCESS_ID"), 4,
+           states=(("NUM_PROCESSES", 1), ("PROCESS_ID", 0)), partial=False),
+    Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)", None,
+           ("DMLC_TRACKER_URI", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
+           states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False),
+    Source("htcondor", "an HTCondor parallel-universe job", None,
+           ("_CONDOR_PROCNO", "_CONDOR_NPROCS"), 4, unit="node",
+           states=(("_CONDOR_NPROCS", 1), ("_CONDOR_PROCNO", 0)),
+           fix=_start_torchrun("--nnodes=$_CONDOR_NPROCS --node-rank=$_CONDOR_PROCNO "
+                               "--master-addr=<the host of node 0>")),
+    Source("pbs", "an OpenPBS/Torque job", None, ("PBS_JOBID", "PBS_NODEFILE"), 3,
+           unit="node", states=(("PBS_NUM_NODES", 1), ("PBS_NODENUM", 0)), partial=False,
+           files=("$PBS_NODEFILE",), size="pbs_nodes",
+           fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
+               "train.py) and run derive-env in each rank; or, for a job of one node, choose "
+               f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    Source("lsf", "an LSF job", None, ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
+           size="lsf_hosts",
+           fix="Start the processes with jsrun or mpirun (... derive-env -- python train.py) "
+               "and run derive-env in each rank; or, for a job of one host, choose --source "
+               f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    Source("gridengine", "a Grid Engine parallel job", None, ("JOB_ID", "PE_HOSTFILE", "NHOSTS"),
+           3, unit="host", states=(("NHOSTS", 1),), partial=False,
+           fix="Start the processes with mpirun (... derive-env -- python train.py) and run "
+               "derive-env in each rank; or, for a job of one host, choose --source none (or "
+               f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", None,
+           ("K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"), 4, size="mpi_operator_launcher",
+           fix="Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
+               f"train.py), not around mpirun; {ON_ERROR_WARN}"),
+    Source("ray-train", "a Ray Train worker", None,
+           ("ACCELERATE_TORCH_DEVICE", "NODE_RANK", "RANK", "WORLD_SIZE"), 0,
+           marker=("ACCELERATE_TORCH_DEVICE", "NODE_RANK"), partial=False,
+           states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
+           fix="Ray Train set every torch variable of this worker itself: run the command "
+               f"without derive-env in Ray workers; {ON_ERROR_WARN}"),
+    Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", None,
+           ("AZUREML_RUN_ID", "RANK", "WORLD_SIZE"), 0, marker=("AZUREML_RUN_ID",),
+           partial=False, states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
+           fix="Azure ML set every torch variable of this process itself: run the command "
+               f"without derive-env; {ON_ERROR_WARN}"),
 )
 
 #: The table lines by name.
@@ -209,6 +333,49 @@ def seen_sources(environ: Mapping[str, str]) -> list[Source]:
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
     return sorted(seen, key=lambda s: s.depth)
+
+
+def _more_than(value: str, single: int | None) -> bool:
+    """Whether a launcher's ``value`` (``4``, torchrun's ``1:4``) is another than ``single``;
+    a value that is no count states nothing here."""
+    count = value.strip().rpartition(":")[2]
+    if not (count.isascii() and count.isdigit()):
+        return False
+    return single is None or int(count) != single
+
+
+def larger_job(environ: Mapping[str, str], files=None) -> str | None:
+    """What states a job of more than one node or process, for an image that did not opt in
+    (contract section 11): ``"a Backend.AI session states a job of more than one node
+    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None``.
+
+    The table only, by dictionary lookups (``states`` and ``counts``); a line's ``size`` is
+    imported and asked only when its marker is complete.
+
+    :param files: reads the files a ``size`` needs (cli/), as for the refusals.
+    """
+    for line in SOURCES:
+        if any(environ.get(name) for name in line.unless):
+            continue
+        complete = all(environ.get(name) for name in line.marker or line.detect)
+        if not complete and not line.partial:
+            continue
+        for name, single in (*line.states, *((name, 1) for name in line.counts)):
+            value = environ.get(name)
+            if value and _more_than(value, single):
+                return (f"{line.title} states a job of more than one {line.unit} "
+                        f"({name}={value!r})")
+        if complete and line.size is not None:
+            from derive_env.sources import sizes
+
+            paths = [environ.get(p[1:], "") if p.startswith("$") else p for p in line.files]
+            paths = [p for p in paths if p]
+            over = getattr(sizes, line.size)(
+                environ, files(paths) if files is not None and paths else dict.fromkeys(paths))
+            if over is not None and over != sizes.UNKNOWN:
+                return (f"{line.title} states a job of more than one {line.unit} "
+                        f"({over[0]}={(environ.get(over[0]) or over[1])!r})")
+    return None
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:

@@ -15,10 +15,11 @@ derive-env refuses (exit 3) rather than describe one process of a larger job (so
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from derive_env.errors import TopologyError, describe
 from derive_env.sources import BY_NAME, ON_ERROR_WARN, SOURCES, Source
+from derive_env.topology import ClusterTopology
 from derive_env.validation import static_count
 
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
@@ -30,13 +31,23 @@ _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
 
 _NO_SOURCE = "derive-env has no source for it yet (planned)"
 
+#: Reads the files a line's ``size`` needs: paths -> contents (``None``: unreadable).
+Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
+
 #: The lines that can state a job of more than one process, in table order.
 _LAUNCHERS = tuple(line for line in SOURCES if line.states or line.size)
 
 
-def _single(value: str, single: int) -> bool:
-    """Whether ``value`` states the single-container value (``01``, torchrun's ``1:1`` too)."""
-    return static_count(value) == single
+def _single(value: str, single: int | None) -> bool:
+    """Whether ``value`` states the single-container value (``01``, torchrun's ``1:1`` too);
+    ``single`` ``None``: no value does (the variable is set only for a larger job)."""
+    return single is not None and static_count(value) == single
+
+
+def _node_level(line: Source) -> bool:
+    """A node-level manager no module reads (SkyPilot, SageMaker ...): inside a job another
+    source states (torchrun started from its variables), its variables are that job's."""
+    return line.depth == 4 and line.module is None and line.part_of is None
 
 
 def launcher_problem(
@@ -44,6 +55,8 @@ def launcher_problem(
     session: str | None,
     seen: frozenset[str] = frozenset(),
     launched: bool = False,
+    files: Files | None = None,
+    nodes: int | None = 1,
 ) -> str | None:
     """Say which launcher started more than one process without a usable source, or ``None``.
 
@@ -51,7 +64,9 @@ def launcher_problem(
     cannot read (every process of such a job would derive a job of one): a line without a
     module, or one whose variables are only partly set (a partial set never selects a
     source, sources.md 3.13). The lines are checked in table order; the first that states
-    more than one process is named.
+    more than one process is named. A launcher that does not say the job's size (a lone
+    ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike, index 0
+    included (contract section 7).
 
     :param session: the cluster manager session the container is in (``"a Backend.AI
         session of 3 nodes"``), or ``None`` for none.
@@ -59,8 +74,26 @@ def launcher_problem(
     :param launched: a seen source stated the process layer: then a launcher that a module
         reads but only part of whose variables are set is that source's companion (``srun
         --mpi=pmi2`` sets ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
+    :param files: reads the files a line's ``size`` needs (cli/); ``None``: none readable.
+    :param nodes: the nodes the seen sources state (``None``: a launcher's ranks without a
+        node count): inside such a job, or one of more than one node (torchrun started from
+        SkyPilot's variables), a node-level manager no module reads is that job's, not
+        refused; in a job of one node, its larger job is.
     :returns: the message, naming the variable, the launcher and the fix.
     """
+    found = refused_line(environ, session, seen, launched, files, nodes)
+    return found[1] if found is not None else None
+
+
+def refused_line(
+    environ: Mapping[str, str],
+    session: str | None,
+    seen: frozenset[str] = frozenset(),
+    launched: bool = False,
+    files: Files | None = None,
+    nodes: int | None = 1,
+) -> tuple[Source, str] | None:
+    """:func:`launcher_problem` with the line it names: ``(line, message)`` or ``None``."""
     unsized: Source | None = None  # a launcher that started us without saying the size
     sized = False  # some launcher's complete marker states the size (one process)
     for line in _LAUNCHERS:
@@ -69,41 +102,67 @@ def launcher_problem(
         reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
         if reader is not None and (reader.name in seen or launched):
             continue
+        if (nodes is None or nodes > 1) and _node_level(line):
+            continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
         if not complete and not line.partial:
             continue
-        stated = _stated(line, environ, complete)
-        if stated is not None:
-            return _refusal(line, reader, environ, session, *stated)
-        if complete and line.sized:
+        if not line.sized:
+            # Its index alone says nothing of the size: every index alike (section 7).
+            if unsized is None and any(environ.get(name) for name, _ in line.states):
+                unsized = line
+            continue
+        stated = _stated(line, environ, complete, files)
+        if stated == UNSIZED:
+            unsized = unsized or line
+        elif stated is not None:
+            return line, _refusal(line, reader, environ, session, *stated)
+        elif complete:
             sized = True
-        elif complete and unsized is None:
-            unsized = line
     if unsized is not None and not sized:
         # Open MPI also sets PMIx's variables, and its own say the size: only PMIx (or a
         # Kubernetes index) alone leaves it unknown.
-        marker = unsized.marker or unsized.detect
-        return describe(
-            marker[0], environ[marker[0]],
-            f"unset: {unsized.title} started this process ({' and '.join(marker)} "
-            f"are set) without saying how many processes the job has, and {_NO_SOURCE}; "
-            f"describing a job of one process could be wrong. {unsized.fix}",
+        names = _set_names(unsized, environ)
+        units = unsized.unit + ("es" if unsized.unit.endswith("s") else "s")
+        return unsized, describe(
+            names[0], environ[names[0]],
+            f"unset: {unsized.title} started this process ({' and '.join(names)} "
+            f"{'is' if len(names) == 1 else 'are'} set) without saying how many {units} the "
+            f"job has, and {_NO_SOURCE}; describing a job of one {unsized.unit} could be "
+            f"wrong. {unsized.fix}",
         )
     return None
 
 
-def _stated(line: Source, environ: Mapping[str, str],
-            complete: bool) -> tuple[str, str, str] | None:
+#: :func:`_stated`'s answer for a line whose size cannot be told (``sizes.UNKNOWN``).
+UNSIZED = ("", "", "")
+
+
+def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
+    """The variables of ``line``'s marker and ``states`` that are set, in that order."""
+    names = dict.fromkeys((*(line.marker or line.detect), *dict(line.states)))
+    return [name for name in names if environ.get(name)]
+
+
+def _stated(line: Source, environ: Mapping[str, str], complete: bool,
+            files: Files | None) -> tuple[str, str, str] | None:
     """``(variable, value, single value)`` of the first variable of ``line`` that states
-    more than one process, or ``None``."""
+    more than one process, :data:`UNSIZED`, or ``None``."""
     if complete and line.size is not None:
-        over = line.size(environ)
+        from derive_env.sources import sizes
+
+        paths = [environ.get(p[1:], "") if p.startswith("$") else p for p in line.files]
+        paths = [p for p in paths if p]
+        contents = (files(paths) if files is not None and paths else dict.fromkeys(paths))
+        over = getattr(sizes, line.size)(environ, contents)
+        if over == sizes.UNKNOWN:
+            return UNSIZED
         if over is not None:
-            return over[0], environ[over[0]], over[1]
+            return (over[0], environ[over[0]], over[1]) if len(over) == 2 else over
     for name, single in line.states:
         value = environ.get(name)
         if value and not _single(value, single):
-            return name, value, str(single)
+            return name, value, "unset" if single is None else str(single)
     return None
 
 
@@ -111,11 +170,12 @@ def _refusal(line: Source, reader: Source | None, environ: Mapping[str, str],
              session: str | None, name: str, value: str, single: str) -> str:
     """The message for ``line``'s ``name=value``: a partial set of the ``reader`` line's
     variables, or a launcher no module reads."""
+    expected = single if single == "unset" else f"{single} or unset"
     if reader is not None:
         missing = [n for n in reader.detect if not environ.get(n)]
         return describe(
             name, value,
-            f"{single} or unset: {line.title} states a job of more than one "
+            f"{expected}: {line.title} states a job of more than one "
             f"{line.unit}, but only part of its variables are set (not set: "
             f"{', '.join(missing)}), and a partial set is never used: it may be "
             "left over from another job. Run derive-env in the launcher's own "
@@ -126,9 +186,28 @@ def _refusal(line: Source, reader: Source | None, environ: Mapping[str, str],
                f"derive-env would describe a job of one {line.unit}")
     return describe(
         name, value,
-        f"{single} or unset: {line.title} states a job of more than one "
+        f"{expected}: {line.title} states a job of more than one "
         f"{line.unit}, and {_NO_SOURCE}; {outcome}. {line.fix}",
     )
+
+
+def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
+                files: Files | None = None) -> ClusterTopology:
+    """``topology`` (a single container: ``--source none``) with a warning when a manager
+    or launcher that no seen source reads states a larger job (contract section 11): the
+    operator's choice wins, but every node of such a job would train alone."""
+    from derive_env.sources import seen_sources
+
+    seen = frozenset(line.name for line in seen_sources(environ))
+    found = refused_line(environ, None, seen, False, files)
+    if found is None:
+        return topology
+    line, message = found
+    return topology.model_copy(update={"warnings": (*topology.warnings, (
+        f"source none chosen (--source or DERIVE_ENV_SOURCE): {line.title} states a job of "
+        f"more than one {line.unit} ({message.partition(': expected')[0]}), and this "
+        "process derives a job of one; if that job has more than one node, each trains "
+        "alone"))})
 
 
 def check_single_container(environ: Mapping[str, str]) -> None:
