@@ -895,3 +895,13 @@ def test_source_files_are_read_without_blocking_and_only_when_regular(tmp_path) 
     got = read_files([str(regular), str(fifo), str(tmp_path), str(big), str(tmp_path / "no")])
     assert got == {str(regular): "gpu-a100-11\nn\udcff\n", str(fifo): None, str(tmp_path): None,
                    str(big): None, str(tmp_path / "no"): None}
+
+
+def test_messages_on_stderr_are_escaped(capsys) -> None:
+    """Issue 15, item 7: every message goes through errors.printable (newlines of a list
+    kept), so an escape code in a raw value cannot reach the terminal."""
+    from derive_env.cli import say
+
+    say("warning", "2 problems:\n  1. a \x1b]0;title\x07\n  2. b")
+    assert capsys.readouterr().err == (
+        "derive-env: warning: 2 problems:\n  1. a \\x1b]0;title\\x07\n  2. b\n")

@@ -152,3 +152,21 @@ def test_explain_escapes_the_session_id() -> None:
         "source: backendai session 's1\\nsource: forged\\x1b[0m', single-container session"
     )
     assert not any(line.startswith("source: forged") for line in lines)
+
+
+def test_explain_escapes_raw_values_in_provenance_notes_and_warnings() -> None:
+    """Issue 15, item 7: TORCHELASTIC_RUN_ID reached the terminal raw through the JAX port's
+    provenance ("derived from torchrun job ... step ..."); now every line is escaped."""
+    from pathlib import Path
+
+    fixture = Path(__file__).parents[1] / "fixtures/recorded/torchrun-static/rank0.env"
+    env = dict(line.split("=", 1) for line in fixture.read_text().splitlines()
+               if line and not line.startswith("#"))
+    env["TORCHELASTIC_RUN_ID"] = "ab\x1b[31mRED\x07"
+    text = explain(derive(env, {PREFIX + "frameworks": "pytorch,jax"}))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "torchrun job ab\\x1b[31mRED\\x07 step 26003" in text
+    result = made({"A": "1"})
+    result = Derivation(topology=result.topology, policy=result.policy,
+                        variables=result.variables, warnings=("bad \x9b1m\u2028x\udc80",))
+    assert explain(result).splitlines()[-1] == "warning: bad \\x9b1m\\u2028x\\udc80"

@@ -23,7 +23,7 @@ import stat
 import sys
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import DeriveEnvError, LabelError, shorten
+from derive_env.errors import DeriveEnvError, LabelError, printable, shorten
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
@@ -383,7 +383,9 @@ def say(kind: str, message: str) -> None:
     if sys.stderr is None:
         return
     try:  # not contextlib.suppress: contextlib stays off the start path
-        sys.stderr.write(f"derive-env: {kind}: {shorten(message, 4000)}\n")
+        # A raw value in a message (an escape code) must not reach the terminal as such.
+        text = printable(shorten(message, 4000), keep="\n")
+        sys.stderr.write(f"derive-env: {kind}: {text}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

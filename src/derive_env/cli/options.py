@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from derive_env.errors import shorten
 from derive_env.render import FORMATS
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
@@ -125,6 +126,10 @@ def check(values: Mapping[str, Any]) -> str | None:
             return "no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run."
     elif values["explain"] and values["fmt"] is not None:
         return "--explain prints for a person; drop --format."
+    elif values["command"]:  # contract section 2: the first non-option word is the command
+        shown = " ".join(values["command"][:3]) + (" ..." if len(values["command"]) > 3 else "")
+        return (f"--dry-run prints the variables and runs no command, but a command was "
+                f"given ({shorten(shown, 80)!r}): drop --dry-run to run it, or drop the command.")
     if len(env_files) > 1:
         return "--env-file given more than once: one environment at a time."
     if "-" in env_files and "-" in values["labels_files"]:

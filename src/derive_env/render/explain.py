@@ -10,6 +10,7 @@ Imported only for ``--explain``.
 
 from __future__ import annotations
 
+from derive_env.errors import printable
 from derive_env.labels import OPT_IN
 
 # Not from typing, and the pipeline (pydantic) only for type checkers: ``--explain`` for an
@@ -55,7 +56,8 @@ def explain(derivation: Derivation | None) -> str:
         lines += derivation.notes
     for warning in derivation.warnings:
         lines.append(f"warning: {warning}")
-    return "\n".join(lines) + "\n"
+    # Any raw value in a note or a provenance (TORCHELASTIC_RUN_ID...) escaped, line by line.
+    return "\n".join(printable(line, keep="\n") for line in lines) + "\n"
 
 
 def _printable(value: str) -> str:
