@@ -325,7 +325,7 @@ def test_master_addr_of_another_node_is_an_error(backendai_env) -> None:
     )
 
 
-@pytest.mark.parametrize("addr", ["main1", "MAIN1", "10.0.0.7", "2001:db8::1"])
+@pytest.mark.parametrize("addr", ["main1", "MAIN1", "main1.", "10.0.0.7", "2001:db8::1"])
 def test_master_addr_of_node_rank_0_or_an_address_is_kept_silently(backendai_env, addr) -> None:
     derivation = derive(session(backendai_env, "sub1", MASTER_ADDR=addr), ALL)
     assert derivation.warnings == ()
@@ -472,3 +472,9 @@ def test_every_node_execs_the_derived_values_or_fails_naming_a_variable(
         # Presets equal to the derived values (and no other preset) never fail.
     same = {n: bases[0][n] for n in bases[0] if n in IDENTITY}
     assert derive({**backendai_env(hosts, "main1"), **same}, mode) is not None
+
+
+def test_master_addr_fully_qualified_with_a_trailing_dot_is_that_node(backendai_env) -> None:
+    """Issue 15, item 7: "sub2." is sub2 (RFC 1034), so it is recognised as node rank 2."""
+    assert error(session(backendai_env, "main1", MASTER_ADDR="sub2.")).startswith(
+        "MASTER_ADDR='sub2.': expected the host of node rank 0 (main1); sub2. is node rank 2,")

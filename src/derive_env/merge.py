@@ -43,7 +43,7 @@ from derive_env.frameworks.context import (
     SHARED,
     DerivedVariable,
 )
-from derive_env.hosts import is_ip, is_loopback
+from derive_env.hosts import host_key, is_ip, is_loopback
 from derive_env.topology import ClusterTopology
 from derive_env.validation import count_of, static_count
 
@@ -206,9 +206,11 @@ def _address_problem(
         )), None
     if not hosts:  # no host list (an MPI launcher over SSH): nothing to compare with
         return None, None
-    lowered = [h.lower() for h in hosts]
-    if host.lower() in lowered[1:]:
-        rank = lowered.index(host.lower())
+    # DNS compares names without regard to case, and "main1." is "main1" fully qualified.
+    lowered = [host_key(h) for h in hosts]
+    key = host_key(host)
+    if key in lowered[1:]:
+        rank = lowered.index(key)
         return TopologyError(describe(
             var.name, var.value,
             f"the host of node rank 0 ({master}); {host} is node rank {rank}, and node rank 0 "
@@ -217,7 +219,7 @@ def _address_problem(
             f"{host}. Remove {var.name} from the session's environment (derive-env derives "
             f"it), or {_FIX}",
         )), None
-    if host.lower() in lowered or is_ip(host):
+    if key in lowered or is_ip(host):
         return None, None  # an IP literal cannot be matched to a node without resolving it
     return None, (
         f"{var.name}={shorten(var.value)!r} is not a node of this session ({shown}): kept, so "
