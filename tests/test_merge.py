@@ -478,3 +478,22 @@ def test_master_addr_fully_qualified_with_a_trailing_dot_is_that_node(backendai_
     """Issue 15, item 7: "sub2." is sub2 (RFC 1034), so it is recognised as node rank 2."""
     assert error(session(backendai_env, "main1", MASTER_ADDR="sub2.")).startswith(
         "MASTER_ADDR='sub2.': expected the host of node rank 0 (main1); sub2. is node rank 2,")
+
+
+JAX_EXPECTED = ("expected host:port, the port 1-65535, IPv6 in brackets ([fd00::1]:8476), as "
+                "JAX reads it (jax/_src/distributed.py: the port is the text after the last ':')")
+
+
+@pytest.mark.parametrize("value", ["main1", "main1:", "main1:99999", "main1:x", "main1:0",
+                                   "fd00::1:8476", "a b:8476", ":8476", "[main1]x:1"])
+def test_user_jax_coordinator_address_jax_cannot_read_is_an_error(backendai_env,
+                                                                  value: str) -> None:
+    """Issue 15, item 7: the port of a user JAX_COORDINATOR_ADDRESS was not validated."""
+    assert error(session(backendai_env, "sub1", JAX_COORDINATOR_ADDRESS=value)) == (
+        f"JAX_COORDINATOR_ADDRESS={value!r}: {JAX_EXPECTED}")
+
+
+@pytest.mark.parametrize("value", ["main1:8476", "10.0.0.7:8476", "[fd00::1]:8476"])
+def test_user_jax_coordinator_address_jax_reads_is_kept(backendai_env, value: str) -> None:
+    derivation = derive(session(backendai_env, "sub1", JAX_COORDINATOR_ADDRESS=value), ALL)
+    assert next(v for v in derivation.variables if v.name == "JAX_COORDINATOR_ADDRESS").kept

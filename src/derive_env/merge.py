@@ -43,9 +43,9 @@ from derive_env.frameworks.context import (
     SHARED,
     DerivedVariable,
 )
-from derive_env.hosts import host_key, is_ip, is_loopback
+from derive_env.hosts import host_key, host_problem, is_ip, is_ipv6, is_loopback
 from derive_env.topology import ClusterTopology
-from derive_env.validation import count_of, static_count
+from derive_env.validation import count_of, parse_port, static_count
 
 _FIX = "set label ai.backend.distributed.on-error=warn to run the command unchanged"
 
@@ -187,6 +187,27 @@ def _host_of(compare: str, value: str) -> str:
     return value.rpartition(":")[0] if value.count(":") == 1 else value
 
 
+def _check_address(var: DerivedVariable) -> None:
+    """A user-set ``host:port`` (``JAX_COORDINATOR_ADDRESS``) read as JAX reads it: the port
+    is the text after the last ``:`` (jax/_src/distributed.py binds ``[::]:`` + it), the
+    host a host name or IP literal, IPv6 in brackets.
+
+    :raises TopologyError: no port, a port outside 1-65535, or a host that is none.
+    """
+    value = var.value.strip()
+    host, colon, port = value.rpartition(":")
+    expected = ("host:port, the port 1-65535, IPv6 in brackets ([fd00::1]:8476), as JAX "
+                "reads it (jax/_src/distributed.py: the port is the text after the last ':')")
+    try:
+        parse_port(port)
+    except ValueError:
+        raise TopologyError(describe(var.name, var.value, expected)) from None
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    problem = host_problem(bare) if colon else "a host"
+    if problem or (is_ipv6(bare) and bare == host):
+        raise TopologyError(describe(var.name, var.value, expected))
+
+
 def _address_problem(
     var: DerivedVariable, topology: ClusterTopology
 ) -> tuple[TopologyError | None, str | None]:
@@ -266,6 +287,8 @@ def check_user_values(
     for var in sorted(variables, key=lambda v: v.scope == NODE):
         if not var.kept or var.name in topology.preset:  # the launcher's own: its authority
             continue
+        if var.compare == ADDRESS:
+            _check_address(var)
         _check_value(var, topology)
         host = _host_of(var.compare, var.value).lower()
         if multi and var.compare in (HOST, ADDRESS) and host not in checked:
