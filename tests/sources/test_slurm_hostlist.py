@@ -396,7 +396,11 @@ def test_1500_bracket_groups_expand_without_recursion() -> None:
     """1500 bracket groups in one item once raised RecursionError (a traceback); now the
     groups are walked in a loop, in Slurm's order, and the name they make is too long."""
     assert value_error(expand_hostlist, "a[1]" * 1500) == (
+        "host names of at most 253 characters (RFC 1035), not '" + "a[1]" * 20 + "...'")
+    assert value_error(expand_hostlist, "a[1]" * 100 + "b" * 60) == (
         "host names of at most 253 characters (RFC 1035), not '" + "a1" * 40 + "...'")
+    # the product is bounded before it is built (2**17 names)
+    assert value_error(expand_hostlist, "a[1-2]" * 17) == "at most 65536 hosts in a host list"
     stem = "1" * 120
     assert expand_hostlist("[1]" * 120 + "b[1-2]c[3-4]d[5]") == (
         stem + "b1c3d5", stem + "b2c3d5", stem + "b1c4d5", stem + "b2c4d5")

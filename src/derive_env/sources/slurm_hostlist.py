@@ -204,9 +204,13 @@ def _push_range_list(
     prefix groups, the last range fastest of all.
     """
     groups: list[tuple[list[str], str]] = []  # (numbers as printed, text after), last first
+    end = len(prefix)  # indices, not slices: 262144 groups must not copy the prefix each
+    combinations = 1
     while True:
-        open_at = prefix.rfind("[")
-        close_at = prefix.rfind("]", open_at) if open_at != -1 else -1
+        if len(groups) > MAX_NAME:  # a digit or more per group: every name is too long
+            _push(prefix, suffix, ranges, out)  # raises, naming the text as given
+        open_at = prefix.rfind("[", 0, end)
+        close_at = prefix.rfind("]", open_at, end) if open_at != -1 else -1
         if close_at == -1:
             break
         values: list[str] = []
@@ -217,12 +221,19 @@ def _push_range_list(
                     f"in {_cut(prefix)!r}"
                 )
             values += [f"{number:0{width}d}" for number in range(lo, hi + 1)]
-        groups.append((values, prefix[close_at + 1 :]))
-        prefix = prefix[:open_at]
+        combinations *= len(values)
+        if combinations > MAX_HOSTS:  # before the product is built
+            raise ValueError(f"at most {MAX_HOSTS} hosts in a host list")
+        groups.append((values, prefix[close_at + 1 : end]))
+        end = open_at
     if not groups:
         _push(prefix, suffix, ranges, out)
         return
-    _push_groups(prefix, groups[::-1], suffix, ranges, out)
+    base = prefix[:end]
+    if len(base) + sum(len(after) + 1 for _values, after in groups) > MAX_NAME:
+        first = base + "".join(values[0] + after for values, after in reversed(groups))
+        _push(first, suffix, ranges, out)  # raises: the name is too long
+    _push_groups(base, groups[::-1], suffix, ranges, out)
 
 
 def _push_groups(base: str, groups: list[tuple[list[str], str]], suffix: str,
