@@ -177,6 +177,10 @@ def test_host_list_nproc_is_the_merged_pet_nproc_per_node(
     topology, got, opted_in = host_list(env, labels)
     assert (got, opted_in) == (nproc, True)
     assert topology.num_nodes == 3
+    if user == "0":  # torchrun refuses it (issue 15, item 7): the derivation says so
+        with pytest.raises(TopologyError, match="PET_NPROC_PER_NODE='0': expected"):
+            derive(env, labels)
+        return
     # The same number as the derivation's PET_NPROC_PER_NODE, whenever that is one >= 1.
     derived = {v.name: v.value for v in derive(env, labels).variables}
     value = derived.get("PET_NPROC_PER_NODE", "").strip()

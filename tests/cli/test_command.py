@@ -1040,8 +1040,8 @@ def test_explain_escapes_control_characters_and_survives_undecodable_bytes(
         b"BACKENDAI_CLUSTER_SIZE": b"1",
         # a kept value and the session id could otherwise forge lines or colour the terminal
         b"BACKENDAI_SESSION_ID": b"s\xff\x1b[31m\nsource: forged",
-        # a session-wide value, kept unchecked (PET_MASTER_ADDR must now follow MASTER_ADDR)
-        b"JAX_COORDINATOR_ADDRESS": b"h\xfe\r\x1b[2K",
+        # a job-wide value, kept (PET_MASTER_ADDR must now follow MASTER_ADDR)
+        b"JAX_COORDINATOR_ADDRESS": b"h1:1234",
         b"PYTHONIOENCODING": b"utf-8",  # strict: an unescaped surrogate could not be written
     }
     result = subprocess.run([console_script(), "--dry-run", "--explain"], env=env,
@@ -1050,8 +1050,15 @@ def test_explain_escapes_control_characters_and_survives_undecodable_bytes(
     assert result.stderr == b""
     lines = result.stdout.decode("ascii").splitlines()
     assert lines[0] == (
-        "source: backendai session 's\\udcff\\x1b[31m\\nsource: forged', single-container session"
+        "source: backendai session 's\\udcff\\x1b[31m\\nsource: forged', single container"
     )
-    at = lines.index("JAX_COORDINATOR_ADDRESS = 'h\\udcfe\\r\\x1b[2K'")
+    at = lines.index("JAX_COORDINATOR_ADDRESS = h1:1234")
     assert lines[at + 1].strip() == "kept: already set (derived: 127.0.0.1:1234)"
     assert not any(line.startswith("source: forged") for line in lines)
+    # A malformed one is an error (issue 15, item 7), its value escaped on stderr.
+    env[b"JAX_COORDINATOR_ADDRESS"] = b"h\xfe\r\x1b[2K"
+    result = subprocess.run([console_script(), "--dry-run", "--explain"], env=env,
+                            capture_output=True, timeout=120, check=False)
+    assert result.returncode == 3
+    assert result.stderr.decode("ascii").startswith(
+        "derive-env: error: JAX_COORDINATOR_ADDRESS='h\\udcfe\\r\\x1b[2K': expected host:port")

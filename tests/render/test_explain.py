@@ -107,7 +107,7 @@ def test_explain_not_opted_in() -> None:
 
 def test_explain_single_container() -> None:
     text = explain(derive({}, {PREFIX + "frameworks": "jax"}))
-    assert text.splitlines()[:2] == ["source: standalone, single-container session",
+    assert text.splitlines()[:2] == ["source: standalone, single container",
                                      "frameworks: jax"]
     assert "JAX_COORDINATOR_ADDRESS = 127.0.0.1:1234" in text
 
@@ -149,7 +149,7 @@ def test_explain_escapes_the_session_id() -> None:
     env = {"BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_SESSION_ID": "s1\nsource: forged\x1b[0m"}
     lines = explain(derive(env, {PREFIX + "frameworks": "pytorch"})).splitlines()
     assert lines[0] == (
-        "source: backendai session 's1\\nsource: forged\\x1b[0m', single-container session"
+        "source: backendai session 's1\\nsource: forged\\x1b[0m', single container"
     )
     assert not any(line.startswith("source: forged") for line in lines)
 

@@ -285,8 +285,8 @@ def other_launcher_message(name: str, value: str) -> str:
     single = "1" if name in ("WORLD_SIZE", "PET_NNODES") else "0"
     return (
         f"{name}={value!r}: expected {single} or unset: no source's complete set of variables "
-        "is set (no cluster manager or launcher stated the job), so it is a single-container "
-        f"session, but another launcher set a larger topology{closest(name)}. Run the command "
+        "is set (no cluster manager or launcher stated the job), so this is taken for a single "
+        f"container, but another launcher set a larger topology{closest(name)}. Run the command "
         "without derive-env for that launcher, or give the container its cluster manager's "
         "variables"
     )

@@ -23,7 +23,7 @@ import stat
 import sys
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import DeriveEnvError, LabelError, printable, shorten
+from derive_env.errors import DeriveEnvError, LabelError, printable, shorten, without_waiver
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
@@ -346,7 +346,7 @@ def _derive(
             check_limits(command, environ, arg_max)
         if on_error_of(labels) != "warn":
             raise
-        say("warning", str(exc))
+        say("warning", without_waiver(str(exc)))
         say("warning", "on-error=warn: " + (
             "nothing derived" if dry_run else "running the command with the environment unchanged"
         ))

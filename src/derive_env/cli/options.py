@@ -64,7 +64,7 @@ OPTIONS = (
     Option(
         "--format", "fmt", VALUE, choices=FORMATS,
         help="Dry-run output: KEY=VALUE lines (env, default), one JSON object, a TOML table, "
-             "eval-safe `export` lines (shell), or the session's nodes for a launcher (hosts, "
+             "eval-safe `export` lines (shell), or the job's nodes for a launcher (hosts, "
              "openmpi-/mpich-/deepspeed-hostfile, horovod-hosts).",
     ),
     Option(
@@ -85,7 +85,7 @@ OPTIONS = (
         # Repeatable for the grammar, so that check() can say that one is the most.
         "--env-file", "env_files", REPEATABLE, metavar="PATH",
         help="Read the input environment from a file instead of this process's, e.g. to see "
-             "what another container of the session would get: env -0 or /proc/PID/environ "
+             "what another container or node of the job would get: env -0 or /proc/PID/environ "
              "output, docker inspect output, Backend.AI's environ.txt, or dotenv KEY=VALUE "
              "lines ('-' for stdin).",
     ),

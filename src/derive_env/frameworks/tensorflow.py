@@ -76,7 +76,7 @@ def task_types(topology: ClusterTopology, roles: tuple[tuple[str, str], ...] | N
         if node.role not in mapping:
             raise LabelError(describe(
                 f"label {ROLES_LABEL}", shown,
-                f"a task type for every role of the session; role {node.role!r} "
+                f"a task type for every role of the Backend.AI session; role {node.role!r} "
                 f"(host {node.host}) has none",
             ))
         types.append(mapping[node.role])
@@ -249,7 +249,7 @@ def derive(ctx: Context) -> Contribution:
     topo, policy = ctx.topology, ctx.policy
     out = Contribution()
     if not topo.multi_node and not topo.per_process:
-        out.notes.append("TF_CONFIG not set: single-container session (TensorFlow trains locally)")
+        out.notes.append("TF_CONFIG not set: a single container (TensorFlow trains locally)")
         return out
     error = _unbuildable(topo)
     if error is not None:

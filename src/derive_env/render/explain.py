@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from derive_env.topology import ClusterTopology
 
 __all__ = ["explain"]
+#: What Backend.AI calls its job (the one place outside sources/backendai*.py that says so).
+BACKENDAI_WORD = "session"
 #: --explain lists at most this many nodes (the first ones, the master, this container).
 _NODES_SHOWN = 16
 
@@ -72,10 +74,10 @@ def _topology_lines(derivation: Derivation) -> list[str]:
     """The source line, the master or the nodes, and the process layer."""
     topo = derivation.topology
     # Backend.AI says session; the job managers (Slurm, MPI, torchrun, Kubeflow) say job.
-    kind = "session" if topo.source in ("backendai", "standalone") else "job"
+    kind = BACKENDAI_WORD if topo.source == "backendai" else "job"
     session = f" {kind} {_printable(topo.session_id)}" if topo.session_id else ""
     if not topo.multi_node:
-        lines = [f"source: {topo.source}{session}, single-container session"]
+        lines = [f"source: {topo.source}{session}, single container"]
     elif not topo.nodes:
         lines = _without_host_list(derivation, session)
     else:

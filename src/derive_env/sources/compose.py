@@ -375,11 +375,11 @@ def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
         return
     here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else f"node rank {node_rank}"
     raise TopologyError(
-        f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, but every "
-        f"framework needs rank 0 on node rank 0 (the master, "
-        f"{nodes[0].host if nodes else 'node rank 0'}): the launcher placed its ranks "
-        "in another order than the node list. Place rank 0 on the first node (mpirun "
-        f"--map-by slot, the default) (checked on {here} only)")
+        f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here} (checked there only), but "
+        f"every framework needs it on node rank 0 ({nodes[0].host if nodes else 'the master'}). "
+        "The launcher's node order differs from derive-env's: give it derive-env's, `derive-env "
+        "--dry-run --format openmpi-hostfile > hosts; mpirun --hostfile hosts ...` (MPICH, "
+        "Intel MPI: --format mpich-hostfile, mpiexec -f hosts)")
 
 
 def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int | None,
