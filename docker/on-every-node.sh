@@ -12,7 +12,8 @@
 #   ~/.ssh/config gives port 2200 and the cluster key), in the current working directory,
 #   each argument single-quoted for the remote shell, so it arrives byte for byte.
 # - Containers start without a barrier: a peer's SSH is retried once a second for up to
-#   ON_EVERY_NODE_SSH_WAIT seconds (default 60) before the command starts there.
+#   ON_EVERY_NODE_SSH_WAIT seconds (default 60) before the command starts there; a value
+#   that is not digits is a usage error (exit 2) before any node starts.
 # - COMMAND's standard input is /dev/null on every node.
 # - Waits for all. Exit status: 0 when every node exited 0, else the first non-zero status
 #   in canonical order; a line on stderr names each node that failed (ssh's own failures
@@ -26,6 +27,17 @@
 [ "${1-}" = "--" ] && shift
 if [ "$#" -eq 0 ]; then
     echo "usage: on-every-node [--] COMMAND [ARG]..." >&2
+    exit 2
+fi
+# Checked once, before any node: a bad value would otherwise fail once per peer.
+wait_s=${ON_EVERY_NODE_SSH_WAIT:-60}
+case $wait_s in
+    '' | *[!0-9]*) wait_ok= ;;
+    *) [ "${#wait_s}" -le 6 ] && wait_ok=1 || wait_ok= ;;
+esac
+if [ -z "$wait_ok" ]; then
+    printf "on-every-node: ON_EVERY_NODE_SSH_WAIT='%s': expected a number of seconds (digits, at most 6)\n" \
+        "$wait_s" | LC_ALL=C tr -c '[:print:]\n' '?' >&2
     exit 2
 fi
 # The same lookup as bootstrap.sh: PATH, then the packaged install's own venv.
@@ -46,7 +58,6 @@ fi
 # lower case WORD: host names compare case-insensitively, as derive-env matches HOST.
 lower() { printf '%s' "$1" | tr '[:upper:]' '[:lower:]'; }
 self=$(lower "${BACKENDAI_CLUSTER_HOST:-$(hostname)}")
-wait_s=${ON_EVERY_NODE_SSH_WAIT:-60}
 
 # quote WORD: WORD as one single-quoted shell word ('  becomes  '\'' ).
 quote() {

@@ -84,7 +84,7 @@ def test_json_blocks_parse(where: str, code: str) -> None:
 def test_the_backendai_page_has_its_commands() -> None:
     """The page's shell blocks are found (a changed fence style would silently skip them)."""
     assert len([w for w, _ in SH if w.startswith("docs/backendai.md:")]) >= 8
-    assert len([w for w, _ in PYTHON if w.startswith("docs/backendai.md:")]) == 2
+    assert len([w for w, _ in PYTHON if w.startswith("docs/backendai.md:")]) == 3
 
 
 def test_a_broken_block_is_caught() -> None:

@@ -1113,3 +1113,13 @@ def test_the_not_opted_in_note_on_both_paths(no_default_labels: Path, capsys, fa
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "SKYPILOT_NUM_NODES": "1"})
     assert run([], dry_run=True, fmt="shell") == 0
     assert capsys.readouterr() == ("", "")
+
+
+def test_messages_on_stderr_are_escaped(capsys) -> None:
+    """Issue 15, item 7: every message goes through errors.printable (newlines of a list
+    kept), so an escape code in a raw value cannot reach the terminal."""
+    from derive_env.cli import say
+
+    say("warning", "2 problems:\n  1. a \x1b]0;title\x07\n  2. b")
+    assert capsys.readouterr().err == (
+        "derive-env: warning: 2 problems:\n  1. a \\x1b]0;title\\x07\n  2. b\n")

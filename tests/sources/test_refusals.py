@@ -29,8 +29,8 @@ def error(environ: dict[str, str], labels: dict[str, str] = ALL) -> str:
 
 NO_SOURCE = "and derive-env has no source for it yet (planned); "
 RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
-               "launcher's), or set label ai.backend.distributed.on-error=warn to run it with "
-               "the environment unchanged")
+               "launcher's), or set label ai.backend.distributed.on-error=warn to run the "
+               "command with the environment unchanged")
 
 def torchrun_fix(how: str) -> str:
     """The fix of a node-level manager no module reads (sources/__init__.py)."""
@@ -47,7 +47,7 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
         f"one process, but only part of its variables are set (not set: {missing}), and a "
         "partial set is never used: it may be left over from another job. Run derive-env in "
         "the launcher's own process (the launcher sets all of them), or set label "
-        "ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+        "ai.backend.distributed.on-error=warn to run the command with the environment unchanged")
 
 
 @pytest.mark.parametrize(("environ", "message"), [
@@ -163,8 +163,11 @@ def test_mpirun_inside_a_backendai_session_takes_ranks_from_mpirun(backendai_env
     rank0 = {**environ, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
     assert error(rank0, torch_jax).startswith(
         "rank 0 (OMPI_COMM_WORLD_RANK + OMPI_COMM_WORLD_LOCAL_RANK + OMPI_COMM_WORLD_SIZE + "
-        "OMPI_COMM_WORLD_LOCAL_SIZE) runs on sub1, node rank 1, but every framework needs rank "
-        "0 on node rank 0")
+        "OMPI_COMM_WORLD_LOCAL_SIZE) runs on sub1, node rank 1 (checked there only), but every "
+        "framework needs it on node rank 0 (main1). The launcher's node order differs from "
+        "derive-env's: give it derive-env's, `derive-env --dry-run --format openmpi-hostfile > "
+        "hosts; mpirun --hostfile hosts ...` (MPICH, Intel MPI: --format mpich-hostfile, "
+        "mpiexec -f hosts)")
     # TensorFlow lists every task: Open MPI states only this node's processes.
     assert error(environ, ALL).startswith("TF_CONFIG cannot be built: it lists every task's")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
 
+from derive_env.errors import ON_ERROR_WARN as _ON_ERROR_WARN
 from derive_env.errors import TopologyError, UsageError, describe
 
 #: The variable that chooses a source for every node of a session (``--source`` wins).
@@ -23,9 +24,8 @@ SOURCE_VARIABLE = "DERIVE_ENV_SOURCE"
 #: The choices besides a source name.
 AUTO, NONE = "auto", "none"
 
-#: Ends a refusal: the label that lets the command run anyway.
-ON_ERROR_WARN = ("or set label ai.backend.distributed.on-error=warn to run it with the "
-                 "environment unchanged")
+#: Ends a refusal: the label that lets the command run anyway (errors.py, one text).
+ON_ERROR_WARN = _ON_ERROR_WARN
 _RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
                 f"launcher's), {ON_ERROR_WARN}")
 

@@ -225,8 +225,8 @@ def check_single_container(environ: Mapping[str, str]) -> None:
             raise TopologyError(describe(
                 name, value,
                 f"{single} or unset: no source's complete set of variables is set (no "
-                "cluster manager or launcher stated the job), so it is a single-container "
-                "session, but another launcher set a larger topology"
+                "cluster manager or launcher stated the job), so this is taken for a single "
+                "container, but another launcher set a larger topology"
                 f"{_closest_partial(environ)}. Run the command without derive-env for that "
                 "launcher, or give the container its cluster manager's variables",
             ))
