@@ -29,6 +29,7 @@ BACKENDAI = ("sources/backendai.py", "sources/backendai_order.py")
 #: Literals that hold the word on purpose: (module, text) -> why.
 ALLOWED = {
     ("render/explain.py", "session"): "BACKENDAI_WORD, used only when the source is backendai",
+    ("digest.py", "session"): "a digest fact's name (the manager's job or session id), no message",
 }
 _WORD = re.compile(r"(?<![A-Za-z_])sessions?(?![A-Za-z_])")
 

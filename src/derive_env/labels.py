@@ -88,7 +88,7 @@ def session_labels(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str
         if meant is not None:
             problems.append(
                 f"variable {shorten(key, 120)}={shorten(environ[key])!r}: expected the name "
-                f"{meant} (label {by_variable[meant]} for the session); derive-env reads only "
+                f"{meant} (label {by_variable[meant]} for this job); derive-env reads only "
                 f"{VARIABLE_PREFIX}<LABEL NAME> exactly (upper case, - as _), so this one "
                 "would be ignored. Rename it")
     return labels, problems

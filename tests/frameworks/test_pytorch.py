@@ -200,12 +200,13 @@ def test_torchrun_mode_speaks_of_nodes_not_world_size(backendai_env, opt_in) -> 
     assert str(caught.value) == (
         "WORLD_SIZE='6': expected '3', the number of nodes, one process per node (torchrun "
         "mode: not set, torchrun sets it for each worker it starts; a value for the whole "
-        "container can only describe one process on each node): the session has 3 node(s); "
-        "a value set for the whole session sizes the job wrongly on every node (each would "
-        "train alone or wait for processes that never come). Remove WORLD_SIZE from the "
-        "session's environment (derive-env does not set it: the launcher sets it per "
-        "process), or set label ai.backend.distributed.on-error=warn to run the command "
-        "unchanged")
+        "container can only describe one process on each node): the job has 3 node(s), so "
+        "this value sizes it wrongly on every node (each would train alone or wait for "
+        "processes that never come). Remove WORLD_SIZE where it is set (the image's ENV, a "
+        "variable the cluster manager copies into every node, a Kubernetes pod spec, a "
+        "container hook such as enroot's, an env file; derive-env does not set it: the "
+        "launcher sets it per process), or set label ai.backend.distributed.on-error=warn to "
+        "run the command with the environment unchanged")
 
 
 NPROC_EXPECTED = (

@@ -37,7 +37,7 @@ def torchrun_fix(how: str) -> str:
     return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
             "python train.py), so that derive-env reads each worker torchrun starts; or, for "
             "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set label "
-            "ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+            "ai.backend.distributed.on-error=warn to run the command with the environment unchanged")
 
 
 def partial(name: str, value: str, single: str, launcher: str, missing: str) -> str:
@@ -338,11 +338,11 @@ def test_the_fixes_say_what_to_set() -> None:
     assert BY_NAME["tf-config"].fix == (
         "Run the command without derive-env (TensorFlow reads the TF_CONFIG its manager set), "
         "or, for a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set "
-        "label ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+        "label ai.backend.distributed.on-error=warn to run the command with the environment unchanged")
     assert BY_NAME["mpi-operator-launcher"].fix == (
         "Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
         "train.py), not around mpirun; or set label ai.backend.distributed.on-error=warn to "
-        "run it with the environment unchanged")
+        "run the command with the environment unchanged")
 
 
 @pytest.mark.parametrize("manager", sorted(MANAGERS))
@@ -416,7 +416,7 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
     derivation = derive({"TF_CONFIG": one}, {PREFIX + "frameworks": "tensorflow"})
     assert derivation is not None
     notes = [n for n in derivation.notes if "TF_CONFIG" in n]
-    assert notes == ["TF_CONFIG kept as set (a single-container session: derive-env derives "
+    assert notes == ["TF_CONFIG kept as set (a single container: derive-env derives "
                      "none, and TensorFlow reads the one set)"]
 
 

@@ -354,7 +354,7 @@ def _note_larger_job(environ: Mapping[str, str]) -> None:
             f"nothing derived: the image did not opt in (label {OPT_IN} is not set), but "
             f"{shorten(job, 300)}, so every node runs the command as a job of its own. To "
             f"opt in, set the label {OPT_IN}=pytorch (or tensorflow, jax) in the image, "
-            f"{variable_of(OPT_IN)}=pytorch for the session, or derive-env --frameworks "
+            f"{variable_of(OPT_IN)}=pytorch for the job, or derive-env --frameworks "
             "pytorch"))
 
 
