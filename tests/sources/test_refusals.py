@@ -37,7 +37,8 @@ def torchrun_fix(how: str) -> str:
     return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
             "python train.py), so that derive-env reads each worker torchrun starts; or, for "
             "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set label "
-            "ai.backend.distributed.on-error=warn to run the command with the environment unchanged")
+            "ai.backend.distributed.on-error=warn to run the command with the environment "
+            "unchanged")
 
 
 def partial(name: str, value: str, single: str, launcher: str, missing: str) -> str:
@@ -338,7 +339,8 @@ def test_the_fixes_say_what_to_set() -> None:
     assert BY_NAME["tf-config"].fix == (
         "Run the command without derive-env (TensorFlow reads the TF_CONFIG its manager set), "
         "or, for a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set "
-        "label ai.backend.distributed.on-error=warn to run the command with the environment unchanged")
+        "label ai.backend.distributed.on-error=warn to run the command with the environment "
+        "unchanged")
     assert BY_NAME["mpi-operator-launcher"].fix == (
         "Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
         "train.py), not around mpirun; or set label ai.backend.distributed.on-error=warn to "
