@@ -415,11 +415,15 @@ def test_opted_in_start_loads_no_secrets_nor_libcrypto(tmp_path: Path, backendai
                          ids=["not-opted-in", "opted-in"])
 @pytest.mark.parametrize(("argv", "wanted", "unwanted"), [
     (["--dry-run", "--format", "shell"], "derive_env.render",
-     {"derive_env.render.hostfiles", "derive_env.render.explain"}),
+     {"derive_env.render.hostfiles", "derive_env.render.explain", "derive_env.digest"}),
     (["--dry-run", "--explain"], "derive_env.render.explain", {"derive_env.render.hostfiles"}),
     (["--dry-run", "--format", "hosts"], "derive_env.render.hostfiles",
-     {"derive_env.render.explain"}),
-], ids=["hook", "explain", "hosts"])
+     {"derive_env.render.explain", "derive_env.digest"}),
+    (["--dry-run", "--format", "digest"], "derive_env.digest",
+     {"derive_env.render.explain", "derive_env.render.hostfiles"}),
+    (["--dry-run", "--format", "digest-facts"], "derive_env.digest",
+     {"derive_env.render.explain", "derive_env.render.hostfiles"}),
+], ids=["hook", "explain", "hosts", "digest", "digest-facts"])
 def test_each_output_loads_only_its_renderer(tmp_path: Path, backendai_env, labels: dict[str, str],
                                              argv: list[str], wanted: str,
                                              unwanted: set[str]) -> None:

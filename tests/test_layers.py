@@ -48,6 +48,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "derive_env.render": ("derive_env.sources", "derive_env.frameworks", "derive_env.merge",
                           "derive_env.pipeline", "derive_env.policy", "derive_env.cli",
                           "derive_env.launch"),
+    # the job digest reads a derivation (scopes, the FRAMEWORKS table), derives nothing
+    "derive_env.digest": ("derive_env.sources", "derive_env.merge", "derive_env.pipeline",
+                          "derive_env.render", "derive_env.cli", "derive_env.launch",
+                          "derive_env.policy"),
     "derive_env.launch": ("derive_env.sources", "derive_env.frameworks", "derive_env.merge",
                           "derive_env.pipeline", "derive_env.render", "derive_env.cli"),
 }

@@ -140,7 +140,8 @@ def test_help(flag: str) -> None:
     out = result.stdout
     assert out.startswith("Usage: derive-env [OPTIONS] [--] COMMAND [ARG]...\n")
     for option in ("--dry-run", "--format [env|json|toml|shell|hosts|openmpi-hostfile|"
-                   "mpich-hostfile|deepspeed-hostfile|horovod-hosts]", "--explain",
+                   "mpich-hostfile|deepspeed-hostfile|horovod-hosts|digest|digest-facts]",
+                       "--explain",
                    "--label KEY=VALUE", "--labels-file PATH", "--env-file PATH", "--version",
                    "-h, --help"):
         assert option in out

@@ -116,10 +116,11 @@ CLICK_ONLY: list[tuple[list[str], tuple[list[str], dict[str, object]] | str]] = 
     (["--env-file", "a", "--env-file", "b", "--", "cmd"], TWO_ENV_FILES),
     (["--dry-run", "--format", "yaml"],
      "Invalid value for '--format': 'yaml' is not one of 'env', 'json', 'toml', 'shell', "
-     "'hosts', 'openmpi-hostfile', 'mpich-hostfile', 'deepspeed-hostfile', 'horovod-hosts'."),
+     "'hosts', 'openmpi-hostfile', 'mpich-hostfile', 'deepspeed-hostfile', 'horovod-hosts', "
+     "'digest', 'digest-facts'."),
     (["--dry-run", "--format", "SHELL"], "Invalid value for '--format': 'SHELL' is not one of "
      "'env', 'json', 'toml', 'shell', 'hosts', 'openmpi-hostfile', 'mpich-hostfile', "
-     "'deepspeed-hostfile', 'horovod-hosts'."),
+     "'deepspeed-hostfile', 'horovod-hosts', 'digest', 'digest-facts'."),
     (["--dry-run", "--format"], "Option '--format' requires an argument."),
     (["--dry-run=1"], "Option '--dry-run' does not take a value."),
     (["--dry-run", "--bogus"], "No such option '--bogus'."),
@@ -191,7 +192,8 @@ def test_parse_keywords() -> None:
         (["--dry-run", "--format", "yaml"], "Error: Invalid value for '--format': 'yaml' is "
                                             "not one of 'env', 'json', 'toml', 'shell', 'hosts', "
                                             "'openmpi-hostfile', 'mpich-hostfile', "
-                                            "'deepspeed-hostfile', 'horovod-hosts'.\n"),
+                                            "'deepspeed-hostfile', 'horovod-hosts', 'digest', "
+                                            "'digest-facts'.\n"),
     ],
 )
 def test_usage_errors_exit_2(

@@ -110,5 +110,10 @@ def test_a_new_framework_is_one_module_and_one_line() -> None:
 
 def test_framework_lines_default_to_no_port() -> None:
     line = Framework("x", "derive_env.frameworks.x")
-    assert (line.port_label, line.default_port, line.serves, line.always) == (
-        None, None, None, False)
+    assert (line.port_label, line.default_port, line.serves, line.always, line.node_local) == (
+        None, None, None, False, False)
+
+
+def test_only_the_interface_hints_are_node_local() -> None:
+    """Each node decides them from its own interfaces: left out of the job digest."""
+    assert [line.name for line in FRAMEWORKS if line.node_local] == ["network"]

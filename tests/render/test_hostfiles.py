@@ -92,7 +92,7 @@ def test_host_formats_are_format_choices() -> None:
     assert HOST_FORMATS == (
         "hosts", "openmpi-hostfile", "mpich-hostfile", "deepspeed-hostfile", "horovod-hosts",
     )
-    assert render.FORMATS[-len(HOST_FORMATS):] == HOST_FORMATS
+    assert render.FORMATS[4:4 + len(HOST_FORMATS)] == HOST_FORMATS
 
 
 @pytest.mark.parametrize("fmt", HOST_FORMATS)

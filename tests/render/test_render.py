@@ -20,6 +20,7 @@ def test_formats() -> None:
     assert FORMATS == (
         "env", "json", "toml", "shell",
         "hosts", "openmpi-hostfile", "mpich-hostfile", "deepspeed-hostfile", "horovod-hosts",
+        "digest", "digest-facts",
     )
 
 
@@ -96,6 +97,13 @@ def test_not_opted_in(fmt: str, text: str) -> None:
 def test_unknown_format(derivation: Derivation) -> None:
     with pytest.raises(ValueError, match="unknown format 'yaml'"):
         render(derivation, "yaml")
+
+
+@pytest.mark.parametrize("fmt", ["digest", "digest-facts"])
+def test_digest_formats_are_rendered_elsewhere(derivation: Derivation, fmt: str) -> None:
+    with pytest.raises(ValueError, match=f"format '{fmt}' is rendered by "
+                                         "derive_env.digest.render_digest"):
+        render(derivation, fmt)
 
 
 NASTY = {

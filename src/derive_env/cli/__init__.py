@@ -75,6 +75,8 @@ def run(
         files = read_files
         if dry_run and not explain and _is_host_format(fmt):
             return _write(_host_list(environ, labels, fmt, source, files))
+        if dry_run and not explain and _is_digest_format(fmt):
+            return _write(_digest(environ, labels, fmt, source, files, env_file is None))
         if not opted_in:
             return _finish(command, environ, None, dry_run, fmt, explain)
         # Host facts describe this machine: meaningless for another container's --env-file.
@@ -306,6 +308,30 @@ def _is_host_format(fmt: str) -> bool:
     from derive_env.render import HOST_FORMATS  # not needed on the exec path
 
     return fmt in HOST_FORMATS
+
+
+def _is_digest_format(fmt: str) -> bool:
+    from derive_env.render import DIGEST_FORMATS
+
+    return fmt in DIGEST_FORMATS
+
+
+def _digest(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
+            source: str | None, files, host_facts: bool) -> str:
+    """``--format digest`` and ``digest-facts`` (contract 8): from the derivation, or from
+    the topology alone when the image did not opt in. ``on-error=warn`` does not apply: a
+    node that cannot derive has no digest to agree with."""
+    from derive_env.digest import render_digest
+    from derive_env.pipeline import derive
+    from derive_env.sources.compose import topology_from
+
+    if not is_opted_in(labels):
+        return render_digest(topology_from(environ, source, files), None, fmt)
+    full = PREFIX + "socket-ifname" in labels
+    derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None,
+                        source, files)
+    assert derivation is not None  # opted in
+    return render_digest(derivation.topology, derivation, fmt)
 
 
 def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,

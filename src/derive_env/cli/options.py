@@ -63,8 +63,10 @@ OPTIONS = (
     Option(
         "--format", "fmt", VALUE, choices=FORMATS,
         help="Dry-run output: KEY=VALUE lines (env, default), one JSON object, a TOML table, "
-             "eval-safe `export` lines (shell), or the session's nodes for a launcher (hosts, "
-             "openmpi-/mpich-/deepspeed-hostfile, horovod-hosts).",
+             "eval-safe `export` lines (shell), the session's nodes for a launcher (hosts, "
+             "openmpi-/mpich-/deepspeed-hostfile, horovod-hosts), or the job digest every "
+             "node must agree on (digest: `DIGEST NODE_RANK HOST`; digest-facts: the facts "
+             "it covers).",
     ),
     Option(
         "--explain", "explain", FLAG,

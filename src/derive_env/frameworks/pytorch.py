@@ -133,10 +133,13 @@ def _ranks(
 ) -> list[DerivedVariable]:
     """The per-process variables (keys of :data:`_WHAT`) from name -> (value, provenance),
     in the order given. ``RANK`` identifies the process; the others are the same on every
-    node of one process per node, and are checked with the job's sizes."""
+    node of one process per node, and are checked with the job's sizes. With one worker per
+    process, ``LOCAL_RANK`` identifies the process and ``LOCAL_WORLD_SIZE`` counts this
+    node's: both are node-local (left out of the job digest)."""
     layer = int(topo.processes is not None)
+    local = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE") if topo.per_process else ("RANK",)
     return [
-        var(name, value, provenance, scope=NODE if name == "RANK" else JOB,
+        var(name, value, provenance, scope=NODE if name in local else JOB,
             what=_WHAT[name][layer])
         for name, (value, provenance) in values.items()
     ]

@@ -4,7 +4,9 @@ Only derived variables are ever printed (the input environment can hold access k
 The machine formats (env, json, toml, shell) print exactly the variables the exec would add
 or change. The host formats (:data:`HOST_FORMATS`) print the session's nodes for a launcher
 instead; they need the topology, not the derivation, and are printed by
-:func:`derive_env.render.hostfiles.render_hosts`. ``--explain`` is
+:func:`derive_env.render.hostfiles.render_hosts`. The digest formats (:data:`DIGEST_FORMATS`)
+print the job's digest or the facts it covers (:func:`derive_env.digest.render_digest`).
+``--explain`` is
 :func:`derive_env.render.explain.explain`.
 
 This module is the one the hook's fast dry run (``derive-env --dry-run --format shell``)
@@ -23,16 +25,19 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from derive_env.pipeline import Derivation
 
-__all__ = ["FORMATS", "HOST_FORMATS", "render"]
+__all__ = ["DIGEST_FORMATS", "FORMATS", "HOST_FORMATS", "render"]
 
 #: The host-list formats of ``--format`` (:mod:`derive_env.render.hostfiles`); the names are
 #: fixed: launchers' job scripts rely on them.
 HOST_FORMATS: tuple[str, ...] = (
     "hosts", "openmpi-hostfile", "mpich-hostfile", "deepspeed-hostfile", "horovod-hosts",
 )
+#: The job digest's formats (:mod:`derive_env.digest`, contract section 8): one line
+#: ``<digest> <node_rank> <host>``, and the facts it covers; names fixed (on-every-node).
+DIGEST_FORMATS: tuple[str, ...] = ("digest", "digest-facts")
 #: Every ``--format`` choice: the variable formats (``env``, the default, first), then the
-#: host formats.
-FORMATS: tuple[str, ...] = ("env", "json", "toml", "shell", *HOST_FORMATS)
+#: host formats, then the digest's.
+FORMATS: tuple[str, ...] = ("env", "json", "toml", "shell", *HOST_FORMATS, *DIGEST_FORMATS)
 
 
 def render(derivation: Derivation | None, fmt: str) -> str:
@@ -46,9 +51,9 @@ def render(derivation: Derivation | None, fmt: str) -> str:
       contain (``shlex.quote``).
 
     :param derivation: the derivation, ``None`` when the image did not opt in.
-    :raises ValueError: an unknown format, or a host format (those need the topology:
-        :func:`derive_env.render.hostfiles.render_hosts`); the command line passes neither
-        here.
+    :raises ValueError: an unknown format, a host format (those need the topology:
+        :func:`derive_env.render.hostfiles.render_hosts`) or a digest format
+        (:func:`derive_env.digest.render_digest`); the command line passes none here.
     """
     values = derivation.changes() if derivation else {}
     if fmt == "json":
@@ -64,6 +69,8 @@ def render(derivation: Derivation | None, fmt: str) -> str:
     if fmt in HOST_FORMATS:
         raise ValueError(
             f"format {fmt!r} is rendered by derive_env.render.hostfiles.render_hosts")
+    if fmt in DIGEST_FORMATS:
+        raise ValueError(f"format {fmt!r} is rendered by derive_env.digest.render_digest")
     raise ValueError(f"unknown format {fmt!r}")
 
 

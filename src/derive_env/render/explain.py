@@ -2,7 +2,8 @@
 
 The topology first (source, session, nodes, processes, the source's notes, every layer
 seen), then the frameworks, then each variable with its value and where it came from, then
-the notes and warnings. Only derived variables are printed (the input environment can hold
+the job digest and its facts (:func:`derive_env.digest.explain_lines`), then the notes and
+warnings. Only derived variables are printed (the input environment can hold
 access keys), and every value with control characters escaped.
 
 Imported only for ``--explain``.
@@ -50,6 +51,9 @@ def explain(derivation: Derivation | None) -> str:
     lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
     lines.append("")
     lines += _variable_lines(derivation)
+    from derive_env.digest import explain_lines  # the job digest and its facts (contract 8)
+
+    lines += explain_lines(derivation)
     if derivation.notes:
         lines.append("")
         lines += derivation.notes
