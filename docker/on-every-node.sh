@@ -272,7 +272,8 @@ if [ -n "$peers" ]; then
         rc=255
         [ -f "$tmp/rc.$i" ] && read -r rc <"$tmp/rc.$i"
         if [ "$rc" -eq 255 ]; then
-            why=$(grep -v '^$' "$tmp/probe.$i.err" 2>/dev/null | tail -n 1)
+            # ssh's last message (it ends lines in CR LF when it has a terminal)
+            why=$(tr -d '\r' <"$tmp/probe.$i.err" 2>/dev/null | grep -v '^$' | tail -n 1)
             echo "on-every-node: $host: SSH did not answer within ${wait_s}s${why:+ ($why)}" >&2
         elif [ "$rc" -ne 0 ]; then
             echo "on-every-node: $host: derive-env --dry-run --format digest failed there" \
