@@ -126,8 +126,11 @@ quote() {
     printf "'%s%s'" "$_q_out" "$_q_rest"
 }
 
+# is_main: true in this script's own process, false in a subshell (a background job or a
+# command substitution), which some shells (bash) let run this process's traps.
+is_main() { [ "$(exec sh -c 'echo "$PPID"')" = "$$" ]; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/on-every-node.XXXXXX") || exit
-trap 'rm -rf "$tmp"' EXIT
+trap 'is_main && rm -rf "$tmp"' EXIT
 probing= pids=  # the background jobs of the current phase (probes, then one per node)
 nap() { sleep 0.5 2>/dev/null || sleep 1; }
 now() { date +%s; }
@@ -167,8 +170,8 @@ stop() {
     fi
     exit "$1"
 }
-trap 'stop 130' INT
-trap 'stop 143' TERM
+trap 'is_main && stop 130' INT
+trap 'is_main && stop 143' TERM
 
 # ---- before the start: every peer answers over SSH and prints the same digest ---------
 
