@@ -26,9 +26,10 @@
 #   every node (derive-env then does not warn that only this container runs it).
 # - Fail fast: the first node whose COMMAND exits non-zero stops every other node: SIGTERM
 #   to the local command and to each ssh client (which closes the remote terminal, so the
-#   remote command gets SIGHUP; torchrun stops its workers on both), SIGKILL to what is
-#   still running ON_EVERY_NODE_GRACE seconds later (default 10; 0: at once). A remote
-#   command that ignores SIGHUP is out of reach once its ssh client is gone.
+#   remote command gets SIGHUP; torchrun stops its workers on both), SIGKILL to the local
+#   command and the ssh clients still running ON_EVERY_NODE_GRACE seconds later (default
+#   10; 0: at once), not to processes they started. A remote command that ignores SIGHUP
+#   is out of reach once its ssh client is gone.
 #   Status files are polled twice a second.
 # - --keep-going: no stop; wait for every node, then the first non-zero status in canonical
 #   order.
@@ -45,6 +46,7 @@
 #         of seconds, 1 or more) / ON_EVERY_NODE_GRACE (0 or more) not a number
 #   3     the nodes do not agree (their digests differ); nothing was started
 #   255   a node did not answer over SSH within ON_EVERY_NODE_SSH_WAIT; nothing was started
+#         (after the start, 255 of a node is its ssh client's own failure)
 #   1-5, 126, 127   derive-env failed on this node or on a peer (its message, the node
 #         named); 127 also: derive-env is not installed; nothing was started
 #   130, 143   stopped by Ctrl-C / SIGTERM
