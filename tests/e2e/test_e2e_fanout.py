@@ -47,8 +47,8 @@ MARKED_TORCHRUN = ("on-every-node sh -c 'touch \"started.$(hostname)\"; exec tor
 TIMED = ('date +%s.%N > t0; ' + MARKED_TORCHRUN + '; rc=$?; date +%s.%N > t1; exit "$rc"')
 
 
-def _require_sessions() -> None:
-    require_frameworks("torch")
+def _require_sessions(*modules: str) -> None:
+    require_frameworks(*modules)
     missing = missing_tools()
     require(not missing, f"missing {missing} (install openssh-server)")
 
@@ -67,7 +67,7 @@ def _started(session: BackendAISession) -> list[str]:
 
 
 def test_a_peer_without_sshd_starts_nothing_within_the_probe_bound() -> None:
-    _require_sessions()
+    _require_sessions("torch")
     with BackendAISession(DEFAULT, f"export ON_EVERY_NODE_SSH_WAIT={PROBE_BOUND_S}; {TIMED}",
                           torch_labels(_port()), without_sshd={"sub2"}) as session:
         result = session.run(timeout=SHORT_TIMEOUT_S)
@@ -87,7 +87,7 @@ def test_a_peer_without_sshd_starts_nothing_within_the_probe_bound() -> None:
 
 
 def test_a_node_with_another_master_port_is_named_and_nothing_starts() -> None:
-    _require_sessions()
+    _require_sessions("torch")
     port = _port()
     other = port + 1
     with BackendAISession(DEFAULT, TIMED, torch_labels(port),
