@@ -79,7 +79,9 @@ seconds() {
         ''|*[!0-9]*|??????????*) ;;
         *) [ "$seconds" -lt "$3" ] || return 0 ;;
     esac
-    echo "on-every-node: $1='$2': expected a whole number of seconds, $3 or more" >&2
+    # shown with control characters as '?': the value may hold terminal escapes
+    echo "on-every-node: $1='$(printf '%s' "$2" | tr -c '[:print:]' '?')': expected a whole" \
+        "number of seconds, $3 or more" >&2
     exit 2
 }
 seconds ON_EVERY_NODE_SSH_WAIT "${ON_EVERY_NODE_SSH_WAIT:-30}" 1
