@@ -80,13 +80,12 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
     ({"PALS_RANKID": "5"},
      partial("PALS_RANKID", "5", "0", "Cray PALS (mpiexec)",
              "PALS_LOCAL_RANKID, PALS_LOCAL_SIZE, PALS_NODEID, PMI_SIZE")),
-    ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"},
-     "JOB_COMPLETION_INDEX='0': expected unset: a Kubernetes Indexed Job or JobSet started "
-     "this process (JOB_COMPLETION_INDEX and KUBERNETES_SERVICE_HOST are set) without saying "
-     "how many pods the job has, and derive-env has no source for it yet (planned); "
-     "describing a job of one pod could be wrong. " + torchrun_fix(
-         "--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX --master-addr=<the "
-         "hostname of index 0>")),
+    # Read now (sources/indexed_job.py): refused without its pod count, on every index.
+    ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+      "HOSTNAME": "train-0"},
+     "DERIVE_ENV_NNODES='': expected the Job's spec.completions, set in the pod template's "
+     "container env: `- name: DERIVE_ENV_NNODES` `value: \"<spec.completions of train>\"` "
+     "(a Kubernetes Indexed Job does not put its pod count in the pod's environment)"),
     ({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"},
      "SM_HOSTS='[\"algo-1\",\"algo-2\"]': expected a JSON list of one host or unset: SageMaker "
      f"states a job of more than one host, {NO_SOURCE}derive-env would describe a job of one "
@@ -385,15 +384,17 @@ def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, sho
 @pytest.mark.parametrize("index", ["0", "1", "7"])
 def test_a_lone_index_is_refused_on_every_index_alike(name: str, index: str) -> None:
     """Contract section 7: index 0 must not train alone while the others stop."""
-    title = {"JOB_COMPLETION_INDEX": "a Kubernetes Indexed Job or JobSet",
+    title = {"JOB_COMPLETION_INDEX": "a Kubernetes Indexed Job",
              "PMIX_RANK": "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's "
                           "variables)"}[name]
     unit, units = ("pod", "pods") if name == "JOB_COMPLETION_INDEX" else ("process",
                                                                            "processes")
+    why = ("and only part of its variables are set (not set: KUBERNETES_SERVICE_HOST); "
+           if name == "JOB_COMPLETION_INDEX" else NO_SOURCE)
     text = error({name: index})
     assert text.startswith(
         f"{name}={index!r}: expected unset: {title} started this process ({name} is set) "
-        f"without saying how many {units} the job has, {NO_SOURCE}describing a job of one "
+        f"without saying how many {units} the job has, {why}describing a job of one "
         f"{unit} could be wrong. ")
 
 
