@@ -228,7 +228,8 @@ SOURCES: tuple[Source, ...] = (
            states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
                                "--master-addr=$LWS_LEADER_ADDRESS")),
-    Source("volcano", "a Volcano Job", None, ("VC_TASK_INDEX",), 4, unit="pod",
+    # Seen by its env plugin's index; the svc plugin's task lists are checked by the module.
+    Source("volcano", "a Volcano Job", "volcano", ("VC_TASK_INDEX",), 4, unit="pod",
            size="volcano_pods",
            fix=_start_torchrun("--nnodes=<pods of every task> --node-rank=<the pod's place "
                                "among them> --master-addr=<first of $VC_MASTER_HOSTS>")),
