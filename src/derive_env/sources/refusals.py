@@ -124,11 +124,14 @@ def refused_line(
         # Kubernetes index) alone leaves it unknown.
         names = _set_names(unsized, environ)
         units = unsized.unit + ("es" if unsized.unit.endswith("s") else "s")
+        why = _NO_SOURCE if unsized.module is None else (
+            "only part of its variables are set (not set: "
+            f"{', '.join(n for n in unsized.detect if not environ.get(n))})")
         return unsized, describe(
             names[0], environ[names[0]],
             f"unset: {unsized.title} started this process ({' and '.join(names)} "
             f"{'is' if len(names) == 1 else 'are'} set) without saying how many {units} the "
-            f"job has, and {_NO_SOURCE}; describing a job of one {unsized.unit} could be "
+            f"job has, and {why}; describing a job of one {unsized.unit} could be "
             f"wrong. {unsized.fix}",
         )
     return None
