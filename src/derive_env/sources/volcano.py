@@ -114,7 +114,20 @@ def _order(environ: Mapping[str, str], lists: dict[str, list[str]], plugin: bool
         # pytorch.go counts only --master and --worker (default "worker"); others are not
         # training nodes (ps, evaluator ...).
         others = [t for t in others if t == "WORKER"]
+    elif plugin and others and others[0] != "WORKER" and len(lists[master]) + len(
+            lists[others[0]]) != _int(environ["WORLD_SIZE"]):
+        # one other task, which the plugin's pod count (WORLD_SIZE) leaves out: not its
+        # --worker task (a ps, an evaluator); a --worker of another name is counted
+        others = []
     return [master, *others]
+
+
+def _int(text: str) -> int:
+    """``text`` as an integer >= 0, or -1 when it is none (the plugin check then names it)."""
+    try:
+        return parse_int(text, minimum=0)
+    except ValueError:
+        return -1
 
 
 def _own(environ: Mapping[str, str], lists: dict[str, list[str]], order: list[str],
