@@ -297,12 +297,17 @@ MANAGERS = {
 }
 
 
+#: The managers of MANAGERS a source now reads (their environment derives their job).
+NOW_READ = {"lws": "lws"}
+REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
+
+
 def reader(contents: dict[str, str]):
     """The edge's file reader (cli.read_files) as the tests give it: path -> text or None."""
     return lambda paths: {path: contents.get(path) for path in paths}
 
 
-@pytest.mark.parametrize("manager", sorted(MANAGERS))
+@pytest.mark.parametrize("manager", REFUSED)
 def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: str) -> None:
     """Never a silent single-node job: PyTorch-only, JAX-only and TF images alike, exit 3;
     the message names the variable, the manager, and ends in the line's fix."""
@@ -318,6 +323,18 @@ def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: st
         assert str(info.value) == (
             f"{name}={value!r}: expected {expected}: {title} states a job of more than one "
             f"{unit}, {NO_SOURCE}derive-env would describe a job of one {unit}. {line.fix}")
+
+
+@pytest.mark.parametrize("manager", sorted(NOW_READ))
+def test_a_manager_a_source_reads_derives_its_job(manager: str) -> None:
+    """No longer refused: its source reads node 1 of the job of 2."""
+    environ, files, *_ = MANAGERS[manager]
+    for frameworks in ("pytorch", "jax", "tensorflow"):
+        derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+        assert derivation is not None
+        topology = derivation.topology
+        assert (topology.source, topology.num_nodes, topology.node_rank) == (
+            NOW_READ[manager], 2, 1)
 
 
 def test_the_fixes_say_what_to_set() -> None:

@@ -218,7 +218,7 @@ SOURCES: tuple[Source, ...] = (
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
-    Source("lws", "a LeaderWorkerSet group", None,
+    Source("lws", "a LeaderWorkerSet group", "lws",
            ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
            states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
