@@ -26,6 +26,7 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, lws, seen_sources
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
+from sources.conftest import manifest
 
 FIX = ("the LeaderWorkerSet controller sets it in every container (kubernetes-sigs/lws "
        "pkg/utils/pod/pod_utils.go, AddLWSVariables); do not set it in the template's env")
@@ -181,3 +182,18 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(values: dict[str, str
         return
     assert 0 <= report.node_rank < len(report.nodes)
     assert report.nodes[0].host == values["LWS_LEADER_ADDRESS"]
+
+
+# kubernetes-sigs/lws@060ab4d api/leaderworkerset/v1/leaderworkerset_types.go: the json tags
+# of LeaderWorkerSetSpec and LeaderWorkerTemplate.
+LWS_SPEC = {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy",
+            "networkConfig"}
+LWS_TEMPLATE = {"leaderTemplate", "workerTemplate", "size", "restartPolicy", "subGroupPolicy",
+                "volumeClaimTemplates", "persistentVolumeClaimRetentionPolicy"}
+
+
+def test_the_docs_manifest_names_only_the_apis_fields() -> None:
+    found = manifest("LeaderWorkerSet")
+    assert found["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert set(found["spec"]) <= LWS_SPEC
+    assert set(found["spec"]["leaderWorkerTemplate"]) <= LWS_TEMPLATE

@@ -298,7 +298,7 @@ MANAGERS = {
 
 
 #: The managers of MANAGERS a source now reads (their environment derives their job).
-NOW_READ = {"lws": "lws"}
+NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1)}
 REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
 
 
@@ -327,14 +327,13 @@ def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: st
 
 @pytest.mark.parametrize("manager", sorted(NOW_READ))
 def test_a_manager_a_source_reads_derives_its_job(manager: str) -> None:
-    """No longer refused: its source reads node 1 of the job of 2."""
+    """No longer refused: its source reads the job (node rank, nodes as NOW_READ says)."""
     environ, files, *_ = MANAGERS[manager]
     for frameworks in ("pytorch", "jax", "tensorflow"):
         derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
         assert derivation is not None
         topology = derivation.topology
-        assert (topology.source, topology.num_nodes, topology.node_rank) == (
-            NOW_READ[manager], 2, 1)
+        assert (topology.source, topology.num_nodes, topology.node_rank) == NOW_READ[manager]
 
 
 def test_the_fixes_say_what_to_set() -> None:
@@ -366,7 +365,8 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
            "DSTACK_NODE_RANK": "0", "LWS_GROUP_SIZE": "1", "LWS_WORKER_INDEX": "0",
            "VC_WORKER_NUM": "0", "TF_CONFIG": '{"cluster": {"worker": ["localhost:2222"]}, '
            '"task": {"type": "worker", "index": 0}}', "CLUSTER_SPEC": '{"cluster": '
-           '{"workerpool0": ["cmle-0:2222"]}}', "TPU_WORKER_HOSTNAMES": "t-0.svc",
+           '{"workerpool0": ["cmle-0:2222"]}, "task": {"type": "workerpool0", "index": 0}}',
+           "TPU_WORKER_HOSTNAMES": "t-0.svc",
            "TPU_WORKER_ID": "0", "AWS_BATCH_JOB_NUM_NODES": "1",
            "AWS_BATCH_JOB_NODE_INDEX": "0", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0",
            "NUM_PROCESSES": "1", "PROCESS_ID": "0", "DMLC_NUM_WORKER": "1", "DMLC_TASK_ID": "0",
