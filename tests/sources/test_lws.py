@@ -197,3 +197,37 @@ def test_the_docs_manifest_names_only_the_apis_fields() -> None:
     assert found["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
     assert set(found["spec"]) <= LWS_SPEC
     assert set(found["spec"]["leaderWorkerTemplate"]) <= LWS_TEMPLATE
+
+
+def tpu_pod(worker: int, size: int, leader_tpu: bool) -> dict[str, str]:
+    """A TPU group's pod (lws pkg/utils/accelerators/tpu.go AddTPUVariables): the hostnames
+    of the TPU pods (without the leader when it requests no TPU, ids then shifted by one)."""
+    env = pod("tpu", 0, worker, size)
+    first = 0 if leader_tpu else 1
+    env["TPU_WORKER_HOSTNAMES"] = ",".join(
+        ["tpu-0.tpu"] * leader_tpu + [f"tpu-0-{i}.tpu" for i in range(1, size)])
+    if worker >= first:
+        env["TPU_WORKER_ID"] = str(worker - first)
+    return env
+
+
+def test_a_tpu_group_with_a_tpu_leader_is_read() -> None:
+    assert read(tpu_pod(2, 3, leader_tpu=True)).node_rank == 2
+
+
+def test_a_leader_without_a_tpu_is_an_error_on_the_workers() -> None:
+    """tpu_test.go: the leader requests no TPU; the workers' ids shift by one, so JAX's
+    process count (the TPU hosts) is not the group's: never contradict JAX."""
+    with pytest.raises(TopologyError) as info:
+        read(tpu_pod(1, 3, leader_tpu=False))
+    assert str(info.value) == (
+        "TPU_WORKER_HOSTNAMES='tpu-0-1.tpu,tpu-0-2.tpu': expected 3 hosts, the group's pods "
+        "(LWS_GROUP_SIZE): it lists 2: the leader requests no TPU, so the TPU workers are the "
+        "other pods, their ids shifted by one (lws tpu.go, AddTPUVariables), and JAX, which "
+        "reads TPU_WORKER_* itself, would count other processes than the group's nodes. "
+        "Request the TPU in the leader too, or run the command without derive-env")
+
+
+def test_a_tpu_worker_id_other_than_the_index_is_an_error() -> None:
+    with pytest.raises(TopologyError, match=r"^TPU_WORKER_ID='0': expected 1, LWS_WORKER_INDEX"):
+        read({**tpu_pod(1, 2, leader_tpu=True), "TPU_WORKER_ID": "0"})

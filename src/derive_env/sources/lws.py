@@ -16,7 +16,9 @@ kubernetes-sigs/lws@060ab4d:
   workers of a group are the StatefulSet named after the leader pod (pods
   ``<leader>-1`` ... ``<leader>-<size-1>``) with the leader's service as its ``serviceName``
   (the set's name under ``Shared``, the leader pod's under ``UniquePerReplica``), so every
-  worker's DNS name is ``<leader>-<i>.<subdomain>.<namespace>``, the leader address's domain.
+  worker's DNS name is ``<leader>-<i>.<subdomain>.<namespace>``, the leader address's domain
+  (the controller builds the same names for a TPU group's ``TPU_WORKER_HOSTNAMES``:
+  ``pkg/utils/accelerators/tpu.go``, ``AddTPUVariables``).
 
 So one group is one job: node rank = ``LWS_WORKER_INDEX``, nodes = ``LWS_GROUP_SIZE``,
 master = the leader. The host list is built exactly from that scheme (the names are the
@@ -81,6 +83,33 @@ def _check_hostname(environ: Mapping[str, str], own: str, index: int) -> None:
             "manifest, or choose the source (--source)"))
 
 
+def _check_tpu(environ: Mapping[str, str], size: int, index: int) -> None:
+    """A TPU group's ``TPU_WORKER_HOSTNAMES`` / ``TPU_WORKER_ID`` (lws
+    ``pkg/utils/accelerators/tpu.go``, ``AddTPUVariables``) must be the group's pods and this
+    pod's index: JAX reads them itself (jax ``_src/clusters/cloud_tpu_cluster.py``), and a
+    node layer that counts other hosts would contradict it."""
+    hosts = environ.get("TPU_WORKER_HOSTNAMES", "")
+    if not hosts:
+        return
+    count = len(hosts.split(","))
+    if count != size:
+        why = ("the leader requests no TPU, so the TPU workers are the other pods, their ids "
+               "shifted by one" if count == size - 1 else "a subGroupPolicy makes each "
+               "subgroup its own TPU slice (addTPUVariablesSubGroup)")
+        raise TopologyError(describe(
+            "TPU_WORKER_HOSTNAMES", hosts,
+            f"{size} hosts, the group's pods (LWS_GROUP_SIZE): it lists {count}: {why} "
+            "(lws tpu.go, AddTPUVariables), and JAX, which reads TPU_WORKER_* itself, would "
+            "count other processes than the group's nodes. Request the TPU in the leader "
+            "too, or run the command without derive-env"))
+    worker = environ.get("TPU_WORKER_ID", "")
+    if worker and worker != str(index):
+        raise TopologyError(describe(
+            "TPU_WORKER_ID", worker,
+            f"{index}, LWS_WORKER_INDEX (the leader requests a TPU, so the TPU ids are the "
+            "worker indices: lws tpu.go, AddTPUVariables)"))
+
+
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a LeaderWorkerSet pod's environment says: its group, as one job.
@@ -95,7 +124,9 @@ def read(environ: Mapping[str, str], line: Source,
         the same in every pod of the group (for the port policy). No GPU count, no port.
     :raises TopologyError: ``LWS_GROUP_SIZE`` is not an integer >= 1, ``LWS_WORKER_INDEX``
         not one in 0 .. size - 1, ``LWS_LEADER_ADDRESS`` not ``<lws>-<group>.<domain>``, or
-        ``HOSTNAME`` is not this pod's name in the scheme; the message names the variable,
+        ``HOSTNAME`` is not this pod's name in the scheme, or a TPU group's
+        ``TPU_WORKER_HOSTNAMES`` / ``TPU_WORKER_ID`` are not the group's pods and this
+        pod's index (:func:`_check_tpu`); the message names the variable,
         its value and the fix.
     """
     size = variable_int(environ, "LWS_GROUP_SIZE", 1, f"; {_FIX}")
@@ -108,6 +139,7 @@ def read(environ: Mapping[str, str], line: Source,
     pod, domain = _leader(environ)
     names = [pod] + [f"{pod}-{i}" for i in range(1, size)]
     _check_hostname(environ, names[index], index)
+    _check_tpu(environ, size, index)
     hosts = [environ["LWS_LEADER_ADDRESS"]] + [f"{name}.{domain}" for name in names[1:]]
     role = "the leader" if index == 0 else f"worker {index}"
     return Report(
