@@ -235,3 +235,27 @@ def test_the_docs_manifest_names_only_the_apis_fields() -> None:
     assert set(found["spec"]) <= TFJOB_SPEC
     assert set(found["spec"]["tfReplicaSpecs"]) <= REPLICA_TYPES
     assert all(set(spec) <= REPLICA_SPEC for spec in found["spec"]["tfReplicaSpecs"].values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(workers=st.integers(0, 10), servers=st.integers(0, 2), evaluators=st.integers(0, 1),
+       torch=st.booleans())
+def test_every_vertex_training_replica_derives_one_job(workers: int, servers: int,
+                                                       evaluators: int, torch: bool) -> None:
+    """Pools 0 and 1 are the nodes, every replica of them agrees; pools 2 and 3 refused."""
+    pools = [1, workers, servers, evaluators]
+    replicas = [(0, 0)] + [(1, i) for i in range(workers)]
+    derivations = []
+    for rank, (pool, index) in enumerate(replicas):
+        env = {"CLUSTER_SPEC": vertex(pools, pool, index), "CLOUD_ML_JOB_ID": "7"}
+        if torch:  # Vertex AI's PyTorch containers: node values
+            env.update(MASTER_ADDR="cmle-training-workerpool0-ab12-0", MASTER_PORT="3333",
+                       RANK=str(rank), WORLD_SIZE=str(len(replicas)))
+        derivations.append(derive(env, {PREFIX + "frameworks": "pytorch,jax"}))
+    assert [d.topology.node_rank for d in derivations] == list(range(len(replicas)))
+    assert len({digest_of(facts_of(d.topology, d)) for d in derivations}) == 1
+    for pool, count in ((2, servers), (3, evaluators)):
+        for index in range(count):
+            with pytest.raises(TopologyError, match="is not a training node"):
+                derive({"CLUSTER_SPEC": vertex(pools, pool, index), "CLOUD_ML_JOB_ID": "7"},
+                       {PREFIX + "frameworks": "pytorch"})
