@@ -29,15 +29,16 @@ def error(environ: dict[str, str], labels: dict[str, str] = ALL) -> str:
 
 NO_SOURCE = "and derive-env has no source for it yet (planned); "
 RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
-               "launcher's), or set label ai.backend.distributed.on-error=warn to run it with "
-               "the environment unchanged")
+               "launcher's), or set label ai.backend.distributed.on-error=warn to run the "
+               "command with the environment unchanged")
 
 def torchrun_fix(how: str) -> str:
     """The fix of a node-level manager no module reads (sources/__init__.py)."""
     return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
             "python train.py), so that derive-env reads each worker torchrun starts; or, for "
             "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set label "
-            "ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+            "ai.backend.distributed.on-error=warn to run the command with the environment "
+            "unchanged")
 
 
 def partial(name: str, value: str, single: str, launcher: str, missing: str) -> str:
@@ -47,7 +48,7 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
         f"one process, but only part of its variables are set (not set: {missing}), and a "
         "partial set is never used: it may be left over from another job. Run derive-env in "
         "the launcher's own process (the launcher sets all of them), or set label "
-        "ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+        "ai.backend.distributed.on-error=warn to run the command with the environment unchanged")
 
 
 @pytest.mark.parametrize(("environ", "message"), [
@@ -80,13 +81,12 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
     ({"PALS_RANKID": "5"},
      partial("PALS_RANKID", "5", "0", "Cray PALS (mpiexec)",
              "PALS_LOCAL_RANKID, PALS_LOCAL_SIZE, PALS_NODEID, PMI_SIZE")),
-    ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"},
-     "JOB_COMPLETION_INDEX='0': expected unset: a Kubernetes Indexed Job or JobSet started "
-     "this process (JOB_COMPLETION_INDEX and KUBERNETES_SERVICE_HOST are set) without saying "
-     "how many pods the job has, and derive-env has no source for it yet (planned); "
-     "describing a job of one pod could be wrong. " + torchrun_fix(
-         "--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX --master-addr=<the "
-         "hostname of index 0>")),
+    # Read now (sources/indexed_job.py): refused without its pod count, on every index.
+    ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+      "HOSTNAME": "train-0"},
+     "DERIVE_ENV_NNODES='': expected the Job's spec.completions, set in the pod template's "
+     "container env: `- name: DERIVE_ENV_NNODES` `value: \"<spec.completions of train>\"` "
+     "(a Kubernetes Indexed Job does not put its pod count in the pod's environment)"),
     ({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"},
      "SM_HOSTS='[\"algo-1\",\"algo-2\"]': expected a JSON list of one host or unset: SageMaker "
      f"states a job of more than one host, {NO_SOURCE}derive-env would describe a job of one "
@@ -163,8 +163,11 @@ def test_mpirun_inside_a_backendai_session_takes_ranks_from_mpirun(backendai_env
     rank0 = {**environ, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
     assert error(rank0, torch_jax).startswith(
         "rank 0 (OMPI_COMM_WORLD_RANK + OMPI_COMM_WORLD_LOCAL_RANK + OMPI_COMM_WORLD_SIZE + "
-        "OMPI_COMM_WORLD_LOCAL_SIZE) runs on sub1, node rank 1, but every framework needs rank "
-        "0 on node rank 0")
+        "OMPI_COMM_WORLD_LOCAL_SIZE) runs on sub1, node rank 1 (checked there only), but every "
+        "framework needs it on node rank 0 (main1). The launcher's node order differs from "
+        "derive-env's: give it derive-env's, `derive-env --dry-run --format openmpi-hostfile > "
+        "hosts; mpirun --hostfile hosts ...` (MPICH, Intel MPI: --format mpich-hostfile, "
+        "mpiexec -f hosts)")
     # TensorFlow lists every task: Open MPI states only this node's processes.
     assert error(environ, ALL).startswith("TF_CONFIG cannot be built: it lists every task's")
 
@@ -226,10 +229,6 @@ MANAGERS = {
     "lws": ({"LWS_LEADER_ADDRESS": "lws-0.lws.default", "LWS_GROUP_SIZE": "2",
              "LWS_WORKER_INDEX": "1", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
             "LWS_GROUP_SIZE", "2", "1 or unset", "a LeaderWorkerSet group", "node"),
-    "volcano": ({"VC_TASK_INDEX": "0", "VK_TASK_INDEX": "0", "VC_MASTER_NUM": "1",
-                 "VC_WORKER_NUM": "1", "VC_WORKER_HOSTS": "j-worker-0.j"}, {},
-                "VC_MASTER_NUM", "1", "1 pod in all VC_<TASK>_NUM or unset", "a Volcano Job",
-                "pod"),
     "tfjob": ({"TF_CONFIG": TFJOB_CONFIG, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
               "TF_CONFIG", TFJOB_CONFIG, "a cluster of one task or unset",
               "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "task"),
@@ -351,11 +350,12 @@ def test_the_fixes_say_what_to_set() -> None:
     assert BY_NAME["tf-config"].fix == (
         "Run the command without derive-env (TensorFlow reads the TF_CONFIG its manager set), "
         "or, for a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set "
-        "label ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+        "label ai.backend.distributed.on-error=warn to run the command with the environment "
+        "unchanged")
     assert BY_NAME["mpi-operator-launcher"].fix == (
         "Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
         "train.py), not around mpirun; or set label ai.backend.distributed.on-error=warn to "
-        "run it with the environment unchanged")
+        "run the command with the environment unchanged")
 
 
 @pytest.mark.parametrize("manager", sorted(MANAGERS))
@@ -388,8 +388,7 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
     ({"DET_MASTER": "m", "DET_ALLOCATION_ID": "a", "DET_SLOT_IDS": "[0]"}, {},
      "DET_MASTER='m'"),
     ({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}, {}, "PBS_JOBID='7'"),
-    ({"VC_TASK_INDEX": "0"}, {}, "VC_TASK_INDEX='0'"),
-], ids=["sagemaker", "determined", "pbs", "volcano"])
+], ids=["sagemaker", "determined", "pbs"])
 def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, shown) -> None:
     """A manager file that cannot be read (or Volcano without its svc plugin): refused as a
     launcher that does not say the job's size, on every node alike."""
@@ -402,15 +401,17 @@ def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, sho
 @pytest.mark.parametrize("index", ["0", "1", "7"])
 def test_a_lone_index_is_refused_on_every_index_alike(name: str, index: str) -> None:
     """Contract section 7: index 0 must not train alone while the others stop."""
-    title = {"JOB_COMPLETION_INDEX": "a Kubernetes Indexed Job or JobSet",
+    title = {"JOB_COMPLETION_INDEX": "a Kubernetes Indexed Job",
              "PMIX_RANK": "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's "
                           "variables)"}[name]
     unit, units = ("pod", "pods") if name == "JOB_COMPLETION_INDEX" else ("process",
                                                                            "processes")
+    why = ("and only part of its variables are set (not set: KUBERNETES_SERVICE_HOST); "
+           if name == "JOB_COMPLETION_INDEX" else NO_SOURCE)
     text = error({name: index})
     assert text.startswith(
         f"{name}={index!r}: expected unset: {title} started this process ({name} is set) "
-        f"without saying how many {units} the job has, {NO_SOURCE}describing a job of one "
+        f"without saying how many {units} the job has, {why}describing a job of one "
         f"{unit} could be wrong. ")
 
 
@@ -430,7 +431,7 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
     derivation = derive({"TF_CONFIG": one}, {PREFIX + "frameworks": "tensorflow"})
     assert derivation is not None
     notes = [n for n in derivation.notes if "TF_CONFIG" in n]
-    assert notes == ["TF_CONFIG kept as set (a single-container session: derive-env derives "
+    assert notes == ["TF_CONFIG kept as set (a single container: derive-env derives "
                      "none, and TensorFlow reads the one set)"]
 
 
@@ -516,3 +517,20 @@ def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:
     assert derivation is not None
     assert {k: derivation.changes()[k] for k in ("RANK", "WORLD_SIZE")} == {
         "RANK": "9", "WORLD_SIZE": "16"}
+
+
+@pytest.mark.parametrize("index", ["0", "1"])
+def test_volcano_is_read_now_and_refused_without_its_task_lists(index: str) -> None:
+    """sources/volcano.py reads a Volcano pod; without the svc plugin's lists every pod is
+    refused alike, naming the plugin to add."""
+    text = error({"VC_TASK_INDEX": index, "VK_TASK_INDEX": index})
+    assert text == (
+        f"VC_TASK_INDEX={index!r}: expected VC_<TASK>_HOSTS and VC_<TASK>_NUM beside it: a "
+        "Volcano Job states its pods only through the svc plugin; add `svc: []` to the job's "
+        "spec.plugins (and do not set --inject-hosts-env=false); the same on every pod")
+    environ = {"VC_TASK_INDEX": "0", "VK_TASK_INDEX": "0", "HOSTNAME": "j-worker-0",
+               "VC_MASTER_NUM": "1", "VC_MASTER_HOSTS": "j-master-0.j", "VC_WORKER_NUM": "1",
+               "VC_WORKER_HOSTS": "j-worker-0.j"}
+    topology = topology_from(environ)
+    assert (topology.num_nodes, topology.node_rank, topology.nodes[0].host) == (
+        2, 1, "j-master-0.j")

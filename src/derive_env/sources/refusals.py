@@ -127,11 +127,14 @@ def refused_line(
         # Kubernetes index) alone leaves it unknown.
         names = _set_names(unsized, environ)
         units = unsized.unit + ("es" if unsized.unit.endswith("s") else "s")
+        why = _NO_SOURCE if unsized.module is None else (
+            "only part of its variables are set (not set: "
+            f"{', '.join(n for n in unsized.detect if not environ.get(n))})")
         return unsized, describe(
             names[0], environ[names[0]],
             f"unset: {unsized.title} started this process ({' and '.join(names)} "
             f"{'is' if len(names) == 1 else 'are'} set) without saying how many {units} the "
-            f"job has, and {_NO_SOURCE}; describing a job of one {unsized.unit} could be "
+            f"job has, and {why}; describing a job of one {unsized.unit} could be "
             f"wrong. {unsized.fix}",
         )
     return None
@@ -235,8 +238,8 @@ def check_single_container(environ: Mapping[str, str]) -> None:
             raise TopologyError(describe(
                 name, value,
                 f"{single} or unset: no source's complete set of variables is set (no "
-                "cluster manager or launcher stated the job), so it is a single-container "
-                "session, but another launcher set a larger topology"
+                "cluster manager or launcher stated the job), so this is taken for a single "
+                "container, but another launcher set a larger topology"
                 f"{_closest_partial(environ)}. Run the command without derive-env for that "
                 "launcher, or give the container its cluster manager's variables",
             ))
