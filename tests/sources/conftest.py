@@ -16,15 +16,17 @@ def sub2(backendai_env) -> dict[str, str]:
 
 
 def manifest(kind: str) -> dict:
-    """The YAML manifest of ``kind`` in docs/sources/kubernetes.md, parsed (one per kind)."""
+    """The YAML manifest of ``kind`` in docs/sources/kubernetes.md, parsed (one per kind; every
+    block of the page must parse, multi-document ones included)."""
     import re
     from pathlib import Path
 
     import yaml
 
     page = Path(__file__).resolve().parents[2] / "docs" / "sources" / "kubernetes.md"
-    found = [yaml.safe_load(block) for block in re.findall(
-        r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), re.S)]
+    found = [doc for block in re.findall(r"```yaml\n(.*?)```",
+                                         page.read_text(encoding="utf-8"), re.S)
+             for doc in yaml.safe_load_all(block)]
     matches = [m for m in found if isinstance(m, dict) and m.get("kind") == kind]
     assert len(matches) == 1, kind
     return matches[0]
