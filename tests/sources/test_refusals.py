@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from derive_env.errors import DeriveEnvError, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import SOURCES, topology_from
+from derive_env.sources import BY_NAME, SOURCES, topology_from
 from helpers import SRUN_TASK_3
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
@@ -296,12 +296,17 @@ MANAGERS = {
 }
 
 
+#: The managers of MANAGERS a source now reads (their environment derives their job).
+NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1)}
+REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
+
+
 def reader(contents: dict[str, str]):
     """The edge's file reader (cli.read_files) as the tests give it: path -> text or None."""
     return lambda paths: {path: contents.get(path) for path in paths}
 
 
-@pytest.mark.parametrize("manager", sorted(MANAGERS))
+@pytest.mark.parametrize("manager", REFUSED)
 def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: str) -> None:
     """Never a silent single-node job: PyTorch-only, JAX-only and TF images alike, exit 3;
     the message names the variable, the manager, and ends in the line's fix."""
@@ -317,6 +322,17 @@ def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: st
         assert str(info.value) == (
             f"{name}={value!r}: expected {expected}: {title} states a job of more than one "
             f"{unit}, {NO_SOURCE}derive-env would describe a job of one {unit}. {line.fix}")
+
+
+@pytest.mark.parametrize("manager", sorted(NOW_READ))
+def test_a_manager_a_source_reads_derives_its_job(manager: str) -> None:
+    """No longer refused: its source reads the job (node rank, nodes as NOW_READ says)."""
+    environ, files, *_ = MANAGERS[manager]
+    for frameworks in ("pytorch", "jax", "tensorflow"):
+        derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+        assert derivation is not None
+        topology = derivation.topology
+        assert (topology.source, topology.num_nodes, topology.node_rank) == NOW_READ[manager]
 
 
 def test_the_fixes_say_what_to_set() -> None:
@@ -349,7 +365,8 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
            "DSTACK_NODE_RANK": "0", "LWS_GROUP_SIZE": "1", "LWS_WORKER_INDEX": "0",
            "VC_WORKER_NUM": "0", "TF_CONFIG": '{"cluster": {"worker": ["localhost:2222"]}, '
            '"task": {"type": "worker", "index": 0}}', "CLUSTER_SPEC": '{"cluster": '
-           '{"workerpool0": ["cmle-0:2222"]}}', "TPU_WORKER_HOSTNAMES": "t-0.svc",
+           '{"workerpool0": ["cmle-0:2222"]}, "task": {"type": "workerpool0", "index": 0}}',
+           "TPU_WORKER_HOSTNAMES": "t-0.svc",
            "TPU_WORKER_ID": "0", "AWS_BATCH_JOB_NUM_NODES": "1",
            "AWS_BATCH_JOB_NODE_INDEX": "0", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0",
            "NUM_PROCESSES": "1", "PROCESS_ID": "0", "DMLC_NUM_WORKER": "1", "DMLC_TASK_ID": "0",
@@ -483,9 +500,11 @@ def test_a_tf_config_of_three_tasks_in_a_single_container_session_is_refused(
     """Backend.AI states one node; a TFJob's TF_CONFIG of 3 tasks beside it is refused, not
     kept beside single-node PyTorch values."""
     environ = {**backendai_env(["main1"], "main1"), "TF_CONFIG": TFJOB_CONFIG}
-    assert error(environ, {PREFIX + "frameworks": "pytorch"}).startswith(
+    assert error(environ, {PREFIX + "frameworks": "pytorch"}) == (
         f"TF_CONFIG={TFJOB_CONFIG!r}: expected a cluster of one task or unset: a TF_CONFIG "
-        "(Kubeflow TFJob, Volcano, Vertex AI) states a job of more than one task")
+        "(Kubeflow TFJob, Volcano, Vertex AI) states a job of more than one task, but a "
+        "Backend.AI session of 1 node(s) states a job of one node: the two disagree (a value "
+        "left over from another job?). " + BY_NAME["tf-config"].fix)
 
 
 def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:

@@ -236,6 +236,9 @@ def derive(ctx: Context) -> Contribution:
             "TensorFlow reads the one set)" if ctx.environ.get("TF_CONFIG") else
             "TF_CONFIG not set: a single container (TensorFlow trains locally)")
         return out
+    if "TF_CONFIG" in topo.preset:  # the manager's own (sources/tfconfig.py): never rewritten
+        out.notes.append(f"TF_CONFIG kept as set by {topo.source} (derive-env derives none)")
+        return out
     error = _unbuildable(topo)
     if error is not None:
         raise error

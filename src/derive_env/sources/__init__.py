@@ -223,7 +223,7 @@ SOURCES: tuple[Source, ...] = (
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
-    Source("lws", "a LeaderWorkerSet group", None,
+    Source("lws", "a LeaderWorkerSet group", "lws",
            ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
            states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
@@ -233,12 +233,12 @@ SOURCES: tuple[Source, ...] = (
            size="volcano_pods",
            fix=_start_torchrun("--nnodes=<pods of every task> --node-rank=<the pod's place "
                                "among them> --master-addr=<first of $VC_MASTER_HOSTS>")),
-    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", None,
-           ("TF_CONFIG",), 4, unit="task", size="tf_config_tasks",
+    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "tfconfig",
+           ("TF_CONFIG",), 4, unit="task", size="tf_config_tasks", fallback=True,
            fix="Run the command without derive-env (TensorFlow reads the TF_CONFIG its "
                "manager set), or, for a job of one node, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("vertex", "a Vertex AI custom job", None, ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
+    Source("vertex", "a Vertex AI custom job", "tfconfig", ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
            unit="task", size="cluster_spec_tasks",
            fix=_start_torchrun("--nnodes=<tasks of workerpool0 and workerpool1> "
                                "--node-rank=<this task's place> --master-addr=<first of "

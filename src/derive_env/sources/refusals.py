@@ -102,9 +102,12 @@ def refused_line(
         reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
         if reader is not None and (reader.name in seen or launched):
             continue
-        if (nodes is None or nodes > 1) and _node_level(line):
-            continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
+        # A fallback source (tf-config) shadowed by the source that was seen: derive-env's
+        # own output inside that job, unless that job is of one node.
+        shadowed = reader is line and line.fallback and complete
+        if (nodes is None or nodes > 1) and (_node_level(line) or shadowed):
+            continue
         if not complete and not line.partial:
             continue
         if not line.sized:
@@ -174,6 +177,13 @@ def _refusal(line: Source, reader: Source | None, environ: Mapping[str, str],
     """The message for ``line``'s ``name=value``: a partial set of the ``reader`` line's
     variables, or a launcher no module reads."""
     expected = single if single == "unset" else f"{single} or unset"
+    if reader is line and line.fallback and all(environ.get(n) for n in line.detect):
+        # complete, but shadowed by the source seen (a job of one node)
+        return describe(
+            name, value,
+            f"{expected}: {line.title} states a job of more than one {line.unit}, but "
+            f"{session or 'the source seen'} states a job of one node: the two disagree "
+            f"(a value left over from another job?). {line.fix}")
     if reader is not None:
         missing = [n for n in reader.detect if not environ.get(n)]
         return describe(
