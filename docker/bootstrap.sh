@@ -17,7 +17,9 @@
 #   - With label ai.backend.distributed.on-error=warn, derive-env prints a warning, exits
 #     0 and prints no exports: the session starts without the derived variables.
 #   - An image that did not opt in (no ai.backend.distributed.frameworks label) gets no
-#     exports and no message.
+#     exports; a message only when the session has more than one container (contract
+#     section 11: "nothing derived", and how to opt in), so that containers that each train
+#     alone do not look healthy.
 #   - derive-env not installed (not on PATH, and no /opt/derive-env/bin/derive-env, where
 #     the packaged install puts it): a message says so and the container starts without
 #     the variables. It stops only for an error derive-env reports under on-error=fail; a

@@ -72,6 +72,8 @@ fi
 # $seconds, else one message naming NAME and exit 2.
 seconds() {
     seconds=$2
+    # more than 9 characters is refused before the zeros are stripped (linear time)
+    case $seconds in ??????????*) seconds=x ;; esac
     while :; do
         case $seconds in 0?*) seconds=${seconds#0} ;; *) break ;; esac
     done
@@ -81,7 +83,7 @@ seconds() {
     esac
     # shown with control characters as '?': the value may hold terminal escapes
     echo "on-every-node: $1='$(printf '%s' "$2" | tr -c '[:print:]' '?')': expected a whole" \
-        "number of seconds, $3 or more" >&2
+        "number of seconds, $3 or more (at most 9 digits)" >&2
     exit 2
 }
 seconds ON_EVERY_NODE_SSH_WAIT "${ON_EVERY_NODE_SSH_WAIT:-30}" 1
@@ -273,7 +275,7 @@ if [ -n "$peers" ]; then
     kill -TERM $pids 2>/dev/null  # attempts still running at the bound
     wait
     pids= probing=
-    status=0 differ= i=0
+    status=0 differ= i=0 silent=
     for host in $peers; do
         i=$((i + 1))
         rc=255
@@ -282,6 +284,7 @@ if [ -n "$peers" ]; then
             # ssh's last message (it ends lines in CR LF when it has a terminal)
             why=$(tr -d '\r' <"$tmp/probe.$i.err" 2>/dev/null | grep -v '^$' | tail -n 1)
             echo "on-every-node: $host: SSH did not answer within ${wait_s}s${why:+ ($why)}" >&2
+            silent=" (ON_EVERY_NODE_SSH_WAIT=$wait_s)"
         elif [ "$rc" -ne 0 ]; then
             echo "on-every-node: $host: derive-env --dry-run --format digest failed there" \
                 "(exit status $rc):" >&2
@@ -300,7 +303,8 @@ if [ -n "$peers" ]; then
         [ "$status" -ne 0 ] || status=$rc
     done
     if [ "$status" -ne 0 ]; then
-        echo "on-every-node: nothing was started (ON_EVERY_NODE_SSH_WAIT=$wait_s)" >&2
+        # the bound is named only when a node did not answer within it
+        echo "on-every-node: nothing was started$silent" >&2
         exit "$status"
     fi
     if [ -n "$differ" ]; then

@@ -142,3 +142,18 @@ def test_a_large_session_shows_the_first_nodes_this_one_and_the_last() -> None:
 def test_bad_labels_or_topology_raise() -> None:
     with pytest.raises(TopologyError):
         job_view({**session("sub1"), "BACKENDAI_CLUSTER_SIZE": "4"}, {FW: "pytorch"})
+
+
+def test_a_cyclic_placement_derives_no_other_nodes_ranks() -> None:
+    """srun -m cyclic: rank 1 is on node 1, so ranks are not numbered node by node; the
+    table must not print node 0's ranks as 0-1 (they are 0 and 3). Found by the new-user
+    trial of issue 14."""
+    env = recorded("srun-cyclic/task1")
+    view = job_view(env, {FW: "pytorch"}, own=derive(env, {FW: "pytorch"}))
+    assert [(r.rank, r.cells.get("RANK")) for r in view.rows] == [(0, None), (1, "1"), (2, None)]
+    assert view.notes[0] == (
+        "this process is rank 1, local rank 0 on node rank 1: the ranks are not numbered node "
+        "by node (a cyclic placement), and which ranks run on the other nodes is not stated: "
+        "their per-process variables are not derived here")
+    block = job_view(recorded("srun-block/task1"), {FW: "pytorch"})
+    assert [r.cells["RANK"] for r in block.rows] == ["0-1", "2-3", "4-5"]

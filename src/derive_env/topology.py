@@ -18,7 +18,7 @@ from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
-from derive_env.hosts import repeated_host
+from derive_env.hosts import is_loopback, repeated_host
 
 #: Address used as master in a single-container session (contract section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
@@ -151,6 +151,10 @@ class ClusterTopology(BaseModel):
         twice = repeated_host(list(map(itemgetter(0), self.nodes)))
         if twice is not None:
             raise ValueError(f"host {twice} appears twice")
+        if len(self.nodes) > 1 and is_loopback(self.nodes[0].host):
+            # contract section 6: the other nodes would connect to their own loopback
+            raise ValueError(f"the master {self.nodes[0].host} is a loopback address, which "
+                             f"the other {len(self.nodes) - 1} node(s) cannot reach")
         return self
 
     @property

@@ -165,6 +165,16 @@ def _layouts(topology: ClusterTopology, count: int) -> tuple[
             ", not which ranks run on the other nodes: their per-process variables are not "
             "derived here"]
     starts = (0, *accumulate(tasks))
+    own = topology.node_rank
+    if topology.per_process and own is not None and own < len(tasks) and (
+            layout.rank != starts[own] + layout.local_rank):
+        # ranks not numbered node by node (srun -m cyclic, mpirun --map-by node): which ranks
+        # the other nodes run is not stated; never print a range that contradicts this one
+        return (lambda rank: ()), [
+            f"this process is rank {layout.rank}, local rank {layout.local_rank} on node rank "
+            f"{own}: the ranks are not numbered node by node (a cyclic placement), and which "
+            "ranks run on the other nodes is not stated: their per-process variables are not "
+            "derived here"]
 
     def of(rank: int) -> tuple[ProcessLayout | None, ...]:
         first, n = starts[rank], tasks[rank]
@@ -172,7 +182,9 @@ def _layouts(topology: ClusterTopology, count: int) -> tuple[
             "rank": first + local, "local_rank": local, "local_world_size": n})
             for local in dict.fromkeys((0, n - 1)))
 
-    return of, []
+    return of, ["ranks per node as numbered node by node (a block placement, which this "
+                "process's rank fits); a cyclic placement numbers them otherwise"
+                ] if topology.per_process else []
 
 
 def _row(topology: ClusterTopology, policy: ImagePolicy, environ: Mapping[str, str],

@@ -71,6 +71,9 @@ def test_an_image_that_did_not_opt_in_is_checked_as_pytorch(tmp_path: Path) -> N
     (["check", "--timeout", "0"], "Invalid value for '--timeout': 0.0 is not in the range"),
     (["check", "--timeout", "x"], "Invalid value for '--timeout': 'x' is not a valid float"),
     (["check", "now"], "Got unexpected extra argument (now)"),
+    # NaN passes FloatRange's comparisons (found by the adversarial trial)
+    (["check", "--timeout", "nan"], "Invalid value for '--timeout': nan is not in the range "
+     "0<x<=3600."),
     (["check", "--source", "slurmm"], "Error: --source='slurmm': expected one"),
 ])
 def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

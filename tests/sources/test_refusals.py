@@ -534,3 +534,40 @@ def test_volcano_is_read_now_and_refused_without_its_task_lists(index: str) -> N
     topology = topology_from(environ)
     assert (topology.num_nodes, topology.node_rank, topology.nodes[0].host) == (
         2, 1, "j-master-0.j")
+
+
+@pytest.mark.parametrize("stray", [{"JAX_PROCESS_ID": "1"}, {"TPU_WORKER_ID": "0"},
+                                   {"DMLC_TASK_ID": "1"}, {"LWS_WORKER_INDEX": "0"},
+                                   {"PET_NNODES": "1"}])
+def test_an_indexed_job_pod_beside_a_stray_variable_is_no_single_container(stray) -> None:
+    """Found by the adversarial trial of issue 16: a variable of the Indexed Job line's
+    `unless` set it aside, and pod 1 of 4 derived a job of one (exit 0)."""
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "JOB_COMPLETION_INDEX": "1",
+               "HOSTNAME": "train-1", "DERIVE_ENV_NNODES": "4", "DERIVE_ENV_SUBDOMAIN": "t",
+               **stray}
+    text = error(environ)
+    assert text.endswith(" or give the container its cluster manager's variables")
+    name = next(iter(stray))
+    assert text.startswith(("JOB_COMPLETION_INDEX='1': expected unset: ", f"{name}="))
+    assert f"(closest: a Kubernetes Indexed Job, not read beside {name})" in text
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"TF_CONFIG": '{"cluster":{"worker":["a:1","A:2"]},"task":{"type":"worker","index":1}}'},
+     "TF_CONFIG: expected every node once, and a master the other nodes can reach: host A "
+     "appears twice"),
+    ({"TF_CONFIG": '{"cluster":{"worker":["localhost:1","b:1"]},'
+                   '"task":{"type":"worker","index":1}}'},
+     "TF_CONFIG: expected every node once, and a master the other nodes can reach: the master "
+     "localhost is a loopback address, which the other 1 node(s) cannot reach"),
+    ({"VC_TASK_INDEX": "0", "VK_TASK_INDEX": "0", "HOSTNAME": "j-a-0",
+      "VC_A_HOSTS": "j-a-0.j,j-a-0.j", "VC_A_NUM": "2"},
+     "VC_A_HOSTS: expected every node once, and a master the other nodes can reach: host "
+     "j-a-0.j appears twice"),
+])
+def test_nodes_the_topology_refuses_are_an_error_not_a_traceback(environ, message) -> None:
+    """Found by the adversarial trial: a host twice (or a loopback master of several nodes)
+    in TF_CONFIG, CLUSTER_SPEC or Volcano's lists raised pydantic's ValidationError."""
+    with pytest.raises(TopologyError) as info:
+        derive(environ, ALL)
+    assert (str(info.value), info.value.exit_code) == (message, 3)

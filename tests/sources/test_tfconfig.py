@@ -112,10 +112,10 @@ def test_the_sparse_tfjob_form_is_recognised_and_refused_with_the_reason() -> No
     with pytest.raises(TopologyError) as info:
         read({"TF_CONFIG": config})
     assert str(info.value) == (
-        f"TF_CONFIG={config!r}: expected a sparse TF_CONFIG (TFJob enableDynamicWorker: "
-        "sparseCluster names only this worker, kubeflow/trainer tensorflow.go "
-        "convertClusterSpecToSparseClusterSpec) states neither the node count nor the "
-        f"chief: set enableDynamicWorker: false, or {RUN_TF}")
+        f"TF_CONFIG={config!r}: expected a cluster that lists every task. This one is sparse "
+        "(TFJob enableDynamicWorker: sparseCluster names only this worker, kubeflow/trainer "
+        "tensorflow.go convertClusterSpecToSparseClusterSpec), so it states neither the node "
+        f"count nor the chief. Set enableDynamicWorker: false, or {RUN_TF}")
 
 
 def test_vertex_pools_0_and_1_are_the_nodes() -> None:

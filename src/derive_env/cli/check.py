@@ -41,11 +41,16 @@ def main(args: Sequence[str]) -> None:
 
     helps = {o.keyword: o.help for o in OPTIONS}
 
+    def finite(_ctx: object, _param: object, value: float) -> float:
+        if value != value:  # NaN passes FloatRange's comparisons
+            raise click.BadParameter("nan is not in the range 0<x<=3600.")
+        return value
+
     @click.command(context_settings={"help_option_names": ["-h", "--help"],
                                      "max_content_width": 100})
     @click.option("--timeout", type=click.FloatRange(0, 3600, min_open=True),
                   default=DEFAULT_TIMEOUT, show_default=True, metavar="SECONDS",
-                  help="Bound on the whole check, in seconds.")
+                  callback=finite, help="Bound on the whole check, in seconds.")
     @click.option("--label", "label_items", multiple=True, metavar="KEY=VALUE",
                   help=helps["label_items"])
     @click.option("--labels-file", "labels_files", multiple=True, metavar="PATH",

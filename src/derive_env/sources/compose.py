@@ -157,12 +157,9 @@ def resolve(
             "this job, every process may derive another job than its launcher started"))})
     return topology, reports
 
-
 # -- composing ---------------------------------------------------------------------------------
 
-
-#: Each line's depth in the table; up to :data:`_MPI` (torchrun 0, an MPI launcher 1), its
-#: launcher starts the job's workers itself.
+#: Each line's depth; up to :data:`_MPI` (torchrun 0, MPI 1) the launcher starts the workers.
 _DEPTH, _MPI = {line.name: line.depth for line in SOURCES}, 1
 
 
@@ -272,7 +269,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         num_nodes = 1  # every process (if any) on this node
     if not nodes and num_nodes == 1 and master is None:
         nodes, node_rank = (Node(host="localhost"),), 0
-    return ClusterTopology(
+    fields = dict(
         source=(hosts_src or node_src or owner or innermost).source, nodes=nodes,
         node_rank=node_rank, node_count=None if nodes else num_nodes, master=master,
         gpus_per_node=gpus_src.gpus if gpus_src else None,
@@ -286,6 +283,11 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         layers=layer_lines(reports, used, shadowed, owner, node_src, hosts_src), sized=sized,
         missing=None if nodes or master else _missing(owner, node_src),
     )
+    try:
+        return ClusterTopology(**fields)
+    except ValueError as exc:  # a host twice, a loopback master: never a traceback
+        from derive_env.sources.refusals import invalid_topology
+        raise invalid_topology(exc, inputs) from None
 
 
 def _node_layer(

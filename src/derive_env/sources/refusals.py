@@ -27,7 +27,11 @@ from derive_env.validation import static_count
 #: when no cluster manager stated the nodes: inside a session they are user values
 #: (contract section 6, :mod:`derive_env.merge`).
 _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
-                  "PET_NODE_RANK": 0, "GROUP_RANK": 0}
+                  "PET_NODE_RANK": 0, "GROUP_RANK": 0, "JAX_PROCESS_ID": 0,
+                  "DMLC_TASK_ID": 0, "TPU_WORKER_ID": 0,
+                  # an index of a job whose size no variable states: never a single
+                  # container, whatever the index (contract section 7: every index alike)
+                  "JOB_COMPLETION_INDEX": None}
 
 _NO_SOURCE = "derive-env has no source for it yet (planned)"
 
@@ -237,9 +241,9 @@ def check_single_container(environ: Mapping[str, str]) -> None:
         if value and not _single(value, single):
             raise TopologyError(describe(
                 name, value,
-                f"{single} or unset: no source's complete set of variables is set (no "
-                "cluster manager or launcher stated the job), so this is taken for a single "
-                "container, but another launcher set a larger topology"
+                f"{'' if single is None else f'{single} or '}unset: no source's complete set "
+                "of variables is set (no cluster manager or launcher stated the job), so this "
+                "is taken for a single container, but another launcher set a larger topology"
                 f"{_closest_partial(environ)}. Run the command without derive-env for that "
                 "launcher, or give the container its cluster manager's variables",
             ))
@@ -259,6 +263,21 @@ def _closest_partial(environ: Mapping[str, str]) -> str:
             missing = tuple(n for n in source.detect if not environ.get(n))
     if best is None:
         return ""
+    if not missing:  # all set, but a variable of another launcher makes it step aside
+        unless = [n for n in best.unless if environ.get(n)]
+        return f" (closest: {best.title}, not read beside {', '.join(unless)})"
     return f" (closest: {best.title}; not set: {', '.join(missing)})"
 
 
+def invalid_topology(error: ValueError, inputs: Mapping[str, Sequence[str]]) -> TopologyError:
+    """A source's nodes that :class:`ClusterTopology` refuses (a host twice, a loopback
+    master of several nodes: pydantic's ``ValidationError``, a ``ValueError``) as the usual
+    error naming the variables of the node list, never a traceback.
+
+    :param inputs: the topology's provenance (``nodes`` -> the variables of the list).
+    """
+    errors = getattr(error, "errors", lambda: [])()
+    why = (errors[0]["msg"] if errors else str(error)).removeprefix("Value error, ")
+    names = " + ".join(inputs.get("nodes", ())) or "the node list"
+    return TopologyError(f"{names}: expected every node once, and a master the other nodes "
+                         f"can reach: {why}")

@@ -117,10 +117,10 @@ def _nodes(cluster: dict, variable: str, shown: str) -> tuple[list[str], list[st
 
 def _refuse_task(variable: str, shown: str, own: str, sparse: bool) -> TopologyError:
     if sparse:
-        why = ("a sparse TF_CONFIG (TFJob enableDynamicWorker: sparseCluster names only this "
-               "worker, kubeflow/trainer tensorflow.go convertClusterSpecToSparseClusterSpec) "
-               "states neither the node count nor the chief: set enableDynamicWorker: false, "
-               f"or {_RUN_TF}")
+        why = ("a cluster that lists every task. This one is sparse (TFJob enableDynamicWorker: "
+               "sparseCluster names only this worker, kubeflow/trainer tensorflow.go "
+               "convertClusterSpecToSparseClusterSpec), so it states neither the node count "
+               f"nor the chief. Set enableDynamicWorker: false, or {_RUN_TF}")
         return TopologyError(describe(variable, shown, why))
     return TopologyError(describe(
         variable, shown,
