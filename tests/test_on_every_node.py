@@ -247,7 +247,8 @@ def test_a_peer_whose_ssh_never_answers_starts_nothing_within_the_bound(
         "2200: Connection refused)",
         "on-every-node: nothing was started (ON_EVERY_NODE_SSH_WAIT=2)",
     ]
-    assert 2 <= elapsed < 10, elapsed  # the bound, plus the local digest run on a busy machine
+    # the bound in whole seconds of `date +%s` (up to 1 s less), plus the local digest run
+    assert 1 <= elapsed < 10, elapsed
     assert not (tmp_path / "ran").exists()
     calls = _calls(tmp_path)
     probe = "digest -o BatchMode=yes -o ConnectTimeout=2 -o LogLevel=ERROR"
