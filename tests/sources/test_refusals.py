@@ -215,14 +215,6 @@ RENDEZVOUS = "/run/determined/info/rendezvous.json"
 #: manager -> (the environment of node 1 of a 2-node job (files: path -> text), the
 #: variable named, its value, what a job of one holds, the title, the unit).
 MANAGERS = {
-    "skypilot": ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NODE_RANK": "1",
-                  "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "8",
-                  "SKYPILOT_TASK_ID": "sky-1"}, {},
-                 "SKYPILOT_NUM_NODES", "2", "1 or unset", "a SkyPilot task", "node"),
-    "dstack": ({"DSTACK_RUN_ID": "r", "DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2",
-                "DSTACK_MASTER_NODE_IP": "10.0.0.1", "DSTACK_NODE_RANK": "1",
-                "DSTACK_NODES_NUM": "2", "DSTACK_GPUS_PER_NODE": "8"}, {},
-               "DSTACK_NODES_NUM", "2", "1 or unset", "a dstack task", "node"),
     "lws": ({"LWS_LEADER_ADDRESS": "lws-0.lws.default", "LWS_GROUP_SIZE": "2",
              "LWS_WORKER_INDEX": "1", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
             "LWS_GROUP_SIZE", "2", "1 or unset", "a LeaderWorkerSet group", "node"),
@@ -296,6 +288,18 @@ MANAGERS = {
                         "an Azure ML PyTorch-distribution process", "process"),
 }
 
+#: The managers of sources-cloud.md 25 that a source now reads (same form as MANAGERS).
+READ_MANAGERS = {
+    "skypilot": ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NODE_RANK": "1",
+                  "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "8",
+                  "SKYPILOT_TASK_ID": "sky-1"}, {},
+                 "SKYPILOT_NUM_NODES", "2", "1 or unset", "a SkyPilot task", "node"),
+    "dstack": ({"DSTACK_RUN_ID": "r", "DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2",
+                "DSTACK_MASTER_NODE_IP": "10.0.0.1", "DSTACK_NODE_RANK": "1",
+                "DSTACK_NODES_NUM": "2", "DSTACK_GPUS_PER_NODE": "8"}, {},
+               "DSTACK_NODES_NUM", "2", "1 or unset", "a dstack task", "node"),
+}
+
 
 def reader(contents: dict[str, str]):
     """The edge's file reader (cli.read_files) as the tests give it: path -> text or None."""
@@ -319,6 +323,18 @@ def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: st
             f"{name}={value!r}: expected {expected}: {title} states a job of more than one "
             f"{unit}, {NO_SOURCE}derive-env would describe a job of one {unit}. {line.fix}")
 
+
+@pytest.mark.parametrize("manager", sorted(READ_MANAGERS))
+def test_a_manager_with_a_source_is_read_not_refused(manager: str) -> None:
+    """SkyPilot and dstack (sources/launchtools.py): node 1 of 2 is read, master = the
+    first IP, for every framework."""
+    environ, files, *_ = READ_MANAGERS[manager]
+    for frameworks in ("pytorch", "jax", "tensorflow"):
+        derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+        assert derivation is not None
+        topology = derivation.topology
+        assert (topology.source, topology.num_nodes, topology.node_rank) == (manager, 2, 1)
+        assert topology.nodes[0].host == "10.0.0.1"
 
 def test_the_fixes_say_what_to_set() -> None:
     from derive_env.sources import BY_NAME
@@ -399,7 +415,7 @@ def test_a_lone_index_is_refused_on_every_index_alike(name: str, index: str) -> 
 
 def test_a_manager_inside_a_job_another_source_states_is_that_jobs() -> None:
     """The fix works: torchrun started from SkyPilot's variables, derive-env in a worker."""
-    environ = {**MANAGERS["skypilot"][0], "TORCHELASTIC_RUN_ID": "r", "RANK": "9",
+    environ = {**READ_MANAGERS["skypilot"][0], "TORCHELASTIC_RUN_ID": "r", "RANK": "9",
                "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8",
                "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
                "MASTER_PORT": "29500"}
@@ -419,13 +435,18 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
 
 def test_source_none_in_a_larger_job_warns() -> None:
     """--source none wins, but not silently (contract section 11)."""
-    environ = MANAGERS["skypilot"][0]
+    environ = MANAGERS["lws"][0]
     topology = topology_from(environ, "none")
     assert topology.num_nodes == 1
     assert topology.warnings == (
-        "source none chosen (--source or DERIVE_ENV_SOURCE): a SkyPilot task states a job of "
-        "more than one node (SKYPILOT_NUM_NODES='2'), and this process derives a job of one; "
-        "if that job has more than one node, each trains alone",)
+        "source none chosen (--source or DERIVE_ENV_SOURCE): a LeaderWorkerSet group states a "
+        "job of more than one node (LWS_GROUP_SIZE='2'), and this process derives a job of "
+        "one; if that job has more than one node, each trains alone",)
+    # A manager a source reads: its variables are named as set and ignored.
+    assert topology_from(READ_MANAGERS["skypilot"][0], "none").warnings == (
+        "source none chosen (--source or DERIVE_ENV_SOURCE): the variables of skypilot are "
+        "set and ignored; if they describe this job, every process may derive another job "
+        "than its launcher started",)
     assert topology_from({}, "none").warnings == ()
 
 
@@ -490,7 +511,7 @@ def test_a_tf_config_of_three_tasks_in_a_single_container_session_is_refused(
 def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:
     """Ranks without a node count (mpirun over SSH from SkyPilot's IPs): the ranks' job,
     not SkyPilot's refusal; MASTER_ADDR given, a per-process topology."""
-    environ = {**MANAGERS["skypilot"][0], "OMPI_COMM_WORLD_SIZE": "16",
+    environ = {**READ_MANAGERS["skypilot"][0], "OMPI_COMM_WORLD_SIZE": "16",
                "OMPI_COMM_WORLD_RANK": "9", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
                "OMPI_COMM_WORLD_LOCAL_SIZE": "8", "MASTER_ADDR": "10.0.0.1"}
     derivation = derive(environ, {PREFIX + "frameworks": "pytorch"})

@@ -207,12 +207,13 @@ SOURCES: tuple[Source, ...] = (
            fix=_start_torchrun("--nnodes=<length of hosts> --node-rank=<position of "
                                f"current_host in hosts, {SAGEMAKER_CONFIG}> "
                                "--master-addr=<first of hosts>")),
-    Source("skypilot", "a SkyPilot task", None,
+    # The launch tools: a node layer from an IP list (sources/launchtools.py).
+    Source("skypilot", "a SkyPilot task", "launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
-    Source("dstack", "a dstack task", None,
+    Source("dstack", "a dstack task", "launchtools",
            ("DSTACK_NODES_IPS", "DSTACK_MASTER_NODE_IP", "DSTACK_NODE_RANK",
             "DSTACK_NODES_NUM"), 4, unit="node",
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
