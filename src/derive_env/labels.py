@@ -31,8 +31,10 @@ LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
 #: A label for one session: ``DERIVE_ENV_<NAME>``, the name upper-cased, ``-`` as ``_``.
 VARIABLE_PREFIX = "DERIVE_ENV_"
 #: The ``DERIVE_ENV_*`` variables derive-env reads that are not labels (nor near misses of
-#: one): the labels file and the source choice (sources.SOURCE_VARIABLE).
-NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE"})
+#: one): the labels file, the source choice (sources.SOURCE_VARIABLE) and the path of
+#: SageMaker's resource config (sources/sagemaker.py, CONFIG_VARIABLE).
+NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE",
+                        "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG"})
 #: The label names under :data:`PREFIX` that are not a framework's port label, here so that
 #: the near-miss check needs no pydantic (:func:`label_names` adds the port labels).
 SETTING_LABELS = ("pytorch-mode", "nproc-per-node", "tensorflow-roles", "socket-ifname",

@@ -87,11 +87,6 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
      "describing a job of one pod could be wrong. " + torchrun_fix(
          "--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX --master-addr=<the "
          "hostname of index 0>")),
-    ({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"},
-     "SM_HOSTS='[\"algo-1\",\"algo-2\"]': expected a JSON list of one host or unset: SageMaker "
-     f"states a job of more than one host, {NO_SOURCE}derive-env would describe a job of one "
-     "host. " + torchrun_fix("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
-                             "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of $SM_HOSTS>")),
     ({"FLUX_JOB_SIZE": "4"}, None), ({"JSM_NAMESPACE_SIZE": "6"}, None),
     ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"}, None),
 ], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
@@ -232,11 +227,6 @@ MANAGERS = {
     "tpu": ({"TPU_WORKER_ID": "1", "TPU_WORKER_HOSTNAMES": "t-0.svc,t-1.svc"}, {},
             "TPU_WORKER_HOSTNAMES", "t-0.svc,t-1.svc", "one host or unset",
             "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "host"),
-    "sagemaker-platform": ({"TRAINING_JOB_NAME": "j", "TRAINING_JOB_ARN": "arn:aws:sagemaker"},
-                           {SAGEMAKER_FILE: '{"current_host": "algo-2", "hosts": ["algo-1", '
-                            '"algo-2"]}'}, f"hosts in {SAGEMAKER_FILE}", '["algo-1", "algo-2"]',
-                           "a list of one host or unset", "an Amazon SageMaker training job",
-                           "host"),
     "determined": ({"DET_MASTER": "http://m:8080", "DET_ALLOCATION_ID": "a.1",
                     "DET_SLOT_IDS": "[0,1]", "DET_TASK_TYPE": "TRIAL"},
                    {RENDEZVOUS: '{"container_addrs": ["10.0.0.1", "10.0.0.2"], '
@@ -290,6 +280,11 @@ MANAGERS = {
 
 #: The managers of sources-cloud.md 25 that a source now reads (same form as MANAGERS).
 READ_MANAGERS = {
+    "sagemaker-platform": ({"TRAINING_JOB_NAME": "j", "TRAINING_JOB_ARN": "arn:aws:sagemaker"},
+                           {SAGEMAKER_FILE: '{"current_host": "algo-2", "hosts": ["algo-1", '
+                            '"algo-2"]}'}, f"hosts in {SAGEMAKER_FILE}", '["algo-1", "algo-2"]',
+                           "a list of one host or unset", "an Amazon SageMaker training job",
+                           "host"),
     "skypilot": ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NODE_RANK": "1",
                   "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "8",
                   "SKYPILOT_TASK_ID": "sky-1"}, {},
@@ -326,15 +321,15 @@ def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: st
 
 @pytest.mark.parametrize("manager", sorted(READ_MANAGERS))
 def test_a_manager_with_a_source_is_read_not_refused(manager: str) -> None:
-    """SkyPilot and dstack (sources/launchtools.py): node 1 of 2 is read, master = the
-    first IP, for every framework."""
+    """SkyPilot and dstack (sources/launchtools.py), SageMaker (sources/sagemaker.py): node
+    1 of 2 is read, master = the first host, for every framework."""
     environ, files, *_ = READ_MANAGERS[manager]
     for frameworks in ("pytorch", "jax", "tensorflow"):
         derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
         assert derivation is not None
         topology = derivation.topology
         assert (topology.source, topology.num_nodes, topology.node_rank) == (manager, 2, 1)
-        assert topology.nodes[0].host == "10.0.0.1"
+        assert topology.nodes[0].host in ("10.0.0.1", "algo-1")
 
 def test_the_fixes_say_what_to_set() -> None:
     from derive_env.sources import BY_NAME
@@ -383,12 +378,11 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
 
 
 @pytest.mark.parametrize(("environ", "files", "shown"), [
-    ({"TRAINING_JOB_NAME": "j", "TRAINING_JOB_ARN": "arn"}, {}, "TRAINING_JOB_NAME='j'"),
     ({"DET_MASTER": "m", "DET_ALLOCATION_ID": "a", "DET_SLOT_IDS": "[0]"}, {},
      "DET_MASTER='m'"),
     ({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}, {}, "PBS_JOBID='7'"),
     ({"VC_TASK_INDEX": "0"}, {}, "VC_TASK_INDEX='0'"),
-], ids=["sagemaker", "determined", "pbs", "volcano"])
+], ids=["determined", "pbs", "volcano"])
 def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, shown) -> None:
     """A manager file that cannot be read (or Volcano without its svc plugin): refused as a
     launcher that does not say the job's size, on every node alike."""
