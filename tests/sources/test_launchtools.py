@@ -204,3 +204,31 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(name: str,
         assert str(exc).split("=", 1)[0] in NAMES[name]
         return
     assert 0 <= report.node_rank < len(report.nodes)
+
+
+OCTET = st.integers(0, 300).map(str) | st.sampled_from(["01", "00", "007", "1000", "", "a"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.lists(OCTET, min_size=3, max_size=5).map(".".join), min_size=1,
+                      max_size=6))
+def test_the_ipv4_fast_path_accepts_exactly_what_ipaddress_does(lines: list[str]) -> None:
+    """_all_ipv4 (one match for the list) agrees with ipaddress.IPv4Address line by line."""
+    import ipaddress
+
+    def valid(line: str) -> bool:
+        try:
+            ipaddress.IPv4Address(line)
+        except ValueError:
+            return False
+        return True
+
+    assert launchtools._all_ipv4("\n".join(lines)) == all(map(valid, lines))
+
+
+def test_a_leading_zero_address_is_refused_as_ipaddress_refuses_it() -> None:
+    with pytest.raises(TopologyError) as caught:
+        read(skypilot_node(["10.0.0.1", "10.0.0.02"], 1), "skypilot")
+    assert str(caught.value) == (
+        "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.02': expected one address per line: line 2 "
+        "('10.0.0.02'): a host name or an IPv4 address (four numbers 0-255); " + SKY_FIX)
