@@ -47,8 +47,16 @@ def config(current: str, groups: dict[str, list[str]] | None = None,
         "network_interface_name": "eth0"})
 
 
-def read(environ: dict[str, str], text: str | None, name: str = "sagemaker-platform"):
-    return sagemaker.read(environ, BY_NAME[name], {SAGEMAKER_CONFIG: text})
+HYPERPARAMETERS = "/opt/ml/input/config/hyperparameters.json"
+
+
+def read(environ: dict[str, str], text: str | None, name: str = "sagemaker-platform",
+         hyperparameters: dict[str, object] | None = None):
+    """:func:`sagemaker.read` with the resource config ``text`` and the hyperparameters as
+    the SDK writes them (each value JSON text: sagemaker-python-sdk ``estimator.py``)."""
+    files = {SAGEMAKER_CONFIG: text, HYPERPARAMETERS: None if hyperparameters is None else
+             json.dumps({k: json.dumps(v) for k, v in hyperparameters.items()})}
+    return sagemaker.read(environ, BY_NAME[name], files)
 
 
 HETERO = {"data": ["algo-1", "algo-4"], "train": ["algo-3", "algo-2"]}
@@ -69,13 +77,25 @@ def test_heterogeneous_the_current_groups_hosts_in_file_order() -> None:
     report = read(PLATFORM, config("algo-2", HETERO))
     assert (report.nodes, report.node_rank) == ((Node("algo-3"), Node("algo-2")), 1)
     assert report.notes == ("host algo-2 (current_host), group 'train'; distribution groups: "
-                            "train",)
+                            "train (the current group)",)
 
 
 def test_the_toolkits_distribution_groups_win() -> None:
     env = {**PLATFORM, "SM_DISTRIBUTION_INSTANCE_GROUPS": '["data", "train"]'}
-    report = read(env, config("algo-2", HETERO))
+    report = read(env, config("algo-2", HETERO), hyperparameters={sagemaker.KEY: ["train"]})
     assert [n.host for n in report.nodes] == ["algo-1", "algo-4", "algo-3", "algo-2"]
+
+
+def test_the_distribution_groups_hyperparameter_names_the_groups() -> None:
+    """At the ENTRYPOINT (before the toolkit ran): hyperparameters.json beside the file."""
+    report = read(PLATFORM, config("algo-2", HETERO),
+                  hyperparameters={sagemaker.KEY: ["data", "train"], "epochs": 3})
+    assert [n.host for n in report.nodes] == ["algo-1", "algo-4", "algo-3", "algo-2"]
+    assert report.notes[0].endswith(
+        "distribution groups: data, train (hyperparameter sagemaker_distribution_instance_groups)")
+    env = {**PLATFORM, sagemaker.CONFIG_VARIABLE: "/run/sm/resourceconfig.json"}
+    assert sagemaker.files_needed(env, "sagemaker-platform") == (
+        "/run/sm/resourceconfig.json", "/run/sm/hyperparameters.json")
 
 
 def test_a_host_outside_the_distribution_groups_is_told_so() -> None:
@@ -130,8 +150,10 @@ def test_bad_configs_are_refused(text: str, env: dict[str, str], message: str) -
 
 def test_the_path_variable_chooses_the_file_and_is_no_label() -> None:
     env = {**PLATFORM, sagemaker.CONFIG_VARIABLE: "/tmp/rc.json"}
-    assert sagemaker.files_needed(env, "sagemaker-platform") == ("/tmp/rc.json",)
-    assert sagemaker.files_needed(PLATFORM, "sagemaker-platform") == (SAGEMAKER_CONFIG,)
+    assert sagemaker.files_needed(env, "sagemaker-platform") == (
+        "/tmp/rc.json", "/tmp/hyperparameters.json")
+    assert sagemaker.files_needed(PLATFORM, "sagemaker-platform") == (
+        SAGEMAKER_CONFIG, HYPERPARAMETERS)
     assert session_labels(env) == ({}, [])
     derivation = derive(env, {PREFIX + "frameworks": "pytorch"},
                         files=lambda paths: {p: config("algo-1") for p in paths})
@@ -197,8 +219,9 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(env: dict[str, str],
 def test_the_training_toolkit_gives_the_same_master_and_hosts(
         current: str, groups: dict[str, list[str]], flags: dict[str, object],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toolkit's Environment from the same file: its master_hostname and
-    distribution_hosts are derive-env's master and nodes (heterogeneous groups included)."""
+    """The toolkit's Environment from the same files (resource config, hyperparameters): its
+    master_hostname and distribution_hosts are derive-env's master and nodes (heterogeneous
+    groups included)."""
     try:
         from sagemaker_training import environment
     except ImportError:
@@ -207,10 +230,7 @@ def test_the_training_toolkit_gives_the_same_master_and_hosts(
     text = config(current, groups)
     toolkit = environment.Environment(resource_config=json.loads(text),
                                       input_data_config={"train": {}}, hyperparameters=flags)
-    env = dict(PLATFORM)
-    if "sagemaker_distribution_instance_groups" in flags:  # to_env_vars, as the toolkit does
-        env["SM_DISTRIBUTION_INSTANCE_GROUPS"] = json.dumps(toolkit.distribution_instance_groups)
-    report = read(env, text)
+    report = read(dict(PLATFORM), text, hyperparameters=flags)
     assert [n.host for n in report.nodes] == list(toolkit.distribution_hosts)
     assert report.nodes[0].host == toolkit.master_hostname
     assert report.nodes[report.node_rank].host == toolkit.current_host

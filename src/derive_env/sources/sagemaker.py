@@ -13,8 +13,10 @@ training toolkit exports for the script it starts), sources-cloud.md 8.
   ``src/sagemaker_training/environment.py``, ``Environment.get_distribution_hosts``): the
   hosts of the distribution instance groups, concatenated in the file's group order; without
   ``instance_groups`` (local mode) ``hosts``. The distribution groups are
-  ``SM_DISTRIBUTION_INSTANCE_GROUPS`` when the toolkit set it, else the current group (the
-  toolkit's ``get_distribution_instance_groups_from_resource_config`` when a distribution is
+  ``SM_DISTRIBUTION_INSTANCE_GROUPS`` when the toolkit set it, else the
+  ``sagemaker_distribution_instance_groups`` hyperparameter of ``hyperparameters.json``
+  beside the resource config, else the current group (the toolkit's
+  ``get_distribution_instance_groups_from_resource_config`` when a distribution is
   enabled). The master is the first of them (``get_master_hostname``). A host of another
   group (a data-loading group of a heterogeneous job) is not part of the training job: told
   so, with the fix.
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 
 #: Chooses another path for the resource config (tests, operators); not a label.
 CONFIG_VARIABLE = "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG"
+#: The hyperparameter naming the groups that train (the toolkit's environment.py).
+KEY = "sagemaker_distribution_instance_groups"
 #: The training toolkit's default group name (environment.py).
 HOMOGENEOUS = "homogeneousCluster"
 _FIX = ("SageMaker writes it for every host of the training job; run derive-env in the "
@@ -58,10 +62,19 @@ def config_path(environ: Mapping[str, str]) -> str:
     return environ.get(CONFIG_VARIABLE) or SAGEMAKER_CONFIG
 
 
+def hyperparameters_path(environ: Mapping[str, str]) -> str:
+    """``hyperparameters.json`` beside the resource config (the platform writes both to
+    ``/opt/ml/input/config/``)."""
+    folder, _, _ = config_path(environ).rpartition("/")
+    return f"{folder}/hyperparameters.json" if folder else "hyperparameters.json"
+
+
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The files :func:`read` needs for table line ``name``: the resource config for the
-    platform's line, none for the toolkit's ``SM_*`` line."""
-    return (config_path(environ),) if name == "sagemaker-platform" else ()
+    """The files :func:`read` needs for table line ``name``: the resource config and the
+    hyperparameters for the platform's line, none for the toolkit's ``SM_*`` line."""
+    if name != "sagemaker-platform":
+        return ()
+    return config_path(environ), hyperparameters_path(environ)
 
 
 def _json(text: str | None) -> object:
@@ -92,9 +105,21 @@ def _strings(value: object) -> list[str] | None:
     return None
 
 
-def _distribution_groups(environ: Mapping[str, str], current: str) -> list[str]:
+def _distribution_groups(environ: Mapping[str, str], current: str,
+                         hyperparameters: str | None) -> tuple[list[str], str]:
+    """The distribution instance groups and where they came from: the toolkit's
+    ``SM_DISTRIBUTION_INSTANCE_GROUPS``, else the ``sagemaker_distribution_instance_groups``
+    hyperparameter (its values are JSON text, decoded as the toolkit's
+    ``read_hyperparameters`` does), else the current group."""
     named = _strings(_json(environ.get("SM_DISTRIBUTION_INSTANCE_GROUPS")))
-    return named if named is not None else [current]
+    if named is not None:
+        return named, "SM_DISTRIBUTION_INSTANCE_GROUPS"
+    document = _json(hyperparameters)
+    value = document.get(KEY) if isinstance(document, dict) else None
+    named = _strings(_json(value) if isinstance(value, str) else value)
+    if named is not None:
+        return named, f"hyperparameter {KEY}"
+    return [current], "the current group"
 
 
 def _distribution_hosts(config: Mapping[str, object], groups: list[str], where: str
@@ -174,7 +199,8 @@ def read(environ: Mapping[str, str], line: Source,
     config, where, rule = _config(environ, line, files)
     current, _hosts = _checked(config, where)
     group = str(config.get("current_group_name") or HOMOGENEOUS)
-    groups = _distribution_groups(environ, group)
+    hyper = (files or {}).get(hyperparameters_path(environ)) if rule != "SM_HOSTS" else None
+    groups, named_by = _distribution_groups(environ, group, hyper)
     nodes, group_of = _distribution_hosts(config, groups, where)
     if environ.get("SM_CURRENT_HOST") and environ["SM_CURRENT_HOST"] != current:
         raise TopologyError(describe(
@@ -187,7 +213,7 @@ def read(environ: Mapping[str, str], line: Source,
             f"({', '.join(groups)}): this host is not part of the training job; "
             + _OUTSIDE_FIX)
     notes = [f"host {current} (current_host), group {group!r}; distribution groups: "
-             f"{', '.join(groups)}"]
+             f"{', '.join(groups)} ({named_by})"]
     gpus = variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)") \
         if environ.get("SM_NUM_GPUS") else None
     inputs = {"nodes": (rule,), "node_rank": (rule,), "num_nodes": (rule,),
