@@ -232,3 +232,22 @@ def test_a_leading_zero_address_is_refused_as_ipaddress_refuses_it() -> None:
     assert str(caught.value) == (
         "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.02': expected one address per line: line 2 "
         "('10.0.0.02'): a host name or an IPv4 address (four numbers 0-255); " + SKY_FIX)
+
+
+def test_skypilot_on_its_slurm_backend_composes_with_the_slurm_step() -> None:
+    """SkyPilot's Slurm backend (task_codegen.py ``SlurmCodeGen``: SKYPILOT_NODE_RANK =
+    $SLURM_PROCID in an srun of one task per node): a recorded step task plus SkyPilot's
+    variables: the innermost source (the step) gives the nodes; SkyPilot's are shadowed."""
+    from pathlib import Path
+
+    from derive_env.cli.envfile import parse_env_file
+
+    path = Path(__file__).parents[1] / "fixtures/recorded/sbatch-3node/step-task1.env"
+    step = parse_env_file(path.read_text(encoding="utf-8"), str(path))
+    env = {**step, **skypilot_node(["198.18.0.10", "198.18.0.11", "198.18.0.12"],
+                                   int(step["SLURM_PROCID"]), gpus=0)}
+    derivation = derive(env, {PREFIX + "frameworks": "pytorch"})
+    assert derivation is not None
+    topology = derivation.topology
+    assert (topology.source, topology.num_nodes, topology.node_rank) == ("slurm-step", 3, 1)
+    assert "shadowed: skypilot: an inner source states its facts" in topology.layers
