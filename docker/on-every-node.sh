@@ -1,33 +1,94 @@
 #!/bin/sh
-# on-every-node: run a command in every container of the session, this one included.
-# Installed in images as /usr/local/bin/on-every-node.
+# on-every-node: run a command in every container of the session, this one included, once
+# every container answers and agrees on the job; stop them all when one fails.
+# Installed in images as /usr/local/bin/on-every-node. POSIX sh (dash, busybox sh, bash).
 #
-#     on-every-node [--] COMMAND [ARG]...      e.g.   on-every-node torchrun train.py
+#     on-every-node [--keep-going] [--] COMMAND [ARG]...   e.g.  on-every-node torchrun train.py
 #
 # - Hosts: `derive-env --dry-run --format hosts`, the canonical order every node agrees on;
 #   derive-env from PATH, else /opt/derive-env/bin/derive-env (as bootstrap.sh); neither:
 #   a message and exit status 127. This container is the host equal to BACKENDAI_CLUSTER_HOST
 #   (else `hostname`), compared case-insensitively as derive-env does.
+# - Before the start (nothing runs anywhere until all of this holds):
+#   1. Probe: every other node must answer over SSH. Containers start without a barrier, so
+#      all peers are tried at once, each again once a second, for at most
+#      ON_EVERY_NODE_SSH_WAIT seconds in all (default 30; each ssh with BatchMode=yes and
+#      ConnectTimeout=min(5, that bound)); an attempt still running at the bound is stopped.
+#   2. Agreement: the same ssh round prints each node's `derive-env --dry-run --format
+#      digest` line (`<digest> <node rank> <host>`; this node's too, run here); all digests
+#      must be equal. When one differs, `--format digest-facts` of that node and of this
+#      one are compared and the facts that differ are printed (`name: value`, both nodes).
+#   With one host (a single-container session lists `localhost`) there is nothing to check.
 # - This container runs COMMAND itself; each other one over `ssh -tt HOST` (Backend.AI's
 #   ~/.ssh/config gives port 2200 and the cluster key), in the current working directory,
 #   each argument single-quoted for the remote shell, so it arrives byte for byte.
-# - Containers start without a barrier: a peer's SSH is retried once a second for up to
-#   ON_EVERY_NODE_SSH_WAIT seconds (default 60) before the command starts there.
-# - COMMAND's standard input is /dev/null on every node.
-# - Waits for all. Exit status: 0 when every node exited 0, else the first non-zero status
-#   in canonical order; a line on stderr names each node that failed (ssh's own failures
-#   are status 255).
-# - Ctrl-C / SIGTERM stop the command on every node: the local one gets SIGTERM, each ssh
-#   client too, which closes the remote terminal so the remote command gets SIGHUP
-#   (torchrun stops its workers on both); then exit 130 / 143.
+#   COMMAND's standard input is /dev/null and ON_EVERY_NODE=1 is in its environment on
+#   every node (derive-env then does not warn that only this container runs it).
+# - Fail fast: the first node whose COMMAND exits non-zero stops every other node: SIGTERM
+#   to the local command and to each ssh client (which closes the remote terminal, so the
+#   remote command gets SIGHUP; torchrun stops its workers on both), SIGKILL to the local
+#   command and the ssh clients still running ON_EVERY_NODE_GRACE seconds later (default
+#   10; 0: at once), not to processes they started. A remote command that ignores SIGHUP
+#   is out of reach once its ssh client is gone.
+#   Status files are polled twice a second.
+# - --keep-going: no stop; wait for every node, then the first non-zero status in canonical
+#   order.
+# - Ctrl-C / SIGTERM stop every node the same way (also during the probe: nothing starts),
+#   then exit 130 / 143. A second Ctrl-C / SIGTERM sends SIGKILL at once.
 # - `-tt` gives the remote command a terminal (needed for that SIGHUP): its stderr arrives
-#   on our stdout; `stty -onlcr` keeps its line ends as they are; its input is /dev/null.
+#   on our stdout; `stty -onlcr` keeps its line ends as they are.
+#
+# Exit status:
+#   0     COMMAND exited 0 on every node
+#   N     COMMAND's status on the node named on stderr (fail fast: the first node that
+#         failed; --keep-going: the first non-zero status in canonical order)
+#   2     usage: no COMMAND, an unknown option, or ON_EVERY_NODE_SSH_WAIT (a whole number
+#         of seconds, 1 or more) / ON_EVERY_NODE_GRACE (0 or more) not a number
+#   3     the nodes do not agree (their digests differ); nothing was started
+#   255   a node did not answer over SSH within ON_EVERY_NODE_SSH_WAIT; nothing was started
+#         (after the start, 255 of a node is its ssh client's own failure)
+#   1-5, 126, 127   derive-env failed on this node or on a peer (its message, the node
+#         named); 127 also: derive-env is not installed; nothing was started
+#   130, 143   stopped by Ctrl-C / SIGTERM
 
-[ "${1-}" = "--" ] && shift
+usage="usage: on-every-node [--keep-going] [--] COMMAND [ARG]..."
+keep_going=
+while [ "$#" -gt 0 ]; do
+    case $1 in
+        --keep-going) keep_going=1 ;;
+        --) shift; break ;;
+        --help|-h) echo "$usage"; exit 0 ;;
+        -*) echo "on-every-node: unknown option $1" >&2; echo "$usage" >&2; exit 2 ;;
+        *) break ;;
+    esac
+    shift
+done
 if [ "$#" -eq 0 ]; then
-    echo "usage: on-every-node [--] COMMAND [ARG]..." >&2
+    echo "$usage" >&2
     exit 2
 fi
+
+# seconds NAME VALUE MIN: VALUE as a whole number of seconds (leading zeros dropped) in
+# $seconds, else one message naming NAME and exit 2.
+seconds() {
+    seconds=$2
+    while :; do
+        case $seconds in 0?*) seconds=${seconds#0} ;; *) break ;; esac
+    done
+    case $seconds in
+        ''|*[!0-9]*|??????????*) ;;
+        *) [ "$seconds" -lt "$3" ] || return 0 ;;
+    esac
+    # shown with control characters as '?': the value may hold terminal escapes
+    echo "on-every-node: $1='$(printf '%s' "$2" | tr -c '[:print:]' '?')': expected a whole" \
+        "number of seconds, $3 or more" >&2
+    exit 2
+}
+seconds ON_EVERY_NODE_SSH_WAIT "${ON_EVERY_NODE_SSH_WAIT:-30}" 1
+wait_s=$seconds
+seconds ON_EVERY_NODE_GRACE "${ON_EVERY_NODE_GRACE:-10}" 0
+grace_s=$seconds
+
 # The same lookup as bootstrap.sh: PATH, then the packaged install's own venv.
 if command -v derive-env >/dev/null 2>&1; then
     derive_env=derive-env
@@ -38,6 +99,11 @@ else
         "/opt/derive-env/bin/derive-env)" >&2
     exit 127
 fi
+# The same lookup on a peer (its remote shell), setting $d.
+lookup='if command -v derive-env >/dev/null 2>&1; then d=derive-env;
+elif [ -x /opt/derive-env/bin/derive-env ]; then d=/opt/derive-env/bin/derive-env;
+else echo "derive-env is not installed (not on PATH, no /opt/derive-env/bin/derive-env)" >&2;
+exit 127; fi'
 hosts=$("$derive_env" --dry-run --format hosts) || exit
 if [ -z "$hosts" ]; then
     echo "on-every-node: derive-env --dry-run --format hosts listed no host" >&2
@@ -46,7 +112,11 @@ fi
 # lower case WORD: host names compare case-insensitively, as derive-env matches HOST.
 lower() { printf '%s' "$1" | tr '[:upper:]' '[:lower:]'; }
 self=$(lower "${BACKENDAI_CLUSTER_HOST:-$(hostname)}")
-wait_s=${ON_EVERY_NODE_SSH_WAIT:-60}
+# is_self HOST: HOST is this container (localhost: a single-container session).
+is_self() {
+    _s=$(lower "$1")
+    [ "$_s" = "$self" ] || [ "$_s" = localhost ]
+}
 
 # quote WORD: WORD as one single-quoted shell word ('  becomes  '\'' ).
 quote() {
@@ -59,53 +129,283 @@ quote() {
     done
     printf "'%s%s'" "$_q_out" "$_q_rest"
 }
-remote="stty -onlcr 2>/dev/null; cd $(quote "$PWD") && exec"
+
+# is_main: true in this script's own process, false in a subshell (a background job or a
+# command substitution), which some shells (bash) let run this process's traps.
+is_main() { [ "$(exec sh -c 'echo "$PPID"')" = "$$" ]; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/on-every-node.XXXXXX") || exit
+trap 'is_main && rm -rf "$tmp"' EXIT
+probing= pids=  # the background jobs of the current phase (probes, then one per node)
+nap() { sleep 0.5 2>/dev/null || sleep 1; }
+now() { date +%s; }
+
+# halt: SIGTERM to every job; after grace_s seconds SIGKILL to the commands still running.
+halt() {
+    # shellcheck disable=SC2086 # one word per pid
+    kill -TERM $pids 2>/dev/null
+    _h_end=$(($(now) + grace_s))
+    while [ "$(now)" -le "$_h_end" ]; do  # at least grace_s seconds
+        _h_all=1 _h_i=0
+        for _h in $pids; do
+            _h_i=$((_h_i + 1))
+            [ -f "$tmp/rc.$_h_i" ] || _h_all=
+        done
+        [ -z "$_h_all" ] || break
+        nap
+    done
+    kill_all
+    wait
+}
+# kill_all: SIGKILL to every command still running (a second Ctrl-C: no more waiting).
+kill_all() {
+    for _k in "$tmp"/child.*; do
+        [ -f "$_k" ] && [ ! -f "$tmp/rc.${_k##*.}" ] && read -r _k_pid <"$_k" &&
+            kill -KILL "$_k_pid" 2>/dev/null
+    done
+}
+stop() {
+    trap kill_all INT TERM
+    if [ -n "$probing" ]; then
+        # shellcheck disable=SC2086 # one word per pid
+        kill -TERM $pids 2>/dev/null
+        wait
+    else
+        halt
+    fi
+    exit "$1"
+}
+trap 'is_main && stop 130' INT
+trap 'is_main && stop 143' TERM
+
+# ---- before the start: every peer answers over SSH and prints the same digest ---------
+
+# remote_derive_env FORMAT: the remote shell command printing `--dry-run --format FORMAT`.
+remote_derive_env() { printf '%s; exec "$d" --dry-run --format %s' "$lookup" "$1"; }
+connect_s=$((wait_s < 5 ? wait_s : 5))
+# ssh_to HOST COMMAND: ssh that never asks and gives up connecting after connect_s (the
+# same options as in probe, where it must be the background job itself, not a function).
+ssh_to() {
+    ssh -o BatchMode=yes -o ConnectTimeout="$connect_s" -o LogLevel=ERROR "$1" "$2" </dev/null
+}
+
+# probe I HOST (a background job): HOST's digest line in $tmp/probe.I.out (ssh's errors in
+# .err), its ssh status in $tmp/rc.I; ssh failures (255) retried once a second until
+# $deadline. SIGTERM stops it and its ssh.
+probe() {  # a background job already: its traps are its own
+    _p_child=
+    trap '[ -z "$_p_child" ] || { kill -TERM "$_p_child"; wait "$_p_child"; } 2>/dev/null
+          exit 143' TERM
+    while :; do
+        ssh -o BatchMode=yes -o ConnectTimeout="$connect_s" -o LogLevel=ERROR "$2" \
+            "$(remote_derive_env digest)" </dev/null >"$tmp/probe.$1.out" 2>"$tmp/probe.$1.err" &
+        _p_child=$!
+        wait "$_p_child"
+        _p_rc=$?
+        [ "$_p_rc" -eq 255 ] && [ "$(now)" -lt "$deadline" ] || break
+        sleep 1
+    done
+    echo "$_p_rc" >"$tmp/rc.$1.new" && mv -f "$tmp/rc.$1.new" "$tmp/rc.$1"
+}
+
+# diff_facts HOST: print the digest facts that differ between this node and HOST.
+diff_facts() {
+    if ! "$derive_env" --dry-run --format digest-facts >"$tmp/facts.self" 2>&1; then
+        echo "on-every-node:     (derive-env --dry-run --format digest-facts failed here:" \
+            "$(head -n 1 "$tmp/facts.self"))" >&2
+        return
+    fi
+    if ! ssh_to "$1" "$(remote_derive_env digest-facts)" >"$tmp/facts.peer" 2>&1; then
+        echo "on-every-node:     (derive-env --dry-run --format digest-facts failed on $1:" \
+            "$(head -n 1 "$tmp/facts.peer"))" >&2
+        return
+    fi
+    _d_seen=' ' _d_any=
+    { grep -Fvx -f "$tmp/facts.peer" "$tmp/facts.self"
+      grep -Fvx -f "$tmp/facts.self" "$tmp/facts.peer"; } >"$tmp/facts.diff"
+    while IFS= read -r _d_line; do
+        _d_name=${_d_line%%:*}
+        case $_d_seen in *" $_d_name "*) continue ;; esac
+        _d_seen="$_d_seen$_d_name " _d_any=1
+        echo "on-every-node:     $self_name: $(fact "$_d_name" "$tmp/facts.self")" >&2
+        echo "on-every-node:     $1: $(fact "$_d_name" "$tmp/facts.peer")" >&2
+    done <"$tmp/facts.diff"
+    [ -n "$_d_any" ] || echo "on-every-node:     (no fact differs: different versions of" \
+        "derive-env?)" >&2
+}
+# fact NAME FILE: the line of fact NAME in FILE, else `NAME: (absent)`.
+fact() {
+    while IFS= read -r _f_line; do
+        case $_f_line in "$1:"*) printf '%s\n' "$_f_line"; return ;; esac
+    done <"$2"
+    printf '%s: (absent)\n' "$1"
+}
+
+peers=
+for host in $hosts; do
+    is_self "$host" || peers="$peers $host"
+done
+if [ -n "$peers" ]; then
+    self_name=${BACKENDAI_CLUSTER_HOST:-$(hostname)}
+    self_line=$("$derive_env" --dry-run --format digest) || {
+        rc=$?
+        echo "on-every-node: $self_name (this node): derive-env --dry-run --format digest" \
+            "failed (exit status $rc)" >&2
+        exit "$rc"
+    }
+    self_digest=${self_line%% *}
+    deadline=$(($(now) + wait_s))
+    probing=1 i=0
+    for host in $peers; do
+        i=$((i + 1))
+        probe "$i" "$host" 2>/dev/null &
+        pids="$pids $!"
+    done
+    while [ "$(now)" -lt "$deadline" ]; do
+        all=1 i=0
+        for host in $peers; do
+            i=$((i + 1))
+            [ -f "$tmp/rc.$i" ] || all=
+        done
+        [ -z "$all" ] || break
+        nap
+    done
+    # shellcheck disable=SC2086 # one word per pid
+    kill -TERM $pids 2>/dev/null  # attempts still running at the bound
+    wait
+    pids= probing=
+    status=0 differ= i=0
+    for host in $peers; do
+        i=$((i + 1))
+        rc=255
+        [ -f "$tmp/rc.$i" ] && read -r rc <"$tmp/rc.$i"
+        if [ "$rc" -eq 255 ]; then
+            # ssh's last message (it ends lines in CR LF when it has a terminal)
+            why=$(tr -d '\r' <"$tmp/probe.$i.err" 2>/dev/null | grep -v '^$' | tail -n 1)
+            echo "on-every-node: $host: SSH did not answer within ${wait_s}s${why:+ ($why)}" >&2
+        elif [ "$rc" -ne 0 ]; then
+            echo "on-every-node: $host: derive-env --dry-run --format digest failed there" \
+                "(exit status $rc):" >&2
+            sed "s/^/on-every-node: $host: /" "$tmp/probe.$i.err" >&2
+        else
+            digest=
+            read -r digest _ <"$tmp/probe.$i.out"
+            if [ -n "$digest" ]; then
+                [ "$digest" = "$self_digest" ] || differ="$differ $host"
+                continue
+            fi
+            echo "on-every-node: $host: derive-env --dry-run --format digest printed" \
+                "nothing there" >&2
+            rc=1
+        fi
+        [ "$status" -ne 0 ] || status=$rc
+    done
+    if [ "$status" -ne 0 ]; then
+        echo "on-every-node: nothing was started (ON_EVERY_NODE_SSH_WAIT=$wait_s)" >&2
+        exit "$status"
+    fi
+    if [ -n "$differ" ]; then
+        echo "on-every-node: the nodes do not agree on the job (derive-env --dry-run" \
+            "--format digest); nothing was started" >&2
+        for host in $differ; do
+            echo "on-every-node: $host differs from $self_name (this node) in:" >&2
+            diff_facts "$host"
+        done
+        exit 3
+    fi
+fi
+
+# ---- the start: COMMAND on every node; the first failure stops the others --------------
+
+ON_EVERY_NODE=1
+export ON_EVERY_NODE
+remote="stty -onlcr 2>/dev/null; ON_EVERY_NODE=1; export ON_EVERY_NODE;"
+remote="$remote cd $(quote "$PWD") && exec"
 for arg in "$@"; do
     remote="$remote $(quote "$arg")"
 done
 remote="$remote </dev/null"
 
-# ready HOST: wait (at most wait_s seconds) until HOST's SSH runs a command.
-ready() {
-    _r_end=$(($(date +%s) + wait_s))
-    until ssh -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR "$1" true \
-        </dev/null >/dev/null 2>&1; do
-        if [ "$(date +%s)" -ge "$_r_end" ]; then
-            echo "on-every-node: $1: SSH did not answer within ${wait_s}s" >&2
-            return 255
-        fi
-        sleep 1
-    done
-}
-
-pids=
-stop() {
-    trap 'kill -KILL $pids 2>/dev/null' INT TERM  # a second Ctrl-C: no more waiting
-    # shellcheck disable=SC2086 # one word per pid
-    kill -TERM $pids 2>/dev/null
-    wait
-    exit "$1"
-}
-trap 'stop 130' INT
-trap 'stop 143' TERM
-
-for host in $hosts; do
-    host_lc=$(lower "$host")
-    if [ "$host_lc" = "$self" ] || [ "$host_lc" = localhost ]; then  # localhost: one container
-        "$@" &
+# node I HOST COMMAND...: run COMMAND here (HOST empty) or over SSH on HOST (a background
+# job); its pid in $tmp/child.I, its status in $tmp/rc.I. SIGTERM is passed on to it.
+# COMMAND's stderr is fd 9; the job's own stderr is /dev/null (shells print "Terminated"
+# there for a child a signal stopped).
+node() {  # a background job already: its traps are its own
+    _n_i=$1 _n_host=$2 _n_child= _n_stop=
+    shift 2
+    trap '_n_stop=1; [ -z "$_n_child" ] || kill -TERM "$_n_child" 2>/dev/null' TERM
+    if [ -z "$_n_host" ]; then
+        "$@" </dev/null 2>&9 9>&- &
     else
-        { ready "$host" && exec ssh -tt -o LogLevel=ERROR "$host" "$remote" </dev/null; } &
+        ssh -tt -o LogLevel=ERROR "$_n_host" "$remote" </dev/null 2>&9 9>&- &
+    fi
+    _n_child=$!
+    echo "$_n_child" >"$tmp/child.$_n_i"
+    [ -z "$_n_stop" ] || kill -TERM "$_n_child" 2>/dev/null
+    wait "$_n_child"
+    _n_rc=$?
+    if [ -n "$_n_stop" ] && [ "$_n_rc" -gt 128 ]; then  # the wait was interrupted: again
+        wait "$_n_child"
+        _n_again=$?
+        [ "$_n_again" -eq 127 ] || _n_rc=$_n_again
+    fi
+    echo "$_n_rc" >"$tmp/rc.$_n_i.new" && mv -f "$tmp/rc.$_n_i.new" "$tmp/rc.$_n_i"
+}
+
+rm -f "$tmp"/rc.*
+i=0
+for host in $hosts; do
+    i=$((i + 1))
+    if is_self "$host"; then
+        node "$i" "" "$@" 9>&2 2>/dev/null &
+    else
+        node "$i" "$host" 9>&2 2>/dev/null &
     fi
     pids="$pids $!"
 done
 
-# shellcheck disable=SC2086 # one word per pid, in the order of $hosts
-set -- $pids
-status=0
+failed=
+while :; do
+    all=1 i=0
+    for host in $hosts; do
+        i=$((i + 1))
+        if [ -f "$tmp/rc.$i" ]; then
+            read -r rc <"$tmp/rc.$i"
+            if [ -z "$keep_going$failed" ] && [ "$rc" -ne 0 ]; then
+                failed=$host status=$rc
+            fi
+        else
+            all=
+        fi
+    done
+    [ -z "$all" ] && [ -z "$failed" ] || break
+    nap
+done
+running= i=0
 for host in $hosts; do
-    wait "$1"
-    rc=$?
-    shift
+    i=$((i + 1))
+    [ -f "$tmp/rc.$i" ] || running="$running $i "
+done
+if [ -n "$failed" ] && [ -n "$running" ]; then
+    echo "on-every-node: $failed: exit status $status; stopping the command on every" \
+        "other node (SIGTERM, SIGKILL after ${grace_s}s)" >&2
+    halt
+    i=0
+    for host in $hosts; do
+        i=$((i + 1))
+        read -r rc <"$tmp/rc.$i" 2>/dev/null || rc=?
+        case $running in
+            *" $i "*) echo "on-every-node: $host: exit status $rc (stopped)" >&2 ;;
+            *) [ "$host" = "$failed" ] || [ "$rc" = 0 ] ||
+                echo "on-every-node: $host: exit status $rc" >&2 ;;
+        esac
+    done
+    exit "$status"
+fi
+wait
+status=0 i=0
+for host in $hosts; do
+    i=$((i + 1))
+    read -r rc <"$tmp/rc.$i"
     if [ "$rc" -ne 0 ]; then
         echo "on-every-node: $host: exit status $rc" >&2
         [ "$status" -ne 0 ] || status=$rc

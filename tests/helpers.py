@@ -119,7 +119,7 @@ def not_opted_in_note(job: str) -> str:
         f"ai.backend.distributed.frameworks is not set), but {job}, so every node runs the "
         "command as a job of its own. To opt in, set the label "
         "ai.backend.distributed.frameworks=pytorch (or tensorflow, jax) in the image, "
-        "DERIVE_ENV_FRAMEWORKS=pytorch for the session, or derive-env --frameworks pytorch\n")
+        "DERIVE_ENV_FRAMEWORKS=pytorch for the job, or derive-env --frameworks pytorch\n")
 
 
 def backendai_job(size: int) -> str:

@@ -375,7 +375,7 @@ def test_dockerfile_labels_are_valid_for_derive_env(image_labels: tuple[str, Pat
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "single-container session" in result.stdout
+    assert "single container" in result.stdout
     assert "not opted in" not in result.stdout
 
 

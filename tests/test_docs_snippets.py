@@ -84,7 +84,7 @@ def test_json_blocks_parse(where: str, code: str) -> None:
 def test_the_backendai_page_has_its_commands() -> None:
     """The page's shell blocks are found (a changed fence style would silently skip them)."""
     assert len([w for w, _ in SH if w.startswith("docs/backendai.md:")]) >= 8
-    assert len([w for w, _ in PYTHON if w.startswith("docs/backendai.md:")]) == 2
+    assert len([w for w, _ in PYTHON if w.startswith("docs/backendai.md:")]) == 3
 
 
 def test_a_broken_block_is_caught() -> None:
@@ -148,7 +148,8 @@ def test_the_examples_are_found() -> None:
     """Each page with examples keeps them checked (a changed fence would skip them)."""
     pages = {w.rsplit(":", 1)[0] for w, _, _ in EXAMPLES}
     assert {"README.md", "docs/sources/README.md", "docs/sources/slurm.md",
-            "docs/sources/mpi.md", "docs/sources/torchrun.md", "docs/sources/kubeflow.md"} <= pages
+            "docs/sources/mpi.md", "docs/sources/torchrun.md", "docs/sources/kubeflow.md",
+            "docs/sources/kubernetes.md"} <= pages
     text = "```console\n$ derive-env --dry-run --env-file a.env \\\n    --explain\nout\n```\n"
     assert console_examples(text) == [(2, "derive-env --dry-run --env-file a.env \\\n"
                                           "    --explain", "out\n")]

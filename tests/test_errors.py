@@ -62,3 +62,15 @@ def test_shorten() -> None:
     assert shorten("abc", 3) == "abc"
     assert shorten("abcd", 3) == "abc... (4 characters)"
     assert shorten("x" * 200) == "x" * 200
+
+
+def test_printable_escapes_what_a_terminal_would_obey() -> None:
+    """Issue 15, item 7: the one helper every printed raw value goes through."""
+    from derive_env.errors import printable
+
+    text = "ok ünï"
+    assert printable(text) is text
+    assert printable("a\x1b[2J\x07\x7f\x9b\u2028\udc80\tb") == (
+        "a\\x1b[2J\\x07\\x7f\\x9b\\u2028\\udc80\\tb")
+    assert printable("1. a\n2. \x1b", keep="\n") == "1. a\n2. \\x1b"
+    assert printable("\n") == "\\n"

@@ -305,7 +305,7 @@ def test_console_script_full_stdout_same_as_click(tmp_path: Path, labels: dict[s
         "of more than one node (BACKENDAI_CLUSTER_SIZE='2'), so every node runs the command "
         "as a job of its own. To opt in, set the label ai.backend.distributed.frameworks="
         "pytorch (or tensorflow, jax) in the image, DERIVE_ENV_FRAMEWORKS=pytorch for the "
-        "session, or derive-env --frameworks pytorch\n")
+        "job, or derive-env --frameworks pytorch\n")
     assert results[0] == (1, note + "derive-env: error: cannot write the dry-run output to "
                              "stdout ([Errno 28] No space left on device)\n")
 

@@ -29,7 +29,9 @@ BAD_IPV6_EXPECTED = "a host name or an IP address (IPv6 without brackets, no por
 @pytest.mark.parametrize(
     "host",
     ["main1", "sub10", "node-3.cluster.local", "10.0.0.1", "198.18.0.10", "2001:db8::1",
-     "fd00::1", "::1", "a" * 63, "A1"],
+     "fd00::1", "::1", "a" * 63, "A1",
+     # fully qualified, a trailing dot (issue 15, item 7): the 253 do not count it
+     "main1.", "node-3.cluster.local.", ".".join(["a" * 63] * 3 + ["a" * 61]) + "."],
 )
 def test_host_problem_accepts(host: str) -> None:
     assert host_problem(host) is None
@@ -42,7 +44,7 @@ def test_host_problem_accepts(host: str) -> None:
         ("", HOSTNAME_EXPECTED),
         ("-main1", HOSTNAME_EXPECTED),
         ("main1-", HOSTNAME_EXPECTED),
-        ("main1.", HOSTNAME_EXPECTED),
+        ("main1..", HOSTNAME_EXPECTED),
         ("a" * 64, HOSTNAME_EXPECTED),
         (" main1", HOSTNAME_EXPECTED),
         ("main1:29500", BAD_IPV6_EXPECTED),
@@ -164,3 +166,18 @@ def test_repeated_host_in_4096_entries() -> None:
     upper = [host.upper() for host in hosts]
     assert repeated_host(upper) is None
     assert repeated_host([*upper, "n4096"]) == "n4096"
+
+
+@pytest.mark.parametrize(("host", "expected"), [
+    ("main1..", HOSTNAME_EXPECTED), (".", HOSTNAME_EXPECTED),
+    (".".join(["a" * 63] * 3 + ["a" * 62]) + ".", HOSTNAME_EXPECTED),  # 254 before the dot
+    ("10.0.0.1.", "a host name or an IPv4 address (four numbers 0-255)"),
+])
+def test_host_problem_trailing_dot_refused_beyond_one_name(host: str, expected: str) -> None:
+    assert host_problem(host) == expected
+
+
+def test_host_key_is_how_dns_compares() -> None:
+    from derive_env.hosts import host_key
+
+    assert host_key("Main1.") == host_key("main1") == "main1"

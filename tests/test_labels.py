@@ -232,3 +232,27 @@ def test_the_session_variable_of_each_label() -> None:
         "DERIVE_ENV_TENSORFLOW_ROLES")
     assert session_labels({"DERIVE_ENV_JAX_PORT": "5000", "HOME": "/root"}) == (
         {"ai.backend.distributed.jax-port": "5000"}, [])
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[{}]", "a JSON list must be `docker image inspect` output (a list whose first item is "
+             "an object with Config.Labels); its first item has no Config object"),
+    ('[{"Id": "sha256:1"}]', "a JSON list must be `docker image inspect` output (a list "
+     "whose first item is an object with Config.Labels); its first item has no Config object"),
+    ('{"Labels": "x"}', "Labels must be a JSON object of labels or null, not a JSON string"),
+    ('{"Labels": 3}', "Labels must be a JSON object of labels or null, not a JSON number"),
+    ('{"a": "1", "a": "2"}',
+     "the key 'a' appears twice in one JSON object (which value is meant?); keep one"),
+    ('{"Config": {"Labels": {"' + FW + '": "pytorch", "' + FW + '": "jax"}}}',
+     f"the key '{FW}' appears twice in one JSON object (which value is meant?); keep one"),
+])
+def test_shapes_that_are_not_no_labels(text: str, expected: str) -> None:
+    """Issue 15, item 7: these read as "no labels" (the image silently not opted in), and a
+    duplicated key silently kept its last value."""
+    assert label_error(text) == "labels file labels.json: " + expected
+
+
+@pytest.mark.parametrize("text", ['[{"Config": {"Labels": null}}]', '{"Labels": null}',
+                                  '{"Config": {}}', '{"Labels": {}}'])
+def test_shapes_of_an_image_without_labels(text: str) -> None:
+    assert parse_labels_document(text, "labels.json") == {}

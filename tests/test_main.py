@@ -132,3 +132,27 @@ def test_a_stray_completion_variable_changes_nothing(value: str) -> None:
                           "--", "sh", "-c", "echo ran"], capture_output=True, text=True,
                          timeout=60, env=env)
     assert (out.returncode, out.stdout, out.stderr) == (0, "ran\n", "")
+
+
+@pytest.mark.parametrize("option", ["--help", "--version"])
+def test_help_into_a_full_stdout_is_exit_1_with_one_line(option: str) -> None:
+    """Issue 15, item 7: click's --help into /dev/full ended in a traceback and exit 120."""
+    from helpers import console_script
+
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([console_script(), option], stdout=full, stderr=subprocess.PIPE,
+                             text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    assert (out.returncode, out.stderr) == (
+        1, "derive-env: error: cannot write to stdout (No space left on device)\n")
+
+
+def test_help_into_a_closed_pipe_is_quiet() -> None:
+    """A reader that stops early (`derive-env --help | head -1`): no traceback."""
+    from helpers import console_script
+
+    proc = subprocess.Popen([console_script(), "--help"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={"PATH": os.environ["PATH"]})
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    assert proc.wait(timeout=60) in (0, 1)
+    assert b"Traceback" not in proc.stderr.read()

@@ -40,7 +40,11 @@ from helpers import SRUN_TASK_3
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
 PPC = {**ALL, PREFIX + "pytorch-mode": "process-per-container"}
 HOSTS = ["sub1", "main1", "sub2"]  # HOSTS order of the session; canonical: main1, sub1, sub2
-WARN_FIX = ("set label ai.backend.distributed.on-error=warn to run the command unchanged")
+WARN_FIX = ("or set label ai.backend.distributed.on-error=warn to run the command with the "
+            "environment unchanged")
+#: Where a job-wide value comes from, as the messages say it (no manager assumed).
+WHERE = ("the image's ENV, a variable the cluster manager copies into every node, a "
+         "Kubernetes pod spec, a container hook such as enroot's, an env file")
 #: The variables that size the job or identify the node (scope JOB or NODE): a user-set value
 #: must equal the derived one (the property's oracle; a test keeps it equal to the scopes).
 IDENTITY = frozenset({
@@ -128,10 +132,9 @@ def test_session_wide_node_rank_zero_fails_on_every_other_node(backendai_env) ->
         assert error(session(backendai_env, host, **user)) == (
             f"NODE_RANK='0': expected '{rank}', this node's node rank "
             f"(position of BACKENDAI_CLUSTER_HOST={host} in the canonical order): a value "
-            "set for the "
-            "whole session is copied into every container, so it is right on at most one "
-            "node and two nodes would claim the same rank. Remove NODE_RANK from the "
-            "session's environment (derive-env derives it on every node), or " + WARN_FIX
+            "set once for the whole job reaches every node alike, so it is right on at most "
+            "one node (two nodes would claim the same rank). Remove NODE_RANK where it is set "
+            f"({WHERE}; derive-env derives it on every node), " + WARN_FIX
         )
     # Node rank 0 keeps it (it is its value), silently: after Backend.AI's hook every derived
     # value is in the environment of a terminal that runs derive-env again.
@@ -166,10 +169,9 @@ def test_a_job_of_one_is_refused_on_every_node(backendai_env, user, name, expect
         message = error(session(backendai_env, host, **user), PPC)
         assert message.startswith(f"{name}={user[name]!r}: expected '{expected}', {what} (")
         assert message.endswith(
-            "): the session has 3 node(s); a value set for the whole session sizes the job "
-            "wrongly on every node (each would train alone or wait for processes that never "
-            f"come). Remove {name} from the session's environment (derive-env derives it on "
-            "every node), or " + WARN_FIX
+            "): the job has 3 node(s), so this value sizes it wrongly on every node (each "
+            "would train alone or wait for processes that never come). Remove "
+            f"{name} where it is set ({WHERE}; derive-env derives it on every node), " + WARN_FIX
         )
 
 
@@ -178,10 +180,10 @@ def test_stale_one_host_tf_config_is_refused(backendai_env) -> None:
     assert error(session(backendai_env, "sub1", TF_CONFIG=stale)) == (
         f"TF_CONFIG={stale!r}: expected "
         '\'{"cluster":{"worker":["main1:2222","sub1:2222","sub2:2222"]},"task":{"type":"worker",'
-        '"index":1}}\', this node\'s TF_CONFIG (its cluster and task differ): a value set for '
-        "the whole session is copied into every container, so it is right on at most one "
-        "node. Remove TF_CONFIG from the session's environment (derive-env derives it on every "
-        "node), or " + WARN_FIX
+        '"index":1}}\', this node\'s TF_CONFIG (its cluster and task differ): a value set '
+        "once for the whole job reaches every node alike, so it is right on at most one node. "
+        f"Remove TF_CONFIG where it is set ({WHERE}; derive-env derives it on every node), "
+        + WARN_FIX
     )
 
 
@@ -227,9 +229,9 @@ def test_tf_config_index_must_be_a_json_integer(backendai_env, index) -> None:
     user = derived.replace('"index":1', f'"index":{index}')
     assert error(session(backendai_env, "sub1", TF_CONFIG=user)) == (
         f"TF_CONFIG={user!r}: expected {derived!r}, this node's TF_CONFIG (its task differs): "
-        "a value set for the whole session is copied into every container, so it is right on "
-        "at most one node. Remove TF_CONFIG from the session's environment (derive-env "
-        "derives it on every node), or " + WARN_FIX
+        "a value set once for the whole job reaches every node alike, so it is right on at "
+        f"most one node. Remove TF_CONFIG where it is set ({WHERE}; derive-env derives it on "
+        "every node), " + WARN_FIX
     )
 
 
@@ -285,9 +287,9 @@ def test_loopback_master_addr_in_a_multi_node_session_is_an_error(backendai_env,
     # modelscope/ms-swift#2485
     assert error(session(backendai_env, "sub1", MASTER_ADDR=addr)) == (
         f"MASTER_ADDR={addr!r}: expected the host of node rank 0 (main1) or another address "
-        "every node reaches; a loopback address in a session of 3 nodes makes every node "
-        "connect to itself, so the nodes never meet. Remove MASTER_ADDR from the session's "
-        "environment (derive-env derives it), or " + WARN_FIX
+        "every node reaches. A loopback address in a job of 3 nodes makes every node "
+        "connect to itself, so the nodes never meet. Remove MASTER_ADDR where it is set "
+        f"({WHERE}; derive-env derives it), " + WARN_FIX
     )
 
 
@@ -307,8 +309,8 @@ def test_master_addr_outside_the_session_warns_and_feeds_the_dependents(backenda
     # AMD-AGI/Primus#721, aws-samples/aws-hpc-tutorials#448
     derivation = derive(session(backendai_env, "sub1", MASTER_ADDR="headnode"), ALL)
     assert derivation.warnings == (
-        "MASTER_ADDR='headnode' is not a node of this session (main1, sub1, sub2): kept, so "
-        "every node connects to headnode; node rank 0 (main1) serves the rendezvous on its own "
+        "MASTER_ADDR='headnode' is not a node of this job (main1, sub1, sub2): kept, so "
+        "every node connects to headnode. Node rank 0 (main1) serves the rendezvous on its own "
         "host, so this works only if headnode is another name of main1",
     )
     changes = derivation.changes()
@@ -319,14 +321,14 @@ def test_master_addr_outside_the_session_warns_and_feeds_the_dependents(backenda
 
 def test_master_addr_of_another_node_is_an_error(backendai_env) -> None:
     assert error(session(backendai_env, "main1", MASTER_ADDR="Sub2")) == (
-        "MASTER_ADDR='Sub2': expected the host of node rank 0 (main1); Sub2 is node rank 2, and "
-        "node rank 0 serves the rendezvous (torchrun's static rendezvous, init_process_group's "
+        "MASTER_ADDR='Sub2': expected the host of node rank 0 (main1), not node rank 2 (Sub2). "
+        "Node rank 0 serves the rendezvous (torchrun's static rendezvous, init_process_group's "
         "store, JAX's coordinator) on its own host, so every node would wait at Sub2. Remove "
-        "MASTER_ADDR from the session's environment (derive-env derives it), or " + WARN_FIX
+        f"MASTER_ADDR where it is set ({WHERE}; derive-env derives it), " + WARN_FIX
     )
 
 
-@pytest.mark.parametrize("addr", ["main1", "MAIN1", "10.0.0.7", "2001:db8::1"])
+@pytest.mark.parametrize("addr", ["main1", "MAIN1", "main1.", "10.0.0.7", "2001:db8::1"])
 def test_master_addr_of_node_rank_0_or_an_address_is_kept_silently(backendai_env, addr) -> None:
     derivation = derive(session(backendai_env, "sub1", MASTER_ADDR=addr), ALL)
     assert derivation.warnings == ()
@@ -473,3 +475,29 @@ def test_every_node_execs_the_derived_values_or_fails_naming_a_variable(
         # Presets equal to the derived values (and no other preset) never fail.
     same = {n: bases[0][n] for n in bases[0] if n in IDENTITY}
     assert derive({**backendai_env(hosts, "main1"), **same}, mode) is not None
+
+
+def test_master_addr_fully_qualified_with_a_trailing_dot_is_that_node(backendai_env) -> None:
+    """Issue 15, item 7: "sub2." is sub2 (RFC 1034), so it is recognised as node rank 2."""
+    assert error(session(backendai_env, "main1", MASTER_ADDR="sub2.")).startswith(
+        "MASTER_ADDR='sub2.': expected the host of node rank 0 (main1), not node rank 2 "
+        "(sub2.).")
+
+
+JAX_EXPECTED = ("expected host:port, the port 1-65535, IPv6 in brackets ([fd00::1]:8476), as "
+                "JAX reads it (jax/_src/distributed.py: the port is the text after the last ':')")
+
+
+@pytest.mark.parametrize("value", ["main1", "main1:", "main1:99999", "main1:x", "main1:0",
+                                   "fd00::1:8476", "a b:8476", ":8476", "[main1]x:1"])
+def test_user_jax_coordinator_address_jax_cannot_read_is_an_error(backendai_env,
+                                                                  value: str) -> None:
+    """Issue 15, item 7: the port of a user JAX_COORDINATOR_ADDRESS was not validated."""
+    assert error(session(backendai_env, "sub1", JAX_COORDINATOR_ADDRESS=value)) == (
+        f"JAX_COORDINATOR_ADDRESS={value!r}: {JAX_EXPECTED}")
+
+
+@pytest.mark.parametrize("value", ["main1:8476", "10.0.0.7:8476", "[fd00::1]:8476"])
+def test_user_jax_coordinator_address_jax_reads_is_kept(backendai_env, value: str) -> None:
+    derivation = derive(session(backendai_env, "sub1", JAX_COORDINATOR_ADDRESS=value), ALL)
+    assert next(v for v in derivation.variables if v.name == "JAX_COORDINATOR_ADDRESS").kept

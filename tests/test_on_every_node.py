@@ -1,42 +1,73 @@
 """docker/on-every-node.sh without a cluster: stand-ins of derive-env and ssh on PATH.
 
 The stand-in ``ssh`` records its arguments and runs the remote command string with ``sh -c``
-in ``/`` (as a remote shell starts in its home), so quoting, working directory,
-order and exit statuses are checked here in a second; tests/e2e/test_e2e_backendai.py runs
-the real script over real sshd in simulated containers, signals included.
+in ``/`` (as a remote shell starts in its home), with ``NODE`` set to the host; hosts in
+FAKE_DOWN refuse the connection (status 255), hosts in FAKE_HANG never answer. The stand-in
+``derive-env`` lists FAKE_HOSTS, prints a digest of the facts file of its node
+(``facts.<NODE>``, else ``facts``) and those facts. So the probe, the digest comparison,
+quoting, working directory, order, fail-fast and exit statuses are checked here in seconds,
+under every POSIX shell the script must run in; tests/e2e/test_e2e_fanout.py and
+test_e2e_backendai.py run the real script over real sshd in simulated containers.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "docker" / "on-every-node.sh"
-#: POSIX shells to run it with (busybox's sh is what small images have).
-SHELLS = [s for s in ("sh", "dash", "busybox") if shutil.which(s)]
+#: POSIX shells to run it with (busybox's sh is what small images have, dash Debian's sh).
+SHELLS = [s for s in ("sh", "dash", "busybox", "bash-posix")
+          if shutil.which(s.split("-")[0])]
+HOSTS = ("main1", "sub1", "sub2")
+FACTS = "source: backendai\nnodes: main1,sub1,sub2\nmaster_addr: main1\nmaster_port: 29500\n"
 
 
 def _sh(shell: str) -> list[str]:
     """argv prefix that runs a script with ``shell``."""
-    return [shell, "sh"] if shell == "busybox" else [shell]
+    return {"busybox": ["busybox", "sh"], "bash-posix": ["bash", "--posix"]}.get(shell, [shell])
 
 
 FAKE_DERIVE_ENV = """#!/bin/sh
-[ "$*" = "--dry-run --format hosts" ] || { echo "unexpected: $*" >&2; exit 9; }
+echo "${NODE-?} $*" >> "$LOG/derive-env.calls"
+[ "$1 $2" = "--dry-run --format" ] || { echo "unexpected: $*" >&2; exit 9; }
 [ -z "${FAKE_RC-}" ] || { echo "derive-env: error: fake" >&2; exit "$FAKE_RC"; }
-printf '%s\\n' ${FAKE_HOSTS-main1 sub1 sub2}
+facts="$LOG/facts.$NODE"
+[ -f "$facts" ] || facts="$LOG/facts"
+case $3 in
+    hosts) printf '%s\\n' ${FAKE_HOSTS-main1 sub1 sub2} ;;
+    digest)
+        case " ${FAKE_FAIL-} " in *" $NODE "*)
+            echo "derive-env: error: label x on $NODE" >&2; exit 4 ;;
+        esac
+        echo "$(cksum < "$facts" | cut -d' ' -f1) - $NODE" ;;
+    digest-facts) cat "$facts" ;;
+    *) echo "unexpected: $*" >&2; exit 9 ;;
+esac
 """
 # ssh [-tt] [-o X]... HOST COMMAND: log the call, run COMMAND as HOST's remote shell would.
 FAKE_SSH = """#!/bin/sh
 opts=; while [ "$#" -gt 2 ]; do opts="$opts $1"; shift; done
-[ "$2" = true ] && { echo "probe$opts $1" >> "$LOG/ssh.calls"; exit 0; }
-echo "run$opts $1" >> "$LOG/ssh.calls"
+case $2 in
+    *"--format digest-facts"*) kind=facts ;;
+    *"--format digest"*) kind=digest ;;
+    *) kind=run ;;
+esac
+echo "$kind$opts $1" >> "$LOG/ssh.calls"
+case " ${FAKE_DOWN-} " in *" $1 "*)
+    echo "ssh: connect to host $1 port 2200: Connection refused" >&2; exit 255 ;;
+esac
+case " ${FAKE_HANG-} " in *" $1 "*) echo $$ >> "$LOG/hang.pids"; exec sleep 60 ;; esac
 cd / && NODE="$1" exec sh -c "$2"
 """
+PROBE = "-o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR"
+RUN = "-tt -o LogLevel=ERROR"
 
 
 def _bin(tmp_path: Path) -> Path:
@@ -45,19 +76,38 @@ def _bin(tmp_path: Path) -> Path:
     for name, text in (("derive-env", FAKE_DERIVE_ENV), ("ssh", FAKE_SSH)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
+    (tmp_path / "facts").write_text(FACTS)
     return bin_dir
+
+
+def _env(tmp_path: Path, **fake: str) -> dict[str, str]:
+    return {"PATH": f"{_bin(tmp_path)}:/usr/bin:/bin", "BACKENDAI_CLUSTER_HOST": "main1",
+            "LOG": str(tmp_path), "NODE": "main1", **fake}
 
 
 def _run(tmp_path: Path, shell: str, *args: str, **fake: str
          ) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": f"{_bin(tmp_path)}:/usr/bin:/bin", "BACKENDAI_CLUSTER_HOST": "main1",
-           "LOG": str(tmp_path), "NODE": "main1", **fake}
-    return subprocess.run([*_sh(shell), str(SCRIPT), *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=30, check=False)
+    return subprocess.run([*_sh(shell), str(SCRIPT), *args], env=_env(tmp_path, **fake),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def _calls(tmp_path: Path, name: str = "ssh.calls") -> list[str]:
+    path = tmp_path / name
+    return sorted(path.read_text().splitlines()) if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_is_executable_posix_sh() -> None:
     assert os.access(SCRIPT, os.X_OK)
+    assert {"sh", "dash", "busybox", "bash-posix"} <= set(SHELLS) or not os.environ.get("CI")
     for shell in SHELLS:
         check = subprocess.run([*_sh(shell), "-n", str(SCRIPT)], capture_output=True, timeout=30)
         assert check.returncode == 0, (shell, check.stderr)
@@ -65,32 +115,37 @@ def test_is_executable_posix_sh() -> None:
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_arguments_byte_for_byte_locally_and_remotely(tmp_path: Path, shell: str) -> None:
+    """After one digest probe per peer (all equal), the command runs on every node, its
+    arguments intact, ON_EVERY_NODE=1 in its environment; nothing runs twice."""
     arg = "it's  \"two\"\n$HOME `x` \\ *\n\n"
-    proc = _run(tmp_path, shell, "--", "sh", "-c", 'printf %s "$1" > "out.$NODE"', "sh", arg)
+    proc = _run(tmp_path, shell, "--", "sh", "-c",
+                'printf %s "$1" > "out.$NODE"; echo "$ON_EVERY_NODE" > "$LOG/oen.$NODE"',
+                "sh", arg)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    assert {h: (tmp_path / f"out.{h}").read_text() for h in ("main1", "sub1", "sub2")} == {
-        "main1": arg, "sub1": arg, "sub2": arg}
-    calls = sorted((tmp_path / "ssh.calls").read_text().splitlines())
-    probe = "probe -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR"
-    assert calls == [f"{probe} sub1", f"{probe} sub2",
-                     "run -tt -o LogLevel=ERROR sub1", "run -tt -o LogLevel=ERROR sub2"]
+    assert {h: (tmp_path / f"out.{h}").read_text() for h in HOSTS} == dict.fromkeys(HOSTS, arg)
+    assert {h: (tmp_path / f"oen.{h}").read_text() for h in HOSTS} == dict.fromkeys(HOSTS, "1\n")
+    assert _calls(tmp_path) == [f"digest {PROBE} sub1", f"digest {PROBE} sub2",
+                                f"run {RUN} sub1", f"run {RUN} sub2"]
+    assert _calls(tmp_path, "derive-env.calls") == [
+        "main1 --dry-run --format digest", "main1 --dry-run --format hosts",
+        "sub1 --dry-run --format digest", "sub2 --dry-run --format digest"]
 
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_remote_command_runs_in_the_same_directory(tmp_path: Path, shell: str) -> None:
     proc = _run(tmp_path, shell, "sh", "-c", 'pwd > "$LOG/pwd.$NODE"')
     assert proc.returncode == 0, proc.stderr
-    assert {h: (tmp_path / f"pwd.{h}").read_text().strip() for h in ("main1", "sub1", "sub2")} \
-        == {"main1": str(tmp_path), "sub1": str(tmp_path), "sub2": str(tmp_path)}
+    assert {h: (tmp_path / f"pwd.{h}").read_text().strip() for h in HOSTS} == dict.fromkeys(
+        HOSTS, str(tmp_path))
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_first_failure_in_canonical_order_and_every_failed_node_named(
+def test_keep_going_first_failure_in_canonical_order_and_every_failed_node_named(
     tmp_path: Path, shell: str
 ) -> None:
-    proc = _run(tmp_path, shell, "sh", "-c",
-                'case $NODE in main1) exit 0;; sub1) exit 4;; sub2) exit 3;; esac')
+    proc = _run(tmp_path, shell, "--keep-going", "sh", "-c",
+                'case $NODE in main1) exit 0;; sub1) sleep 1; exit 4;; sub2) exit 3;; esac')
     assert proc.returncode == 4
     assert proc.stderr.splitlines() == [
         "on-every-node: sub1: exit status 4",
@@ -99,11 +154,220 @@ def test_first_failure_in_canonical_order_and_every_failed_node_named(
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_no_command_is_a_usage_error(tmp_path: Path, shell: str) -> None:
-    for args in ((), ("--",)):
+def test_first_failure_stops_every_other_node(tmp_path: Path, shell: str) -> None:
+    """sub2 exits 7 while main1 and sub1 sleep: both are stopped at once (SIGTERM), the
+    status is 7 and sub2 is named; the stopped nodes are named as stopped."""
+    start = time.monotonic()
+    proc = _run(tmp_path, shell, "sh", "-c",
+                'echo $$ > "$LOG/pid.$NODE"; [ "$NODE" = sub2 ] && { sleep 1; exit 7; }; '
+                "exec sleep 30")
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 7, proc.stderr
+    assert elapsed < 10, elapsed
+    assert proc.stderr.splitlines() == [
+        "on-every-node: sub2: exit status 7; stopping the command on every other node "
+        "(SIGTERM, SIGKILL after 10s)",
+        "on-every-node: main1: exit status 143 (stopped)",
+        "on-every-node: sub1: exit status 143 (stopped)",
+    ]
+    pids = {h: int((tmp_path / f"pid.{h}").read_text()) for h in ("main1", "sub1")}
+    assert {h: _alive(p) for h, p in pids.items()} == {"main1": False, "sub1": False}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_command_that_ignores_sigterm_gets_sigkill_after_the_grace(
+        tmp_path: Path, shell: str) -> None:
+    start = time.monotonic()
+    proc = _run(tmp_path, shell, "sh", "-c",
+                # sub1 fails only once the others ignore SIGTERM (a loaded machine may
+                # otherwise deliver it before their trap is set)
+                'echo $$ > "$LOG/pid.$NODE"; if [ "$NODE" = sub1 ]; then '
+                'while [ ! -e "$LOG/ready.main1" ] || [ ! -e "$LOG/ready.sub2" ]; do sleep 0.1; '
+                'done; exit 1; fi; trap "" TERM; : > "$LOG/ready.$NODE"; '
+                "exec sleep 30", ON_EVERY_NODE_GRACE="1")  # sleep ignores SIGTERM too
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr
+    assert 1 <= elapsed < 8, elapsed
+    assert proc.stderr.splitlines() == [
+        "on-every-node: sub1: exit status 1; stopping the command on every other node "
+        "(SIGTERM, SIGKILL after 1s)",
+        "on-every-node: main1: exit status 137 (stopped)",
+        "on-every-node: sub2: exit status 137 (stopped)",
+    ]
+    pids = [int((tmp_path / f"pid.{h}").read_text()) for h in ("main1", "sub2")]
+    assert [p for p in pids if _alive(p)] == []
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_usage_errors(tmp_path: Path, shell: str) -> None:
+    usage = "usage: on-every-node [--keep-going] [--] COMMAND [ARG]...\n"
+    for args in ((), ("--",), ("--keep-going",), ("--keep-going", "--")):
         proc = _run(tmp_path, shell, *args)
-        assert (proc.returncode, proc.stderr) == (
-            2, "usage: on-every-node [--] COMMAND [ARG]...\n")
+        assert (proc.returncode, proc.stderr) == (2, usage), args
+    proc = _run(tmp_path, shell, "--keepgoing", "true")
+    assert (proc.returncode, proc.stderr) == (2, "on-every-node: unknown option --keepgoing\n"
+                                              + usage)
+    proc = _run(tmp_path, shell, "--help")
+    assert (proc.returncode, proc.stdout) == (0, usage)
+    assert _calls(tmp_path, "derive-env.calls") == []
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize(("name", "value", "least"), [
+    ("ON_EVERY_NODE_SSH_WAIT", "5s", 1), ("ON_EVERY_NODE_SSH_WAIT", "0", 1),
+    ("ON_EVERY_NODE_SSH_WAIT", "-3", 1), ("ON_EVERY_NODE_SSH_WAIT", "1.5", 1),
+    ("ON_EVERY_NODE_SSH_WAIT", "12345678901", 1), ("ON_EVERY_NODE_GRACE", "ten", 0)])
+def test_a_bad_bound_is_one_error_before_anything_starts(
+        tmp_path: Path, shell: str, name: str, value: str, least: int) -> None:
+    proc = _run(tmp_path, shell, "touch", "ran", **{name: value})
+    assert (proc.returncode, proc.stderr) == (
+        2, f"on-every-node: {name}='{value}': expected a whole number of seconds, "
+        f"{least} or more\n")
+    assert _calls(tmp_path, "derive-env.calls") == []
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_bounds_with_leading_zeros_or_empty_are_accepted(tmp_path: Path, shell: str) -> None:
+    proc = _run(tmp_path, shell, "true", ON_EVERY_NODE_SSH_WAIT="010", ON_EVERY_NODE_GRACE="")
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_peer_whose_ssh_never_answers_starts_nothing_within_the_bound(
+        tmp_path: Path, shell: str) -> None:
+    """sub2 refuses every connection: tried about once a second for the 2 s bound, then the
+    script names it and exits 255; no node ran the command."""
+    start = time.monotonic()
+    proc = _run(tmp_path, shell, "touch", "ran", FAKE_DOWN="sub2", ON_EVERY_NODE_SSH_WAIT="2")
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 255
+    assert proc.stderr.splitlines() == [
+        "on-every-node: sub2: SSH did not answer within 2s (ssh: connect to host sub2 port "
+        "2200: Connection refused)",
+        "on-every-node: nothing was started (ON_EVERY_NODE_SSH_WAIT=2)",
+    ]
+    assert 2 <= elapsed < 6, elapsed
+    assert not (tmp_path / "ran").exists()
+    calls = _calls(tmp_path)
+    probe = "digest -o BatchMode=yes -o ConnectTimeout=2 -o LogLevel=ERROR"
+    assert calls.count(f"{probe} sub2") >= 2, calls
+    assert [c for c in calls if not c.endswith("sub2")] == [f"{probe} sub1"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_an_attempt_still_hanging_at_the_bound_is_stopped(tmp_path: Path, shell: str) -> None:
+    start = time.monotonic()
+    proc = _run(tmp_path, shell, "touch", "ran", FAKE_HANG="sub1 sub2",
+                ON_EVERY_NODE_SSH_WAIT="1")
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 255
+    assert proc.stderr.splitlines() == [
+        "on-every-node: sub1: SSH did not answer within 1s",
+        "on-every-node: sub2: SSH did not answer within 1s",
+        "on-every-node: nothing was started (ON_EVERY_NODE_SSH_WAIT=1)",
+    ]
+    assert elapsed < 5, elapsed
+    assert not (tmp_path / "ran").exists()
+    pids = [int(p) for p in (tmp_path / "hang.pids").read_text().split()]
+    assert len(pids) == 2
+    assert [p for p in pids if _alive(p)] == []
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_node_with_other_facts_is_named_with_the_facts_and_nothing_starts(
+        tmp_path: Path, shell: str) -> None:
+    _bin(tmp_path)
+    (tmp_path / "facts.sub1").write_text(FACTS.replace("29500", "29501"))
+    proc = _run(tmp_path, shell, "touch", "ran")
+    assert proc.returncode == 3
+    assert proc.stderr.splitlines() == [
+        "on-every-node: the nodes do not agree on the job (derive-env --dry-run --format "
+        "digest); nothing was started",
+        "on-every-node: sub1 differs from main1 (this node) in:",
+        "on-every-node:     main1: master_port: 29500",
+        "on-every-node:     sub1: master_port: 29501",
+    ]
+    assert not (tmp_path / "ran").exists()
+    assert _calls(tmp_path) == [f"digest {PROBE} sub1", f"digest {PROBE} sub2",
+                                f"facts {PROBE} sub1"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_facts_only_one_node_has_and_two_differing_nodes(tmp_path: Path, shell: str) -> None:
+    _bin(tmp_path)
+    (tmp_path / "facts.sub1").write_text(FACTS + "world_size: 6\n")
+    (tmp_path / "facts.sub2").write_text(FACTS.replace("main1,sub1,sub2", "main1,sub2,sub1"))
+    proc = _run(tmp_path, shell, "touch", "ran")
+    assert proc.returncode == 3
+    assert proc.stderr.splitlines()[1:] == [
+        "on-every-node: sub1 differs from main1 (this node) in:",
+        "on-every-node:     main1: world_size: (absent)",
+        "on-every-node:     sub1: world_size: 6",
+        "on-every-node: sub2 differs from main1 (this node) in:",
+        "on-every-node:     main1: nodes: main1,sub1,sub2",
+        "on-every-node:     sub2: nodes: main1,sub2,sub1",
+    ]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_derive_env_failing_on_a_peer_is_named_with_its_message(
+        tmp_path: Path, shell: str) -> None:
+    proc = _run(tmp_path, shell, "touch", "ran", FAKE_FAIL="sub2")
+    assert proc.returncode == 4
+    assert proc.stderr.splitlines() == [
+        "on-every-node: sub2: derive-env --dry-run --format digest failed there "
+        "(exit status 4):",
+        "on-every-node: sub2: derive-env: error: label x on sub2",
+        "on-every-node: nothing was started (ON_EVERY_NODE_SSH_WAIT=30)",
+    ]
+    assert not (tmp_path / "ran").exists()
+    proc = _run(tmp_path, shell, "touch", "ran", FAKE_FAIL="main1")
+    assert proc.returncode == 4
+    assert proc.stderr.splitlines() == [
+        "derive-env: error: label x on main1",
+        "on-every-node: main1 (this node): derive-env --dry-run --format digest failed "
+        "(exit status 4)",
+    ]
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_every_node(tmp_path: Path, shell: str, sig: signal.Signals,
+                                   status: int) -> None:
+    proc = subprocess.Popen(
+        [*_sh(shell), str(SCRIPT), "sh", "-c", 'echo $$ > "$LOG/pid.$NODE"; exec sleep 30'],
+        env=_env(tmp_path), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not all((tmp_path / f"pid.{h}").exists() for h in HOSTS):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)  # the pid files are written before the exec
+    pids = [int((tmp_path / f"pid.{h}").read_text()) for h in HOSTS]
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=20)
+    assert (proc.returncode, err) == (status, "")
+    assert [p for p in pids if _alive(p)] == []
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_signal_during_the_probe_starts_nothing(tmp_path: Path, shell: str) -> None:
+    proc = subprocess.Popen([*_sh(shell), str(SCRIPT), "touch", "ran"],
+                            env=_env(tmp_path, FAKE_HANG="sub1"), cwd=tmp_path,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "hang.pids").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert (proc.returncode, err) == (143, "")
+    assert time.monotonic() - start < 5
+    assert not (tmp_path / "ran").exists()
+    assert [p for p in map(int, (tmp_path / "hang.pids").read_text().split()) if _alive(p)] == []
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -119,11 +383,13 @@ def test_derive_env_failure_stops_before_any_node(tmp_path: Path, shell: str) ->
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_single_container_session_runs_locally(tmp_path: Path, shell: str) -> None:
-    """derive-env lists ``localhost`` for a single-container session: no SSH at all."""
-    proc = _run(tmp_path, shell, "sh", "-c", 'echo "$NODE" > "$LOG/ran"', FAKE_HOSTS="localhost")
+    """derive-env lists ``localhost`` for a single-container session: no SSH, no digest."""
+    proc = _run(tmp_path, shell, "sh", "-c", 'echo "$NODE $ON_EVERY_NODE" > "$LOG/ran"',
+                FAKE_HOSTS="localhost")
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert (tmp_path / "ran").read_text() == "main1\n"
+    assert (tmp_path / "ran").read_text() == "main1 1\n"
     assert not (tmp_path / "ssh.calls").exists()
+    assert _calls(tmp_path, "derive-env.calls") == ["main1 --dry-run --format hosts"]
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -135,8 +401,7 @@ def test_this_container_matched_case_insensitively(tmp_path: Path, shell: str) -
     assert (proc.returncode, proc.stderr) == (0, "")
     assert (tmp_path / "ran.main1").read_text() == "main1\n"
     assert (tmp_path / "ran.SUB1").read_text() == "SUB1\n"
-    calls = (tmp_path / "ssh.calls").read_text().splitlines()
-    assert [c.rsplit(" ", 1)[1] for c in calls] == ["SUB1", "SUB1"]
+    assert [c.rsplit(" ", 1)[1] for c in _calls(tmp_path)] == ["SUB1", "SUB1"]
 
 
 def _isolated_run(isolated: list[str], tmp_path: Path, shell: str, *, fallback: str
@@ -156,11 +421,15 @@ def _isolated_run(isolated: list[str], tmp_path: Path, shell: str, *, fallback: 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_derive_env_from_opt_when_not_on_path(
         isolated: list[str], tmp_path: Path, shell: str) -> None:
-    """The packaged install (/opt/derive-env/bin/derive-env), found as bootstrap.sh finds it."""
+    """The packaged install (/opt/derive-env/bin/derive-env), found as bootstrap.sh finds it,
+    here and (for the digest) on the peers."""
     proc = _isolated_run(isolated, tmp_path, shell, fallback="yes")
     assert proc.returncode not in (90, 91), proc.stderr  # the isolation itself failed
     assert (proc.returncode, proc.stderr) == (0, "")
     assert sorted((tmp_path / "ran").read_text().splitlines()) == ["main1", "sub1", "sub2"]
+    assert _calls(tmp_path, "derive-env.calls") == [
+        "main1 --dry-run --format digest", "main1 --dry-run --format hosts",
+        "sub1 --dry-run --format digest", "sub2 --dry-run --format digest"]
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -171,3 +440,18 @@ def test_derive_env_not_installed_says_so(
         127, "on-every-node: derive-env is not installed (not on PATH, no "
         "/opt/derive-env/bin/derive-env)\n")
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize(("value", "shown"), [("x", "x"), ("1.5", "1.5"), ("-1", "-1"),
+                                              ("9999999999", "9999999999"),
+                                              ("3\x1b[2J", "3?[2J")])
+def test_a_bad_ssh_wait_is_one_usage_error_before_any_node(tmp_path: Path, shell: str,
+                                                           value: str, shown: str) -> None:
+    """Issue 15, item 7: a non-numeric ON_EVERY_NODE_SSH_WAIT failed once per peer."""
+    proc = _run(tmp_path, shell, "touch", "ran", ON_EVERY_NODE_SSH_WAIT=value)
+    assert (proc.returncode, proc.stderr) == (
+        2, f"on-every-node: ON_EVERY_NODE_SSH_WAIT='{shown}': expected a whole number of "
+        "seconds, 1 or more\n")
+    assert not (tmp_path / "ran").exists()
+    assert not (tmp_path / "ssh.calls").exists()

@@ -215,3 +215,18 @@ def test_star_maps_every_role_not_listed() -> None:
     """Contract section 9: ``*`` in tensorflow-roles (once, like any role)."""
     assert policy(**{"tensorflow-roles": "main:chief,*:Worker"}).tensorflow_roles == (
         ("main", "chief"), ("*", "worker"))
+
+
+def test_30000_tensorflow_roles_cost_linear_time() -> None:
+    """Issue 15, item 7: the duplicate check was `role in dict(pairs)`, quadratic (~50 s
+    for 30000 roles, on every container, PyTorch-only images included)."""
+    import time
+
+    value = ",".join(f"r{i}:worker" for i in range(30000))
+    start = time.process_time()
+    policy = ImagePolicy.from_labels({PREFIX + "frameworks": "pytorch",
+                                      PREFIX + "tensorflow-roles": value})
+    assert time.process_time() - start < 5  # 0.05 s here; the quadratic check took 28 s
+    assert policy.tensorflow_roles is not None
+    assert (len(policy.tensorflow_roles), policy.tensorflow_roles[-1]) == (
+        30000, ("r29999", "worker"))

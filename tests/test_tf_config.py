@@ -100,3 +100,35 @@ def test_the_model_is_loaded_only_where_tf_config_is_built(frameworks, nodes, lo
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == loaded
+
+
+def test_a_given_tf_config_ignores_the_managers_other_keys() -> None:
+    """TFJob's ``environment``, Vertex AI's ``job`` and ``task.trial`` (GivenTFConfig)."""
+    from derive_env.tf_config import GivenTFConfig
+
+    found = GivenTFConfig.parse('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", '
+                                '"index": 0, "trial": ""}, "environment": "cloud", "job": "{}"}')
+    assert found is not None
+    assert (found.cluster, found.sparse, found.task.type, found.task.index) == (
+        {"worker": ["a:1"]}, None, "worker", 0)
+
+
+def test_a_given_tf_config_reads_the_sparse_tfjob_form() -> None:
+    from derive_env.tf_config import GivenTFConfig
+
+    found = GivenTFConfig.parse('{"sparseCluster": {"worker": {"1": "w-1:2222"}, "ps": '
+                                '["p-0:2222"]}, "task": {"type": "worker", "index": 1}}')
+    assert found is not None
+    assert (found.cluster, found.sparse) == (
+        None, {"worker": {"1": "w-1:2222"}, "ps": ["p-0:2222"]})
+
+
+@pytest.mark.parametrize("text", [
+    "", "[]", "null", '{"task": {"type": "worker", "index": 0}}',
+    '{"cluster": {}, "sparseCluster": {}, "task": {"type": "worker", "index": 0}}',
+    '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1.0}}',
+    "[" * 5000])
+def test_not_a_given_tf_config(text: str) -> None:
+    from derive_env.tf_config import GivenTFConfig
+
+    assert GivenTFConfig.parse(text) is None

@@ -113,8 +113,8 @@ def test_no_node_list_and_no_count_is_said_plainly() -> None:
         "openmpi states no node list and no node count: each process knows only its own ranks "
         "(OMPI_COMM_WORLD_RANK + OMPI_COMM_WORLD_LOCAL_RANK + OMPI_COMM_WORLD_SIZE + "
         "OMPI_COMM_WORLD_LOCAL_SIZE), so the other nodes' views cannot be derived here. Run "
-        "--explain in each process, or run the launcher inside an allocation or a session "
-        "that states the nodes"))
+        "--explain in each process, or run the launcher inside an allocation or a Backend.AI "
+        "session that states the nodes"))
 
 
 def test_a_count_without_hosts_and_a_launchers_own_variables() -> None:

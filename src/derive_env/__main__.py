@@ -91,7 +91,24 @@ def main() -> None:
     # No shell completion: click would take a stray _DERIVE_ENV_COMPLETE in a container's
     # environment as a completion request (a traceback, or exit 1 without the command);
     # "=" is no variable name, so the switch can never be set.
-    cli(prog_name="derive-env", complete_var="=")
+    try:
+        cli(prog_name="derive-env", complete_var="=")
+    except OSError as exc:  # --help or --version into a full or closed stdout (ENOSPC, EIO)
+        _stdout_failed(exc)
+
+
+def _stdout_failed(exc: OSError) -> None:
+    """Exit 1 (errors.py: output could not be written) with one line on stderr, instead of
+    a traceback and the interpreter's exit 120 from its final flush of the same buffer."""
+    from derive_env.cli import say
+
+    say("error", f"cannot write to stdout ({exc.strerror or exc})")
+    try:  # drop what is still buffered: the final flush would fail again (exit 120)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(1)
 
 
 def _exit_now(status: int) -> None:

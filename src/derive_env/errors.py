@@ -45,6 +45,36 @@ def shorten(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
+#: Ends a message the image may waive: the label that runs the command anyway. Written
+#: after ", " by every message that offers it; with that label already set the message is
+#: a warning, printed without it (:func:`without_waiver`: no circular advice).
+ON_ERROR_WARN = ("or set label ai.backend.distributed.on-error=warn to run the command with "
+                 "the environment unchanged")
+
+
+def without_waiver(message: str) -> str:
+    """``message`` without ``", " + ON_ERROR_WARN``: the text of the warning that
+    ``on-error=warn`` prints instead of the error (advising that label would be circular)."""
+    return message.replace(", " + ON_ERROR_WARN, "")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` safe to print on a terminal: every character that is not printable (C0 and
+    C1 controls such as ESC, DEL, line and paragraph separators, lone surrogates of
+    undecodable bytes) written as its Python escape (``\\x1b``, ``\\udc80``), except those in
+    ``keep`` (``"\\n"`` for a message of several lines).
+
+    Raw values (``TORCHELASTIC_RUN_ID``, a kept variable, a host name from a file) reach
+    ``--explain`` and the messages; an escape code in one must not recolour, move or clear
+    the operator's terminal, nor forge a line. Linear in ``len(text)``; the common case (all
+    printable) returns ``text`` itself.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() or char in keep else repr(char)[1:-1]
+                   for char in text)
+
+
 def describe(name: str, value: str, expected: str) -> str:
     """Return the standard sentence: ``NAME='value': expected ...``.
 

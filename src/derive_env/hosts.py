@@ -12,10 +12,12 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 
-#: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
+#: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens; one
+#: trailing dot allowed (a fully qualified name, ``node1.cluster.local.``, as resolvers and
+#: torchrun's ``--master-addr`` take it: RFC 1034 section 3.1), not counted in the 253.
 _HOSTNAME = re.compile(
-    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
+    r"(?=.{1,253}\.?\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z"
 )
 
 _NUMERIC = re.compile(r"[0-9.]+\Z")
@@ -58,7 +60,7 @@ def host_problem(value: str) -> str | None:
             )
         return None
     if _HOSTNAME.match(value):
-        if _NUMERIC.match(value):
+        if _NUMERIC.match(value):  # "10.0.0.1." too: an address takes no trailing dot
             try:
                 ipaddress.IPv4Address(value)
             except ValueError:
@@ -125,6 +127,12 @@ def repeated_host(hosts: Sequence[str]) -> str | None:
             return host
         seen.add(key)
     return None  # unreachable: the set above was smaller than the list
+
+
+def host_key(host: str) -> str:
+    """``host`` as DNS compares names: without regard to case (RFC 4343), and a fully
+    qualified ``main1.`` equal to ``main1``; two hosts are one when their keys are equal."""
+    return host.lower().rstrip(".")
 
 
 def is_ipv6(host: str) -> bool:

@@ -31,10 +31,12 @@ LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
 #: A label for one session: ``DERIVE_ENV_<NAME>``, the name upper-cased, ``-`` as ``_``.
 VARIABLE_PREFIX = "DERIVE_ENV_"
 #: The ``DERIVE_ENV_*`` variables derive-env reads that are not labels (nor near misses of
-#: one): the labels file, the source choice (sources.SOURCE_VARIABLE) and the path of
-#: SageMaker's resource config (sources/sagemaker.py, CONFIG_VARIABLE).
+#: one): the labels file, the source choice (sources.SOURCE_VARIABLE), the path of
+#: SageMaker's resource config (sources/sagemaker.py, CONFIG_VARIABLE) and the Indexed
+#: Job's pod count and subdomain (sources/indexed_job.py).
 NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE",
-                        "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG"})
+                        "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG", "DERIVE_ENV_NNODES",
+                        "DERIVE_ENV_SUBDOMAIN"})
 #: The label names under :data:`PREFIX` that are not a framework's port label, here so that
 #: the near-miss check needs no pydantic (:func:`label_names` adds the port labels).
 SETTING_LABELS = ("pytorch-mode", "nproc-per-node", "tensorflow-roles", "socket-ifname",
@@ -90,7 +92,7 @@ def session_labels(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str
         if meant is not None:
             problems.append(
                 f"variable {shorten(key, 120)}={shorten(environ[key])!r}: expected the name "
-                f"{meant} (label {by_variable[meant]} for the session); derive-env reads only "
+                f"{meant} (label {by_variable[meant]} for this job); derive-env reads only "
                 f"{VARIABLE_PREFIX}<LABEL NAME> exactly (upper case, - as _), so this one "
                 "would be ignored. Rename it")
     return labels, problems
@@ -204,38 +206,25 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
     :param text: the file's content, already decoded.
     :param origin: how to name the file in messages (its path, or ``stdin``).
     :returns: the distributed labels, values as given.
-    :raises LabelError: not JSON, not one of the shapes above, or a distributed label whose
+    :raises LabelError: not JSON, a key twice in one object, not one of the shapes above
+        (`[{}]` and `{"Labels": "x"}` are errors, not "no labels"), or a distributed label whose
         value is not a string (Docker labels are always strings; ``"29500"``, not ``29500``).
     """
     if not text.strip():
         raise LabelError(f"labels file {origin}: empty (expected a JSON object of labels)")
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise LabelError(
+            f"labels file {origin}: the key {shorten(exc.key, 120)!r} appears twice in one "
+            "JSON object (which value is meant?); keep one") from None
     except ValueError as exc:
         raise LabelError(f"labels file {origin}: not valid JSON ({shorten(str(exc))})") from None
     except RecursionError:
         raise LabelError(f"labels file {origin}: JSON nested too deeply to be labels") from None
-    if isinstance(document, list):
-        if not document or not isinstance(document[0], dict):
-            raise LabelError(
-                f"labels file {origin}: a JSON list must be `docker image inspect` output "
-                "(a list whose first item is an object with Config.Labels)"
-            )
-        document = document[0]
-    if isinstance(document, dict) and isinstance(document.get("Config"), dict):
-        labels = document["Config"].get("Labels")
-        if labels is None:
-            return {}
-        document = labels
-    elif (isinstance(document, dict) and "Labels" in document
-          and isinstance(document["Labels"], dict | None)
-          and not any(isinstance(k, str) and k.startswith(PREFIX) for k in document)):
-        document = document["Labels"] or {}  # {{json .Config}}
-    if not isinstance(document, dict):
-        raise LabelError(
-            f"labels file {origin}: expected a JSON object of labels or `docker image inspect` "
-            f"output, got a JSON {_JSON_TYPES.get(type(document), 'value')}"
-        )
+    document = _labels_object(document, origin)
+    if document is None:
+        return {}
     result: dict[str, str] = {}
     problems: list[str] = []
     for key, value in document.items():
@@ -253,6 +242,66 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
     if problems:
         raise LabelError(join_problems(problems))
     return result
+
+
+class _DuplicateKey(ValueError):
+    """A JSON object of a labels file names one key twice (``json`` keeps the last)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """``object_pairs_hook`` for :func:`json.loads`: a dict, refusing a key given twice."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return document
+
+
+def _labels_object(document: object, origin: str) -> dict | None:
+    """The labels object of one of the accepted shapes (:func:`parse_labels_document`);
+    ``None`` for ``Config.Labels: null`` (an image without labels).
+
+    :raises LabelError: any other shape, named: ``[{}]`` or ``{"Labels": "x"}`` are not
+        "no labels".
+    """
+    inspect = ("`docker image inspect` output (a list whose first item is an object with "
+               "Config.Labels)")
+    if isinstance(document, list):
+        if not document or not isinstance(document[0], dict):
+            raise LabelError(f"labels file {origin}: a JSON list must be {inspect}")
+        if not isinstance(document[0].get("Config"), dict):
+            raise LabelError(f"labels file {origin}: a JSON list must be {inspect}; its "
+                             "first item has no Config object")
+        document = document[0]
+    if isinstance(document, dict) and isinstance(document.get("Config"), dict):
+        document = document["Config"]
+        if "Labels" not in document or document["Labels"] is None:
+            return None
+        document = document["Labels"]
+    elif (isinstance(document, dict) and "Labels" in document
+          and not any(isinstance(k, str) and k.startswith(PREFIX) for k in document)):
+        if not isinstance(document["Labels"], dict | None):  # {{json .Config}}
+            raise LabelError(f"labels file {origin}: Labels must be a JSON object of labels "
+                             f"or null, not a JSON {_json_type(document['Labels'])}")
+        document = document["Labels"] or {}
+    if not isinstance(document, dict):
+        raise LabelError(
+            f"labels file {origin}: expected a JSON object of labels or `docker image inspect` "
+            f"output, got a JSON {_json_type(document)}"
+        )
+    return document
+
+
+def _json_type(value: object) -> str:
+    """The JSON name of a decoded value's type (``array``, ``string``...)."""
+    return _JSON_TYPES.get(type(value), "object" if isinstance(value, dict) else "value")
 
 
 def parse_label_option(item: str) -> tuple[str, str]:

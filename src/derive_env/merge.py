@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import TopologyError, describe, shorten
+from derive_env.errors import ON_ERROR_WARN, TopologyError, describe, shorten
 from derive_env.frameworks.context import (
     ADDRESS,
     COUNT_RANGE,
@@ -43,11 +43,13 @@ from derive_env.frameworks.context import (
     SHARED,
     DerivedVariable,
 )
-from derive_env.hosts import is_ip, is_loopback
+from derive_env.hosts import host_key, host_problem, is_ip, is_ipv6, is_loopback
 from derive_env.topology import ClusterTopology
-from derive_env.validation import count_of, static_count
+from derive_env.validation import count_of, parse_port, static_count
 
-_FIX = "set label ai.backend.distributed.on-error=warn to run the command unchanged"
+#: Where a value every node shares comes from: no manager assumed (issue 15, item 6).
+_WHERE = ("the image's ENV, a variable the cluster manager copies into every node, a "
+          "Kubernetes pod spec, a container hook such as enroot's, an env file")
 
 
 def _kept(var: DerivedVariable, user: str) -> DerivedVariable:
@@ -144,17 +146,15 @@ def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> Topology
     derived = var.derived or ""
     if var.scope == NODE:
         why = (
-            "a value set for the whole session is copied into every container, so it is "
-            "right on at most one node" + (
-                "" if var.compare == JSON else " and two nodes would claim the same rank"
-            )
+            "a value set once for the whole job reaches every node alike, so it is right on "
+            "at most one node" + ("" if var.compare == JSON else " (two nodes would claim "
+                                  "the same rank)")
         )
     else:
         why = (
-            f"the session has {topology.num_nodes or 'several'} node(s); a value set for the "
-            "whole session "
-            "sizes the job wrongly on every node (each would train alone or wait for "
-            "processes that never come)"
+            f"the job has {topology.num_nodes or 'several'} node(s), so this value sizes it "
+            "wrongly on every node (each would train alone or wait for processes that never "
+            "come)"
         )
     if var.compare == JSON:
         detail = f" ({_tf_difference(var.value, derived)})"
@@ -164,7 +164,7 @@ def _identity_error(var: DerivedVariable, topology: ClusterTopology) -> Topology
               if var.checked_only else "derive-env derives it on every node")
     return TopologyError(
         describe(var.name, var.value, f"{shorten(derived)!r}, {var.what}{detail}")
-        + f": {why}. Remove {var.name} from the session's environment ({setter}), or {_FIX}"
+        + f": {why}. Remove {var.name} where it is set ({_WHERE}; {setter}), {ON_ERROR_WARN}"
     )
 
 
@@ -189,6 +189,27 @@ def _host_of(compare: str, value: str) -> str:
     return value.rpartition(":")[0] if value.count(":") == 1 else value
 
 
+def _check_address(var: DerivedVariable) -> None:
+    """A user-set ``host:port`` (``JAX_COORDINATOR_ADDRESS``) read as JAX reads it: the port
+    is the text after the last ``:`` (jax/_src/distributed.py binds ``[::]:`` + it), the
+    host a host name or IP literal, IPv6 in brackets.
+
+    :raises TopologyError: no port, a port outside 1-65535, or a host that is none.
+    """
+    value = var.value.strip()
+    host, colon, port = value.rpartition(":")
+    expected = ("host:port, the port 1-65535, IPv6 in brackets ([fd00::1]:8476), as JAX "
+                "reads it (jax/_src/distributed.py: the port is the text after the last ':')")
+    try:
+        parse_port(port)
+    except ValueError:
+        raise TopologyError(describe(var.name, var.value, expected)) from None
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    problem = host_problem(bare) if colon else "a host"
+    if problem or (is_ipv6(bare) and bare == host):
+        raise TopologyError(describe(var.name, var.value, expected))
+
+
 def _address_problem(
     var: DerivedVariable, topology: ClusterTopology
 ) -> tuple[TopologyError | None, str | None]:
@@ -200,30 +221,30 @@ def _address_problem(
     if is_loopback(host):
         return TopologyError(describe(
             var.name, var.value,
-            f"the host of node rank 0 ({master}) or another address every node reaches; a "
-            f"loopback address in a session of {topology.num_nodes or 'several'} nodes makes "
-            "every node "
-            f"connect to itself, so the nodes never meet. Remove {var.name} from the "
-            f"session's environment (derive-env derives it), or {_FIX}",
+            f"the host of node rank 0 ({master}) or another address every node reaches. A "
+            f"loopback address in a job of {topology.num_nodes or 'several'} nodes makes "
+            f"every node connect to itself, so the nodes never meet. Remove {var.name} where "
+            f"it is set ({_WHERE}; derive-env derives it), {ON_ERROR_WARN}",
         )), None
     if not hosts:  # no host list (an MPI launcher over SSH): nothing to compare with
         return None, None
-    lowered = [h.lower() for h in hosts]
-    if host.lower() in lowered[1:]:
-        rank = lowered.index(host.lower())
+    # DNS compares names without regard to case, and "main1." is "main1" fully qualified.
+    lowered = [host_key(h) for h in hosts]
+    key = host_key(host)
+    if key in lowered[1:]:
+        rank = lowered.index(key)
         return TopologyError(describe(
             var.name, var.value,
-            f"the host of node rank 0 ({master}); {host} is node rank {rank}, and node rank 0 "
+            f"the host of node rank 0 ({master}), not node rank {rank} ({host}). Node rank 0 "
             "serves the rendezvous (torchrun's static rendezvous, init_process_group's store, "
-            "JAX's coordinator) on its own host, so every node would wait at "
-            f"{host}. Remove {var.name} from the session's environment (derive-env derives "
-            f"it), or {_FIX}",
+            f"JAX's coordinator) on its own host, so every node would wait at {host}. Remove "
+            f"{var.name} where it is set ({_WHERE}; derive-env derives it), {ON_ERROR_WARN}",
         )), None
-    if host.lower() in lowered or is_ip(host):
+    if key in lowered or is_ip(host):
         return None, None  # an IP literal cannot be matched to a node without resolving it
     return None, (
-        f"{var.name}={shorten(var.value)!r} is not a node of this session ({shown}): kept, so "
-        f"every node connects to {shorten(host, 80)}; node rank 0 ({master}) serves the "
+        f"{var.name}={shorten(var.value)!r} is not a node of this job ({shown}): kept, so "
+        f"every node connects to {shorten(host, 80)}. Node rank 0 ({master}) serves the "
         f"rendezvous on its own host, so this works only if {shorten(host, 80)} is another "
         f"name of {master}"
     )
@@ -252,7 +273,7 @@ def check_user_values(
     """Check the kept (user-set) variables of :func:`merge` against the topology, each by
     its scope (module docstring).
 
-    :returns: warnings (a master host name that is not a node of the session).
+    :returns: warnings (a master host name that is not a node of the job).
     :raises TopologyError: (exit 3) a job-sizing or node-identifying variable different
         from its derived value; a ``PET_MASTER_*`` that contradicts the master address or
         port; in a session of more than one node, a loopback master address, or one naming
@@ -266,6 +287,8 @@ def check_user_values(
     for var in sorted(variables, key=lambda v: v.scope == NODE):
         if not var.kept or var.name in topology.preset:  # the launcher's own: its authority
             continue
+        if var.compare == ADDRESS:
+            _check_address(var)
         _check_value(var, topology)
         host = _host_of(var.compare, var.value).lower()
         if multi and var.compare in (HOST, ADDRESS) and host not in checked:

@@ -53,3 +53,38 @@ class TFConfig(BaseModel):
             return cls.model_validate(document)
         except ValidationError:
             return None
+
+
+class GivenTask(Task):
+    """This task as a manager wrote it: :class:`Task`, other keys ignored (Vertex AI's
+    ``trial`` and ``cloud``)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class GivenTFConfig(BaseModel):
+    """A ``TF_CONFIG`` (or Vertex AI's ``CLUSTER_SPEC``) as a manager wrote it, read as a
+    source (:mod:`derive_env.sources.tfconfig`), never rewritten.
+
+    Other keys are ignored (TFJob's ``environment``, Vertex AI's ``job``). Either
+    ``cluster`` (task type -> every task's ``host:port``) or, from a TFJob with
+    ``enableDynamicWorker``, ``sparseCluster`` (kubeflow/trainer
+    ``pkg/controller.v1/tensorflow/tensorflow.go``, ``SparseTFConfig``: ``worker`` a map
+    index -> ``host:port`` holding only this worker, ``ps`` a list).
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+
+    cluster: dict[str, list[str]] | None = None
+    sparse: dict[str, list[str] | dict[str, str]] | None = Field(None, alias="sparseCluster")
+    task: GivenTask
+
+    @classmethod
+    def parse(cls, text: str) -> GivenTFConfig | None:
+        """``text`` (JSON) as a ``TF_CONFIG``; ``None`` when it is not JSON, or not one with
+        a ``task`` and a ``cluster`` or ``sparseCluster``."""
+        try:
+            found = cls.model_validate(json.loads(text))
+        except (ValueError, ValidationError, RecursionError):
+            return None
+        return found if (found.cluster is None) != (found.sparse is None) else None

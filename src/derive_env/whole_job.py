@@ -113,7 +113,7 @@ def job_view(
             f"{topology.source} states no node list and no node count: each process knows "
             f"only its own ranks ({topology.inputs_of('processes')}), so the other nodes' "
             "views cannot be derived here. Run --explain in each process, or run the "
-            "launcher inside an allocation or a session that states the nodes"))
+            "launcher inside an allocation or a Backend.AI session that states the nodes"))
     layouts, notes = _layouts(topology, count)
     shown = sorted({*range(min(count, ROWS - 2)), count - 1,
                     *(() if topology.node_rank is None else (topology.node_rank,))})

@@ -167,7 +167,7 @@ def test_the_check_of_another_job_on_the_port_is_named(capsys) -> None:
     assert _client(port, 3, key="b" * 16) == 1
     thread.join(10)
     assert (f"b port: 127.0.0.1:{port} is already in use by the derive-env check of another "
-            "job or session (on a)\n") in capsys.readouterr().out
+            "job (on a)\n") in capsys.readouterr().out
 
 
 def test_nothing_listening_fails_within_the_bound(capsys) -> None:

@@ -44,7 +44,7 @@ def test_the_greeting_tells_this_job_from_anything_else() -> None:
     for sent, expected in [
         ({"protocol": PROTOCOL, "key": "k", "host": "main1"}, None),
         ({"protocol": PROTOCOL, "key": "other", "host": "main9"},
-         "main1:29500 is already in use by the derive-env check of another job or session "
+         "main1:29500 is already in use by the derive-env check of another job "
          "(on main9)"),
         ("SSH-2.0-OpenSSH_9.6", "main1:29500 is already in use: a program there answered "
                                 "'SSH-2.0-OpenSSH_9.6'"),

@@ -376,11 +376,12 @@ def test_kept_user_values_left_out_of_json_and_shown_as_kept_in_explain(
     assert lines[at + 1].strip() == "source: same as MASTER_PORT: MASTER_PORT (already set)"
 
 
-def test_template_session_listing_workers_first_starts_with_a_warning(
+def test_template_session_listing_workers_first_starts_without_a_message(
     tmp_path: Path, empty_labels: Path
 ) -> None:
     """Issue 6: main:1,sub:2 requested sub first (sub1=0, sub2=1, main1=2): every container
-    exits 0 with the canonical node rank and a warning on stderr."""
+    exits 0 with the canonical node rank; contract section 5 (revised, issue 15 item 6):
+    silently, --explain alone shows both values."""
     backendai = {"main1": 2, "sub1": 0, "sub2": 1}
     for host, local_rank in backendai.items():
         env = {**node_env(host), "BACKENDAI_CLUSTER_LOCAL_RANK": str(local_rank)}
@@ -389,13 +390,12 @@ def test_template_session_listing_workers_first_starts_with_a_warning(
                          "--format", "json"])
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["NODE_RANK"] == str(CANONICAL.index(host))
-        assert result.stderr == (
-            f"derive-env: warning: BACKENDAI_CLUSTER_LOCAL_RANK={local_rank} is not the node "
-            f"rank of this container ({host}): {CANONICAL.index(host)}. Backend.AI counts in "
-            "the order the session's request listed the role groups, which a container cannot "
-            "see; derive-env uses the canonical node order, the same on every container. Do "
-            "not use BACKENDAI_CLUSTER_LOCAL_RANK as a node rank in this session\n"
-        )
+        assert result.stderr == ""
+        explained = invoke(["--env-file", str(env_file), "--label", FW + "=pytorch",
+                            "--dry-run", "--explain"])
+        assert (f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank}: its position in the order the "
+                "session's request listed the role groups, which a container cannot see (not "
+                "used as the node rank)") in explained.stdout.splitlines()
 
 
 def test_explain_names_topology_and_sources(sub1_env: Path) -> None:
@@ -1042,8 +1042,8 @@ def test_explain_escapes_control_characters_and_survives_undecodable_bytes(
         b"BACKENDAI_CLUSTER_SIZE": b"1",
         # a kept value and the session id could otherwise forge lines or colour the terminal
         b"BACKENDAI_SESSION_ID": b"s\xff\x1b[31m\nsource: forged",
-        # a session-wide value, kept unchecked (PET_MASTER_ADDR must now follow MASTER_ADDR)
-        b"JAX_COORDINATOR_ADDRESS": b"h\xfe\r\x1b[2K",
+        # a job-wide value, kept (PET_MASTER_ADDR must now follow MASTER_ADDR)
+        b"JAX_COORDINATOR_ADDRESS": b"h1:1234",
         b"PYTHONIOENCODING": b"utf-8",  # strict: an unescaped surrogate could not be written
     }
     result = subprocess.run([console_script(), "--dry-run", "--explain"], env=env,
@@ -1052,8 +1052,35 @@ def test_explain_escapes_control_characters_and_survives_undecodable_bytes(
     assert result.stderr == b""
     lines = result.stdout.decode("ascii").splitlines()
     assert lines[0] == (
-        "source: backendai session 's\\udcff\\x1b[31m\\nsource: forged', single-container session"
+        "source: backendai session 's\\udcff\\x1b[31m\\nsource: forged', single container"
     )
-    at = lines.index("JAX_COORDINATOR_ADDRESS = 'h\\udcfe\\r\\x1b[2K'")
+    at = lines.index("JAX_COORDINATOR_ADDRESS = h1:1234")
     assert lines[at + 1].strip() == "kept: already set (derived: 127.0.0.1:1234)"
     assert not any(line.startswith("source: forged") for line in lines)
+    # A malformed one is an error (issue 15, item 7), its value escaped on stderr.
+    env[b"JAX_COORDINATOR_ADDRESS"] = b"h\xfe\r\x1b[2K"
+    result = subprocess.run([console_script(), "--dry-run", "--explain"], env=env,
+                            capture_output=True, timeout=120, check=False)
+    assert result.returncode == 3
+    assert result.stderr.decode("ascii").startswith(
+        "derive-env: error: JAX_COORDINATOR_ADDRESS='h\\udcfe\\r\\x1b[2K': expected host:port")
+
+
+def test_on_error_warn_warning_does_not_advise_on_error_warn(tmp_path: Path,
+                                                            empty_labels: Path) -> None:
+    """Issue 15, item 6: the warning printed under on-error=warn advised setting it."""
+    env = {**node_env("sub1"), "NODE_RANK": "0"}
+    env_file = write_env_file(tmp_path / "sub1.env", env, empty_labels)
+    result = invoke(["--env-file", str(env_file), "--label", FW + "=pytorch",
+                     "--label", "ai.backend.distributed.on-error=warn", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    first, second = result.stderr.splitlines()
+    assert first.startswith("derive-env: warning: NODE_RANK='0': expected '1'")
+    assert first.endswith("derive-env derives it on every node)")
+    assert "on-error" not in first
+    assert second == "derive-env: warning: on-error=warn: nothing derived"
+    failed = invoke(["--env-file", str(env_file), "--label", FW + "=pytorch", "--dry-run"])
+    assert failed.exit_code == 3
+    assert failed.stderr.rstrip("\n").endswith(
+        "or set label ai.backend.distributed.on-error=warn to run the command with the "
+        "environment unchanged")

@@ -211,6 +211,18 @@ def test_env_file_json_lone_surrogate_is_a_usage_error(tmp_path: Path) -> None:
     )
 
 
+def test_env_file_json_low_surrogate_is_not_turned_into_a_byte(tmp_path: Path) -> None:
+    """Issue 15, item 7: os.fsencode made the JSON escape \\udc80 the byte 0x80."""
+    path = tmp_path / "inspect.json"
+    path.write_text('[{"Config": {"Env": ["A=x\\udc80"]}}]', encoding="utf-8")
+    with pytest.raises(UsageError) as info:
+        read_environment(str(path))
+    assert str(info.value) == (
+        f"--env-file {path}: variable 'A' holds a lone UTF-16 surrogate (a JSON escape such "
+        "as \\ud800), which no environment variable can hold"
+    )
+
+
 def test_env_file_from_stdin_names_stdin_in_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", stdin_of(b"A=1\nnot a line\n"))
     with pytest.raises(UsageError) as info:

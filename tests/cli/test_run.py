@@ -944,8 +944,8 @@ def test_an_error_keeps_the_picture_and_its_exit_code(
     assert run([], dry_run=True, explain=True) == 3
     out, err = capsys.readouterr()
     assert "  1          sub1   1!         1              (this node)\n" in out
-    assert ("  ! NODE_RANK is set to 0 in the environment (a session-wide value: the same in "
-            "every container), but is derived as 1 on sub1 (node rank 1), 2 on sub2 (node "
+    assert ("  ! NODE_RANK is set to 0 in the environment (a job-wide value: the same on "
+            "every node), but is derived as 1 on sub1 (node rank 1), 2 on sub2 (node "
             "rank 2)\n") in out
     assert err.startswith("derive-env: error: NODE_RANK='0': expected '1', this node's node rank")
     # without --explain: the error alone, as before
@@ -1052,8 +1052,8 @@ def test_a_near_miss_of_a_session_variable_names_the_intended_one(
         load_labels({name: "x"})
     assert info.value.exit_code == 4
     assert str(info.value) == (
-        f"variable {name}='x': expected the name {meant} (label {PREFIX}{label} for the "
-        "session); derive-env reads only DERIVE_ENV_<LABEL NAME> exactly (upper case, - as "
+        f"variable {name}='x': expected the name {meant} (label {PREFIX}{label} for this "
+        "job); derive-env reads only DERIVE_ENV_<LABEL NAME> exactly (upper case, - as "
         "_), so this one would be ignored. Rename it")
 
 
@@ -1113,3 +1113,13 @@ def test_the_not_opted_in_note_on_both_paths(no_default_labels: Path, capsys, fa
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "SKYPILOT_NUM_NODES": "1"})
     assert run([], dry_run=True, fmt="shell") == 0
     assert capsys.readouterr() == ("", "")
+
+
+def test_messages_on_stderr_are_escaped(capsys) -> None:
+    """Issue 15, item 7: every message goes through errors.printable (newlines of a list
+    kept), so an escape code in a raw value cannot reach the terminal."""
+    from derive_env.cli import say
+
+    say("warning", "2 problems:\n  1. a \x1b]0;title\x07\n  2. b")
+    assert capsys.readouterr().err == (
+        "derive-env: warning: 2 problems:\n  1. a \\x1b]0;title\\x07\n  2. b\n")

@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -213,15 +213,23 @@ class BackendAISession:
     :param user_env: session variables the user set: in every container's environment and in
         /home/config/environ.txt, as Backend.AI puts them.
     :param bin_dir: the folder of derive-env, python and torchrun (default: this venv's bin).
+    :param host_labels: host -> the labels of that container instead of ``labels`` (a
+        container started from another image, or with another labels file).
+    :param without_sshd: containers whose runner starts no sshd (an SSH server that died or
+        never came up); they run until the session ends.
     :raises simcluster.SimulationError: namespaces could not be made (after undoing them).
     """
 
     def __init__(self, layout: Layout, batch: str, labels: Mapping[str, str], *,
                  user_env: Mapping[str, str] | None = None,
-                 bin_dir: Path | None = None) -> None:
+                 bin_dir: Path | None = None,
+                 host_labels: Mapping[str, Mapping[str, str]] | None = None,
+                 without_sshd: Collection[str] = ()) -> None:
         self.layout = layout
         self.batch = batch
         self.labels = dict(labels)
+        self.host_labels = {h: dict(v) for h, v in (host_labels or {}).items()}
+        self.without_sshd = frozenset(without_sshd)
         self.user_env = dict(user_env or {})
         self.bin_dir = bin_dir or Path(sys.executable).parent
         self.prefix = f"bai{os.getpid() % 100000}x{random.randrange(1000)}"
@@ -279,6 +287,8 @@ class BackendAISession:
         self.tmp = Path(self._stack.enter_context(
             tempfile.TemporaryDirectory(prefix="derive-env-bai-")))
         (self.tmp / "labels.json").write_text(json.dumps(self.labels))
+        for host, labels in self.host_labels.items():
+            (self.tmp / f"labels.{host}.json").write_text(json.dumps(labels))
         bin_dir = self.tmp / "bin"
         bin_dir.mkdir()
         (bin_dir / "on-every-node").symlink_to(ON_EVERY_NODE)
@@ -300,6 +310,8 @@ class BackendAISession:
                 "".join(f"{k}={v}\n" for k, v in agent_env.items()))
             if host == "main1":
                 (d / "state" / "batch-command").write_text(self.batch)
+            if host in self.without_sshd:
+                (d / "state" / "no-sshd").touch()
 
     def given_env(self, host: str) -> dict[str, str]:
         """The environment the container ``host`` is created with (image ENV + agent's)."""
@@ -312,7 +324,8 @@ class BackendAISession:
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
-            "DERIVE_ENV_LABELS_FILE": str(self.tmp / "labels.json"),
+            "DERIVE_ENV_LABELS_FILE": str(self.tmp / (
+                f"labels.{host}.json" if host in self.host_labels else "labels.json")),
             **self.layout.env(host),
             **self.user_env,
         }

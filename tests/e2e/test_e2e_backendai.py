@@ -128,15 +128,17 @@ def test_openmpi_hostfile_mpirun_over_session_ssh() -> None:
 
 def test_on_every_node_status_arguments_and_cleanup_after_failure() -> None:
     """Arguments arrive byte for byte on every node, in its working directory, with no input
-    to read; the SSH sessions see the runner's environment (NODE_RANK); the exit
-    status is the first non-zero one in canonical order, each failed node named; a failing
-    batch command that leaves a process running leaves nothing on the machine."""
+    to read; the SSH sessions see the runner's environment (NODE_RANK) and ON_EVERY_NODE=1;
+    with --keep-going the exit status is the first non-zero one in canonical order, each
+    failed node named; a failing batch command that leaves a process running leaves
+    nothing on the machine."""
     _require_sessions()
     arg = "it's  \"two\"\n$HOME `x` \\ *\n\n"
     batch = (
         # cat: COMMAND's input is at its end on every node (a terminal's would block).
-        "on-every-node mkdir sub && cd sub && on-every-node sh -c 'cat; "
-        "printf \"%s|%s|%s\" \"$(hostname)\" \"$PWD\" \"$1\" > \"$(hostname).out\"; "
+        "on-every-node mkdir sub && cd sub && on-every-node --keep-going sh -c 'cat; "
+        "printf \"%s|%s|%s|%s\" \"$(hostname)\" \"$PWD\" \"$ON_EVERY_NODE\" \"$1\" "
+        "> \"$(hostname).out\"; "
         "sleep 600 </dev/null >/dev/null 2>&1 & "
         f"exit $((NODE_RANK + 3))' sh {shlex.quote(arg)}"
     )
@@ -145,7 +147,7 @@ def test_on_every_node_status_arguments_and_cleanup_after_failure() -> None:
         outs = {h: (session.container_dir(h) / "work" / "sub" / f"{h}.out").read_text()
                 for h in DEFAULT.hosts}
     assert result.batch_rc == 3, result.describe()
-    assert outs == {h: f"{h}|/home/work/sub|{arg}" for h in DEFAULT.hosts}
+    assert outs == {h: f"{h}|/home/work/sub|1|{arg}" for h in DEFAULT.hosts}
     assert [line for line in result.main.stderr.splitlines()
             if line.startswith("on-every-node:")] == [
         "on-every-node: main1: exit status 3",

@@ -502,7 +502,7 @@ def test_host_facts_read_only_when_a_rule_needs_them(backendai_env, sub1, opt_in
 
 LO_LABEL_ERROR = (
     "label ai.backend.distributed.socket-ifname='lo': expected an interface the other nodes "
-    "can reach in a session of 3 nodes; lo is loopback, gloo and NCCL would advertise "
+    "can reach in a job of 3 nodes; lo is loopback, gloo and NCCL would advertise "
     "127.0.0.1 (use auto, or the interface of the network between the nodes)"
 )
 

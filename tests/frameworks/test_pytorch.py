@@ -200,9 +200,49 @@ def test_torchrun_mode_speaks_of_nodes_not_world_size(backendai_env, opt_in) -> 
     assert str(caught.value) == (
         "WORLD_SIZE='6': expected '3', the number of nodes, one process per node (torchrun "
         "mode: not set, torchrun sets it for each worker it starts; a value for the whole "
-        "container can only describe one process on each node): the session has 3 node(s); "
-        "a value set for the whole session sizes the job wrongly on every node (each would "
-        "train alone or wait for processes that never come). Remove WORLD_SIZE from the "
-        "session's environment (derive-env does not set it: the launcher sets it per "
-        "process), or set label ai.backend.distributed.on-error=warn to run the command "
-        "unchanged")
+        "container can only describe one process on each node): the job has 3 node(s), so "
+        "this value sizes it wrongly on every node (each would train alone or wait for "
+        "processes that never come). Remove WORLD_SIZE where it is set (the image's ENV, a "
+        "variable the cluster manager copies into every node, a Kubernetes pod spec, a "
+        "container hook such as enroot's, an env file; derive-env does not set it: the "
+        "launcher sets it per process), or set label ai.backend.distributed.on-error=warn to "
+        "run the command with the environment unchanged")
+
+
+NPROC_EXPECTED = (
+    "expected a number of processes per node >= 1, or cpu, gpu, xpu or auto, as torchrun "
+    "reads --nproc-per-node (torch/distributed/run.py determine_local_world_size); set it to "
+    "one of those, or remove PET_NPROC_PER_NODE from the job's environment (derive-env "
+    "derives it from the GPU count or the label ai.backend.distributed.nproc-per-node)")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2 gpus", "1.5", "٣x", "9" * 5000])
+def test_user_nproc_per_node_torchrun_cannot_read_is_an_error(backendai_env, opt_in,
+                                                              value) -> None:
+    """Issue 15, item 7: a user PET_NPROC_PER_NODE was kept unchecked; torchrun then failed
+    on every node (run.py: Unsupported nproc_per_node value; api.py: local_world_size <= 0)."""
+    from derive_env.errors import TopologyError, shorten
+
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "PET_NPROC_PER_NODE": value}
+    with pytest.raises(TopologyError) as info:
+        derive(env, opt_in)
+    assert str(info.value) == f"PET_NPROC_PER_NODE={shorten(value)!r}: {NPROC_EXPECTED}"
+
+
+@pytest.mark.parametrize("value", ["4", " 4", "+2", "cpu", "gpu", "xpu", "auto"])
+def test_user_nproc_per_node_torchrun_reads_is_kept_silently(backendai_env, opt_in,
+                                                             value) -> None:
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "GPU_COUNT": "2",
+           "PET_NPROC_PER_NODE": value}
+    derivation = derive(env, opt_in)
+    assert derivation.warnings == ()
+    assert next(v for v in derivation.variables if v.name == "PET_NPROC_PER_NODE").kept
+
+
+def test_user_nproc_per_node_unknown_word_is_a_warning(backendai_env, opt_in) -> None:
+    """A custom device backend's name (torch_npu's npu) is what torchrun may read: kept."""
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "PET_NPROC_PER_NODE": "npu"}
+    assert derive(env, opt_in).warnings == (
+        "PET_NPROC_PER_NODE='npu' is not a number nor one of cpu, gpu, xpu, auto: kept, for "
+        "torchrun to read as the name of a custom device backend (torch_npu's npu); torchrun "
+        "stops with \"Unsupported nproc_per_node value\" if it is not one",)

@@ -116,7 +116,7 @@ def test_single_node_has_no_tf_config(backendai_env) -> None:
     derivation = derive(backendai_env(["main1"], "main1"), TF)
     assert derivation is not None
     assert derivation.variables == ()
-    assert "TF_CONFIG not set: single-container session (TensorFlow trains locally)" in (
+    assert "TF_CONFIG not set: a single container (TensorFlow trains locally)" in (
         derivation.notes)
     assert tf_config_of({}, TF) is None
 
@@ -164,7 +164,7 @@ def test_unmapped_role(backendai_env) -> None:
     labels = {**TF, ROLES: "main:chief,sub:worker"}
     assert label_error(backendai_env(PS_HOSTS, "main1"), labels) == (
         f"{ROLES_LABEL}='main:chief,sub:worker': expected a task type for every role of the "
-        "session; role 'ps' (host ps1) has none. Map it, e.g. for this session "
+        "Backend.AI session; role 'ps' (host ps1) has none. Map it, e.g. "
         "DERIVE_ENV_TENSORFLOW_ROLES=main:chief,sub:worker,ps:worker (or the label "
         "ai.backend.distributed.tensorflow-roles=main:chief,sub:worker,ps:worker); the role * "
         "maps every role not listed (main:chief,sub:worker,*:worker)"

@@ -36,8 +36,8 @@ def test_the_table_joins_equal_columns_and_marks_conflicts() -> None:
         "  0          main1  0          0              worker 0   (master)\n"
         "  1          sub1   1!         1              worker 1\n"
         "  2          sub2   2!         2              worker 2   (this node)\n"
-        "  ! NODE_RANK is set to 0 in the environment (a session-wide value: the same in every "
-        "container), but is derived as 1 on sub1 (node rank 1), 2 on sub2 (node rank 2)\n"
+        "  ! NODE_RANK is set to 0 in the environment (a job-wide value: the same on every "
+        "node), but is derived as 1 on sub1 (node rank 1), 2 on sub2 (node rank 2)\n"
         + FOOTER +
         "  decided by this node: PET_NPROC_PER_NODE (see above)\n")
 

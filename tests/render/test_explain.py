@@ -63,15 +63,11 @@ def test_explain_shows_local_rank_of_another_group_order(backendai_env) -> None:
         "     0  main1  (master)",
         "     1  sub1  (this container)",
         "node rank 1: the position of sub1 in the canonical order above",
-        "BACKENDAI_CLUSTER_LOCAL_RANK=0: its position in the order the request listed the role "
-        "groups (not used)",
+        "BACKENDAI_CLUSTER_LOCAL_RANK=0: its position in the order the session's request "
+        "listed the role groups, which a container cannot see (not used as the node rank)",
     ]
-    assert lines[-1] == (
-        "warning: BACKENDAI_CLUSTER_LOCAL_RANK=0 is not the node rank of this container (sub1): "
-        "1. Backend.AI counts in the order the session's request listed the role groups, which "
-        "a container cannot see; derive-env uses the canonical node order, the same on every "
-        "container. Do not use BACKENDAI_CLUSTER_LOCAL_RANK as a node rank in this session"
-    )
+    # Contract section 5 (revised): a valid cluster-template session has no warning.
+    assert not any(line.startswith("warning:") for line in lines)
     assert "NODE_RANK       = 1" in lines
 
 
@@ -107,7 +103,7 @@ def test_explain_not_opted_in() -> None:
 
 def test_explain_single_container() -> None:
     text = explain(derive({}, {PREFIX + "frameworks": "jax"}))
-    assert text.splitlines()[:2] == ["source: standalone, single-container session",
+    assert text.splitlines()[:2] == ["source: standalone, single container",
                                      "frameworks: jax"]
     assert "JAX_COORDINATOR_ADDRESS = 127.0.0.1:1234" in text
 
@@ -149,6 +145,24 @@ def test_explain_escapes_the_session_id() -> None:
     env = {"BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_SESSION_ID": "s1\nsource: forged\x1b[0m"}
     lines = explain(derive(env, {PREFIX + "frameworks": "pytorch"})).splitlines()
     assert lines[0] == (
-        "source: backendai session 's1\\nsource: forged\\x1b[0m', single-container session"
+        "source: backendai session 's1\\nsource: forged\\x1b[0m', single container"
     )
     assert not any(line.startswith("source: forged") for line in lines)
+
+
+def test_explain_escapes_raw_values_in_provenance_notes_and_warnings() -> None:
+    """Issue 15, item 7: TORCHELASTIC_RUN_ID reached the terminal raw through the JAX port's
+    provenance ("derived from torchrun job ... step ..."); now every line is escaped."""
+    from pathlib import Path
+
+    fixture = Path(__file__).parents[1] / "fixtures/recorded/torchrun-static/rank0.env"
+    env = dict(line.split("=", 1) for line in fixture.read_text().splitlines()
+               if line and not line.startswith("#"))
+    env["TORCHELASTIC_RUN_ID"] = "ab\x1b[31mRED\x07"
+    text = explain(derive(env, {PREFIX + "frameworks": "pytorch,jax"}))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "torchrun job ab\\x1b[31mRED\\x07 step 26003" in text
+    result = made({"A": "1"})
+    result = Derivation(topology=result.topology, policy=result.policy,
+                        variables=result.variables, warnings=("bad \x9b1m\u2028x\udc80",))
+    assert explain(result).splitlines()[-1] == "warning: bad \\x9b1m\\u2028x\\udc80"

@@ -98,13 +98,13 @@ def test_template_session_listing_workers_first(backendai_env, listed: list[str]
         topo = topology(env)
         assert hosts_of(topo) == ["main1", "worker1", "worker2"]
         assert topo.node_rank == expected_rank[host]
-        assert topo.warnings == (lr_warning(backendai_rank[host], host, expected_rank[host]),)
+        assert topo.warnings == ()
         assert topo.notes == lr_notes(backendai_rank[host], host, expected_rank[host])
 
 
 def test_without_replicas_local_rank_checked_against_parsed_groups(sub2) -> None:
     env = {**sub2, REPLICAS: ""}
-    assert topology({**env, LOCAL_RANK: "1"}).warnings == (lr_warning(1, "sub2", 2),)
+    assert topology({**env, LOCAL_RANK: "1"}).warnings == ()
     assert error_of({**env, LOCAL_RANK: "0"}) == lr_error(
         "0", "one of 1, 2", "sub2", "sub", 2, "main:1")
 
@@ -139,30 +139,21 @@ def lr_error(value: str, possible: str, host: str, role: str, index: int, groups
     )
 
 
-def lr_warning(local_rank: int, host: str, node_rank: int) -> str:
-    return (
-        f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank} is not the node rank of this container "
-        f"({host}): {node_rank}. Backend.AI counts in the order the session's request listed "
-        "the role groups, which a container cannot see; derive-env uses the canonical node "
-        "order, the same on every container. Do not use BACKENDAI_CLUSTER_LOCAL_RANK as a node "
-        "rank in this session"
-    )
-
-
 def lr_notes(local_rank: int, host: str, node_rank: int) -> tuple[str, str]:
     return (
         f"node rank {node_rank}: the position of {host} in the canonical order above",
-        f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank}: its position in the order the request "
-        "listed the role groups (not used)",
+        f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank}: its position in the order the session's "
+        "request listed the role groups, which a container cannot see (not used as the node "
+        "rank)",
     )
 
 
-def test_local_rank_of_another_group_order_is_a_warning(sub2: dict[str, str]) -> None:
+def test_local_rank_of_another_group_order_is_an_explain_note(sub2: dict[str, str]) -> None:
     """A request listing sub before main: sub1=0, sub2=1, main1=2 (a valid session)."""
     topo = topology({**sub2, LOCAL_RANK: "1"})
     assert topo.node_rank == 2
     assert hosts_of(topo) == THREE
-    assert topo.warnings == (lr_warning(1, "sub2", 2),)
+    assert topo.warnings == ()
     assert topo.notes == lr_notes(1, "sub2", 2)
 
 
@@ -185,10 +176,11 @@ def test_local_rank_offset_must_be_a_subset_sum(backendai_env) -> None:
     hosts = ["main1", "b1", "b2", "b3", "c1", "c2"]
     env = backendai_env(hosts, "c1", "b:3,c:2,main:1")
     assert env[LOCAL_RANK] == "4"  # default group order main, b, c
-    for value, rank in (("0", 0), ("1", 1), ("3", 3)):  # c,main,b / main,c,b / b,c,main
+    for value in ("0", "1", "3"):  # c,main,b / main,c,b / b,c,main
         topo = topology({**env, LOCAL_RANK: value})
         assert topo.node_rank == 4
-        assert topo.warnings == (lr_warning(rank, "c1", 4),)
+        assert topo.warnings == ()
+        assert topo.notes == lr_notes(int(value), "c1", 4)
     assert error_of({**env, LOCAL_RANK: "2"}) == lr_error(
         "2", "one of 0, 1, 3, 4", "c1", "c", 1, "b:3, main:1")
     assert error_of({**env, LOCAL_RANK: "5"}).startswith(
@@ -285,8 +277,8 @@ def other_launcher_message(name: str, value: str) -> str:
     single = "1" if name in ("WORLD_SIZE", "PET_NNODES") else "0"
     return (
         f"{name}={value!r}: expected {single} or unset: no source's complete set of variables "
-        "is set (no cluster manager or launcher stated the job), so it is a single-container "
-        f"session, but another launcher set a larger topology{closest(name)}. Run the command "
+        "is set (no cluster manager or launcher stated the job), so this is taken for a single "
+        f"container, but another launcher set a larger topology{closest(name)}. Run the command "
         "without derive-env for that launcher, or give the container its cluster manager's "
         "variables"
     )

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from derive_env.errors import DeriveEnvError, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import SOURCES, topology_from
+from derive_env.sources import BY_NAME, SOURCES, topology_from
 from helpers import SRUN_TASK_3
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
@@ -29,15 +29,16 @@ def error(environ: dict[str, str], labels: dict[str, str] = ALL) -> str:
 
 NO_SOURCE = "and derive-env has no source for it yet (planned); "
 RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
-               "launcher's), or set label ai.backend.distributed.on-error=warn to run it with "
-               "the environment unchanged")
+               "launcher's), or set label ai.backend.distributed.on-error=warn to run the "
+               "command with the environment unchanged")
 
 def torchrun_fix(how: str) -> str:
     """The fix of a node-level manager no module reads (sources/__init__.py)."""
     return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
             "python train.py), so that derive-env reads each worker torchrun starts; or, for "
             "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set label "
-            "ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+            "ai.backend.distributed.on-error=warn to run the command with the environment "
+            "unchanged")
 
 
 def partial(name: str, value: str, single: str, launcher: str, missing: str) -> str:
@@ -47,7 +48,7 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
         f"one process, but only part of its variables are set (not set: {missing}), and a "
         "partial set is never used: it may be left over from another job. Run derive-env in "
         "the launcher's own process (the launcher sets all of them), or set label "
-        "ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+        "ai.backend.distributed.on-error=warn to run the command with the environment unchanged")
 
 
 @pytest.mark.parametrize(("environ", "message"), [
@@ -80,13 +81,12 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
     ({"PALS_RANKID": "5"},
      partial("PALS_RANKID", "5", "0", "Cray PALS (mpiexec)",
              "PALS_LOCAL_RANKID, PALS_LOCAL_SIZE, PALS_NODEID, PMI_SIZE")),
-    ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"},
-     "JOB_COMPLETION_INDEX='0': expected unset: a Kubernetes Indexed Job or JobSet started "
-     "this process (JOB_COMPLETION_INDEX and KUBERNETES_SERVICE_HOST are set) without saying "
-     "how many pods the job has, and derive-env has no source for it yet (planned); "
-     "describing a job of one pod could be wrong. " + torchrun_fix(
-         "--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX --master-addr=<the "
-         "hostname of index 0>")),
+    # Read now (sources/indexed_job.py): refused without its pod count, on every index.
+    ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+      "HOSTNAME": "train-0"},
+     "DERIVE_ENV_NNODES='': expected the Job's spec.completions, set in the pod template's "
+     "container env: `- name: DERIVE_ENV_NNODES` `value: \"<spec.completions of train>\"` "
+     "(a Kubernetes Indexed Job does not put its pod count in the pod's environment)"),
     ({"FLUX_JOB_SIZE": "4"}, None), ({"JSM_NAMESPACE_SIZE": "6"}, None),
     ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"}, None),
 ], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
@@ -158,8 +158,11 @@ def test_mpirun_inside_a_backendai_session_takes_ranks_from_mpirun(backendai_env
     rank0 = {**environ, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
     assert error(rank0, torch_jax).startswith(
         "rank 0 (OMPI_COMM_WORLD_RANK + OMPI_COMM_WORLD_LOCAL_RANK + OMPI_COMM_WORLD_SIZE + "
-        "OMPI_COMM_WORLD_LOCAL_SIZE) runs on sub1, node rank 1, but every framework needs rank "
-        "0 on node rank 0")
+        "OMPI_COMM_WORLD_LOCAL_SIZE) runs on sub1, node rank 1 (checked there only), but every "
+        "framework needs it on node rank 0 (main1). The launcher's node order differs from "
+        "derive-env's: give it derive-env's, `derive-env --dry-run --format openmpi-hostfile > "
+        "hosts; mpirun --hostfile hosts ...` (MPICH, Intel MPI: --format mpich-hostfile, "
+        "mpiexec -f hosts)")
     # TensorFlow lists every task: Open MPI states only this node's processes.
     assert error(environ, ALL).startswith("TF_CONFIG cannot be built: it lists every task's")
 
@@ -213,10 +216,6 @@ MANAGERS = {
     "lws": ({"LWS_LEADER_ADDRESS": "lws-0.lws.default", "LWS_GROUP_SIZE": "2",
              "LWS_WORKER_INDEX": "1", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
             "LWS_GROUP_SIZE", "2", "1 or unset", "a LeaderWorkerSet group", "node"),
-    "volcano": ({"VC_TASK_INDEX": "0", "VK_TASK_INDEX": "0", "VC_MASTER_NUM": "1",
-                 "VC_WORKER_NUM": "1", "VC_WORKER_HOSTS": "j-worker-0.j"}, {},
-                "VC_MASTER_NUM", "1", "1 pod in all VC_<TASK>_NUM or unset", "a Volcano Job",
-                "pod"),
     "tfjob": ({"TF_CONFIG": TFJOB_CONFIG, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
               "TF_CONFIG", TFJOB_CONFIG, "a cluster of one task or unset",
               "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "task"),
@@ -296,12 +295,17 @@ READ_MANAGERS = {
 }
 
 
+#: The managers of MANAGERS a source now reads (their environment derives their job).
+NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1)}
+REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
+
+
 def reader(contents: dict[str, str]):
     """The edge's file reader (cli.read_files) as the tests give it: path -> text or None."""
     return lambda paths: {path: contents.get(path) for path in paths}
 
 
-@pytest.mark.parametrize("manager", sorted(MANAGERS))
+@pytest.mark.parametrize("manager", REFUSED)
 def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: str) -> None:
     """Never a silent single-node job: PyTorch-only, JAX-only and TF images alike, exit 3;
     the message names the variable, the manager, and ends in the line's fix."""
@@ -331,6 +335,18 @@ def test_a_manager_with_a_source_is_read_not_refused(manager: str) -> None:
         assert (topology.source, topology.num_nodes, topology.node_rank) == (manager, 2, 1)
         assert topology.nodes[0].host in ("10.0.0.1", "algo-1")
 
+
+@pytest.mark.parametrize("manager", sorted(NOW_READ))
+def test_a_manager_a_source_reads_derives_its_job(manager: str) -> None:
+    """No longer refused: its source reads the job (node rank, nodes as NOW_READ says)."""
+    environ, files, *_ = MANAGERS[manager]
+    for frameworks in ("pytorch", "jax", "tensorflow"):
+        derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+        assert derivation is not None
+        topology = derivation.topology
+        assert (topology.source, topology.num_nodes, topology.node_rank) == NOW_READ[manager]
+
+
 def test_the_fixes_say_what_to_set() -> None:
     from derive_env.sources import BY_NAME
 
@@ -346,11 +362,12 @@ def test_the_fixes_say_what_to_set() -> None:
     assert BY_NAME["tf-config"].fix == (
         "Run the command without derive-env (TensorFlow reads the TF_CONFIG its manager set), "
         "or, for a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); or set "
-        "label ai.backend.distributed.on-error=warn to run it with the environment unchanged")
+        "label ai.backend.distributed.on-error=warn to run the command with the environment "
+        "unchanged")
     assert BY_NAME["mpi-operator-launcher"].fix == (
         "Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
         "train.py), not around mpirun; or set label ai.backend.distributed.on-error=warn to "
-        "run it with the environment unchanged")
+        "run the command with the environment unchanged")
 
 
 @pytest.mark.parametrize("manager", sorted(MANAGERS))
@@ -360,7 +377,8 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
            "DSTACK_NODE_RANK": "0", "LWS_GROUP_SIZE": "1", "LWS_WORKER_INDEX": "0",
            "VC_WORKER_NUM": "0", "TF_CONFIG": '{"cluster": {"worker": ["localhost:2222"]}, '
            '"task": {"type": "worker", "index": 0}}', "CLUSTER_SPEC": '{"cluster": '
-           '{"workerpool0": ["cmle-0:2222"]}}', "TPU_WORKER_HOSTNAMES": "t-0.svc",
+           '{"workerpool0": ["cmle-0:2222"]}, "task": {"type": "workerpool0", "index": 0}}',
+           "TPU_WORKER_HOSTNAMES": "t-0.svc",
            "TPU_WORKER_ID": "0", "AWS_BATCH_JOB_NUM_NODES": "1",
            "AWS_BATCH_JOB_NODE_INDEX": "0", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0",
            "NUM_PROCESSES": "1", "PROCESS_ID": "0", "DMLC_NUM_WORKER": "1", "DMLC_TASK_ID": "0",
@@ -381,8 +399,7 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
     ({"DET_MASTER": "m", "DET_ALLOCATION_ID": "a", "DET_SLOT_IDS": "[0]"}, {},
      "DET_MASTER='m'"),
     ({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}, {}, "PBS_JOBID='7'"),
-    ({"VC_TASK_INDEX": "0"}, {}, "VC_TASK_INDEX='0'"),
-], ids=["determined", "pbs", "volcano"])
+], ids=["determined", "pbs"])
 def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, shown) -> None:
     """A manager file that cannot be read (or Volcano without its svc plugin): refused as a
     launcher that does not say the job's size, on every node alike."""
@@ -395,15 +412,17 @@ def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, sho
 @pytest.mark.parametrize("index", ["0", "1", "7"])
 def test_a_lone_index_is_refused_on_every_index_alike(name: str, index: str) -> None:
     """Contract section 7: index 0 must not train alone while the others stop."""
-    title = {"JOB_COMPLETION_INDEX": "a Kubernetes Indexed Job or JobSet",
+    title = {"JOB_COMPLETION_INDEX": "a Kubernetes Indexed Job",
              "PMIX_RANK": "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's "
                           "variables)"}[name]
     unit, units = ("pod", "pods") if name == "JOB_COMPLETION_INDEX" else ("process",
                                                                            "processes")
+    why = ("and only part of its variables are set (not set: KUBERNETES_SERVICE_HOST); "
+           if name == "JOB_COMPLETION_INDEX" else NO_SOURCE)
     text = error({name: index})
     assert text.startswith(
         f"{name}={index!r}: expected unset: {title} started this process ({name} is set) "
-        f"without saying how many {units} the job has, {NO_SOURCE}describing a job of one "
+        f"without saying how many {units} the job has, {why}describing a job of one "
         f"{unit} could be wrong. ")
 
 
@@ -423,7 +442,7 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
     derivation = derive({"TF_CONFIG": one}, {PREFIX + "frameworks": "tensorflow"})
     assert derivation is not None
     notes = [n for n in derivation.notes if "TF_CONFIG" in n]
-    assert notes == ["TF_CONFIG kept as set (a single-container session: derive-env derives "
+    assert notes == ["TF_CONFIG kept as set (a single container: derive-env derives "
                      "none, and TensorFlow reads the one set)"]
 
 
@@ -497,9 +516,11 @@ def test_a_tf_config_of_three_tasks_in_a_single_container_session_is_refused(
     """Backend.AI states one node; a TFJob's TF_CONFIG of 3 tasks beside it is refused, not
     kept beside single-node PyTorch values."""
     environ = {**backendai_env(["main1"], "main1"), "TF_CONFIG": TFJOB_CONFIG}
-    assert error(environ, {PREFIX + "frameworks": "pytorch"}).startswith(
+    assert error(environ, {PREFIX + "frameworks": "pytorch"}) == (
         f"TF_CONFIG={TFJOB_CONFIG!r}: expected a cluster of one task or unset: a TF_CONFIG "
-        "(Kubeflow TFJob, Volcano, Vertex AI) states a job of more than one task")
+        "(Kubeflow TFJob, Volcano, Vertex AI) states a job of more than one task, but a "
+        "Backend.AI session of 1 node(s) states a job of one node: the two disagree (a value "
+        "left over from another job?). " + BY_NAME["tf-config"].fix)
 
 
 def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:
@@ -512,3 +533,20 @@ def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:
     assert derivation is not None
     assert {k: derivation.changes()[k] for k in ("RANK", "WORLD_SIZE")} == {
         "RANK": "9", "WORLD_SIZE": "16"}
+
+
+@pytest.mark.parametrize("index", ["0", "1"])
+def test_volcano_is_read_now_and_refused_without_its_task_lists(index: str) -> None:
+    """sources/volcano.py reads a Volcano pod; without the svc plugin's lists every pod is
+    refused alike, naming the plugin to add."""
+    text = error({"VC_TASK_INDEX": index, "VK_TASK_INDEX": index})
+    assert text == (
+        f"VC_TASK_INDEX={index!r}: expected VC_<TASK>_HOSTS and VC_<TASK>_NUM beside it: a "
+        "Volcano Job states its pods only through the svc plugin; add `svc: []` to the job's "
+        "spec.plugins (and do not set --inject-hosts-env=false); the same on every pod")
+    environ = {"VC_TASK_INDEX": "0", "VK_TASK_INDEX": "0", "HOSTNAME": "j-worker-0",
+               "VC_MASTER_NUM": "1", "VC_MASTER_HOSTS": "j-master-0.j", "VC_WORKER_NUM": "1",
+               "VC_WORKER_HOSTS": "j-worker-0.j"}
+    topology = topology_from(environ)
+    assert (topology.num_nodes, topology.node_rank, topology.nodes[0].host) == (
+        2, 1, "j-master-0.j")

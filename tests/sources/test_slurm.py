@@ -143,7 +143,10 @@ def test_allocation_facts_of_every_recorded_task(scenario: str) -> None:
         assert report.nodes == hosts
         if expected is not None:
             assert report.nodes[expected].host == ran_on, task  # never a wrong node
-        assert report.problem == (None if one else slurm.alloc_problem(env["SLURM_JOB_NUM_NODES"]))
+        in_step = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_STEP_ID")
+        step = env.get("SLURM_STEP_ID", "?") if in_step else None
+        assert report.problem == (
+            None if one else slurm.alloc_problem(env["SLURM_JOB_NUM_NODES"], step))
         assert report.job == ("slurm", JOBS[scenario], "allocation")
         assert report.processes is None and report.master is None
 
@@ -600,3 +603,14 @@ def test_hostfile_comments_and_escaped_hashes() -> None:
         slurm._hostfile_hosts("/h", "a\\#1\n")
     assert str(caught.value).startswith("SLURM_HOSTFILE='/h': expected ")
     assert str(caught.value).endswith("on line 1, not 'a#1'")
+
+
+def test_allocation_alone_inside_a_step_says_read_the_step() -> None:
+    """Issue 15, item 7: --source slurm-allocation inside an srun step said "run derive-env
+    inside an srun step"."""
+    _, env = tasks("srun-block")["task3"]
+    assert alloc(env).problem == (
+        "SLURM_JOB_NUM_NODES='3': expected 1 when the allocation is read alone: this process "
+        f"runs in srun step {env['SLURM_STEP_ID']} (SLURM_STEP_ID), and the step, not the "
+        "allocation, states the nodes that run the job's processes. Read the step: --source "
+        "slurm-step (or DERIVE_ENV_SOURCE=slurm-step), or no --source")

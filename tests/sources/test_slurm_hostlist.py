@@ -387,3 +387,28 @@ def test_tasks_per_node_and_resv_ports_errors(
     parse: Callable[[str], object], text: str, expected: str
 ) -> None:
     assert value_error(parse, text) == expected
+
+
+# --- hostile input (issue 15, item 7) ---------------------------------------------------
+
+
+def test_1500_bracket_groups_expand_without_recursion() -> None:
+    """1500 bracket groups in one item once raised RecursionError (a traceback); now the
+    groups are walked in a loop, in Slurm's order, and the name they make is too long."""
+    assert value_error(expand_hostlist, "a[1]" * 1500) == (
+        "host names of at most 253 characters (RFC 1035), not '" + "a[1]" * 20 + "...'")
+    assert value_error(expand_hostlist, "a[1]" * 100 + "b" * 60) == (
+        "host names of at most 253 characters (RFC 1035), not '" + "a1" * 40 + "...'")
+    # the product is bounded before it is built (2**17 names)
+    assert value_error(expand_hostlist, "a[1-2]" * 17) == "at most 65536 hosts in a host list"
+    stem = "1" * 120
+    assert expand_hostlist("[1]" * 120 + "b[1-2]c[3-4]d[5]") == (
+        stem + "b1c3d5", stem + "b2c3d5", stem + "b1c4d5", stem + "b2c4d5")
+    assert value_error(expand_hostlist, "x[1-2]" * 17) == "at most 65536 hosts in a host list"
+
+
+def test_a_bracket_producing_names_longer_than_dns_allows_is_an_error() -> None:
+    """65536 copies of a 1 MiB prefix would take 64 GiB: refused before any copy."""
+    assert value_error(expand_hostlist, "a" * (1 << 20) + "[1-65536]") == (
+        "host names of at most 253 characters (RFC 1035), not '" + "a" * 80 + "...'")
+    assert expand_hostlist("a" * 250 + "[1-2]") == ("a" * 250 + "1", "a" * 250 + "2")

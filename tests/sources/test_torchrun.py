@@ -318,3 +318,11 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(values: dict[str, str
         return
     assert 0 <= report.processes.rank < report.processes.world_size
     assert 0 <= report.node_rank < report.num_nodes
+
+
+@pytest.mark.parametrize("master", ["node-a.", "node-a.cluster.local."])
+def test_master_addr_with_a_trailing_dot_is_accepted(master: str) -> None:
+    """Issue 15, item 7: a fully qualified MASTER_ADDR (torchrun --master-addr node-a.) was
+    refused as not a host name."""
+    _, env = fixture("torchrun-static", "rank0")
+    assert read({**env, "MASTER_ADDR": master}).master == master

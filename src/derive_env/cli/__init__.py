@@ -23,7 +23,7 @@ import stat
 import sys
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import DeriveEnvError, LabelError, shorten
+from derive_env.errors import DeriveEnvError, LabelError, printable, shorten, without_waiver
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
@@ -354,7 +354,7 @@ def _note_larger_job(environ: Mapping[str, str]) -> None:
             f"nothing derived: the image did not opt in (label {OPT_IN} is not set), but "
             f"{shorten(job, 300)}, so every node runs the command as a job of its own. To "
             f"opt in, set the label {OPT_IN}=pytorch (or tensorflow, jax) in the image, "
-            f"{variable_of(OPT_IN)}=pytorch for the session, or derive-env --frameworks "
+            f"{variable_of(OPT_IN)}=pytorch for the job, or derive-env --frameworks "
             "pytorch"))
 
 
@@ -426,7 +426,7 @@ def _derive(
             check_limits(command, environ, arg_max)
         if on_error_of(labels) != "warn":
             raise
-        say("warning", str(exc))
+        say("warning", without_waiver(str(exc)))
         say("warning", "on-error=warn: " + (
             "nothing derived" if dry_run else "running the command with the environment unchanged"
         ))
@@ -474,7 +474,9 @@ def say(kind: str, message: str) -> None:
     if sys.stderr is None:
         return
     try:  # not contextlib.suppress: contextlib stays off the start path
-        sys.stderr.write(f"derive-env: {kind}: {shorten(message, 4000)}\n")
+        # A raw value in a message (an escape code) must not reach the terminal as such.
+        text = printable(shorten(message, 4000), keep="\n")
+        sys.stderr.write(f"derive-env: {kind}: {text}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

@@ -121,8 +121,8 @@ def greeted(sock: socket.socket, key: str, end: float, where: str) -> str | None
     if isinstance(greeting, dict) and greeting.get("protocol") == PROTOCOL:
         if greeting.get("key") == key:
             return None
-        return (f"{where} is already in use by the derive-env check of another job or "
-                f"session (on {shorten(str(greeting.get('host')), 80)})")
+        return (f"{where} is already in use by the derive-env check of another job "
+                f"(on {shorten(str(greeting.get('host')), 80)})")
     return f"{where} is already in use: a program there answered {shorten(ascii(text), 80)}"
 
 

@@ -15,6 +15,7 @@ import click
 from derive_env import __version__
 from derive_env.cli import interrupted, run
 from derive_env.cli.options import FLAG, OPTIONS, REPEATABLE, check, help_of, keywords
+from derive_env.errors import printable
 
 _EPILOG = """\b
 Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 usage,
@@ -75,7 +76,7 @@ def cli(**values: Any) -> None:
     """
     problem = check(values)
     if problem is not None:
-        raise click.UsageError(problem)
+        raise click.UsageError(printable(problem, keep="\n"))  # a --source value, escaped
     try:
         status = run(list(values["command"]), **keywords(values))
     except KeyboardInterrupt:  # 130 as on the other paths, not click's "Aborted!" exit 1

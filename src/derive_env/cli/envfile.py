@@ -8,7 +8,6 @@ strict UTF-8); this module detects its format from its content and parses it.
 from __future__ import annotations
 
 import json
-import os
 import re
 
 from derive_env.cli import read_text
@@ -176,11 +175,12 @@ def read_env_file(path: str) -> dict[str, str]:
     origin = "stdin" if path == "-" else path
     parsed = parse_env_file(text or "", origin)
     for key, value in parsed.items():
-        try:
-            os.fsencode(key)
-            os.fsencode(value)
+        try:  # strict UTF-8, not os.fsencode: that turns \udc80..\udcff into raw bytes
+            key.encode("utf-8")
+            value.encode("utf-8")
         except UnicodeEncodeError:
-            # JSON's \ud800 escapes: a lone surrogate no exec'd environment can hold.
+            # JSON's \ud800 or \udc80 escapes (the file itself was strict UTF-8): a lone
+            # surrogate, which no exec'd environment can hold and no byte stands for.
             raise UsageError(
                 f"--env-file {origin}: variable {shorten(ascii(key), 120)} holds a lone "
                 "UTF-16 surrogate (a JSON escape such as \\ud800), which no environment "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from derive_env.errors import shorten
 from derive_env.render import FORMATS
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
@@ -63,7 +64,7 @@ OPTIONS = (
     Option(
         "--format", "fmt", VALUE, choices=FORMATS,
         help="Dry-run output: KEY=VALUE lines (env, default), one JSON object, a TOML table, "
-             "eval-safe `export` lines (shell), the session's nodes for a launcher (hosts, "
+             "eval-safe `export` lines (shell), the job's nodes for a launcher (hosts, "
              "openmpi-/mpich-/deepspeed-hostfile, horovod-hosts), or the job digest every "
              "node must agree on (digest: `DIGEST NODE_RANK HOST`; digest-facts: the facts "
              "it covers).",
@@ -98,7 +99,7 @@ OPTIONS = (
         # Repeatable for the grammar, so that check() can say that one is the most.
         "--env-file", "env_files", REPEATABLE, metavar="PATH",
         help="Read the input environment from a file instead of this process's, e.g. to see "
-             "what another container of the session would get: env -0 or /proc/PID/environ "
+             "what another container or node of the job would get: env -0 or /proc/PID/environ "
              "output, docker inspect output, Backend.AI's environ.txt, or dotenv KEY=VALUE "
              "lines ('-' for stdin).",
     ),
@@ -141,6 +142,12 @@ def check(values: Mapping[str, Any]) -> str | None:
             return "no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run."
     elif values["explain"] and values["fmt"] is not None:
         return "--explain prints for a person; drop --format."
+    elif values["command"] and not values["explain"]:
+        # contract section 2: the first non-option word is the command; --explain explains
+        # it and runs nothing (a note says so), a bare --dry-run cannot have meant one
+        shown = " ".join(values["command"][:3]) + (" ..." if len(values["command"]) > 3 else "")
+        return (f"--dry-run prints the variables and runs no command, but a command was "
+                f"given ({shorten(shown, 80)!r}): drop --dry-run to run it, or drop the command.")
     if len(env_files) > 1:
         return "--env-file given more than once: one environment at a time."
     if "-" in env_files and "-" in values["labels_files"]:

@@ -251,7 +251,7 @@ def derive(ctx: Context) -> Contribution:
         # Decided from the label and the session size, which every node shares: all stop.
         raise LabelError(describe(
             f"label {LABEL}", wanted,
-            "an interface the other nodes can reach in a session of "
+            "an interface the other nodes can reach in a job of "
             f"{ctx.topology.num_nodes or 'several'} nodes; lo is loopback, gloo and NCCL "
             "would advertise 127.0.0.1 (use auto, or "
             "the interface of the network between the nodes)",

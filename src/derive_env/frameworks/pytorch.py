@@ -87,6 +87,7 @@ def derive(ctx: Context) -> Contribution:
         var("PET_MASTER_PORT", master.port, f"same as MASTER_PORT: {master.port_source}",
             scope=FOLLOWS, leader="MASTER_PORT"),
     ]
+    out.warnings += _user_nproc_problems(ctx.environ.get("PET_NPROC_PER_NODE", ""))
     if policy.nproc_per_node is not None:
         out.variables.append(var(
             "PET_NPROC_PER_NODE", policy.nproc_per_node, "label " + _alias("nproc_per_node"),
@@ -180,3 +181,43 @@ def _alias(field: str) -> str:
     from derive_env.policy import ImagePolicy
 
     return str(ImagePolicy.model_fields[field].alias)
+
+
+#: The words torchrun's --nproc-per-node takes besides a number (torch/distributed/run.py,
+#: determine_local_world_size); a custom device backend's name (privateuse1) too.
+_NPROC_WORDS = ("cpu", "gpu", "xpu", "auto")
+
+
+def _user_nproc_problems(value: str) -> list[str]:
+    """A user-set ``PET_NPROC_PER_NODE`` checked as torchrun reads it: ``int(value)`` >= 1
+    (Python's int(), as run.py calls it), one of :data:`_NPROC_WORDS`, else perhaps a custom
+    device backend's name (``npu`` of torch_npu): a warning, since no list of those exists.
+
+    :returns: warnings (an unknown word); none for an unset, empty or valid value.
+    :raises TopologyError: a number below 1 (WorkerSpec refuses it,
+        elastic/agent/server/api.py), or text no backend can be named (run.py raises
+        ``Unsupported nproc_per_node value``): torchrun would fail on every node.
+    """
+    if not value:
+        return []
+    from derive_env.errors import TopologyError, describe, shorten
+
+    expected = ("a number of processes per node >= 1, or cpu, gpu, xpu or auto, as torchrun "
+                "reads --nproc-per-node (torch/distributed/run.py determine_local_world_size)")
+    fix = ("; set it to one of those, or remove PET_NPROC_PER_NODE from the job's environment "
+           "(derive-env derives it from the GPU count or the label "
+           "ai.backend.distributed.nproc-per-node)")
+    try:
+        count: int | None = int(value)
+    except ValueError:
+        count = None
+    if count is not None and count >= 1:
+        return []
+    if count is not None or not (value.isascii() and value.isidentifier()):
+        raise TopologyError(describe("PET_NPROC_PER_NODE", value, expected + fix))
+    if value in _NPROC_WORDS:
+        return []
+    return [f"PET_NPROC_PER_NODE={shorten(value)!r} is not a number nor one of "
+            f"{', '.join(_NPROC_WORDS)}: kept, for torchrun to read as the name of a custom "
+            "device backend (torch_npu's npu); torchrun stops with \"Unsupported "
+            "nproc_per_node value\" if it is not one"]

@@ -83,8 +83,8 @@ def task_types(topology: ClusterTopology, roles: tuple[tuple[str, str], ...] | N
             mapped = f"{shown},{node.role}:worker"
             raise LabelError(describe(
                 given, shown,
-                f"a task type for every role of the session; role {node.role!r} "
-                f"(host {node.host}) has none. Map it, e.g. for this session "
+                f"a task type for every role of the Backend.AI session; role {node.role!r} "
+                f"(host {node.host}) has none. Map it, e.g. "
                 f"{VARIABLE_PREFIX}TENSORFLOW_ROLES={mapped} (or the label "
                 f"{ROLES_LABEL}={mapped}); the role * maps every role not listed "
                 f"({shown},*:worker)",
@@ -232,9 +232,12 @@ def derive(ctx: Context) -> Contribution:
     out = Contribution()
     if not topo.multi_node and not topo.per_process:
         out.notes.append(
-            "TF_CONFIG kept as set (a single-container session: derive-env derives none, and "
+            "TF_CONFIG kept as set (a single container: derive-env derives none, and "
             "TensorFlow reads the one set)" if ctx.environ.get("TF_CONFIG") else
-            "TF_CONFIG not set: single-container session (TensorFlow trains locally)")
+            "TF_CONFIG not set: a single container (TensorFlow trains locally)")
+        return out
+    if "TF_CONFIG" in topo.preset:  # the manager's own (sources/tfconfig.py): never rewritten
+        out.notes.append(f"TF_CONFIG kept as set by {topo.source} (derive-env derives none)")
         return out
     error = _unbuildable(topo)
     if error is not None:

@@ -117,6 +117,6 @@ def _conflicts(view: JobView) -> list[str]:
         wrong = [f"{row.cells.get(name, '?')} on {_where(row)}" for row in view.rows
                  if name in row.conflicts]
         lines.append(
-            f"  ! {name} is set to {_printable(user)} in the environment (a session-wide value: "
-            f"the same in every container), but is derived as {', '.join(wrong)}")
+            f"  ! {name} is set to {_printable(user)} in the environment (a job-wide value: "
+            f"the same on every node), but is derived as {', '.join(wrong)}")
     return lines

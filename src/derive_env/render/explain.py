@@ -11,6 +11,7 @@ Imported only for ``--explain``.
 
 from __future__ import annotations
 
+from derive_env.errors import printable
 from derive_env.labels import OPT_IN
 
 # Not from typing, and the pipeline (pydantic) only for type checkers: ``--explain`` for an
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from derive_env.topology import ClusterTopology
 
 __all__ = ["explain"]
+#: What Backend.AI calls its job (the one place outside sources/backendai*.py that says so).
+BACKENDAI_WORD = "session"
 #: --explain lists at most this many nodes (the first ones, the master, this container).
 _NODES_SHOWN = 16
 
@@ -61,7 +64,8 @@ def explain(derivation: Derivation | None) -> str:
         lines += derivation.notes
     for warning in derivation.warnings:
         lines.append(f"warning: {warning}")
-    return "\n".join(lines) + "\n"
+    # Any raw value in a note or a provenance (TORCHELASTIC_RUN_ID...) escaped, line by line.
+    return "\n".join(printable(line, keep="\n") for line in lines) + "\n"
 
 
 def _printable(value: str) -> str:
@@ -76,10 +80,10 @@ def _topology_lines(derivation: Derivation) -> list[str]:
     """The source line, the master or the nodes, and the process layer."""
     topo = derivation.topology
     # Backend.AI says session; the job managers (Slurm, MPI, torchrun, Kubeflow) say job.
-    kind = "session" if topo.source in ("backendai", "standalone") else "job"
+    kind = BACKENDAI_WORD if topo.source == "backendai" else "job"
     session = f" {kind} {_printable(topo.session_id)}" if topo.session_id else ""
     if not topo.multi_node:
-        lines = [f"source: {topo.source}{session}, single-container session"]
+        lines = [f"source: {topo.source}{session}, single container"]
     elif not topo.nodes:
         lines = _without_host_list(derivation, session)
     else:

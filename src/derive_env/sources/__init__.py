@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
 
+from derive_env.errors import ON_ERROR_WARN as _ON_ERROR_WARN
 from derive_env.errors import TopologyError, UsageError, describe
 
 #: The variable that chooses a source for every node of a session (``--source`` wins).
@@ -23,9 +24,8 @@ SOURCE_VARIABLE = "DERIVE_ENV_SOURCE"
 #: The choices besides a source name.
 AUTO, NONE = "auto", "none"
 
-#: Ends a refusal: the label that lets the command run anyway.
-ON_ERROR_WARN = ("or set label ai.backend.distributed.on-error=warn to run it with the "
-                 "environment unchanged")
+#: Ends a refusal: the label that lets the command run anyway (errors.py, one text).
+ON_ERROR_WARN = _ON_ERROR_WARN
 _RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
                 f"launcher's), {ON_ERROR_WARN}")
 
@@ -183,9 +183,14 @@ SOURCES: tuple[Source, ...] = (
     Source("jsrun", "LSF jsrun", None, ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK"), 2,
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0))),
-    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job or JobSet", None,
+    # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
+    # TrainJob, a TPU slice), and only when no other source is seen (torchrun inside).
+    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "indexed_job",
            ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"), 4,
+           unless=("LWS_WORKER_INDEX", "VC_TASK_INDEX", "PET_NNODES", "JAX_PROCESS_ID",
+                   "DMLC_TASK_ID", "TPU_WORKER_ID"), fallback=True,
            states=(("JOB_COMPLETION_INDEX", 0),), sized=False, unit="pod",
+           counts=("DERIVE_ENV_NNODES",),
            fix=_start_torchrun("--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX "
                                "--master-addr=<the hostname of index 0>")),
     # The training toolkit's SM_* without the platform's variables (sources/sagemaker.py).
@@ -221,21 +226,22 @@ SOURCES: tuple[Source, ...] = (
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
-    Source("lws", "a LeaderWorkerSet group", None,
+    Source("lws", "a LeaderWorkerSet group", "lws",
            ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
            states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
                                "--master-addr=$LWS_LEADER_ADDRESS")),
-    Source("volcano", "a Volcano Job", None, ("VC_TASK_INDEX",), 4, unit="pod",
+    # Seen by its env plugin's index; the svc plugin's task lists are checked by the module.
+    Source("volcano", "a Volcano Job", "volcano", ("VC_TASK_INDEX",), 4, unit="pod",
            size="volcano_pods",
            fix=_start_torchrun("--nnodes=<pods of every task> --node-rank=<the pod's place "
                                "among them> --master-addr=<first of $VC_MASTER_HOSTS>")),
-    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", None,
-           ("TF_CONFIG",), 4, unit="task", size="tf_config_tasks",
+    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "tfconfig",
+           ("TF_CONFIG",), 4, unit="task", size="tf_config_tasks", fallback=True,
            fix="Run the command without derive-env (TensorFlow reads the TF_CONFIG its "
                "manager set), or, for a job of one node, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("vertex", "a Vertex AI custom job", None, ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
+    Source("vertex", "a Vertex AI custom job", "tfconfig", ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
            unit="task", size="cluster_spec_tasks",
            fix=_start_torchrun("--nnodes=<tasks of workerpool0 and workerpool1> "
                                "--node-rank=<this task's place> --master-addr=<first of "

@@ -24,8 +24,8 @@ Rules (contract section 5), from lablup/backend.ai's own code (paths in that rep
   LISTED THEM (expand_kernel_groups_rule.py), which a container cannot see (a cluster
   template may list workers before main): ``offset(own role) + IDX - 1``. It never decides
   the node rank. A value no order of the role groups can give is an error naming this
-  container; a possible value that differs from the node rank is a warning and an
-  ``--explain`` note.
+  container; a possible value that differs from the node rank is an ``--explain`` note, no
+  warning (contract section 5, revised).
 * ``BACKENDAI_DIST_MASTER_PORT`` is NOT set by Backend.AI: a session variable a user may set
   to choose the master port (read by an unmerged Backend.AI proposal, PR #10726); honoured.
 
@@ -195,8 +195,9 @@ def _check_local_rank(
     :param own_index: this container's index within its role (1 for a single container).
     :param groups: every role's ``(role, count)``; empty for a single container; ``None``
         when unknown (then only the range 0..size-1 is checked).
-    :returns: (warnings, notes): empty when LOCAL_RANK equals the node rank, else one
-        warning and the ``--explain`` lines showing both values.
+    :returns: (warnings, notes): no warning (contract section 5: a valid cluster-template
+        session starts without a message); when LOCAL_RANK differs from the node rank, the
+        ``--explain`` lines showing both values.
     :raises TopologyError: no order of the role groups gives ``local_rank``; the message
         names LOCAL_RANK, its value and this container (only it can make this check).
     """
@@ -220,18 +221,14 @@ def _check_local_rank(
             f"{'one of ' if len(possible) > 1 else ''}{_listing(possible)} for container "
             f"{me.host} (role {me.role!r}, index {own_index}): {why}",
         ))
-    warning = (
-        f"{LOCAL_RANK}={local_rank} is not the node rank of this container ({me.host}): "
-        f"{node_rank}. Backend.AI counts in the order the session's request listed the role "
-        "groups, which a container cannot see; derive-env uses the canonical node order, the "
-        f"same on every container. Do not use {LOCAL_RANK} as a node rank in this session"
-    )
+    # Contract section 5 (revised): a valid cluster-template session starts every container
+    # without a message; --explain shows both values.
     notes = (
         f"node rank {node_rank}: the position of {me.host} in the canonical order above",
-        f"{LOCAL_RANK}={local_rank}: its position in the order the request listed the role "
-        "groups (not used)",
+        f"{LOCAL_RANK}={local_rank}: its position in the order the session's request listed "
+        "the role groups, which a container cannot see (not used as the node rank)",
     )
-    return (warning,), notes
+    return (), notes
 
 
 def _check_role_idx(variables: BackendAIVariables, me: Node, own: str, exact: bool) -> None:
@@ -408,7 +405,7 @@ def read(environ: Mapping[str, str], line: Source,
     ``BACKENDAI_CLUSTER_SIZE`` is 1. A container with only ``GPU_COUNT`` or
     ``BACKENDAI_DIST_MASTER_PORT`` reports those. Backend.AI starts one container per node
     and no process: no process layer. ``order`` says which rule built the order; a
-    LOCAL_RANK that differs from the node rank gives a warning and ``--explain`` notes.
+    LOCAL_RANK that differs from the node rank gives ``--explain`` notes (no warning).
 
     :param environ: the container's environment (only the variables above are read).
     :raises TopologyError: a variable is malformed, a required one is missing, or they

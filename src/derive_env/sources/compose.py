@@ -38,8 +38,7 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
   inner source was seen.
 * Then the refusals (sources/refusals.py): another launcher's variables stating more.
 
-Raises :class:`~derive_env.errors.TopologyError` (exit 3) on any disagreement, naming the
-variables of both sides.
+Raises ``TopologyError`` (exit 3) on any disagreement, naming the variables of both sides.
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 
 from derive_env.errors import TopologyError
+from derive_env.hosts import host_key
 from derive_env.sources import (
     AUTO,
     BY_NAME,
@@ -331,7 +331,7 @@ def _hosts_agree(node_src: Report, hosts_src: Report, num_nodes: int | None,
     # then each node's own rank must agree (a check only it can make).
     if num_nodes not in (None, len(nodes)):
         _agree(node_src, hosts_src, "num_nodes", num_nodes, len(nodes))
-    if node_src.master is not None and node_src.master.lower() != nodes[0].host.lower():
+    if node_src.master is not None and host_key(node_src.master) != host_key(nodes[0].host):
         _agree(node_src, hosts_src, "master", node_src.master, nodes[0].host)
     if node_rank is not None and hosts_src.node_rank not in (None, node_rank):
         _agree(node_src, hosts_src, "node_rank", node_rank, hosts_src.node_rank)
@@ -372,10 +372,10 @@ def _master_first(
     if master_src is not hosts_src:
         # Another source's host list was adopted only when the master is its first host.
         return None, nodes, tasks, node_rank, order
-    lowered = [n.host.lower() for n in nodes]
-    if master.lower() not in lowered:
+    lowered = [host_key(n.host) for n in nodes]
+    if host_key(master) not in lowered:
         return master, nodes, tasks, node_rank, order
-    at = lowered.index(master.lower())
+    at = lowered.index(host_key(master))
     if at:
         nodes = (nodes[at], *nodes[:at], *nodes[at + 1:])
         if tasks and len(tasks) > at:
@@ -396,11 +396,11 @@ def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
         return
     here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else f"node rank {node_rank}"
     raise TopologyError(
-        f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here}, but every "
-        f"framework needs rank 0 on node rank 0 (the master, "
-        f"{nodes[0].host if nodes else 'node rank 0'}): the launcher placed its ranks "
-        "in another order than the node list. Place rank 0 on the first node (mpirun "
-        f"--map-by slot, the default) (checked on {here} only)")
+        f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here} (checked there only), but "
+        f"every framework needs it on node rank 0 ({nodes[0].host if nodes else 'the master'}). "
+        "The launcher's node order differs from derive-env's: give it derive-env's, `derive-env "
+        "--dry-run --format openmpi-hostfile > hosts; mpirun --hostfile hosts ...` (MPICH, "
+        "Intel MPI: --format mpich-hostfile, mpiexec -f hosts)")
 
 
 def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int | None,

@@ -102,9 +102,12 @@ def refused_line(
         reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
         if reader is not None and (reader.name in seen or launched):
             continue
-        if (nodes is None or nodes > 1) and _node_level(line):
-            continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
+        # A fallback source (tf-config) shadowed by the source that was seen: derive-env's
+        # own output inside that job, unless that job is of one node.
+        shadowed = reader is line and line.fallback and complete
+        if (nodes is None or nodes > 1) and (_node_level(line) or shadowed):
+            continue
         if not complete and not line.partial:
             continue
         if not line.sized:
@@ -124,11 +127,14 @@ def refused_line(
         # Kubernetes index) alone leaves it unknown.
         names = _set_names(unsized, environ)
         units = unsized.unit + ("es" if unsized.unit.endswith("s") else "s")
+        why = _NO_SOURCE if unsized.module is None else (
+            "only part of its variables are set (not set: "
+            f"{', '.join(n for n in unsized.detect if not environ.get(n))})")
         return unsized, describe(
             names[0], environ[names[0]],
             f"unset: {unsized.title} started this process ({' and '.join(names)} "
             f"{'is' if len(names) == 1 else 'are'} set) without saying how many {units} the "
-            f"job has, and {_NO_SOURCE}; describing a job of one {unsized.unit} could be "
+            f"job has, and {why}; describing a job of one {unsized.unit} could be "
             f"wrong. {unsized.fix}",
         )
     return None
@@ -171,6 +177,13 @@ def _refusal(line: Source, reader: Source | None, environ: Mapping[str, str],
     """The message for ``line``'s ``name=value``: a partial set of the ``reader`` line's
     variables, or a launcher no module reads."""
     expected = single if single == "unset" else f"{single} or unset"
+    if reader is line and line.fallback and all(environ.get(n) for n in line.detect):
+        # complete, but shadowed by the source seen (a job of one node)
+        return describe(
+            name, value,
+            f"{expected}: {line.title} states a job of more than one {line.unit}, but "
+            f"{session or 'the source seen'} states a job of one node: the two disagree "
+            f"(a value left over from another job?). {line.fix}")
     if reader is not None:
         missing = [n for n in reader.detect if not environ.get(n)]
         return describe(
@@ -225,8 +238,8 @@ def check_single_container(environ: Mapping[str, str]) -> None:
             raise TopologyError(describe(
                 name, value,
                 f"{single} or unset: no source's complete set of variables is set (no "
-                "cluster manager or launcher stated the job), so it is a single-container "
-                "session, but another launcher set a larger topology"
+                "cluster manager or launcher stated the job), so this is taken for a single "
+                "container, but another launcher set a larger topology"
                 f"{_closest_partial(environ)}. Run the command without derive-env for that "
                 "launcher, or give the container its cluster manager's variables",
             ))

@@ -57,8 +57,16 @@ _ALLOC_PROBLEM = ("a batch script or salloc shell runs on one node; only srun st
                   "(srun --ntasks-per-node=1 derive-env -- torchrun ...)")
 
 
-def alloc_problem(value: str) -> str:
-    """The message for a batch script or salloc shell of a multi-node job (sources.md 3.2)."""
+def alloc_problem(value: str, step: str | None = None) -> str:
+    """The message for a batch script or salloc shell of a multi-node job (sources.md 3.2);
+    inside srun step ``step`` (the allocation line chosen alone, ``--source``), the step's."""
+    if step is not None:
+        return describe(
+            "SLURM_JOB_NUM_NODES", value,
+            f"1 when the allocation is read alone: this process runs in srun step "
+            f"{shorten(step, 40)} (SLURM_STEP_ID), and the step, not the allocation, states "
+            "the nodes that run the job's processes. Read the step: --source slurm-step (or "
+            "DERIVE_ENV_SOURCE=slurm-step), or no --source")
     return describe("SLURM_JOB_NUM_NODES", value, "1 here: " + _ALLOC_PROBLEM)
 
 
@@ -411,5 +419,7 @@ def read_allocation(environ: Mapping[str, str], title: str) -> Report:
         inputs=inputs,
         order=_JOB_ORDER,
         notes=tuple(notes),
-        problem=alloc_problem(environ["SLURM_JOB_NUM_NODES"]) if len(hosts) > 1 else None,
+        problem=alloc_problem(environ["SLURM_JOB_NUM_NODES"],
+                              environ.get("SLURM_STEP_ID", "?") if in_step else None)
+        if len(hosts) > 1 else None,
     )

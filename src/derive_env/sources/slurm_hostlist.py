@@ -39,7 +39,11 @@ Deliberate differences from Slurm, all on input Slurm itself never writes (it em
 
 * A number above 2**64 - 1 is an error; Slurm's ``strtoul`` silently clamps it.
 * More than ``MAX_HOSTS`` (65536, Slurm's ``MAX_SLURM_NODES``) hosts in total is an error
-  (Slurm would try to allocate them).
+  (Slurm would try to allocate them); so is a bracket producing names longer than
+  ``MAX_NAME`` (253) characters, which no node can have (so a 1 MiB prefix is never copied
+  65536 times).
+* The bracket groups of a prefix are walked in a loop, not recursed into: 1500 groups
+  expand like 2 (Slurm's C recursion has no such limit either).
 * ``{`` (a controller-side expression, ``hostlist_create_client``) is not expanded: a
   container cannot ask slurmctld; the token is taken literally like any other text.
 * Slurm before 23.11 (commit 0994b5f198, "Extend hostlist to support suffix") rejects text
@@ -69,6 +73,8 @@ MAX_PREFIX_CNT = 64 * 1024
 MAX_RANGES = 256 * 1024
 #: Most hosts a list may expand to (ours: slurm.h ``MAX_SLURM_NODES``, a cluster's limit).
 MAX_HOSTS = 65536
+#: Longest host name a bracket may produce (a DNS name, RFC 1035; hosts.py says the same).
+MAX_NAME = 253
 
 _ULONG_MAX = 2**64 - 1
 _DIGITS = "0123456789"
@@ -176,6 +182,9 @@ def _next_tokens(text: str) -> list[str]:
 
 def _push(prefix: str, suffix: str, ranges: list[tuple[int, int, int]], out: list[str]) -> None:
     """Append ``prefix + %0*lu + suffix`` for every range (hostlist.c ``hostlist_push_hr``)."""
+    if len(prefix) + len(suffix) > MAX_NAME:  # 65536 copies of a 1 MiB prefix: 64 GiB
+        raise ValueError(f"host names of at most {MAX_NAME} characters (RFC 1035), "
+                         f"not {_cut(prefix + '[...]' + suffix)!r}")
     for lo, hi, width in ranges:
         if len(out) + hi - lo + 1 > MAX_HOSTS:
             raise ValueError(f"at most {MAX_HOSTS} hosts in a host list")
@@ -187,27 +196,57 @@ def _push(prefix: str, suffix: str, ranges: list[tuple[int, int, int]], out: lis
 def _push_range_list(
     prefix: str, suffix: str, ranges: list[tuple[int, int, int]], out: list[str]
 ) -> None:
-    """Expand the bracket groups of ``prefix``, then the ranges (``_push_range_list``)."""
-    open_at = prefix.rfind("[")
-    close_at = prefix.rfind("]", open_at) if open_at != -1 else -1
-    if close_at == -1:
+    """Expand the bracket groups of ``prefix``, then the ranges (``_push_range_list``).
+
+    Slurm recurses once per group of the prefix; this walks the groups in a loop (1500
+    groups would exceed Python's recursion limit) in the same order: the group just
+    before the last range varies slowest, the first group of the prefix fastest of the
+    prefix groups, the last range fastest of all.
+    """
+    groups: list[tuple[list[str], str]] = []  # (numbers as printed, text after), last first
+    end = len(prefix)  # indices, not slices: 262144 groups must not copy the prefix each
+    combinations = 1
+    while True:
+        if len(groups) > MAX_NAME:  # a digit or more per group: every name is too long
+            _push(prefix, suffix, ranges, out)  # raises, naming the text as given
+        open_at = prefix.rfind("[", 0, end)
+        close_at = prefix.rfind("]", open_at, end) if open_at != -1 else -1
+        if close_at == -1:
+            break
+        values: list[str] = []
+        for lo, hi, width in _parse_range_list(prefix[open_at + 1 : close_at]):
+            if len(values) + hi - lo + 1 > MAX_PREFIX_CNT:
+                raise ValueError(
+                    f"at most {MAX_PREFIX_CNT} values in a bracket before the last, "
+                    f"in {_cut(prefix)!r}"
+                )
+            values += [f"{number:0{width}d}" for number in range(lo, hi + 1)]
+        combinations *= len(values)
+        if combinations > MAX_HOSTS:  # before the product is built
+            raise ValueError(f"at most {MAX_HOSTS} hosts in a host list")
+        groups.append((values, prefix[close_at + 1 : end]))
+        end = open_at
+    if not groups:
         _push(prefix, suffix, ranges, out)
         return
-    head, tail = prefix[:open_at], prefix[close_at + 1 :]
-    recurse = "[" in head
-    count = 0
-    for lo, hi, width in _parse_range_list(prefix[open_at + 1 : close_at]):
-        count += hi - lo + 1
-        if count > MAX_PREFIX_CNT:
-            raise ValueError(
-                f"at most {MAX_PREFIX_CNT} values in a bracket before the last, in {prefix!r}"
-            )
-        for number in range(lo, hi + 1):
-            new_prefix = f"{head}{number:0{width}d}{tail}"
-            if recurse:
-                _push_range_list(new_prefix, suffix, ranges, out)
-            else:
-                _push(new_prefix, suffix, ranges, out)
+    base = prefix[:end]
+    if len(base) + sum(len(after) + 1 for _values, after in groups) > MAX_NAME:
+        first = base + "".join(values[0] + after for values, after in reversed(groups))
+        _push(first, suffix, ranges, out)  # raises: the name is too long
+    _push_groups(base, groups[::-1], suffix, ranges, out)
+
+
+def _push_groups(base: str, groups: list[tuple[list[str], str]], suffix: str,
+                 ranges: list[tuple[int, int, int]], out: list[str]) -> None:
+    """Every combination of the prefix groups (given first to last), the LAST of ``groups``
+    varying slowest, as Slurm's recursion does, then the ranges (:func:`_push`)."""
+    from itertools import product  # only for host lists with two or more bracket groups
+
+    for combination in product(*(values for values, _after in reversed(groups))):
+        parts = [base]
+        for number, (_values, after) in zip(reversed(combination), groups, strict=True):
+            parts += [number, after]
+        _push("".join(parts), suffix, ranges, out)
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:

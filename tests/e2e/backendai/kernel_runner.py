@@ -16,6 +16,8 @@ does it (src/ai/backend/kernel/base.py, intrinsic.py in lablup/backend.ai):
    session, so ``ForceCommand`` runs session_shell.py, which restores this runner's
    environment from STATE_DIR/session-env.json (JSON: any value, newlines included, survives;
    sshd_config ``SetEnv`` and ~/.ssh/environment are line-based and cannot carry one).
+   When STATE_DIR/no-sshd exists (a test's failure: an SSH server that died or never came
+   up), no sshd: the runner waits for SIGTERM (exit 0).
 5. Only when STATE_DIR/batch-command exists (the harness writes it for main1 alone, where
    Backend.AI runs a batch session's command): runs it with ``/bin/sh -c`` in /home/work,
    writes its exit status to STATE_DIR/batch-rc, stops sshd and exits with that status.
@@ -82,6 +84,10 @@ def main() -> int:
     (state / "runner-env.json").write_text(json.dumps(dict(os.environ)))
     env = {**os.environ, **read_environ_txt(CONFIG / "environ.txt")}
     write_ssh_client_config(env.get("BACKENDAI_CLUSTER_REPLICAS", "main:1"))
+    if (state / "no-sshd").exists():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        signal.pause()
+        return 0
     sshd = start_sshd(state, env)
     try:
         batch = state / "batch-command"

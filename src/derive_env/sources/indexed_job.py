@@ -1,0 +1,191 @@
+"""The Kubernetes Indexed Job source: one pod per completion index, one node per pod.
+
+Table line ``kubernetes-indexed-job`` (sources-cloud.md section 2). What the controller sets
+(kubernetes/kubernetes ``pkg/controller/job``):
+
+- ``JOB_COMPLETION_INDEX``: the pod's index, 0-based (``indexed_job_utils.go``,
+  ``addCompletionIndexEnvVariable``: a ``fieldRef`` to the label or annotation
+  ``batch.kubernetes.io/job-completion-index``). It is added only when the container's env
+  does not already name it: **a user-set value wins** over the controller's, so it is checked
+  against the hostname.
+- the pod's hostname ``<job>-<index>`` (``job_controller.go``, ``manageJob``:
+  ``template.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, completionIndex)``), a DNS label
+  of at most 63 characters; the container runtime puts it in ``HOSTNAME``.
+- the kubelet's ``/etc/hosts`` line ``<podIP>\\t<hostname>.<subdomain>.<ns>.svc.<domain>\\t
+  <hostname>`` when the template sets ``subdomain`` (``pkg/kubelet/kubelet_pods.go``,
+  ``managedHostsFileContent``).
+
+Not in the environment: the number of pods (``spec.completions``) and the subdomain (the
+headless Service the user creates). They come from documented inputs set in the manifest:
+:data:`NNODES` (the count) and the subdomain from the pod's own ``/etc/hosts`` FQDN line (read
+in cli/, handed in) or :data:`SUBDOMAIN`. Missing, the job is refused with the manifest lines
+to add, on every index alike (the message names no index). Node i is ``<job>-<i>.<subdomain
+...>``; the master is node 0's name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from derive_env.errors import TopologyError, describe, shorten
+from derive_env.hosts import host_problem
+from derive_env.sources.report import Report
+from derive_env.topology import Node
+from derive_env.validation import parse_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+#: The pod count, set in the manifest to ``spec.completions`` (not a label: labels.NOT_LABELS).
+NNODES = "DERIVE_ENV_NNODES"
+#: The headless Service's name (the pod template's ``subdomain``), when ``/etc/hosts`` has no
+#: FQDN line (``hostNetwork``) or cannot be read (``--env-file``).
+SUBDOMAIN = "DERIVE_ENV_SUBDOMAIN"
+#: Where the kubelet writes the pod's FQDN.
+HOSTS_FILE = "/etc/hosts"
+#: A pod hostname is one DNS label (pkg/apis/batch/validation, kubernetes-sigs/jobset#408).
+MAX_HOSTNAME = 63
+
+_HOSTNAME = re.compile(r"(?P<job>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-(?P<index>0|[1-9][0-9]*)")
+_CONTROLLER = ("the Job controller names the pod's host <job>-<index> (kubernetes/kubernetes "
+               "pkg/controller/job/job_controller.go, manageJob)")
+
+
+def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """``/etc/hosts`` unless :data:`SUBDOMAIN` is set.
+
+    :param environ: the pod's environment.
+    :param name: the table line's name (``kubernetes-indexed-job``).
+    :returns: the paths cli/ reads and hands to :func:`read` as ``files``.
+    """
+    return () if environ.get(SUBDOMAIN) else (HOSTS_FILE,)
+
+
+def _manifest(job: str) -> str:
+    return (f"add to the Job's pod template (spec.template.spec): `subdomain: {job}` and create "
+            f"the headless Service it names (kind: Service, metadata.name: {job}, spec.clusterIP:"
+            f" None, spec.selector: batch.kubernetes.io/job-name: {job}); the kubelet then writes"
+            f" the pod's name into {HOSTS_FILE}. With hostNetwork or without a readable "
+            f"{HOSTS_FILE}, also set in the container's env: `- name: {SUBDOMAIN}` `value: "
+            f"\"{job}\"`")
+
+
+def _index_and_job(environ: Mapping[str, str]) -> tuple[int, str, str]:
+    """``(index, job name, hostname)`` from ``JOB_COMPLETION_INDEX`` and ``HOSTNAME``."""
+    raw = environ["JOB_COMPLETION_INDEX"]
+    try:
+        index = parse_int(raw, minimum=0)
+    except ValueError as exc:
+        raise TopologyError(describe(
+            "JOB_COMPLETION_INDEX", raw,
+            f"{exc} (the pod's completion index, 0-based: indexed_job_utils.go); do not set "
+            "it in the pod template's env")) from None
+    host = environ.get("HOSTNAME", "")
+    if len(host) > MAX_HOSTNAME:
+        raise TopologyError(describe(
+            "HOSTNAME", host, f"at most {MAX_HOSTNAME} characters (a pod hostname is one DNS "
+            f"label, pkg/apis/batch/validation): {_CONTROLLER}"))
+    found = _HOSTNAME.fullmatch(host)
+    if found is None:
+        raise TopologyError(describe(
+            "HOSTNAME", host, f"<job>-<JOB_COMPLETION_INDEX>: {_CONTROLLER}; a pod with "
+            "hostNetwork has the node's hostname, and an Indexed Job without its pod "
+            "hostnames cannot name node 0"))
+    if int(found["index"]) != index:
+        raise TopologyError(describe(
+            "JOB_COMPLETION_INDEX", raw,
+            f"{found['index']}, the index in this pod's hostname HOSTNAME={host!r} "
+            f"({_CONTROLLER}): a JOB_COMPLETION_INDEX set in the pod template's env wins over "
+            "the controller's (indexed_job_utils.go, addCompletionIndexEnvVariable); remove it"))
+    return index, found["job"], host
+
+
+def _count(environ: Mapping[str, str], job: str, index: int) -> int:
+    """:data:`NNODES`, >= 1 and above ``index``; unset: the refusal with the manifest lines."""
+    value = environ.get(NNODES, "")
+    fix = (f"the Job's spec.completions, set in the pod template's container env: `- name: "
+           f"{NNODES}` `value: \"<spec.completions of {job}>\"` (a Kubernetes Indexed Job "
+           "does not put its pod count in the pod's environment)")
+    if not value:
+        raise TopologyError(describe(NNODES, value, fix))
+    try:
+        count = parse_int(value, minimum=1)
+    except ValueError as exc:
+        raise TopologyError(describe(NNODES, value, f"{exc}: {fix}")) from None
+    if index >= count:
+        raise TopologyError(describe(
+            NNODES, value, f"more than JOB_COMPLETION_INDEX={index} (indexes run 0.."
+            f"completions-1): {fix}"))
+    return count
+
+
+def fqdn_suffix(hosts_text: str | None, hostname: str) -> str | None:
+    """``<subdomain>.<ns>.svc.<domain>`` from the kubelet's ``/etc/hosts`` line for
+    ``hostname`` (kubelet_pods.go, ``managedHostsFileContent``), or ``None`` without one.
+
+    :param hosts_text: the file's text (``None``: unreadable).
+    :param hostname: the pod's hostname (``HOSTNAME``).
+    """
+    for line in (hosts_text or "").splitlines():
+        for name in line.partition("#")[0].split()[1:]:
+            if name.startswith(hostname + ".") and len(name) > len(hostname) + 1:
+                return name[len(hostname) + 1:].rstrip(".")
+    return None
+
+
+def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, job: str,
+            host: str) -> tuple[str, tuple[str, ...]]:
+    """The name suffix of every pod, and what it came from."""
+    given = environ.get(SUBDOMAIN, "")
+    if given:
+        problem = host_problem(f"{job}-0.{given}")
+        if problem is not None or given.startswith("."):
+            raise TopologyError(describe(
+                SUBDOMAIN, given, f"the pod template's subdomain (the headless Service's "
+                f"name), so that {job}-0.<it> is {problem or 'a host name'}"))
+        return given, (SUBDOMAIN,)
+    suffix = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
+    if suffix is None or host_problem(f"{job}-0.{suffix}") is not None:
+        raise TopologyError(describe(
+            SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
+            f"node 0 ({job}-0) has a DNS name only with a subdomain and a headless Service; "
+            + _manifest(job)))
+    return suffix, (HOSTS_FILE,)
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What an Indexed Job pod's environment (and ``/etc/hosts``) says.
+
+    :param environ: the pod's environment; ``JOB_COMPLETION_INDEX`` and
+        ``KUBERNETES_SERVICE_HOST`` are set (the table line).
+    :param line: ``kubernetes-indexed-job``.
+    :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
+        is unset (:func:`files_needed`).
+    :returns: the nodes ``<job>-0.<suffix>`` .. ``<job>-<n-1>.<suffix>`` in index order (n =
+        :data:`NNODES`), ``node_rank`` = ``JOB_COMPLETION_INDEX``, ``job`` = (line name,
+        node 0's name, n) for the port policy (no port is given).
+    :raises TopologyError: the count or the subdomain is missing (the message gives the
+        manifest lines to add; the same on every index), the index disagrees with the
+        hostname (a user-set ``JOB_COMPLETION_INDEX``), or a value is malformed.
+    """
+    index, job, host = _index_and_job(environ)
+    count = _count(environ, job, index)
+    suffix, where = _suffix(environ, files, job, host)
+    nodes = tuple(Node(f"{job}-{i}.{suffix}") for i in range(count))
+    return Report(
+        source=line.name,
+        title=line.title,
+        nodes=nodes,
+        node_rank=index,
+        job=(line.name, nodes[0].host, str(count)),
+        inputs={"nodes": ("HOSTNAME", NNODES, *where), "node_rank": ("JOB_COMPLETION_INDEX",),
+                "num_nodes": (NNODES,), "master": ("HOSTNAME", *where),
+                "ports": ("HOSTNAME", *where, NNODES)},
+        order="the Job completion index (pod <job>-<i> is node i)",
+        notes=(f"pod {index} of {count} (JOB_COMPLETION_INDEX, {NNODES}); node i is "
+               f"{shorten(job, 80)}-<i>.{shorten(suffix, 80)} (HOSTNAME, "
+               f"{' '.join(where)})",),
+    )

@@ -1,0 +1,165 @@
+"""on-every-node proves agreement, then fails fast (issue 14, item 2), over real sshd.
+
+A simulated Backend.AI session of 3 containers (tests/e2e/bai_session.py: hook sourced by the
+entrypoint, kernel runner serving sshd on port 2200, main1 runs the batch command):
+
+- sub2's sshd not running: ``on-every-node torchrun ...`` exits 255 within the probe bound
+  (ON_EVERY_NODE_SSH_WAIT=5), names sub2, and the command started nowhere;
+- sub1 has another labels file (another master port): the digest check names sub1 and the
+  master port facts with both values, exit 3, nothing started;
+- the command exits 1 on sub1 after the start while the others sleep: both are stopped
+  within 15 s, on-every-node exits 1 naming sub1.
+
+The healthy case is tests/e2e/test_e2e_backendai.py (torchrun over the same fan-out). Under
+CI=true a machine without root or sshd FAILS these tests.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bai_session import DEFAULT, TORCH_SCRIPT, BackendAISession, missing_tools, torch_labels
+from sessions import require, require_frameworks
+
+pytestmark = pytest.mark.e2e
+
+#: Seconds for a session whose batch command is a few shell commands.
+SHORT_TIMEOUT_S = 60.0
+#: The probe bound the tests set (ON_EVERY_NODE_SSH_WAIT).
+PROBE_BOUND_S = 5
+#: What on-every-node may add to the bound: two derive-env dry runs before the probe, the
+#: status poll (0.5 s) and stopping the last attempt; generous for a loaded 2-core machine.
+PROBE_SLACK_S = 5.0
+#: The issue's bound from one node's failure to every other node's command stopped.
+STOP_BOUND_S = 15.0
+#: The job: torchrun on every node, after a marker file that proves the command started.
+MARKED_TORCHRUN = ("on-every-node sh -c 'touch \"started.$(hostname)\"; exec torchrun \"$0\"' "
+                   + shlex.quote(str(TORCH_SCRIPT)))
+#: main1's batch: the job, timed (seconds since the epoch before and after).
+TIMED = ('date +%s.%N > t0; ' + MARKED_TORCHRUN + '; rc=$?; date +%s.%N > t1; exit "$rc"')
+
+
+def _require_sessions(*modules: str) -> None:
+    require_frameworks(*modules)
+    missing = missing_tools()
+    require(not missing, f"missing {missing} (install openssh-server)")
+
+
+def _port() -> int:
+    return random.randrange(20000, 60000)
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("on-every-node:")]
+
+
+def _started(session: BackendAISession) -> list[str]:
+    return sorted(str(p.relative_to(session.tmp)) for h in DEFAULT.hosts
+                  for p in (session.container_dir(h) / "work").glob("started.*"))
+
+
+def test_a_peer_without_sshd_starts_nothing_within_the_probe_bound() -> None:
+    _require_sessions("torch")
+    with BackendAISession(DEFAULT, f"export ON_EVERY_NODE_SSH_WAIT={PROBE_BOUND_S}; {TIMED}",
+                          torch_labels(_port()), without_sshd={"sub2"}) as session:
+        result = session.run(timeout=SHORT_TIMEOUT_S)
+        work = session.container_dir("main1") / "work"
+        elapsed = float((work / "t1").read_text()) - float((work / "t0").read_text())
+        started = _started(session)
+    print(f"probe failure after {elapsed:.2f}s (bound {PROBE_BOUND_S}s)")
+    assert result.batch_rc == 255, result.describe()
+    assert _lines(result.main.stderr) == [
+        "on-every-node: sub2: SSH did not answer within 5s (ssh: connect to host sub2 port "
+        "2200: Connection refused)",
+        "on-every-node: nothing was started (ON_EVERY_NODE_SSH_WAIT=5)",
+    ], result.describe()
+    assert PROBE_BOUND_S - 1 <= elapsed < PROBE_BOUND_S + PROBE_SLACK_S, elapsed
+    assert started == []
+    assert session.leftovers() == []
+
+
+def test_a_node_with_another_master_port_is_named_and_nothing_starts() -> None:
+    _require_sessions("torch")
+    port = _port()
+    other = port + 1
+    with BackendAISession(DEFAULT, TIMED, torch_labels(port),
+                          host_labels={"sub1": torch_labels(other)}) as session:
+        result = session.run(timeout=SHORT_TIMEOUT_S)
+        started = _started(session)
+    assert result.batch_rc == 3, result.describe()
+    assert _lines(result.main.stderr) == [
+        "on-every-node: the nodes do not agree on the job (derive-env --dry-run --format "
+        "digest); nothing was started",
+        "on-every-node: sub1 differs from main1 (this node) in:",
+        # The label, and the variables the hook exported from it (the SSH session's
+        # environment is the runner's): derive-env --dry-run --format digest-facts.
+        f"on-every-node:     main1: label.master-port: {port}",
+        f"on-every-node:     sub1: label.master-port: {other}",
+        f"on-every-node:     main1: var.MASTER_PORT: {port}",
+        f"on-every-node:     sub1: var.MASTER_PORT: {other}",
+        f"on-every-node:     main1: var.PET_MASTER_PORT: {port}",
+        f"on-every-node:     sub1: var.PET_MASTER_PORT: {other}",
+    ], result.describe()
+    assert started == []
+    assert session.leftovers() == []
+
+
+def _pid(path: Path, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout}s"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_node_that_fails_after_the_start_stops_every_other_node() -> None:
+    """sub1's command exits 1 three seconds after the start; main1's and sub2's sleep: both
+    are stopped (SIGTERM locally, SIGHUP over the closed SSH session) within 15 s."""
+    _require_sessions()
+    batch = ("on-every-node sh -c 'echo $$ > \"$(hostname).pid\"; "
+             "[ \"$(hostname)\" = sub1 ] && { sleep 3; exit 1; }; exec sleep 600'")
+    with BackendAISession(DEFAULT, batch, torch_labels(_port())) as session:
+        session.start()
+        pids = {h: _pid(session.container_dir(h) / "work" / f"{h}.pid", SHORT_TIMEOUT_S)
+                for h in DEFAULT.hosts}
+        deadline = time.monotonic() + SHORT_TIMEOUT_S
+        while _alive(pids["sub1"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        failed_at = time.monotonic()
+        while any(_alive(pids[h]) for h in ("main1", "sub2")):
+            if time.monotonic() > failed_at + 30:
+                break
+            time.sleep(0.02)
+        stopped_after = time.monotonic() - failed_at
+        alive = {h: p for h, p in pids.items() if _alive(p)}
+        result = session.wait(timeout=SHORT_TIMEOUT_S)
+    print(f"every other node stopped {stopped_after:.2f}s after sub1 failed "
+          f"(bound {STOP_BOUND_S}s)")
+    assert alive == {}
+    assert stopped_after < STOP_BOUND_S
+    assert result.batch_rc == 1, result.describe()
+    # main1's command got SIGTERM (143); sub2's ssh client too: ssh's own status 255.
+    assert _lines(result.main.stderr) == [
+        "on-every-node: sub1: exit status 1; stopping the command on every other node "
+        "(SIGTERM, SIGKILL after 10s)",
+        "on-every-node: main1: exit status 143 (stopped)",
+        "on-every-node: sub2: exit status 255 (stopped)",
+    ], result.describe()
+    assert session.leftovers() == []
