@@ -448,13 +448,13 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
 
 def test_source_none_in_a_larger_job_warns() -> None:
     """--source none wins, but not silently (contract section 11)."""
-    environ = MANAGERS["lws"][0]
+    environ = MANAGERS["aws-batch"][0]
     topology = topology_from(environ, "none")
     assert topology.num_nodes == 1
     assert topology.warnings == (
-        "source none chosen (--source or DERIVE_ENV_SOURCE): a LeaderWorkerSet group states a "
-        "job of more than one node (LWS_GROUP_SIZE='2'), and this process derives a job of "
-        "one; if that job has more than one node, each trains alone",)
+        "source none chosen (--source or DERIVE_ENV_SOURCE): AWS Batch multi-node parallel "
+        "states a job of more than one node (AWS_BATCH_JOB_NUM_NODES='2'), and this process "
+        "derives a job of one; if that job has more than one node, each trains alone",)
     # A manager a source reads: its variables are named as set and ignored.
     assert topology_from(READ_MANAGERS["skypilot"][0], "none").warnings == (
         "source none chosen (--source or DERIVE_ENV_SOURCE): the variables of skypilot are "
