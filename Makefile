@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-# Test-only framework pins (Python 3.11 wheels; torch 2.13.0 is the CPU build on disk).
-FRAMEWORKS := torch==2.13.0 tensorflow-cpu==2.21.0 jax==0.10.2 jaxlib==0.10.2 lightning==2.6.6
+# Test-only framework pins (Python 3.11 wheels; torch 2.13.0 is the CPU build on disk), and
+# SageMaker's training toolkit (a C extension and boto3: the cross-check of
+# tests/sources/test_sagemaker.py, marked frameworks).
+FRAMEWORKS := torch==2.13.0 tensorflow-cpu==2.21.0 jax==0.10.2 jaxlib==0.10.2 lightning==2.6.6 \
+              sagemaker-training==5.1.4
 STAMP  := $(VENV)/.installed
 
 .PHONY: test demo lint venv clean managers

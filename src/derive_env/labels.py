@@ -31,9 +31,11 @@ LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
 #: A label for one session: ``DERIVE_ENV_<NAME>``, the name upper-cased, ``-`` as ``_``.
 VARIABLE_PREFIX = "DERIVE_ENV_"
 #: The ``DERIVE_ENV_*`` variables derive-env reads that are not labels (nor near misses of
-#: one): the labels file, the source choice (sources.SOURCE_VARIABLE) and the Indexed
+#: one): the labels file, the source choice (sources.SOURCE_VARIABLE), the path of
+#: SageMaker's resource config (sources/sagemaker.py, CONFIG_VARIABLE) and the Indexed
 #: Job's pod count and subdomain (sources/indexed_job.py).
-NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE", "DERIVE_ENV_NNODES",
+NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE",
+                        "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG", "DERIVE_ENV_NNODES",
                         "DERIVE_ENV_SUBDOMAIN"})
 #: The label names under :data:`PREFIX` that are not a framework's port label, here so that
 #: the near-miss check needs no pydantic (:func:`label_names` adds the port labels).

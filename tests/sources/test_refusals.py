@@ -87,11 +87,6 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
      "DERIVE_ENV_NNODES='': expected the Job's spec.completions, set in the pod template's "
      "container env: `- name: DERIVE_ENV_NNODES` `value: \"<spec.completions of train>\"` "
      "(a Kubernetes Indexed Job does not put its pod count in the pod's environment)"),
-    ({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"},
-     "SM_HOSTS='[\"algo-1\",\"algo-2\"]': expected a JSON list of one host or unset: SageMaker "
-     f"states a job of more than one host, {NO_SOURCE}derive-env would describe a job of one "
-     "host. " + torchrun_fix("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
-                             "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of $SM_HOSTS>")),
     ({"FLUX_JOB_SIZE": "4"}, None), ({"JSM_NAMESPACE_SIZE": "6"}, None),
     ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"}, None),
 ], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
@@ -218,14 +213,6 @@ RENDEZVOUS = "/run/determined/info/rendezvous.json"
 #: manager -> (the environment of node 1 of a 2-node job (files: path -> text), the
 #: variable named, its value, what a job of one holds, the title, the unit).
 MANAGERS = {
-    "skypilot": ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NODE_RANK": "1",
-                  "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "8",
-                  "SKYPILOT_TASK_ID": "sky-1"}, {},
-                 "SKYPILOT_NUM_NODES", "2", "1 or unset", "a SkyPilot task", "node"),
-    "dstack": ({"DSTACK_RUN_ID": "r", "DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2",
-                "DSTACK_MASTER_NODE_IP": "10.0.0.1", "DSTACK_NODE_RANK": "1",
-                "DSTACK_NODES_NUM": "2", "DSTACK_GPUS_PER_NODE": "8"}, {},
-               "DSTACK_NODES_NUM", "2", "1 or unset", "a dstack task", "node"),
     "lws": ({"LWS_LEADER_ADDRESS": "lws-0.lws.default", "LWS_GROUP_SIZE": "2",
              "LWS_WORKER_INDEX": "1", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
             "LWS_GROUP_SIZE", "2", "1 or unset", "a LeaderWorkerSet group", "node"),
@@ -239,11 +226,6 @@ MANAGERS = {
     "tpu": ({"TPU_WORKER_ID": "1", "TPU_WORKER_HOSTNAMES": "t-0.svc,t-1.svc"}, {},
             "TPU_WORKER_HOSTNAMES", "t-0.svc,t-1.svc", "one host or unset",
             "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "host"),
-    "sagemaker-platform": ({"TRAINING_JOB_NAME": "j", "TRAINING_JOB_ARN": "arn:aws:sagemaker"},
-                           {SAGEMAKER_FILE: '{"current_host": "algo-2", "hosts": ["algo-1", '
-                            '"algo-2"]}'}, f"hosts in {SAGEMAKER_FILE}", '["algo-1", "algo-2"]',
-                           "a list of one host or unset", "an Amazon SageMaker training job",
-                           "host"),
     "determined": ({"DET_MASTER": "http://m:8080", "DET_ALLOCATION_ID": "a.1",
                     "DET_SLOT_IDS": "[0,1]", "DET_TASK_TYPE": "TRIAL"},
                    {RENDEZVOUS: '{"container_addrs": ["10.0.0.1", "10.0.0.2"], '
@@ -295,6 +277,23 @@ MANAGERS = {
                         "an Azure ML PyTorch-distribution process", "process"),
 }
 
+#: The managers of sources-cloud.md 25 that a source now reads (same form as MANAGERS).
+READ_MANAGERS = {
+    "sagemaker-platform": ({"TRAINING_JOB_NAME": "j", "TRAINING_JOB_ARN": "arn:aws:sagemaker"},
+                           {SAGEMAKER_FILE: '{"current_host": "algo-2", "hosts": ["algo-1", '
+                            '"algo-2"]}'}, f"hosts in {SAGEMAKER_FILE}", '["algo-1", "algo-2"]',
+                           "a list of one host or unset", "an Amazon SageMaker training job",
+                           "host"),
+    "skypilot": ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NODE_RANK": "1",
+                  "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "8",
+                  "SKYPILOT_TASK_ID": "sky-1"}, {},
+                 "SKYPILOT_NUM_NODES", "2", "1 or unset", "a SkyPilot task", "node"),
+    "dstack": ({"DSTACK_RUN_ID": "r", "DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2",
+                "DSTACK_MASTER_NODE_IP": "10.0.0.1", "DSTACK_NODE_RANK": "1",
+                "DSTACK_NODES_NUM": "2", "DSTACK_GPUS_PER_NODE": "8"}, {},
+               "DSTACK_NODES_NUM", "2", "1 or unset", "a dstack task", "node"),
+}
+
 
 #: The managers of MANAGERS a source now reads (their environment derives their job).
 NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1)}
@@ -322,6 +321,19 @@ def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: st
         assert str(info.value) == (
             f"{name}={value!r}: expected {expected}: {title} states a job of more than one "
             f"{unit}, {NO_SOURCE}derive-env would describe a job of one {unit}. {line.fix}")
+
+
+@pytest.mark.parametrize("manager", sorted(READ_MANAGERS))
+def test_a_manager_with_a_source_is_read_not_refused(manager: str) -> None:
+    """SkyPilot and dstack (sources/launchtools.py), SageMaker (sources/sagemaker.py): node
+    1 of 2 is read, master = the first host, for every framework."""
+    environ, files, *_ = READ_MANAGERS[manager]
+    for frameworks in ("pytorch", "jax", "tensorflow"):
+        derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+        assert derivation is not None
+        topology = derivation.topology
+        assert (topology.source, topology.num_nodes, topology.node_rank) == (manager, 2, 1)
+        assert topology.nodes[0].host in ("10.0.0.1", "algo-1")
 
 
 @pytest.mark.parametrize("manager", sorted(NOW_READ))
@@ -384,11 +396,10 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
 
 
 @pytest.mark.parametrize(("environ", "files", "shown"), [
-    ({"TRAINING_JOB_NAME": "j", "TRAINING_JOB_ARN": "arn"}, {}, "TRAINING_JOB_NAME='j'"),
     ({"DET_MASTER": "m", "DET_ALLOCATION_ID": "a", "DET_SLOT_IDS": "[0]"}, {},
      "DET_MASTER='m'"),
     ({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}, {}, "PBS_JOBID='7'"),
-], ids=["sagemaker", "determined", "pbs"])
+], ids=["determined", "pbs"])
 def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, shown) -> None:
     """A manager file that cannot be read (or Volcano without its svc plugin): refused as a
     launcher that does not say the job's size, on every node alike."""
@@ -417,7 +428,7 @@ def test_a_lone_index_is_refused_on_every_index_alike(name: str, index: str) -> 
 
 def test_a_manager_inside_a_job_another_source_states_is_that_jobs() -> None:
     """The fix works: torchrun started from SkyPilot's variables, derive-env in a worker."""
-    environ = {**MANAGERS["skypilot"][0], "TORCHELASTIC_RUN_ID": "r", "RANK": "9",
+    environ = {**READ_MANAGERS["skypilot"][0], "TORCHELASTIC_RUN_ID": "r", "RANK": "9",
                "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8",
                "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
                "MASTER_PORT": "29500"}
@@ -437,13 +448,18 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
 
 def test_source_none_in_a_larger_job_warns() -> None:
     """--source none wins, but not silently (contract section 11)."""
-    environ = MANAGERS["skypilot"][0]
+    environ = MANAGERS["aws-batch"][0]
     topology = topology_from(environ, "none")
     assert topology.num_nodes == 1
     assert topology.warnings == (
-        "source none chosen (--source or DERIVE_ENV_SOURCE): a SkyPilot task states a job of "
-        "more than one node (SKYPILOT_NUM_NODES='2'), and this process derives a job of one; "
-        "if that job has more than one node, each trains alone",)
+        "source none chosen (--source or DERIVE_ENV_SOURCE): AWS Batch multi-node parallel "
+        "states a job of more than one node (AWS_BATCH_JOB_NUM_NODES='2'), and this process "
+        "derives a job of one; if that job has more than one node, each trains alone",)
+    # A manager a source reads: its variables are named as set and ignored.
+    assert topology_from(READ_MANAGERS["skypilot"][0], "none").warnings == (
+        "source none chosen (--source or DERIVE_ENV_SOURCE): the variables of skypilot are "
+        "set and ignored; if they describe this job, every process may derive another job "
+        "than its launcher started",)
     assert topology_from({}, "none").warnings == ()
 
 
@@ -510,7 +526,7 @@ def test_a_tf_config_of_three_tasks_in_a_single_container_session_is_refused(
 def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:
     """Ranks without a node count (mpirun over SSH from SkyPilot's IPs): the ranks' job,
     not SkyPilot's refusal; MASTER_ADDR given, a per-process topology."""
-    environ = {**MANAGERS["skypilot"][0], "OMPI_COMM_WORLD_SIZE": "16",
+    environ = {**READ_MANAGERS["skypilot"][0], "OMPI_COMM_WORLD_SIZE": "16",
                "OMPI_COMM_WORLD_RANK": "9", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
                "OMPI_COMM_WORLD_LOCAL_SIZE": "8", "MASTER_ADDR": "10.0.0.1"}
     derivation = derive(environ, {PREFIX + "frameworks": "pytorch"})

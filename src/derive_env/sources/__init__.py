@@ -193,8 +193,9 @@ SOURCES: tuple[Source, ...] = (
            counts=("DERIVE_ENV_NNODES",),
            fix=_start_torchrun("--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX "
                                "--master-addr=<the hostname of index 0>")),
-    Source("sagemaker", "SageMaker", None, ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
-           unit="host", size="json_list",
+    # The training toolkit's SM_* without the platform's variables (sources/sagemaker.py).
+    Source("sagemaker", "SageMaker", "sagemaker", ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
+           unless=("TRAINING_JOB_ARN",), unit="host", size="json_list",
            fix=_start_torchrun("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
                                "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of "
                                "$SM_HOSTS>")),
@@ -204,20 +205,22 @@ SOURCES: tuple[Source, ...] = (
            fix=_start_torchrun("--nnodes=$AWS_BATCH_JOB_NUM_NODES --node-rank="
                                "$AWS_BATCH_JOB_NODE_INDEX --master-addr=<the main node's "
                                "address>")),
-    # The managers of sources-cloud.md section 25 that no module reads yet: refused.
-    Source("sagemaker-platform", "an Amazon SageMaker training job", None,
+    # The platform's resourceconfig.json, read in cli/ (sources/sagemaker.py).
+    Source("sagemaker-platform", "an Amazon SageMaker training job", "sagemaker",
            ("TRAINING_JOB_NAME", "TRAINING_JOB_ARN"), 4, unit="host",
            files=(SAGEMAKER_CONFIG,),
            size="sagemaker_hosts",
            fix=_start_torchrun("--nnodes=<length of hosts> --node-rank=<position of "
                                f"current_host in hosts, {SAGEMAKER_CONFIG}> "
                                "--master-addr=<first of hosts>")),
-    Source("skypilot", "a SkyPilot task", None,
+    # The launch tools: a node layer from an IP list (sources/launchtools.py). After them,
+    # the managers of sources-cloud.md section 25 that no module reads yet: refused.
+    Source("skypilot", "a SkyPilot task", "launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
-    Source("dstack", "a dstack task", None,
+    Source("dstack", "a dstack task", "launchtools",
            ("DSTACK_NODES_IPS", "DSTACK_MASTER_NODE_IP", "DSTACK_NODE_RANK",
             "DSTACK_NODES_NUM"), 4, unit="node",
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),

@@ -1,0 +1,127 @@
+"""Cost of a 4096-node IP list vs a 4-node one for SkyPilot and dstack (issue 17, item 9).
+
+Each case is the ENTRYPOINT path, ``derive-env -- /bin/true``, of an image opted in for
+``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a task whose
+variables are as the tool sets them (sources/launchtools.py): ``SKYPILOT_NODE_IPS`` /
+``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs.
+
+Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,
+clean environment, stdio on /dev/null, warm-up rounds first), medians and the median of
+per-round paired ratios. Target: 4096 / 4 <= 1.1 for each tool.
+
+Usage::
+
+    python benchmarks/iplists.py [--rounds 30] [--warmup 3] [--json] [--check]
+
+Exit status: 0; with ``--check``, 1 when a target is missed; 2 when a case misbehaves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import (
+    CLEAN_PATH,
+    DUMP,
+    BenchmarkError,
+    Case,
+    capture,
+    find_console_script,
+    machine,
+    run_rounds,
+)
+
+TARGET = 1.1
+SIZES = (4, 4096)
+
+
+def ips(nodes: int) -> list[str]:
+    """``nodes`` distinct private addresses, 10.0.0.1 upwards."""
+    return [f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}" for i in range(1, nodes + 1)]
+
+
+def tool_env(tool: str, nodes: int) -> dict[str, str]:
+    """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it."""
+    listed, rank = "\n".join(ips(nodes)), nodes // 2
+    if tool == "skypilot":
+        return {"SKYPILOT_NODE_IPS": listed, "SKYPILOT_NODE_RANK": str(rank),
+                "SKYPILOT_NUM_NODES": str(nodes), "SKYPILOT_NUM_GPUS_PER_NODE": "8",
+                "SKYPILOT_TASK_ID": "sky-2026-12-02-01-00-00-000000_bench_1"}
+    return {"DSTACK_NODES_IPS": listed, "DSTACK_MASTER_NODE_IP": "10.0.0.1",
+            "DSTACK_NODE_RANK": str(rank), "DSTACK_NODES_NUM": str(nodes),
+            "DSTACK_GPUS_PER_NODE": "8", "DSTACK_GPUS_NUM": str(8 * nodes),
+            "DSTACK_RUN_ID": "bench-run"}
+
+
+def build_cases(script: Path, labels: Path) -> list[Case]:
+    base = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "DERIVE_ENV_LABELS_FILE": str(labels)}
+    return [Case(f"{tool}/{nodes}", f"derive-env -- /bin/true  [{tool}, {nodes} nodes]",
+                 [str(script), "--", "/bin/true"], {**base, **tool_env(tool, nodes)},
+                 "script", "entrypoint")
+            for tool in ("skypilot", "dstack") for nodes in SIZES]
+
+
+def validate(case: Case) -> None:
+    """Run once through a dump: the source must have derived the node layer."""
+    nodes = int(case.key.split("/")[1])
+    status, out = capture([case.argv[0], "--", *DUMP], case.env)
+    got = json.loads(out) if status == 0 and out.startswith("{") else {}
+    want = {"MASTER_ADDR": "10.0.0.1", "PET_NNODES": str(nodes), "NODE_RANK": str(nodes // 2)}
+    if {k: got.get(k) for k in want} != want:
+        raise BenchmarkError(f"{case.label}: exit {status}, expected {want}, got "
+                             f"{ {k: got.get(k) for k in want} }")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=30, help="timed rounds (default 30)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.warmup < 0:
+        parser.error("--rounds must be >= 1 and --warmup >= 0")
+    with tempfile.TemporaryDirectory() as tmp:
+        labels = Path(tmp) / "labels.json"
+        labels.write_text(json.dumps({"ai.backend.distributed.frameworks": "pytorch"}))
+        try:
+            cases = build_cases(find_console_script(), labels)
+            for case in cases:
+                validate(case)
+            run_rounds(cases, args.rounds, args.warmup)
+        except BenchmarkError as exc:
+            print(f"iplists.py: error: {exc}", file=sys.stderr)
+            return 2
+    by_key = {case.key: case for case in cases}
+    ratios = {}
+    for tool in ("skypilot", "dstack"):
+        small, large = by_key[f"{tool}/4"], by_key[f"{tool}/4096"]
+        paired = [a / b for a, b in zip(large.wall, small.wall, strict=True)]
+        ratios[tool] = {
+            "median_ms": {"4": round(statistics.median(small.wall) * 1e3, 2),
+                          "4096": round(statistics.median(large.wall) * 1e3, 2)},
+            "ratio": round(statistics.median(large.wall) / statistics.median(small.wall), 3),
+            "paired_median": round(statistics.median(paired), 3),
+            "cpu_ratio": round(statistics.median(large.cpu) / statistics.median(small.cpu), 3)}
+        ratios[tool]["passed"] = ratios[tool]["ratio"] <= TARGET
+    result = {"machine": machine(), "rounds": args.rounds, "warmup": args.warmup,
+              "target": TARGET, "tools": ratios}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for tool, r in ratios.items():
+            print(f"{tool:>8}: median {r['median_ms']['4']} ms (4 nodes), "
+                  f"{r['median_ms']['4096']} ms (4096 nodes); 4096 / 4: {r['ratio']} (paired "
+                  f"median {r['paired_median']}; child CPU time {r['cpu_ratio']}), target <= "
+                  f"{TARGET}: {'met' if r['passed'] else 'MISSED'}")
+    return 1 if args.check and not all(r["passed"] for r in ratios.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

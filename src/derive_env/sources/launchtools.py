@@ -1,0 +1,179 @@
+"""The cloud launch tools: a SkyPilot task node or a dstack task node.
+
+Table lines ``skypilot`` and ``dstack`` (sources-cloud.md 13, 14). Both start the user's
+commands once per node with the job's internal IPs, this node's rank and the node count;
+neither starts the processes (torchrun or mpirun does, started by the user's commands),
+so both give the node layer: the IP list in the tool's order, node rank r = line r, the
+master = the first IP (node rank 0's).
+
+- **SkyPilot** (skypilot-org/skypilot ``sky/backends/task_codegen.py``,
+  ``RayCodeGen.add_setup`` and ``_add_ray_task``): ``SKYPILOT_NODE_IPS`` = the newline-joined
+  IPs of the task's nodes, head first (``job_ip_rank_list``), ``SKYPILOT_NUM_NODES`` = their
+  number, ``SKYPILOT_NODE_RANK`` = this node's index in them, ``SKYPILOT_NUM_GPUS_PER_NODE``
+  = ``ceil`` of the GPU count of ``accelerators:``, **0 for a TPU or Trainium** (not a GPU
+  count: never a process count of 0), ``SKYPILOT_TASK_ID`` = ``sky-<timestamp>_<cluster>_<id>``.
+  Its docs: ``MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)``.
+- **dstack** (dstackai/dstack ``runner/internal/runner/executor/executor.go``, ``execJob``;
+  server ``jobs_running.py``, ``_get_cluster_info``): ``DSTACK_NODES_IPS`` = the jobs'
+  internal IPs joined by newlines in ``job_num`` order, ``DSTACK_MASTER_NODE_IP`` = the
+  first, ``DSTACK_NODE_RANK`` = ``job_num``, ``DSTACK_NODES_NUM`` = jobs per replica,
+  ``DSTACK_GPUS_PER_NODE`` = this node's GPUs, ``DSTACK_GPUS_NUM`` = nodes x that,
+  ``DSTACK_RUN_ID``. An IP not known yet is an empty string in the list.
+
+User env overrides both tools' variables (sources-cloud.md 24, pitfall 6): every count,
+rank and list is checked against the others, never trusted alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
+from derive_env.errors import TopologyError, describe
+from derive_env.hosts import check_hosts, repeated_host
+from derive_env.sources.report import Report
+from derive_env.topology import nodes_of
+from derive_env.validation import variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+
+_QUAD = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
+#: Dotted quads, one per line (what both tools give): one match for the whole list, then
+#: each distinct octet once (:func:`_all_ipv4`), instead of one address parse per node
+#: (benchmarks/iplists.py, 4096 nodes); anything else is checked entry by entry
+#: (:func:`derive_env.hosts.check_hosts`).
+_QUAD_LINES = re.compile(rf"(?:{_QUAD}\n)*{_QUAD}")
+
+
+def _all_ipv4(text: str) -> bool:
+    """Whether ``text`` is IPv4 addresses one per line, each as ``ipaddress`` accepts it
+    (octets 0-255, no leading zero)."""
+    if not _QUAD_LINES.fullmatch(text):
+        return False
+    octets = set(text.replace("\n", ".").split("."))
+    return not any(len(o) > 1 and (o[0] == "0" or int(o) > 255) for o in octets)
+
+
+class _Tool(NamedTuple):
+    """One launch tool's variable names and the fix that ends its messages."""
+
+    ips: str
+    rank: str
+    count: str
+    gpus: str
+    job_id: str
+    master: str | None
+    fix: str
+
+
+_TOOLS = {
+    "skypilot": _Tool(
+        "SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES",
+        "SKYPILOT_NUM_GPUS_PER_NODE", "SKYPILOT_TASK_ID", None,
+        "SkyPilot sets it for every node of the task (sky/backends/task_codegen.py); do not "
+        "set it in the task's envs"),
+    "dstack": _Tool(
+        "DSTACK_NODES_IPS", "DSTACK_NODE_RANK", "DSTACK_NODES_NUM", "DSTACK_GPUS_PER_NODE",
+        "DSTACK_RUN_ID", "DSTACK_MASTER_NODE_IP",
+        "dstack's runner sets it for every node of the task (runner/internal/runner/executor/"
+        "executor.go); do not set it in the task's env"),
+}
+
+
+def _ips(environ: Mapping[str, str], tool: _Tool) -> list[str]:
+    """The IP list, one per line; an empty line (dstack: an IP not known yet) is refused."""
+    text = environ[tool.ips]
+    if _all_ipv4(text):  # the tools' own form: nothing to strip or look up
+        ips = text.split("\n")
+    else:
+        ips = [line.strip() for line in text.split("\n")]
+        if "" in ips:
+            raise TopologyError(describe(
+                tool.ips, text,
+                f"one IP per line, none empty: line {ips.index('') + 1} is empty (an address "
+                "not known yet); start derive-env once the tool has given every node's IP"))
+        bad = check_hosts(ips)
+        if bad is not None:
+            position, host, problem = bad
+            raise TopologyError(describe(
+                tool.ips, text, f"one address per line: line {position} ({host!r}): "
+                f"{problem}; {tool.fix}"))
+    repeated = repeated_host(ips)
+    if repeated is not None:
+        raise TopologyError(describe(
+            tool.ips, text, f"distinct addresses, one per node: {repeated!r} is listed twice; "
+            f"{tool.fix}"))
+    return ips
+
+
+def _gpus(environ: Mapping[str, str], tool: _Tool, notes: list[str]) -> int | None:
+    """This node's GPU count, or None when unset or 0 (a TPU or Trainium: SkyPilot gives 0
+    for an accelerator that is no GPU; the frameworks count the devices)."""
+    if not environ.get(tool.gpus):
+        return None
+    gpus = variable_int(environ, tool.gpus, 0, f"; {tool.fix}")
+    if gpus == 0:
+        notes.append(f"{tool.gpus}='0': no GPU (a CPU node, or an accelerator that is no "
+                     "GPU: TPU, Trainium); not a process count, the devices are counted")
+        return None
+    return gpus
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What a SkyPilot or dstack node's environment says.
+
+    :param environ: the node's environment; every detect variable of ``line`` is set.
+    :param line: ``skypilot`` or ``dstack`` (sources/__init__.py).
+    :param files: unused (the tools state no file).
+    :returns: ``nodes`` = the IP list in the tool's order (``SKYPILOT_NODE_IPS``,
+        ``DSTACK_NODES_IPS``), ``node_rank`` (``*_NODE_RANK``), ``gpus`` = this node's GPU
+        count (``SKYPILOT_NUM_GPUS_PER_NODE``, ``DSTACK_GPUS_PER_NODE``; None when unset or
+        0), ``job`` = ``(tool, task or run id, first IP)``: the same on every node, for the
+        port policy. The master is the first IP (node rank 0's).
+    :raises TopologyError: a variable is malformed, an IP line is empty (dstack before the
+        IPs are known) or repeated, the node count differs from the list's length, the
+        rank is not below it, or (dstack) ``DSTACK_MASTER_NODE_IP`` is not the first IP;
+        the message names the variable, its value and the fix.
+    """
+    tool = _TOOLS[line.name]
+    ips = _ips(environ, tool)
+    count = variable_int(environ, tool.count, 1, f"; {tool.fix}")
+    if count != len(ips):
+        raise TopologyError(describe(
+            tool.count, environ[tool.count],
+            f"the number of lines of {tool.ips} ({len(ips)}): both count the task's nodes; "
+            f"{tool.fix}"))
+    rank = variable_int(environ, tool.rank, 0, f"; {tool.fix}")
+    if rank >= count:
+        raise TopologyError(describe(
+            tool.rank, environ[tool.rank],
+            f"a node rank below {tool.count}={environ[tool.count]!r} (nodes are numbered from "
+            f"0); {tool.fix}"))
+    inputs = {"nodes": (tool.ips,), "node_rank": (tool.rank,), "num_nodes": (tool.count,),
+              "master": (tool.master or tool.ips,), "ports": (tool.job_id, tool.ips)}
+    if tool.master is not None and environ[tool.master].strip() != ips[0]:
+        raise TopologyError(describe(
+            tool.master, environ[tool.master],
+            f"the first line of {tool.ips} ({ips[0]!r}): dstack gives the master node's IP "
+            f"as both; {tool.fix}"))
+    notes = [f"node {rank} of {count} ({tool.rank}, {tool.count}); master = the first line "
+             f"of {tool.ips}"]
+    gpus = _gpus(environ, tool, notes)
+    if gpus is not None:
+        inputs["gpus"] = (tool.gpus,)
+    return Report(
+        source=line.name,
+        title=line.title,
+        nodes=nodes_of(ips),
+        node_rank=rank,
+        gpus=gpus,
+        session_id=environ.get(tool.job_id) or None,
+        job=(line.name, environ.get(tool.job_id, ""), ips[0]),
+        inputs=inputs,
+        order=f"the order of {tool.ips} (node rank r = line r)",
+        notes=tuple(notes),
+    )

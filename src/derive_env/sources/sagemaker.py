@@ -1,0 +1,236 @@
+"""Amazon SageMaker training: the platform's resource config, or the toolkit's ``SM_*``.
+
+Table lines ``sagemaker-platform`` (``TRAINING_JOB_NAME``, ``TRAINING_JOB_ARN``: the
+platform's own variables) and ``sagemaker`` (``SM_HOSTS``, ``SM_CURRENT_HOST``: what the
+training toolkit exports for the script it starts), sources-cloud.md 8.
+
+- **The platform's file** ``/opt/ml/input/config/resourceconfig.json`` (path overridable by
+  ``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG``; read in cli/, handed in): ``current_host``,
+  ``hosts``, ``current_group_name``, ``instance_groups[{instance_group_name, hosts}]``. This
+  container is ``current_host``, never ``gethostname()`` (the toolkit ``LD_PRELOAD``s a
+  ``gethostname`` that returns it: its ``c/gethostname.c``).
+- **The nodes** are the training toolkit's distribution hosts (aws/sagemaker-training-toolkit
+  ``src/sagemaker_training/environment.py``, ``Environment.get_distribution_hosts``): the
+  hosts of the distribution instance groups, concatenated in the file's group order; without
+  ``instance_groups`` (local mode) ``hosts``. The distribution groups are
+  ``SM_DISTRIBUTION_INSTANCE_GROUPS`` when the toolkit set it, else the
+  ``sagemaker_distribution_instance_groups`` hyperparameter of ``hyperparameters.json``
+  beside the resource config, else the current group (the toolkit's
+  ``get_distribution_instance_groups_from_resource_config`` when a distribution is
+  enabled). The master is the first of them (``get_master_hostname``). A host of another
+  group (a data-loading group of a heterogeneous job) is not part of the training job: told
+  so, with the fix.
+- **Without the file**: the toolkit's ``SM_HOSTS`` / ``SM_CURRENT_HOST`` (its order, never
+  sorted), ``SM_CURRENT_INSTANCE_GROUP`` and ``SM_INSTANCE_GROUPS_DICT`` (``to_env_vars``,
+  ``mapping.py``: ``SM_`` + the key upper-cased, JSON for what is not a string).
+- **GPUs**: ``SM_NUM_GPUS`` (the toolkit's ``num_gpus``: lines of ``nvidia-smi --list-gpus``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from derive_env.errors import TopologyError, describe
+from derive_env.hosts import check_hosts, repeated_host
+from derive_env.sources.report import Report
+from derive_env.topology import nodes_of
+from derive_env.validation import variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+#: Chooses another path for the resource config (tests, operators); not a label.
+CONFIG_VARIABLE = "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG"
+#: The hyperparameter naming the groups that train (the toolkit's environment.py).
+KEY = "sagemaker_distribution_instance_groups"
+#: The training toolkit's default group name (environment.py).
+HOMOGENEOUS = "homogeneousCluster"
+_FIX = ("SageMaker writes it for every host of the training job; run derive-env in the "
+        "training container SageMaker starts")
+_OUTSIDE_FIX = ("run the command without derive-env on the hosts of this group (or choose "
+                "--source none, or DERIVE_ENV_SOURCE=none), or name the group in the "
+                "estimator's instance_groups of the distribution")
+
+
+def config_path(environ: Mapping[str, str]) -> str:
+    """The resource config's path: ``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG`` or the
+    platform's ``/opt/ml/input/config/resourceconfig.json``."""
+    from derive_env.sources import SAGEMAKER_CONFIG
+
+    return environ.get(CONFIG_VARIABLE) or SAGEMAKER_CONFIG
+
+
+def hyperparameters_path(environ: Mapping[str, str]) -> str:
+    """``hyperparameters.json`` beside the resource config (the platform writes both to
+    ``/opt/ml/input/config/``)."""
+    folder, _, _ = config_path(environ).rpartition("/")
+    return f"{folder}/hyperparameters.json" if folder else "hyperparameters.json"
+
+
+def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """The files :func:`read` needs for table line ``name``: the resource config and the
+    hyperparameters for the platform's line, none for the toolkit's ``SM_*`` line."""
+    if name != "sagemaker-platform":
+        return ()
+    return config_path(environ), hyperparameters_path(environ)
+
+
+def _json(text: str | None) -> object:
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _config_from_sm(environ: Mapping[str, str]) -> dict[str, object]:
+    """The toolkit's ``SM_*`` as a resource config (its ``to_env_vars`` inverted)."""
+    config: dict[str, object] = {"current_host": environ.get("SM_CURRENT_HOST"),
+                                 "hosts": _json(environ.get("SM_HOSTS"))}
+    if not isinstance(config["hosts"], list):
+        raise TopologyError(describe("SM_HOSTS", environ.get("SM_HOSTS", ""),
+                                     "a JSON list of host names (the training toolkit's)"))
+    groups = _json(environ.get("SM_INSTANCE_GROUPS_DICT"))
+    if isinstance(groups, dict) and groups:
+        config["instance_groups"] = list(groups.values())
+    if environ.get("SM_CURRENT_INSTANCE_GROUP"):
+        config["current_group_name"] = environ["SM_CURRENT_INSTANCE_GROUP"]
+    return config
+
+
+def _strings(value: object) -> list[str] | None:
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+def _distribution_groups(environ: Mapping[str, str], current: str,
+                         hyperparameters: str | None) -> tuple[list[str], str]:
+    """The distribution instance groups and where they came from: the toolkit's
+    ``SM_DISTRIBUTION_INSTANCE_GROUPS``, else the ``sagemaker_distribution_instance_groups``
+    hyperparameter (its values are JSON text, decoded as the toolkit's
+    ``read_hyperparameters`` does), else the current group."""
+    named = _strings(_json(environ.get("SM_DISTRIBUTION_INSTANCE_GROUPS")))
+    if named is not None:
+        return named, "SM_DISTRIBUTION_INSTANCE_GROUPS"
+    document = _json(hyperparameters)
+    value = document.get(KEY) if isinstance(document, dict) else None
+    named = _strings(_json(value) if isinstance(value, str) else value)
+    if named is not None:
+        return named, f"hyperparameter {KEY}"
+    return [current], "the current group"
+
+
+def _distribution_hosts(config: Mapping[str, object], groups: list[str], where: str
+                        ) -> tuple[list[str], dict[str, str]]:
+    """``get_distribution_hosts``: the distribution groups' hosts in file order; and the
+    group of every host."""
+    listed = config.get("instance_groups")
+    if not listed:
+        return list(config["hosts"]), {}  # local mode: every host
+    hosts: list[str] = []
+    group_of: dict[str, str] = {}
+    for group in listed if isinstance(listed, list) else ():
+        name = group.get("instance_group_name") if isinstance(group, dict) else None
+        members = _strings(group.get("hosts")) if isinstance(group, dict) else None
+        if not isinstance(name, str) or members is None:
+            raise TopologyError(f"{where}: expected instance_groups entries with an "
+                                f"instance_group_name and a list of hosts, got {group!r}; {_FIX}")
+        group_of.update(dict.fromkeys(members, name))
+        if name in groups:
+            hosts.extend(members)
+    return hosts, group_of
+
+
+def _checked(config: object, where: str) -> tuple[str, list[str]]:
+    if not isinstance(config, dict):
+        raise TopologyError(f"{where}: expected a JSON object (SageMaker's resource config); "
+                            f"{_FIX}")
+    current, hosts = config.get("current_host"), _strings(config.get("hosts"))
+    if hosts is None:
+        raise TopologyError(f"{where}: expected hosts, a list of host names; {_FIX}")
+    bad = check_hosts(hosts)
+    if bad is not None:
+        raise TopologyError(f"{where}: expected host names in hosts: entry {bad[0]} "
+                            f"({bad[1]!r}): {bad[2]}; {_FIX}")
+    repeated = repeated_host(hosts)
+    if repeated is not None:
+        raise TopologyError(f"{where}: expected distinct hosts: {repeated!r} is listed twice; "
+                            f"{_FIX}")
+    if not isinstance(current, str) or current not in hosts:
+        raise TopologyError(f"{where}: expected current_host to be one of hosts "
+                            f"{json.dumps(hosts)}, got {current!r}; {_FIX}")
+    return current, hosts
+
+
+def _config(environ: Mapping[str, str], line: Source,
+            files: Mapping[str, str | None] | None) -> tuple[object, str, str]:
+    """The resource config, where it came from (for messages) and the rule's name."""
+    if line.name == "sagemaker-platform":
+        path = config_path(environ)
+        text = (files or {}).get(path)
+        if text is not None:
+            return _json(text), path, path
+        if not (environ.get("SM_HOSTS") and environ.get("SM_CURRENT_HOST")):
+            raise TopologyError(describe(
+                "TRAINING_JOB_NAME", environ["TRAINING_JOB_NAME"],
+                f"SageMaker's resource config at {path} (readable JSON; another path: "
+                f"{CONFIG_VARIABLE}), or the training toolkit's SM_HOSTS and SM_CURRENT_HOST: "
+                "neither is there, so the job's hosts are unknown; " + _FIX))
+    return _config_from_sm(environ), "SM_HOSTS/SM_CURRENT_HOST", "SM_HOSTS"
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What a SageMaker training container's resource config (or ``SM_*``) says.
+
+    :param environ: the container's environment; the detect variables of ``line`` are set.
+    :param line: ``sagemaker-platform`` or ``sagemaker`` (sources/__init__.py).
+    :param files: path -> content (``None``: unreadable) for :func:`files_needed`'s path.
+    :returns: ``nodes`` = the distribution hosts in file order, ``node_rank`` = the place
+        of ``current_host`` among them, master = the first, ``gpus`` = ``SM_NUM_GPUS`` (None
+        when unset or 0), ``job`` = ``("sagemaker", TRAINING_JOB_NAME, first host)``.
+    :raises TopologyError: neither the file nor ``SM_HOSTS``/``SM_CURRENT_HOST``; a file
+        that is not a resource config, ``current_host`` not in ``hosts``, a repeated or bad
+        host; ``SM_CURRENT_HOST`` not ``current_host``; a host outside the distribution
+        groups (not part of the training job). The message names the file or variable.
+    """
+    config, where, rule = _config(environ, line, files)
+    current, _hosts = _checked(config, where)
+    group = str(config.get("current_group_name") or HOMOGENEOUS)
+    hyper = (files or {}).get(hyperparameters_path(environ)) if rule != "SM_HOSTS" else None
+    groups, named_by = _distribution_groups(environ, group, hyper)
+    nodes, group_of = _distribution_hosts(config, groups, where)
+    if environ.get("SM_CURRENT_HOST") and environ["SM_CURRENT_HOST"] != current:
+        raise TopologyError(describe(
+            "SM_CURRENT_HOST", environ["SM_CURRENT_HOST"],
+            f"current_host of {where} ({current!r}): the training toolkit copies it; {_FIX}"))
+    if current not in nodes:
+        raise TopologyError(
+            f"{where}: current_host {current!r} is in instance group "
+            f"{group_of.get(current, group)!r}, not in a distribution instance group "
+            f"({', '.join(groups)}): this host is not part of the training job; "
+            + _OUTSIDE_FIX)
+    notes = [f"host {current} (current_host), group {group!r}; distribution groups: "
+             f"{', '.join(groups)} ({named_by})"]
+    gpus = variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)") \
+        if environ.get("SM_NUM_GPUS") else None
+    inputs = {"nodes": (rule,), "node_rank": (rule,), "num_nodes": (rule,),
+              "master": (rule,), "ports": ("TRAINING_JOB_NAME", rule)}
+    if gpus:
+        inputs["gpus"] = ("SM_NUM_GPUS",)
+    job_name = environ.get("TRAINING_JOB_NAME", "")
+    return Report(
+        source=line.name,
+        title=line.title,
+        nodes=nodes_of(nodes),
+        node_rank=nodes.index(current),
+        gpus=gpus or None,
+        session_id=job_name or None,
+        job=("sagemaker", job_name, nodes[0]),
+        inputs=inputs,
+        order="the distribution instance groups' hosts in file order (the training "
+              "toolkit's get_distribution_hosts)",
+        notes=tuple(notes),
+    )

@@ -1,0 +1,236 @@
+"""SageMaker training (sources/sagemaker.py): the platform's resourceconfig.json, or SM_*.
+
+No SageMaker here: the resource configs are TYPED from the platform's documented shape as the
+training toolkit reads it (aws/sagemaker-training-toolkit ``src/sagemaker_training/
+environment.py``, ``Environment.__init__``: ``current_host``, ``hosts``, ``current_group_name``,
+``instance_groups[{instance_group_name, instance_type, hosts}]``, ``network_interface_name``;
+its unit tests' heterogeneous config, ``test/unit/test_environment.py``, has the same keys).
+The ``SM_*`` are the toolkit's ``to_env_vars`` of that environment (``mapping.py``: ``SM_`` +
+the key upper-cased, JSON for lists and dicts). The cross-check at the end builds the real
+toolkit's ``Environment`` from the same files (``pip install sagemaker-training``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from derive_env.digest import digest_of, facts_of
+from derive_env.errors import TopologyError
+from derive_env.labels import PREFIX, session_labels
+from derive_env.pipeline import derive
+from derive_env.sources import BY_NAME, SAGEMAKER_CONFIG, sagemaker, seen_sources
+from derive_env.topology import Node
+from helpers import require
+
+PLATFORM = {"TRAINING_JOB_NAME": "bert-2026-12-02", "TRAINING_JOB_ARN":
+            "arn:aws:sagemaker:us-west-2:123456789012:training-job/bert-2026-12-02"}
+
+
+def config(current: str, groups: dict[str, list[str]] | None = None,
+           hosts: list[str] | None = None, group: str | None = None) -> str:
+    """A resource config as the platform writes it (current_group_name, instance_groups in
+    the job's group order; ``hosts`` = every group's, sorted: the toolkit's docstring)."""
+    groups = groups if groups is not None else {"homogeneousCluster": ["algo-1", "algo-2"]}
+    every = hosts if hosts is not None else sorted(h for g in groups.values() for h in g)
+    owner = group or next((g for g, members in groups.items() if current in members),
+                          "homogeneousCluster")
+    return json.dumps({
+        "current_host": current, "current_instance_type": "ml.p4d.24xlarge",
+        "current_group_name": owner, "hosts": every,
+        "instance_groups": [{"instance_group_name": g, "instance_type": "ml.p4d.24xlarge",
+                             "hosts": members} for g, members in groups.items()],
+        "network_interface_name": "eth0"})
+
+
+HYPERPARAMETERS = "/opt/ml/input/config/hyperparameters.json"
+
+
+def read(environ: dict[str, str], text: str | None, name: str = "sagemaker-platform",
+         hyperparameters: dict[str, object] | None = None):
+    """:func:`sagemaker.read` with the resource config ``text`` and the hyperparameters as
+    the SDK writes them (each value JSON text: sagemaker-python-sdk ``estimator.py``)."""
+    files = {SAGEMAKER_CONFIG: text, HYPERPARAMETERS: None if hyperparameters is None else
+             json.dumps({k: json.dumps(v) for k, v in hyperparameters.items()})}
+    return sagemaker.read(environ, BY_NAME[name], files)
+
+
+HETERO = {"data": ["algo-1", "algo-4"], "train": ["algo-3", "algo-2"]}
+
+
+def test_a_homogeneous_job_exactly() -> None:
+    report = read({**PLATFORM, "SM_NUM_GPUS": "8"}, config("algo-2"))
+    assert (report.nodes, report.node_rank, report.gpus, report.job, report.session_id) == (
+        (Node("algo-1"), Node("algo-2")), 1, 8, ("sagemaker", "bert-2026-12-02", "algo-1"),
+        "bert-2026-12-02")
+    assert report.order == ("the distribution instance groups' hosts in file order (the "
+                            "training toolkit's get_distribution_hosts)")
+    assert report.inputs["nodes"] == (SAGEMAKER_CONFIG,)
+
+
+def test_heterogeneous_the_current_groups_hosts_in_file_order() -> None:
+    """Group ``train`` lists algo-3 before algo-2: its order, not sorted; master algo-3."""
+    report = read(PLATFORM, config("algo-2", HETERO))
+    assert (report.nodes, report.node_rank) == ((Node("algo-3"), Node("algo-2")), 1)
+    assert report.notes == ("host algo-2 (current_host), group 'train'; distribution groups: "
+                            "train (the current group)",)
+
+
+def test_the_toolkits_distribution_groups_win() -> None:
+    env = {**PLATFORM, "SM_DISTRIBUTION_INSTANCE_GROUPS": '["data", "train"]'}
+    report = read(env, config("algo-2", HETERO), hyperparameters={sagemaker.KEY: ["train"]})
+    assert [n.host for n in report.nodes] == ["algo-1", "algo-4", "algo-3", "algo-2"]
+
+
+def test_the_distribution_groups_hyperparameter_names_the_groups() -> None:
+    """At the ENTRYPOINT (before the toolkit ran): hyperparameters.json beside the file."""
+    report = read(PLATFORM, config("algo-2", HETERO),
+                  hyperparameters={sagemaker.KEY: ["data", "train"], "epochs": 3})
+    assert [n.host for n in report.nodes] == ["algo-1", "algo-4", "algo-3", "algo-2"]
+    assert report.notes[0].endswith(
+        "distribution groups: data, train (hyperparameter sagemaker_distribution_instance_groups)")
+    env = {**PLATFORM, sagemaker.CONFIG_VARIABLE: "/run/sm/resourceconfig.json"}
+    assert sagemaker.files_needed(env, "sagemaker-platform") == (
+        "/run/sm/resourceconfig.json", "/run/sm/hyperparameters.json")
+
+
+def test_a_host_outside_the_distribution_groups_is_told_so() -> None:
+    env = {**PLATFORM, "SM_DISTRIBUTION_INSTANCE_GROUPS": '["train"]'}
+    with pytest.raises(TopologyError) as caught:
+        read(env, config("algo-4", HETERO))
+    assert str(caught.value) == (
+        f"{SAGEMAKER_CONFIG}: current_host 'algo-4' is in instance group 'data', not in a "
+        "distribution instance group (train): this host is not part of the training job; "
+        + sagemaker._OUTSIDE_FIX)
+
+
+def test_without_the_file_the_toolkits_sm_hosts_in_its_order() -> None:
+    """SM_HOSTS as the toolkit gives it (never re-sorted); SM_CURRENT_HOST is this host."""
+    env = {**PLATFORM, "SM_HOSTS": '["algo-2", "algo-1"]', "SM_CURRENT_HOST": "algo-1"}
+    report = read(env, None)
+    assert (report.nodes, report.node_rank) == ((Node("algo-2"), Node("algo-1")), 1)
+    assert report.inputs["nodes"] == ("SM_HOSTS",)
+    # The toolkit's variables alone (no platform variables): the sagemaker line.
+    alone = {k: v for k, v in env.items() if not k.startswith("TRAINING_JOB")}
+    assert [line.name for line in seen_sources(alone)] == ["sagemaker"]
+    assert read(alone, None, "sagemaker").nodes == report.nodes
+
+
+def test_neither_file_nor_sm_hosts_is_refused_with_the_fix() -> None:
+    with pytest.raises(TopologyError) as caught:
+        read(PLATFORM, None)
+    assert str(caught.value) == (
+        "TRAINING_JOB_NAME='bert-2026-12-02': expected SageMaker's resource config at "
+        f"{SAGEMAKER_CONFIG} (readable JSON; another path: DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG)"
+        ", or the training toolkit's SM_HOSTS and SM_CURRENT_HOST: neither is there, so the "
+        "job's hosts are unknown; " + sagemaker._FIX)
+
+
+@pytest.mark.parametrize(("text", "env", "message"), [
+    (config("algo-9"), {}, f"{SAGEMAKER_CONFIG}: expected current_host to be one of hosts "
+     '["algo-1", "algo-2"], got \'algo-9\'; ' + sagemaker._FIX),
+    ("[]", {}, f"{SAGEMAKER_CONFIG}: expected a JSON object (SageMaker's resource config); "
+     + sagemaker._FIX),
+    (config("algo-1"), {"SM_CURRENT_HOST": "algo-2"},
+     f"SM_CURRENT_HOST='algo-2': expected current_host of {SAGEMAKER_CONFIG} ('algo-1'): the "
+     "training toolkit copies it; " + sagemaker._FIX),
+    (config("algo-1", hosts=["algo-1", "algo-1"]), {},
+     f"{SAGEMAKER_CONFIG}: expected distinct hosts: 'algo-1' is listed twice; "
+     + sagemaker._FIX),
+])
+def test_bad_configs_are_refused(text: str, env: dict[str, str], message: str) -> None:
+    with pytest.raises(TopologyError) as caught:
+        read({**PLATFORM, **env}, text)
+    assert str(caught.value) == message
+
+
+def test_the_path_variable_chooses_the_file_and_is_no_label() -> None:
+    env = {**PLATFORM, sagemaker.CONFIG_VARIABLE: "/tmp/rc.json"}
+    assert sagemaker.files_needed(env, "sagemaker-platform") == (
+        "/tmp/rc.json", "/tmp/hyperparameters.json")
+    assert sagemaker.files_needed(PLATFORM, "sagemaker-platform") == (
+        SAGEMAKER_CONFIG, HYPERPARAMETERS)
+    assert session_labels(env) == ({}, [])
+    derivation = derive(env, {PREFIX + "frameworks": "pytorch"},
+                        files=lambda paths: {p: config("algo-1") for p in paths})
+    assert derivation is not None and derivation.topology.num_nodes == 2
+
+
+# -- properties ---------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 5), min_size=1, max_size=3), data=st.data())
+def test_every_training_host_derives_one_job(sizes: list[int], data: st.DataObject) -> None:
+    """Same master, ports and digest on every host of the distribution group; ranks 0..n-1."""
+    names = data.draw(st.permutations([f"algo-{i}" for i in range(1, sum(sizes) + 1)]))
+    groups, start = {}, 0
+    for number, size in enumerate(sizes):
+        groups[f"g{number}"] = names[start:start + size]
+        start += size
+    train = data.draw(st.sampled_from(sorted(groups)))
+    members = groups[train]
+    derivations = [derive(PLATFORM, {PREFIX + "frameworks": "pytorch,jax"},
+                          files=lambda paths, h=host: {p: config(h, groups) for p in paths})
+                   for host in members]
+    if len(members) == 1:
+        assert derivations[0].topology.num_nodes == 1
+        return
+    changes = [d.changes() for d in derivations]
+    assert {c["MASTER_ADDR"] for c in changes} == {members[0]}
+    assert len({c["MASTER_PORT"] for c in changes}) == 1
+    assert [d.topology.node_rank for d in derivations] == list(range(len(members)))
+    assert len({digest_of(facts_of(d.topology, d)) for d in derivations}) == 1
+
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ['["algo-1"]', '["algo-1", "algo-2"]', "algo-1", "[]", "{}", "8", "-1", ""])
+
+
+@settings(max_examples=200, deadline=None)
+@given(env=st.fixed_dictionaries({n: TEXT for n in (
+    "SM_HOSTS", "SM_CURRENT_HOST", "SM_NUM_GPUS", "SM_DISTRIBUTION_INSTANCE_GROUPS",
+    "SM_INSTANCE_GROUPS_DICT", "SM_CURRENT_INSTANCE_GROUP")}), text=TEXT | st.none())
+def test_arbitrary_text_gives_a_report_or_a_topology_error(env: dict[str, str],
+                                                           text: str | None) -> None:
+    try:
+        report = read({**PLATFORM, **env}, text)
+    except TopologyError:
+        return
+    assert 0 <= report.node_rank < len(report.nodes)
+
+
+# -- the real training toolkit ------------------------------------------------------------
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize(("current", "groups", "flags"), [
+    ("algo-2", {"homogeneousCluster": ["algo-1", "algo-2", "algo-3"]},
+     {"sagemaker_pytorch_ddp_enabled": True}),
+    ("algo-2", HETERO, {"sagemaker_torch_distributed_enabled": True}),
+    ("algo-3", {"a": ["algo-5", "algo-3"], "b": ["algo-1"], "c": ["algo-2", "algo-4"]},
+     {"sagemaker_distributed_dataparallel_enabled": True}),
+    ("algo-4", {"a": ["algo-5", "algo-3"], "b": ["algo-1"], "c": ["algo-2", "algo-4"]},
+     {"sagemaker_distribution_instance_groups": ["c", "a"],
+      "sagemaker_mpi_enabled": True}),
+])
+def test_the_training_toolkit_gives_the_same_master_and_hosts(
+        current: str, groups: dict[str, list[str]], flags: dict[str, object],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toolkit's Environment from the same files (resource config, hyperparameters): its
+    master_hostname and distribution_hosts are derive-env's master and nodes (heterogeneous
+    groups included)."""
+    try:
+        from sagemaker_training import environment
+    except ImportError:
+        require(False, "sagemaker-training is not installed (make venv installs it)")
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the toolkit writes os.environ
+    text = config(current, groups)
+    toolkit = environment.Environment(resource_config=json.loads(text),
+                                      input_data_config={"train": {}}, hyperparameters=flags)
+    report = read(dict(PLATFORM), text, hyperparameters=flags)
+    assert [n.host for n in report.nodes] == list(toolkit.distribution_hosts)
+    assert report.nodes[0].host == toolkit.master_hostname
+    assert report.nodes[report.node_rank].host == toolkit.current_host
