@@ -18,7 +18,7 @@ the file at build time from the same build ``ARG`` as its ``LABEL`` (see docker/
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from derive_env.errors import LabelError, shorten
 
@@ -365,3 +365,59 @@ def on_error_of(labels: Mapping[str, str]) -> str:
     """
     value = labels.get(PREFIX + "on-error", "fail").lower()
     return value if value in ("fail", "warn") else "fail"
+
+
+def gather(
+    environ: Mapping[str, str],
+    own_labels_file: str | None,
+    labels_files: Sequence[str],
+    label_items: Sequence[str],
+    read: Callable[[str, str, bool], str | None],
+    default_file: str = DEFAULT_LABELS_FILE,
+) -> Labels:
+    """Gather the image's labels, later wins: labels file, ``--labels-file``s, the session's
+    ``DERIVE_ENV_<NAME>`` variables (contract section 9), ``--label``s.
+
+    The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from ``environ``, else
+    ``own_labels_file``, this process's) or ``default_file`` (``/etc/derive-env/labels.json``);
+    only a default file that does not exist means no labels, any other failure to read it is
+    an error.
+
+    :param read: ``(path, what, missing_ok) -> text``, ``None`` for a missing file when
+        ``missing_ok`` (the edge's bounded reader, ``cli.read_text``); raises LabelError.
+    :returns: the labels (:class:`Labels`: which came from a variable).
+    :raises LabelError: a file that cannot be read (but the missing default) or parsed, a
+        near miss of a ``DERIVE_ENV_<NAME>`` variable, or a ``--label`` that cannot be
+        parsed: every such problem of every source in one message.
+    """
+    labels = Labels()
+    problems: list[str] = []
+
+    def read_one(path: str, what: str, missing_ok: bool = False) -> None:
+        try:
+            text = read(path, what, missing_ok)
+            if text is not None or not missing_ok:
+                labels.update(parse_labels_document(text or "", "stdin" if path == "-" else path))
+        except LabelError as exc:
+            problems.append(str(exc))
+
+    baked = environ.get(LABELS_FILE_VARIABLE) or own_labels_file or None
+    read_one(baked or default_file,
+             f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
+    for labels_file in labels_files:
+        read_one(labels_file, "--labels-file")
+    from_session, near = session_labels(environ)
+    problems += near
+    labels.update(from_session)
+    labels.variables.update({key: variable_of(key) for key in from_session})
+    for item in label_items:
+        try:
+            key, value = parse_label_option(item)
+        except LabelError as exc:
+            problems.append(str(exc))
+            continue
+        labels[key] = value
+        labels.variables.pop(key, None)
+    if problems:
+        raise LabelError(join_problems(problems))
+    return labels

@@ -29,14 +29,10 @@ from derive_env.labels import (
     LABELS_FILE_VARIABLE,
     OPT_IN,
     PREFIX,
-    Labels,
     check_not_opted_in,
+    gather,
     is_opted_in,
-    join_problems,
     on_error_of,
-    parse_label_option,
-    parse_labels_document,
-    session_labels,
     variable_of,
 )
 
@@ -73,7 +69,8 @@ def run(
     running the command; with label ``on-error=warn`` a derivation error prints a warning
     and the command runs with its environment unchanged. ``--explain`` is a dry run (a
     command given is not run, a note says so); on an error it still prints every node's
-    view when a topology can be built (:func:`_picture`), then the error. ``all_nodes``
+    view when a topology can be built (:func:`derive_env.cli.formats.picture`), then the
+    error. ``all_nodes``
     (``--explain --all-nodes``) adds that view to the explanation.
     """
     environ: Mapping[str, str] | None = None
@@ -93,9 +90,13 @@ def run(
         # a shared file system where the operator runs the dry run, as in the job.
         files = read_files
         if dry_run and not explain and _is_host_format(fmt):
-            return _write(_host_list(environ, labels, fmt, source, files))
+            from derive_env.cli.formats import host_list
+
+            return _write(host_list(environ, labels, fmt, source, files))
         if dry_run and not explain and _is_digest_format(fmt):
-            return _write(_digest(environ, labels, fmt, source, files, env_file is None))
+            from derive_env.cli.formats import digest
+
+            return _write(digest(environ, labels, fmt, source, files, env_file is None))
         if not opted_in:
             _note_larger_job(environ)
             return _finish(command, environ, None, dry_run, fmt, explain)
@@ -107,14 +108,17 @@ def run(
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
         if dry_run and explain and all_nodes:
+            from derive_env.cli.formats import picture
             from derive_env.render.explain import explain as for_a_person
 
             return _write(for_a_person(derivation) + "\n"
-                          + _picture(environ, labels, source, files, derivation))
+                          + picture(environ, labels, source, files, derivation))
         return _finish(command, environ, derivation, dry_run, fmt, explain)
     except DeriveEnvError as exc:
         if explain and environ is not None and labels is not None and is_opted_in(labels):
-            _write(_picture(environ, labels, source, read_files, None))
+            from derive_env.cli.formats import picture
+
+            _write(picture(environ, labels, source, read_files, None))
         say("error", str(exc))
         if command and not dry_run:
             say("note", f"the command was not run (exit {exc.exit_code})")
@@ -173,50 +177,17 @@ def load_labels(
     labels_files: Sequence[str] = (),
     label_items: Sequence[str] = (),
 ) -> dict[str, str]:
-    """Gather the image's labels, later wins: labels file, ``--labels-file``s, the session's
-    ``DERIVE_ENV_<NAME>`` variables (contract section 9), ``--label``s.
+    """The image's labels (:func:`derive_env.labels.gather`: labels file, ``--labels-file``s,
+    ``DERIVE_ENV_<NAME>`` variables, ``--label``s, later wins), the files read here with
+    :func:`read_text`; ``$DERIVE_ENV_LABELS_FILE`` from the input environment, else from
+    this process's (an ``--env-file`` rarely repeats the image's ``ENV``).
 
-    The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from the input environment, else from
-    this process's: an ``--env-file`` rarely repeats the image's ``ENV``) or
-    ``/etc/derive-env/labels.json``; only a default file that does not exist (ENOENT) means
-    no labels, any other failure to read it is an error.
-
-    :returns: the labels (:class:`~derive_env.labels.Labels`: which came from a variable).
-    :raises LabelError: a file that cannot be read (but the missing default) or parsed, a
-        near miss of a ``DERIVE_ENV_<NAME>`` variable, or a ``--label`` that cannot be
-        parsed: every such problem of every source in one message.
+    :raises LabelError: as :func:`derive_env.labels.gather`.
     """
-    labels = Labels()
-    problems: list[str] = []
-
-    def read(path: str, what: str, missing_ok: bool = False) -> None:
-        try:
-            text = read_text(path, what, LabelError, missing_ok=missing_ok)
-            if text is not None or not missing_ok:
-                labels.update(parse_labels_document(text or "", "stdin" if path == "-" else path))
-        except LabelError as exc:
-            problems.append(str(exc))
-
-    baked = environ.get(LABELS_FILE_VARIABLE) or os.environ.get(LABELS_FILE_VARIABLE) or None
-    read(baked or DEFAULT_LABELS_FILE,
-         f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
-    for labels_file in labels_files:
-        read(labels_file, "--labels-file")
-    from_session, near = session_labels(environ)
-    problems += near
-    labels.update(from_session)
-    labels.variables.update({key: variable_of(key) for key in from_session})
-    for item in label_items:
-        try:
-            key, value = parse_label_option(item)
-        except LabelError as exc:
-            problems.append(str(exc))
-            continue
-        labels[key] = value
-        labels.variables.pop(key, None)
-    if problems:
-        raise LabelError(join_problems(problems))
-    return labels
+    return gather(environ, os.environ.get(LABELS_FILE_VARIABLE), labels_files, label_items,
+                  lambda path, what, missing_ok: read_text(path, what, LabelError,
+                                                           missing_ok=missing_ok),
+                  DEFAULT_LABELS_FILE)  # a module global: tests point it elsewhere
 
 
 def read_text(
@@ -370,34 +341,6 @@ def _is_digest_format(fmt: str) -> bool:
     return fmt in DIGEST_FORMATS
 
 
-def _digest(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
-            source: str | None, files, host_facts: bool) -> str:
-    """``--format digest`` and ``digest-facts`` (contract 8): from the derivation, or from
-    the topology alone when the image did not opt in. ``on-error=warn`` does not apply: a
-    node that cannot derive has no digest to agree with."""
-    from derive_env.digest import render_digest
-    from derive_env.pipeline import derive
-    from derive_env.sources.compose import topology_from
-
-    if not is_opted_in(labels):
-        return render_digest(topology_from(environ, source, files), None, fmt)
-    full = PREFIX + "socket-ifname" in labels
-    derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None,
-                        source, files)
-    assert derivation is not None  # opted in
-    return render_digest(derivation.topology, derivation, fmt)
-
-
-def _host_list(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
-               source: str | None, files) -> str:
-    """``--format hosts`` and the hostfiles: from the topology, whether opted in or not."""
-    from derive_env.pipeline import host_list
-    from derive_env.render.hostfiles import render_hosts
-
-    topology, nproc, opted_in = host_list(environ, labels, source, files)
-    return render_hosts(topology, fmt, nproc, opted_in=opted_in)
-
-
 def _derive(
     environ: Mapping[str, str],
     labels: Mapping[str, str],
@@ -435,13 +378,6 @@ def _derive(
         for warning in derivation.warnings:
             say("warning", warning)
     return derivation
-
-
-def _picture(environ: Mapping[str, str], labels: Mapping[str, str], source: str | None,
-             files, own) -> str:
-    from derive_env.whole_job import picture  # only for --explain --all-nodes or an error
-
-    return picture(environ, labels, source, files, own)
 
 
 def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool) -> int:
