@@ -45,7 +45,9 @@ SLACK_S = 2.0
 TIMED_CHECK = ('s=$(date +%s%N); derive-env check; rc=$?; '
                'echo "elapsed $(hostname) $(( ($(date +%s%N) - s) / 1000000 ))"; exit $rc')
 #: main1's batch command: wait until every peer's SSH answers, then check on every node.
-BATCH = f"on-every-node true && on-every-node sh -c {shlex.quote(TIMED_CHECK)}"
+# --keep-going: every node's own row, also after the first node's check failed (the default
+# stops the others at once: the master's verdict alone)
+BATCH = f"on-every-node true && on-every-node --keep-going sh -c {shlex.quote(TIMED_CHECK)}"
 #: A program already listening on the master port (it never accepts: a hung server).
 HOLD_PORT = ("import socket, sys, time; s = socket.socket(); "
              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
