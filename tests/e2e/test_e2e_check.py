@@ -5,6 +5,8 @@
   ``on-every-node derive-env check``: all pass in the healthy session; a listener already on
   the master port in main1 is named; sub1 resolving sub2 to another address (its
   /etc/netns/<ns>/hosts edited) is named.
+- On the real Slurm cluster, the digest: every task of one step prints the same one, and a
+  node with another master port (a session label there) another one.
 - On the real Slurm cluster (tests/e2e/slurmcluster.py), ``srun derive-env check`` with one
   task per node (the node layer) and two (the process layer: rank 0 listens, every other
   task connects): all pass; a listener already on the master port of the first node is named.
@@ -252,6 +254,43 @@ def test_srun_a_listener_already_on_the_master_port_is_named(slurm: SlurmCluster
         assert (f"{node} port: gpu-a100-09:{port} is already in use: a program there accepts "
                 "connections but does not greet as derive-env check\n") in tasks[task], out
     print("srun, port taken, seconds per node:", _within_bound(out, NODES))
+
+
+def _srun_digests(slurm: SlurmCluster, script: str) -> dict[str, list[str]]:
+    """``srun -l -N3 --ntasks-per-node=2 sh -c SCRIPT`` (SCRIPT ends in the digest): each
+    task's line ``DIGEST NODE_RANK HOST``, split, by task id."""
+    labels = write_labels(slurm, {"frameworks": "pytorch,tensorflow,jax"})
+    env = job_env(labels, PATH=f"{venv_bin()}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+    res = slurm.run(["srun", "--time=1", "-l", "-N3", "--ntasks-per-node=2", "sh", "-c",
+                     script], timeout=90, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    tasks = {}
+    for line in res.stdout.splitlines():
+        task, _, text = line.partition(": ")
+        tasks[task.strip()] = text.split()
+    assert sorted(tasks, key=int) == [str(i) for i in range(6)], res.stdout
+    return tasks
+
+
+def test_srun_every_task_derives_one_digest(slurm: SlurmCluster) -> None:
+    """Contract section 8 on the real cluster: the six tasks of one step, two per node, print
+    the same digest and each its own node rank and host."""
+    tasks = _srun_digests(slurm, "exec derive-env --dry-run --format digest")
+    assert len({digest for digest, _, _ in tasks.values()}) == 1, tasks
+    assert all(re.fullmatch(r"[0-9a-f]{32}", digest) for digest, _, _ in tasks.values())
+    assert [(rank, host) for _, rank, host in (tasks[str(i)] for i in range(6))] == [
+        (str(n), NODES[n]) for n in range(3) for _ in (0, 1)]
+
+
+def test_srun_one_node_with_another_port_has_another_digest(slurm: SlurmCluster) -> None:
+    """A job-wide fact set on one node only (a session label there: another master port)
+    changes that node's digest alone: what on-every-node or a launcher compares."""
+    tasks = _srun_digests(slurm, 'if [ "$SLURM_NODEID" = 1 ]; then '
+                                 "export DERIVE_ENV_MASTER_PORT=29611; fi; "
+                                 "exec derive-env --dry-run --format digest")
+    by_node = {int(rank): digest for digest, rank, _ in tasks.values()}
+    assert len({digest for digest, _, _ in tasks.values()}) == 2, tasks
+    assert by_node[0] == by_node[2] != by_node[1], tasks
 
 
 # ------------------------------------------------------------------ Open MPI over SSH
