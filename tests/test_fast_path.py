@@ -398,10 +398,11 @@ def test_not_opted_in_start_imports_no_source_module(tmp_path: Path, backendai_e
                                                      argv: list[str], manager: str) -> None:
     """An image that did not opt in reads no source, whatever manager started it: only the
     table, whose ``states`` and ``counts`` tell whether the job is larger than one node or
-    process (the note of contract section 11)."""
+    process (the note of contract section 11), and its sizes (``larger_job``)."""
     env = {"backendai": backendai_env(["sub1", "main1"], "sub1"),
            "slurm": _recorded_srun_task(), "none": {}}[manager]
-    assert _source_modules(tmp_path, {}, env, argv) == ["derive_env.sources"]
+    assert _source_modules(tmp_path, {}, env, argv) == ["derive_env.sources",
+                                                        "derive_env.sources.sizes"]
 
 
 @pytest.mark.parametrize("argv", PATH_ARGVS)
@@ -457,11 +458,13 @@ def test_each_output_loads_only_its_renderer(tmp_path: Path, backendai_env, labe
 #: ``cli.envfile`` (--env-file), ``cli.hostfacts`` (label socket-ifname).
 #: ``derive_env.sources`` (the table alone, no source module) is on the not-opted-in paths
 #: since issue 15: an image that did not opt in, inside a job a source states as larger than
-#: one node or process, says so in one line (contract section 11; docs/performance.md).
-_NOT_OPTED_IN = ["derive_env", "derive_env.__main__", "derive_env.cli", "derive_env.errors",
-                 "derive_env.labels", "derive_env.sources"]
+#: one node or process, says so in one line (contract section 11; docs/performance.md);
+#: ``derive_env.sources.sizes`` with it since issue 16 (``larger_job``, no json).
+_EVERY_PATH = ["derive_env", "derive_env.__main__", "derive_env.cli", "derive_env.errors",
+               "derive_env.labels", "derive_env.sources"]
+_NOT_OPTED_IN = [*_EVERY_PATH, "derive_env.sources.sizes"]
 _HOOK = ["derive_env.cli.options", "derive_env.render"]
-_OPTED_IN = [*_NOT_OPTED_IN, *_TABLE[1:], "derive_env.merge", "derive_env.frameworks",
+_OPTED_IN = [*_EVERY_PATH, *_TABLE[1:], "derive_env.merge", "derive_env.frameworks",
              "derive_env.frameworks.context",
              "derive_env.frameworks.network", "derive_env.frameworks.pytorch",
              "derive_env.frameworks.tensorflow", "derive_env.hosts", "derive_env.launch",

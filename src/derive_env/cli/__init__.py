@@ -316,8 +316,8 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
 def _note_larger_job(environ: Mapping[str, str]) -> None:
     """Not opted in, inside a job a source states as more than one node or process: one
     line on stderr, on every path, so that nodes each training alone do not look healthy
-    (contract section 11). The source table only: no source module is imported."""
-    from derive_env.sources import larger_job
+    (contract section 11). The source table and its sizes only: no source's module."""
+    from derive_env.sources.sizes import larger_job
 
     job = larger_job(environ, read_files)
     if job is not None:

@@ -95,7 +95,8 @@ class Source(namedtuple("Source", (
         not say its size).
     :ivar counts: for a line a module reads, the variables whose value above 1 states a
         job of more than one ``unit`` (``BACKENDAI_CLUSTER_SIZE``), for the note of an image
-        that did not opt in (:func:`larger_job`; the ``states`` of the other lines count too).
+        that did not opt in (:func:`derive_env.sources.sizes.larger_job`; the ``states`` of
+        the other lines count too).
     :ivar files: files ``size`` reads (a path, or ``$VARIABLE`` for the path a variable
         holds), read at the edge (cli/) only when the marker is complete.
     :ivar part_of: for a line without a module: the line whose module reads these
@@ -342,49 +343,6 @@ def seen_sources(environ: Mapping[str, str]) -> list[Source]:
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
     return sorted(seen, key=lambda s: s.depth)
-
-
-def _more_than(value: str, single: int | None) -> bool:
-    """Whether a launcher's ``value`` (``4``, torchrun's ``1:4``) is another than ``single``;
-    a value that is no count states nothing here."""
-    count = value.strip().rpartition(":")[2]
-    if not (count.isascii() and count.isdigit()):
-        return False
-    return single is None or int(count) != single
-
-
-def larger_job(environ: Mapping[str, str], files=None) -> str | None:
-    """What states a job of more than one node or process, for an image that did not opt in
-    (contract section 11): ``"a Backend.AI session states a job of more than one node
-    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None``.
-
-    The table only, by dictionary lookups (``states`` and ``counts``); a line's ``size`` is
-    imported and asked only when its marker is complete.
-
-    :param files: reads the files a ``size`` needs (cli/), as for the refusals.
-    """
-    for line in SOURCES:
-        if any(environ.get(name) for name in line.unless):
-            continue
-        complete = all(environ.get(name) for name in line.marker or line.detect)
-        if not complete and not line.partial:
-            continue
-        for name, single in (*line.states, *((name, 1) for name in line.counts)):
-            value = environ.get(name)
-            if value and _more_than(value, single):
-                return (f"{line.title} states a job of more than one {line.unit} "
-                        f"({name}={value!r})")
-        if complete and line.size is not None:
-            from derive_env.sources import sizes
-
-            paths = [environ.get(p[1:], "") if p.startswith("$") else p for p in line.files]
-            paths = [p for p in paths if p]
-            over = getattr(sizes, line.size)(
-                environ, files(paths) if files is not None and paths else dict.fromkeys(paths))
-            if over is not None and over != sizes.UNKNOWN:
-                return (f"{line.title} states a job of more than one {line.unit} "
-                        f"({over[0]}={(environ.get(over[0]) or over[1])!r})")
-    return None
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:

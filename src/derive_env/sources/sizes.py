@@ -18,10 +18,9 @@ Volcano's ``VC_<TASK>_NUM`` (section 5), a TPU slice's ``TPU_WORKER_HOSTNAMES`` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
-from derive_env.sources import DETERMINED_RENDEZVOUS, SAGEMAKER_CONFIG
+from derive_env.sources import DETERMINED_RENDEZVOUS, SAGEMAKER_CONFIG, SOURCES
 
 #: The answer when the job's size cannot be told.
 UNKNOWN = "unknown"
@@ -31,6 +30,8 @@ Files = Mapping[str, "str | None"]
 
 def _json(text: str | None) -> object:
     """``text`` as JSON, ``None`` when it is not."""
+    import json  # only a size that reads JSON: the note of larger_job needs none
+
     try:
         return json.loads(text) if text else None
     except (ValueError, RecursionError):
@@ -78,7 +79,11 @@ def _file_list(files: Files, path: str, key: str, one: str
     found = document.get(key) if isinstance(document, dict) else None
     if not isinstance(found, list) or not found:
         return UNKNOWN
-    return None if len(found) == 1 else (f"{key} in {path}", json.dumps(found), one)
+    if len(found) == 1:
+        return None
+    import json
+
+    return f"{key} in {path}", json.dumps(found), one
 
 
 def sagemaker_hosts(environ: Mapping[str, str], files: Files
@@ -131,4 +136,46 @@ def mpi_operator_launcher(environ: Mapping[str, str], files: Files) -> tuple[str
     """The mpi-operator's launcher pod runs mpirun; the ranks run on its workers."""
     if environ["K_MPI_JOB_ROLE"] == "launcher":
         return "K_MPI_JOB_ROLE", "worker (a rank mpirun started)"
+    return None
+
+
+def _more_than(value: str, single: int | None) -> bool:
+    """Whether a launcher's ``value`` (``4``, torchrun's ``1:4``) is another than ``single``;
+    a value that is no count states nothing here."""
+    count = value.strip().rpartition(":")[2]
+    if not (count.isascii() and count.isdigit()):
+        return False
+    return single is None or int(count) != single
+
+
+def larger_job(environ: Mapping[str, str], files=None) -> str | None:
+    """What states a job of more than one node or process, for an image that did not opt in
+    (contract section 11): ``"a Backend.AI session states a job of more than one node
+    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None``.
+
+    The table only, by dictionary lookups (``states`` and ``counts``); a line's ``size`` is
+    asked only when its marker is complete. Here, not in the table's module, because only
+    an image that did not opt in asks it.
+
+    :param files: reads the files a ``size`` needs (cli/), as for the refusals.
+    """
+    for line in SOURCES:
+        if any(environ.get(name) for name in line.unless):
+            continue
+        complete = all(environ.get(name) for name in line.marker or line.detect)
+        if not complete and not line.partial:
+            continue
+        for name, single in (*line.states, *((name, 1) for name in line.counts)):
+            value = environ.get(name)
+            if value and _more_than(value, single):
+                return (f"{line.title} states a job of more than one {line.unit} "
+                        f"({name}={value!r})")
+        if complete and line.size is not None:
+            paths = [environ.get(p[1:], "") if p.startswith("$") else p for p in line.files]
+            paths = [p for p in paths if p]
+            over = globals()[line.size](
+                environ, files(paths) if files is not None and paths else dict.fromkeys(paths))
+            if over is not None and over != UNKNOWN:
+                return (f"{line.title} states a job of more than one {line.unit} "
+                        f"({over[0]}={(environ.get(over[0]) or over[1])!r})")
     return None
