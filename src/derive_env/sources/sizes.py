@@ -13,8 +13,8 @@ The rules come from sources-cloud.md (section per manager): SageMaker's
 (sections 7 and 11; the TFJob's sparse ``{"index": "host:port"}`` form counts too),
 Volcano's ``VC_<TASK>_NUM`` (section 5), SkyPilot's and dstack's IP lists (sections 13, 14),
 a TPU slice's ``TPU_WORKER_HOSTNAMES`` (section 12), Determined's ``container_addrs``
-(section 16), PBS's node file (section 19), LSF's ``LSB_MCPU_HOSTS`` (section 20), the mpi-
-operator's launcher pod (section 6).
+(section 16), PBS's node file (section 19), LSF's ``LSB_MCPU_HOSTS`` (section 20), the
+mpi-operator's launcher pod (section 6).
 """
 
 from __future__ import annotations
