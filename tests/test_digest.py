@@ -284,6 +284,23 @@ def test_node_local_facts_leave_the_digest_alone(backendai_env) -> None:
     assert not any("IFNAME" in name for name, _ in facts_of(derivation.topology, derivation))
 
 
+def test_a_gpu_count_that_differs_per_node_is_node_local(backendai_env) -> None:
+    """PET_NPROC_PER_NODE from each node's own GPU count (dstack's hostfile says 8, 4, 0;
+    Backend.AI's GPU_COUNT per container): nodes may differ, torchrun takes each node's, so
+    the digest does not; from the nproc-per-node label it is job-wide (label.nproc-per-node)."""
+    envs = session(backendai_env)
+    uneven = [{**env, "GPU_COUNT": str(8 >> index)} for index, env in enumerate(envs)]
+    assert len(digests(uneven)) == 1
+    derivation = derive(uneven[1], ALL)
+    assert derivation is not None
+    assert derivation.changes()["PET_NPROC_PER_NODE"] == "4"
+    assert "var.PET_NPROC_PER_NODE" not in dict(facts_of(derivation.topology, derivation))
+    labelled = {**ALL, PREFIX + "nproc-per-node": "2"}
+    labelled_one = derive(uneven[1], labelled)
+    assert labelled_one is not None
+    assert dict(facts_of(labelled_one.topology, labelled_one))["var.PET_NPROC_PER_NODE"] == "2"
+
+
 def test_per_process_local_ranks_are_node_local() -> None:
     """Two tasks on each of two nodes: LOCAL_RANK and LOCAL_WORLD_SIZE differ per task,
     the digest does not."""

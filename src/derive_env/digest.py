@@ -20,7 +20,8 @@ The facts, in this order (docs/operator-guide.md, "The job digest"):
 * the derived variables, merged, by their scope
   (:mod:`derive_env.frameworks.context`): ``var.<NAME>`` for each ``SHARED``, ``FOLLOWS``
   and ``JOB`` variable (the same on every node by definition), a user-set value
-  included (a value set on one node only changes that node's digest); a ``NODE`` variable
+  included (a value set on one node only changes that node's digest), but for a value
+  that is this node's own (``PET_NPROC_PER_NODE`` from its GPU count); a ``NODE`` variable
   identifies the node and is left out, but for the job-wide part of a ``JSON`` document
   (``TF_CONFIG``: ``var.TF_CONFIG.cluster``, every task's ``host:port``). The variables
   of a framework whose line is ``node_local`` (the interface hints, decided by each node
@@ -136,7 +137,10 @@ def _label_facts(policy: ImagePolicy) -> Iterator[Fact]:
 
 def _variable_facts(var: DerivedVariable) -> list[Fact]:
     """A job-wide variable's fact; a NODE one's job-wide part (a JSON document's keys but
-    its ``task``); nothing for any other."""
+    its ``task``); nothing for any other, nor for a node's own value (``per_node``: a GPU
+    count, which may differ from node to node)."""
+    if var.per_node:
+        return []
     if var.scope in _JOB_WIDE:
         # JOB and FOLLOWS values are kept only when they equal the derived one: the derived
         # one is the canonical spelling. A SHARED user-set value wins: it is the fact.

@@ -75,6 +75,9 @@ class DerivedVariable(NamedTuple):
     :ivar checked_only: a value the shim does not set, only compares a user-set one with
         (a framework's ``Contribution.checks``: torchrun mode's ``RANK`` ...); its error
         says who sets it instead.
+    :ivar per_node: this node's own value though a user-set one is judged as :data:`SHARED`
+        (``PET_NPROC_PER_NODE`` from this node's GPU count: nodes may differ): left out of
+        the job digest (digest.py).
     """
 
     name: str
@@ -88,6 +91,7 @@ class DerivedVariable(NamedTuple):
     kept: bool = False
     derived: str | None = None
     checked_only: bool = False
+    per_node: bool = False
 
 
 class Master(NamedTuple):
@@ -409,7 +413,8 @@ def variable(framework: str) -> Callable[..., DerivedVariable]:
         var("JAX_PROCESS_ID", rank, provenance, scope=NODE, what="this process's JAX process id")
 
     The maker takes the name, the value (turned into text), the provenance and, by keyword,
-    the variable's ``scope``, ``compare``, ``what`` and ``leader`` (:class:`DerivedVariable`).
+    the variable's ``scope``, ``compare``, ``what``, ``leader`` and ``per_node``
+    (:class:`DerivedVariable`).
 
     :raises TypeError: (the maker) no ``scope`` given.
     :raises ValueError: (the maker) an unknown scope or comparison; a :data:`FOLLOWS`
@@ -418,7 +423,8 @@ def variable(framework: str) -> Callable[..., DerivedVariable]:
     """
 
     def make(name: str, value: object, provenance: str, *, scope: str, compare: str = INTEGER,
-             what: str = "", leader: str | None = None) -> DerivedVariable:
+             what: str = "", leader: str | None = None,
+             per_node: bool = False) -> DerivedVariable:
         if scope not in SCOPES or compare not in COMPARISONS:
             raise ValueError(f"{name}: unknown scope {scope!r} or comparison {compare!r}")
         if (scope == FOLLOWS) != (leader is not None):
@@ -426,6 +432,6 @@ def variable(framework: str) -> Callable[..., DerivedVariable]:
         if scope in (JOB, NODE) and not what:
             raise ValueError(f"{name}: scope {scope!r} needs what the variable is")
         return DerivedVariable(name, str(value), provenance, framework, scope, compare, what,
-                               leader)
+                               leader, per_node=per_node)
 
     return make

@@ -95,7 +95,8 @@ def derive(ctx: Context) -> Contribution:
     elif topo.gpus_per_node:
         out.variables.append(var(
             "PET_NPROC_PER_NODE", topo.gpus_per_node,
-            f"{topo.inputs_of('gpus')}: GPU count of this container", scope=SHARED))
+            f"{topo.inputs_of('gpus')}: GPU count of this container", scope=SHARED,
+            per_node=True))
     elif not ctx.environ.get("PET_NPROC_PER_NODE"):
         out.notes.append(
             "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
