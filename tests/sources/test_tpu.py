@@ -391,3 +391,44 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(values: dict[str, str
     count = report.count()
     assert count is not None
     assert 0 <= report.node_rank < count
+
+
+# -- the docs' manifest ---------------------------------------------------------------------
+
+# kubernetes-sigs/jobset api/jobset/v1alpha2/jobset_types.go: the json tags of JobSetSpec and
+# ReplicatedJob.
+JOBSET_SPEC = {"replicatedJobs", "network", "successPolicy", "failurePolicy", "startupPolicy",
+               "suspend", "coordinator", "managedBy", "ttlSecondsAfterFinished",
+               "volumeClaimPolicies"}
+REPLICATED_JOB = {"name", "groupName", "template", "replicas", "dependsOn"}
+
+
+def test_the_docs_jobset_names_only_the_apis_fields_and_what_jax_reads() -> None:
+    """docs/sources/kubernetes.md's TPU manifest (found by its name: the page may hold other
+    JobSets) parses, names only JobSet's fields, and sets exactly the MEGASCALE_* that
+    sources/tpu.py and JAX read, the slice index from JobSet's job-index annotation."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "sources" / "kubernetes.md"
+    found = [doc for block in re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"),
+                                         re.S) for doc in yaml.safe_load_all(block)]
+    jobset = next(d for d in found if d.get("kind") == "JobSet"
+                  and d["metadata"]["name"] == "tpu-train")
+    assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert set(jobset["spec"]) <= JOBSET_SPEC
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    assert set(replicated) <= REPLICATED_JOB
+    (container,) = replicated["template"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert set(env) == {"MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+                        "MEGASCALE_COORDINATOR_ADDRESS"}
+    assert env["MEGASCALE_NUM_SLICES"]["value"] == str(replicated["replicas"])
+    assert env["MEGASCALE_SLICE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['jobset.sigs.k8s.io/job-index']")
+    # JobSet names job 0's pod 0 <jobset>-<replicatedJob>-0-0 in the subdomain <jobset>.
+    assert env["MEGASCALE_COORDINATOR_ADDRESS"]["value"] == (
+        f"tpu-train-{replicated['name']}-0-0.tpu-train")
+    assert container["resources"]["limits"]["google.com/tpu"] == 4

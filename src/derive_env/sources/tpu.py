@@ -127,10 +127,12 @@ def _check_hostname(environ: Mapping[str, str], hosts: list[str], worker: int) -
     hostname = _label(environ.get("HOSTNAME", ""))
     if not hostname:
         return
-    labels = [_label(h) for h in hosts if not is_ip(h)]
-    if len(labels) != len(hosts) or labels.count(hostname) != 1:
+    cut = len(hostname)
+    found = [i for i, h in enumerate(hosts) if h[:cut].lower() == hostname
+             and h[cut:cut + 1] in ("", ".") and not is_ip(h)]
+    if len(found) != 1:
         return  # addresses, or not this pod's name: nothing to compare
-    position = labels.index(hostname)
+    position = found[0]
     if position != worker:
         raise TopologyError(describe("TPU_WORKER_ID", environ["TPU_WORKER_ID"], (
             f"{position}: this pod's HOSTNAME={environ['HOSTNAME']!r} is entry {position} of "
