@@ -227,8 +227,9 @@ def read(environ: Mapping[str, str], line: Source,
         master=coordinator,
         job=(line.name, master, f"{slices}x{len(hosts)}"),
         inputs=inputs,
-        order="slice-major: MEGASCALE_SLICE_ID x hosts per slice + TPU_WORKER_ID, the order "
-              f"of JAX's process ids ({_JAX})",
+        order=("the order of TPU_WORKER_HOSTNAMES (node rank = TPU_WORKER_ID)" if slices == 1
+               else "slice-major: MEGASCALE_SLICE_ID x hosts per slice + TPU_WORKER_ID")
+        + f", the order of JAX's process ids ({_JAX})",
         notes=tuple(notes),
         warnings=tuple(warnings),
     )
