@@ -73,10 +73,13 @@ def lws_pod(worker: int, size: int, leader_tpu: bool = True) -> dict[str, str]:
     return env
 
 
-def kuberay_pod(host: int, hosts: int, replica: int = 0, group: str = "tpu-group",
-                cluster: str = "raycluster") -> dict[str, str]:
+def kuberay_pod(host: int, hosts: int, replica: int = 0, group: str = "test-group-name",
+                cluster: str = "raycluster-test-sample") -> dict[str, str]:
     """main.go mutatePod / genDNSHostnames: worker ``host`` of replica ``replica`` of a
-    multi-host TPU worker group."""
+    multi-host TPU worker group; names from webhook_main_test.go ``setupTest`` (RayCluster
+    ``raycluster-test-sample``, group ``test-group-name``, topology 2x2x4 at 4 chips per
+    host: 4 hosts; Test_GetNextWorkerID "multi-host, multi-slice worker group": ids 0..3
+    in each of 4 replicas)."""
     return {"TPU_WORKER_HOSTNAMES": ",".join(
                 f"{group}-{replica}-{j}.{cluster}-headless-worker-svc" for j in range(hosts)),
             "TPU_WORKER_ID": str(host), "TPU_NAME": f"{group}-{replica}",
@@ -180,8 +183,11 @@ def test_process_addresses_of_other_hosts_are_refused() -> None:
 
 @pytest.mark.parametrize("host", [0, 1, 3])
 def test_a_kuberay_tpu_worker_group(host: int) -> None:
+    """Replica 1 of the worker group: each replica is its own slice (KubeRay sets no
+    MEGASCALE_* here: the replicas are separate jobs)."""
     report = read(kuberay_pod(host, 4, replica=1))
-    assert report.nodes[0].host == "tpu-group-1-0.raycluster-headless-worker-svc"
+    assert report.nodes[0].host == (
+        "test-group-name-1-0.raycluster-test-sample-headless-worker-svc")
     assert (len(report.nodes), report.node_rank) == (4, host)
 
 
@@ -199,6 +205,17 @@ def test_a_jobset_multislice_host_is_numbered_slice_major(job: int, pod: int) ->
         "MASTER_ADDR": "js-slice-0-0.js", "NODE_RANK": str(job * 2 + pod), "PET_NNODES": "6",
         "JAX_NUM_PROCESSES": "6", "JAX_PROCESS_ID": str(job * 2 + pod)}
     assert changes["JAX_COORDINATOR_ADDRESS"].startswith("js-slice-0-0.js:")
+
+
+def test_a_coordinator_with_a_port_is_cut_as_jax_cuts_it() -> None:
+    """Ray's TPU multislice helpers set ``MEGASCALE_COORDINATOR_ADDRESS=<ip>:<port>`` (with
+    ``MEGASCALE_PORT``): the host is the part before the first ':' (JAX's
+    get_coordinator_address), an address: no name to compare with slice 0's first host."""
+    environ = {**jobset_pod(0, 0, 2, 2), "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.5:8081",
+               "MEGASCALE_PORT": "8081"}
+    report = read(environ)
+    assert (report.master, report.warnings, report.job) == (
+        "10.0.0.5", (), ("gke-tpu", "10.0.0.5", "2x2"))
 
 
 def test_a_tpu_host_derives_no_process_count_from_gpus() -> None:
@@ -248,7 +265,7 @@ def test_a_hostname_at_another_position_is_an_error_naming_it() -> None:
     own name contradicts."""
     environ = {**kuberay_pod(2, 4), "TPU_WORKER_ID": "1"}
     assert error(environ) == (
-        "TPU_WORKER_ID='1': expected 2: this pod's HOSTNAME='tpu-group-0-2' is entry 2 of "
+        "TPU_WORKER_ID='1': expected 2: this pod's HOSTNAME='test-group-name-0-2' is entry 2 of "
         "TPU_WORKER_HOSTNAMES (0-based), and the webhooks number a slice's hosts in that "
         "order (JAX and PyTorch/XLA take the list's entry TPU_WORKER_ID as this host); "
         "remove TPU_WORKER_ID from the manifest's env")
@@ -318,6 +335,11 @@ def _cases() -> list[dict[str, str]]:
     cases += [kuberay_pod(h, 4, replica=1) for h in range(4)]
     cases += [jobset_pod(j, p, 2, 3) for j in range(3) for p in range(2)]
     cases += [jobset_pod(0, p, 4, 1) for p in range(4)]
+    cases += [{**jobset_pod(j, 1, 2, 2), "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.5:8081"}
+              for j in range(2)]
+    cases.append({"TPU_WORKER_HOSTNAMES": ",".join(f"test-sample-1-{i}.default"
+                                                   for i in range(4, 8)),
+                  "TPU_WORKER_ID": "3", "LWS_GROUP_SIZE": "8", "LWS_WORKER_INDEX": "7"})
     return cases
 
 
@@ -406,7 +428,7 @@ REPLICATED_JOB = {"name", "groupName", "template", "replicas", "dependsOn"}
 def test_the_docs_jobset_names_only_the_apis_fields_and_what_jax_reads() -> None:
     """docs/sources/kubernetes.md's TPU manifest (found by its name: the page may hold other
     JobSets) parses, names only JobSet's fields, and sets exactly the MEGASCALE_* that
-    sources/tpu.py and JAX read, the slice index from JobSet's job-index annotation."""
+    sources/tpu.py and JAX read, the slice index from JobSet's job-index label."""
     import re
     from pathlib import Path
 
@@ -427,7 +449,7 @@ def test_the_docs_jobset_names_only_the_apis_fields_and_what_jax_reads() -> None
                         "MEGASCALE_COORDINATOR_ADDRESS"}
     assert env["MEGASCALE_NUM_SLICES"]["value"] == str(replicated["replicas"])
     assert env["MEGASCALE_SLICE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
-        "metadata.annotations['jobset.sigs.k8s.io/job-index']")
+        "metadata.labels['jobset.sigs.k8s.io/job-index']")
     # JobSet names job 0's pod 0 <jobset>-<replicatedJob>-0-0 in the subdomain <jobset>.
     assert env["MEGASCALE_COORDINATOR_ADDRESS"]["value"] == (
         f"tpu-train-{replicated['name']}-0-0.tpu-train")
