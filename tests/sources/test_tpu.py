@@ -218,6 +218,26 @@ def test_a_coordinator_with_a_port_is_cut_as_jax_cuts_it() -> None:
         "10.0.0.5", (), ("gke-tpu", "10.0.0.5", "2x2"))
 
 
+def test_single_host_slices_one_alone_or_several_joined() -> None:
+    """A single-host slice (``localhost``: one host, JAX's one process) is a single node; the
+    same slices joined by MEGASCALE_* are one job of a host per slice, slice-major."""
+    alone = derive({"TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}, ALL)
+    assert alone is not None
+    assert (alone.topology.num_nodes, alone.topology.multi_node) == (1, False)
+    joined = [read({"TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0",
+                    "MEGASCALE_NUM_SLICES": "3", "MEGASCALE_SLICE_ID": str(i),
+                    "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.5:8081"}) for i in range(3)]
+    assert [(r.node_rank, r.num_nodes, r.master) for r in joined] == [
+        (0, 3, "10.0.0.5"), (1, 3, "10.0.0.5"), (2, 3, "10.0.0.5")]
+
+
+def test_the_source_can_be_chosen() -> None:
+    environ = {**kuberay_pod(1, 2), "DERIVE_ENV_SOURCE": "gke-tpu"}
+    derivation = derive(environ, ALL)
+    assert derivation is not None
+    assert (derivation.topology.source, derivation.topology.node_rank) == ("gke-tpu", 1)
+
+
 def test_a_tpu_host_derives_no_process_count_from_gpus() -> None:
     """Pitfall 8: no GPU count on a TPU host, so never nproc_per_node=0 (the note says why)."""
     derivation = derive({**kuberay_pod(1, 2), "SKYPILOT_NUM_GPUS_PER_NODE": "0"},
@@ -337,6 +357,9 @@ def _cases() -> list[dict[str, str]]:
     cases += [jobset_pod(0, p, 4, 1) for p in range(4)]
     cases += [{**jobset_pod(j, 1, 2, 2), "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.5:8081"}
               for j in range(2)]
+    cases += [{"TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0",
+               "MEGASCALE_NUM_SLICES": "3", "MEGASCALE_SLICE_ID": str(i),
+               "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.5:8081"} for i in range(3)]
     cases.append({"TPU_WORKER_HOSTNAMES": ",".join(f"test-sample-1-{i}.default"
                                                    for i in range(4, 8)),
                   "TPU_WORKER_ID": "3", "LWS_GROUP_SIZE": "8", "LWS_WORKER_INDEX": "7"})
