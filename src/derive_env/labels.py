@@ -68,7 +68,8 @@ def variable_of(label: str) -> str:
 
 def session_labels(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """The labels the session gives as ``DERIVE_ENV_<NAME>`` variables (contract section 9),
-    and the near misses of such a name (``DERIVE_ENV_TENSORFLOW_ROLE``): one message each.
+    and the near misses of such a name (``DERIVE_ENV_TENSORFLOW_ROLE``) or of one of
+    :data:`NOT_LABELS` (``DERIVE_ENV_SOURCES``): one message each.
 
     A variable set to the empty string counts as unset. :data:`NOT_LABELS` are neither
     labels nor near misses. Cheap when none is set: one pass over the names, and the label
@@ -89,7 +90,14 @@ def session_labels(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str
             continue
         meant = next((v for v in by_variable if key.upper() == v), None) or next(
             (v for v in by_variable if _within_two_edits(key.upper(), v)), None)
-        if meant is not None:
+        own = next((v for v in sorted(NOT_LABELS)
+                    if key.upper() == v or _within_two_edits(key.upper(), v)), None)
+        if meant is None and own is not None:
+            problems.append(
+                f"variable {shorten(key, 120)}={shorten(environ[key])!r}: expected the name "
+                f"{own} (one of derive-env's own variables); derive-env reads it only "
+                "exactly (upper case), so this one would be ignored. Rename it")
+        elif meant is not None:
             problems.append(
                 f"variable {shorten(key, 120)}={shorten(environ[key])!r}: expected the name "
                 f"{meant} (label {by_variable[meant]} for this job); derive-env reads only "

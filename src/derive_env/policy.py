@@ -159,6 +159,16 @@ def _by_label(exc: ValidationError) -> ValidationError:
         for error in errors])
 
 
+def _named_by_variable(problem: str, variables: tuple[tuple[str, str], ...]) -> str:
+    """``problem`` (``label <key>='abc': expected ...``) naming the ``DERIVE_ENV_<NAME>``
+    variable the value came from, when a variable gave it (contract section 9): the user
+    set the variable, not the label."""
+    for label, variable in variables:
+        if problem.startswith(f"label {label}="):
+            return f"{variable} (label {label}){problem[len(f'label {label}'):]}"
+    return problem
+
+
 class ImagePolicy(BaseModel):
     """What an opted-in image asks for: frameworks, ports, modes.
 
@@ -224,7 +234,8 @@ class ImagePolicy(BaseModel):
                 {**fields, "ports": ports, "given": tuple(sorted(labels)),
                  "variables": variables})
         except ValidationError as exc:
-            problems += errors_of(_by_label(exc), kind="label ")
+            problems += [_named_by_variable(problem, variables)
+                         for problem in errors_of(_by_label(exc), kind="label ")]
             policy = None
         if problems:
             raise LabelError(join_problems(problems))

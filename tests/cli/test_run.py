@@ -1057,6 +1057,42 @@ def test_a_near_miss_of_a_session_variable_names_the_intended_one(
         "_), so this one would be ignored. Rename it")
 
 
+@pytest.mark.parametrize(("name", "meant"), [
+    ("DERIVE_ENV_SOURCES", "DERIVE_ENV_SOURCE"),
+    ("derive_env_source", "DERIVE_ENV_SOURCE"),
+    ("DERIVE_ENV_NODES", "DERIVE_ENV_NNODES"),
+    ("DERIVE_ENV_LABEL_FILE", "DERIVE_ENV_LABELS_FILE"),
+])
+def test_a_near_miss_of_derive_envs_own_variable_names_it(
+        no_default_labels: Path, name: str, meant: str) -> None:
+    """A misspelt DERIVE_ENV_SOURCE would be ignored (the job would run auto-detected): it is
+    an error naming the intended variable, as for a label's variable."""
+    with pytest.raises(LabelError) as info:
+        load_labels({name: "none"})
+    assert info.value.exit_code == 4
+    assert str(info.value) == (
+        f"variable {name}='none': expected the name {meant} (one of derive-env's own "
+        "variables); derive-env reads it only exactly (upper case), so this one would be "
+        "ignored. Rename it")
+
+
+def test_a_bad_value_from_a_session_variable_names_the_variable(no_default_labels: Path) -> None:
+    """The user set DERIVE_ENV_MASTER_PORT, not the label: the message names both."""
+    from derive_env.policy import ImagePolicy
+
+    labels = load_labels({"DERIVE_ENV_FRAMEWORKS": "pytorch", "DERIVE_ENV_MASTER_PORT": "abc"})
+    with pytest.raises(LabelError) as info:
+        ImagePolicy.from_labels(labels)
+    assert str(info.value) == ("DERIVE_ENV_MASTER_PORT (label ai.backend.distributed.master-port)"
+                               "='abc': expected a port number 1-65535")
+    by_label = load_labels({"DERIVE_ENV_FRAMEWORKS": "pytorch"},
+                           label_items=[PREFIX + "master-port=abc"])
+    with pytest.raises(LabelError) as info:
+        ImagePolicy.from_labels(by_label)
+    assert str(info.value) == ("label ai.backend.distributed.master-port='abc': expected a "
+                               "port number 1-65535")
+
+
 @pytest.mark.parametrize("name", ["DERIVE_ENV_LABELS_FILE", "DERIVE_ENV_SOURCE",
                                   "DERIVE_ENV_TEST_MARKER", "DERIVE_ENV_NNODES"])
 def test_derive_envs_own_variables_are_not_labels_nor_near_misses(

@@ -251,3 +251,61 @@ def test_skypilot_on_its_slurm_backend_composes_with_the_slurm_step() -> None:
     topology = derivation.topology
     assert (topology.source, topology.num_nodes, topology.node_rank) == ("slurm-step", 3, 1)
     assert "shadowed: skypilot: an inner source states its facts" in topology.layers
+
+
+# ------------------------------------------------ dstack's MPI hostfile (executor.go)
+
+#: executor_test.go ``TestWriteMpiHostfile``, ``heterogeneous_slots``: IPs 10.0.0.1-3 with
+#: GPUs 8, 4, 0 give exactly this text (writeMpiHostfile: ``<ip>`` alone for 0 GPUs).
+HETERO = "10.0.0.1 slots=8\n10.0.0.2 slots=4\n10.0.0.3\n"
+HETERO_IPS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+
+
+def dstack_with_hostfile(rank: int, gpus: int, text: str | None,
+                         path: str = "/dstack/mpi/hostfile") -> Report:
+    environ = {**dstack_node(HETERO_IPS, rank, gpus), "DSTACK_MPI_HOSTFILE": path,
+               "DSTACK_GPUS_NUM": "12"}
+    assert launchtools.files_needed(environ, "dstack") == (path,)
+    return launchtools.read(environ, BY_NAME["dstack"], {path: text})
+
+
+def test_dstack_hostfile_tells_uneven_gpus_and_checks_this_nodes_count() -> None:
+    report = dstack_with_hostfile(1, 4, HETERO)
+    assert report.gpus == 4
+    assert report.inputs["gpus"] == ("DSTACK_GPUS_PER_NODE", "DSTACK_MPI_HOSTFILE")
+    assert ("GPUs per node, from DSTACK_MPI_HOSTFILE: 8, 4, 0 (uneven: each node starts its "
+            "own count of processes)") in report.notes
+    # the CPU node of the same job: 0 GPUs is its line without slots, not an error
+    cpu = dstack_with_hostfile(2, 0, HETERO)
+    assert cpu.gpus is None and cpu.node_rank == 2
+    with pytest.raises(TopologyError) as info:
+        dstack_with_hostfile(1, 8, HETERO)
+    assert str(info.value) == (
+        "DSTACK_GPUS_PER_NODE='8': expected this node's slots in DSTACK_MPI_HOSTFILE "
+        "(/dstack/mpi/hostfile, line 2: 4): dstack writes both from this node's GPUs; "
+        + DSTACK_FIX)
+
+
+def test_dstack_hostfile_must_list_the_same_ips_in_order() -> None:
+    swapped = "10.0.0.2 slots=4\n10.0.0.1 slots=8\n10.0.0.3\n"
+    with pytest.raises(TopologyError) as info:
+        dstack_with_hostfile(0, 8, swapped)
+    assert str(info.value) == (
+        f"DSTACK_MPI_HOSTFILE (/dstack/mpi/hostfile)={swapped!r}: expected the IPs of "
+        "DSTACK_NODES_IPS in its order, one line each (10.0.0.1, 10.0.0.2, 10.0.0.3): "
+        "dstack's runner writes both from one list; " + DSTACK_FIX)
+    with pytest.raises(TopologyError) as info:
+        dstack_with_hostfile(0, 8, "10.0.0.1 slots=eight\n10.0.0.2 slots=4\n10.0.0.3\n")
+    assert str(info.value) == (
+        "DSTACK_MPI_HOSTFILE (/dstack/mpi/hostfile) line 1='10.0.0.1 slots=eight': expected "
+        "'<ip> slots=<GPUs>' or '<ip>' (executor.go writeMpiHostfile); " + DSTACK_FIX)
+
+
+def test_dstack_hostfile_unreadable_or_even_is_only_a_note() -> None:
+    report = dstack_with_hostfile(0, 8, None)
+    assert report.inputs["gpus"] == ("DSTACK_GPUS_PER_NODE",)
+    assert ("DSTACK_MPI_HOSTFILE='/dstack/mpi/hostfile' is not readable here: every node's GPU "
+            "count is not known (only this node's)") in report.notes
+    even = dstack_with_hostfile(0, 8, "10.0.0.1 slots=8\n10.0.0.2 slots=8\n10.0.0.3 slots=8\n")
+    assert not any("uneven" in note for note in even.notes)
+    assert launchtools.files_needed({"DSTACK_MPI_HOSTFILE": "/x"}, "skypilot") == ()

@@ -588,3 +588,33 @@ def test_nodes_the_topology_refuses_are_an_error_not_a_traceback(environ, messag
     with pytest.raises(TopologyError) as info:
         derive(environ, ALL)
     assert (str(info.value), info.value.exit_code) == (message, 3)
+
+
+@pytest.mark.parametrize(("environ", "shown", "single", "title", "unit", "missing"), [
+    ({"SM_HOSTS": '["algo-1","algo-2"]'}, "SM_HOSTS", "a JSON list of one host", "SageMaker",
+     "host", "SM_CURRENT_HOST"),
+    ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2"}, "SKYPILOT_NODE_IPS", "one IP",
+     "a SkyPilot task", "node", "SKYPILOT_NODE_RANK, SKYPILOT_NUM_NODES"),
+    ({"DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2", "DSTACK_GPUS_PER_NODE": "8"},
+     "DSTACK_NODES_IPS", "one IP", "a dstack task", "node",
+     "DSTACK_MASTER_NODE_IP, DSTACK_NODE_RANK, DSTACK_NODES_NUM"),
+    ({"CLUSTER_SPEC": '{"cluster": {"workerpool0": ["a:1"], "workerpool1": ["b:1"]}}'},
+     "CLUSTER_SPEC", "a cluster of one task", "a Vertex AI custom job", "task",
+     "CLOUD_ML_JOB_ID"),
+])
+def test_a_host_list_alone_states_its_size(environ, shown, single, title, unit,
+                                           missing) -> None:
+    """A list variable without the rest of its manager's set (a user copied it, or the
+    manager's other variables were dropped) still states a job larger than one: refused as
+    a partial set, never a single container."""
+    assert error(environ) == (
+        f"{shown}={environ[shown]!r}: expected {single} or unset: {title} states a job of "
+        f"more than one {unit}, but only part of its variables are set (not set: {missing}), "
+        "and a partial set is never used: it may be left over from another job. Run "
+        "derive-env in the launcher's own process (the launcher sets all of them), or set "
+        "label ai.backend.distributed.on-error=warn to run the command with the environment "
+        "unchanged")
+    one = {name: (value.split("\n")[0] if "\n" in value else value)
+           for name, value in environ.items()}
+    if shown in ("SKYPILOT_NODE_IPS", "DSTACK_NODES_IPS"):
+        assert derive(one, ALL).topology.num_nodes == 1

@@ -196,7 +196,7 @@ SOURCES: tuple[Source, ...] = (
                                "--master-addr=<the hostname of index 0>")),
     # The training toolkit's SM_* without the platform's variables (sources/sagemaker.py).
     Source("sagemaker", "SageMaker", "sagemaker", ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
-           unless=("TRAINING_JOB_ARN",), unit="host", size="json_list",
+           unless=("TRAINING_JOB_ARN",), unit="host", size="json_list", marker=("SM_HOSTS",),
            fix=_start_torchrun("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
                                "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of "
                                "$SM_HOSTS>")),
@@ -219,12 +219,14 @@ SOURCES: tuple[Source, ...] = (
     Source("skypilot", "a SkyPilot task", "launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
+           marker=("SKYPILOT_NODE_IPS",), size="ip_lines",
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
     Source("dstack", "a dstack task", "launchtools",
            ("DSTACK_NODES_IPS", "DSTACK_MASTER_NODE_IP", "DSTACK_NODE_RANK",
             "DSTACK_NODES_NUM"), 4, unit="node",
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
+           marker=("DSTACK_NODES_IPS",), size="ip_lines",
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
     Source("lws", "a LeaderWorkerSet group", "lws",  # a TPU group: its slice (gke-tpu)
@@ -244,7 +246,7 @@ SOURCES: tuple[Source, ...] = (
                "manager set), or, for a job of one node, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     Source("vertex", "a Vertex AI custom job", "tfconfig", ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
-           unit="task", size="cluster_spec_tasks",
+           unit="task", size="cluster_spec_tasks", marker=("CLUSTER_SPEC",),
            fix=_start_torchrun("--nnodes=<tasks of workerpool0 and workerpool1> "
                                "--node-rank=<this task's place> --master-addr=<first of "
                                "workerpool0 in $CLUSTER_SPEC>")),

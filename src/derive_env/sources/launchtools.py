@@ -17,8 +17,13 @@ master = the first IP (node rank 0's).
   server ``jobs_running.py``, ``_get_cluster_info``): ``DSTACK_NODES_IPS`` = the jobs'
   internal IPs joined by newlines in ``job_num`` order, ``DSTACK_MASTER_NODE_IP`` = the
   first, ``DSTACK_NODE_RANK`` = ``job_num``, ``DSTACK_NODES_NUM`` = jobs per replica,
-  ``DSTACK_GPUS_PER_NODE`` = this node's GPUs, ``DSTACK_GPUS_NUM`` = nodes x that,
-  ``DSTACK_RUN_ID``. An IP not known yet is an empty string in the list.
+  ``DSTACK_GPUS_PER_NODE`` = this node's GPUs, ``DSTACK_GPUS_NUM`` = the sum of every
+  node's, ``DSTACK_RUN_ID``. An IP not known yet is an empty string in the list.
+  ``DSTACK_MPI_HOSTFILE`` names the file the runner writes (``writeMpiHostfile``): one line
+  per IP in the same order, ``<ip> slots=<this node's GPUs>`` (``<ip>`` alone for 0 GPUs),
+  empty while an IP is not known: every node's GPU count, so an uneven job is told and
+  this node's count is checked against it. The file is read in cli/ when the variable is
+  set; unreadable, it is left out (a note says so).
 
 User env overrides both tools' variables (sources-cloud.md 24, pitfall 6): every count,
 rank and list is checked against the others, never trusted alone.
@@ -122,13 +127,74 @@ def _gpus(environ: Mapping[str, str], tool: _Tool, notes: list[str]) -> int | No
     return gpus
 
 
+#: The variable naming dstack's MPI hostfile (executor.go ``execJob``).
+DSTACK_HOSTFILE = "DSTACK_MPI_HOSTFILE"
+
+
+def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """dstack's MPI hostfile when ``DSTACK_MPI_HOSTFILE`` names one; nothing for SkyPilot.
+
+    :returns: the paths cli/ reads and hands to :func:`read` as ``files``.
+    """
+    path = environ.get(DSTACK_HOSTFILE, "") if name == "dstack" else ""
+    return (path,) if path else ()
+
+
+def _hostfile_gpus(environ: Mapping[str, str], ips: list[str], rank: int,
+                   text: str | None, notes: list[str]) -> tuple[int, ...] | None:
+    """Every node's GPU count from dstack's MPI hostfile (``writeMpiHostfile``: ``<ip>
+    slots=<n>`` or ``<ip>`` for 0, one line per IP in ``DSTACK_NODES_IPS`` order), checked
+    against the IP list and against this node's ``DSTACK_GPUS_PER_NODE``; ``None`` when the
+    file is not there or unreadable.
+
+    :raises TopologyError: the file lists other IPs (or another order) than
+        ``DSTACK_NODES_IPS``, a line is not dstack's form, or this node's line gives another
+        GPU count than ``DSTACK_GPUS_PER_NODE``.
+    """
+    path = environ.get(DSTACK_HOSTFILE, "")
+    if not path:
+        return None
+    if text is None:
+        notes.append(f"{DSTACK_HOSTFILE}={path!r} is not readable here: every node's GPU "
+                     "count is not known (only this node's)")
+        return None
+    fix = _TOOLS["dstack"].fix
+    lines = text.splitlines()
+    listed = [line.split(" ", 1)[0] for line in lines]
+    if listed != ips:
+        raise TopologyError(describe(
+            f"{DSTACK_HOSTFILE} ({path})", text, f"the IPs of DSTACK_NODES_IPS in its order, "
+            f"one line each ({', '.join(ips[:4])}{', ...' if len(ips) > 4 else ''}): dstack's "
+            f"runner writes both from one list; {fix}"))
+    gpus = []
+    for number, line in enumerate(lines, 1):
+        _, _, slots = line.partition(" ")
+        count = slots[len("slots="):] if slots.startswith("slots=") else ("0" if not slots
+                                                                          else "")
+        if not (count.isascii() and count.isdigit()):
+            raise TopologyError(describe(
+                f"{DSTACK_HOSTFILE} ({path}) line {number}", line,
+                f"'<ip> slots=<GPUs>' or '<ip>' (executor.go writeMpiHostfile); {fix}"))
+        gpus.append(int(count))
+    own = environ.get("DSTACK_GPUS_PER_NODE", "").strip()
+    if own.isdigit() and int(own) != gpus[rank]:
+        raise TopologyError(describe(
+            "DSTACK_GPUS_PER_NODE", own, f"this node's slots in {DSTACK_HOSTFILE} ({path}, "
+            f"line {rank + 1}: {gpus[rank]}): dstack writes both from this node's GPUs; {fix}"))
+    if len(set(gpus)) > 1:
+        notes.append(f"GPUs per node, from {DSTACK_HOSTFILE}: {', '.join(map(str, gpus))} "
+                     "(uneven: each node starts its own count of processes)")
+    return tuple(gpus)
+
+
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a SkyPilot or dstack node's environment says.
 
     :param environ: the node's environment; every detect variable of ``line`` is set.
     :param line: ``skypilot`` or ``dstack`` (sources/__init__.py).
-    :param files: unused (the tools state no file).
+    :param files: dstack's MPI hostfile (:func:`files_needed`): path -> text, ``None``
+        when unreadable; unused for SkyPilot.
     :returns: ``nodes`` = the IP list in the tool's order (``SKYPILOT_NODE_IPS``,
         ``DSTACK_NODES_IPS``), ``node_rank`` (``*_NODE_RANK``), ``gpus`` = this node's GPU
         count (``SKYPILOT_NUM_GPUS_PER_NODE``, ``DSTACK_GPUS_PER_NODE``; None when unset or
@@ -136,7 +202,8 @@ def read(environ: Mapping[str, str], line: Source,
         port policy. The master is the first IP (node rank 0's).
     :raises TopologyError: a variable is malformed, an IP line is empty (dstack before the
         IPs are known) or repeated, the node count differs from the list's length, the
-        rank is not below it, or (dstack) ``DSTACK_MASTER_NODE_IP`` is not the first IP;
+        rank is not below it, or (dstack) ``DSTACK_MASTER_NODE_IP`` is not the first IP or
+        the MPI hostfile disagrees with the IPs or with this node's GPU count;
         the message names the variable, its value and the fix.
     """
     tool = _TOOLS[line.name]
@@ -162,9 +229,13 @@ def read(environ: Mapping[str, str], line: Source,
             f"as both; {tool.fix}"))
     notes = [f"node {rank} of {count} ({tool.rank}, {tool.count}); master = the first line "
              f"of {tool.ips}"]
+    every = None
+    if line.name == "dstack":
+        text = next(iter(files.values()), None) if files else None
+        every = _hostfile_gpus(environ, ips, rank, text, notes)
     gpus = _gpus(environ, tool, notes)
     if gpus is not None:
-        inputs["gpus"] = (tool.gpus,)
+        inputs["gpus"] = (tool.gpus,) + ((DSTACK_HOSTFILE,) if every is not None else ())
     return Report(
         source=line.name,
         title=line.title,

@@ -11,9 +11,10 @@ when the size cannot be told (then the manager is refused as one that does not s
 The rules come from sources-cloud.md (section per manager): SageMaker's
 ``resourceconfig.json`` ``hosts`` (section 8), TF_CONFIG's and Vertex AI's ``cluster``
 (sections 7 and 11; the TFJob's sparse ``{"index": "host:port"}`` form counts too),
-Volcano's ``VC_<TASK>_NUM`` (section 5), a TPU slice's ``TPU_WORKER_HOSTNAMES`` (section
-12), Determined's ``container_addrs`` (section 16), PBS's node file (section 19), LSF's
-``LSB_MCPU_HOSTS`` (section 20), the mpi-operator's launcher pod (section 6).
+Volcano's ``VC_<TASK>_NUM`` (section 5), SkyPilot's and dstack's IP lists (sections 13, 14),
+a TPU slice's ``TPU_WORKER_HOSTNAMES`` (section 12), Determined's ``container_addrs``
+(section 16), PBS's node file (section 19), LSF's ``LSB_MCPU_HOSTS`` (section 20), the
+mpi-operator's launcher pod (section 6).
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ def json_list(environ: Mapping[str, str], files: Files) -> tuple[str, str] | Non
     if isinstance(hosts, list) and len(hosts) == 1:
         return None
     return "SM_HOSTS", "a JSON list of one host"
+
+
+def ip_lines(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
+    """SkyPilot's ``SKYPILOT_NODE_IPS`` or dstack's ``DSTACK_NODES_IPS`` (one IP per line)
+    unless it holds one line: the list alone states the job's size (sources-cloud.md 13,
+    14), also when the tool's other variables are missing."""
+    for name in ("SKYPILOT_NODE_IPS", "DSTACK_NODES_IPS"):
+        text = environ.get(name, "")
+        if len([line for line in text.split("\n") if line.strip()]) > 1:
+            return name, "one IP"
+    return None
 
 
 def tasks(spec: object) -> int:
