@@ -1,9 +1,14 @@
-"""Cost of a 4096-node IP list vs a 4-node one for SkyPilot and dstack (issue 17, item 9).
+"""Cost of a 4096-node host list vs a 4-node one for SkyPilot, dstack (issue 17, item 9)
+and a TPU slice (issue 16, item 7).
 
 Each case is the ENTRYPOINT path, ``derive-env -- /bin/true``, of an image opted in for
 ``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a task whose
 variables are as the tool sets them (sources/launchtools.py): ``SKYPILOT_NODE_IPS`` /
-``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs.
+``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs;
+or of a TPU slice as GKE's webhook sets it (sources/tpu.py): ``TPU_WORKER_HOSTNAMES`` a
+comma list of a JobSet's pod names ``tpu-s-0-<i>.tpu`` (short names: 4096 of GKE's usual
+``<jobset>-<job>-0-<i>.<jobset>`` exceed Linux's 128 KiB limit of one environment string, so
+no slice that large can be set that way), ``TPU_WORKER_ID``.
 
 Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,
 clean environment, stdio on /dev/null, warm-up rounds first), medians and the median of
@@ -39,6 +44,7 @@ from startup import (
 
 TARGET = 1.1
 SIZES = (4, 4096)
+TOOLS = ("skypilot", "dstack", "gke-tpu")
 
 
 def ips(nodes: int) -> list[str]:
@@ -46,9 +52,24 @@ def ips(nodes: int) -> list[str]:
     return [f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}" for i in range(1, nodes + 1)]
 
 
+def tpu_host(i: int) -> str:
+    """Host ``i`` of slice 0 of JobSet ``tpu``, replicated job ``s`` (GKE's pod names in
+    its subdomain)."""
+    return f"tpu-s-0-{i}.tpu"
+
+
+def master(tool: str) -> str:
+    """Node 0's host, the MASTER_ADDR every case must derive."""
+    return tpu_host(0) if tool == "gke-tpu" else "10.0.0.1"
+
+
 def tool_env(tool: str, nodes: int) -> dict[str, str]:
     """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it."""
     listed, rank = "\n".join(ips(nodes)), nodes // 2
+    if tool == "gke-tpu":
+        return {"TPU_WORKER_HOSTNAMES": ",".join(tpu_host(i) for i in range(nodes)),
+                "TPU_WORKER_ID": str(rank), "HOSTNAME": tpu_host(rank).partition(".")[0],
+                "JOB_COMPLETION_INDEX": str(rank), "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
     if tool == "skypilot":
         return {"SKYPILOT_NODE_IPS": listed, "SKYPILOT_NODE_RANK": str(rank),
                 "SKYPILOT_NUM_NODES": str(nodes), "SKYPILOT_NUM_GPUS_PER_NODE": "8",
@@ -64,15 +85,15 @@ def build_cases(script: Path, labels: Path) -> list[Case]:
     return [Case(f"{tool}/{nodes}", f"derive-env -- /bin/true  [{tool}, {nodes} nodes]",
                  [str(script), "--", "/bin/true"], {**base, **tool_env(tool, nodes)},
                  "script", "entrypoint")
-            for tool in ("skypilot", "dstack") for nodes in SIZES]
+            for tool in TOOLS for nodes in SIZES]
 
 
 def validate(case: Case) -> None:
     """Run once through a dump: the source must have derived the node layer."""
-    nodes = int(case.key.split("/")[1])
+    tool, nodes = case.key.split("/")[0], int(case.key.split("/")[1])
     status, out = capture([case.argv[0], "--", *DUMP], case.env)
     got = json.loads(out) if status == 0 and out.startswith("{") else {}
-    want = {"MASTER_ADDR": "10.0.0.1", "PET_NNODES": str(nodes), "NODE_RANK": str(nodes // 2)}
+    want = {"MASTER_ADDR": master(tool), "PET_NNODES": str(nodes), "NODE_RANK": str(nodes // 2)}
     if {k: got.get(k) for k in want} != want:
         raise BenchmarkError(f"{case.label}: exit {status}, expected {want}, got "
                              f"{ {k: got.get(k) for k in want} }")
@@ -100,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     by_key = {case.key: case for case in cases}
     ratios = {}
-    for tool in ("skypilot", "dstack"):
+    for tool in TOOLS:
         small, large = by_key[f"{tool}/4"], by_key[f"{tool}/4096"]
         paired = [a / b for a, b in zip(large.wall, small.wall, strict=True)]
         ratios[tool] = {

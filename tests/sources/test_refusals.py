@@ -296,7 +296,8 @@ READ_MANAGERS = {
 
 
 #: The managers of MANAGERS a source now reads (their environment derives their job).
-NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1)}
+NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1),
+            "tpu": ("gke-tpu", 2, 1)}
 REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
 
 

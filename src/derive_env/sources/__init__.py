@@ -229,8 +229,9 @@ SOURCES: tuple[Source, ...] = (
            marker=("DSTACK_NODES_IPS",), size="ip_lines",
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
-    Source("lws", "a LeaderWorkerSet group", "lws",
+    Source("lws", "a LeaderWorkerSet group", "lws",  # a TPU group: its slice (gke-tpu)
            ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
+           unless=("TPU_WORKER_ID",),
            states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
                                "--master-addr=$LWS_LEADER_ADDRESS")),
@@ -249,7 +250,7 @@ SOURCES: tuple[Source, ...] = (
            fix=_start_torchrun("--nnodes=<tasks of workerpool0 and workerpool1> "
                                "--node-rank=<this task's place> --master-addr=<first of "
                                "workerpool0 in $CLUSTER_SPEC>")),
-    Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", None,
+    Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "tpu",
            ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"), 4, unit="host",
            states=(("MEGASCALE_NUM_SLICES", 1), ("MEGASCALE_SLICE_ID", 0)),
            size="tpu_hosts",

@@ -1,0 +1,235 @@
+"""The TPU slice source: a host of a multi-host TPU slice, or of several (multislice).
+
+Table line ``gke-tpu`` (sources-cloud.md section 12). Who sets the variables:
+
+- the GKE TPU webhook (closed; GKE's docs): ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES`` in
+  each container of a multi-host slice (a JobSet or Job of TPU pods);
+- LeaderWorkerSet (kubernetes-sigs/lws ``pkg/utils/accelerators/tpu.go``,
+  ``AddTPUVariables``): ``TPU_WORKER_HOSTNAMES`` = ``<leader>.<subdomain>`` then
+  ``<leader>-<i>.<subdomain>``, ``TPU_WORKER_ID`` = the worker index; when the leader
+  requests no TPU, the leader is left out and the workers' ids shift by one;
+  ``addTPUVariablesSubGroup``: each subgroup its own slice;
+- the KubeRay TPU webhook (GoogleCloudPlatform/ai-on-gke
+  ``ray-on-gke/tpu/kuberay-tpu-webhook/main.go``, ``mutatePod``, ``genDNSHostnames``):
+  ``TPU_WORKER_HOSTNAMES`` = ``<group>-<replica>-<j>.<cluster>-headless-worker-svc``, the
+  pod's hostname ``<group>-<replica>-<TPU_WORKER_ID>``;
+- multislice (JobSet's TPU examples, KubeRay): ``MEGASCALE_NUM_SLICES``,
+  ``MEGASCALE_SLICE_ID``, ``MEGASCALE_COORDINATOR_ADDRESS`` (the host of slice 0's worker 0).
+
+The reader this source must never contradict is JAX's own (jax ``_src/clusters/
+cloud_tpu_cluster.py``, ``BaseTpuCluster`` and ``GkeTpuCluster``): the worker list is
+``TPU_PROCESS_ADDRESSES`` when set, else ``TPU_WORKER_HOSTNAMES``, split at ``,``; the
+coordinator host is ``MEGASCALE_COORDINATOR_ADDRESS`` (cut at its first ``:``) when set,
+else the first worker (cut likewise); process count = workers x ``MEGASCALE_NUM_SLICES``
+(1 when unset); process id = ``TPU_WORKER_ID`` + ``MEGASCALE_SLICE_ID`` x workers. So:
+node rank = that id, nodes = that count (slice-major, the same order on every host), master =
+that coordinator host. PyTorch/XLA (pytorch/xla ``torch_xla/_internal/tpu.py``) reads the
+same host list and ``TPU_WORKER_ID`` as its host index: it gets the same node layer. The
+hosts of the other slices are in no variable: a multislice job has a node count and a master,
+no host list. A TPU host states no GPU (the chips are libtpu's): no GPU count, so no
+``nproc_per_node`` is derived from it, never 0 (sources-cloud.md pitfall 8).
+
+Refused, never guessed: a list JAX would read otherwise (an entry with ``:``, a host twice:
+one entry per TPU container, several processes per host), ``TPU_PROCESS_ADDRESSES`` naming
+other hosts, several slices without the slice id or the coordinator (JAX would start one
+coordinator per slice), a ``TPU_WORKER_ID`` that the pod's own hostname contradicts (its
+position in the list, when the list holds pod names: pitfall 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from derive_env.errors import TopologyError, describe
+from derive_env.hosts import check_hosts, host_problem, is_ip, repeated_host
+from derive_env.sources.report import Report
+from derive_env.topology import nodes_of
+from derive_env.validation import variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+_FIX = ("the TPU webhook (GKE, LeaderWorkerSet or KubeRay) sets it in the container that "
+        "requests google.com/tpu; do not set it in the manifest's env")
+_JAX = "jax _src/clusters/cloud_tpu_cluster.py"
+
+
+def _label(host: str) -> str:
+    return host.partition(".")[0].lower()
+
+
+def _hosts(environ: Mapping[str, str]) -> list[str]:
+    """``TPU_WORKER_HOSTNAMES`` as JAX splits it (``,``), every entry a host without port,
+    each host once (one JAX process per host)."""
+    text = environ["TPU_WORKER_HOSTNAMES"]
+    hosts = text.split(",")
+    bad = next(((i, h, "a host name or IPv4 address without ':' (JAX cuts an entry at its "
+                 "first ':')") for i, h in enumerate(hosts, 1) if ":" in h), None)
+    bad = bad or check_hosts(hosts)
+    if bad is not None:
+        position, entry, why = bad
+        raise TopologyError(describe("TPU_WORKER_HOSTNAMES", text, (
+            f"the slice's hosts joined by ',': entry {position} ({entry!r}) is not {why}; "
+            f"{_FIX}")))
+    twice = repeated_host(hosts)
+    if twice is not None:
+        raise TopologyError(describe("TPU_WORKER_HOSTNAMES", text, (
+            f"each host once: {twice!r} is listed twice (one entry per TPU container: "
+            "several JAX processes per host, which JAX counts as processes and derive-env "
+            "would count as nodes); request google.com/tpu in one container per pod, or run "
+            "the command without derive-env")))
+    addresses = environ.get("TPU_PROCESS_ADDRESSES", "")
+    if addresses and [a.split(":")[0] for a in addresses.split(",")] != hosts:
+        raise TopologyError(describe("TPU_PROCESS_ADDRESSES", addresses, (
+            f"one <host>:<port> per host of TPU_WORKER_HOSTNAMES={text!r}, in its order: JAX "
+            f"reads TPU_PROCESS_ADDRESSES first ({_JAX}, GkeTpuCluster), so its hosts are "
+            "the job's processes; several per host (or other hosts) are not one process per "
+            "node: run the command without derive-env")))
+    return hosts
+
+
+def _slices(environ: Mapping[str, str]) -> tuple[int, int, str | None]:
+    """``(slices, this slice's id, the coordinator host)`` as JAX reads them
+    (``_get_num_slices``, ``_get_slice_id``, ``get_coordinator_address``)."""
+    slices = (variable_int(environ, "MEGASCALE_NUM_SLICES", 1)
+              if environ.get("MEGASCALE_NUM_SLICES") else 1)
+    slice_id = (variable_int(environ, "MEGASCALE_SLICE_ID", 0)
+                if environ.get("MEGASCALE_SLICE_ID") else 0)
+    if slice_id >= slices:
+        raise TopologyError(describe("MEGASCALE_SLICE_ID", environ["MEGASCALE_SLICE_ID"], (
+            f"a slice id below MEGASCALE_NUM_SLICES={str(slices)!r} (slices are numbered "
+            "from 0)")))
+    need = [n for n in ("MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS")
+            if not environ.get(n)]
+    if slices > 1 and need:
+        raise TopologyError(describe("MEGASCALE_NUM_SLICES", environ["MEGASCALE_NUM_SLICES"], (
+            f"{need[0]} beside it: JAX reads a missing slice id as 0 and a missing "
+            "coordinator as this slice's first host, so the slices would number their hosts "
+            "alike or start one coordinator each; set MEGASCALE_SLICE_ID (JobSet: the "
+            "jobset.sigs.k8s.io/job-index label) and MEGASCALE_COORDINATOR_ADDRESS (the host "
+            "of slice 0's worker 0) on every host")))
+    address = environ.get("MEGASCALE_COORDINATOR_ADDRESS", "")
+    if not address:
+        return slices, slice_id, None
+    host = address.split(":")[0]
+    problem = host_problem(host)
+    if problem:
+        raise TopologyError(describe("MEGASCALE_COORDINATOR_ADDRESS", address, (
+            f"<host> or <host>:<port>, the host of slice 0's worker 0 (JAX takes the part "
+            f"before the first ':', {_JAX}): {host!r} is not {problem}")))
+    return slices, slice_id, host
+
+
+def _check_hostname(environ: Mapping[str, str], hosts: list[str], worker: int) -> None:
+    """The pod's ``HOSTNAME``, when the list holds pod names (it is one of them), is the
+    entry ``TPU_WORKER_ID`` points at (pitfall 6: a user's ``TPU_WORKER_ID``)."""
+    hostname = _label(environ.get("HOSTNAME", ""))
+    if not hostname:
+        return
+    cut = len(hostname)
+    found = [i for i, h in enumerate(hosts) if h[:cut].lower() == hostname
+             and h[cut:cut + 1] in ("", ".") and not is_ip(h)]
+    if len(found) != 1:
+        return  # addresses, or not this pod's name: nothing to compare
+    position = found[0]
+    if position != worker:
+        raise TopologyError(describe("TPU_WORKER_ID", environ["TPU_WORKER_ID"], (
+            f"{position}: this pod's HOSTNAME={environ['HOSTNAME']!r} is entry {position} of "
+            "TPU_WORKER_HOSTNAMES (0-based), and the webhooks number a slice's hosts in that "
+            "order (JAX and PyTorch/XLA take the list's entry TPU_WORKER_ID as this host); "
+            "remove TPU_WORKER_ID from the manifest's env")))
+
+
+def _lws(environ: Mapping[str, str], count: int, worker: int) -> list[str]:
+    """A LeaderWorkerSet TPU group's variables beside the slice's (lws tpu.go,
+    ``AddTPUVariables``): the TPU ids are the worker indices, shifted by one when the
+    leader requests no TPU. Returns the warnings."""
+    if not (environ.get("LWS_GROUP_SIZE") and environ.get("LWS_WORKER_INDEX")):
+        return []
+    size = variable_int(environ, "LWS_GROUP_SIZE", 1)
+    index = variable_int(environ, "LWS_WORKER_INDEX", 0)
+    if count not in (size, size - 1):
+        return []  # subgroups (addTPUVariablesSubGroup): each subgroup its own slice
+    shift = size - count
+    if worker != index - shift:
+        raise TopologyError(describe("TPU_WORKER_ID", environ["TPU_WORKER_ID"], (
+            f"{index - shift}, LWS_WORKER_INDEX={environ['LWS_WORKER_INDEX']!r}"
+            f"{' - 1' if shift else ''} (lws tpu.go, AddTPUVariables: the TPU ids are the "
+            f"worker indices{', shifted by one: the leader requests no TPU' if shift else ''})"
+            "; remove TPU_WORKER_ID from the manifest's env")))
+    if not shift:
+        return []
+    return [f"the slice is the {count} TPU workers of this LeaderWorkerSet group of {size} "
+            "(TPU_WORKER_HOSTNAMES): its leader requests no TPU and is not in it (JAX's view, "
+            "followed here); run the leader's command with --source none (or without "
+            "derive-env), or request the TPU in the leader too"]
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What a TPU host's environment says: its slice (or slices), as JAX reads it.
+
+    :param environ: the container's environment; ``TPU_WORKER_ID`` and
+        ``TPU_WORKER_HOSTNAMES`` are set (the table line); ``TPU_PROCESS_ADDRESSES``,
+        ``MEGASCALE_*``, ``LWS_*`` and ``HOSTNAME`` are checked when set.
+    :param line: the ``gke-tpu`` table line.
+    :param files: unused (GKE's metadata server is not read: JAX reads the env first).
+    :returns: one slice: ``nodes`` = ``TPU_WORKER_HOSTNAMES`` in order, ``node_rank`` =
+        ``TPU_WORKER_ID``; several: ``num_nodes`` = hosts x slices, ``node_rank`` =
+        ``MEGASCALE_SLICE_ID`` x hosts + ``TPU_WORKER_ID`` (slice-major), ``master`` = the
+        host of ``MEGASCALE_COORDINATOR_ADDRESS``, no host list. ``job`` = ``("gke-tpu",
+        master, "<slices>x<hosts>")``, the same on every host (the port policy). No GPU count.
+    :raises TopologyError: module docstring; the message names the variable, its value and
+        the fix.
+    """
+    hosts = _hosts(environ)
+    worker = variable_int(environ, "TPU_WORKER_ID", 0, f"; {_FIX}")
+    if worker >= len(hosts):
+        raise TopologyError(describe("TPU_WORKER_ID", environ["TPU_WORKER_ID"], (
+            f"an index into TPU_WORKER_HOSTNAMES, below {len(hosts)} (hosts are numbered from "
+            f"0); {_FIX}")))
+    _check_hostname(environ, hosts, worker)
+    slices, slice_id, coordinator = _slices(environ)
+    warnings = _lws(environ, len(hosts), worker)
+    master = coordinator or hosts[0]
+    if coordinator and slice_id == 0 and _label(coordinator) != _label(hosts[0]) and not (
+            is_ip(coordinator) or is_ip(hosts[0])):
+        warnings.append(
+            f"MEGASCALE_COORDINATOR_ADDRESS names {coordinator!r}, and this slice 0's first "
+            f"host is {hosts[0]!r}: JAX takes the coordinator's (followed here); it must be "
+            "the host of TPU_WORKER_ID=0 in slice 0")
+    inputs = {"nodes": ("TPU_WORKER_HOSTNAMES",), "node_rank": ("TPU_WORKER_ID",),
+              "num_nodes": ("TPU_WORKER_HOSTNAMES",),
+              "master": ("MEGASCALE_COORDINATOR_ADDRESS",) if coordinator
+              else ("TPU_WORKER_HOSTNAMES",),
+              "ports": ("TPU_WORKER_HOSTNAMES",)}
+    notes = [f"host {worker} of a slice of {len(hosts)} (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES);"
+             " no GPU count: a TPU host's chips are libtpu's (nproc_per_node is not derived "
+             "from them)"]
+    rank, count = worker, len(hosts)
+    if slices > 1:
+        rank, count = slice_id * len(hosts) + worker, slices * len(hosts)
+        for key in ("node_rank", "num_nodes"):
+            inputs[key] = (*inputs[key], "MEGASCALE_SLICE_ID" if key == "node_rank"
+                           else "MEGASCALE_NUM_SLICES")
+        inputs["ports"] = ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
+                           "TPU_WORKER_HOSTNAMES")
+        notes.append(f"slice {slice_id} of {slices} (MEGASCALE_SLICE_ID, MEGASCALE_NUM_SLICES):"
+                     f" node {rank} of {count}, slice-major; the other slices' hosts are in "
+                     "no variable")
+    return Report(
+        source=line.name,
+        title=line.title,
+        nodes=nodes_of(hosts) if slices == 1 else (),
+        node_rank=rank,
+        num_nodes=None if slices == 1 else count,
+        master=coordinator,
+        job=(line.name, master, f"{slices}x{len(hosts)}"),
+        inputs=inputs,
+        order=("the order of TPU_WORKER_HOSTNAMES (node rank = TPU_WORKER_ID)" if slices == 1
+               else "slice-major: MEGASCALE_SLICE_ID x hosts per slice + TPU_WORKER_ID")
+        + f", the order of JAX's process ids ({_JAX})",
+        notes=tuple(notes),
+        warnings=tuple(warnings),
+    )
