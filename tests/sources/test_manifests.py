@@ -101,7 +101,9 @@ def test_the_docs_show_manifests_of_every_kubernetes_source() -> None:
             ("sources/kubernetes.md", "kubeflow.org/v1 TFJob"),
             ("sources/kubernetes.md", "v1 Service"),
             ("sources/kubernetes.md", "batch/v1 Job"),
-            ("sources/kubernetes.md", "batch.volcano.sh/v1alpha1 Job")} <= kinds
+            ("sources/kubernetes.md", "batch.volcano.sh/v1alpha1 Job"),
+            ("sources/kubeflow.md", "kubeflow.org/v1 PyTorchJob"),
+            ("sources/kubeflow.md", "trainer.kubeflow.org/v1alpha1 TrainJob")} <= kinds
 
 
 @pytest.mark.parametrize("manifest", [m for _, _, m in MANIFESTS],
@@ -190,4 +192,5 @@ def test_every_crd_kind_is_read_for_each_served_version() -> None:
             "trainer.kubeflow.org/v1alpha1 TrainJob",
             "trainer.kubeflow.org/v1alpha1 ClusterTrainingRuntime",
             "trainer.kubeflow.org/v1alpha1 TrainingRuntime", "jobset.x-k8s.io/v1alpha2 JobSet",
+            "kubeflow.org/v1 JAXJob", "kubeflow.org/v2beta1 MPIJob",
             "v1 Pod", "v1 Service", "batch/v1 Job", "v1 ConfigMap"} <= set(kinds)
