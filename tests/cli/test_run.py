@@ -730,8 +730,9 @@ def test_exec_path_prints_warnings_on_stderr(
 POD_NOT_READY = (
     "label ai.backend.distributed.socket-ifname=auto: llama-0.llama.default, "
     "llama-0-1.llama.default did not resolve within 0.3 s: on Kubernetes a pod's name resolves "
-    "only once the pod is ready, so the subnet rule was not checked; the command starts all "
-    "the same (derive-env check waits for every name, bounded: on-every-node derive-env check)"
+    "only once the pod is ready, so the subnet rule was not checked; not an error, the peers "
+    "may still be starting (derive-env check waits for every name, bounded: on-every-node "
+    "derive-env check)"
 )
 POD_NO_ROUTE = (
     "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
@@ -801,6 +802,13 @@ def test_peers_not_ready_warn_on_the_hook_path(
     assert "export NODE_RANK='2'" in out.splitlines()
     assert err == (f"derive-env: warning: {POD_NOT_READY}\n"
                    f"derive-env: warning: {POD_NO_ROUTE}\n")
+
+
+def test_the_docs_show_the_not_ready_warning_as_it_is() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    line = f"derive-env: warning: {POD_NOT_READY.replace('0.3 s', '5 s')}"
+    assert line in (docs / "sources" / "kubernetes.md").read_text(encoding="utf-8").splitlines()
+    assert f"- **`{line}`**" in (docs / "operator-guide.md").read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- on-error=warn

@@ -705,8 +705,8 @@ POD_ROUTES = v4_table(v4("eth0", "0.0.0.0/0", gateway="10.244.1.1"), v4("eth0", 
 def not_ready(late: str, checked: str) -> str:
     return (f"label ai.backend.distributed.socket-ifname=auto: {late} did not resolve within "
             "5 s: on Kubernetes a pod's name resolves only once the pod is ready, so the "
-            f"subnet rule was {checked}; the command starts all the same (derive-env check "
-            "waits for every name, bounded: on-every-node derive-env check)")
+            f"subnet rule was {checked}; not an error, the peers may still be starting "
+            "(derive-env check waits for every name, bounded: on-every-node derive-env check)")
 
 
 def pod_facts(names: dict[str, tuple[str, ...]]) -> HostFacts:

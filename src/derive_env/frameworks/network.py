@@ -344,9 +344,9 @@ def _not_ready(late: list[str], some: bool) -> str:
     checked = "checked against the peers that did" if some else "not checked"
     return (f"label {LABEL}=auto: {', '.join(late)} did not resolve within "
             f"{RESOLVE_SECONDS:g} s: on Kubernetes a pod's name resolves only once the pod "
-            f"is ready, so the subnet rule was {checked}; the command starts all the same "
-            "(derive-env check waits for every name, bounded: on-every-node derive-env "
-            "check)")
+            f"is ready, so the subnet rule was {checked}; not an error, the peers may still be "
+            "starting (derive-env check waits for every name, bounded: on-every-node "
+            "derive-env check)")
 
 
 def _peers(ctx: Context) -> list[str]:
