@@ -193,25 +193,36 @@ def test_6_lws_variables_copied_into_another_pod_are_an_error() -> None:
 # --------------------------------------------------------------------------- 7
 
 
-#: A rank Open MPI's orted started over ssh on an mpi-operator worker: sshd's environment and
-#: Open MPI's (ompi/runtime, ess), none of the pod's (no KUBERNETES_*, no LWS_/VC_/PET_*).
-SSH_RANK = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2",
-            "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
-            "OMPI_COMM_WORLD_NODE_RANK": "2", "SSH_CONNECTION": "10.244.1.5 40022 10.244.1.7 22",
-            "HOME": "/root", "PATH": "/usr/bin:/bin"}
+#: A rank started over ssh on an mpi-operator worker: sshd's environment and the MPI
+#: launcher's, none of the pod's (no KUBERNETES_*, no LWS_/VC_/PET_*). Open MPI's orted
+#: (mpiImplementation OpenMPI) sets OMPI_COMM_WORLD_*; Intel MPI's and MPICH's hydra proxy
+#: (mpiImplementation Intel, MPICH) PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS.
+SSH = {"SSH_CONNECTION": "10.244.1.5 40022 10.244.1.7 22", "HOME": "/root",
+       "PATH": "/usr/bin:/bin"}
+SSH_RANKS = {
+    "openmpi": ({**SSH, "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2",
+                 "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+                 "OMPI_COMM_WORLD_NODE_RANK": "2"},
+                "Open MPI (mpirun)", "mpirun -x MASTER_ADDR=<host of rank 0>"),
+    "hydra": ({**SSH, "PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0",
+               "MPI_LOCALNRANKS": "1"},
+              "MPICH Hydra or Intel MPI (mpiexec)", "mpiexec -genv MASTER_ADDR <host of rank 0>"),
+}
 
 
-def test_7_an_ssh_started_rank_is_never_a_single_node() -> None:
-    """No pod variable, but mpirun's: a process of a 4-process job, never a job of one."""
-    assert error(SSH_RANK).startswith(
-        "MASTER_ADDR='': expected the host of rank 0 (it also gives JAX's coordinator): Open "
-        "MPI (mpirun) states no host list, so the host of rank 0 is unknown: set MASTER_ADDR "
-        "to it (the same value for every process, e.g. mpirun -x MASTER_ADDR=<host of rank "
-        "0>)")
-    variables, _ = derived({**SSH_RANK, "MASTER_ADDR": "pi-worker-0.pi-worker.default.svc"})
-    assert {k: variables[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")} == {
-        "RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0",
-        "MASTER_ADDR": "pi-worker-0.pi-worker.default.svc"}
+@pytest.mark.parametrize("mpi", sorted(SSH_RANKS))
+def test_7_an_ssh_started_rank_is_never_a_single_node(mpi: str) -> None:
+    """No pod variable, but the MPI launcher's: a process of a 4-process job, never a job
+    of one; without a master the start stops, naming what to pass."""
+    env, title, pass_env = SSH_RANKS[mpi]
+    assert error(env).startswith(
+        "MASTER_ADDR='': expected the host of rank 0 (it also gives JAX's coordinator): "
+        f"{title} states no host list, so the host of rank 0 is unknown: set MASTER_ADDR to "
+        f"it (the same value for every process, e.g. {pass_env})")
+    variables, _ = derived({**env, "MASTER_ADDR": "pi-worker-0.pi-worker.default.svc"})
+    assert variables == {"MASTER_ADDR": "pi-worker-0.pi-worker.default.svc",
+                         "MASTER_PORT": "29500", "RANK": "2", "LOCAL_RANK": "0",
+                         "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "1"}
 
 
 # --------------------------------------------------------------------------- 8
