@@ -6,6 +6,8 @@ import ipaddress
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from derive_env.errors import LabelError
 from derive_env.frameworks.context import HostFacts
@@ -787,3 +789,32 @@ def test_not_ready_within_the_one_deadline_whatever_dns_does(opt_in) -> None:
     assert 0.45 < elapsed < 2.0   # the deadline (0.5 s here, 5 s at a start), not 2 x 30 s
     assert warnings[0] == not_ready("llama-0.llama.default, llama-0-1.llama.default",
                                     "not checked")
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(2, 12), worker=st.integers(0, 11), data=st.data())
+def test_not_ready_names_exactly_the_peers_that_did_not_resolve(size: int, worker: int,
+                                                                data) -> None:
+    """Any LWS group, any subset of its names resolved: the warning names exactly the
+    unresolved peers among those checked (the master first, then canonical order, at most
+    8), and none when all resolved; never an error."""
+    from derive_env.frameworks.network import MAX_PEERS
+
+    worker %= size
+    env = {**LWS_WORKER, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": str(worker),
+           "HOSTNAME": "llama-0" if worker == 0 else f"llama-0-{worker}"}
+    nodes = ["llama-0.llama.default", *(f"llama-0-{i}.llama.default" for i in range(1, size))]
+    peers = [n for i, n in enumerate(nodes) if i != worker][:MAX_PEERS]
+    resolved = data.draw(st.sets(st.sampled_from(peers)))
+    names = {n: (f"10.244.1.{i + 10}",) for i, n in enumerate(nodes) if n in resolved}
+    host = pod_facts({**names, env["HOSTNAME"]: ("10.244.1.7",)})._replace(
+        hostname=env["HOSTNAME"])
+    _, warnings, _ = network_only(env, {**opt_in_labels(), IFNAME: "auto"}, host)
+    late = [p for p in peers if p not in resolved]
+    expected = [not_ready(", ".join(late), "checked against the peers that did" if resolved
+                          else "not checked")] if late else []
+    assert [w for w in warnings if "did not resolve within" in w] == expected
+
+
+def opt_in_labels() -> dict[str, str]:
+    return {PREFIX + "frameworks": "pytorch"}
