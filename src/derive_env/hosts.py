@@ -2,7 +2,8 @@
 
 Sources check a host they read with :func:`host_problem` and a whole host list with
 :func:`check_hosts` and :func:`repeated_host`; frameworks join hosts and ports with
-:func:`host_port`; the merge refuses a loopback master with :func:`is_loopback`.
+:func:`host_port`; the merge refuses a loopback master with :func:`is_loopback`;
+label ``socket-ifname`` reads the own name's ``/etc/hosts`` lines with :func:`hosts_addresses`.
 Pure and pydantic-free: the standard library's ``ipaddress`` and ``re`` only.
 """
 
@@ -209,3 +210,26 @@ def is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def hosts_addresses(hosts: str, hostname: str) -> list[str]:
+    """The addresses ``/etc/hosts`` gives ``hostname`` (case-insensitive), in file order.
+
+    glibc's files backend reads the same lines (``address name [alias...]``, ``#`` starts a
+    comment, hosts(5)). Entries whose address is not an IP literal are skipped.
+    """
+    wanted = hostname.lower()
+    found: list[str] = []
+    if not wanted:
+        return found
+    for line in hosts.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2 or wanted not in (name.lower() for name in fields[1:]):
+            continue
+        try:
+            address = str(ipaddress.ip_address(fields[0]))
+        except ValueError:
+            continue
+        if address not in found:
+            found.append(address)
+    return found

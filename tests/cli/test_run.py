@@ -725,6 +725,92 @@ def test_exec_path_prints_warnings_on_stderr(
     assert capsys.readouterr() == ("", f"derive-env: warning: {NO_ROUTE_WARNING}\n")
 
 
+# ----------------------------------------------- peers not ready yet (issue 16 item 8, pitfall 4)
+
+POD_NOT_READY = (
+    "label ai.backend.distributed.socket-ifname=auto: llama-0.llama.default, "
+    "llama-0-1.llama.default did not resolve within 0.3 s: on Kubernetes a pod's name resolves "
+    "only once the pod is ready, so the subnet rule was not checked; not an error, the peers "
+    "may still be starting (derive-env check waits for every name, bounded: on-every-node "
+    "derive-env check)"
+)
+POD_NO_ROUTE = (
+    "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
+    "'llama-0.llama.default' (resolved: not resolvable); GLOO_SOCKET_IFNAME and "
+    "NCCL_SOCKET_IFNAME not set"
+)
+
+
+@pytest.fixture
+def pod_before_its_peers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """Worker 2 of a LeaderWorkerSet group of 3 whose peers are not ready: the edge's own
+    resolver (cli/hostfacts.py) with ``socket.getaddrinfo`` stubbed (this pod's name resolves,
+    no peer's ever does) and the one deadline cut to 0.3 s. :returns: the names looked up."""
+    import socket
+
+    from derive_env.frameworks import context, network
+
+    for key in list(os.environ):
+        if key.startswith(("BACKENDAI_", "DERIVE_ENV_", "PET_", "TF_", "JAX_", "GLOO_", "NCCL_",
+                           "LWS_", "KUBERNETES_")) or key in {
+                "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "RANK", "WORLD_SIZE", "GROUP_RANK",
+                "GPU_COUNT", "N_GPUS", "HOSTNAME", "TORCHELASTIC_RUN_ID"}:
+            monkeypatch.delenv(key)
+    for key, value in {"LWS_LEADER_ADDRESS": "llama-0.llama.default", "LWS_GROUP_SIZE": "3",
+                       "LWS_WORKER_INDEX": "2", "HOSTNAME": "llama-0-2",
+                       "KUBERNETES_SERVICE_HOST": "10.96.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    labels = write_json(tmp_path / "labels.json", {FW: "pytorch", PREFIX + "socket-ifname": "auto"})
+    monkeypatch.setenv(LABELS_VAR, labels)
+    asked: list[str] = []
+
+    def lookup(host, port, type=0):
+        asked.append(host)
+        if host == "llama-0-2":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.244.1.7", 0))]
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(socket, "gethostname", lambda: "llama-0-2")
+    monkeypatch.setattr(context, "RESOLVE_SECONDS", 0.3)   # the deadline (5 s at a start)
+    monkeypatch.setattr(network, "RESOLVE_SECONDS", 0.3)   # and its message
+    return asked
+
+
+def test_peers_not_ready_warn_on_the_exec_path(
+    pod_before_its_peers: list[str], capsys: pytest.CaptureFixture[str], fake_exec: None
+) -> None:
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(Execed) as info:
+        run(["cmd"])
+    assert time.monotonic() - start < 2.0   # the one deadline, then the exec: never a hang
+    assert info.value.argv == ["cmd"]
+    assert info.value.env["NODE_RANK"] == "2"
+    assert capsys.readouterr() == ("", f"derive-env: warning: {POD_NOT_READY}\n"
+                                       f"derive-env: warning: {POD_NO_ROUTE}\n")
+    assert {"llama-0.llama.default", "llama-0-1.llama.default", "llama-0-2"} <= set(
+        pod_before_its_peers)
+
+
+def test_peers_not_ready_warn_on_the_hook_path(
+    pod_before_its_peers: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run([], dry_run=True, fmt="shell") == 0
+    out, err = capsys.readouterr()
+    assert "export NODE_RANK='2'" in out.splitlines()
+    assert err == (f"derive-env: warning: {POD_NOT_READY}\n"
+                   f"derive-env: warning: {POD_NO_ROUTE}\n")
+
+
+def test_the_docs_show_the_not_ready_warning_as_it_is() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    line = f"derive-env: warning: {POD_NOT_READY.replace('0.3 s', '5 s')}"
+    assert line in (docs / "sources" / "kubernetes.md").read_text(encoding="utf-8").splitlines()
+    assert f"- **`{line}`**" in (docs / "operator-guide.md").read_text(encoding="utf-8")
+
+
 # --------------------------------------------------------------------------- on-error=warn
 
 

@@ -6,6 +6,8 @@ import ipaddress
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from derive_env.errors import LabelError
 from derive_env.frameworks.context import HostFacts
@@ -690,3 +692,129 @@ def test_no_unresolved_warning_when_an_interface_is_chosen(sub1, opt_in) -> None
 def test_no_unresolved_warning_in_a_single_container(opt_in) -> None:
     _, warnings = run({}, {**opt_in, IFNAME: "auto"}, host_facts(names={}))
     assert warnings == []
+
+
+# --- names that do not resolve yet: pods not ready (cloud survey pitfall 4, issue 16 item 8) ---
+
+#: Worker 2 of a LeaderWorkerSet group of 3 (tests/sources/test_lws.py's pod): a pod, so
+#: KUBERNETES_SERVICE_HOST is set (the kubelet sets it in every container).
+LWS_WORKER = {"LWS_LEADER_ADDRESS": "llama-0.llama.default", "LWS_GROUP_SIZE": "3",
+              "LWS_WORKER_INDEX": "2", "HOSTNAME": "llama-0-2",
+              "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+POD_ROUTES = v4_table(v4("eth0", "0.0.0.0/0", gateway="10.244.1.1"), v4("eth0", "10.244.1.0/24"))
+
+
+def not_ready(late: str, checked: str) -> str:
+    return (f"label ai.backend.distributed.socket-ifname=auto: {late} did not resolve within "
+            "5 s: on Kubernetes a pod's name resolves only once the pod is ready, so the "
+            f"subnet rule was {checked}; not an error, the peers may still be starting "
+            "(derive-env check waits for every name, bounded: on-every-node derive-env check)")
+
+
+def pod_facts(names: dict[str, tuple[str, ...]]) -> HostFacts:
+    return HostFacts(interfaces=("lo", "eth0"), routes_v4=POD_ROUTES, hostname="llama-0-2",
+                     resolve=lambda ns: {n: names.get(n, ()) for n in ns})
+
+
+def test_pod_peers_not_ready_warn_naming_them(opt_in) -> None:
+    # No peer is ready: neither the leader's nor worker 1's name resolves.
+    network, warnings, notes = network_only(LWS_WORKER, {**opt_in, IFNAME: "auto"},
+                                            pod_facts({"llama-0-2": ("10.244.1.7",)}))
+    assert network == {}
+    assert warnings == [
+        not_ready("llama-0.llama.default, llama-0-1.llama.default", "not checked"),
+        "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
+        "'llama-0.llama.default' (resolved: not resolvable); GLOO_SOCKET_IFNAME and "
+        "NCCL_SOCKET_IFNAME not set"]
+    assert notes == []   # the warning replaces the note "no peer's name resolved"
+
+
+def test_pod_one_peer_not_ready_is_named_alone(opt_in) -> None:
+    names = {"llama-0-2": ("10.244.1.7",), "llama-0.llama.default": ("10.244.1.5",)}
+    network, warnings, _ = network_only(LWS_WORKER, {**opt_in, IFNAME: "auto"}, pod_facts(names))
+    assert values(network) == both("eth0")   # the route to the leader, checked against it
+    assert warnings == [not_ready("llama-0-1.llama.default",
+                                  "checked against the peers that did")]
+
+
+def test_pod_peers_all_resolved_no_warning(opt_in) -> None:
+    names = {"llama-0-2": ("10.244.1.7",), "llama-0.llama.default": ("10.244.1.5",),
+             "llama-0-1.llama.default": ("10.244.1.6",)}
+    network, warnings, notes = network_only(LWS_WORKER, {**opt_in, IFNAME: "auto"},
+                                            pod_facts(names))
+    assert (values(network), warnings, notes) == (both("eth0"), [], [])
+
+
+def test_not_ready_is_for_pods_only(sub1, opt_in) -> None:
+    # A Backend.AI container: its peers' names are in /etc/hosts or Docker's DNS from the
+    # start, so an unresolved one is not "not ready yet": the note stays (unchanged).
+    _, warnings, notes = network_only(sub1, {**opt_in, IFNAME: "auto"},
+                                      swarm(names={}, interfaces=(*GWBRIDGE, "baimulti0")))
+    assert warnings == []
+    assert notes == ["label ai.backend.distributed.socket-ifname=auto: no peer's name "
+                     "resolved within 5 s (main1, sub2): the subnet rule was not checked"]
+
+
+def test_not_ready_is_never_an_error_even_with_on_error_fail(opt_in) -> None:
+    labels = {**opt_in, IFNAME: "auto", PREFIX + "on-error": "fail"}
+    derivation = derive(LWS_WORKER, labels, pod_facts({"llama-0-2": ("10.244.1.7",)}))
+    assert derivation is not None
+    assert {v.name: v.value for v in derivation.variables}["NODE_RANK"] == "2"
+    assert not_ready("llama-0.llama.default, llama-0-1.llama.default", "not checked") in (
+        derivation.warnings)
+
+
+def test_not_ready_within_the_one_deadline_whatever_dns_does(opt_in) -> None:
+    """A DNS server that never answers: the start waits the one deadline, not once per name
+    (cli/hostfacts.Resolver, the edge's resolver, with a lookup that sleeps)."""
+    import socket
+    import threading
+    import time
+
+    from derive_env.cli.hostfacts import Resolver
+
+    never = threading.Event()
+
+    def sleeping(host, port, type=0):
+        if host == "llama-0-2":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.244.1.7", 0))]
+        never.wait(30)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    host = pod_facts({})._replace(resolve=Resolver(0.5, lookup=sleeping))
+    start = time.monotonic()
+    _, warnings, _ = network_only(LWS_WORKER, {**opt_in, IFNAME: "auto"}, host)
+    elapsed = time.monotonic() - start
+    never.set()
+    assert 0.45 < elapsed < 2.0   # the deadline (0.5 s here, 5 s at a start), not 2 x 30 s
+    assert warnings[0] == not_ready("llama-0.llama.default, llama-0-1.llama.default",
+                                    "not checked")
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(2, 12), worker=st.integers(0, 11), data=st.data())
+def test_not_ready_names_exactly_the_peers_that_did_not_resolve(size: int, worker: int,
+                                                                data) -> None:
+    """Any LWS group, any subset of its names resolved: the warning names exactly the
+    unresolved peers among those checked (the master first, then canonical order, at most
+    8), and none when all resolved; never an error."""
+    from derive_env.frameworks.network import MAX_PEERS
+
+    worker %= size
+    env = {**LWS_WORKER, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": str(worker),
+           "HOSTNAME": "llama-0" if worker == 0 else f"llama-0-{worker}"}
+    nodes = ["llama-0.llama.default", *(f"llama-0-{i}.llama.default" for i in range(1, size))]
+    peers = [n for i, n in enumerate(nodes) if i != worker][:MAX_PEERS]
+    resolved = data.draw(st.sets(st.sampled_from(peers)))
+    names = {n: (f"10.244.1.{i + 10}",) for i, n in enumerate(nodes) if n in resolved}
+    host = pod_facts({**names, env["HOSTNAME"]: ("10.244.1.7",)})._replace(
+        hostname=env["HOSTNAME"])
+    _, warnings, _ = network_only(env, {**opt_in_labels(), IFNAME: "auto"}, host)
+    late = [p for p in peers if p not in resolved]
+    expected = [not_ready(", ".join(late), "checked against the peers that did" if resolved
+                          else "not checked")] if late else []
+    assert [w for w in warnings if "did not resolve within" in w] == expected
+
+
+def opt_in_labels() -> dict[str, str]:
+    return {PREFIX + "frameworks": "pytorch"}

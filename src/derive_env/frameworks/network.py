@@ -20,7 +20,9 @@ Rules, in order (docs/operator-guide.md, "socket-ifname"):
   Never ``lo`` in a session of more than one node; never an interface none of whose
   connected subnets holds an address of the session's peers (when peers resolved: the
   ``docker_gwbridge`` of a Swarm overlay reaches only the local host). In a single-container
-  session only the route rule applies (the master is 127.0.0.1, so ``lo``).
+  session only the route rule applies (the master is 127.0.0.1, so ``lo``). In a Kubernetes
+  pod, peers whose names did not resolve in time get a warning naming them: a pod's name
+  resolves only once the pod is ready (cloud survey pitfall 4); never an error, no longer wait.
 
 All name resolution of one start happens in one call of :attr:`HostFacts.resolve`, bounded
 in all by :data:`derive_env.frameworks.context.RESOLVE_SECONDS`.
@@ -41,6 +43,7 @@ from derive_env.frameworks.context import (
     HostFacts,
     variable,
 )
+from derive_env.hosts import hosts_addresses
 from derive_env.labels import PREFIX
 
 LABEL = PREFIX + "socket-ifname"
@@ -50,6 +53,9 @@ OVERLAY = "baimulti0"
 LOOPBACK = "lo"
 #: The variables set, both to the same interface.
 VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+#: Set by the kubelet in every container (enableServiceLinks or not: kubelet_pods.go,
+#: getServiceEnvVarMap): the peers are pods, whose names resolve late (pitfall 4).
+POD = "KUBERNETES_SERVICE_HOST"
 #: Peers resolved for the subnet rule: the first ones in canonical order, so a session of
 #: thousands of nodes does not ask DNS for every node at every container start.
 MAX_PEERS = 8
@@ -94,9 +100,7 @@ def _routes_v6(text: str) -> list[Route]:
         if len(fields) < 10:
             continue
         try:
-            net = ipaddress.IPv6Network(
-                (int(fields[0], 16), int(fields[1], 16)), strict=False
-            )
+            net = ipaddress.IPv6Network((int(fields[0], 16), int(fields[1], 16)), strict=False)
             flags, metric, iface = int(fields[8], 16), int(fields[5], 16), fields[9]
         except ValueError:
             continue
@@ -140,29 +144,6 @@ def local_addresses_v4(fib_trie: str) -> frozenset[ipaddress.IPv4Address]:
         elif not line.lstrip().startswith("/"):
             leaf = None
     return frozenset(found)
-
-
-def hosts_addresses(hosts: str, hostname: str) -> list[str]:
-    """The addresses ``/etc/hosts`` gives ``hostname`` (case-insensitive), in file order.
-
-    glibc's files backend reads the same lines (``address name [alias...]``, ``#`` starts a
-    comment, hosts(5)). Entries whose address is not an IP literal are skipped.
-    """
-    wanted = hostname.lower()
-    found: list[str] = []
-    if not wanted:
-        return found
-    for line in hosts.splitlines():
-        fields = line.split("#", 1)[0].split()
-        if len(fields) < 2 or wanted not in (name.lower() for name in fields[1:]):
-            continue
-        try:
-            address = str(ipaddress.ip_address(fields[0]))
-        except ValueError:
-            continue
-        if address not in found:
-            found.append(address)
-    return found
 
 
 def route_choice(address: str, facts: HostFacts) -> tuple[str | None, tuple[str, ...]]:
@@ -338,7 +319,10 @@ def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[
     chosen = _choose(candidates, rejected, multi, connected_subnets(facts), peer_addresses,
                      master, out)
     out.notes += [f"label {LABEL}=auto: not chosen: {reason}" for reason in rejected]
-    if peers and not peer_addresses:
+    late = [host for host in peers if not _addresses(host, resolved)]
+    if late and ctx.environ.get(POD):
+        out.warnings.append(_not_ready(late, bool(peer_addresses)))
+    elif peers and not peer_addresses:
         out.notes.append(
             f"label {LABEL}=auto: no peer's name resolved within {RESOLVE_SECONDS:g} s "
             f"({', '.join(peers)}): the subnet rule was not checked"
@@ -351,6 +335,18 @@ def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[
             f"label {LABEL}=auto: no interface routes to the master {master!r} "
             f"(resolved: {', '.join(master_addresses) or 'not resolvable'}); {_NOT_SET}")
     return resolved
+
+
+def _not_ready(late: list[str], some: bool) -> str:
+    """Cloud survey pitfall 4: a pod's name resolves only once the pod is ready (a headless
+    Service publishes ready pods only, unless ``publishNotReadyAddresses``); a pod starts
+    before its peers, so this is a warning, never an error, and never a longer wait."""
+    checked = "checked against the peers that did" if some else "not checked"
+    return (f"label {LABEL}=auto: {', '.join(late)} did not resolve within "
+            f"{RESOLVE_SECONDS:g} s: on Kubernetes a pod's name resolves only once the pod "
+            f"is ready, so the subnet rule was {checked}; not an error, the peers may still be "
+            "starting (derive-env check waits for every name, bounded: on-every-node "
+            "derive-env check)")
 
 
 def _peers(ctx: Context) -> list[str]:
