@@ -186,6 +186,16 @@ def test_without_a_subdomain_every_pod_is_refused_alike() -> None:
         "GetSubdomain)"}
 
 
+def test_the_coordinators_subdomain_is_used_only_without_a_readable_etc_hosts() -> None:
+    """A readable /etc/hosts without the pod's FQDN: no DNS name (enableDNSHostnames: false,
+    where the coordinator label still names <js> as the subdomain) or hostNetwork."""
+    env = pod("coordinator-example", COORD, "workers", 0, 1, coordinator=COORD_LABEL)
+    assert read(env, None).nodes[0].host == "coordinator-example-workers-0-0.coordinator-example"
+    assert error(env, etc_hosts(env["HOSTNAME"], None)).startswith(
+        "DERIVE_ENV_SUBDOMAIN='': expected set, or a line naming "
+        "coordinator-example-workers-0-1.<subdomain>... in /etc/hosts: ")
+
+
 def test_without_the_downward_api_lines_every_pod_is_refused_alike() -> None:
     for env in pods("train", [("workers", 2, 2)], subdomain="train"):
         for name in ("JOBSET_REPLICATED_JOB_NAME", "JOBSET_JOB_INDEX"):
@@ -219,7 +229,7 @@ def test_without_the_layout_every_pod_is_refused_alike() -> None:
     ("workers", f"{LAYOUT_FIX}; 'workers' is not one"),
     ("workers:2x0", f"pods per job >= 1: {LAYOUT_FIX}"),
     ("Workers:2x2", f"{LAYOUT_FIX}; 'Workers:2x2' is not one"),
-    ("workers:2x2,workers:1x1", f"each replicated job 'workers' once: {LAYOUT_FIX}"),
+    ("workers:2x2,driver:1x1,driver:1x1", f"each replicated job 'driver' once: {LAYOUT_FIX}"),
     ("workers:300x300", f"each replicated job at most 65536 pods in all, not 90000: "
                         f"{LAYOUT_FIX}"),
     ("driver:1x1", "a list naming this pod's replicated job "
@@ -477,3 +487,13 @@ def test_an_image_that_did_not_opt_in_is_told_of_the_larger_job() -> None:
     assert larger_job(first) == ("a JobSet states a job of more than one pod "
                                  "(JOBSET_GLOBAL_REPLICAS='2')")
     assert larger_job(pod("t", [("w", 1, 1)], "w", 0, 0, subdomain="t")) is None
+
+
+def test_each_child_job_alone_when_the_indexed_job_source_is_chosen() -> None:
+    """docs/sources/kubernetes.md JobSet rule 6: one JAX cluster per Job."""
+    from derive_env.sources import topology_from
+
+    env = pod("t", [("w", 2, 2)], "w", 1, 1, subdomain="t", DERIVE_ENV_NNODES="2")
+    topology = topology_from(env, "kubernetes-indexed-job")
+    assert (topology.source, [n.host for n in topology.nodes], topology.node_rank) == (
+        "kubernetes-indexed-job", ["t-w-1-0.t", "t-w-1-1.t"], 1)

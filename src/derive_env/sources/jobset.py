@@ -164,7 +164,8 @@ def layout(environ: Mapping[str, str], js: str) -> tuple[Group, ...]:
         raise TopologyError(describe(LAYOUT, value, _layout_fix(js)))
     names = [g.name for g in groups]
     total = sum(g.replicas * g.pods for g in groups)
-    problem = (f"{names[0]!r} once" if len(set(names)) < len(names) else
+    twice = [n for n in names if names.count(n) > 1]
+    problem = (f"{twice[0]!r} once" if twice else
                f"at most {MAX_NODES} pods in all, not {total}" if total > MAX_NODES else None)
     for group in groups:
         longest = f"{js}-{group.name}-{group.replicas - 1}-{group.pods - 1}"
@@ -241,7 +242,9 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,
             host: str) -> tuple[str, tuple[str, ...]]:
     """The name suffix of every pod (``<subdomain>[.<ns>.svc.<domain>]``) and its inputs:
-    :data:`SUBDOMAIN`, else the kubelet's ``/etc/hosts`` line, else the coordinator's."""
+    :data:`SUBDOMAIN`, else the kubelet's ``/etc/hosts`` line, else, only when ``/etc/hosts``
+    could not be read (``--env-file``), the coordinator's: a readable file without the line
+    means no DNS name (``enableDNSHostnames: false``) or ``hostNetwork``."""
     given = environ.get(SUBDOMAIN, "")
     if given:
         if host_problem(f"{host}.{given}") is not None or given.startswith("."):
@@ -249,11 +252,12 @@ def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, 
                 SUBDOMAIN, given, f"the JobSet's spec.network.subdomain, or its name "
                 f"{js!r} when unset (GetSubdomain), so that {host}.<it> is a host name"))
         return given, (SUBDOMAIN,)
-    found = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
+    text = (files or {}).get(HOSTS_FILE)
+    found = fqdn_suffix(text, host)
     if found is not None and host_problem(f"{host}.{found}") is None:
         return found, (HOSTS_FILE,)
     coordinator = environ.get(COORDINATOR, "").partition(".")[2]
-    if coordinator and host_problem(f"{host}.{coordinator}") is None:
+    if text is None and coordinator and host_problem(f"{host}.{coordinator}") is None:
         return coordinator, (COORDINATOR,)
     raise TopologyError(describe(
         SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
