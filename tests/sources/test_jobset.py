@@ -125,11 +125,12 @@ COORD_LABEL = "coordinator-example-driver-0-0.coordinator-example"
 
 
 def test_the_coordinator_is_the_master_and_node_rank_0_on_every_pod() -> None:
-    envs = pods("coordinator-example", COORD, coordinator=COORD_LABEL)
-    report = read(envs[2])  # the subdomain from the coordinator label
+    envs = pods("coordinator-example", COORD, coordinator=COORD_LABEL,
+                subdomain="coordinator-example")
+    report = read(envs[2])
     assert (report.master, report.node_rank) == (COORD_LABEL, 2)
     assert report.inputs["master"] == ("JOBSET_COORDINATOR", "JOBSET_NAME",
-                                       "DERIVE_ENV_REPLICATED_JOBS")
+                                       "DERIVE_ENV_REPLICATED_JOBS", "DERIVE_ENV_SUBDOMAIN")
     derived = [derive(env, {PREFIX + "frameworks": "pytorch"}) for env in envs]
     assert [d.topology.node_rank for d in derived] == [1, 2, 3, 4, 0]
     assert {d.changes()["MASTER_ADDR"] for d in derived} == {COORD_LABEL}
@@ -138,7 +139,7 @@ def test_the_coordinator_is_the_master_and_node_rank_0_on_every_pod() -> None:
 
 def test_a_coordinator_at_node_0_changes_nothing() -> None:
     """TestConstructJobsFromTemplate's coordinatorKeyValue: <js>-<rjob>-0-0.<js>."""
-    env = pod("test-jobset", TWO_JOBS, "replicated-job", 1, 2,
+    env = pod("test-jobset", TWO_JOBS, "replicated-job", 1, 2, subdomain="test-jobset",
               coordinator="test-jobset-replicated-job-0-0.test-jobset")
     report = read(env)
     assert (report.master, report.node_rank, report.nodes[0].host) == (
@@ -186,14 +187,14 @@ def test_without_a_subdomain_every_pod_is_refused_alike() -> None:
         "GetSubdomain)"}
 
 
-def test_the_coordinators_subdomain_is_used_only_without_a_readable_etc_hosts() -> None:
-    """A readable /etc/hosts without the pod's FQDN: no DNS name (enableDNSHostnames: false,
-    where the coordinator label still names <js> as the subdomain) or hostNetwork."""
+def test_the_coordinators_subdomain_is_no_subdomain_of_the_pods() -> None:
+    """GetSubdomain names the JobSet even with enableDNSHostnames: false (no pod DNS name, no
+    /etc/hosts line): the label is checked against the suffix, never its source."""
     env = pod("coordinator-example", COORD, "workers", 0, 1, coordinator=COORD_LABEL)
-    assert read(env, None).nodes[0].host == "coordinator-example-workers-0-0.coordinator-example"
-    assert error(env, etc_hosts(env["HOSTNAME"], None)).startswith(
-        "DERIVE_ENV_SUBDOMAIN='': expected set, or a line naming "
-        "coordinator-example-workers-0-1.<subdomain>... in /etc/hosts: ")
+    for hosts in (None, etc_hosts(env["HOSTNAME"], None)):
+        assert error(env, hosts).startswith(
+            "DERIVE_ENV_SUBDOMAIN='': expected set, or a line naming "
+            "coordinator-example-workers-0-1.<subdomain>... in /etc/hosts: ")
 
 
 def test_without_the_downward_api_lines_every_pod_is_refused_alike() -> None:

@@ -242,9 +242,9 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,
             host: str) -> tuple[str, tuple[str, ...]]:
     """The name suffix of every pod (``<subdomain>[.<ns>.svc.<domain>]``) and its inputs:
-    :data:`SUBDOMAIN`, else the kubelet's ``/etc/hosts`` line, else, only when ``/etc/hosts``
-    could not be read (``--env-file``), the coordinator's: a readable file without the line
-    means no DNS name (``enableDNSHostnames: false``) or ``hostNetwork``."""
+    :data:`SUBDOMAIN`, else the kubelet's ``/etc/hosts`` line. Not the coordinator label's:
+    it names the JobSet's name as subdomain even with ``enableDNSHostnames: false``, where no
+    pod has a DNS name (``GetSubdomain``); it is only checked against the suffix."""
     given = environ.get(SUBDOMAIN, "")
     if given:
         if host_problem(f"{host}.{given}") is not None or given.startswith("."):
@@ -252,13 +252,9 @@ def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, 
                 SUBDOMAIN, given, f"the JobSet's spec.network.subdomain, or its name "
                 f"{js!r} when unset (GetSubdomain), so that {host}.<it> is a host name"))
         return given, (SUBDOMAIN,)
-    text = (files or {}).get(HOSTS_FILE)
-    found = fqdn_suffix(text, host)
+    found = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
     if found is not None and host_problem(f"{host}.{found}") is None:
         return found, (HOSTS_FILE,)
-    coordinator = environ.get(COORDINATOR, "").partition(".")[2]
-    if text is None and coordinator and host_problem(f"{host}.{coordinator}") is None:
-        return coordinator, (COORDINATOR,)
     raise TopologyError(describe(
         SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
         "the pods' DNS names need the JobSet's subdomain, which the kubelet writes there "
@@ -331,8 +327,7 @@ def read(environ: Mapping[str, str], line: Source,
         job=(line.name, nodes[0].host, str(len(nodes))),
         inputs={"nodes": spread, "num_nodes": (LAYOUT,),
                 "node_rank": (RJOB, JOB_INDEX, "JOB_COMPLETION_INDEX", LAYOUT),
-                "master": tuple(dict.fromkeys((COORDINATOR, *spread))) if coordinator
-                is not None else spread,
+                "master": (COORDINATOR, *spread) if coordinator is not None else spread,
                 "ports": spread},
         order="the replicated jobs in spec order, their jobs by index, each job's pods by "
               "completion index",
