@@ -33,10 +33,11 @@ VARIABLE_PREFIX = "DERIVE_ENV_"
 #: The ``DERIVE_ENV_*`` variables derive-env reads that are not labels (nor near misses of
 #: one): the labels file, the source choice (sources.SOURCE_VARIABLE), the path of
 #: SageMaker's resource config (sources/sagemaker.py, CONFIG_VARIABLE) and the Indexed
-#: Job's pod count and subdomain (sources/indexed_job.py).
+#: Job's pod count and subdomain (sources/indexed_job.py), the JobSet's replicated jobs
+#: (sources/jobset.py).
 NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE",
                         "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG", "DERIVE_ENV_NNODES",
-                        "DERIVE_ENV_SUBDOMAIN"})
+                        "DERIVE_ENV_SUBDOMAIN", "DERIVE_ENV_REPLICATED_JOBS"})
 #: The label names under :data:`PREFIX` that are not a framework's port label, here so that
 #: the near-miss check needs no pydantic (:func:`label_names` adds the port labels).
 SETTING_LABELS = ("pytorch-mode", "nproc-per-node", "tensorflow-roles", "socket-ifname",

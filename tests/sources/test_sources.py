@@ -44,7 +44,7 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
     """The order the --source message lists them in (docs/sources/README.md section 3)."""
     assert ", ".join(SOURCE_NAMES) == (
         "torchrun, openmpi, mvapich2, hydra, pals, slurm-step, slurm-allocation, backendai, "
-        "kubeflow-pytorchjob, kubeflow-trainjob, kubernetes-indexed-job, sagemaker, "
+        "kubeflow-pytorchjob, kubeflow-trainjob, kubernetes-indexed-job, jobset, sagemaker, "
         "sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, gke-tpu")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES
     with pytest.raises(UsageError, match=r"^--source='flux': expected one of auto, none, "):
@@ -118,7 +118,7 @@ def test_the_refusals_keep_the_launchers_order() -> None:
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
         "a Slurm step (srun)", "a Slurm batch script or salloc shell", "Flux", "LSF jsrun",
-        "a Kubernetes Indexed Job", "SageMaker", "AWS Batch multi-node parallel",
+        "a Kubernetes Indexed Job", "a JobSet", "SageMaker", "AWS Batch multi-node parallel",
         "an Amazon SageMaker training job", "a SkyPilot task", "a dstack task",
         "a LeaderWorkerSet group", "a Volcano Job",
         "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "a Vertex AI custom job",

@@ -185,15 +185,22 @@ SOURCES: tuple[Source, ...] = (
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0))),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
-    # TrainJob, a TPU slice), and only when no other source is seen (torchrun inside).
+    # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
     Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "indexed_job",
            ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"), 4,
            unless=("LWS_WORKER_INDEX", "VC_TASK_INDEX", "PET_NNODES", "JAX_PROCESS_ID",
-                   "DMLC_TASK_ID", "TPU_WORKER_ID"), fallback=True,
+                   "DMLC_TASK_ID", "TPU_WORKER_ID", "JOBSET_NAME"), fallback=True,
            states=(("JOB_COMPLETION_INDEX", 0),), sized=False, unit="pod",
            counts=("DERIVE_ENV_NNODES",),
            fix=_start_torchrun("--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX "
                                "--master-addr=<the hostname of index 0>")),
+    # A JobSet's pods: its labels passed as env by the downward API (sources/jobset.py).
+    Source("jobset", "a JobSet", "jobset",
+           ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST", "JOBSET_NAME"), 4, fallback=True,
+           states=(("JOB_COMPLETION_INDEX", 0), ("JOBSET_JOB_GLOBAL_INDEX", 0)), sized=False,
+           partial=False, unit="pod", counts=("JOBSET_GLOBAL_REPLICAS",),
+           fix=_start_torchrun("--nnodes=<pods of the JobSet> --node-rank=<this pod's place> "
+                               "--master-addr=<the hostname of the first pod>")),
     # The training toolkit's SM_* without the platform's variables (sources/sagemaker.py).
     Source("sagemaker", "SageMaker", "sagemaker", ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
            unless=("TRAINING_JOB_ARN",), unit="host", size="json_list", marker=("SM_HOSTS",),

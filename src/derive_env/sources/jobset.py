@@ -1,0 +1,337 @@
+"""The JobSet source: a pod of a JobSet (kubernetes-sigs/jobset), one node per pod.
+
+Table line ``jobset`` (sources-cloud.md section 3). What the controllers set, read from
+kubernetes-sigs/jobset@08dfbdf:
+
+- **No environment variable.** ``pkg/controllers/jobset_controller.go``
+  ``labelAndAnnotateObject`` puts labels (and the same annotations) on every child Job and
+  its pod template: ``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name``,
+  ``replicatedjob-replicas``, ``job-index`` (0 .. replicas - 1), ``job-global-index``
+  (``globalJobIndex``: the replicas of the replicated jobs before it in spec order, plus the
+  job index), ``global-replicas`` (``globalReplicas``: the sum of every replicated job's
+  replicas), ``restart-attempt`` ... and ``jobset.sigs.k8s.io/coordinator`` =
+  ``<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>`` when ``spec.coordinator`` is set
+  (``CoordinatorEndpoint``). The user passes them into the container with the downward API
+  (``fieldRef``), under the names of :data:`LABELS` (the JobSet docs' own examples do the same
+  for ``JOBSET_NAME``).
+- The child Job is ``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/placement.go``
+  ``GenJobName``), an Indexed Job (``pkg/webhooks/jobset_webhook.go`` ``Default``), so the
+  Job controller gives each pod ``JOB_COMPLETION_INDEX`` (a user-set value wins) and the
+  hostname ``<jobset>-<rjob>-<jobIndex>-<podIndex>``, a DNS label of at most 63 characters
+  (kubernetes-sigs/jobset#408). With ``network.enableDNSHostnames`` (the webhook's default)
+  the pod's subdomain is ``network.subdomain`` or the JobSet's name (``GetSubdomain``), and
+  the controller creates that headless Service, publishing not-ready addresses by default
+  (``createHeadlessSvcIfNecessary``); the kubelet writes the pod's FQDN into ``/etc/hosts``.
+
+Not on any label: the pods of each child Job (the template's ``completions``) and the other
+replicated jobs' names and sizes. They come from one documented input every pod shares,
+:data:`LAYOUT` (``<rjob>:<replicas>x<pods per job>`` in ``spec.replicatedJobs`` order), checked
+against the labels this pod has. Canonical order: the replicated jobs in spec order, in each
+its jobs by index, in each job its pods by completion index; node rank = the pods of the
+replicated jobs before this one + job index x pods per job + completion index. The master is
+node 0, unless ``spec.coordinator`` names another pod (:data:`COORDINATOR`): then that pod
+(the composer puts it first, sources/compose.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
+from derive_env.errors import TopologyError, describe, shorten
+from derive_env.hosts import host_problem
+from derive_env.sources.indexed_job import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix
+from derive_env.sources.report import Report
+from derive_env.topology import Node
+from derive_env.validation import parse_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+NAME = "JOBSET_NAME"
+RJOB = "JOBSET_REPLICATED_JOB_NAME"
+RJOB_REPLICAS = "JOBSET_REPLICATED_JOB_REPLICAS"
+JOB_INDEX = "JOBSET_JOB_INDEX"
+GLOBAL_INDEX = "JOBSET_JOB_GLOBAL_INDEX"
+GLOBAL_REPLICAS = "JOBSET_GLOBAL_REPLICAS"
+COORDINATOR = "JOBSET_COORDINATOR"
+#: The variable -> the pod label the downward API passes in it (jobset_types.go constants).
+LABELS = {NAME: "jobset.sigs.k8s.io/jobset-name",
+          RJOB: "jobset.sigs.k8s.io/replicatedjob-name",
+          JOB_INDEX: "jobset.sigs.k8s.io/job-index",
+          RJOB_REPLICAS: "jobset.sigs.k8s.io/replicatedjob-replicas",
+          GLOBAL_INDEX: "jobset.sigs.k8s.io/job-global-index",
+          GLOBAL_REPLICAS: "jobset.sigs.k8s.io/global-replicas",
+          COORDINATOR: "jobset.sigs.k8s.io/coordinator"}
+#: Without these three the pod cannot place itself; the others are checked when set.
+REQUIRED = (NAME, RJOB, JOB_INDEX)
+#: Every replicated job, in spec order: ``<rjob>:<replicas>x<pods per job>``, comma-separated
+#: (not a label: labels.NOT_LABELS).
+LAYOUT = "DERIVE_ENV_REPLICATED_JOBS"
+#: More pods than this is taken for a typing error (Slurm's MAX_SLURM_NODES, slurm_hostlist).
+MAX_NODES = 65536
+
+_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # a DNS-1035 label (the webhook's check)
+_ENTRY = re.compile(r"(?P<name>[^:]+):(?P<replicas>[0-9]+)x(?P<pods>[0-9]+)")
+_POD = re.compile(r"(?P<rjob>.+)-(?P<job>0|[1-9][0-9]*)-(?P<pod>0|[1-9][0-9]*)")
+_NO_ENV = ("JobSet sets labels, no environment variable (kubernetes-sigs/jobset "
+           "pkg/controllers/jobset_controller.go, labelAndAnnotateObject)")
+
+
+class Group(NamedTuple):
+    """One replicated job of :data:`LAYOUT`: its name, its jobs, the pods of each job."""
+
+    name: str
+    replicas: int
+    pods: int
+
+
+def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """``/etc/hosts`` (the pod's FQDN, for the subdomain) unless :data:`SUBDOMAIN` is set.
+
+    :param environ: the pod's environment.
+    :param name: the table line's name (``jobset``).
+    """
+    return () if environ.get(SUBDOMAIN) else (HOSTS_FILE,)
+
+
+def downward(variable: str) -> str:
+    """The container env entry that passes ``variable``'s label (flow-style YAML)."""
+    return (f"`- {{name: {variable}, valueFrom: {{fieldRef: {{fieldPath: \"metadata.labels"
+            f"['{LABELS[variable]}']\"}}}}}}`")
+
+
+def _layout_fix(js: str) -> str:
+    return (f"every replicated job of JobSet {shorten(js, 80)} in spec.replicatedJobs order, "
+            "`<name>:<replicas>x<pods per job>` comma-separated (pods per job: the template's "
+            "completions, equal to its parallelism), the same value in every replicated "
+            f"job's container env: `- {{name: {LAYOUT}, value: \"workers:2x4\"}}` (the pods "
+            "of a child Job are on no label)")
+
+
+def _identity(environ: Mapping[str, str]) -> tuple[str, str, int]:
+    """``(jobset, replicated job, job index)`` from the downward-API variables."""
+    missing = [v for v in REQUIRED if not environ.get(v)]
+    if missing:
+        lines = " ".join(downward(v) for v in missing)
+        raise TopologyError(describe(
+            missing[0], "", f"the pod label {LABELS[missing[0]]}: add to every replicated "
+            f"job's container env: {lines}. {_NO_ENV}"))
+    js, rjob, host = environ[NAME], environ[RJOB], environ.get("HOSTNAME", "")
+    if len(host) > MAX_HOSTNAME:
+        raise TopologyError(describe(
+            "HOSTNAME", host, f"at most {MAX_HOSTNAME} characters (a pod hostname is one DNS "
+            "label, pkg/apis/batch/validation, kubernetes-sigs/jobset#408): the Job controller "
+            "names the pod's host <jobset>-<rjob>-<jobIndex>-<index>"))
+    for variable, value in ((NAME, js), (RJOB, rjob)):
+        if not _LABEL.fullmatch(value):
+            raise TopologyError(describe(
+                variable, value, f"a DNS-1035 label, the pod label {LABELS[variable]}: "
+                f"{downward(variable)}"))
+    return js, rjob, _number(environ, JOB_INDEX, 0)
+
+
+def _number(environ: Mapping[str, str], variable: str, minimum: int) -> int:
+    try:
+        return parse_int(environ[variable], minimum=minimum)
+    except ValueError as exc:
+        raise TopologyError(describe(
+            variable, environ[variable], f"{exc}, the pod label {LABELS[variable]}: "
+            f"{downward(variable)}; do not set it by hand")) from None
+
+
+def layout(environ: Mapping[str, str], js: str) -> tuple[Group, ...]:
+    """:data:`LAYOUT` read: the replicated jobs in spec order.
+
+    :raises TopologyError: unset, malformed, a name twice or not a DNS-1035 label, no pod,
+        more than :data:`MAX_NODES` pods, or a pod hostname longer than 63 characters.
+    """
+    value = environ.get(LAYOUT, "")
+    groups: list[Group] = []
+    for entry in value.split(",") if value else ():
+        found = _ENTRY.fullmatch(entry.strip())
+        if found is None or not _LABEL.fullmatch(found["name"]):
+            raise TopologyError(describe(LAYOUT, value, f"{_layout_fix(js)}; "
+                                         f"{shorten(entry.strip(), 80)!r} is not one"))
+        try:
+            replicas = parse_int(found["replicas"], minimum=0)
+            pods = parse_int(found["pods"], minimum=1, what="pods per job >= 1")
+        except ValueError as exc:
+            raise TopologyError(describe(LAYOUT, value, f"{exc}: {_layout_fix(js)}")) from None
+        groups.append(Group(found["name"], replicas, pods))
+    if not groups:
+        raise TopologyError(describe(LAYOUT, value, _layout_fix(js)))
+    names = [g.name for g in groups]
+    total = sum(g.replicas * g.pods for g in groups)
+    twice = [n for n in names if names.count(n) > 1]
+    problem = (f"{twice[0]!r} once" if twice else
+               f"at most {MAX_NODES} pods in all, not {total}" if total > MAX_NODES else None)
+    for group in groups:
+        longest = f"{js}-{group.name}-{group.replicas - 1}-{group.pods - 1}"
+        if group.replicas and len(longest) > MAX_HOSTNAME and problem is None:
+            problem = (f"pod hostnames of at most {MAX_HOSTNAME} characters, not {longest} "
+                       "(the Job API refuses it: pkg/apis/batch/validation, kubernetes-sigs/"
+                       "jobset#408), so a size is wrong")
+    if problem is not None:
+        raise TopologyError(describe(LAYOUT, value, f"each replicated job {problem}: "
+                                     f"{_layout_fix(js)}"))
+    return tuple(groups)
+
+
+def _place(environ: Mapping[str, str], groups: tuple[Group, ...], rjob: str,
+           job: int) -> tuple[Group, int]:
+    """This pod's group and the jobs before its job, checked against the optional labels."""
+    names = [g.name for g in groups]
+    if rjob not in names:
+        raise TopologyError(describe(
+            LAYOUT, environ[LAYOUT], f"a list naming this pod's replicated job {RJOB}="
+            f"{rjob!r}: {_layout_fix(environ[NAME])}"))
+    at = names.index(rjob)
+    group, before = groups[at], sum(g.replicas for g in groups[:at])
+    checks = ((RJOB_REPLICAS, group.replicas, f"the replicas of {rjob} in {LAYOUT}"),
+              (GLOBAL_REPLICAS, sum(g.replicas for g in groups),
+               f"the sum of the replicas in {LAYOUT} (globalReplicas)"),
+              (GLOBAL_INDEX, before + job, f"the replicas before {rjob} in {LAYOUT} plus "
+               f"{JOB_INDEX}={job} (globalJobIndex)"))
+    for variable, expected, what in checks:
+        if environ.get(variable) and _number(environ, variable, 0) != expected:
+            raise TopologyError(describe(
+                variable, environ[variable], f"{expected}, {what}: the label and "
+                f"{LAYOUT}={shorten(environ[LAYOUT], 120)!r} disagree; "
+                + _layout_fix(environ[NAME])))
+    if job >= group.replicas:
+        raise TopologyError(describe(
+            JOB_INDEX, environ[JOB_INDEX], f"below {group.replicas}, the replicas of {rjob} in "
+            f"{LAYOUT}: {_layout_fix(environ[NAME])}"))
+    return group, before
+
+
+def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple[int, str]:
+    """``(completion index, hostname)``, the index checked against the hostname and the
+    pods per job (a user-set ``JOB_COMPLETION_INDEX`` wins over the controller's)."""
+    raw, host = environ["JOB_COMPLETION_INDEX"], environ.get("HOSTNAME", "")
+    try:
+        index = parse_int(raw, minimum=0)
+    except ValueError as exc:
+        raise TopologyError(describe("JOB_COMPLETION_INDEX", raw, f"{exc} (the pod's "
+                                     "completion index in its Job, 0-based)")) from None
+    job_name = f"{js}-{group.name}-{job}"
+    controller = (f"the Job controller names the pod's host <job>-<index>, the job {job_name} "
+                  "(kubernetes/kubernetes job_controller.go, manageJob; jobset placement.go, "
+                  "GenJobName)")
+    tail = host[len(job_name) + 1:] if host.startswith(job_name + "-") else ""
+    if not re.fullmatch(r"0|[1-9][0-9]*", tail):
+        raise TopologyError(describe(
+            "HOSTNAME", host, f"{job_name}-{raw}: {controller}, after {NAME}, {RJOB} and "
+            f"{JOB_INDEX}; they are another pod's or set by hand, or the pod has hostNetwork "
+            "(the node's hostname)"))
+    if int(tail) != index:
+        raise TopologyError(describe(
+            "JOB_COMPLETION_INDEX", raw, f"{tail}, the index in this pod's hostname "
+            f"HOSTNAME={host!r} ({controller}): a JOB_COMPLETION_INDEX set in the pod "
+            "template's env wins over the controller's (indexed_job_utils.go, "
+            "addCompletionIndexEnvVariable); remove it"))
+    if index >= group.pods:
+        raise TopologyError(describe(
+            "JOB_COMPLETION_INDEX", raw, f"below {group.pods}, the pods per job of "
+            f"{group.name} in {LAYOUT}: {_layout_fix(js)}"))
+    return index, host
+
+
+def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,
+            host: str) -> tuple[str, tuple[str, ...]]:
+    """The name suffix of every pod (``<subdomain>[.<ns>.svc.<domain>]``) and its inputs:
+    :data:`SUBDOMAIN`, else the kubelet's ``/etc/hosts`` line. Not the coordinator label's:
+    it names the JobSet's name as subdomain even with ``enableDNSHostnames: false``, where no
+    pod has a DNS name (``GetSubdomain``); it is only checked against the suffix."""
+    given = environ.get(SUBDOMAIN, "")
+    if given:
+        if host_problem(f"{host}.{given}") is not None or given.startswith("."):
+            raise TopologyError(describe(
+                SUBDOMAIN, given, f"the JobSet's spec.network.subdomain, or its name "
+                f"{js!r} when unset (GetSubdomain), so that {host}.<it> is a host name"))
+        return given, (SUBDOMAIN,)
+    found = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
+    if found is not None and host_problem(f"{host}.{found}") is None:
+        return found, (HOSTS_FILE,)
+    raise TopologyError(describe(
+        SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
+        "the pods' DNS names need the JobSet's subdomain, which the kubelet writes there "
+        "when spec.network.enableDNSHostnames is true (JobSet's default). With hostNetwork "
+        f"or without a readable {HOSTS_FILE}, set in every replicated job's container env: "
+        f"`- {{name: {SUBDOMAIN}, value: \"{js}\"}}` (spec.network.subdomain, or the JobSet's "
+        "name when unset: jobset_controller.go, GetSubdomain)"))
+
+
+def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
+                 suffix: str) -> int | None:
+    """The node rank (canonical order) of the pod ``spec.coordinator`` names, or ``None``."""
+    value = environ.get(COORDINATOR, "")
+    if not value:
+        return None
+    pod, _, subdomain = value.partition(".")
+    found = _POD.fullmatch(pod[len(js) + 1:]) if pod.startswith(js + "-") else None
+    names = [g.name for g in groups]
+    rank, where = None, f"{LAYOUT}={shorten(environ[LAYOUT], 120)!r}"
+    if found is not None and found["rjob"] in names:
+        at = names.index(found["rjob"])
+        group, job, index = groups[at], int(found["job"]), int(found["pod"])
+        if job < group.replicas and index < group.pods:
+            rank = sum(g.replicas * g.pods for g in groups[:at]) + job * group.pods + index
+    if rank is None or subdomain != suffix.partition(".")[0]:
+        raise TopologyError(describe(
+            COORDINATOR, value, f"{js}-<rjob>-<jobIndex>-<podIndex>.<subdomain>, a pod of "
+            f"{where} in the subdomain {suffix.partition('.')[0]!r} (the label "
+            f"{LABELS[COORDINATOR]}: jobset_controller.go, CoordinatorEndpoint); "
+            f"{downward(COORDINATOR)}"))
+    return rank
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What a JobSet pod's environment (its labels, passed by the downward API) says.
+
+    :param environ: the pod's environment; ``JOB_COMPLETION_INDEX``,
+        ``KUBERNETES_SERVICE_HOST`` and ``JOBSET_NAME`` are set (the table line).
+    :param line: ``jobset``.
+    :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
+        is unset (:func:`files_needed`).
+    :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (module
+        docstring; role = the replicated job, index = 1-based within it), ``node_rank`` =
+        the pods before this one, ``master`` = the coordinator's name when it is not node 0,
+        ``job`` = (``jobset``, node 0's name, the pod count) for the port policy.
+    :raises TopologyError: a required label or :data:`LAYOUT` is missing (the message gives
+        the manifest lines to add, the same on every pod), a label disagrees with
+        :data:`LAYOUT`, the hostname is not ``<jobset>-<rjob>-<j>-<JOB_COMPLETION_INDEX>``
+        (a user-set index, another pod's labels), or a value is malformed.
+    """
+    js, rjob, job = _identity(environ)
+    groups = layout(environ, js)
+    group, before = _place(environ, groups, rjob, job)
+    index, host = _index(environ, js, group, job)
+    suffix, where = _suffix(environ, files, js, host)
+    offset = sum(g.replicas * g.pods for g in groups[:groups.index(group)])
+    rank = offset + job * group.pods + index
+    nodes = tuple(Node(f"{js}-{g.name}-{j}-{i}.{suffix}", g.name, j * g.pods + i + 1)
+                  for g in groups for j in range(g.replicas) for i in range(g.pods))
+    coordinator = _coordinator(environ, js, groups, suffix)
+    checked = [v for v in (RJOB_REPLICAS, GLOBAL_REPLICAS, GLOBAL_INDEX) if environ.get(v)]
+    spread = (NAME, LAYOUT, *where)
+    return Report(
+        source=line.name,
+        title=line.title,
+        nodes=nodes,
+        node_rank=rank,
+        master=nodes[coordinator].host if coordinator else None,
+        job=(line.name, nodes[0].host, str(len(nodes))),
+        inputs={"nodes": spread, "num_nodes": (LAYOUT,),
+                "node_rank": (RJOB, JOB_INDEX, "JOB_COMPLETION_INDEX", LAYOUT),
+                "master": (COORDINATOR, *spread) if coordinator is not None else spread,
+                "ports": spread},
+        order="the replicated jobs in spec order, their jobs by index, each job's pods by "
+              "completion index",
+        notes=(f"pod {index} of job {job} of replicated job {shorten(rjob, 80)} (job "
+               f"{before + job} of the JobSet; {RJOB}, {JOB_INDEX}, JOB_COMPLETION_INDEX, "
+               f"{LAYOUT}); labels checked: {', '.join(checked) or 'none set'}",),
+    )
