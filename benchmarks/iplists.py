@@ -1,9 +1,12 @@
-"""Cost of a 4096-node IP list vs a 4-node one for SkyPilot and dstack (issue 17, item 9).
+"""Cost of a 4096-node IP list vs a 4-node one for SkyPilot, dstack and Determined (issue 17,
+item 9).
 
 Each case is the ENTRYPOINT path, ``derive-env -- /bin/true``, of an image opted in for
 ``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a task whose
 variables are as the tool sets them (sources/launchtools.py): ``SKYPILOT_NODE_IPS`` /
-``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs.
+``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs;
+Determined's rendezvous file (sources/determined.py) with as many ``container_addrs``, at
+the path ``DERIVE_ENV_DETERMINED_RENDEZVOUS`` names.
 
 Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,
 clean environment, stdio on /dev/null, warm-up rounds first), medians and the median of
@@ -39,6 +42,7 @@ from startup import (
 
 TARGET = 1.1
 SIZES = (4, 4096)
+TOOLS = ("skypilot", "dstack", "determined")
 
 
 def ips(nodes: int) -> list[str]:
@@ -46,9 +50,18 @@ def ips(nodes: int) -> list[str]:
     return [f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}" for i in range(1, nodes + 1)]
 
 
-def tool_env(tool: str, nodes: int) -> dict[str, str]:
-    """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it."""
+def tool_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
+    """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it (Determined's
+    file written to ``folder``)."""
     listed, rank = "\n".join(ips(nodes)), nodes // 2
+    if tool == "determined":
+        path = folder / f"rendezvous-{nodes}.json"
+        path.write_text(json.dumps({"container_addrs": ips(nodes), "container_rank": rank,
+                                    "container_slot_counts": [8] * nodes}))
+        return {"DET_MASTER": "http://det:8080", "DET_ALLOCATION_ID": "bench.1",
+                "DET_SLOT_IDS": "[0,1,2,3,4,5,6,7]", "DET_TASK_TYPE": "TRIAL",
+                "DET_RESOURCES_TYPE": "k8s-job", "C10D_PORT": "29400",
+                "DERIVE_ENV_DETERMINED_RENDEZVOUS": str(path)}
     if tool == "skypilot":
         return {"SKYPILOT_NODE_IPS": listed, "SKYPILOT_NODE_RANK": str(rank),
                 "SKYPILOT_NUM_NODES": str(nodes), "SKYPILOT_NUM_GPUS_PER_NODE": "8",
@@ -62,9 +75,9 @@ def tool_env(tool: str, nodes: int) -> dict[str, str]:
 def build_cases(script: Path, labels: Path) -> list[Case]:
     base = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "DERIVE_ENV_LABELS_FILE": str(labels)}
     return [Case(f"{tool}/{nodes}", f"derive-env -- /bin/true  [{tool}, {nodes} nodes]",
-                 [str(script), "--", "/bin/true"], {**base, **tool_env(tool, nodes)},
-                 "script", "entrypoint")
-            for tool in ("skypilot", "dstack") for nodes in SIZES]
+                 [str(script), "--", "/bin/true"],
+                 {**base, **tool_env(tool, nodes, labels.parent)}, "script", "entrypoint")
+            for tool in TOOLS for nodes in SIZES]
 
 
 def validate(case: Case) -> None:
@@ -100,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     by_key = {case.key: case for case in cases}
     ratios = {}
-    for tool in ("skypilot", "dstack"):
+    for tool in TOOLS:
         small, large = by_key[f"{tool}/4"], by_key[f"{tool}/4096"]
         paired = [a / b for a, b in zip(large.wall, small.wall, strict=True)]
         ratios[tool] = {
