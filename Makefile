@@ -8,6 +8,10 @@ PIP    := $(PY) -m pip
 # tests/sources/test_sagemaker.py, marked frameworks).
 FRAMEWORKS := torch==2.13.0 tensorflow-cpu==2.21.0 jax==0.10.2 jaxlib==0.10.2 lightning==2.6.6 \
               sagemaker-training==5.1.4
+# Determined's harness (tests/sources/test_determined.py runs its launcher on the typed
+# rendezvous files), without its dependencies: it pins requests<2.32 and pulls matplotlib,
+# boto3 and the cloud SDKs, none of which its launcher and RendezvousInfo import.
+DETERMINED := determined==0.38.1 ruamel.yaml==0.19.1 appdirs==1.4.4
 STAMP  := $(VENV)/.installed
 
 .PHONY: test demo lint venv clean managers
@@ -16,6 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(FRAMEWORKS)
+	$(PIP) install --quiet --no-deps $(DETERMINED)
 	$(PIP) install --quiet -e . --group test
 	touch $(STAMP)
 

@@ -1,14 +1,16 @@
-"""Cost of a 4096-node host list vs a 4-node one for SkyPilot, dstack (issue 17, item 9)
-and a TPU slice (issue 16, item 7).
+"""Cost of a 4096-node host list vs a 4-node one for SkyPilot, dstack, Determined (issue 17,
+item 9) and a TPU slice (issue 16, item 7).
 
 Each case is the ENTRYPOINT path, ``derive-env -- /bin/true``, of an image opted in for
 ``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a task whose
 variables are as the tool sets them (sources/launchtools.py): ``SKYPILOT_NODE_IPS`` /
 ``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs;
-or of a TPU slice as GKE's webhook sets it (sources/tpu.py): ``TPU_WORKER_HOSTNAMES`` a
-comma list of a JobSet's pod names ``tpu-s-0-<i>.tpu`` (short names: 4096 of GKE's usual
-``<jobset>-<job>-0-<i>.<jobset>`` exceed Linux's 128 KiB limit of one environment string, so
-no slice that large can be set that way), ``TPU_WORKER_ID``.
+Determined's rendezvous file (sources/determined.py) with as many ``container_addrs``, at
+the path ``DERIVE_ENV_DETERMINED_RENDEZVOUS`` names; or a TPU slice as GKE's webhook sets it
+(sources/tpu.py): ``TPU_WORKER_HOSTNAMES`` a comma list of a JobSet's pod names
+``tpu-s-0-<i>.tpu`` (short names: 4096 of GKE's usual ``<jobset>-<job>-0-<i>.<jobset>``
+exceed Linux's 128 KiB limit of one environment string, so no slice that large can be set
+that way), ``TPU_WORKER_ID``.
 
 Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,
 clean environment, stdio on /dev/null, warm-up rounds first), medians and the median of
@@ -44,7 +46,7 @@ from startup import (
 
 TARGET = 1.1
 SIZES = (4, 4096)
-TOOLS = ("skypilot", "dstack", "gke-tpu")
+TOOLS = ("skypilot", "dstack", "determined", "gke-tpu")
 
 
 def ips(nodes: int) -> list[str]:
@@ -63,13 +65,22 @@ def master(tool: str) -> str:
     return tpu_host(0) if tool == "gke-tpu" else "10.0.0.1"
 
 
-def tool_env(tool: str, nodes: int) -> dict[str, str]:
-    """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it."""
+def tool_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
+    """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it (Determined's
+    file written to ``folder``)."""
     listed, rank = "\n".join(ips(nodes)), nodes // 2
     if tool == "gke-tpu":
         return {"TPU_WORKER_HOSTNAMES": ",".join(tpu_host(i) for i in range(nodes)),
                 "TPU_WORKER_ID": str(rank), "HOSTNAME": tpu_host(rank).partition(".")[0],
                 "JOB_COMPLETION_INDEX": str(rank), "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+    if tool == "determined":
+        path = folder / f"rendezvous-{nodes}.json"
+        path.write_text(json.dumps({"container_addrs": ips(nodes), "container_rank": rank,
+                                    "container_slot_counts": [8] * nodes}))
+        return {"DET_MASTER": "http://det:8080", "DET_ALLOCATION_ID": "bench.1",
+                "DET_SLOT_IDS": "[0,1,2,3,4,5,6,7]", "DET_TASK_TYPE": "TRIAL",
+                "DET_RESOURCES_TYPE": "k8s-job", "C10D_PORT": "29400",
+                "DERIVE_ENV_DETERMINED_RENDEZVOUS": str(path)}
     if tool == "skypilot":
         return {"SKYPILOT_NODE_IPS": listed, "SKYPILOT_NODE_RANK": str(rank),
                 "SKYPILOT_NUM_NODES": str(nodes), "SKYPILOT_NUM_GPUS_PER_NODE": "8",
@@ -83,8 +94,8 @@ def tool_env(tool: str, nodes: int) -> dict[str, str]:
 def build_cases(script: Path, labels: Path) -> list[Case]:
     base = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "DERIVE_ENV_LABELS_FILE": str(labels)}
     return [Case(f"{tool}/{nodes}", f"derive-env -- /bin/true  [{tool}, {nodes} nodes]",
-                 [str(script), "--", "/bin/true"], {**base, **tool_env(tool, nodes)},
-                 "script", "entrypoint")
+                 [str(script), "--", "/bin/true"],
+                 {**base, **tool_env(tool, nodes, labels.parent)}, "script", "entrypoint")
             for tool in TOOLS for nodes in SIZES]
 
 

@@ -37,7 +37,8 @@ VARIABLE_PREFIX = "DERIVE_ENV_"
 #: (sources/jobset.py).
 NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE",
                         "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG", "DERIVE_ENV_NNODES",
-                        "DERIVE_ENV_SUBDOMAIN", "DERIVE_ENV_REPLICATED_JOBS"})
+                        "DERIVE_ENV_SUBDOMAIN", "DERIVE_ENV_REPLICATED_JOBS",
+                        "DERIVE_ENV_DETERMINED_RENDEZVOUS"})
 #: The label names under :data:`PREFIX` that are not a framework's port label, here so that
 #: the near-miss check needs no pydantic (:func:`label_names` adds the port labels).
 SETTING_LABELS = ("pytorch-mode", "nproc-per-node", "tensorflow-roles", "socket-ifname",

@@ -229,7 +229,8 @@ MANAGERS = {
     "determined": ({"DET_MASTER": "http://m:8080", "DET_ALLOCATION_ID": "a.1",
                     "DET_SLOT_IDS": "[0,1]", "DET_TASK_TYPE": "TRIAL"},
                    {RENDEZVOUS: '{"container_addrs": ["10.0.0.1", "10.0.0.2"], '
-                    '"container_rank": 1}'}, f"container_addrs in {RENDEZVOUS}",
+                    '"container_rank": 1, "container_slot_counts": [2, 2]}'},
+                   f"container_addrs in {RENDEZVOUS}",
                    '["10.0.0.1", "10.0.0.2"]', "a list of one address or unset",
                    "a Determined trial", "container"),
     "aws-batch": ({"AWS_BATCH_JOB_ID": "j#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
@@ -267,7 +268,8 @@ MANAGERS = {
                       "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile"}, {},
                      "K_MPI_JOB_ROLE", "launcher", "worker (a rank mpirun started) or unset",
                      "a Kubeflow MPIJob launcher", "process"),
-    "ray-train": ({"ACCELERATE_TORCH_DEVICE": "cuda:0", "NODE_RANK": "1", "RANK": "2",
+    "ray-train": ({"RAY_RAYLET_PID": "3100", "ACCELERATE_TORCH_DEVICE": "cuda:0",
+                   "NODE_RANK": "1", "RANK": "2",
                    "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
                    "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "41000"}, {}, "WORLD_SIZE", "4",
                   "1 or unset", "a Ray Train worker", "process"),
@@ -297,7 +299,10 @@ READ_MANAGERS = {
 
 #: The managers of MANAGERS a source now reads (their environment derives their job).
 NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1),
-            "tpu": ("gke-tpu", 2, 1)}
+            "tpu": ("gke-tpu", 2, 1),
+            "determined": ("determined", 2, 1), "ray-train": ("ray-train", None, 1)}
+#: Of those, the ones that state no host list: TensorFlow's TF_CONFIG is refused, saying so.
+NO_HOST_LIST = {"ray-train"}
 REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
 
 
@@ -342,6 +347,10 @@ def test_a_manager_a_source_reads_derives_its_job(manager: str) -> None:
     """No longer refused: its source reads the job (node rank, nodes as NOW_READ says)."""
     environ, files, *_ = MANAGERS[manager]
     for frameworks in ("pytorch", "jax", "tensorflow"):
+        if frameworks == "tensorflow" and manager in NO_HOST_LIST:
+            with pytest.raises(TopologyError, match=r"^TF_CONFIG cannot be built: "):
+                derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+            continue
         derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
         assert derivation is not None
         topology = derivation.topology
@@ -389,7 +398,9 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
     environ, files, *_ = MANAGERS[manager]
     environ = {**environ, **{k: v for k, v in one.items() if k in environ}}
     files = {path: text.replace('"algo-1", "algo-2"', '"algo-1"').replace(
-        '"10.0.0.1", "10.0.0.2"', '"10.0.0.1"').replace("n2\nn2\n", "")
+        '"10.0.0.1", "10.0.0.2"', '"10.0.0.1"').replace("n2\nn2\n", "").replace(
+        '"container_rank": 1, "container_slot_counts": [2, 2]',
+        '"container_rank": 0, "container_slot_counts": [2]')
         for path, text in files.items()}
     environ.pop("AZ_BATCH_MASTER_NODE", None)  # set only for a job of several nodes
     topology = topology_from(environ, files=reader(files))
@@ -397,10 +408,8 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
 
 
 @pytest.mark.parametrize(("environ", "files", "shown"), [
-    ({"DET_MASTER": "m", "DET_ALLOCATION_ID": "a", "DET_SLOT_IDS": "[0]"}, {},
-     "DET_MASTER='m'"),
     ({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}, {}, "PBS_JOBID='7'"),
-], ids=["determined", "pbs"])
+], ids=["pbs"])
 def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, shown) -> None:
     """A manager file that cannot be read (or Volcano without its svc plugin): refused as a
     launcher that does not say the job's size, on every node alike."""

@@ -269,7 +269,7 @@ SOURCES: tuple[Source, ...] = (
            states=(("AZ_BATCH_MASTER_NODE", None),),
            fix=_start_torchrun("--nnodes=<the node count> --node-rank=<this node's> "
                                "--master-addr=<host part of $AZ_BATCH_MASTER_NODE>")),
-    Source("determined", "a Determined trial", None,
+    Source("determined", "a Determined trial", "determined",
            ("DET_MASTER", "DET_ALLOCATION_ID", "DET_SLOT_IDS"), 4, unit="container",
            files=(DETERMINED_RENDEZVOUS,),
            size="determined_containers",
@@ -311,8 +311,8 @@ SOURCES: tuple[Source, ...] = (
            ("K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"), 4, size="mpi_operator_launcher",
            fix="Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
                f"train.py), not around mpirun; {ON_ERROR_WARN}"),
-    Source("ray-train", "a Ray Train worker", None,
-           ("ACCELERATE_TORCH_DEVICE", "NODE_RANK", "RANK", "WORLD_SIZE"), 0,
+    Source("ray-train", "a Ray Train worker", "ray_train",
+           ("RAY_RAYLET_PID", "ACCELERATE_TORCH_DEVICE", "NODE_RANK", "RANK", "WORLD_SIZE"), 0,
            marker=("ACCELERATE_TORCH_DEVICE", "NODE_RANK"), partial=False,
            states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
            fix="Ray Train set every torch variable of this worker itself: run the command "
