@@ -15,9 +15,10 @@ def sub2(backendai_env) -> dict[str, str]:
     return backendai_env(["sub1", "main1", "sub2"], "sub2")
 
 
-def manifest(kind: str) -> dict:
-    """The YAML manifest of ``kind`` in docs/sources/kubernetes.md, parsed (one per kind; every
-    block of the page must parse, multi-document ones included)."""
+def manifest(kind: str, name: str | None = None) -> dict:
+    """The YAML manifest of ``kind`` (named ``name``, when the page has several of that kind)
+    in docs/sources/kubernetes.md, parsed (exactly one must match; every block of the page
+    must parse, multi-document ones included)."""
     import re
     from pathlib import Path
 
@@ -27,6 +28,7 @@ def manifest(kind: str) -> dict:
     found = [doc for block in re.findall(r"```yaml\n(.*?)```",
                                          page.read_text(encoding="utf-8"), re.S)
              for doc in yaml.safe_load_all(block)]
-    matches = [m for m in found if isinstance(m, dict) and m.get("kind") == kind]
-    assert len(matches) == 1, kind
+    matches = [m for m in found if isinstance(m, dict) and m.get("kind") == kind
+               and (name is None or (m.get("metadata") or {}).get("name") == name)]
+    assert len(matches) == 1, (kind, name)
     return matches[0]

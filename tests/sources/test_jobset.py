@@ -377,7 +377,7 @@ COORDINATOR = {"replicatedJob", "jobIndex", "podIndex"}
 
 
 def test_the_docs_manifest_names_only_the_apis_fields_and_is_what_the_tests_type() -> None:
-    found = manifest("JobSet")
+    found = manifest("JobSet", "pt")
     assert found["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
     spec = found["spec"]
     assert set(spec) <= JOBSET_SPEC
