@@ -16,8 +16,9 @@ the code that reads it (each test fixture cites its source):
   ``AZ_BATCH_MASTER_NODE``. ``AZUREML_NODE_COUNT`` (the instance count: the Azure ML
   ParallelRunStep driver reads it) and Azure Batch's ``AZ_BATCH_HOST_LIST`` (comma-separated
   node IPs), when set, count the nodes and are cross-checked. So this line gives the master
-  = the host part of ``AZ_BATCH_MASTER_NODE`` (node rank 0's: the primary task's), its port
-  as the master port, and the node count; no host list of known order. Plain Azure Batch
+  = the host part of ``AZ_BATCH_MASTER_NODE`` (node rank 0's: the primary task's) and the
+  node count, never its port, which "is reserved for the Azure Batch service" (the same
+  page: use ``MASTER_PORT`` instead); no host list of known order. Plain Azure Batch
   multi-instance tasks set the same variables and are read alike (correct behaviour).
 - **PyTorch distribution** (``distribution: {type: pytorch, process_count_per_instance:
   n}``): Azure ML starts the ``n`` processes of each node itself and sets ``MASTER_ADDR``,
@@ -105,8 +106,7 @@ def _node_count(environ: Mapping[str, str], master: str,
 def _read_mpi(environ: Mapping[str, str], line: Source) -> Report:
     """The MPI distribution's node facts (module docstring)."""
     master, port = _master_node(environ)
-    inputs: dict[str, tuple[str, ...]] = {"master": (MASTER_NODE,),
-                                          "master_port": (MASTER_NODE,)}
+    inputs: dict[str, tuple[str, ...]] = {"master": (MASTER_NODE,)}
     count = _node_count(environ, master, inputs)
     if count == 1:
         raise TopologyError(describe(
@@ -122,10 +122,12 @@ def _read_mpi(environ: Mapping[str, str], line: Source) -> Report:
     return Report(
         problem=problem,
         source=line.name, title=line.title, num_nodes=count, master=master,
-        master_port=port, session_id=run_id or None,
+        session_id=run_id or None,
         job=(line.name, run_id, environ[MASTER_NODE].strip()), inputs=inputs,
-        notes=(f"master = the host part of {MASTER_NODE} (the primary task's node), its port "
-               f"the master port; {shown}; the ranks are mpirun's (OMPI_COMM_WORLD_*)",),
+        notes=(f"master = the host part of {MASTER_NODE} (the primary task's node); {shown}; "
+               "the ranks are mpirun's (OMPI_COMM_WORLD_*)",
+               f"port {port} of {MASTER_NODE} is Azure Batch's own (reserved for the service, "
+               "not for NCCL or MPI): the frameworks' ports are derived"),
     )
 
 
@@ -197,7 +199,7 @@ def read(environ: Mapping[str, str], line: Source,
     :param environ: the process's environment; the detect variables of ``line`` are set.
     :param line: ``azureml-mpi`` or ``azureml-pytorch`` (sources/__init__.py).
     :param files: unused (Azure ML states no file).
-    :returns: ``azureml-mpi``: ``master`` and ``master_port`` from ``AZ_BATCH_MASTER_NODE``,
+    :returns: ``azureml-mpi``: ``master`` = the host part of ``AZ_BATCH_MASTER_NODE``,
         ``num_nodes`` from ``AZUREML_NODE_COUNT`` / ``AZ_BATCH_HOST_LIST`` when set, ``job`` =
         ``(line, AZUREML_RUN_ID, AZ_BATCH_MASTER_NODE)``; the ranks come from the ``openmpi``
         line. ``azureml-pytorch``: the process layer, ``node_rank`` = ``NODE_RANK``, the
