@@ -60,12 +60,13 @@ Route = tuple[ipaddress.IPv4Network, int, str, ipaddress.IPv4Address, bool]
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The route and address tables, on the main node without the address variable only."""
-    if environ.get(MAIN_ADDRESS) or environ.get("AWS_BATCH_JOB_NUM_NODES") == "1" or (
+    """On the main node of a job of several nodes only: the route and address tables (the
+    address table alone when the address was exported by hand: it is checked against it)."""
+    if environ.get("AWS_BATCH_JOB_NUM_NODES") == "1" or (
             environ.get("AWS_BATCH_JOB_NODE_INDEX")
             != environ.get("AWS_BATCH_JOB_MAIN_NODE_INDEX")):
         return ()
-    return (ROUTES, LOCAL)
+    return (LOCAL,) if environ.get(MAIN_ADDRESS) else (ROUTES, LOCAL)
 
 
 def _routes(text: str) -> list[Route]:
