@@ -286,7 +286,12 @@ TEXT = st.text(st.characters(codec="utf-8"), max_size=16) | st.sampled_from(
     ["0", "1", "2", "3", "-1", "01", "10.0.1.17", "127.0.0.1", "::1", "j#1", "j#0", ""])
 NAMES = ["AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX",
          "AWS_BATCH_JOB_MAIN_NODE_INDEX", aws_batch.MAIN_ADDRESS]
-FILE_TEXT = st.none() | st.text(max_size=200) | st.sampled_from(
+HEX = st.text(alphabet="0123456789ABCDEFx-", max_size=12)
+ROUTE_TEXT = st.lists(st.tuples(st.sampled_from(["eth0", "lo", "ecs-eth0"]), HEX, HEX, HEX,
+                                HEX, HEX), max_size=4).map(
+    lambda rows: "Iface\tDestination\n" + "".join(
+        f"{i}\t{d}\t{g}\t{f}\t0\t0\t{m}\t{k}\n" for i, d, g, f, m, k in rows))
+FILE_TEXT = st.none() | st.text(max_size=200) | ROUTE_TEXT | st.sampled_from(
     [awsvpc("10.0.1.17")[aws_batch.ROUTES], awsvpc("10.0.1.17")[aws_batch.LOCAL]])
 
 
@@ -322,3 +327,14 @@ def test_no_job_of_more_than_one_node_derives_one_node(count: int, data, drop: b
         return
     assert derivation is not None
     assert (derivation.topology.num_nodes, derivation.topology.multi_node) == (count, True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(route=ROUTE_TEXT | st.text(max_size=200), trie=st.text(max_size=200) | st.sampled_from(
+    [fib_trie("10.0.1.17"), fib_trie("999.1.1.1"), fib_trie()]))
+def test_any_route_and_address_text_gives_an_address_or_the_reason(route, trie) -> None:
+    """The main node's tables, however malformed: an own, non-loopback address or why not."""
+    address, how = aws_batch.own_address(route, trie)
+    assert how
+    if address is not None:
+        assert not ipaddress.IPv4Address(address).is_loopback

@@ -81,12 +81,12 @@ def _routes(text: str) -> list[Route]:
             dest, gateway, mask = (int.from_bytes(bytes.fromhex(f), "little")
                                    for f in (fields[1], fields[2], fields[7]))
             net = ipaddress.IPv4Network((dest, bin(mask).count("1")), strict=False)
-            metric = int(fields[6])
+            route = (net, int(fields[6]), fields[0], ipaddress.IPv4Address(gateway),
+                     bool(flags & _RTF_GATEWAY))
         except ValueError:
             continue
         if flags & _RTF_UP:
-            routes.append((net, metric, fields[0], ipaddress.IPv4Address(gateway),
-                           bool(flags & _RTF_GATEWAY)))
+            routes.append(route)
     return routes
 
 
