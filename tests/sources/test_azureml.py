@@ -99,6 +99,8 @@ def test_the_host_list_counts_the_nodes_and_holds_the_master() -> None:
     assert read(environ, "azureml-mpi").num_nodes == 2
     del environ["AZUREML_NODE_COUNT"]
     assert read(environ, "azureml-mpi").inputs["num_nodes"] == ("AZ_BATCH_HOST_LIST",)
+    spaced = {**environ, "AZ_BATCH_HOST_LIST": " 10.0.0.5 , 10.0.0.4"}  # not Batch's form
+    assert read(spaced, "azureml-mpi").num_nodes == 2
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -114,10 +116,14 @@ def test_the_host_list_counts_the_nodes_and_holds_the_master() -> None:
     ({"AZ_BATCH_HOST_LIST": "10.0.0.4,10.0.0.5,10.0.0.6"},
      "AZUREML_NODE_COUNT='2': expected 3, the number of nodes in AZ_BATCH_HOST_LIST; "
      f"{FIX_MPI}"),
+    ({"AZ_BATCH_HOST_LIST": "10.0.0.4,node 5"},
+     "AZ_BATCH_HOST_LIST='10.0.0.4,node 5': expected the nodes' IPs, comma-separated, each a "
+     "host name (letters, digits, '-' and '.') or an IP address: entry 2 ('node 5') is not; "
+     + FIX_MPI),
     ({"AZUREML_NODE_COUNT": "1"},
      "AZ_BATCH_MASTER_NODE='10.0.0.4:6000': expected no such variable in a job of one node "
      "(AZUREML_NODE_COUNT says 1): Azure ML sets it for more than one node only"),
-], ids=["no-port", "loopback", "master-not-listed", "count", "one-node"])
+], ids=["no-port", "loopback", "master-not-listed", "count", "bad-entry", "one-node"])
 def test_bad_mpi_variables_name_the_variable_value_and_fix(change, message) -> None:
     with pytest.raises(TopologyError) as info:
         read({**mpi(1, 2, 1), **change}, "azureml-mpi")
