@@ -8,12 +8,15 @@ No emulator exists: the nodes' variables are TYPED from AWS's own documents and 
   set in multi-node parallel job child nodes (it is not present on the main node)"; nodes
   "are addressed using #N notation" (``<job id>#2``); each container gets its own network
   interface and primary private IP (``awsvpc``);
-- aws-samples/aws-batch-comp-infrastructure-sample (the SAT-Comp MNP sample, its
+- AWS's sample ``mpi-run.sh`` ("Copyright 2019 Amazon.com", copies in the index; its
   ``report_to_master``): children read the main node's IP from the variable, the main node
-  has none and uses its own ``eth0`` address;
-- the AWS NeMo MNP scripts in the index (``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS=
-  $(hostname -i)`` exported on node 0) and ``${AWS_BATCH_JOB_ID%%#*}`` ("In multi-node Batch
-  jobs, AWS_BATCH_JOB_ID includes "#<node_index>" suffix"): the asymmetry and the job id.
+  has none and writes its own ``eth0`` address into the hostfile;
+- aws/aws-parallelcluster ``docs/tutorials/code_samples/batch_mpi/submit_mpi.sh`` (a copy:
+  CMASCenter/pcluster-cmaq ``submit_mpi.sh``): ``AWS_BATCH_JOB_NODE_INDEX -eq
+  AWS_BATCH_JOB_MAIN_NODE_INDEX`` for the main node, ``${AWS_BATCH_JOB_ID%#*}`` for the job;
+- user scripts in the index: ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS=$(hostname -i)``
+  exported on the main node (a NeMo fine-tuning script), ``${AWS_BATCH_JOB_ID%%#*}`` ("In
+  multi-node Batch jobs, AWS_BATCH_JOB_ID includes "#<node_index>" suffix").
 
 The main node's routes are those of an ``awsvpc`` task: ``eth0`` (the ENI, default route via
 the subnet's router) and ``ecs-eth0`` (the link-local task metadata network, 169.254.172.0/22).

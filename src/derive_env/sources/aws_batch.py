@@ -11,8 +11,8 @@ awsdocs/aws-batch-user-guide ``doc_source/multi-node-parallel-jobs.md``):
   "only set in multi-node parallel job child nodes (it is not present on the main node)";
 - ``AWS_BATCH_JOB_ID``: the job id; a node of an MNP job is addressed as ``<job id>#<node
   index>`` ("Nodes are addressed using #N notation"), and that is the id its container sees
-  (aws-samples scripts strip it: ``${AWS_BATCH_JOB_ID%%#*}``), so the job-wide id is the
-  part before ``#``.
+  (AWS ParallelCluster's ``batch_mpi/submit_mpi.sh`` strips it: ``${AWS_BATCH_JOB_ID%#*}``),
+  so the job-wide id is the part before ``#``.
 
 MNP containers use the ``awsvpc`` network mode: each gets its own network interface and
 primary private IP, the address the children are given. No host list, no GPU count, no
@@ -20,8 +20,8 @@ names. So the views differ (sources-cloud.md 24, pitfall 1): a child reads the m
 the variable; the main node has none and uses its own address, the source address of its
 default route (``/proc/net/route`` and ``/proc/net/fib_trie``, read at the edge, cli/), never
 loopback: the same address on every node, so the digest agrees. An address exported by hand
-on the main node (``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS=$(hostname -i)``, as AWS's
-NeMo samples do) is used when it is one of the node's own addresses.
+on the main node (``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS=$(hostname -i)``, as
+NeMo fine-tuning scripts do) is used when it is one of the node's own addresses.
 
 Node ranks: the main node first, then the others in node-index order, i.e. node rank =
 ``(NODE_INDEX - MAIN_NODE_INDEX) mod NUM_NODES`` (the master is node rank 0). Without a host
