@@ -176,6 +176,17 @@ def test_azure_batchs_master_beside_the_pytorch_distribution_is_shadowed() -> No
     assert "MASTER_PORT" not in derivation.changes()
 
 
+def test_torchrun_started_by_the_user_inside_is_torchruns() -> None:
+    """Per-node launch (the guide: torch.distributed.launch per node, started with
+    --node-rank=$NODE_RANK): torchrun's workers keep AZUREML_RUN_ID; torchrun's variables
+    are the process's (its source reads them), not a partial Azure ML set."""
+    environ = {**pytorch(1, 2, 1), "TORCHELASTIC_RUN_ID": "none", "RANK": "4",
+               "LOCAL_RANK": "0", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
+               "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_PORT": "29500"}
+    assert [s.name for s in seen_sources(environ)] == ["torchrun"]
+    assert derive(environ, PT).topology.source == "torchrun"
+
+
 def test_local_world_size_when_set_wins() -> None:
     environ = {**pytorch(5, 2, 4), "LOCAL_WORLD_SIZE": "4"}
     del environ["AZUREML_NODE_COUNT"]

@@ -311,7 +311,7 @@ SOURCES: tuple[Source, ...] = (
                f"without derive-env in Ray workers; {ON_ERROR_WARN}"),
     Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "azureml",
            ("AZUREML_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR",
-            "MASTER_PORT"), 0, marker=("AZUREML_RUN_ID",),
+            "MASTER_PORT"), 0, marker=("AZUREML_RUN_ID",), unless=("TORCHELASTIC_RUN_ID",),
            partial=False, states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
            fix="Azure ML set every torch variable of this process itself: run the command "
                f"without derive-env; {ON_ERROR_WARN}"),
