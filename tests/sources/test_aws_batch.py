@@ -63,6 +63,10 @@ def fib_trie(*own: str) -> str:
     return f"Local:\n  +-- 0.0.0.0/0 3 0 5\n{leaves}"
 
 
+# awsvpc mode (multi-node-parallel-jobs.md, "Compute Environment Considerations": "Each
+# multi-node parallel job container gets its own elastic network interface, a primary private
+# IP address"): eth0 the ENI, ecs-eth0 the task metadata link (excluded by the mpiexec
+# samples' "--mca btl_tcp_if_exclude lo,ecs-eth0", AWS's MPI entrypoint.sh sample).
 def awsvpc(address: str, router: str = "10.0.0.1", prefix: str = "10.0.0.0",
            mask: str = "255.255.240.0") -> dict[str, str]:
     """The files of an awsvpc task whose ENI has ``address`` (a /20 by default)."""
@@ -73,6 +77,9 @@ def awsvpc(address: str, router: str = "10.0.0.1", prefix: str = "10.0.0.0",
             aws_batch.LOCAL: fib_trie(address, "169.254.172.2")}
 
 
+# multi-node-parallel-jobs.md "Environment Variables" (the four MNP variables, the address on
+# children only), "#N notation" (AWS_BATCH_JOB_ID), job_env_vars.md (AWS_BATCH_JOB_ATTEMPT,
+# AWS_BATCH_CE_NAME, AWS_BATCH_JQ_NAME in every Batch container).
 def node(index: int, count: int, main: int = 0, main_ip: str = "10.0.1.17",
          suffix: bool = True) -> dict[str, str]:
     """What AWS Batch sets in node ``index`` of a ``count``-node job (module docstring): the

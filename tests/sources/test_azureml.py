@@ -44,6 +44,10 @@ FIX_TORCH = ("Azure ML's PyTorch distribution sets it in every process it starts
 PT = {PREFIX + "frameworks": "pytorch"}
 
 
+# batch-compute-node-environment-variables.md (AZ_BATCH_MASTER_NODE `10.0.0.4:6000`); hi-ml
+# utils.py set_environment_variables_for_multi_node and the examples'
+# set_environment_variables_for_nccl_backend (OMPI_COMM_WORLD_* as the ranks); ParallelRunStep
+# job.py Job.start (AZUREML_NODE_COUNT).
 def mpi(rank: int, nodes: int, per_node: int, master: str = "10.0.0.4",
         count: bool = True) -> dict[str, str]:
     """Process ``rank`` of an MPI-distribution job (mpirun fills node by node)."""
@@ -57,6 +61,7 @@ def mpi(rank: int, nodes: int, per_node: int, master: str = "10.0.0.4",
     return environ
 
 
+# how-to-train-distributed-gpu (SDK v2), "PyTorch": the six torch variables per process.
 def pytorch(rank: int, nodes: int, per_node: int) -> dict[str, str]:
     """Process ``rank`` of a PyTorch-distribution job (the guide's variables)."""
     return {"AZUREML_RUN_ID": RUN, "AZUREML_NODE_COUNT": str(nodes),
