@@ -282,8 +282,8 @@ MANAGERS = {
                    "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "41000"}, {}, "WORLD_SIZE", "4",
                   "1 or unset", "a Ray Train worker", "process"),
     "azureml-pytorch": ({"AZUREML_RUN_ID": "r", "RANK": "1", "WORLD_SIZE": "2",
-                         "LOCAL_RANK": "1", "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.4",
-                         "MASTER_PORT": "6105", "AZUREML_NODE_COUNT": "1"}, {}, "WORLD_SIZE",
+                         "LOCAL_RANK": "0", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.4",
+                         "MASTER_PORT": "6105", "AZUREML_NODE_COUNT": "2"}, {}, "WORLD_SIZE",
                         "2", "1 or unset",
                         "an Azure ML PyTorch-distribution process", "process"),
 }
@@ -309,7 +309,7 @@ READ_MANAGERS = {
 #: The managers of MANAGERS a source now reads (their environment derives their job).
 NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1),
             "aws-batch": ("aws-batch", 2, 1), "azure-mpi": ("azureml-mpi", 2, None),
-            "azureml-pytorch": ("azureml-pytorch", 1, 0)}
+            "azureml-pytorch": ("azureml-pytorch", 2, 1)}
 REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
 #: Of NOW_READ, the managers that state no host list: TF_CONFIG is refused with the reason.
 NO_HOST_LIST = {"aws-batch", "azure-mpi", "azureml-pytorch"}
