@@ -88,7 +88,14 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
      "container env: `- name: DERIVE_ENV_NNODES` `value: \"<spec.completions of train>\"` "
      "(a Kubernetes Indexed Job does not put its pod count in the pod's environment)"),
     ({"FLUX_JOB_SIZE": "4"}, None), ({"JSM_NAMESPACE_SIZE": "6"}, None),
-    ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"}, None),
+    # Read now (sources/aws_batch.py): a partial set is refused, naming what is missing.
+    ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"},
+     "AWS_BATCH_JOB_NUM_NODES='3': expected 1 or unset: an AWS Batch multi-node parallel job "
+     "states a job of more than one node, but only part of its variables are set (not set: "
+     "AWS_BATCH_JOB_ID, AWS_BATCH_JOB_MAIN_NODE_INDEX), and a partial set is never used: it "
+     "may be left over from another job. Run derive-env in the launcher's own process (the "
+     "launcher sets all of them), or set label ai.backend.distributed.on-error=warn to run "
+     "the command with the environment unchanged"),
 ], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
 def test_another_launchers_multi_process_job_is_refused(environ, message) -> None:
     for labels in (ALL, PPC):
@@ -236,11 +243,14 @@ MANAGERS = {
     "aws-batch": ({"AWS_BATCH_JOB_ID": "j#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
                    "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
                    "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.1"}, {},
-                  "AWS_BATCH_JOB_NUM_NODES", "2", "1 or unset", "AWS Batch multi-node parallel",
-                  "node"),
-    "azure-mpi": ({"AZ_BATCH_MASTER_NODE": "10.0.0.4:6105", "AZUREML_RUN_ID": "r"}, {},
+                  "AWS_BATCH_JOB_NUM_NODES", "2", "1 or unset",
+                  "an AWS Batch multi-node parallel job", "node"),
+    "azure-mpi": ({"AZ_BATCH_MASTER_NODE": "10.0.0.4:6105", "AZUREML_RUN_ID": "r",
+                   "AZUREML_NODE_COUNT": "2", "OMPI_COMM_WORLD_SIZE": "2",
+                   "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                   "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}, {},
                   "AZ_BATCH_MASTER_NODE", "10.0.0.4:6105", "unset",
-                  "an Azure ML or Azure Batch job of several nodes", "node"),
+                  "an Azure ML MPI job (Azure Batch multi-instance)", "node"),
     "kubeflow-jax": ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1",
                       "JAX_COORDINATOR_ADDRESS": "tj-node-0-0.tj:6666"}, {},
                      "JAX_NUM_PROCESSES", "2", "1 or unset", "a Kubeflow TrainJob (JAX runtime)",
@@ -274,8 +284,9 @@ MANAGERS = {
                    "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "41000"}, {}, "WORLD_SIZE", "4",
                   "1 or unset", "a Ray Train worker", "process"),
     "azureml-pytorch": ({"AZUREML_RUN_ID": "r", "RANK": "1", "WORLD_SIZE": "2",
-                         "LOCAL_RANK": "1", "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.4",
-                         "MASTER_PORT": "6105"}, {}, "WORLD_SIZE", "2", "1 or unset",
+                         "LOCAL_RANK": "0", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.4",
+                         "MASTER_PORT": "6105", "AZUREML_NODE_COUNT": "2"}, {}, "WORLD_SIZE",
+                        "2", "1 or unset",
                         "an Azure ML PyTorch-distribution process", "process"),
 }
 
@@ -300,9 +311,11 @@ READ_MANAGERS = {
 #: The managers of MANAGERS a source now reads (their environment derives their job).
 NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1),
             "tpu": ("gke-tpu", 2, 1),
-            "determined": ("determined", 2, 1), "ray-train": ("ray-train", None, 1)}
+            "determined": ("determined", 2, 1), "ray-train": ("ray-train", None, 1),
+            "aws-batch": ("aws-batch", 2, 1), "azure-mpi": ("azureml-mpi", 2, None),
+            "azureml-pytorch": ("azureml-pytorch", 2, 1)}
 #: Of those, the ones that state no host list: TensorFlow's TF_CONFIG is refused, saying so.
-NO_HOST_LIST = {"ray-train"}
+NO_HOST_LIST = {"ray-train", "aws-batch", "azure-mpi", "azureml-pytorch"}
 REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
 
 
@@ -394,7 +407,9 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
            "NUM_PROCESSES": "1", "PROCESS_ID": "0", "DMLC_NUM_WORKER": "1", "DMLC_TASK_ID": "0",
            "_CONDOR_NPROCS": "1", "_CONDOR_PROCNO": "0", "LSB_MCPU_HOSTS": "hostA 4",
            "NHOSTS": "1", "K_MPI_JOB_ROLE": "worker", "WORLD_SIZE": "1", "RANK": "0",
-           "NODE_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+           "NODE_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "AWS_BATCH_JOB_ID": "j#0", "OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0",
+           "AZUREML_NODE_COUNT": "1"}
     environ, files, *_ = MANAGERS[manager]
     environ = {**environ, **{k: v for k, v in one.items() if k in environ}}
     files = {path: text.replace('"algo-1", "algo-2"', '"algo-1"').replace(
@@ -458,12 +473,12 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
 
 def test_source_none_in_a_larger_job_warns() -> None:
     """--source none wins, but not silently (contract section 11)."""
-    environ = MANAGERS["aws-batch"][0]
+    environ = MANAGERS["htcondor"][0]
     topology = topology_from(environ, "none")
     assert topology.num_nodes == 1
     assert topology.warnings == (
-        "source none chosen (--source or DERIVE_ENV_SOURCE): AWS Batch multi-node parallel "
-        "states a job of more than one node (AWS_BATCH_JOB_NUM_NODES='2'), and this process "
+        "source none chosen (--source or DERIVE_ENV_SOURCE): an HTCondor parallel-universe "
+        "job states a job of more than one node (_CONDOR_NPROCS='2'), and this process "
         "derives a job of one; if that job has more than one node, each trains alone",)
     # A manager a source reads: its variables are named as set and ignored.
     assert topology_from(READ_MANAGERS["skypilot"][0], "none").warnings == (

@@ -45,8 +45,8 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
     assert ", ".join(SOURCE_NAMES) == (
         "torchrun, openmpi, mvapich2, hydra, pals, slurm-step, slurm-allocation, backendai, "
         "kubeflow-pytorchjob, kubeflow-trainjob, kubernetes-indexed-job, jobset, sagemaker, "
-        "sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, gke-tpu, "
-        "determined, ray-train")
+        "aws-batch, sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, "
+        "gke-tpu, azureml-mpi, determined, ray-train, azureml-pytorch")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES
     with pytest.raises(UsageError, match=r"^--source='flux': expected one of auto, none, "):
         choice_of({}, "flux")  # known, but only refused
@@ -119,12 +119,12 @@ def test_the_refusals_keep_the_launchers_order() -> None:
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
         "a Slurm step (srun)", "a Slurm batch script or salloc shell", "Flux", "LSF jsrun",
-        "a Kubernetes Indexed Job", "a JobSet", "SageMaker", "AWS Batch multi-node parallel",
+        "a Kubernetes Indexed Job", "a JobSet", "SageMaker", "an AWS Batch multi-node parallel job",
         "an Amazon SageMaker training job", "a SkyPilot task", "a dstack task",
         "a LeaderWorkerSet group", "a Volcano Job",
         "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "a Vertex AI custom job",
         "a TPU slice (GKE, LeaderWorkerSet or KubeRay)",
-        "an Azure ML or Azure Batch job of several nodes", "a Determined trial",
+        "an Azure ML MPI job (Azure Batch multi-instance)", "a Determined trial",
         "a Kubeflow TrainJob (JAX runtime)", "a Kubeflow JAXJob (v1)",
         "a Kubeflow TrainJob (XGBoost runtime)", "an HTCondor parallel-universe job",
         "an OpenPBS/Torque job", "an LSF job", "a Grid Engine parallel job",

@@ -207,9 +207,11 @@ SOURCES: tuple[Source, ...] = (
            fix=_start_torchrun("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
                                "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of "
                                "$SM_HOSTS>")),
-    Source("aws-batch", "AWS Batch multi-node parallel", None,
-           ("AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX"), 4, unit="node",
+    Source("aws-batch", "an AWS Batch multi-node parallel job", "aws_batch",
+           ("AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX",
+            "AWS_BATCH_JOB_MAIN_NODE_INDEX"), 4, unit="node",
            states=(("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0)),
+           counts=("AWS_BATCH_JOB_NUM_NODES",),
            fix=_start_torchrun("--nnodes=$AWS_BATCH_JOB_NUM_NODES --node-rank="
                                "$AWS_BATCH_JOB_NODE_INDEX --master-addr=<the main node's "
                                "address>")),
@@ -264,7 +266,7 @@ SOURCES: tuple[Source, ...] = (
            fix="Run the command without derive-env (JAX reads TPU_WORKER_ID and "
                "TPU_WORKER_HOSTNAMES itself), or, for a slice of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("azure-batch", "an Azure ML or Azure Batch job of several nodes", None,
+    Source("azureml-mpi", "an Azure ML MPI job (Azure Batch multi-instance)", "azureml",
            ("AZ_BATCH_MASTER_NODE",), 4, unit="node",
            states=(("AZ_BATCH_MASTER_NODE", None),),
            fix=_start_torchrun("--nnodes=<the node count> --node-rank=<this node's> "
@@ -317,8 +319,9 @@ SOURCES: tuple[Source, ...] = (
            states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
            fix="Ray Train set every torch variable of this worker itself: run the command "
                f"without derive-env in Ray workers; {ON_ERROR_WARN}"),
-    Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", None,
-           ("AZUREML_RUN_ID", "RANK", "WORLD_SIZE"), 0, marker=("AZUREML_RUN_ID",),
+    Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "azureml",
+           ("AZUREML_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR",
+            "MASTER_PORT"), 0, marker=("AZUREML_RUN_ID",), unless=("TORCHELASTIC_RUN_ID",),
            partial=False, states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
            fix="Azure ML set every torch variable of this process itself: run the command "
                f"without derive-env; {ON_ERROR_WARN}"),

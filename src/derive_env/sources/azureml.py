@@ -1,0 +1,235 @@
+"""The Azure Machine Learning sources: its MPI distribution and its PyTorch distribution.
+
+Table lines ``azureml-mpi`` and ``azureml-pytorch`` (sources-cloud.md section 10). The Azure
+ML runtime is closed source: what it sets is read from Microsoft's documentation and from
+the code that reads it (each test fixture cites its source):
+
+- **MPI distribution** (``distribution: {type: mpi, process_count_per_instance: n}``):
+  Azure ML runs ``mpirun`` itself, so every process has Open MPI's ``OMPI_COMM_WORLD_*``
+  (the ``openmpi`` line reads them: the process layer), and, for a job of more than one
+  node, Azure Batch's ``AZ_BATCH_MASTER_NODE=<ip>:<port>``: "the IP address and port of the
+  compute node on which the primary task of a multi-instance task runs" (Azure Batch
+  "Compute node environment variables"; read as host:port by Microsoft's own adapters,
+  ``set_environment_variables_for_nccl_backend`` in the Azure ML examples, and by
+  microsoft/hi-ml ``health_azure/utils.py``, ``set_environment_variables_for_multi_node``).
+  A single-node job has ``AZ_BATCHAI_MPI_MASTER_NODE=<ip>`` instead, and no
+  ``AZ_BATCH_MASTER_NODE``. ``AZUREML_NODE_COUNT`` (the instance count: the Azure ML
+  ParallelRunStep driver reads it) and Azure Batch's ``AZ_BATCH_HOST_LIST`` (comma-separated
+  node IPs), when set, count the nodes and are cross-checked. So this line gives the master
+  = the host part of ``AZ_BATCH_MASTER_NODE`` (node rank 0's: the primary task's) and the
+  node count, never its port, which "is reserved for the Azure Batch service" (the same
+  page: use ``MASTER_PORT`` instead); no host list of known order. Plain Azure Batch
+  multi-instance tasks set the same variables and are read alike (correct behaviour).
+- **PyTorch distribution** (``distribution: {type: pytorch, process_count_per_instance:
+  n}``): Azure ML starts the ``n`` processes of each node itself and sets ``MASTER_ADDR``,
+  ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``, ``RANK``, ``LOCAL_RANK`` in each (Microsoft's
+  "Distributed GPU training guide (SDK v2)"), beside ``AZUREML_*``. They are passed through
+  (``preset``): never rewritten, only checked, like torchrun's. ``WORLD_SIZE`` counts every
+  process (a blog post's "processes in the current instance" contradicts torch and Azure's
+  own samples, which use it as the global size). The processes per node are
+  ``LOCAL_WORLD_SIZE`` when set, else ``WORLD_SIZE / AZUREML_NODE_COUNT``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from derive_env.errors import TopologyError, describe
+from derive_env.hosts import check_hosts, host_problem, is_loopback
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report
+from derive_env.validation import parse_port, variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+MASTER_NODE = "AZ_BATCH_MASTER_NODE"
+NODE_COUNT = "AZUREML_NODE_COUNT"
+HOST_LIST = "AZ_BATCH_HOST_LIST"
+RUN_ID = "AZUREML_RUN_ID"
+#: What the PyTorch distribution sets in each process (module docstring).
+TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "RANK",
+                   "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+_PROCESSES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+_FIX_MPI = ("Azure ML (Azure Batch) sets it in every process of a multi-node MPI job; do not "
+            "set it in the job's environment_variables")
+_FIX_TORCH = ("Azure ML's PyTorch distribution sets it in every process it starts; something "
+              "changed it after Azure ML started this process")
+
+
+_QUAD = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
+#: Azure Batch's form of AZ_BATCH_HOST_LIST, comma-separated IPv4 addresses: one match for
+#: the whole list, then each distinct octet once, instead of one address parse per node
+#: (as sources/launchtools.py does for the IP lists of 4096 nodes).
+_QUADS = re.compile(rf"{_QUAD}(?:,{_QUAD})*")
+
+
+def _all_ipv4(text: str) -> bool:
+    """Whether ``text`` is IPv4 addresses separated by commas (octets 0-255, no leading 0)."""
+    if not _QUADS.fullmatch(text):
+        return False
+    octets = set(text.replace(",", ".").split("."))
+    return not any(len(o) > 1 and (o[0] == "0" or int(o) > 255) for o in octets)
+
+
+def _master_node(environ: Mapping[str, str]) -> tuple[str, int]:
+    """``AZ_BATCH_MASTER_NODE`` as ``(host, port)``."""
+    value = environ[MASTER_NODE]
+    host, colon, port_text = value.strip().rpartition(":")
+    try:
+        if not colon:
+            raise ValueError("no port")
+        port = parse_port(port_text)
+    except ValueError:
+        raise TopologyError(describe(
+            MASTER_NODE, value, f"<ip>:<port> (the primary task's node and port, e.g. "
+            f"10.0.0.4:6000); {_FIX_MPI}")) from None
+    problem = host_problem(host) or ("a loopback address" if is_loopback(host) else None)
+    if problem:
+        raise TopologyError(describe(MASTER_NODE, value, f"<ip>:<port> with the master node's "
+                                     f"address: {host!r} is {problem}; {_FIX_MPI}"))
+    return host, port
+
+
+def _node_count(environ: Mapping[str, str], master: str,
+                inputs: dict[str, tuple[str, ...]]) -> int | None:
+    """The node count from ``AZUREML_NODE_COUNT`` and ``AZ_BATCH_HOST_LIST``, cross-checked;
+    ``None`` when neither is set."""
+    count = None
+    if environ.get(NODE_COUNT):
+        count = variable_int(environ, NODE_COUNT, 1, f"; {_FIX_MPI}")
+        inputs["num_nodes"] = (NODE_COUNT,)
+    text = environ.get(HOST_LIST, "").strip()
+    if not text:
+        return count
+    if _all_ipv4(text):  # Azure Batch's own form: nothing to strip or look up
+        hosts, listed = text.split(","), master in text.split(",")
+    else:
+        hosts = [h.strip() for h in text.split(",")]
+        bad = check_hosts(hosts)
+        if bad is not None:
+            raise TopologyError(describe(
+                HOST_LIST, text, f"the nodes' IPs, comma-separated, each {bad[2]}: entry "
+                f"{bad[0]} ({bad[1]!r}) is not; {_FIX_MPI}"))
+        listed = master.lower() in (h.lower() for h in hosts)
+    if not listed:
+        raise TopologyError(describe(HOST_LIST, text, f"a list holding the master node "
+                                     f"{master!r} ({MASTER_NODE}); {_FIX_MPI}"))
+    if count is not None and count != len(hosts):
+        raise TopologyError(describe(NODE_COUNT, environ[NODE_COUNT], f"{len(hosts)}, the "
+                                     f"number of nodes in {HOST_LIST}; {_FIX_MPI}"))
+    inputs["num_nodes"] = (*inputs.get("num_nodes", ()), HOST_LIST)
+    return len(hosts)
+
+
+def _read_mpi(environ: Mapping[str, str], line: Source) -> Report:
+    """The MPI distribution's node facts (module docstring)."""
+    master, port = _master_node(environ)
+    inputs: dict[str, tuple[str, ...]] = {"master": (MASTER_NODE,)}
+    count = _node_count(environ, master, inputs)
+    if count == 1:
+        raise TopologyError(describe(
+            MASTER_NODE, environ[MASTER_NODE], f"no such variable in a job of one node "
+            f"({inputs['num_nodes'][0]} says 1): Azure ML sets it for more than one node only"))
+    run_id = environ.get(RUN_ID, "").strip()
+    inputs["ports"] = (RUN_ID, MASTER_NODE) if run_id else (MASTER_NODE,)
+    shown = f"{count} nodes" if count else "the node count unknown (no AZUREML_NODE_COUNT)"
+    problem = (f"{line.title}: {MASTER_NODE} states the master ({master}), not this "
+               "process's rank: run the command in the processes the job's mpirun starts "
+               "(distribution type mpi: each has OMPI_COMM_WORLD_*), or use the PyTorch "
+               "distribution, which sets the torch variables itself")
+    return Report(
+        problem=problem,
+        source=line.name, title=line.title, num_nodes=count, master=master,
+        session_id=run_id or None,
+        job=(line.name, run_id, environ[MASTER_NODE].strip()), inputs=inputs,
+        notes=(f"master = the host part of {MASTER_NODE} (the primary task's node); {shown}; "
+               "the ranks are mpirun's (OMPI_COMM_WORLD_*)",
+               f"port {port} of {MASTER_NODE} is Azure Batch's own (reserved for the service, "
+               "not for NCCL or MPI): the frameworks' ports are derived"),
+    )
+
+
+def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
+    return variable_int(environ, name, minimum, f"; {_FIX_TORCH}")
+
+
+def _local_world(environ: Mapping[str, str], world: int) -> tuple[int, int | None, str]:
+    """``(processes per node, node count or None, the variables behind them)``."""
+    count = _int(environ, NODE_COUNT, 1) if environ.get(NODE_COUNT) else None
+    if environ.get("LOCAL_WORLD_SIZE"):
+        return _int(environ, "LOCAL_WORLD_SIZE", 1), count, "LOCAL_WORLD_SIZE"
+    if count is None or world % count:
+        raise TopologyError(describe(
+            NODE_COUNT, environ.get(NODE_COUNT, ""),
+            f"the instance count, dividing WORLD_SIZE={world}: without it or "
+            "LOCAL_WORLD_SIZE the processes per node are unknown. Set LOCAL_WORLD_SIZE to "
+            "process_count_per_instance in the job's environment_variables, or run the "
+            "command without derive-env (Azure ML set every torch variable itself)"))
+    return world // count, count, f"WORLD_SIZE / {NODE_COUNT}"
+
+
+def _read_pytorch(environ: Mapping[str, str], line: Source) -> Report:
+    """The PyTorch distribution's per-process variables, passed through (module docstring)."""
+    world, rank = _int(environ, "WORLD_SIZE", 1), _int(environ, "RANK", 0)
+    local_rank, node_rank = _int(environ, "LOCAL_RANK", 0), _int(environ, "NODE_RANK", 0)
+    local_world, count, behind = _local_world(environ, world)
+    nodes = count if count is not None else world // local_world
+    expected = node_rank * local_world + local_rank
+    if (rank >= world or local_rank >= local_world or world % local_world
+            or nodes * local_world != world or rank != expected):
+        raise TopologyError(
+            f"Azure ML PyTorch distribution: RANK={rank}, LOCAL_RANK={local_rank}, "
+            f"NODE_RANK={node_rank}, WORLD_SIZE={world}, {local_world} processes per node "
+            f"({behind}) disagree: Azure ML starts the same number of processes on each node, "
+            f"RANK = NODE_RANK x processes per node + LOCAL_RANK (here {expected}); "
+            f"{_FIX_TORCH}")
+    master = environ["MASTER_ADDR"]
+    problem = host_problem(master)
+    if problem:
+        raise TopologyError(describe("MASTER_ADDR", master, f"{problem}; {_FIX_TORCH}"))
+    try:
+        port = parse_port(environ["MASTER_PORT"])
+    except ValueError as exc:
+        raise TopologyError(describe("MASTER_PORT", environ["MASTER_PORT"],
+                                     f"{exc}; {_FIX_TORCH}")) from None
+    run_id = environ[RUN_ID].strip()
+    return Report(
+        source=line.name, title=line.title, node_rank=node_rank, num_nodes=nodes,
+        processes=Processes(rank, local_rank, world, local_world), master=master,
+        master_port=port, session_id=run_id, job=(line.name, run_id, str(port)),
+        preset=frozenset(n for n in TORCH_VARIABLES if n in environ),
+        inputs={"node_rank": ("NODE_RANK",),
+                "num_nodes": (NODE_COUNT,) if count else ("WORLD_SIZE", behind),
+                "processes": ("RANK", "LOCAL_RANK", "WORLD_SIZE", behind),
+                **{fact: (name,) for fact, name in zip(PROCESS_FACTS, _PROCESSES, strict=True)},
+                "local_world_size": (behind,), "master": ("MASTER_ADDR",),
+                "master_port": ("MASTER_PORT",), "ports": (RUN_ID, "MASTER_PORT")},
+        order="Azure ML's NODE_RANK",
+        notes=(f"process {rank} of {world} on node {node_rank} of {nodes} (RANK, WORLD_SIZE, "
+               "NODE_RANK): Azure ML's PyTorch distribution set them, they are kept as set",),
+    )
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What an Azure ML process's environment says.
+
+    :param environ: the process's environment; the detect variables of ``line`` are set.
+    :param line: ``azureml-mpi`` or ``azureml-pytorch`` (sources/__init__.py).
+    :param files: unused (Azure ML states no file).
+    :returns: ``azureml-mpi``: ``master`` = the host part of ``AZ_BATCH_MASTER_NODE``,
+        ``num_nodes`` from ``AZUREML_NODE_COUNT`` / ``AZ_BATCH_HOST_LIST`` when set, ``job`` =
+        ``(line, AZUREML_RUN_ID, AZ_BATCH_MASTER_NODE)``; the ranks come from the ``openmpi``
+        line. ``azureml-pytorch``: the process layer, ``node_rank`` = ``NODE_RANK``, the
+        master and its port, all ``preset`` (kept as set), ``job`` = ``(line,
+        AZUREML_RUN_ID, MASTER_PORT)``.
+    :raises TopologyError: a value is malformed, a count contradicts another, or the ranks
+        contradict Azure ML's numbering (module docstring); the message names the
+        variable, its value and the fix.
+    """
+    if line.name == "azureml-mpi":
+        return _read_mpi(environ, line)
+    return _read_pytorch(environ, line)
