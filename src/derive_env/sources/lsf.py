@@ -18,8 +18,8 @@ Two table lines share this module (sources-cloud.md 20; IBM Spectrum LSF documen
   ``LSFEnvironment._read_hosts``: "remove the launch node (i.e. the first node in
   LSB_DJOB_RANKFILE) from the list"; OLCF's Summit scripts count ``LSB_DJOB_HOSTFILE``'s
   hosts minus one). So the master is the first compute host, never the launch node that
-  ``LSB_MCPU_HOSTS`` lists first. Spectrum MPI's ``OMPI_COMM_WORLD_*`` under jsrun are read
-  by the ``openmpi`` line and confirm these.
+  ``LSB_MCPU_HOSTS`` lists first. Spectrum MPI's ``OMPI_COMM_WORLD_*`` under jsrun (read by
+  the ``openmpi`` line too) are this task's companions: they must be equal.
 
 Pure: the rank file is read in cli/ (:func:`files_needed`).
 """
@@ -46,6 +46,10 @@ _START = ("start the processes from the batch script with jsrun or mpirun (jsrun
           "derive-env -- python train.py), so that derive-env runs in each rank")
 _JSM = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE",
         "JSM_NAMESPACE_LOCAL_SIZE")
+#: The same facts as Spectrum MPI (Open MPI) states them in a task jsrun started.
+_SPECTRUM = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_SIZE")
+_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -93,7 +97,7 @@ def _mcpu_hosts(environ: Mapping[str, str]) -> HostSlots:
             other = None
         if other != listed:
             raise TopologyError(describe(
-                "LSB_HOSTS", shorten(environ["LSB_HOSTS"]),
+                "LSB_HOSTS", environ["LSB_HOSTS"],
                 f"the hosts and slots of LSB_MCPU_HOSTS={shorten(value)!r} (one word per "
                 "slot): LSF sets both for one job, so one was set by hand or inherited"))
     return listed
@@ -116,7 +120,7 @@ def _allocation(environ: Mapping[str, str], line: Source) -> Report:
         node_rank=node_rank, job=("lsf", job, "allocation"), session_id=job,
         inputs=inputs, order=_ALLOC_ORDER, notes=tuple(notes),
         problem=None if count == 1 else describe(
-            "LSB_MCPU_HOSTS", shorten(environ["LSB_MCPU_HOSTS"], 80),
+            "LSB_MCPU_HOSTS", environ["LSB_MCPU_HOSTS"],
             f"a job of one host here: this job has {count} hosts, and a batch script runs "
             f"on the first only; {_START}"),
     )
@@ -141,7 +145,15 @@ def _processes(environ: Mapping[str, str], title: str) -> Processes:
         raise TopologyError(describe(
             _JSM[3], environ[_JSM[3]], f"at most {_JSM[2]}={environ[_JSM[2]]!r}: {title} "
             "sets both for one task, so one was exported by hand"))
-    return Processes(rank, local, world, local_world)
+    processes = Processes(rank, local, world, local_world)
+    for own, companion in zip(_JSM, _SPECTRUM, strict=True):
+        value = environ.get(companion)
+        if value and value.strip() != str(getattr(processes, _FACTS[_JSM.index(own)])):
+            raise TopologyError(describe(
+                companion, value, f"the same value as {own}={environ[own]!r}: under jsrun, "
+                "Spectrum MPI's ranks are jsrun's tasks, so one of them was exported by hand "
+                f"or inherited; unset {companion} or {own}, whichever is stale"))
+    return processes
 
 
 def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) -> HostSlots:
@@ -176,9 +188,7 @@ def _jsrun(environ: Mapping[str, str], line: Source,
             "runs this job's tasks on them; a jsrun of fewer tasks than hosts (jsrun -n) "
             "leaves hosts without a task, and derive-env cannot tell which"))
     inputs = {"nodes": ("LSB_DJOB_RANKFILE",), "processes": _JSM,
-              **{fact: (name,) for fact, name in zip(
-                  ("rank", "local_rank", "world_size", "local_world_size"), _JSM,
-                  strict=True)},
+              **{fact: (name,) for fact, name in zip(_FACTS, _JSM, strict=True)},
               "ports": ("LSB_JOBID",)}
     return Report(
         source=line.name, title=line.title, nodes=nodes_of(listed.hosts),
