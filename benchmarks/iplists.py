@@ -1,9 +1,16 @@
-"""Cost of a 4096-node IP list vs a 4-node one for SkyPilot and dstack (issue 17, item 9).
+"""Cost of a 4096-node host list vs a 4-node one for the list-based sources (issue 17, item 9).
 
 Each case is the ENTRYPOINT path, ``derive-env -- /bin/true``, of an image opted in for
-``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a task whose
-variables are as the tool sets them (sources/launchtools.py): ``SKYPILOT_NODE_IPS`` /
-``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs.
+``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a job whose
+variables and files are as the manager sets them:
+
+- SkyPilot, dstack (sources/launchtools.py): ``SKYPILOT_NODE_IPS`` / ``DSTACK_NODES_IPS`` a
+  newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs;
+- PBS (sources/pbs.py): a ``pbsdsh -u`` TM task (``PBS_NODENUM``, hexadecimal
+  ``PBS_TASKNUM``) whose ``PBS_NODEFILE`` lists each host once per slot (8 slots);
+- LSF (sources/lsf.py): a jsrun task, one per compute host, with ``LSB_MCPU_HOSTS`` (the
+  launch node, then each host with 8 slots) and ``LSB_DJOB_RANKFILE`` (the launch node,
+  then each compute host once per slot).
 
 Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,
 clean environment, stdio on /dev/null, warm-up rounds first), medians and the median of
@@ -39,6 +46,8 @@ from startup import (
 
 TARGET = 1.1
 SIZES = (4, 4096)
+TOOLS = ("skypilot", "dstack", "pbs", "lsf")
+SLOTS = 8
 
 
 def ips(nodes: int) -> list[str]:
@@ -46,8 +55,37 @@ def ips(nodes: int) -> list[str]:
     return [f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}" for i in range(1, nodes + 1)]
 
 
-def tool_env(tool: str, nodes: int) -> dict[str, str]:
+def names(nodes: int) -> list[str]:
+    """``nodes`` short host names, as batch schedulers list them."""
+    return [f"c{i:05d}" for i in range(1, nodes + 1)]
+
+
+def master_of(tool: str) -> str:
+    return "10.0.0.1" if tool in ("skypilot", "dstack") else "c00001"
+
+
+def scheduler_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
+    """Node ``nodes // 2`` of a PBS or LSF job of ``nodes`` hosts; its file in ``folder``."""
+    hosts, rank = names(nodes), nodes // 2
+    per_slot = "".join(f"{host}\n" * SLOTS for host in hosts)
+    if tool == "pbs":
+        path = folder / f"pbs-{nodes}"
+        path.write_text(per_slot)
+        return {"PBS_JOBID": f"{nodes}.pbs-server", "PBS_NODEFILE": str(path),
+                "PBS_ENVIRONMENT": "PBS_BATCH", "PBS_NODENUM": str(rank),
+                "PBS_TASKNUM": f"{rank + 1:08X}", "NCPUS": str(SLOTS)}
+    path = folder / f"lsf-{nodes}"
+    path.write_text("launch1\n" + per_slot)
+    return {"LSB_JOBID": str(nodes), "LSB_DJOB_RANKFILE": str(path),
+            "LSB_MCPU_HOSTS": " ".join(["launch1 1", *(f"{h} {SLOTS}" for h in hosts)]),
+            "JSM_NAMESPACE_RANK": str(rank), "JSM_NAMESPACE_LOCAL_RANK": "0",
+            "JSM_NAMESPACE_SIZE": str(nodes), "JSM_NAMESPACE_LOCAL_SIZE": "1"}
+
+
+def tool_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
     """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it."""
+    if tool in ("pbs", "lsf"):
+        return scheduler_env(tool, nodes, folder)
     listed, rank = "\n".join(ips(nodes)), nodes // 2
     if tool == "skypilot":
         return {"SKYPILOT_NODE_IPS": listed, "SKYPILOT_NODE_RANK": str(rank),
@@ -62,17 +100,18 @@ def tool_env(tool: str, nodes: int) -> dict[str, str]:
 def build_cases(script: Path, labels: Path) -> list[Case]:
     base = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "DERIVE_ENV_LABELS_FILE": str(labels)}
     return [Case(f"{tool}/{nodes}", f"derive-env -- /bin/true  [{tool}, {nodes} nodes]",
-                 [str(script), "--", "/bin/true"], {**base, **tool_env(tool, nodes)},
-                 "script", "entrypoint")
-            for tool in ("skypilot", "dstack") for nodes in SIZES]
+                 [str(script), "--", "/bin/true"],
+                 {**base, **tool_env(tool, nodes, labels.parent)}, "script", "entrypoint")
+            for tool in TOOLS for nodes in SIZES]
 
 
 def validate(case: Case) -> None:
     """Run once through a dump: the source must have derived the node layer."""
-    nodes = int(case.key.split("/")[1])
+    tool, nodes = case.key.split("/")[0], int(case.key.split("/")[1])
     status, out = capture([case.argv[0], "--", *DUMP], case.env)
     got = json.loads(out) if status == 0 and out.startswith("{") else {}
-    want = {"MASTER_ADDR": "10.0.0.1", "PET_NNODES": str(nodes), "NODE_RANK": str(nodes // 2)}
+    want = {"MASTER_ADDR": master_of(tool), "PET_NNODES": str(nodes),
+            "NODE_RANK": str(nodes // 2)}
     if {k: got.get(k) for k in want} != want:
         raise BenchmarkError(f"{case.label}: exit {status}, expected {want}, got "
                              f"{ {k: got.get(k) for k in want} }")
@@ -100,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     by_key = {case.key: case for case in cases}
     ratios = {}
-    for tool in ("skypilot", "dstack"):
+    for tool in TOOLS:
         small, large = by_key[f"{tool}/4"], by_key[f"{tool}/4096"]
         paired = [a / b for a, b in zip(large.wall, small.wall, strict=True)]
         ratios[tool] = {

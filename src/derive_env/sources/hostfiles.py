@@ -21,6 +21,7 @@ message follows "expected ..." and names the entry; the caller names the variabl
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -48,6 +49,11 @@ _MAX_DIGITS = 9
 
 def _summed(hosts: Sequence[str], counts: Iterable[int]) -> HostSlots:
     """Sum ``counts`` per host (by :func:`host_key`), first appearance first."""
+    folded = "\n".join(hosts).lower()
+    if ".\n" not in folded + "\n":  # no trailing dot: the keys are the lowered names
+        keys = folded.split("\n")
+        if len(set(keys)) == len(keys):  # every host once: nothing to sum
+            return HostSlots(tuple(hosts), tuple(counts))
     order: dict[str, int] = {}
     spelled: list[str] = []
     slots: list[int] = []
@@ -84,14 +90,19 @@ def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
     :returns: each distinct host with its number of lines.
     :raises ValueError: no host at all, or an entry that is not a host name or address.
     """
-    lines = text.split("\n")
-    entries = lines if all(line and line == line.strip() for line in lines) else [
-        line.strip() for line in lines if line.strip()]
-    _checked(entries, what)
-    keys: dict[str, int] = {}
-    for entry in entries:  # a host's lines are usually adjacent: count once per run
-        keys[entry] = keys.get(entry, 0) + 1
-    return _summed(list(keys), keys.values())
+    if " " in text or "\t" in text:  # blanks inside a line: each line stripped, as it is
+        entries = [line.strip() for line in text.split("\n") if line.strip()]
+    else:  # one name per line (what the schedulers write): split at C speed
+        entries = text.split()
+    counts = Counter(entries)
+    distinct = list(counts)  # first appearance order (a dict's)
+    if not distinct:
+        _checked(distinct, what)
+    bad = check_hosts(distinct)
+    if bad is not None:  # name the entry's place in the file, not among the distinct
+        position, host, problem = bad
+        raise ValueError(f"{what}: entry {entries.index(host) + 1} ({host!r}): {problem}")
+    return _summed(distinct, counts.values())
 
 
 def _count(text: str, position: int, host: str, what: str) -> int:
@@ -111,10 +122,19 @@ def host_count_pairs(pairs: Sequence[tuple[str, str]], what: str) -> HostSlots:
     :raises ValueError: no pair, a host that is not a host name or address, or a count
         that is not a decimal integer >= 1.
     """
-    hosts = [host for host, _ in pairs]
+    return _host_counts([host for host, _ in pairs], [count for _, count in pairs], what)
+
+
+def _host_counts(hosts: Sequence[str], texts: Sequence[str], what: str) -> HostSlots:
+    """:func:`host_count_pairs` of the hosts and their counts as two lists."""
     _checked(hosts, what)
+    joined = "".join(texts)
+    if joined.isascii() and joined.isdigit() and max(map(len, texts)) <= _MAX_DIGITS:
+        counts = list(map(int, texts))  # every count decimal: one pass at C speed
+        if min(counts) >= 1:
+            return _summed(hosts, counts)
     counts = [_count(count, position, host, what)
-              for position, (host, count) in enumerate(pairs, 1)]
+              for position, (host, count) in enumerate(zip(hosts, texts, strict=True), 1)]
     return _summed(hosts, counts)
 
 
@@ -127,7 +147,7 @@ def word_pairs(text: str, what: str) -> HostSlots:
     if len(words) % 2:
         raise ValueError(f"{what}: an even number of words (a count after each host), "
                          f"not {len(words)}")
-    return host_count_pairs(list(zip(words[::2], words[1::2], strict=True)), what)
+    return _host_counts(words[::2], words[1::2], what)
 
 
 def line_pairs(text: str, what: str) -> HostSlots:

@@ -166,12 +166,13 @@ def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) 
             "(the launch node) are the job's compute hosts, the master is the first of them; "
             "make the file visible at the same path inside the container (bind-mount its "
             "folder), or choose --source openmpi with MASTER_ADDR set for every rank")
-    lines = [entry.strip() for entry in text.split("\n") if entry.strip()]
-    if len(lines) < 2:
+    launch, _, rest = text.lstrip().partition("\n")
+    if not rest.strip():
         raise TopologyError(f"{where}: expected the launch node on the first line and at "
-                            f"least one compute host after it, not {len(lines)} line(s)")
+                            f"least one compute host after it, not {1 if launch else 0} "
+                            "line(s)")
     try:
-        return one_per_slot("\n".join(lines[1:]), "one host name per line")
+        return one_per_slot(rest, "one host name per line")
     except ValueError as exc:
         raise TopologyError(f"{where}: expected {exc}") from None
 
