@@ -97,10 +97,10 @@ def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
     counts = Counter(entries)
     distinct = list(counts)  # first appearance order (a dict's)
     if not distinct:
-        _checked(distinct, what)
+        raise ValueError(f"{what}: at least one host")
     bad = check_hosts(distinct)
     if bad is not None:  # name the entry's place in the file, not among the distinct
-        position, host, problem = bad
+        _, host, problem = bad
         raise ValueError(f"{what}: entry {entries.index(host) + 1} ({host!r}): {problem}")
     return _summed(distinct, counts.values())
 

@@ -55,9 +55,8 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     return (environ["PBS_NODEFILE"],) if environ.get("PBS_NODEFILE") else ()
 
 
-def _hosts(path: str, text: str | None) -> HostSlots:
+def _hosts(path: str, text: str) -> HostSlots:
     """The node file's hosts and slots; ``TopologyError`` naming the file when malformed."""
-    assert text is not None
     try:
         return one_per_slot(text, "one host name per line, one line per slot")
     except ValueError as exc:
