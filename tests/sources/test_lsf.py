@@ -67,7 +67,7 @@ def files(text: str | None):
 
 def test_a_jsrun_task_exactly() -> None:
     env = jsrun_task(3, 2, 3, spectrum=False)
-    assert [line.name for line in seen_sources(env)] == ["jsrun", "lsf"]
+    assert [line.name for line in seen_sources(env)] == ["jsrun"]  # not the launch node's
     report = lsf.read(env, BY_NAME["jsrun"], {RANKFILE: rankfile(COMPUTE, 2)})
     assert report == Report(
         source="jsrun", title="LSF jsrun",
@@ -90,8 +90,7 @@ def test_the_launch_node_is_never_the_master() -> None:
     assert (changes["MASTER_ADDR"], changes["RANK"], changes["WORLD_SIZE"]) == (
         "c931f04p20-vm25", "2", "6")
     assert derivation.topology.layers[0] == (
-        "sources seen (innermost first): openmpi (Open MPI (mpirun)), jsrun (LSF jsrun), "
-        "lsf (an LSF job)")
+        "sources seen (innermost first): openmpi (Open MPI (mpirun)), jsrun (LSF jsrun)")
 
 
 def test_the_batch_script_exactly_and_refused_beyond_one_host() -> None:

@@ -291,8 +291,9 @@ SOURCES: tuple[Source, ...] = (
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    # In a jsrun task, the jsrun line gives the compute hosts (without the launch node).
     Source("lsf", "an LSF job", "lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
-           size="lsf_hosts",
+           size="lsf_hosts", unless=("JSM_NAMESPACE_RANK",),
            fix="Start the processes with jsrun or mpirun (... derive-env -- python train.py) "
                "and run derive-env in each rank; or, for a job of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),

@@ -18,7 +18,8 @@ Two table lines share this module (sources-cloud.md 20; IBM Spectrum LSF documen
   ``LSFEnvironment._read_hosts``: "remove the launch node (i.e. the first node in
   LSB_DJOB_RANKFILE) from the list"; OLCF's Summit scripts count ``LSB_DJOB_HOSTFILE``'s
   hosts minus one). So the master is the first compute host, never the launch node that
-  ``LSB_MCPU_HOSTS`` lists first. Spectrum MPI's ``OMPI_COMM_WORLD_*`` under jsrun (read by
+  ``LSB_MCPU_HOSTS`` lists first (so the ``lsf`` line is not read in a jsrun task: its
+  ``unless``). Spectrum MPI's ``OMPI_COMM_WORLD_*`` under jsrun (read by
   the ``openmpi`` line too) are this task's companions: they must be equal.
 
 Pure: the rank file is read in cli/ (:func:`files_needed`).
