@@ -209,3 +209,35 @@ def test_no_job_of_several_hosts_derives_one_node(hosts: list[str], data: st.Dat
         assert exc.exit_code == 3
         return
     assert derivation is not None and derivation.topology.multi_node
+
+
+@settings(max_examples=60, deadline=None)
+@given(hosts=HOSTS, data=st.data())
+def test_every_rank_of_mpirun_in_a_pbs_job_derives_one_job(hosts: list[str],
+                                                           data: st.DataObject) -> None:
+    """Open MPI's tm launcher: ranks on the mother superior keep the batch script's
+    environment, ranks on a sister inherit their orted's TM task (hexadecimal PBS_TASKNUM,
+    that MoM's PBS_NODENUM); the node file readable everywhere (gen_nodefile_on_sister_mom).
+    One master (the first host), one port, one world, ranks a permutation. (No TF_CONFIG:
+    the node file's slots are not the processes mpirun started, so no source states every
+    node's processes, as for mpirun in a Slurm allocation.)"""
+    per_node = data.draw(st.lists(st.integers(1, 3), min_size=len(hosts),
+                                  max_size=len(hosts)))
+    text = "".join(f"{h}\n" * n for h, n in zip(hosts, per_node, strict=True))
+    world, rank, values = sum(per_node), 0, []
+    for node, count in enumerate(per_node):
+        for local in range(count):
+            env = batch() if node == 0 else tm_task(node, 1)
+            env.update(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_LOCAL_RANK=str(local),
+                       OMPI_COMM_WORLD_SIZE=str(world), OMPI_COMM_WORLD_LOCAL_SIZE=str(count),
+                       PMIX_NAMESPACE="prterun-n07-4242@1", PMIX_RANK=str(rank))
+            derivation = derive(env, LABELS, files=files(text))
+            assert derivation is not None
+            values.append(derivation.changes())
+            rank += 1
+    first = values[0]
+    for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "JAX_COORDINATOR_ADDRESS"):
+        assert {v[name] for v in values} == {first[name]}, name
+    assert first["MASTER_ADDR"] == hosts[0]
+    assert sorted(int(v["RANK"]) for v in values) == list(range(world))
+    assert sorted(int(v["JAX_PROCESS_ID"]) for v in values) == list(range(world))
