@@ -1,10 +1,10 @@
-"""The schedulers' slot lists (sources/hostfiles.py): first appearance, slots summed."""
+"""The schedulers' slot lists (sources/slots.py): first appearance, slots summed."""
 
 from __future__ import annotations
 
 import pytest
 
-from derive_env.sources.hostfiles import (
+from derive_env.sources.slots import (
     HostSlots,
     host_count_pairs,
     line_pairs,
