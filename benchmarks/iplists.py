@@ -1,5 +1,5 @@
-"""Cost of a 4096-node host list vs a 4-node one for SkyPilot, dstack, Determined (issue 17,
-item 9) and a TPU slice (issue 16, item 7).
+"""Cost of a 4096-node host list vs a 4-node one for the list-based sources (issue 17, item 9;
+a TPU slice: issue 16, item 7).
 
 Each case is the ENTRYPOINT path, ``derive-env -- /bin/true``, of an image opted in for
 ``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a task whose
@@ -10,7 +10,12 @@ the path ``DERIVE_ENV_DETERMINED_RENDEZVOUS`` names; or a TPU slice as GKE's web
 (sources/tpu.py): ``TPU_WORKER_HOSTNAMES`` a comma list of a JobSet's pod names
 ``tpu-s-0-<i>.tpu`` (short names: 4096 of GKE's usual ``<jobset>-<job>-0-<i>.<jobset>``
 exceed Linux's 128 KiB limit of one environment string, so no slice that large can be set
-that way), ``TPU_WORKER_ID``.
+that way), ``TPU_WORKER_ID``;
+- PBS (sources/pbs.py): a ``pbsdsh -u`` TM task (``PBS_NODENUM``, hexadecimal
+  ``PBS_TASKNUM``) whose ``PBS_NODEFILE`` lists each host once per slot (8 slots);
+- LSF (sources/lsf.py): a jsrun task, one per compute host, with ``LSB_MCPU_HOSTS`` (the
+  launch node, then each host with 8 slots) and ``LSB_DJOB_RANKFILE`` (the launch node,
+  then each compute host once per slot).
 
 Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,
 clean environment, stdio on /dev/null, warm-up rounds first), medians and the median of
@@ -46,12 +51,36 @@ from startup import (
 
 TARGET = 1.1
 SIZES = (4, 4096)
-TOOLS = ("skypilot", "dstack", "determined", "gke-tpu")
+TOOLS = ("skypilot", "dstack", "determined", "gke-tpu", "pbs", "lsf")
+SLOTS = 8
 
 
 def ips(nodes: int) -> list[str]:
     """``nodes`` distinct private addresses, 10.0.0.1 upwards."""
     return [f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}" for i in range(1, nodes + 1)]
+
+
+def names(nodes: int) -> list[str]:
+    """``nodes`` short host names, as batch schedulers list them."""
+    return [f"c{i:05d}" for i in range(1, nodes + 1)]
+
+
+def scheduler_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
+    """Node ``nodes // 2`` of a PBS or LSF job of ``nodes`` hosts; its file in ``folder``."""
+    hosts, rank = names(nodes), nodes // 2
+    per_slot = "".join(f"{host}\n" * SLOTS for host in hosts)
+    if tool == "pbs":
+        path = folder / f"pbs-{nodes}"
+        path.write_text(per_slot)
+        return {"PBS_JOBID": f"{nodes}.pbs-server", "PBS_NODEFILE": str(path),
+                "PBS_ENVIRONMENT": "PBS_BATCH", "PBS_NODENUM": str(rank),
+                "PBS_TASKNUM": f"{rank + 1:08X}", "NCPUS": str(SLOTS)}
+    path = folder / f"lsf-{nodes}"
+    path.write_text("launch1\n" + per_slot)
+    return {"LSB_JOBID": str(nodes), "LSB_DJOB_RANKFILE": str(path),
+            "LSB_MCPU_HOSTS": " ".join(["launch1 1", *(f"{h} {SLOTS}" for h in hosts)]),
+            "JSM_NAMESPACE_RANK": str(rank), "JSM_NAMESPACE_LOCAL_RANK": "0",
+            "JSM_NAMESPACE_SIZE": str(nodes), "JSM_NAMESPACE_LOCAL_SIZE": "1"}
 
 
 def tpu_host(i: int) -> str:
@@ -62,6 +91,8 @@ def tpu_host(i: int) -> str:
 
 def master(tool: str) -> str:
     """Node 0's host, the MASTER_ADDR every case must derive."""
+    if tool in ("pbs", "lsf"):
+        return "c00001"
     return tpu_host(0) if tool == "gke-tpu" else "10.0.0.1"
 
 
@@ -69,6 +100,8 @@ def tool_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
     """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it (Determined's
     file written to ``folder``)."""
     listed, rank = "\n".join(ips(nodes)), nodes // 2
+    if tool in ("pbs", "lsf"):
+        return scheduler_env(tool, nodes, folder)
     if tool == "gke-tpu":
         return {"TPU_WORKER_HOSTNAMES": ",".join(tpu_host(i) for i in range(nodes)),
                 "TPU_WORKER_ID": str(rank), "HOSTNAME": tpu_host(rank).partition(".")[0],

@@ -87,7 +87,12 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
      "DERIVE_ENV_NNODES='': expected the Job's spec.completions, set in the pod template's "
      "container env: `- name: DERIVE_ENV_NNODES` `value: \"<spec.completions of train>\"` "
      "(a Kubernetes Indexed Job does not put its pod count in the pod's environment)"),
-    ({"FLUX_JOB_SIZE": "4"}, None), ({"JSM_NAMESPACE_SIZE": "6"}, None),
+    # Read now (sources/flux.py, sources/lsf.py): a partial set is refused as such.
+    ({"FLUX_JOB_SIZE": "4"},
+     partial("FLUX_JOB_SIZE", "4", "1", "Flux", "FLUX_JOB_ID, FLUX_TASK_RANK")),
+    ({"JSM_NAMESPACE_SIZE": "6"},
+     partial("JSM_NAMESPACE_SIZE", "6", "1", "LSF jsrun",
+             "JSM_NAMESPACE_RANK, LSB_JOBID, LSB_DJOB_RANKFILE")),
     # Read now (sources/aws_batch.py): a partial set is refused, naming what is missing.
     ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"},
      "AWS_BATCH_JOB_NUM_NODES='3': expected 1 or unset: an AWS Batch multi-node parallel job "
@@ -316,7 +321,18 @@ NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vert
             "azureml-pytorch": ("azureml-pytorch", 2, 1)}
 #: Of those, the ones that state no host list: TensorFlow's TF_CONFIG is refused, saying so.
 NO_HOST_LIST = {"ray-train", "aws-batch", "azure-mpi", "azureml-pytorch"}
-REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
+#: The managers of MANAGERS a source now reads and that refuse this node's environment with
+#: the source's own fix: a batch script of several hosts (sources/pbs.py, sources/lsf.py),
+#: a node whose master no variable states (sources/htcondor.py), -> the message's start.
+READ_AND_REFUSED = {
+    "pbs": "PBS_NODEFILE='/var/spool/pbs/aux/7.pbs': expected a job of one host here: this "
+           "job has 2 hosts, and a batch script runs on the first only; start the processes",
+    "lsf": "LSB_MCPU_HOSTS='hostA 4 hostB 4': expected a job of one host here: this job has "
+           "2 hosts, and a batch script runs on the first only; start the processes",
+    "htcondor": "MASTER_ADDR='': expected the host of rank 0 (it also gives JAX's "
+                "coordinator): an HTCondor parallel-universe job states no host list",
+}
+REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ and m not in READ_AND_REFUSED)
 
 
 def reader(contents: dict[str, str]):
@@ -368,6 +384,19 @@ def test_a_manager_a_source_reads_derives_its_job(manager: str) -> None:
         assert derivation is not None
         topology = derivation.topology
         assert (topology.source, topology.num_nodes, topology.node_rank) == NOW_READ[manager]
+
+
+@pytest.mark.parametrize("manager", sorted(READ_AND_REFUSED))
+def test_a_read_manager_refuses_what_it_cannot_describe_with_its_fix(manager: str) -> None:
+    """PBS and LSF batch scripts of two hosts, an HTCondor node without MASTER_ADDR: read,
+    and refused with the source's fix (never the "no source" refusal, never one node)."""
+    environ, files, *_ = MANAGERS[manager]
+    for frameworks in ("pytorch", "jax"):
+        with pytest.raises(TopologyError) as info:
+            derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
+        assert info.value.exit_code == 3
+        assert str(info.value).startswith(READ_AND_REFUSED[manager])
+        assert NO_SOURCE not in str(info.value)
 
 
 def test_the_fixes_say_what_to_set() -> None:
@@ -422,15 +451,15 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
     assert (topology.num_nodes, topology.node_rank, topology.multi_node) == (1, 0, False)
 
 
-@pytest.mark.parametrize(("environ", "files", "shown"), [
-    ({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}, {}, "PBS_JOBID='7'"),
-], ids=["pbs"])
-def test_a_size_that_cannot_be_told_is_refused_on_every_node(environ, files, shown) -> None:
-    """A manager file that cannot be read (or Volcano without its svc plugin): refused as a
-    launcher that does not say the job's size, on every node alike."""
-    text = error(environ)
-    assert text.startswith(f"{shown}: expected unset: ")
-    assert " without saying how many " in text
+def test_a_pbs_node_file_that_cannot_be_read_is_refused_with_the_fix() -> None:
+    """Read now (sources/pbs.py): an unreadable node file (a sister MoM without
+    gen_nodefile_on_sister_mom) says what to set, on every node alike."""
+    assert error({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}) == (
+        "PBS_NODEFILE='/nodes': expected a file this process can read (the job's hosts; the "
+        "master is its first line): the MoM writes it on the first host only, unless the MoM "
+        "option gen_nodefile_on_sister_mom is 1 (set it, and make $PBS_HOME/aux visible "
+        "inside the container), or set MASTER_ADDR to the first host of the node file for "
+        "every process")
 
 
 @pytest.mark.parametrize("name", ["JOB_COMPLETION_INDEX", "PMIX_RANK"])

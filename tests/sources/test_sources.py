@@ -44,12 +44,13 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
     """The order the --source message lists them in (docs/sources/README.md section 3)."""
     assert ", ".join(SOURCE_NAMES) == (
         "torchrun, openmpi, mvapich2, hydra, pals, slurm-step, slurm-allocation, backendai, "
-        "kubeflow-pytorchjob, kubeflow-trainjob, kubernetes-indexed-job, jobset, sagemaker, "
-        "aws-batch, sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, "
-        "gke-tpu, azureml-mpi, determined, ray-train, azureml-pytorch")
+        "kubeflow-pytorchjob, kubeflow-trainjob, flux, jsrun, kubernetes-indexed-job, jobset, "
+        "sagemaker, aws-batch, sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, "
+        "vertex, gke-tpu, azureml-mpi, determined, htcondor, pbs, lsf, ray-train, "
+        "azureml-pytorch")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES
-    with pytest.raises(UsageError, match=r"^--source='flux': expected one of auto, none, "):
-        choice_of({}, "flux")  # known, but only refused
+    with pytest.raises(UsageError, match=r"^--source='gridengine': expected one of auto, "):
+        choice_of({}, "gridengine")  # known, but only refused
 
 
 def test_a_forced_source_needs_its_variables() -> None:
@@ -66,8 +67,9 @@ def test_a_forced_source_needs_its_variables() -> None:
 
 
 def test_a_line_without_a_module_is_never_seen() -> None:
-    assert BY_NAME["flux"].module is None
-    assert seen_sources(FLUX) == []
+    assert BY_NAME["aws-batch"].module is None
+    assert seen_sources({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1"}) == []
+    assert [s.name for s in seen_sources(FLUX)] == ["flux"]  # read now (sources/flux.py)
     assert seen_sources({"PMI_RANK": "1", "PMI_SIZE": "2"}) == []  # the pmi line's own set
 
 

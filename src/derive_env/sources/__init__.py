@@ -179,9 +179,11 @@ SOURCES: tuple[Source, ...] = (
             "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True, unit="node",
            counts=("PET_NNODES",)),
-    Source("flux", "Flux", None, ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
+    Source("flux", "Flux", "flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
+           pass_env="flux run --env={name}={value}",
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
-    Source("jsrun", "LSF jsrun", None, ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK"), 2,
+    Source("jsrun", "LSF jsrun", "lsf",
+           ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "LSB_JOBID", "LSB_DJOB_RANKFILE"), 2,
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0))),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
@@ -288,19 +290,22 @@ SOURCES: tuple[Source, ...] = (
     Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)", None,
            ("DMLC_TRACKER_URI", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
            states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False),
-    Source("htcondor", "an HTCondor parallel-universe job", None,
+    Source("htcondor", "an HTCondor parallel-universe job", "htcondor",
            ("_CONDOR_PROCNO", "_CONDOR_NPROCS"), 4, unit="node",
            states=(("_CONDOR_NPROCS", 1), ("_CONDOR_PROCNO", 0)),
+           pass_env="export {name}={value} in every node's wrapper (node 0 can publish it "
+                    "with condor_chirp set_job_attr)",
            fix=_start_torchrun("--nnodes=$_CONDOR_NPROCS --node-rank=$_CONDOR_PROCNO "
                                "--master-addr=<the host of node 0>")),
-    Source("pbs", "an OpenPBS/Torque job", None, ("PBS_JOBID", "PBS_NODEFILE"), 3,
+    Source("pbs", "an OpenPBS/Torque job", "pbs", ("PBS_JOBID", "PBS_NODEFILE"), 3,
            unit="node", states=(("PBS_NUM_NODES", 1), ("PBS_NODENUM", 0)), partial=False,
            files=("$PBS_NODEFILE",), size="pbs_nodes",
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("lsf", "an LSF job", None, ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
-           size="lsf_hosts",
+    # In a jsrun task, the jsrun line gives the compute hosts (without the launch node).
+    Source("lsf", "an LSF job", "lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
+           size="lsf_hosts", unless=("JSM_NAMESPACE_RANK",),
            fix="Start the processes with jsrun or mpirun (... derive-env -- python train.py) "
                "and run derive-env in each rank; or, for a job of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),

@@ -1,0 +1,160 @@
+"""The Flux source: a task the Flux job shell started (a partial topology, as for MPI).
+
+Table line ``flux`` (sources-cloud.md 21; flux-framework/flux-core@4a5e79f). The shell sets
+for every task of a job (``src/shell/shell.c`` ``shell_setup_environment``):
+``FLUX_JOB_ID`` (F58), ``FLUX_JOB_SIZE`` (its tasks), ``FLUX_JOB_NNODES`` (its shells, one
+per node), and per task (``src/shell/task.c`` ``shell_task_create``) ``FLUX_TASK_RANK`` and
+``FLUX_TASK_LOCAL_ID``; its PMI plugin adds ``PMI_RANK`` and ``PMI_SIZE``
+(``src/shell/pmi/pmi.c`` ``shell_pmi_task_init``), which must agree. No host list, no shell
+rank and no per-node task count are in the environment: like an MPI launcher
+(sources/mpi.py), the source states the process layer and the node count, never the
+master; ``MASTER_ADDR`` (or an outer source with a host list) gives it.
+
+* One node (``FLUX_JOB_NNODES=1``): every task on it, node rank 0.
+* One task per node (``FLUX_JOB_SIZE`` = ``FLUX_JOB_NNODES``; every shell runs at least one
+  task): local rank 0 of 1 on each node.
+* More tasks than nodes: how many run on this node is not in the environment, so the
+  process layer is not stated; :attr:`Report.problem` says how to start one task per node
+  (raised when no inner launcher states the ranks).
+
+``FLUX_JOB_ID`` starts with ``ƒ`` (U+0192) in a UTF-8 locale and with ``f`` otherwise or
+with ``FLUX_F58_FORCE_ASCII`` (``src/common/libutil/fluid.c`` ``fluid_f58_encode``): it is
+decoded to its integer (``b58decode``) before it names the job, so that every task derives
+the same ports whatever its locale. The decimal and ``0x`` forms flux-jobs(1) accepts are
+read too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from derive_env.errors import TopologyError, describe
+from derive_env.sources.report import Processes, Report
+from derive_env.validation import parse_int, variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+#: Bitcoin's base58 alphabet, as fluid.c's ``b58digits``.
+_B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_B58_VALUE = {char: value for value, char in enumerate(_B58)}
+#: fluid.c ``f58_prefix`` / ``f58_alt_prefix``; ``MAX_B58_STRLEN``.
+_PREFIXES, _MAX_B58 = ("\u0192", "f"), 12
+_FIX = ("start one task per node (flux run -N <nodes> --tasks-per-node=1 derive-env -- "
+        "torchrun --nproc-per-node=<GPUs> ...), or the ranks with an MPI launcher "
+        "derive-env reads")
+
+
+def job_integer(value: str) -> int:
+    """A Flux job id as its integer: F58 with either prefix, decimal, or ``0x`` hex.
+
+    :raises ValueError: none of these, or a value beyond 64 bits.
+    """
+    text = value.strip()
+    prefix = next((p for p in _PREFIXES if text.startswith(p)), None)
+    if prefix is not None:
+        digits = text[len(prefix):]
+        if not digits or len(digits) > _MAX_B58 or any(c not in _B58_VALUE for c in digits):
+            raise ValueError("an F58 job id (ƒ or f, then base58 digits)")
+        number = 0
+        for char in digits:
+            number = number * 58 + _B58_VALUE[char]
+    elif text.startswith("0x"):
+        try:
+            number = int(text[2:], 16) if text[2:].isalnum() and text.isascii() else -1
+        except ValueError:
+            number = -1
+    else:
+        number = parse_int(text, minimum=0, what="a Flux job id") if text else -1
+    if not 0 <= number < 1 << 64:
+        raise ValueError("a Flux job id: F58 (ƒ or f, then base58 digits), decimal or 0x hex")
+    return number
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What a Flux task's environment says (module docstring).
+
+    :param environ: the task's environment; ``FLUX_JOB_ID``, ``FLUX_JOB_SIZE`` and
+        ``FLUX_TASK_RANK`` are set.
+    :param line: the ``flux`` table line.
+    :param files: unused.
+    :returns: ``num_nodes`` = ``FLUX_JOB_NNODES``; ``processes`` when the tasks per node
+        are known; ``node_rank`` 0 on one node; ``job`` = ``("flux", <decoded id>, "")``.
+    :raises TopologyError: a malformed value, a rank not below its size, more nodes than
+        tasks, or ``PMI_RANK``/``PMI_SIZE`` that disagree with the shell's.
+    """
+    try:
+        job = str(job_integer(environ["FLUX_JOB_ID"]))
+    except ValueError as exc:
+        raise TopologyError(describe("FLUX_JOB_ID", environ["FLUX_JOB_ID"], str(exc))) from None
+    for name in ("FLUX_JOB_NNODES", "FLUX_TASK_LOCAL_ID"):
+        if not environ.get(name):
+            raise TopologyError(describe(
+                name, "", "the Flux shell's value: it sets FLUX_JOB_NNODES and "
+                "FLUX_TASK_LOCAL_ID with FLUX_TASK_RANK for every task (src/shell/shell.c, "
+                "task.c); run derive-env in the command flux run starts"))
+    size = variable_int(environ, "FLUX_JOB_SIZE", 1)
+    nodes = variable_int(environ, "FLUX_JOB_NNODES", 1)
+    rank = variable_int(environ, "FLUX_TASK_RANK", 0)
+    local = variable_int(environ, "FLUX_TASK_LOCAL_ID", 0)
+    for name, value, relation in (("FLUX_TASK_RANK", rank, "below"),
+                                  ("FLUX_TASK_LOCAL_ID", local, "below"),
+                                  ("FLUX_JOB_NNODES", nodes - 1, "at most")):
+        if value >= size:
+            raise TopologyError(describe(
+                name, environ[name], f"a value {relation} FLUX_JOB_SIZE="
+                f"{environ['FLUX_JOB_SIZE']!r}: the Flux shell sets both for one task, so one "
+                "was exported by hand or inherited"))
+    _companions(environ, rank, size)
+    inputs: dict[str, tuple[str, ...]] = {"num_nodes": ("FLUX_JOB_NNODES",),
+                                          "ports": ("FLUX_JOB_ID",)}
+    processes, node_rank, problem = None, None, None
+    layer = ("FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID", "FLUX_JOB_SIZE", "FLUX_JOB_NNODES")
+    if nodes == 1 or nodes == size:
+        local_world = size if nodes == 1 else 1
+        if local >= local_world:
+            raise TopologyError(describe(
+                "FLUX_TASK_LOCAL_ID", environ["FLUX_TASK_LOCAL_ID"],
+                f"a value below {local_world}: FLUX_JOB_SIZE={size} task(s) on "
+                f"FLUX_JOB_NNODES={nodes} node(s)"))
+        processes = Processes(rank, local, size, local_world,
+                              (size,) if nodes == 1 else (1,) * nodes)
+        inputs.update(processes=layer, rank=("FLUX_TASK_RANK",),
+                      local_rank=("FLUX_TASK_LOCAL_ID",), world_size=("FLUX_JOB_SIZE",),
+                      local_world_size=("FLUX_JOB_SIZE", "FLUX_JOB_NNODES"))
+        if nodes == 1:
+            node_rank = 0
+            inputs["node_rank"] = ("FLUX_JOB_NNODES",)
+    else:
+        problem = describe(
+            "FLUX_JOB_SIZE", environ["FLUX_JOB_SIZE"],
+            f"one task per node (FLUX_JOB_NNODES={nodes}) or a job of one node: Flux does "
+            f"not state in the environment how many of the {size} tasks run on this node; "
+            + _FIX)
+    return Report(
+        source=line.name, title=line.title, num_nodes=nodes, node_rank=node_rank,
+        processes=processes, job=("flux", job, ""), session_id=job, inputs=inputs,
+        notes=(f"FLUX_JOB_ID={environ['FLUX_JOB_ID']!r} is job {job} (F58 decoded: the "
+               "same in every locale)",),
+        problem=problem,
+    )
+
+
+def _companions(environ: Mapping[str, str], rank: int, size: int) -> None:
+    """``PMI_RANK`` / ``PMI_SIZE`` of the shell's PMI plugin, when set, equal the task's."""
+    for name, want, own in (("PMI_RANK", rank, "FLUX_TASK_RANK"),
+                            ("PMI_SIZE", size, "FLUX_JOB_SIZE")):
+        value = environ.get(name)
+        if not value:
+            continue
+        try:
+            agrees = parse_int(value, minimum=0) == want
+        except ValueError:
+            agrees = False
+        if not agrees:
+            raise TopologyError(describe(
+                name, value, f"the same value as {own}={environ[own]!r}: the Flux shell sets "
+                f"both for one task (src/shell/pmi/pmi.c); unset {name} or {own}, whichever "
+                "is stale"))

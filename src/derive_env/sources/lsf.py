@@ -1,0 +1,201 @@
+"""The IBM LSF source: a job's hosts (batch script) and a jsrun task.
+
+Two table lines share this module (sources-cloud.md 20; IBM Spectrum LSF documentation,
+"Environment variables set for job execution"):
+
+* ``lsf`` (an allocation, as sources/slurm.py ``read_allocation``): ``nodes`` = the hosts
+  of ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``: each execution host with its slots, the
+  first one running the batch script), in the order of their first appearance, slots
+  summed (sources/slots.py; Open MPI's ``ras/lsf`` bumps a repeated host's slots the
+  same way, open-mpi/ompi#1572). ``LSB_HOSTS`` (one word per slot, not set when too long)
+  must name the same hosts and slots when set. A batch script of a job of more than one
+  host: :attr:`Report.problem` (raised when no inner source, jsrun's or mpirun's ranks,
+  is seen): only jsrun, blaunch or an MPI launcher start processes on the other hosts.
+* ``jsrun`` (a task jsrun started, IBM Job Step Manager): the process layer from
+  ``JSM_NAMESPACE_RANK``, ``JSM_NAMESPACE_LOCAL_RANK``, ``JSM_NAMESPACE_SIZE``,
+  ``JSM_NAMESPACE_LOCAL_SIZE``; the compute hosts from ``LSB_DJOB_RANKFILE`` without its
+  first line, the launch node that runs the batch script and no task (PyTorch Lightning
+  ``LSFEnvironment._read_hosts``: "remove the launch node (i.e. the first node in
+  LSB_DJOB_RANKFILE) from the list"; OLCF's Summit scripts count ``LSB_DJOB_HOSTFILE``'s
+  hosts minus one). So the master is the first compute host, never the launch node that
+  ``LSB_MCPU_HOSTS`` lists first (so the ``lsf`` line is not read in a jsrun task: its
+  ``unless``). Spectrum MPI's ``OMPI_COMM_WORLD_*`` under jsrun (read by
+  the ``openmpi`` line too) are this task's companions: they must be equal.
+
+Pure: the rank file is read in cli/ (:func:`files_needed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from derive_env.errors import TopologyError, describe, shorten
+from derive_env.sources.report import Processes, Report
+from derive_env.sources.slots import HostSlots, one_per_slot, word_pairs
+from derive_env.topology import nodes_of
+from derive_env.validation import variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+_ALLOC_ORDER = ("LSB_MCPU_HOSTS order: the execution hosts by first appearance, the batch "
+                "script's host first")
+_JSRUN_ORDER = ("LSB_DJOB_RANKFILE order without its first line (the launch node): the "
+                "compute hosts by first appearance")
+_START = ("start the processes from the batch script with jsrun or mpirun (jsrun ... "
+          "derive-env -- python train.py), so that derive-env runs in each rank")
+_JSM = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE",
+        "JSM_NAMESPACE_LOCAL_SIZE")
+#: The same facts as Spectrum MPI (Open MPI) states them in a task jsrun started.
+_SPECTRUM = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_SIZE")
+_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
+
+
+def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """``LSB_DJOB_RANKFILE``'s path for the ``jsrun`` line; none for ``lsf``."""
+    if name == "jsrun" and environ.get("LSB_DJOB_RANKFILE"):
+        return (environ["LSB_DJOB_RANKFILE"],)
+    return ()
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What LSF states for table line ``lsf`` or ``jsrun`` (module docstring).
+
+    :param files: ``LSB_DJOB_RANKFILE``'s path -> content (``None``: unreadable), for jsrun.
+    :returns: the :class:`Report`: ``lsf``: the hosts, node rank 0 for a job of one host,
+        ``problem`` for a batch script of more; ``jsrun``: the process layer and the compute
+        hosts. Both: ``job`` = ``("lsf", LSB_JOBID, ...)``, ``session_id`` = ``LSB_JOBID``.
+    :raises TopologyError: a malformed or contradicting value, an unreadable rank file.
+    """
+    if line.name == "jsrun":
+        return _jsrun(environ, line, files or {})
+    return _allocation(environ, line)
+
+
+def _job(environ: Mapping[str, str]) -> str:
+    job = environ.get("LSB_JOBID", "").strip()
+    if not job:
+        raise TopologyError(describe("LSB_JOBID", environ.get("LSB_JOBID", ""),
+                                     "the job id LSF sets for every process of the job"))
+    index = environ.get("LSB_JOBINDEX", "").strip()
+    return f"{job}[{index}]" if index not in ("", "0") else job
+
+
+def _mcpu_hosts(environ: Mapping[str, str]) -> HostSlots:
+    value = environ["LSB_MCPU_HOSTS"]
+    try:
+        listed = word_pairs(value, "each execution host followed by its slot count")
+    except ValueError as exc:
+        raise TopologyError(describe("LSB_MCPU_HOSTS", value, str(exc))) from None
+    per_slot = environ.get("LSB_HOSTS", "").split()
+    if per_slot:
+        try:
+            other = one_per_slot("\n".join(per_slot))
+        except ValueError:
+            other = None
+        if other != listed:
+            raise TopologyError(describe(
+                "LSB_HOSTS", environ["LSB_HOSTS"],
+                f"the hosts and slots of LSB_MCPU_HOSTS={shorten(value)!r} (one word per "
+                "slot): LSF sets both for one job, so one was set by hand or inherited"))
+    return listed
+
+
+def _allocation(environ: Mapping[str, str], line: Source) -> Report:
+    job = _job(environ)
+    listed = _mcpu_hosts(environ)
+    inputs = {"nodes": ("LSB_MCPU_HOSTS",), "ports": ("LSB_JOBID",)}
+    count = len(listed.hosts)
+    node_rank = 0 if count == 1 else None
+    if node_rank == 0:
+        inputs["node_rank"] = ("LSB_MCPU_HOSTS",)
+    notes = ["slots per host: " + ", ".join(
+        f"{host} {slots}" for host, slots in zip(listed.hosts[:8], listed.slots[:8],
+                                                  strict=False))
+        + (" ..." if count > 8 else "")]
+    return Report(
+        source=line.name, title=line.title, nodes=nodes_of(listed.hosts),
+        node_rank=node_rank, job=("lsf", job, "allocation"), session_id=job,
+        inputs=inputs, order=_ALLOC_ORDER, notes=tuple(notes),
+        problem=None if count == 1 else describe(
+            "LSB_MCPU_HOSTS", environ["LSB_MCPU_HOSTS"],
+            f"a job of one host here: this job has {count} hosts, and a batch script runs "
+            f"on the first only; {_START}"),
+    )
+
+
+def _processes(environ: Mapping[str, str], title: str) -> Processes:
+    missing = [name for name in _JSM if not environ.get(name)]
+    if missing:
+        raise TopologyError(describe(
+            missing[0], "", f"jsrun's value: jsrun sets all of {', '.join(_JSM)} for each "
+            f"task; run derive-env in the command jsrun starts"))
+    rank, local, world, local_world = (variable_int(environ, name, minimum)
+                                       for name, minimum in zip(_JSM, (0, 0, 1, 1),
+                                                                strict=True))
+    for low, high, value, bound in ((_JSM[0], _JSM[2], rank, world),
+                                    (_JSM[1], _JSM[3], local, local_world)):
+        if value >= bound:
+            raise TopologyError(describe(
+                low, environ[low], f"a value below {high}={environ[high]!r}: {title} sets "
+                "both for one task, so one was exported by hand"))
+    if local_world > world:
+        raise TopologyError(describe(
+            _JSM[3], environ[_JSM[3]], f"at most {_JSM[2]}={environ[_JSM[2]]!r}: {title} "
+            "sets both for one task, so one was exported by hand"))
+    processes = Processes(rank, local, world, local_world)
+    for own, companion in zip(_JSM, _SPECTRUM, strict=True):
+        value = environ.get(companion)
+        if value and value.strip() != str(getattr(processes, _FACTS[_JSM.index(own)])):
+            raise TopologyError(describe(
+                companion, value, f"the same value as {own}={environ[own]!r}: under jsrun, "
+                "Spectrum MPI's ranks are jsrun's tasks, so one of them was exported by hand "
+                f"or inherited; unset {companion} or {own}, whichever is stale"))
+    return processes
+
+
+def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) -> HostSlots:
+    path = environ["LSB_DJOB_RANKFILE"]
+    text = files.get(path)
+    where = f"LSB_DJOB_RANKFILE={shorten(path)!r}"
+    if text is None:
+        raise TopologyError(
+            f"{where}: expected a file this task can read: its hosts after the first line "
+            "(the launch node) are the job's compute hosts, the master is the first of them; "
+            "make the file visible at the same path inside the container (bind-mount its "
+            "folder), or choose --source openmpi with MASTER_ADDR set for every rank")
+    launch, _, rest = text.lstrip().partition("\n")
+    if not rest.strip():
+        raise TopologyError(f"{where}: expected the launch node on the first line and at "
+                            f"least one compute host after it, not {1 if launch else 0} "
+                            "line(s)")
+    try:
+        return one_per_slot(rest, "one host name per line")
+    except ValueError as exc:
+        raise TopologyError(f"{where}: expected {exc}") from None
+
+
+def _jsrun(environ: Mapping[str, str], line: Source,
+           files: Mapping[str, str | None]) -> Report:
+    job = _job(environ)
+    processes = _processes(environ, line.title)
+    listed = _compute_hosts(environ, files)
+    if len(listed.hosts) > processes.world_size:
+        raise TopologyError(describe(
+            "JSM_NAMESPACE_SIZE", environ["JSM_NAMESPACE_SIZE"],
+            f"at least the {len(listed.hosts)} compute host(s) of LSB_DJOB_RANKFILE: jsrun "
+            "runs this job's tasks on them; a jsrun of fewer tasks than hosts (jsrun -n) "
+            "leaves hosts without a task, and derive-env cannot tell which"))
+    inputs = {"nodes": ("LSB_DJOB_RANKFILE",), "processes": _JSM,
+              **{fact: (name,) for fact, name in zip(_FACTS, _JSM, strict=True)},
+              "ports": ("LSB_JOBID",)}
+    return Report(
+        source=line.name, title=line.title, nodes=nodes_of(listed.hosts),
+        processes=processes, job=("lsf", job, "allocation"), session_id=job,
+        inputs=inputs, order=_JSRUN_ORDER,
+        notes=(f"the launch node (the rank file's first line) runs no task; "
+               f"{len(listed.hosts)} compute host(s)",),
+    )

@@ -1,0 +1,163 @@
+"""The OpenPBS / Torque source: a job's node file, from the batch script or a TM task.
+
+Table line ``pbs`` (sources-cloud.md 19; openpbs/openpbs@cd7ab5e ``src/resmom/start_exec.c``).
+The node layer only, as for a Slurm allocation (sources/slurm.py ``read_allocation``):
+
+* ``nodes`` = the hosts of ``PBS_NODEFILE`` in the order of their first appearance, each
+  host's lines summed as its slots (sources/slots.py). ``generate_pbs_nodefile`` writes
+  one line per vnode entry of the job (``ji_vnods``, exec_vnode order), the short host
+  name; the MoMs are numbered in the same order (``add_mom_to_job``: ``hn_node`` = the
+  first appearance of the MoM in exec_vnode, ``ji_nodeid`` = this MoM's), the mother
+  superior first: node rank r = the r-th distinct host, the master = the first one.
+* ``node_rank`` only where the MoM wrote it for this process: a TM task (``pbsdsh``, an MPI
+  launcher's ``tm`` daemons; ``start_process``) has ``PBS_TASKNUM`` as eight hexadecimal
+  digits (``%8.8X``) and ``PBS_NODENUM`` = ``ji_nodeid``. The batch script (``finish_exec``)
+  writes ``PBS_TASKNUM`` in decimal (``%u``); its ``PBS_NODENUM=0`` is copied into every
+  rank by a launcher that forwards its environment (MPICH's Hydra), so it proves nothing
+  outside the batch script, and the batch script alone runs on one node.
+* The node file exists on the mother superior; on a sister MoM only with the MoM option
+  ``gen_nodefile_on_sister_mom`` (``src/resmom/mom_comm.c``, ``catch_child.c``): where it
+  cannot be read, :attr:`Report.problem` says so (an inner launcher's ranks then need
+  ``MASTER_ADDR``, as any launcher without a host list).
+
+A batch script of a job of more than one host: :attr:`Report.problem` (raised when no inner
+source, an MPI launcher started from the script, is seen): only ``mpiexec`` or ``pbsdsh``
+start processes on the other hosts. Torque's ``PBS_NUM_NODES`` and ``PBS_NP`` (also set by
+some OpenPBS sites' hooks) are checked against the file when set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from derive_env.errors import TopologyError, describe, shorten
+from derive_env.sources.report import Report
+from derive_env.sources.slots import HostSlots, one_per_slot
+from derive_env.topology import nodes_of
+from derive_env.validation import variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+#: ``PBS_TASKNUM`` of a TM task: ``sprintf(buf, "%8.8X", ti_task)`` (start_process).
+_TM_TASK = re.compile(r"[0-9A-F]{8}\Z")
+_ORDER = ("PBS_NODEFILE order: the hosts by first appearance, the mother superior first "
+          "(src/resmom/start_exec.c generate_pbs_nodefile, add_mom_to_job)")
+_START = ("start the processes on every host from the batch script with an MPI launcher "
+          "(mpiexec ... derive-env -- python train.py) or with pbsdsh -u (pbsdsh -u "
+          "derive-env -- torchrun ...)")
+
+
+def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """``PBS_NODEFILE``'s path, for the edge to read and pass to :func:`read`."""
+    return (environ["PBS_NODEFILE"],) if environ.get("PBS_NODEFILE") else ()
+
+
+def _hosts(path: str, text: str) -> HostSlots:
+    """The node file's hosts and slots; ``TopologyError`` naming the file when malformed."""
+    try:
+        return one_per_slot(text, "one host name per line, one line per slot")
+    except ValueError as exc:
+        raise TopologyError(f"PBS_NODEFILE={shorten(path)!r}: expected {exc} (the file "
+                            "the MoM wrote for this job; was it edited?)") from None
+
+
+def _torque_counts(environ: Mapping[str, str], listed: HostSlots,
+                   inputs: dict[str, tuple[str, ...]]) -> None:
+    """``PBS_NUM_NODES`` and ``PBS_NP`` (Torque's, or a site hook's) against the file."""
+    for name, want, what in (("PBS_NUM_NODES", len(listed.hosts), "distinct hosts"),
+                             ("PBS_NP", listed.total(), "lines")):
+        if environ.get(name):
+            if variable_int(environ, name, 1) != want:
+                raise TopologyError(describe(
+                    name, environ[name],
+                    f"the number of {what} of PBS_NODEFILE={shorten(environ['PBS_NODEFILE'])!r} "
+                    f"({want}): both describe this job, so one belongs to another job or "
+                    "was set by hand"))
+            inputs["num_nodes"] = (*inputs.get("num_nodes", ()), name)
+
+
+def _node_rank(environ: Mapping[str, str], count: int | None,
+               inputs: dict[str, tuple[str, ...]], notes: list[str]) -> int | None:
+    """This process's node, where a TM task's MoM wrote it (module docstring)."""
+    task = environ.get("PBS_TASKNUM", "")
+    if not _TM_TASK.match(task):
+        if task:
+            notes.append(f"PBS_TASKNUM={task!r} (decimal): the batch script's environment, "
+                         "here or copied by a launcher; PBS_NODENUM is not this process's node")
+        return None
+    if not environ.get("PBS_NODENUM"):
+        raise TopologyError(describe(
+            "PBS_TASKNUM", task, "PBS_NODENUM to be set as well: the MoM sets both for a TM "
+            "task (src/resmom/start_exec.c start_process)"))
+    node = variable_int(environ, "PBS_NODENUM", 0)
+    if count is not None and node >= count:
+        raise TopologyError(describe(
+            "PBS_NODENUM", environ["PBS_NODENUM"],
+            f"a node index below the {count} host(s) of PBS_NODEFILE: the MoM numbers the "
+            "job's hosts from 0 in the file's order; was the file or the variable copied "
+            "from another job?"))
+    inputs["node_rank"] = ("PBS_NODENUM", "PBS_TASKNUM")
+    notes.append(f"a TM task (PBS_TASKNUM={task!r}, hexadecimal) on node PBS_NODENUM={node}")
+    return node
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What a PBS job states: the node layer of its node file (module docstring).
+
+    :param environ: the process environment; ``PBS_JOBID`` and ``PBS_NODEFILE`` are set.
+    :param line: the ``pbs`` table line.
+    :param files: ``PBS_NODEFILE``'s path -> its content (``None``: unreadable), read in cli/.
+    :returns: ``nodes`` (when the file is readable), ``node_rank`` (a TM task, or a job of
+        one host), ``job`` = ``("pbs", PBS_JOBID, "allocation")`` for every process of the
+        job, ``session_id`` = ``PBS_JOBID``; ``problem`` for a batch script of more than one
+        host, or a node file this process cannot read.
+    :raises TopologyError: a malformed node file, ``PBS_NODENUM`` beyond its hosts, Torque's
+        counts that contradict it, a TM task without ``PBS_NODENUM``.
+    """
+    job = environ["PBS_JOBID"].strip()
+    path = environ["PBS_NODEFILE"]
+    text = (files or {}).get(path)
+    inputs: dict[str, tuple[str, ...]] = {"ports": ("PBS_JOBID",)}
+    notes: list[str] = []
+    listed = _hosts(path, text) if text is not None else None
+    count = len(listed.hosts) if listed is not None else None
+    node_rank = _node_rank(environ, count, inputs, notes)
+    problem = None
+    if listed is None:
+        problem = (
+            f"PBS_NODEFILE={shorten(path)!r}: expected a file this process can read (the "
+            "job's hosts; the master is its first line): the MoM writes it on the first host "
+            "only, unless the MoM option gen_nodefile_on_sister_mom is 1 (set it, and make "
+            "$PBS_HOME/aux visible inside the container), or set MASTER_ADDR to the first host "
+            "of the node file for every process")
+    else:
+        inputs["nodes"] = ("PBS_NODEFILE",)
+        _torque_counts(environ, listed, inputs)
+        notes.append("slots per host: " + ", ".join(
+            f"{host} {slots}" for host, slots in zip(listed.hosts[:8], listed.slots[:8],
+                                                      strict=False))
+            + (" ..." if len(listed.hosts) > 8 else ""))
+        if count == 1:
+            node_rank = 0
+            inputs.setdefault("node_rank", ("PBS_NODEFILE",))
+        elif node_rank is None:
+            problem = describe(
+                "PBS_NODEFILE", path,
+                f"a job of one host here: this job has {count} hosts, and a batch script "
+                f"runs on the first only; {_START}")
+    return Report(
+        source=line.name,
+        title=line.title,
+        nodes=nodes_of(listed.hosts) if listed is not None else (),
+        node_rank=node_rank,
+        job=("pbs", job, "allocation"),
+        session_id=job,
+        inputs=inputs,
+        order=_ORDER if listed is not None else None,
+        notes=tuple(notes),
+        problem=problem,
+    )
