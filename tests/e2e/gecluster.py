@@ -308,9 +308,7 @@ class GridEngineCluster:
 
     def _start(self) -> None:
         self._layout()
-        self.sim.popen(self.master, [find_program("sge_qmaster") or "sge_qmaster"],
-                       self.client_env(), inherit=False, stdout=self._log("qmaster"),
-                       stderr=subprocess.STDOUT)
+        self._daemon("qmaster", self.master, [find_program("sge_qmaster") or "sge_qmaster"])
         self._wait("sge_qmaster", lambda: self.run(["qconf", "-sq"], timeout=10).returncode
                    in (0, 1) and self.run(["qconf", "-sh"], timeout=10).ok)
         hosts = " ".join(self.nodes)
@@ -330,9 +328,9 @@ class GridEngineCluster:
             self._ok(["qconf", "-Ap", str(path)])
         for qname, seq_no, slots in (("all.q", 0, SLOTS), ("extra.q", 1, 1)):
             path = self.tmp / "conf" / qname
-            path.write_text(QUEUE.format(hosts=hosts, slots=slots, tmpdir=self.tmp / "nodetmp")
-                            .replace("qname                 all.q", f"qname                 {qname}")
-                            .replace("seq_no                0", f"seq_no                {seq_no}"))
+            text = QUEUE.format(hosts=hosts, slots=slots, tmpdir=self.tmp / "nodetmp")
+            path.write_text(text.replace("qname                 all.q", f"qname {qname}")
+                            .replace("seq_no                0", f"seq_no {seq_no}"))
             self._ok(["qconf", "-Aq", str(path)])
         (self.tmp / "nodetmp").mkdir(mode=0o755)
         for node in self.nodes:
@@ -346,12 +344,15 @@ class GridEngineCluster:
                     'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh",
                     str(private), str(self.tmp / "nodetmp"),
                     find_program("sge_execd") or "sge_execd"]
-            self.sim.popen(node, argv, self.client_env(), inherit=False,
-                           stdout=self._log(f"execd.{node}"), stderr=subprocess.STDOUT)
+            self._daemon(f"execd.{node}", node, argv)
         self._wait("every execd", self._all_up)
 
-    def _log(self, name: str):  # noqa: ANN202
-        return open(self.tmp / f"{name}.out", "wb")  # noqa: SIM115
+    def _daemon(self, name: str, node: str, argv: list[str]) -> None:
+        """Start ``argv`` in ``node``'s namespace, its output to tmp/<name>.out (sge_qmaster
+        and sge_execd then daemonize in that namespace: close() kills them there)."""
+        with open(self.tmp / f"{name}.out", "wb") as out:
+            self.sim.popen(node, argv, self.client_env(), inherit=False, stdout=out,
+                           stderr=subprocess.STDOUT)
 
     def _ok(self, argv: list[str]) -> None:
         res = self.run(argv, timeout=20)

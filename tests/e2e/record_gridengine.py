@@ -120,7 +120,8 @@ def main() -> int:
     lines = ["# Recorded Grid Engine environments", "",
              "Written by `tests/e2e/record_gridengine.py` (do not edit): a real cluster of",
              "tests/e2e/gecluster.py (hosts sge-c3, sge-a1, sge-b2; queue all.q of 2 slots",
-             "per host, extra.q of 1 slot per host; PE `rr` = $round_robin, PE `one` = 1 slot per host).",
+             "per host, extra.q of 1 slot per host; PE `rr` = $round_robin, PE `one` = 1",
+             "slot per host).",
              f"The cluster's temporary folder reads `{RUN_DIR}`.", "", "Versions:", "",
              *[f"    {line}" for line in versions.splitlines()], "",
              "| scenario | qsub options | what |", "|---|---|---|"]

@@ -45,7 +45,7 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
     assert ", ".join(SOURCE_NAMES) == (
         "torchrun, openmpi, mvapich2, hydra, pals, slurm-step, slurm-allocation, backendai, "
         "kubeflow-pytorchjob, kubeflow-trainjob, kubernetes-indexed-job, sagemaker, "
-        "sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex")
+        "sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, gridengine")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES
     with pytest.raises(UsageError, match=r"^--source='flux': expected one of auto, none, "):
         choice_of({}, "flux")  # known, but only refused
@@ -127,7 +127,7 @@ def test_the_refusals_keep_the_launchers_order() -> None:
         "a Kubeflow TrainJob (JAX runtime)", "a Kubeflow JAXJob (v1)",
         "a Kubeflow TrainJob (XGBoost runtime)", "an HTCondor parallel-universe job",
         "an OpenPBS/Torque job", "an LSF job", "a Grid Engine parallel job",
-        "a Kubeflow MPIJob launcher", "a Ray Train worker",
+        "a Grid Engine task (qrsh -inherit)", "a Kubeflow MPIJob launcher", "a Ray Train worker",
         "an Azure ML PyTorch-distribution process"]
 
 

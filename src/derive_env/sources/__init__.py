@@ -293,7 +293,8 @@ SOURCES: tuple[Source, ...] = (
                "and run derive-env in each rank; or, for a job of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     Source("gridengine", "a Grid Engine parallel job", "gridengine",
-           ("JOB_ID", "PE_HOSTFILE", "NHOSTS"), 3, unit="host", counts=("NHOSTS",)),
+           ("JOB_ID", "PE_HOSTFILE", "NHOSTS"), 3, unit="host", states=(("NHOSTS", 1),),
+           partial=False),
     # A task qrsh -inherit started without -V: no PE_HOSTFILE (sources/gridengine.py).
     Source("gridengine-task", "a Grid Engine task (qrsh -inherit)", None,
            ("JOB_ID", "PE", "QRSH_PORT"), 3, unless=("PE_HOSTFILE",), unit="host",

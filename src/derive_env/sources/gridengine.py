@@ -17,7 +17,7 @@ tests/fixtures/gridengine/):
   it only through ``-V`` (Open MPI's mpirun passes ``-V``), then the master's path, which
   another host reads only when the spool folder is shared. Lines ``<host> <slots> <queue>
   <processors>``, one per granted queue instance, the master queue first: a host with
-  slots from two queues appears twice (slots summed, :mod:`derive_env.sources.hostfiles`).
+  slots from two queues appears twice (recorded: all.q and extra.q), its slots summed.
 
 Contexts, as for Slurm (sources/slurm.py): the job script runs on the master host only,
 so a job of several hosts refuses there with the fix (:attr:`Report.problem`, raised only
@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.errors import ON_ERROR_WARN, TopologyError, describe, shorten
-from derive_env.hosts import host_key
-from derive_env.sources.hostfiles import HostSlots, line_pairs
+from derive_env.hosts import check_hosts, host_key
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
@@ -86,12 +85,57 @@ def _array_task(environ: Mapping[str, str]) -> str | None:
         "array: exec_job.c sets the literal)"))
 
 
+class HostSlots(NamedTuple):
+    """An allocation: the distinct hosts in first-appearance order, each one's slots."""
+
+    hosts: tuple[str, ...]
+    slots: tuple[int, ...]
+
+    def total(self) -> int:
+        """All slots of the allocation."""
+        return sum(self.slots)
+
+
+def parse_pe_hostfile(text: str) -> HostSlots:
+    """The hosts of ``PE_HOSTFILE`` in first-appearance order with their slots summed over
+    their lines (one line per granted queue, exec_job.c; blank lines ignored).
+
+    :param text: the file's content.
+    :returns: the allocation.
+    :raises ValueError: no line, a line without a host and a slot count, a host that is no
+        host name or address, a slot count that is not an integer >= 1 (the message
+        follows "expected").
+    """
+    order: dict[str, int] = {}
+    hosts: list[str] = []
+    slots: list[int] = []
+    for number, line in enumerate(text.split("\n"), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        count = fields[1] if len(fields) > 1 else ""
+        if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
+            raise ValueError(f"{_FORMAT}; line {number} ({line.strip()!r}) has no slot count "
+                             ">= 1 after its host")
+        at = order.setdefault(host_key(fields[0]), len(hosts))
+        if at == len(hosts):
+            hosts.append(fields[0])
+            slots.append(0)
+        slots[at] += int(count)
+    if not hosts:
+        raise ValueError(f"{_FORMAT}; the file has none")
+    bad = check_hosts(hosts)
+    if bad is not None:
+        raise ValueError(f"{_FORMAT}; host {bad[1]!r}: {bad[2]}")
+    return HostSlots(tuple(hosts), tuple(slots))
+
+
 def _allocation(environ: Mapping[str, str], text: str) -> HostSlots:
-    path = environ["PE_HOSTFILE"]
     try:
-        return line_pairs(text, _FORMAT)
+        return parse_pe_hostfile(text)
     except ValueError as exc:
-        raise TopologyError(f"PE_HOSTFILE={shorten(path)!r}: expected {exc}") from None
+        raise TopologyError(
+            f"PE_HOSTFILE={shorten(environ['PE_HOSTFILE'])!r}: expected {exc}") from None
 
 
 def _node_rank(environ: Mapping[str, str], hosts: tuple[str, ...]) -> int | None:
