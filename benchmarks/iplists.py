@@ -1,9 +1,12 @@
-"""Cost of a 4096-node IP list vs a 4-node one for SkyPilot and dstack (issue 17, item 9).
+"""Cost of a 4096-node IP list vs a 4-node one for SkyPilot, dstack and Grid Engine (issue
+17, item 9).
 
 Each case is the ENTRYPOINT path, ``derive-env -- /bin/true``, of an image opted in for
 ``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a task whose
 variables are as the tool sets them (sources/launchtools.py): ``SKYPILOT_NODE_IPS`` /
-``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs.
+``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs;
+Grid Engine (sources/gridengine.py): a ``qrsh -inherit -V`` task whose ``PE_HOSTFILE`` (a
+file in the temporary folder) lists the hosts ``<host> 8 all.q@<host> UNDEFINED``.
 
 Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,
 clean environment, stdio on /dev/null, warm-up rounds first), medians and the median of
@@ -39,6 +42,7 @@ from startup import (
 
 TARGET = 1.1
 SIZES = (4, 4096)
+TOOLS = ("skypilot", "dstack", "gridengine")
 
 
 def ips(nodes: int) -> list[str]:
@@ -46,8 +50,22 @@ def ips(nodes: int) -> list[str]:
     return [f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}" for i in range(1, nodes + 1)]
 
 
-def tool_env(tool: str, nodes: int) -> dict[str, str]:
+def gridengine_env(nodes: int, folder: Path) -> dict[str, str]:
+    """A qrsh -inherit -V task on host ``nodes // 2`` of a PE job (exec_job.c: NHOSTS and
+    NSLOTS of its own part), its PE_HOSTFILE written in ``folder``."""
+    hosts = [f"node{i:05d}" for i in range(nodes)]
+    path = folder / f"pe_hostfile.{nodes}"
+    path.write_text("".join(f"{h} 8 all.q@{h} UNDEFINED\n" for h in hosts))
+    me = hosts[nodes // 2]
+    return {"JOB_ID": "17", "PE": "mpi", "PE_HOSTFILE": str(path), "NHOSTS": "1",
+            "NSLOTS": "8", "HOSTNAME": me, "SGE_TASK_ID": "undefined",
+            "SGE_JOB_SPOOL_DIR": f"/var/spool/sge/{me}/active_jobs/17.1/1.{me}"}
+
+
+def tool_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
     """Node ``nodes // 2`` of a task of ``nodes`` nodes, as the tool sets it."""
+    if tool == "gridengine":
+        return gridengine_env(nodes, folder)
     listed, rank = "\n".join(ips(nodes)), nodes // 2
     if tool == "skypilot":
         return {"SKYPILOT_NODE_IPS": listed, "SKYPILOT_NODE_RANK": str(rank),
@@ -62,17 +80,18 @@ def tool_env(tool: str, nodes: int) -> dict[str, str]:
 def build_cases(script: Path, labels: Path) -> list[Case]:
     base = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "DERIVE_ENV_LABELS_FILE": str(labels)}
     return [Case(f"{tool}/{nodes}", f"derive-env -- /bin/true  [{tool}, {nodes} nodes]",
-                 [str(script), "--", "/bin/true"], {**base, **tool_env(tool, nodes)},
-                 "script", "entrypoint")
-            for tool in ("skypilot", "dstack") for nodes in SIZES]
+                 [str(script), "--", "/bin/true"],
+                 {**base, **tool_env(tool, nodes, labels.parent)}, "script", "entrypoint")
+            for tool in TOOLS for nodes in SIZES]
 
 
 def validate(case: Case) -> None:
     """Run once through a dump: the source must have derived the node layer."""
-    nodes = int(case.key.split("/")[1])
+    tool, nodes = case.key.split("/")[0], int(case.key.split("/")[1])
     status, out = capture([case.argv[0], "--", *DUMP], case.env)
     got = json.loads(out) if status == 0 and out.startswith("{") else {}
-    want = {"MASTER_ADDR": "10.0.0.1", "PET_NNODES": str(nodes), "NODE_RANK": str(nodes // 2)}
+    master = "node00000" if tool == "gridengine" else "10.0.0.1"
+    want = {"MASTER_ADDR": master, "PET_NNODES": str(nodes), "NODE_RANK": str(nodes // 2)}
     if {k: got.get(k) for k in want} != want:
         raise BenchmarkError(f"{case.label}: exit {status}, expected {want}, got "
                              f"{ {k: got.get(k) for k in want} }")
@@ -100,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     by_key = {case.key: case for case in cases}
     ratios = {}
-    for tool in ("skypilot", "dstack"):
+    for tool in TOOLS:
         small, large = by_key[f"{tool}/4"], by_key[f"{tool}/4096"]
         paired = [a / b for a, b in zip(large.wall, small.wall, strict=True)]
         ratios[tool] = {

@@ -96,6 +96,29 @@ class HostSlots(NamedTuple):
         return sum(self.slots)
 
 
+#: A line as Grid Engine writes it: host, slot count >= 1, other fields. One match per line
+#: for the whole text, without a loop over the lines in Python (benchmarks/iplists.py,
+#: 4096 hosts); any other text is read line by line (:func:`_rows`).
+_ROW = re.compile(r"^(\S+)[ \t]+([1-9][0-9]{0,8})(?:[ \t][^\n]*)?$", re.MULTILINE)
+
+
+def _rows(text: str) -> list[tuple[str, str]]:
+    """``(host, slot count)`` of every line that is not blank; a malformed line raises."""
+    rows = []
+    for number, line in enumerate(text.split("\n"), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        count = fields[1] if len(fields) > 1 else ""
+        if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
+            raise ValueError(f"{_FORMAT}; line {number} ({line.strip()!r}) has no slot count "
+                             ">= 1 after its host")
+        rows.append((fields[0], count))
+    if not rows:
+        raise ValueError(f"{_FORMAT}; the file has none")
+    return rows
+
+
 def parse_pe_hostfile(text: str) -> HostSlots:
     """The hosts of ``PE_HOSTFILE`` in first-appearance order with their slots summed over
     their lines (one line per granted queue, exec_job.c; blank lines ignored).
@@ -106,24 +129,24 @@ def parse_pe_hostfile(text: str) -> HostSlots:
         host name or address, a slot count that is not an integer >= 1 (the message
         follows "expected").
     """
-    order: dict[str, int] = {}
-    hosts: list[str] = []
-    slots: list[int] = []
-    for number, line in enumerate(text.split("\n"), 1):
-        fields = line.split()
-        if not fields:
-            continue
-        count = fields[1] if len(fields) > 1 else ""
-        if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
-            raise ValueError(f"{_FORMAT}; line {number} ({line.strip()!r}) has no slot count "
-                             ">= 1 after its host")
-        at = order.setdefault(host_key(fields[0]), len(hosts))
-        if at == len(hosts):
-            hosts.append(fields[0])
-            slots.append(0)
-        slots[at] += int(count)
-    if not hosts:
-        raise ValueError(f"{_FORMAT}; the file has none")
+    body = text[:-1] if text.endswith("\n") else text
+    rows = _ROW.findall(body)
+    if not rows or len(rows) != body.count("\n") + 1:  # not every line matched
+        rows = _rows(text)
+    listed, counts = zip(*rows, strict=True)
+    joined = "\n".join(listed).lower()
+    keys = joined.split("\n")
+    if len(set(keys)) == len(keys) and ".\n" not in joined + "\n":
+        hosts, slots = list(listed), list(map(int, counts))
+    else:  # a host in several queues: sum its lines, at its first line
+        order: dict[str, int] = {}
+        hosts, slots = [], []
+        for host, count in rows:
+            at = order.setdefault(host_key(host), len(hosts))
+            if at == len(hosts):
+                hosts.append(host)
+                slots.append(0)
+            slots[at] += int(count)
     bad = check_hosts(hosts)
     if bad is not None:
         raise ValueError(f"{_FORMAT}; host {bad[1]!r}: {bad[2]}")
@@ -145,9 +168,12 @@ def _node_rank(environ: Mapping[str, str], hosts: tuple[str, ...]) -> int | None
     name = environ.get("HOSTNAME", "")
     if not name:
         return None
-    keys = [host_key(host) for host in hosts]
+    keys = "\n".join(hosts).lower().split("\n")
     key = host_key(name)
     if key in keys:
+        return keys.index(key)
+    keys = [host_key(host) for host in hosts]
+    if key in keys:  # a name with a trailing dot
         return keys.index(key)
     short = [k.split(".")[0] for k in keys]
     if short.count(key.split(".")[0]) == 1:
