@@ -88,11 +88,21 @@ def can_run_gridengine() -> tuple[bool, str]:
 
 def leftovers(prefix: str, tmp: Path) -> list[str]:
     """Everything of a cluster still present (empty after a clean exit): namespaces, their
-    /etc/netns folders, the temporary folder, processes whose command line names it."""
+    /etc/netns folders, the temporary folder, processes whose environment names it (every
+    daemon and job has SGE_ROOT in it)."""
     found = [str(p) for p in NETNS_RUN.glob(f"{prefix}-*")]
     found += [str(p) for p in NETNS_ETC.glob(f"{prefix}-*")]
     if tmp != Path() and tmp.exists():
         found.append(str(tmp))
+    if tmp == Path():
+        return found
+    needle = str(tmp).encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in environ.read_bytes():
+                found.append(f"pid {environ.parent.name}")
+        except OSError:
+            continue
     return found
 
 
