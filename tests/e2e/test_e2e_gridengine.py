@@ -15,6 +15,9 @@ it to the shared folder) and asserts the exact variables every rank saw against 
   torchrun --nproc-per-node=2 ...`` on every host of PE_HOSTFILE: the node layer (PET_*);
 - ``derive-env -- torchrun`` as the job script of a 3-host job: refused with the fix, the
   command not run.
+- a cluster whose execds are not ready in time: an error naming the wait, nothing left.
+
+The module's cluster starts in about 10 s; the four tests take about a minute here.
 
 Needs root, ``ip netns``, gridengine-master/-exec/-client, openmpi-bin and torch: skipped
 without them, FAILS under CI=true (``make test`` installs the packages).
@@ -33,7 +36,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gecluster import GridEngineCluster, can_run_gridengine, find_program, leftovers
+from gecluster import (
+    GridEngineCluster,
+    GridEngineError,
+    can_run_gridengine,
+    find_program,
+    leftovers,
+)
 from hpc_jobs import reports
 from sessions import BASE_ENV, HERE, LABEL, require, venv_bin
 from simcluster import HostResult
@@ -147,3 +156,14 @@ def test_job_script_of_three_hosts_refuses_with_the_fix(ge: GridEngineCluster) -
     assert "qrsh -inherit -V <host> derive-env -- torchrun" in output
     assert output.rstrip().endswith("exit=3"), output
     assert '"rank"' not in output
+
+
+def test_a_cluster_that_is_not_ready_in_time_leaves_nothing() -> None:
+    """A readiness wait too short for the execds: GridEngineError naming the wait, and
+    every daemon, namespace and folder removed."""
+    require(*can_run_gridengine())
+    prefix = f"gy{os.getpid() % 10000}x{random.randrange(1000)}"
+    cluster = GridEngineCluster(prefix=prefix, ready_timeout=0.05)
+    with pytest.raises(GridEngineError, match=r"not ready after 0s"):
+        cluster.__enter__()
+    assert leftovers(prefix, cluster.tmp) == []
