@@ -87,7 +87,7 @@ def test_the_job_script_of_three_hosts_refuses_with_the_fix() -> None:
         "sge-c3", "sge-c3", "3", "undefined")
     report = read(env, "master-task")
     assert (report.nodes, report.node_rank, report.job, report.session_id) == (
-        tuple(Node(h) for h in HOSTS), 0, ("gridengine", "1", "undefined"), "1")
+        tuple(Node(h) for h in HOSTS), 0, ("gridengine", "1", ""), "1")
     assert report.problem == (
         "NHOSTS='3': expected 1 here: a Grid Engine job script runs on the master host only "
         "(the first host of PE_HOSTFILE), and Grid Engine starts nothing on the other hosts: "

@@ -245,7 +245,7 @@ def read(environ: Mapping[str, str], line: Source,
     :param files: ``PE_HOSTFILE``'s path -> its text (``None``: unreadable).
     :returns: ``nodes`` = the file's hosts in first-appearance order (the master host
         first), ``node_rank`` = ``HOSTNAME``'s position, ``job`` = ("gridengine", JOB_ID,
-        array task or ``undefined``) for the port policy, ``session_id`` = ``JOB_ID``; no
+        the array task or empty) for the port policy, ``session_id`` = ``JOB_ID``; no
         process layer (Grid Engine starts one job script, not the ranks). The job script
         of a job of several hosts: :attr:`Report.problem` with the fix. An unreadable
         file: no nodes, :attr:`Report.problem` with the fix.
@@ -254,7 +254,7 @@ def read(environ: Mapping[str, str], line: Source,
     """
     job_id = str(variable_int(environ, "JOB_ID", 1, " (Grid Engine's job number)"))
     array = _array_task(environ)
-    job = ("gridengine", job_id, array or "undefined")
+    job = ("gridengine", job_id, array or "")
     task = _is_task(environ)
     text = (files or {}).get(environ["PE_HOSTFILE"])
     if text is None:
