@@ -122,7 +122,7 @@ def test_qrsh_inherit_one_task_per_host_torchrun_needs_no_flags(ge: GridEngineCl
     host's line, PET_MASTER_* = the first host and the label's port); 6 ranks sum to 21."""
     port = random.randrange(20000, 30000)
     de = venv_bin() / "derive-env"
-    torchrun = f"{sys.executable} -m torch.distributed.run --nproc-per-node=2 {TORCH}"
+    torchrun = f"torchrun --nproc-per-node=2 {TORCH}"  # found on PATH (qsub -V), as a user has it
     script = (f'for h in $(awk \'{{print $1}}\' "$PE_HOSTFILE"); do\n'
               f'  qrsh -inherit -V "$h" {de} -- {torchrun} &\ndone\nwait')
     res, output, hosts, _ = _qsub(ge, "one", 3, script,
@@ -147,7 +147,7 @@ def test_job_script_of_three_hosts_refuses_with_the_fix(ge: GridEngineCluster) -
     or qrsh -inherit -V), torchrun never started."""
     de = venv_bin() / "derive-env"
     res, output, hosts, _ = _qsub(
-        ge, "one", 3, f"{de} -- {sys.executable} -m torch.distributed.run {TORCH}\n"
+        ge, "one", 3, f"{de} -- torchrun {TORCH}\n"
         'echo "exit=$?"', {"frameworks": "pytorch"})
     assert res.ok, res.describe() + output
     assert len(hosts) == 3, output
