@@ -216,7 +216,7 @@ def _check_counts(environ: Mapping[str, str], alloc: HostSlots, node_rank: int |
 
 
 def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, str],
-                task: bool) -> Report:
+                session: str, task: bool) -> Report:
     """A report without nodes: the file cannot be read here (a task on another host than
     the master, whose spool folder holds the file)."""
     path = shorten(environ["PE_HOSTFILE"])
@@ -224,7 +224,7 @@ def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, s
            "passed that path to a task on another host" if task else
            "Grid Engine writes it before the job script starts")
     return Report(
-        source=line.name, title=line.title, job=job, session_id=environ["JOB_ID"],
+        source=line.name, title=line.title, job=job, session_id=session,
         inputs={"ports": ("JOB_ID", "SGE_TASK_ID")},
         notes=(f"PE_HOSTFILE={path!r} is not readable here",),
         problem=(f"PE_HOSTFILE={path!r}: expected a file this process can read ({why}): "
@@ -255,10 +255,11 @@ def read(environ: Mapping[str, str], line: Source,
     job_id = str(variable_int(environ, "JOB_ID", 1, " (Grid Engine's job number)"))
     array = _array_task(environ)
     job = ("gridengine", job_id, array or "")
+    session = job_id if array is None else f"{job_id}.{array}"  # Grid Engine's job.task
     task = _is_task(environ)
     text = (files or {}).get(environ["PE_HOSTFILE"])
     if text is None:
-        return _unreadable(environ, line, job, task)
+        return _unreadable(environ, line, job, session, task)
     alloc = _allocation(environ, text)
     node_rank = _node_rank(environ, alloc.hosts)
     task = _check_counts(environ, alloc, node_rank) or task
@@ -285,7 +286,7 @@ def read(environ: Mapping[str, str], line: Source,
         nodes=nodes_of(hosts),
         node_rank=node_rank,
         job=job,
-        session_id=job_id if array is None else f"{job_id}.{array}",
+        session_id=session,
         inputs=inputs,
         order=_ORDER,
         notes=tuple(notes),
