@@ -41,6 +41,9 @@ managers:
 	command -v dash >/dev/null || missing="$$missing dash"; \
 	command -v busybox >/dev/null || missing="$$missing busybox"; \
 	dpkg -s libpmix-dev >/dev/null 2>&1 || missing="$$missing libpmix-dev"; \
+	command -v sge_qmaster >/dev/null || missing="$$missing gridengine-master"; \
+	command -v sge_execd >/dev/null || missing="$$missing gridengine-exec"; \
+	command -v qsub >/dev/null || missing="$$missing gridengine-client"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 

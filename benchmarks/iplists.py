@@ -15,7 +15,9 @@ that way), ``TPU_WORKER_ID``;
   ``PBS_TASKNUM``) whose ``PBS_NODEFILE`` lists each host once per slot (8 slots);
 - LSF (sources/lsf.py): a jsrun task, one per compute host, with ``LSB_MCPU_HOSTS`` (the
   launch node, then each host with 8 slots) and ``LSB_DJOB_RANKFILE`` (the launch node,
-  then each compute host once per slot).
+  then each compute host once per slot);
+- Grid Engine (sources/gridengine.py): a ``qrsh -inherit -V`` task whose ``PE_HOSTFILE`` (a
+  file in the temporary folder) lists the hosts ``<host> 8 all.q@<host> UNDEFINED``.
 
 Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,
 clean environment, stdio on /dev/null, warm-up rounds first), medians and the median of
@@ -51,7 +53,7 @@ from startup import (
 
 TARGET = 1.1
 SIZES = (4, 4096)
-TOOLS = ("skypilot", "dstack", "determined", "gke-tpu", "pbs", "lsf")
+TOOLS = ("skypilot", "dstack", "determined", "gke-tpu", "pbs", "lsf", "gridengine")
 SLOTS = 8
 
 
@@ -83,6 +85,18 @@ def scheduler_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
             "JSM_NAMESPACE_SIZE": str(nodes), "JSM_NAMESPACE_LOCAL_SIZE": "1"}
 
 
+def gridengine_env(nodes: int, folder: Path) -> dict[str, str]:
+    """A qrsh -inherit -V task on host ``nodes // 2`` of a PE job (exec_job.c: NHOSTS and
+    NSLOTS of its own part), its PE_HOSTFILE written in ``folder``."""
+    hosts = [f"node{i:05d}" for i in range(nodes)]
+    path = folder / f"pe_hostfile.{nodes}"
+    path.write_text("".join(f"{h} 8 all.q@{h} UNDEFINED\n" for h in hosts))
+    me = hosts[nodes // 2]
+    return {"JOB_ID": "17", "PE": "mpi", "PE_HOSTFILE": str(path), "NHOSTS": "1",
+            "NSLOTS": "8", "HOSTNAME": me, "SGE_TASK_ID": "undefined",
+            "SGE_JOB_SPOOL_DIR": f"/var/spool/sge/{me}/active_jobs/17.1/1.{me}"}
+
+
 def tpu_host(i: int) -> str:
     """Host ``i`` of slice 0 of JobSet ``tpu``, replicated job ``s`` (GKE's pod names in
     its subdomain)."""
@@ -93,6 +107,8 @@ def master(tool: str) -> str:
     """Node 0's host, the MASTER_ADDR every case must derive."""
     if tool in ("pbs", "lsf"):
         return "c00001"
+    if tool == "gridengine":
+        return "node00000"
     return tpu_host(0) if tool == "gke-tpu" else "10.0.0.1"
 
 
@@ -102,6 +118,8 @@ def tool_env(tool: str, nodes: int, folder: Path) -> dict[str, str]:
     listed, rank = "\n".join(ips(nodes)), nodes // 2
     if tool in ("pbs", "lsf"):
         return scheduler_env(tool, nodes, folder)
+    if tool == "gridengine":
+        return gridengine_env(nodes, folder)
     if tool == "gke-tpu":
         return {"TPU_WORKER_HOSTNAMES": ",".join(tpu_host(i) for i in range(nodes)),
                 "TPU_WORKER_ID": str(rank), "HOSTNAME": tpu_host(rank).partition(".")[0],

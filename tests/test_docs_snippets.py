@@ -149,7 +149,8 @@ def test_the_examples_are_found() -> None:
     pages = {w.rsplit(":", 1)[0] for w, _, _ in EXAMPLES}
     assert {"README.md", "docs/sources/README.md", "docs/sources/slurm.md",
             "docs/sources/mpi.md", "docs/sources/torchrun.md", "docs/sources/kubeflow.md",
-            "docs/sources/kubernetes.md", "docs/sources/schedulers.md"} <= pages
+            "docs/sources/kubernetes.md", "docs/sources/schedulers.md",
+            "docs/sources/gridengine.md"} <= pages
     text = "```console\n$ derive-env --dry-run --env-file a.env \\\n    --explain\nout\n```\n"
     assert console_examples(text) == [(2, "derive-env --dry-run --env-file a.env \\\n"
                                           "    --explain", "out\n")]

@@ -57,8 +57,8 @@ BAD_SOURCE = ("--source='bogus': expected one of auto, none, torchrun, openmpi, 
               "hydra, pals, slurm-step, slurm-allocation, backendai, kubeflow-pytorchjob, "
               "kubeflow-trainjob, flux, jsrun, kubernetes-indexed-job, jobset, sagemaker, "
               "aws-batch, sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, "
-              "vertex, gke-tpu, azureml-mpi, determined, htcondor, pbs, lsf, ray-train, "
-              "azureml-pytorch")
+              "vertex, gke-tpu, azureml-mpi, determined, htcondor, pbs, lsf, gridengine, "
+              "ray-train, azureml-pytorch")
 
 #: Command lines of options only, which both parsers read: run()'s keywords, or the usage
 #: error (click prints it after "Error: ", exit 2; the fast parser hands the line to click).

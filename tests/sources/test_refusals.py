@@ -276,9 +276,11 @@ MANAGERS = {
             "an OpenPBS/Torque job", "node"),
     "lsf": ({"LSB_JOBID": "7", "LSB_MCPU_HOSTS": "hostA 4 hostB 4"}, {}, "LSB_MCPU_HOSTS",
             "hostA 4 hostB 4", "one host and its slots or unset", "an LSF job", "host"),
-    "gridengine": ({"JOB_ID": "7", "PE_HOSTFILE": "/opt/sge/pe_hostfile", "NSLOTS": "8",
-                    "NHOSTS": "2", "PE": "mpi", "SGE_ROOT": "/opt/sge"}, {}, "NHOSTS", "2",
-                   "1 or unset", "a Grid Engine parallel job", "host"),
+    # A qrsh -inherit -V task on the second host (exec_job.c: NHOSTS and NSLOTS of its part).
+    "gridengine": ({"JOB_ID": "7", "PE_HOSTFILE": "/opt/sge/pe_hostfile", "NSLOTS": "4",
+                    "NHOSTS": "1", "PE": "mpi", "SGE_ROOT": "/opt/sge", "HOSTNAME": "n1"},
+                   {"/opt/sge/pe_hostfile": "n0 4 all.q@n0 UNDEFINED\nn1 4 all.q@n1 UNDEFINED\n"},
+                   "NHOSTS", "2", "1 or unset", "a Grid Engine parallel job", "host"),
     "mpi-operator": ({"K_MPI_JOB_ROLE": "launcher",
                       "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile"}, {},
                      "K_MPI_JOB_ROLE", "launcher", "worker (a rank mpirun started) or unset",
@@ -318,7 +320,7 @@ NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vert
             "tpu": ("gke-tpu", 2, 1),
             "determined": ("determined", 2, 1), "ray-train": ("ray-train", None, 1),
             "aws-batch": ("aws-batch", 2, 1), "azure-mpi": ("azureml-mpi", 2, None),
-            "azureml-pytorch": ("azureml-pytorch", 2, 1)}
+            "azureml-pytorch": ("azureml-pytorch", 2, 1), "gridengine": ("gridengine", 2, 1)}
 #: Of those, the ones that state no host list: TensorFlow's TF_CONFIG is refused, saying so.
 NO_HOST_LIST = {"ray-train", "aws-batch", "azure-mpi", "azureml-pytorch"}
 #: The managers of MANAGERS a source now reads and that refuse this node's environment with
@@ -444,7 +446,8 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
     files = {path: text.replace('"algo-1", "algo-2"', '"algo-1"').replace(
         '"10.0.0.1", "10.0.0.2"', '"10.0.0.1"').replace("n2\nn2\n", "").replace(
         '"container_rank": 1, "container_slot_counts": [2, 2]',
-        '"container_rank": 0, "container_slot_counts": [2]')
+        '"container_rank": 0, "container_slot_counts": [2]').replace(
+        "n0 4 all.q@n0 UNDEFINED\n", "")
         for path, text in files.items()}
     environ.pop("AZ_BATCH_MASTER_NODE", None)  # set only for a job of several nodes
     topology = topology_from(environ, files=reader(files))

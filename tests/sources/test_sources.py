@@ -46,7 +46,7 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
         "torchrun, openmpi, mvapich2, hydra, pals, slurm-step, slurm-allocation, backendai, "
         "kubeflow-pytorchjob, kubeflow-trainjob, flux, jsrun, kubernetes-indexed-job, jobset, "
         "sagemaker, aws-batch, sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, "
-        "vertex, gke-tpu, azureml-mpi, determined, htcondor, pbs, lsf, ray-train, "
+        "vertex, gke-tpu, azureml-mpi, determined, htcondor, pbs, lsf, gridengine, ray-train, "
         "azureml-pytorch")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES
     with pytest.raises(UsageError, match=r"^--source='gridengine': expected one of auto, "):
@@ -130,7 +130,7 @@ def test_the_refusals_keep_the_launchers_order() -> None:
         "a Kubeflow TrainJob (JAX runtime)", "a Kubeflow JAXJob (v1)",
         "a Kubeflow TrainJob (XGBoost runtime)", "an HTCondor parallel-universe job",
         "an OpenPBS/Torque job", "an LSF job", "a Grid Engine parallel job",
-        "a Kubeflow MPIJob launcher", "a Ray Train worker",
+        "a Grid Engine task (qrsh -inherit)", "a Kubeflow MPIJob launcher", "a Ray Train worker",
         "an Azure ML PyTorch-distribution process"]
 
 

@@ -309,11 +309,15 @@ SOURCES: tuple[Source, ...] = (
            fix="Start the processes with jsrun or mpirun (... derive-env -- python train.py) "
                "and run derive-env in each rank; or, for a job of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("gridengine", "a Grid Engine parallel job", None, ("JOB_ID", "PE_HOSTFILE", "NHOSTS"),
-           3, unit="host", states=(("NHOSTS", 1),), partial=False,
-           fix="Start the processes with mpirun (... derive-env -- python train.py) and run "
-               "derive-env in each rank; or, for a job of one host, choose --source none (or "
-               f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    Source("gridengine", "a Grid Engine parallel job", "gridengine",
+           ("JOB_ID", "PE_HOSTFILE", "NHOSTS"), 3, unit="host", states=(("NHOSTS", 1),),
+           partial=False),
+    # A task qrsh -inherit started without -V: no PE_HOSTFILE (sources/gridengine.py).
+    Source("gridengine-task", "a Grid Engine task (qrsh -inherit)", None,
+           ("JOB_ID", "PE", "QRSH_PORT"), 3, unless=("PE_HOSTFILE",), unit="host",
+           states=(("QRSH_PORT", None),), partial=False,
+           fix="Start it with qrsh -inherit -V, which passes the job's PE_HOSTFILE on (Open "
+               f"MPI's mpirun does); {ON_ERROR_WARN}"),
     Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", None,
            ("K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"), 4, size="mpi_operator_launcher",
            fix="Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "

@@ -1,0 +1,294 @@
+"""The Grid Engine source: a parallel-environment (PE) job of Son of Grid Engine or Open
+Cluster Scheduler (sources-cloud.md 22).
+
+Table line ``gridengine`` (sources/__init__.py): ``JOB_ID``, ``PE_HOSTFILE`` and ``NHOSTS``
+set. What ``sge_execd`` sets (hpc-gridware/clusterscheduler
+``source/daemons/execd/exec_job.c``, ``sge_exec_job``; recorded on Debian's 8.1.9 in
+tests/fixtures/gridengine/):
+
+* ``JOB_ID``; ``SGE_TASK_ID`` = the literal ``undefined`` for a job that is not an array;
+  ``PE`` = the granted PE; ``HOSTNAME`` = the host of the queue that runs this process
+  (``responsible_queue``);
+* ``NHOSTS``, ``NSLOTS``, ``NQUEUES``: counted over the job's granted queues *that this
+  execd knows*: the whole job on the master host, only the host's own part in a task that
+  ``qrsh -inherit`` starts on another host (recorded: ``NHOSTS=1``, ``NSLOTS`` = its slots);
+* ``PE_HOSTFILE``: "forward PE_HOSTFILE only to master task" (the job script and what it
+  starts): a path in the master host's execd spool folder. A ``qrsh -inherit`` task gets
+  it only through ``-V`` (Open MPI's mpirun passes ``-V``), then the master's path, which
+  another host reads only when the spool folder is shared. Lines ``<host> <slots> <queue>
+  <processors>``, one per granted queue instance, the master queue first: a host with
+  slots from two queues appears twice (recorded: all.q and extra.q), its slots summed.
+
+Contexts, as for Slurm (sources/slurm.py): the job script runs on the master host only,
+so a job of several hosts refuses there with the fix (:attr:`Report.problem`, raised only
+when no inner source uses the facts: Open MPI's mpirun started by the script reads
+``PE_HOSTFILE`` itself, ``orte/mca/ras/gridengine``, and its ranks get the process layer
+from the openmpi source); a task that ``qrsh -inherit -V`` started (one per host, as a
+torchrun agent) gets the node layer: its host's position in the file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
+from derive_env.errors import ON_ERROR_WARN, TopologyError, describe, shorten
+from derive_env.hosts import check_hosts, host_key
+from derive_env.sources.report import Report
+from derive_env.topology import nodes_of
+from derive_env.validation import variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+_ORDER = ("PE_HOSTFILE order: the job's granted queues, the master queue's host first "
+          "(exec_job.c writes the file from the granted destination list), each host once "
+          "at its first line, its slots summed over its queues")
+_FORMAT = "one line per granted queue: <host> <slots> <queue> <processors>"
+#: How one process per host or per slot starts on every host of the job.
+_HOW = ("start one process per slot with mpirun inside the job (Open MPI reads "
+        "PE_HOSTFILE: mpirun derive-env -- python train.py), or one task per host with "
+        "qrsh -inherit -V <host> derive-env -- torchrun ... (-V passes PE_HOSTFILE on)")
+#: A task's spool folder: ``active_jobs/<job>.<array task>/<pe task id>`` (exec_job.c
+#: ``sge_get_active_job_file_path`` with a PE task); the master task's has no third part.
+_TASK_SPOOL = re.compile(r"/active_jobs/[0-9]+\.[0-9]+/[^/]+/?\Z")
+
+
+def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """The file :func:`read` needs: ``PE_HOSTFILE``'s path.
+
+    :param environ: the process environment.
+    :param name: the table line's name (``gridengine``).
+    :returns: the path for the edge (cli/) to read and hand to :func:`read` as ``files``.
+    """
+    path = environ.get("PE_HOSTFILE", "")
+    return (path,) if path else ()
+
+
+def _is_task(environ: Mapping[str, str]) -> bool:
+    """A PE task (``qrsh -inherit``), not the master task: ``SGE_PE_TASK_ID`` (Open Cluster
+    Scheduler), or the task's spool folder in ``SGE_JOB_SPOOL_DIR`` (Son of Grid Engine
+    8.1.9 sets no task id: recorded)."""
+    return bool(environ.get("SGE_PE_TASK_ID")) or bool(
+        _TASK_SPOOL.search(environ.get("SGE_JOB_SPOOL_DIR", "")))
+
+
+def _array_task(environ: Mapping[str, str]) -> str | None:
+    """``SGE_TASK_ID``: ``None`` for ``undefined`` (not an array job) or unset, else the
+    array task's number."""
+    value = environ.get("SGE_TASK_ID", "undefined")
+    if value == "undefined":
+        return None
+    return str(variable_int(
+        environ, "SGE_TASK_ID", 1, " (an array task), or 'undefined' (a job that is not an "
+        "array: exec_job.c sets the literal)"))
+
+
+class HostSlots(NamedTuple):
+    """An allocation: the distinct hosts in first-appearance order, each one's slots."""
+
+    hosts: tuple[str, ...]
+    slots: tuple[int, ...]
+
+    def total(self) -> int:
+        """All slots of the allocation."""
+        return sum(self.slots)
+
+
+#: A line as Grid Engine writes it: host, slot count >= 1, other fields. One match per line
+#: for the whole text, without a loop over the lines in Python (benchmarks/iplists.py,
+#: 4096 hosts); any other text is read line by line (:func:`_rows`).
+_ROW = re.compile(r"^(\S+)[ \t]+([1-9][0-9]{0,8})(?:[ \t][^\n]*)?$", re.MULTILINE)
+
+
+def _rows(text: str) -> list[tuple[str, str]]:
+    """``(host, slot count)`` of every line that is not blank; a malformed line raises."""
+    rows = []
+    for number, line in enumerate(text.split("\n"), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        count = fields[1] if len(fields) > 1 else ""
+        if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
+            raise ValueError(f"{_FORMAT}; line {number} ({line.strip()!r}) has no slot count "
+                             ">= 1 after its host")
+        rows.append((fields[0], count))
+    if not rows:
+        raise ValueError(f"{_FORMAT}; the file has none")
+    return rows
+
+
+def parse_pe_hostfile(text: str) -> HostSlots:
+    """The hosts of ``PE_HOSTFILE`` in first-appearance order with their slots summed over
+    their lines (one line per granted queue, exec_job.c; blank lines ignored).
+
+    :param text: the file's content.
+    :returns: the allocation.
+    :raises ValueError: no line, a line without a host and a slot count, a host that is no
+        host name or address, a slot count that is not an integer >= 1 (the message
+        follows "expected").
+    """
+    body = text[:-1] if text.endswith("\n") else text
+    rows = _ROW.findall(body)
+    if not rows or len(rows) != body.count("\n") + 1:  # not every line matched
+        rows = _rows(text)
+    listed, counts = zip(*rows, strict=True)
+    joined = "\n".join(listed).lower()
+    keys = joined.split("\n")
+    if len(set(keys)) == len(keys) and ".\n" not in joined + "\n":
+        hosts, slots = list(listed), list(map(int, counts))
+    else:  # a host in several queues: sum its lines, at its first line
+        order: dict[str, int] = {}
+        hosts, slots = [], []
+        for host, count in rows:
+            at = order.setdefault(host_key(host), len(hosts))
+            if at == len(hosts):
+                hosts.append(host)
+                slots.append(0)
+            slots[at] += int(count)
+    bad = check_hosts(hosts)
+    if bad is not None:
+        raise ValueError(f"{_FORMAT}; host {bad[1]!r}: {bad[2]}")
+    return HostSlots(tuple(hosts), tuple(slots))
+
+
+def _allocation(environ: Mapping[str, str], text: str) -> HostSlots:
+    try:
+        return parse_pe_hostfile(text)
+    except ValueError as exc:
+        raise TopologyError(
+            f"PE_HOSTFILE={shorten(environ['PE_HOSTFILE'])!r}: expected {exc}") from None
+
+
+def _node_rank(environ: Mapping[str, str], hosts: tuple[str, ...]) -> int | None:
+    """This host's position in ``hosts``: ``HOSTNAME`` (the execd's name of the queue's
+    host), compared as DNS does, or by its first label when the file has the other form
+    (a short name against a fully qualified one: the cell's ``default_domain``)."""
+    name = environ.get("HOSTNAME", "")
+    if not name:
+        return None
+    keys = "\n".join(hosts).lower().split("\n")
+    key = host_key(name)
+    if key in keys:
+        return keys.index(key)
+    keys = [host_key(host) for host in hosts]
+    if key in keys:  # a name with a trailing dot
+        return keys.index(key)
+    short = [k.split(".")[0] for k in keys]
+    if short.count(key.split(".")[0]) == 1:
+        return short.index(key.split(".")[0])
+    raise TopologyError(describe(
+        "HOSTNAME", name,
+        f"one of the hosts of PE_HOSTFILE={shorten(environ['PE_HOSTFILE'])!r} "
+        f"({', '.join(hosts[:8])}{' ...' if len(hosts) > 8 else ''}): Grid Engine sets "
+        "HOSTNAME to the host the process runs on; the file belongs to another job, or "
+        "HOSTNAME was changed"))
+
+
+def _check_counts(environ: Mapping[str, str], alloc: HostSlots, node_rank: int | None) -> bool:
+    """``NHOSTS`` and ``NSLOTS`` against the file: the whole job's, or (a task on another
+    host than the master) 1 host and that host's slots; returns whether it is the latter."""
+    count = len(alloc.hosts)
+    nhosts = variable_int(environ, "NHOSTS", 1)
+    nslots = variable_int(environ, "NSLOTS", 1) if environ.get("NSLOTS") else None
+    part = nhosts == 1 and count > 1
+    if nhosts != count and not part:
+        raise TopologyError(describe(
+            "NHOSTS", environ["NHOSTS"],
+            f"{count}, the hosts of PE_HOSTFILE={shorten(environ['PE_HOSTFILE'])!r} (or 1 in "
+            "a task qrsh -inherit started on another host); the file belongs to another job"))
+    if part and node_rank == 0:
+        raise TopologyError(describe(
+            "NHOSTS", environ["NHOSTS"],
+            f"{count} on the master host {alloc.hosts[0]!r} (HOSTNAME): Grid Engine counts "
+            "the whole job there; NHOSTS=1 is a task's on another host"))
+    if nslots is None or (part and node_rank is None):
+        return part
+    slots, which = alloc.total(), "the sum of the slots of PE_HOSTFILE"
+    if part and node_rank is not None:
+        slots, which = alloc.slots[node_rank], f"the slots of {alloc.hosts[node_rank]!r} there"
+    if nslots != slots:
+        raise TopologyError(describe(
+            "NSLOTS", environ["NSLOTS"], f"{slots}, {which} (exec_job.c counts both from the "
+            "same granted queues); the file belongs to another job"))
+    return part
+
+
+def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, str],
+                session: str, task: bool) -> Report:
+    """A report without nodes: the file cannot be read here (a task on another host than
+    the master, whose spool folder holds the file)."""
+    path = shorten(environ["PE_HOSTFILE"])
+    why = ("Grid Engine writes it in the master host's spool folder, and qrsh -inherit -V "
+           "passed that path to a task on another host" if task else
+           "Grid Engine writes it before the job script starts")
+    return Report(
+        source=line.name, title=line.title, job=job, session_id=session,
+        inputs={"ports": ("JOB_ID", "SGE_TASK_ID")},
+        notes=(f"PE_HOSTFILE={path!r} is not readable here",),
+        problem=(f"PE_HOSTFILE={path!r}: expected a file this process can read ({why}): "
+                 "copy it to a shared folder in the job script and point PE_HOSTFILE there "
+                 "before starting the tasks (cp \"$PE_HOSTFILE\" ~/pe_hostfile.$JOB_ID; export "
+                 "PE_HOSTFILE=~/pe_hostfile.$JOB_ID), or share the execd spool folder; "
+                 + ON_ERROR_WARN))
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What a process of a Grid Engine PE job states (module docstring).
+
+    :param environ: the process environment (``JOB_ID``, ``PE_HOSTFILE``, ``NHOSTS`` set;
+        ``NSLOTS``, ``SGE_TASK_ID``, ``HOSTNAME``, ``SGE_JOB_SPOOL_DIR``,
+        ``SGE_PE_TASK_ID`` read when set).
+    :param line: the table line.
+    :param files: ``PE_HOSTFILE``'s path -> its text (``None``: unreadable).
+    :returns: ``nodes`` = the file's hosts in first-appearance order (the master host
+        first), ``node_rank`` = ``HOSTNAME``'s position, ``job`` = ("gridengine", JOB_ID,
+        the array task or empty) for the port policy, ``session_id`` = ``JOB_ID``; no
+        process layer (Grid Engine starts one job script, not the ranks). The job script
+        of a job of several hosts: :attr:`Report.problem` with the fix. An unreadable
+        file: no nodes, :attr:`Report.problem` with the fix.
+    :raises TopologyError: ``JOB_ID``, ``NHOSTS``, ``NSLOTS`` or ``SGE_TASK_ID`` malformed,
+        a malformed file, counts that disagree with it, ``HOSTNAME`` not in it.
+    """
+    job_id = str(variable_int(environ, "JOB_ID", 1, " (Grid Engine's job number)"))
+    array = _array_task(environ)
+    job = ("gridengine", job_id, array or "")
+    session = job_id if array is None else f"{job_id}.{array}"  # Grid Engine's job.task
+    task = _is_task(environ)
+    text = (files or {}).get(environ["PE_HOSTFILE"])
+    if text is None:
+        return _unreadable(environ, line, job, session, task)
+    alloc = _allocation(environ, text)
+    node_rank = _node_rank(environ, alloc.hosts)
+    task = _check_counts(environ, alloc, node_rank) or task
+    inputs: dict[str, tuple[str, ...]] = {
+        "nodes": ("PE_HOSTFILE",), "ports": ("JOB_ID", "SGE_TASK_ID")}
+    hosts = alloc.hosts
+    notes = [f"{'a task (qrsh -inherit)' if task else 'the job script (master task)'} on "
+             f"{hosts[node_rank] if node_rank is not None else 'an unknown host'}; "
+             f"{alloc.total()} slot(s) on {len(hosts)} host(s)"]
+    if node_rank is not None:
+        inputs["node_rank"] = ("HOSTNAME", "PE_HOSTFILE")
+    elif not task:
+        node_rank = 0  # the master task runs on the master queue's host, the first line
+        inputs["node_rank"] = ("PE_HOSTFILE",)
+    problem = None
+    if len(hosts) > 1 and not task:
+        problem = describe(
+            "NHOSTS", environ["NHOSTS"],
+            "1 here: a Grid Engine job script runs on the master host only (the first "
+            f"host of PE_HOSTFILE), and Grid Engine starts nothing on the other hosts: {_HOW}")
+    return Report(
+        source=line.name,
+        title=line.title,
+        nodes=nodes_of(hosts),
+        node_rank=node_rank,
+        job=job,
+        session_id=session,
+        inputs=inputs,
+        order=_ORDER,
+        notes=tuple(notes),
+        problem=problem,
+    )
