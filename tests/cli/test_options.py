@@ -55,8 +55,9 @@ def invoke(args: list[str]) -> Result:
 
 BAD_SOURCE = ("--source='bogus': expected one of auto, none, torchrun, openmpi, mvapich2, "
               "hydra, pals, slurm-step, slurm-allocation, backendai, kubeflow-pytorchjob, "
-              "kubeflow-trainjob, kubernetes-indexed-job, sagemaker, sagemaker-platform, "
-              "skypilot, dstack, lws, volcano, tf-config, vertex")
+              "kubeflow-trainjob, kubeflow-pytorchjob-classic, kubernetes-indexed-job, sagemaker, "
+              "sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, "
+              "kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost")
 
 #: Command lines of options only, which both parsers read: run()'s keywords, or the usage
 #: error (click prints it after "Error: ", exit 2; the fast parser hands the line to click).

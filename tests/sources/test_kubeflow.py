@@ -307,3 +307,87 @@ def test_an_elastic_pytorchjob_is_a_job_of_unknown_size_never_one_node() -> None
             "PET_MASTER_PORT": "23456"}
         with pytest.raises(TopologyError, match=r"^JAX_NUM_PROCESSES cannot be set: the num"):
             derive(env, {"ai.backend.distributed.frameworks": "jax"})
+
+
+# -- the classic v1 set: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE without PET_* ---------
+
+
+def classic_pod(job: str, workers: int, pod: int, port: int = 23456) -> dict[str, str]:
+    """One pod of a PyTorchJob of kubeflow/pytorch-operator (before PET_*), as its
+    pkg/controller.v1/pytorch/pod.go ``setClusterSpec`` sets it: the master pod's
+    MASTER_ADDR is ``localhost``, the workers' ``<job>-master-0``; WORLD_SIZE = the pods
+    (totalReplicas), RANK = 0 on the master, worker i: i + 1; PYTHONUNBUFFERED=0."""
+    return {"MASTER_PORT": str(port), "MASTER_ADDR": "localhost" if pod == 0 else
+            f"{job}-master-0", "WORLD_SIZE": str(workers + 1), "RANK": str(pod),
+            "PYTHONUNBUFFERED": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+
+
+@pytest.mark.parametrize("pod", [0, 1, 2])
+def test_classic_v1_pod_is_read_as_node_values(pod: int) -> None:
+    """Item 2 of issue 16: no longer refused as "closest: torchrun"."""
+    from derive_env.pipeline import derive
+
+    env = classic_pod("bert", 2, pod)
+    assert [s.name for s in seen_sources(env)] == ["kubeflow-pytorchjob-classic"]
+    report = read(env, "kubeflow-pytorchjob-classic")
+    assert (report.node_rank, report.num_nodes, report.processes) == (
+        pod, 3, Processes(pod, 0, 3, 1))
+    assert report.master == ("localhost" if pod == 0 else "bert-master-0")
+    assert report.job == ("kubeflow-pytorchjob", "23456", "3")
+    assert report.warnings == ()
+    derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+    assert derivation.changes() == {
+        "NODE_RANK": str(pod), "PET_NNODES": "3", "PET_NODE_RANK": str(pod),
+        "PET_MASTER_ADDR": "localhost" if pod == 0 else "bert-master-0",
+        "PET_MASTER_PORT": "23456"}
+    assert not derivation.topology.per_process  # one process per pod: the node layer
+
+
+def test_classic_v1_set_outside_kubernetes_warns_it_reads_node_values() -> None:
+    env = {k: v for k, v in classic_pod("bert", 2, 1).items() if k != "KUBERNETES_SERVICE_HOST"}
+    assert read(env, "kubeflow-pytorchjob-classic").warnings == (
+        "RANK='1' and WORLD_SIZE='3' without a launcher's marker (LOCAL_RANK, "
+        "TORCHELASTIC_RUN_ID) nor a Kubernetes pod's: read as a node's rank and the node count, "
+        "one process per node (a Kubeflow PyTorchJob's meaning); if they count processes, "
+        "start the command from their launcher instead",)
+
+
+@pytest.mark.parametrize("stray", ["LOCAL_RANK", "TORCHELASTIC_RUN_ID", "NODE_RANK",
+                                   "PET_NODE_RANK", "AZUREML_RUN_ID"])
+def test_classic_v1_set_beside_a_launchers_marker_is_not_read(stray: str) -> None:
+    env = {**classic_pod("bert", 2, 1), stray: "1"}
+    assert "kubeflow-pytorchjob-classic" not in [s.name for s in seen_sources(env)]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"RANK": "3"}, "RANK='3': expected a pod rank below WORLD_SIZE='3' (master 0, worker i: "
+     "i + 1; envvar.go, setPodEnv); "),
+    ({"MASTER_ADDR": "127.0.0.1"}, "MASTER_ADDR='127.0.0.1': expected the master's service or "
+     "address on pod 1 (RANK): only the master pod (rank 0) reaches the master at a loopback "
+     "address; "),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0': expected an integer >= 1; "),
+])
+def test_classic_v1_malformed(changes: dict[str, str], message: str) -> None:
+    with pytest.raises(TopologyError) as err:
+        read({**classic_pod("bert", 2, 1), **changes}, "kubeflow-pytorchjob-classic")
+    assert str(err.value) == message + V1_FIX
+
+
+@settings(max_examples=80, deadline=None)
+@given(workers=st.integers(1, 30), port=st.integers(1, 65535))
+def test_every_classic_pod_derives_one_job(workers: int, port: int) -> None:
+    from derive_env.digest import digest_of, facts_of
+    from derive_env.pipeline import derive
+
+    labels = {"ai.backend.distributed.frameworks": "pytorch,jax"}
+    derived = [derive(classic_pod("j", workers, pod, port), labels)
+               for pod in range(workers + 1)]
+    assert [d.topology.node_rank for d in derived] == list(range(workers + 1))
+    assert {d.topology.num_nodes for d in derived} == {workers + 1}
+    # The workers agree; the master pod differs only where the operator gave it localhost
+    # (pod.go: the master reaches itself there; the digest shows the asymmetry).
+    assert len({digest_of(facts_of(d.topology, d)) for d in derived[1:]}) == 1
+    master, worker = (dict(facts_of(d.topology, d)) for d in derived[:2])
+    assert {k for k in master if master[k] != worker[k]} == {
+        "master", "var.MASTER_ADDR", "var.PET_MASTER_ADDR", "var.JAX_COORDINATOR_ADDRESS"}
+    assert master["master"] == "localhost"

@@ -248,7 +248,8 @@ MANAGERS = {
                          "NUM_PROCESSES": "2", "PROCESS_ID": "1"}, {}, "NUM_PROCESSES", "2",
                         "1 or unset", "a Kubeflow JAXJob (v1)", "process"),
     "xgboost": ({"DMLC_TRACKER_URI": "tj-node-0-0.tj", "DMLC_TRACKER_PORT": "9091",
-                 "DMLC_TASK_ID": "1", "DMLC_NUM_WORKER": "2"}, {}, "DMLC_NUM_WORKER", "2",
+                 "DMLC_TASK_ID": "1", "DMLC_NUM_WORKER": "2", "DERIVE_ENV_NNODES": "2"}, {},
+                "DMLC_NUM_WORKER", "2",
                 "1 or unset", "a Kubeflow TrainJob (XGBoost runtime)", "process"),
     "htcondor": ({"_CONDOR_PROCNO": "1", "_CONDOR_NPROCS": "2",
                   "_CONDOR_REMOTE_SPOOL_DIR": "/spool"}, {}, "_CONDOR_NPROCS", "2",
@@ -296,7 +297,9 @@ READ_MANAGERS = {
 
 
 #: The managers of MANAGERS a source now reads (their environment derives their job).
-NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1)}
+NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vertex", 2, 1),
+            "kubeflow-jax": ("kubeflow-jax", 2, 1), "kubeflow-jaxjob": ("kubeflow-jaxjob", 2, 1),
+            "xgboost": ("kubeflow-xgboost", 2, 1)}
 REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ)
 
 
@@ -340,7 +343,9 @@ def test_a_manager_with_a_source_is_read_not_refused(manager: str) -> None:
 def test_a_manager_a_source_reads_derives_its_job(manager: str) -> None:
     """No longer refused: its source reads the job (node rank, nodes as NOW_READ says)."""
     environ, files, *_ = MANAGERS[manager]
-    for frameworks in ("pytorch", "jax", "tensorflow"):
+    # The Kubeflow JAX and XGBoost pods know only the coordinator's host: no TF_CONFIG.
+    kubeflow = manager in ("kubeflow-jax", "kubeflow-jaxjob", "xgboost")
+    for frameworks in ("pytorch", "jax") if kubeflow else ("pytorch", "jax", "tensorflow"):
         derivation = derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
         assert derivation is not None
         topology = derivation.topology
@@ -382,6 +387,7 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
            "TPU_WORKER_ID": "0", "AWS_BATCH_JOB_NUM_NODES": "1",
            "AWS_BATCH_JOB_NODE_INDEX": "0", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0",
            "NUM_PROCESSES": "1", "PROCESS_ID": "0", "DMLC_NUM_WORKER": "1", "DMLC_TASK_ID": "0",
+           "DERIVE_ENV_NNODES": "1",
            "_CONDOR_NPROCS": "1", "_CONDOR_PROCNO": "0", "LSB_MCPU_HOSTS": "hostA 4",
            "NHOSTS": "1", "K_MPI_JOB_ROLE": "worker", "WORLD_SIZE": "1", "RANK": "0",
            "NODE_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}

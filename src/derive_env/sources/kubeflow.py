@@ -227,13 +227,53 @@ def _trainjob(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
+def _classic(environ: Mapping[str, str], line: Source) -> Report:
+    """The v1 set without ``PET_*`` (an operator before ``PET_*``, or one process per pod):
+    ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods (sources-cloud.md section 23)."""
+    fix = _FIX["kubeflow-pytorchjob"]
+    world = _int(environ, "WORLD_SIZE", 1, fix)
+    rank = _int(environ, "RANK", 0, fix)
+    if rank >= world:
+        raise TopologyError(describe(
+            "RANK", environ["RANK"], f"a pod rank below WORLD_SIZE={environ['WORLD_SIZE']!r} "
+            f"(master 0, worker i: i + 1; envvar.go, setPodEnv); {fix}"))
+    master, port = _master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
+    if rank != 0 and is_loopback(master):
+        raise TopologyError(describe(
+            "MASTER_ADDR", master, f"the master's service or address on pod {rank} (RANK): "
+            f"only the master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    warnings = () if environ.get("KUBERNETES_SERVICE_HOST") else (
+        f"RANK={environ['RANK']!r} and WORLD_SIZE={environ['WORLD_SIZE']!r} without a "
+        "launcher's marker (LOCAL_RANK, TORCHELASTIC_RUN_ID) nor a Kubernetes pod's: read "
+        "as a node's rank and the node count, one process per node (a Kubeflow PyTorchJob's "
+        "meaning); if they count processes, start the command from their launcher instead",)
+    names = ("RANK", "WORLD_SIZE")
+    return Report(
+        source=line.name, title=line.title, node_rank=rank, num_nodes=world,
+        processes=Processes(rank, 0, world, 1), master=master, master_port=port,
+        job=("kubeflow-pytorchjob", str(port), str(world)),
+        preset=frozenset(("MASTER_ADDR", "MASTER_PORT", *names)),
+        inputs={"node_rank": ("RANK",), "num_nodes": ("WORLD_SIZE",),
+                "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
+                "ports": ("MASTER_PORT", "WORLD_SIZE"), "processes": names, "rank": ("RANK",),
+                "world_size": ("WORLD_SIZE",)},
+        order="the operator's pod rank (master 0, worker i: i + 1)",
+        notes=(f"pod {rank} of {world} (RANK, WORLD_SIZE: the operator's pod rank and pod "
+               "count, one process per pod; no PET_*)",),
+        warnings=warnings,
+    )
+
+
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Kubeflow pod's environment says.
 
     :param environ: the pod's environment; every detect variable of the table line ``line``
         is set (sources/__init__.py).
-    :param line: ``kubeflow-pytorchjob`` or ``kubeflow-trainjob``.
+    :param line: ``kubeflow-pytorchjob``, ``kubeflow-trainjob`` or
+        ``kubeflow-pytorchjob-classic`` (the v1 set ``MASTER_ADDR``, ``MASTER_PORT``,
+        ``RANK``, ``WORLD_SIZE`` without ``PET_*``: node rank = ``RANK``, nodes =
+        ``WORLD_SIZE``, one process per pod; outside Kubernetes a warning says so).
     :param files: unused (the operators state no file).
     :returns: ``num_nodes`` (``PET_NNODES``; None for a v1 elastic range ``MIN:MAX``),
         ``node_rank`` (``PET_NODE_RANK``), ``master`` and ``master_port`` (a TCP port: v1
@@ -251,4 +291,6 @@ def read(environ: Mapping[str, str], line: Source,
     """
     if line.name == "kubeflow-trainjob":
         return _trainjob(environ, line)
+    if line.name == "kubeflow-pytorchjob-classic":
+        return _classic(environ, line)
     return _pytorchjob(environ, line)
