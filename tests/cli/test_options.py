@@ -55,7 +55,8 @@ def invoke(args: list[str]) -> Result:
 
 BAD_SOURCE = ("--source='bogus': expected one of auto, none, torchrun, openmpi, mvapich2, "
               "hydra, pals, slurm-step, slurm-allocation, backendai, kubeflow-pytorchjob, "
-              "kubeflow-trainjob, kubeflow-pytorchjob-classic, kubernetes-indexed-job, sagemaker, "
+              "kubeflow-trainjob, kubeflow-elastic, kubeflow-pytorchjob-classic, "
+              "kubernetes-indexed-job, sagemaker, "
               "sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, "
               "kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost")
 

@@ -111,6 +111,18 @@ def test_pytorchjob_elastic_range() -> None:
                                "decides the node count")
 
 
+def test_pytorchjob_elastic_with_a_master_adds_nothing_of_torchruns() -> None:
+    """elastic.go's PET_RDZV_* beside the Master's variables: torchrun's own rendezvous."""
+    from derive_env.pipeline import derive
+
+    for pod in (0, 2):
+        env = pytorchjob_pod("bert", 2, pod, "2", elastic="1:3")
+        derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+        assert derivation.changes() == {"NODE_RANK": str(pod)}
+        assert ("torchrun's own rendezvous (PET_RDZV_ENDPOINT, set by the manager): no PET_* "
+                "added, the manager's kept as they are") in derivation.notes
+
+
 def test_pytorchjob_elastic_static_range() -> None:
     report = read(pytorchjob_pod("bert", 2, 1, "2", elastic="3:3"), "kubeflow-pytorchjob")
     assert report.num_nodes == 3
@@ -391,3 +403,76 @@ def test_every_classic_pod_derives_one_job(workers: int, port: int) -> None:
     assert {k for k in master if master[k] != worker[k]} == {
         "master", "var.MASTER_ADDR", "var.PET_MASTER_ADDR", "var.JAX_COORDINATOR_ADDRESS"}
     assert master["master"] == "localhost"
+
+
+# -- an elastic PyTorchJob without a Master: torchrun's own rendezvous -------------------
+
+
+def elastic_pod(job: str, workers: int, pod: int, nnodes: str | None = None,
+                port: int = 23456) -> dict[str, str]:
+    """A Worker pod of an elastic PyTorchJob without a Master replica, as kubeflow/trainer@
+    ee11629 pkg/controller.v1/pytorch/envvar.go ``setPodEnv`` (no master: no MASTER_*, RANK,
+    WORLD_SIZE, PET_NODE_RANK) and elastic.go ``Generate`` set it (elastic_test.go: backend
+    c10d, PET_RDZV_ID, PET_MAX_RESTARTS; PET_NNODES ``MIN:MAX`` or the worker replicas;
+    endpoint ``<job>-worker-0:<port>``); HOSTNAME = the pod name (common ``GenGeneralName``)."""
+    return {"PYTHONUNBUFFERED": "1", "PET_RDZV_ENDPOINT": f"{job}-worker-0:{port}",
+            "PET_RDZV_BACKEND": "c10d", "PET_NNODES": nnodes or str(workers),
+            "PET_MAX_RESTARTS": "3", "PET_RDZV_ID": job, "PET_NPROC_PER_NODE": "2",
+            "HOSTNAME": f"{job}-worker-{pod}", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+
+
+@pytest.mark.parametrize("nnodes", ["2:4", "4"])
+@pytest.mark.parametrize("pod", [0, 3])
+def test_elastic_workers_pass_to_torchruns_rendezvous(pod: int, nnodes: str) -> None:
+    """Item 1 of issue 16: no error, nothing of torchrun's rewritten or added."""
+    from derive_env.pipeline import derive
+
+    env = elastic_pod("el", 4, pod, nnodes)
+    assert [s.name for s in seen_sources(env)] == ["kubeflow-elastic"]
+    report = read(env, "kubeflow-elastic")
+    assert (report.node_rank, report.master, report.renumbers) == (pod, "el-worker-0", True)
+    assert report.num_nodes == (None if ":" in nnodes else 4)
+    assert report.notes[0] == (
+        "torchrun's own rendezvous (PET_RDZV_BACKEND='c10d' at PET_RDZV_ENDPOINT="
+        "'el-worker-0:23456') numbers the nodes: nothing of torchrun's (PET_*) is rewritten or "
+        "added")
+    derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+    changes = derivation.changes()
+    assert not [name for name in changes if name.startswith("PET_")]
+    assert (changes["MASTER_ADDR"], changes["NODE_RANK"]) == ("el-worker-0", str(pod))
+    assert changes["MASTER_PORT"] != "23456"  # the rendezvous store's port
+    assert derivation.topology.multi_node
+    assert derivation.topology.sized == (":" not in nnodes)
+
+
+def test_elastic_pod_whose_index_is_unknown_is_refused_with_the_fix() -> None:
+    env = {**elastic_pod("el", 2, 1), "HOSTNAME": "custom"}
+    with pytest.raises(TopologyError) as err:
+        read(env, "kubeflow-elastic")
+    assert str(err.value) == (
+        "HOSTNAME='custom': expected <job>-worker-<index>, the pod's name (the operator names "
+        "an elastic PyTorchJob's pods so): without it this pod's index is unknown; run "
+        "derive-env in each worker torchrun starts (torchrun ... --no-python derive-env -- "
+        "python train.py): the torchrun source reads what its rendezvous gave")
+
+
+def test_a_torchrun_worker_of_an_elastic_pod_is_torchruns() -> None:
+    env = {**elastic_pod("el", 2, 1), "TORCHELASTIC_RUN_ID": "el", "RANK": "3",
+           "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+           "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29400"}
+    assert [s.name for s in seen_sources(env)] == ["torchrun"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(workers=st.integers(2, 30), fixed=st.booleans())
+def test_every_elastic_pod_derives_one_job(workers: int, fixed: bool) -> None:
+    from derive_env.digest import digest_of, facts_of
+    from derive_env.pipeline import derive
+
+    labels = {"ai.backend.distributed.frameworks": "pytorch" + (",jax" if fixed else "")}
+    nnodes = str(workers) if fixed else f"1:{workers}"
+    derived = [derive(elastic_pod("e", workers, pod, nnodes), labels) for pod in range(workers)]
+    assert [d.topology.node_rank for d in derived] == list(range(workers))
+    assert {(d.topology.multi_node, d.topology.num_nodes) for d in derived} == {
+        (True, workers if fixed else None)}
+    assert len({digest_of(facts_of(d.topology, d)) for d in derived}) == 1

@@ -44,7 +44,7 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
     """The order the --source message lists them in (docs/sources/README.md section 3)."""
     assert ", ".join(SOURCE_NAMES) == (
         "torchrun, openmpi, mvapich2, hydra, pals, slurm-step, slurm-allocation, backendai, "
-        "kubeflow-pytorchjob, kubeflow-trainjob, kubeflow-pytorchjob-classic, "
+        "kubeflow-pytorchjob, kubeflow-trainjob, kubeflow-elastic, kubeflow-pytorchjob-classic, "
         "kubernetes-indexed-job, sagemaker, sagemaker-platform, skypilot, dstack, lws, volcano, "
         "tf-config, vertex, kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES

@@ -179,6 +179,10 @@ SOURCES: tuple[Source, ...] = (
             "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True, unit="node",
            counts=("PET_NNODES",)),
+    # An elastic PyTorchJob without a Master: torchrun's rendezvous (sources/kubeflow.py).
+    Source("kubeflow-elastic", "an elastic Kubeflow PyTorchJob (v1, no Master)", "kubeflow",
+           ("PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES"), 4, unit="node",
+           unless=("TORCHELASTIC_RUN_ID", "PET_NODE_RANK"), fallback=True),
     # The v1 set of operators before PET_* (one process per pod; sources-cloud.md 23).
     Source("kubeflow-pytorchjob-classic", "a Kubeflow PyTorchJob (v1, no PET_*)", "kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"), 4, unit="node",

@@ -264,6 +264,50 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
+#: The fix of an elastic pod whose index its hostname does not give.
+_ELASTIC_FIX = ("run derive-env in each worker torchrun starts (torchrun ... --no-python "
+                "derive-env -- python train.py): the torchrun source reads what its "
+                "rendezvous gave")
+
+
+def _elastic(environ: Mapping[str, str], line: Source) -> Report:
+    """An elastic PyTorchJob without a Master replica (elastic.go ``Generate``: only
+    ``PET_RDZV_*``, ``PET_NNODES``, no rank, no master): torchrun's own rendezvous numbers
+    the nodes; this pod's index (its hostname ``<job>-worker-<i>``, the pod name: common
+    ``GenGeneralName``) and pod 0's name give the other frameworks a node layer."""
+    fix = _FIX["kubeflow-pytorchjob"]
+    nodes = _nnodes(environ, fix, elastic=True)
+    hostname = environ.get("HOSTNAME", "")
+    job, sep, index = hostname.rpartition("-worker-")
+    if not (sep and job and index.isascii() and index.isdigit()):
+        raise TopologyError(describe(
+            "HOSTNAME", hostname, f"<job>-worker-<index>, the pod's name (the operator names "
+            f"an elastic PyTorchJob's pods so): without it this pod's index is unknown; "
+            f"{_ELASTIC_FIX}"))
+    pod = int(index)
+    if nodes is not None and pod >= nodes:
+        raise TopologyError(describe(
+            "HOSTNAME", hostname, f"a worker index below PET_NNODES={environ['PET_NNODES']!r}; "
+            f"{fix}"))
+    endpoint = environ["PET_RDZV_ENDPOINT"]
+    return Report(
+        source=line.name, title=line.title, node_rank=pod, num_nodes=nodes,
+        master=f"{job}-worker-0", renumbers=True,
+        job=("kubeflow-pytorchjob", endpoint, environ["PET_NNODES"]),
+        preset=frozenset([n for n in environ if n.startswith("PET_")]
+                         + ["PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"]),
+        inputs={"node_rank": ("HOSTNAME",), "num_nodes": ("PET_NNODES",),
+                "master": ("HOSTNAME",), "ports": ("PET_RDZV_ENDPOINT", "PET_NNODES")},
+        order="the pod's index in its name (<job>-worker-<i>); torchrun's rendezvous numbers "
+              "its own nodes",
+        notes=(f"torchrun's own rendezvous (PET_RDZV_BACKEND={environ['PET_RDZV_BACKEND']!r} "
+               f"at PET_RDZV_ENDPOINT={endpoint!r}) numbers the nodes: nothing of torchrun's "
+               "(PET_*) is rewritten or added",
+               f"pod {pod} (HOSTNAME {hostname}): the node rank of the frameworks torchrun "
+               f"does not start; pod 0 ({job}-worker-0) is their master"),
+    )
+
+
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Kubeflow pod's environment says.
@@ -293,4 +337,6 @@ def read(environ: Mapping[str, str], line: Source,
         return _trainjob(environ, line)
     if line.name == "kubeflow-pytorchjob-classic":
         return _classic(environ, line)
+    if line.name == "kubeflow-elastic":
+        return _elastic(environ, line)
     return _pytorchjob(environ, line)
