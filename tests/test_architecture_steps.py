@@ -94,7 +94,7 @@ def test_add_a_manager_is_one_file_plus_one_line(tmp_path: Path) -> None:
             "print(options.help_of(next(o for o in options.OPTIONS if o.name == '--source')))")
     shown = subprocess.run([sys.executable, "-I", "-c", code, str(src)], capture_output=True,
                            text=True, timeout=60, check=True).stdout
-    assert ", kubeflow-jaxjob, kubeflow-xgboost, example)" in shown
+    assert ", kubeflow-xgboost, mpi-operator-launcher, example)" in shown
     # without the step, the same environment is a single container
     plain = _derive(ROOT / "src", env, labels)
     assert plain["changes"]["MASTER_ADDR"] == "127.0.0.1"

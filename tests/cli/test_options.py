@@ -58,7 +58,7 @@ BAD_SOURCE = ("--source='bogus': expected one of auto, none, torchrun, openmpi, 
               "kubeflow-trainjob, kubeflow-elastic, kubeflow-pytorchjob-classic, "
               "kubernetes-indexed-job, sagemaker, "
               "sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, "
-              "kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost")
+              "kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost, mpi-operator-launcher")
 
 #: Command lines of options only, which both parsers read: run()'s keywords, or the usage
 #: error (click prints it after "Error: ", exit 2; the fast parser hands the line to click).

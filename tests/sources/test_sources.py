@@ -46,7 +46,8 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
         "torchrun, openmpi, mvapich2, hydra, pals, slurm-step, slurm-allocation, backendai, "
         "kubeflow-pytorchjob, kubeflow-trainjob, kubeflow-elastic, kubeflow-pytorchjob-classic, "
         "kubernetes-indexed-job, sagemaker, sagemaker-platform, skypilot, dstack, lws, volcano, "
-        "tf-config, vertex, kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost")
+        "tf-config, vertex, kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost, "
+        "mpi-operator-launcher")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES
     with pytest.raises(UsageError, match=r"^--source='flux': expected one of auto, none, "):
         choice_of({}, "flux")  # known, but only refused
