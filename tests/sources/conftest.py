@@ -15,17 +15,18 @@ def sub2(backendai_env) -> dict[str, str]:
     return backendai_env(["sub1", "main1", "sub2"], "sub2")
 
 
-def manifest(kind: str) -> dict:
-    """The YAML manifest of ``kind`` in docs/sources/kubernetes.md, parsed (one per kind; every
-    block of the page must parse, multi-document ones included)."""
+def manifest(kind: str, page: str = "kubernetes.md") -> dict:
+    """The YAML manifest of ``kind`` in docs/sources/``page`` (kubernetes.md, kubeflow.md),
+    parsed (one per kind; every block of the page must parse, multi-document ones
+    included)."""
     import re
     from pathlib import Path
 
     import yaml
 
-    page = Path(__file__).resolve().parents[2] / "docs" / "sources" / "kubernetes.md"
+    path = Path(__file__).resolve().parents[2] / "docs" / "sources" / page
     found = [doc for block in re.findall(r"```yaml\n(.*?)```",
-                                         page.read_text(encoding="utf-8"), re.S)
+                                         path.read_text(encoding="utf-8"), re.S)
              for doc in yaml.safe_load_all(block)]
     matches = [m for m in found if isinstance(m, dict) and m.get("kind") == kind]
     assert len(matches) == 1, kind

@@ -476,3 +476,27 @@ def test_every_elastic_pod_derives_one_job(workers: int, fixed: bool) -> None:
     assert {(d.topology.multi_node, d.topology.num_nodes) for d in derived} == {
         (True, workers if fixed else None)}
     assert len({digest_of(facts_of(d.topology, d)) for d in derived}) == 1
+
+
+# -- the manifests of docs/sources/kubeflow.md ---------------------------------------------
+
+#: kubeflow/trainer@ee11629 pkg/apis/kubeflow.org/v1/pytorch_types.go, the JSON tags of
+#: PyTorchJobSpec and ElasticPolicy.
+PYTORCHJOB_SPEC = {"runPolicy", "elasticPolicy", "pytorchReplicaSpecs", "nprocPerNode"}
+ELASTIC_POLICY = {"minReplicas", "maxReplicas", "rdzvBackend", "rdzvPort", "rdzvHost",
+                  "rdzvId", "rdzvConf", "standalone", "nProcPerNode", "maxRestarts", "metrics"}
+
+
+def test_the_elastic_manifest_names_only_the_apis_fields() -> None:
+    from sources.conftest import manifest
+
+    job = manifest("PyTorchJob", "kubeflow.md")
+    spec = job["spec"]
+    assert set(spec) <= PYTORCHJOB_SPEC and set(spec["elasticPolicy"]) <= ELASTIC_POLICY
+    assert set(spec["pytorchReplicaSpecs"]) == {"Worker"}  # no Master: kubeflow-elastic
+    container = spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    # getPortFromPyTorchJob: the container "pytorch", its port "pytorchjob-port"
+    # (kubeflowv1.PyTorchJobDefaultContainerName, PyTorchJobDefaultPortName)
+    assert container["name"] == "pytorch"
+    assert container["ports"][0]["name"] == "pytorchjob-port"
+    assert container["command"][:2] == ["derive-env", "--"]

@@ -183,3 +183,23 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(name: str,
         return
     assert report.node_rank is not None and report.node_rank >= 0
     assert report.num_nodes is None or report.node_rank < report.num_nodes
+
+
+#: kubeflow/trainer pkg/apis/trainer/v1alpha1/trainjob_types.go, the JSON tags of
+#: TrainJobSpec and Trainer.
+TRAINJOB_SPEC = {"runtimeRef", "initializer", "trainer", "runtimePatches", "suspend",
+                 "managedBy"}
+TRAINER = {"image", "command", "args", "env", "numNodes", "resourcesPerNode",
+           "numProcPerNode"}
+
+
+def test_the_xgboost_manifest_names_only_the_apis_fields() -> None:
+    from sources.conftest import manifest
+
+    job = manifest("TrainJob", "kubeflow.md")
+    assert set(job["spec"]) <= TRAINJOB_SPEC and set(job["spec"]["trainer"]) <= TRAINER
+    env = {e["name"]: e["value"] for e in job["spec"]["trainer"]["env"]}
+    # constants.XGBoostReservedEnvNames: the webhook refuses these four in the trainer's env
+    assert not set(env) & {"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID",
+                           "DMLC_NUM_WORKER"}
+    assert env["DERIVE_ENV_NNODES"] == str(job["spec"]["trainer"]["numNodes"])

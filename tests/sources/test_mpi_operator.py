@@ -160,3 +160,28 @@ def test_arbitrary_hostfile_gives_a_report_or_a_topology_error(text: str, role: 
         assert str(exc).startswith(("/etc/mpi/hostfile=", "OMPI_MCA_orte_default_hostfile="))
         return
     assert report.nodes and report.job is not None
+
+
+#: kubeflow/mpi-operator pkg/apis/kubeflow/v2beta1/types.go, the JSON tags of MPIJobSpec.
+MPIJOB_SPEC = {"slotsPerWorker", "runLauncherAsWorker", "runPolicy", "mpiReplicaSpecs",
+               "sshAuthMountPath", "launcherCreationPolicy", "mpiImplementation"}
+
+
+def test_the_docs_manifest_names_only_the_apis_fields() -> None:
+    from sources.conftest import manifest
+
+    job = manifest("MPIJob", "kubeflow.md")
+    spec = job["spec"]
+    assert set(spec) <= MPIJOB_SPEC
+    assert set(spec["mpiReplicaSpecs"]) == {"Launcher", "Worker"}
+    command = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0][
+        "command"]
+    assert command[:5] == ["mpirun", "-x", "K_MPI_JOB_ROLE", "-x", mpi_operator.HOSTFILE]
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    # mpi_job_controller.go: the ConfigMap <job> + configSuffix "-config", key hostfileName
+    # "hostfile", mounted at configMountPath "/etc/mpi" (on the launcher)
+    volume = worker["volumes"][0]
+    assert volume["configMap"] == {"name": job["metadata"]["name"] + "-config",
+                                   "items": [{"key": "hostfile", "path": "hostfile"}]}
+    assert worker["containers"][0]["volumeMounts"] == [{"name": volume["name"],
+                                                        "mountPath": "/etc/mpi"}]
