@@ -107,6 +107,12 @@ def test_xgboost_without_the_node_count_is_a_job_of_unknown_size() -> None:
     assert (report.node_rank, report.num_nodes) == (1, None)
     topology = derive(env, {"ai.backend.distributed.frameworks": "pytorch"}).topology
     assert (topology.multi_node, topology.sized, topology.node_rank) == (True, False, 1)
+    with pytest.raises(TopologyError) as err:
+        derive(env, JAX)
+    assert str(err.value).startswith(
+        "JAX_NUM_PROCESSES cannot be set: the number of nodes is decided only when the job "
+        "starts, or not stated (DERIVE_ENV_NNODES: an elastic job, or a manager that does not "
+        "say it); ")
     assert report.notes[0] == (
         "node 1 (DMLC_TASK_ID) of a job of unknown size: DMLC_NUM_WORKER=8 is nodes x workers "
         "per node (GPUs); set DERIVE_ENV_NNODES to spec.trainer.numNodes for the node count")

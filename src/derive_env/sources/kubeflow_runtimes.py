@@ -169,9 +169,7 @@ def _xgboost(environ: Mapping[str, str], line: Source) -> Report:
             f"is nodes x workers per node (GPUs); set {NNODES} to spec.trainer.numNodes for "
             "the node count")
     inputs = {"node_rank": ("DMLC_TASK_ID",), "master": ("DMLC_TRACKER_URI",),
-              "ports": ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT")}
-    if nodes is not None:
-        inputs["num_nodes"] = (NNODES,)
+              "num_nodes": (NNODES,), "ports": ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT")}
     return Report(
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
         job=(line.name, host, str(port)),
