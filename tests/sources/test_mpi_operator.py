@@ -185,3 +185,34 @@ def test_the_docs_manifest_names_only_the_apis_fields() -> None:
                                    "items": [{"key": "hostfile", "path": "hostfile"}]}
     assert worker["containers"][0]["volumeMounts"] == [{"name": volume["name"],
                                                         "mountPath": "/etc/mpi"}]
+
+
+def intel_rank(world: int, r: int) -> dict[str, str]:
+    """An Intel MPI rank of an MPIJob (mpiImplementation: Intel): mpi_job_controller.go
+    ``intelEnvVars`` on the launcher, which mpiexec.hydra copies into every rank with
+    Hydra's PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (pmip_cb.c launch_procs)."""
+    return {"K_MPI_JOB_ROLE": "launcher", "I_MPI_HYDRA_HOST_FILE": PATH,
+            "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": "-o ConnectionAttempts=10",
+            "PMI_RANK": str(r), "PMI_SIZE": str(world), "MPI_LOCALRANKID": str(r % 4),
+            "MPI_LOCALNRANKS": "4"}
+
+
+def test_an_intel_mpi_rank_reads_the_hostfile_too() -> None:
+    derivation = derive(intel_rank(8, 5), LABELS, files=files(INTEL_HOSTFILE))
+    assert [s.name for s in seen_sources(intel_rank(8, 5))] == ["hydra",
+                                                                "mpi-operator-launcher"]
+    assert (derivation.changes()["MASTER_ADDR"], derivation.changes()["RANK"]) == (
+        "j-worker-0.j.ns.svc", "5")
+
+
+def test_an_intel_mpi_launcher_is_refused_not_a_single_container() -> None:
+    """Before: K_MPI_JOB_ROLE beside I_MPI_HYDRA_HOST_FILE matched no line (single container)."""
+    env = {k: v for k, v in intel_rank(8, 0).items() if not k.startswith(("PMI_", "MPI_"))}
+    with pytest.raises(TopologyError, match=r"^K_MPI_JOB_ROLE='launcher': expected a rank "):
+        derive(env, LABELS, files=files(INTEL_HOSTFILE))
+
+
+def test_a_worker_pods_own_process_is_no_job() -> None:
+    """K_MPI_JOB_ROLE=worker (newWorker: the worker pod's only variable): sshd's container."""
+    topology = derive({"K_MPI_JOB_ROLE": "worker"}, LABELS).topology
+    assert (topology.num_nodes, topology.multi_node) == (1, False)

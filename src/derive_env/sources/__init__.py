@@ -311,7 +311,7 @@ SOURCES: tuple[Source, ...] = (
                "derive-env in each rank; or, for a job of one host, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", "mpi_operator",
-           ("K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"), 4, size="mpi_operator_launcher",
+           ("K_MPI_JOB_ROLE",), 4, size="mpi_operator_launcher",
            fix="Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
                f"train.py), not around mpirun; {ON_ERROR_WARN}"),
     Source("ray-train", "a Ray Train worker", None,

@@ -13,8 +13,10 @@ and what mpirun passes (``-x``), and the hostfile is mounted on the launcher onl
 
 - **The launcher process** (derive-env around mpirun, no rank of its own): refused, the same
   on every start (``Report.problem``): the ranks run elsewhere; wrap the command mpirun runs.
-- **A rank** (``OMPI_COMM_WORLD_SIZE`` beside the launcher's two variables, which the user
-  passes: ``mpirun -x K_MPI_JOB_ROLE -x OMPI_MCA_orte_default_hostfile``): the hostfile's
+- **A rank** (``OMPI_COMM_WORLD_SIZE``, or Hydra's ``PMI_SIZE``, beside the launcher's two
+  variables, which the user passes: ``mpirun -x K_MPI_JOB_ROLE -x
+  OMPI_MCA_orte_default_hostfile``; Intel MPI's and MPICH's ``mpiexec`` copy the launcher's
+  whole environment, ``I_MPI_HYDRA_HOST_FILE`` / ``HYDRA_HOST_FILE`` included): the hostfile's
   hosts are the nodes, in its order, and the master is its first host. Open MPI maps rank 0
   to the first host of the hostfile it uses (by slot and by node alike; the variable proves
   mpirun used this file by default). The file must be readable where the rank runs: the
@@ -37,13 +39,25 @@ if TYPE_CHECKING:
 
 #: The variable that names mpirun's default hostfile (Open MPI's MCA parameter).
 HOSTFILE = "OMPI_MCA_orte_default_hostfile"
-#: An Open MPI rank's world size: set only in the processes mpirun started.
-RANK_MARK = "OMPI_COMM_WORLD_SIZE"
+#: The launcher's hostfile variable per MPI (mpi_job_controller.go ``ompiEnvVars``,
+#: ``intelEnvVars``, ``mpichEnvVars``), in that order.
+HOSTFILES = (HOSTFILE, "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
+#: A rank's world size, set only in the processes the launcher started (Open MPI; Intel
+#: MPI and MPICH's Hydra).
+RANK_MARKS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 _MOUNT = ("mount the MPIJob's hostfile ConfigMap on the workers too (in the Worker template: "
           "a volume from ConfigMap <job>-config, items hostfile, mounted at /etc/mpi), or "
           "pass the master to every rank: mpirun -x MASTER_ADDR=$(head -n1 /etc/mpi/hostfile "
           "| cut -d' ' -f1) ...")
+
+
+def _hostfile_variable(environ: Mapping[str, str]) -> str | None:
+    return next((name for name in HOSTFILES if environ.get(name)), None)
+
+
+def _is_rank(environ: Mapping[str, str]) -> bool:
+    return any(environ.get(name) for name in RANK_MARKS)
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -52,7 +66,8 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     :param environ: the process's environment.
     :param name: the table line's name (``mpi-operator-launcher``).
     """
-    return (environ[HOSTFILE],) if environ.get(RANK_MARK) else ()
+    variable = _hostfile_variable(environ)
+    return (environ[variable],) if variable and _is_rank(environ) else ()
 
 
 def hosts_of(text: str) -> list[str]:
@@ -74,12 +89,14 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What an MPIJob's launcher variables say (module docstring).
 
-    :param environ: the process's environment; ``K_MPI_JOB_ROLE`` and
-        ``OMPI_MCA_orte_default_hostfile`` are set.
+    :param environ: the process's environment; ``K_MPI_JOB_ROLE`` is set; the hostfile is
+        the one ``OMPI_MCA_orte_default_hostfile``, ``I_MPI_HYDRA_HOST_FILE`` or
+        ``HYDRA_HOST_FILE`` names.
     :param line: the table line ``mpi-operator-launcher``.
     :param files: the hostfile's text by path (``None``: unreadable), read in cli/.
     :returns: for the launcher process (``K_MPI_JOB_ROLE=launcher``, no rank), a report
-        whose ``problem`` refuses it; another role without a rank, an empty one; for a rank,
+        whose ``problem`` refuses it; another role without a rank, or a rank without a
+        hostfile variable, an empty one; for a rank,
         ``nodes`` = the hostfile's hosts in order (the master is the first), no node rank
         (the hostfile does not say where each rank runs), ``job`` = the first host and the
         count, the same on every rank.
@@ -89,16 +106,20 @@ def read(environ: Mapping[str, str], line: Source,
         or empty, or holds an entry
         that is not a host name or address; the message names the file and the fix.
     """
-    role, path = environ["K_MPI_JOB_ROLE"], environ[HOSTFILE]
-    if not environ.get(RANK_MARK) and role != "launcher":
-        # A worker pod's own process (sshd's container), not a rank: nothing to say.
+    role, variable = environ["K_MPI_JOB_ROLE"], _hostfile_variable(environ)
+    rank = _is_rank(environ)
+    if (not rank and role != "launcher") or (rank and variable is None):
+        # A worker pod's own process (sshd's container), or a rank to which nothing proves
+        # the hostfile: nothing to say (the MPI source's own refusal names the fix).
         return Report(source=line.name, title=line.title, notes=(
-            f"K_MPI_JOB_ROLE={role!r}: not the launcher, and no rank of mpirun",))
-    if not environ.get(RANK_MARK):
+            f"K_MPI_JOB_ROLE={role!r}: no hostfile of the launcher for this process",))
+    if not rank:
         return Report(source=line.name, title=line.title, problem=describe(
             "K_MPI_JOB_ROLE", role, f"a rank mpirun started (OMPI_COMM_WORLD_SIZE set) or "
             f"unset: {line.title} runs mpirun, which starts the ranks (on the workers), and "
             f"this process is not one of them. {line.fix}"))
+    assert variable is not None
+    path = environ[variable]
     text = (files or {}).get(path)
     if text is None and environ.get("MASTER_ADDR"):
         # The user passed the master (the fix below): the ranks need no host list.
@@ -106,7 +127,7 @@ def read(environ: Mapping[str, str], line: Source,
             f"{path} is not readable here: the master is MASTER_ADDR, passed by mpirun -x",))
     if text is None:
         raise TopologyError(describe(
-            HOSTFILE, path, f"a hostfile this rank can read (the mpi-operator mounts it on "
+            variable, path, f"a hostfile this rank can read (the mpi-operator mounts it on "
                             f"the launcher only; the first host is rank 0's): {_MOUNT}"))
     hosts = hosts_of(text)
     bad = check_hosts(hosts)
@@ -117,9 +138,9 @@ def read(environ: Mapping[str, str], line: Source,
     return Report(
         source=line.name, title=line.title, nodes=tuple(Node(host=h) for h in hosts),
         job=("mpi-operator", hosts[0], str(len(hosts))),
-        inputs={"nodes": (HOSTFILE,), "ports": (HOSTFILE,)},
+        inputs={"nodes": (variable,), "ports": (variable,)},
         order=f"the hostfile's order ({path}: the launcher first when it runs ranks, then "
               "the workers 0..N-1; Open MPI maps rank 0 to its first host)",
-        notes=(f"{len(hosts)} host(s) from {path} (K_MPI_JOB_ROLE={role!r} and {HOSTFILE} "
-               "passed by mpirun -x)",),
+        notes=(f"{len(hosts)} host(s) from {path} (K_MPI_JOB_ROLE={role!r} and {variable} "
+               "passed by the launcher)",),
     )
