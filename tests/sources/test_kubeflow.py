@@ -500,3 +500,17 @@ def test_the_elastic_manifest_names_only_the_apis_fields() -> None:
     assert container["name"] == "pytorch"
     assert container["ports"][0]["name"] == "pytorchjob-port"
     assert container["command"][:2] == ["derive-env", "--"]
+
+
+def test_an_elastic_pod_of_a_63_character_hostname_is_refused() -> None:
+    """Pitfall 10: the kubelet cuts the pod name to 63 characters; "<54>-worker-12" becomes
+    "<54>-worker-1", another pod's index. Never guessed."""
+    job = "j" * 54
+    env = {**elastic_pod(job, 13, 12), "HOSTNAME": f"{job}-worker-12"[:63]}
+    assert env["HOSTNAME"].endswith("-worker-1")
+    with pytest.raises(TopologyError) as err:
+        read(env, "kubeflow-elastic")
+    assert str(err.value).startswith(
+        f"HOSTNAME={env['HOSTNAME']!r}: expected a pod name under 63 characters: the kubelet "
+        "cuts longer ones, so the index at its end may be cut too (give the PyTorchJob a "
+        "shorter name); ")

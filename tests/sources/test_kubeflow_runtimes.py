@@ -209,3 +209,13 @@ def test_the_xgboost_manifest_names_only_the_apis_fields() -> None:
     assert not set(env) & {"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID",
                            "DMLC_NUM_WORKER"}
     assert env["DERIVE_ENV_NNODES"] == str(job["spec"]["trainer"]["numNodes"])
+
+
+def test_a_jaxjob_pod_of_a_cut_hostname_is_compared_as_the_kubelet_cuts_it() -> None:
+    """Pitfall 10: the kubelet cuts the pod name to 63 characters (then trailing '-')."""
+    job = "m" * 54
+    env = {**jaxjob_pod(job, 12, 11), "HOSTNAME": f"{job}-worker-11"[:63]}
+    assert env["HOSTNAME"].endswith("-worker-1")  # 64 characters cut to 63
+    assert read(env, "kubeflow-jaxjob").node_rank == 11
+    with pytest.raises(TopologyError, match=r"^PROCESS_ID='2': expected the index"):
+        read({**env, "PROCESS_ID": "2"}, "kubeflow-jaxjob")  # "-worker-2" is not cut

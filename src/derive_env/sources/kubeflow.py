@@ -264,6 +264,8 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
+#: A pod's hostname is its name cut to this many characters (the kubelet).
+_HOSTNAME_MAX = 63
 #: The fix of an elastic pod whose index its hostname does not give.
 _ELASTIC_FIX = ("run derive-env in each worker torchrun starts (torchrun ... --no-python "
                 "derive-env -- python train.py): the torchrun source reads what its "
@@ -285,6 +287,13 @@ def _elastic(environ: Mapping[str, str], line: Source) -> Report:
             f"an elastic PyTorchJob's pods so): without it this pod's index is unknown; "
             f"{_ELASTIC_FIX}"))
     pod = int(index)
+    if len(hostname) >= _HOSTNAME_MAX:
+        # The kubelet cuts a longer pod name to 63 characters (kubelet_pods.go,
+        # truncatePodHostnameIfNeeded): "-worker-12" may have become "-worker-1".
+        raise TopologyError(describe(
+            "HOSTNAME", hostname, f"a pod name under {_HOSTNAME_MAX} characters: the kubelet "
+            f"cuts longer ones, so the index at its end may be cut too (give the PyTorchJob a "
+            f"shorter name); {_ELASTIC_FIX}"))
     if nodes is not None and pod >= nodes:
         raise TopologyError(describe(
             "HOSTNAME", hostname, f"a worker index below PET_NNODES={environ['PET_NNODES']!r}; "

@@ -128,7 +128,10 @@ def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
                                      f"{exc}; {fix}")) from None
     job, worker, zero = host.rpartition("-worker-")
     hostname = environ.get("HOSTNAME", "")
-    if worker and zero == "0" and hostname and hostname != f"{job}-worker-{rank}":
+    # The kubelet cuts a pod name to 63 characters, then trailing '-' and '.' (kubelet_pods.go
+    # truncatePodHostnameIfNeeded): compare with the name cut the same way.
+    own = f"{job}-worker-{rank}"[:63].rstrip("-.")
+    if worker and zero == "0" and hostname and hostname != own:
         raise TopologyError(describe(
             "PROCESS_ID", environ["PROCESS_ID"], f"the index of this pod's hostname "
             f"{hostname!r} ({job}-worker-<PROCESS_ID>, envvar.go setPodEnv); {fix}"))
