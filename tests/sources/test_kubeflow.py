@@ -514,3 +514,48 @@ def test_an_elastic_pod_of_a_63_character_hostname_is_refused() -> None:
         f"HOSTNAME={env['HOSTNAME']!r}: expected a pod name under 63 characters: the kubelet "
         "cuts longer ones, so the index at its end may be cut too (give the PyTorchJob a "
         "shorter name); ")
+
+
+CLASSIC_NAMES = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "KUBERNETES_SERVICE_HOST"]
+ELASTIC_NAMES = ["PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES", "HOSTNAME"]
+HOSTNAMES = st.sampled_from(["el-worker-0", "el-worker-3", "x-worker-", "-worker-1", "w" * 63,
+                             "el-worker-٣"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(["kubeflow-pytorchjob-classic", "kubeflow-elastic"]),
+       data=st.data())
+def test_arbitrary_text_of_the_new_lines_gives_a_report_or_a_topology_error(
+        name: str, data: st.DataObject) -> None:
+    names = CLASSIC_NAMES if name == "kubeflow-pytorchjob-classic" else ELASTIC_NAMES
+    values = data.draw(st.fixed_dictionaries(
+        {n: (TEXT | HOSTNAMES) if n == "HOSTNAME" else TEXT for n in names}))
+    try:
+        report = read(values, name)
+    except TopologyError as exc:
+        assert str(exc).split("=", 1)[0] in names
+        return
+    assert report.node_rank is not None and report.node_rank >= 0
+    assert report.num_nodes is None or report.node_rank < report.num_nodes
+    assert report.count() != 1 or report.node_rank == 0
+
+
+@settings(max_examples=120, deadline=None)
+@given(name=st.sampled_from(["kubeflow-pytorchjob-classic", "kubeflow-elastic"]),
+       workers=st.integers(2, 9), pod=st.integers(0, 8), stray=st.data())
+def test_no_pod_of_a_larger_job_derives_one_node_with_a_stray_variable(
+        name: str, workers: int, pod: int, stray: st.DataObject) -> None:
+    """A variable of the line's `unless` (a user's, another launcher's) sets it aside: then
+    the pod is refused or read by another source, never a single node with exit 0."""
+    from derive_env.pipeline import derive
+
+    pod = min(pod, workers - 1)
+    env = (classic_pod("j", workers - 1, pod) if name == "kubeflow-pytorchjob-classic"
+           else elastic_pod("j", workers, pod))
+    extra = stray.draw(st.sampled_from(BY_NAME[name].unless))
+    env[extra] = stray.draw(st.sampled_from(["0", "1", "x"]))
+    try:
+        derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+    except TopologyError:
+        return
+    assert derivation.topology.multi_node
