@@ -303,7 +303,9 @@ def _elastic(environ: Mapping[str, str], line: Source) -> Report:
         source=line.name, title=line.title, node_rank=pod, num_nodes=nodes,
         master=f"{job}-worker-0", renumbers=True,
         job=("kubeflow-pytorchjob", endpoint, environ["PET_NNODES"]),
-        preset=frozenset([n for n in environ if n.startswith("PET_")]
+        # PET_NNODES is job-wide (kept as set, and every pod's view shows it); the others
+        # are torchrun's authority: never added (frameworks/pytorch.py), never checked.
+        preset=frozenset([n for n in environ if n.startswith("PET_") and n != "PET_NNODES"]
                          + ["PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"]),
         inputs={"node_rank": ("HOSTNAME",), "num_nodes": ("PET_NNODES",),
                 "master": ("HOSTNAME",), "ports": ("PET_RDZV_ENDPOINT", "PET_NNODES")},

@@ -100,11 +100,13 @@ def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
     nodes = variable_int(environ, "JAX_NUM_PROCESSES", 1, f"; {fix}")
     rank = _index(environ, "JAX_PROCESS_ID", nodes, "JAX_NUM_PROCESSES", fix)
     host, port = _host_port(environ, "JAX_COORDINATOR_ADDRESS", nodes, fix)
-    names = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
     return Report(
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
         job=(line.name, environ["JAX_COORDINATOR_ADDRESS"], str(nodes)),
-        preset=frozenset(names),
+        # JAX_PROCESS_ID differs per node: the trainer's authority, never checked; the two
+        # job-wide values are kept as set and equal what every node derives (the other
+        # nodes' view, --all-nodes, shows them too).
+        preset=frozenset(("JAX_PROCESS_ID",)),
         inputs={"node_rank": ("JAX_PROCESS_ID",), "num_nodes": ("JAX_NUM_PROCESSES",),
                 "master": ("JAX_COORDINATOR_ADDRESS",),
                 "ports": ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES")},
@@ -195,7 +197,8 @@ def read(environ: Mapping[str, str], line: Source,
         (the process count; XGBoost: ``DERIVE_ENV_NNODES``, else ``None``: unknown),
         ``master`` (the coordinator's or tracker's host), ``job`` (what every pod shares,
         for the port policy: the coordinator's or tracker's port is not PyTorch's),
-        ``preset`` = the controller's variables (kept, never rewritten).
+        ``preset`` = the controller's variables that differ per pod or that derive-env
+        does not derive (JAX_* job-wide values are kept as set and checked equal).
     :raises TopologyError: a variable is malformed, an index is not below its count or
         differs from ``JOB_COMPLETION_INDEX`` (v2) or the hostname's (v1), the coordinator
         is loopback in a job of several nodes, or ``DERIVE_ENV_NNODES`` does not divide
