@@ -55,10 +55,11 @@ def invoke(args: list[str]) -> Result:
 
 BAD_SOURCE = ("--source='bogus': expected one of auto, none, torchrun, openmpi, mvapich2, "
               "hydra, pals, slurm-step, slurm-allocation, backendai, kubeflow-pytorchjob, "
-              "kubeflow-trainjob, flux, jsrun, kubernetes-indexed-job, jobset, sagemaker, "
-              "aws-batch, sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, "
-              "vertex, gke-tpu, azureml-mpi, determined, htcondor, pbs, lsf, gridengine, "
-              "ray-train, azureml-pytorch")
+              "kubeflow-trainjob, kubeflow-elastic, kubeflow-pytorchjob-classic, flux, jsrun, "
+              "kubernetes-indexed-job, jobset, sagemaker, aws-batch, sagemaker-platform, "
+              "skypilot, dstack, lws, volcano, tf-config, vertex, gke-tpu, azureml-mpi, "
+              "determined, kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost, htcondor, pbs, lsf,"
+              " gridengine, mpi-operator-launcher, ray-train, azureml-pytorch")
 
 #: Command lines of options only, which both parsers read: run()'s keywords, or the usage
 #: error (click prints it after "Error: ", exit 2; the fast parser hands the line to click).

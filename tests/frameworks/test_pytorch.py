@@ -246,3 +246,21 @@ def test_user_nproc_per_node_unknown_word_is_a_warning(backendai_env, opt_in) ->
         "PET_NPROC_PER_NODE='npu' is not a number nor one of cpu, gpu, xpu, auto: kept, for "
         "torchrun to read as the name of a custom device backend (torch_npu's npu); torchrun "
         "stops with \"Unsupported nproc_per_node value\" if it is not one",)
+
+
+def test_a_managers_own_rendezvous_gets_no_pet_added() -> None:
+    """PET_RDZV_ENDPOINT among the topology's preset (an elastic Kubeflow PyTorchJob): the
+    manager configured torchrun's own rendezvous; no PET_* is added beside its own, even
+    with the nproc-per-node label (torchrun's authority), and a note says so."""
+    environ = {"PET_RDZV_ENDPOINT": "el-worker-0:23456", "PET_RDZV_BACKEND": "c10d",
+               "PET_NNODES": "4", "HOSTNAME": "el-worker-1",
+               "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+    labels = {PREFIX + "frameworks": "pytorch", PREFIX + "nproc-per-node": "4"}
+    derivation = derive(environ, labels)
+    assert [v.name for v in derivation.variables if v.name.startswith("PET_")] == [
+        "PET_NNODES"]  # the manager's, kept
+    assert derivation.changes() == {"MASTER_ADDR": "el-worker-0",
+                                    "MASTER_PORT": derivation.changes()["MASTER_PORT"],
+                                    "NODE_RANK": "1"}
+    assert ("torchrun's own rendezvous (PET_RDZV_ENDPOINT, set by the manager): no PET_* "
+            "added, the manager's kept as they are") in derivation.notes

@@ -15,18 +15,18 @@ def sub2(backendai_env) -> dict[str, str]:
     return backendai_env(["sub1", "main1", "sub2"], "sub2")
 
 
-def manifest(kind: str, name: str | None = None) -> dict:
+def manifest(kind: str, name: str | None = None, page: str = "kubernetes.md") -> dict:
     """The YAML manifest of ``kind`` (named ``name``, when the page has several of that kind)
-    in docs/sources/kubernetes.md, parsed (exactly one must match; every block of the page
-    must parse, multi-document ones included)."""
+    in docs/sources/``page`` (kubernetes.md, kubeflow.md), parsed (exactly one must match;
+    every block of the page must parse, multi-document ones included)."""
     import re
     from pathlib import Path
 
     import yaml
 
-    page = Path(__file__).resolve().parents[2] / "docs" / "sources" / "kubernetes.md"
+    path = Path(__file__).resolve().parents[2] / "docs" / "sources" / page
     found = [doc for block in re.findall(r"```yaml\n(.*?)```",
-                                         page.read_text(encoding="utf-8"), re.S)
+                                         path.read_text(encoding="utf-8"), re.S)
              for doc in yaml.safe_load_all(block)]
     matches = [m for m in found if isinstance(m, dict) and m.get("kind") == kind
                and (name is None or (m.get("metadata") or {}).get("name") == name)]

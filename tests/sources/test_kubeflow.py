@@ -111,6 +111,18 @@ def test_pytorchjob_elastic_range() -> None:
                                "decides the node count")
 
 
+def test_pytorchjob_elastic_with_a_master_adds_nothing_of_torchruns() -> None:
+    """elastic.go's PET_RDZV_* beside the Master's variables: torchrun's own rendezvous."""
+    from derive_env.pipeline import derive
+
+    for pod in (0, 2):
+        env = pytorchjob_pod("bert", 2, pod, "2", elastic="1:3")
+        derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+        assert derivation.changes() == {"NODE_RANK": str(pod)}
+        assert ("torchrun's own rendezvous (PET_RDZV_ENDPOINT, set by the manager): no PET_* "
+                "added, the manager's kept as they are") in derivation.notes
+
+
 def test_pytorchjob_elastic_static_range() -> None:
     report = read(pytorchjob_pod("bert", 2, 1, "2", elastic="3:3"), "kubeflow-pytorchjob")
     assert report.num_nodes == 3
@@ -307,3 +319,243 @@ def test_an_elastic_pytorchjob_is_a_job_of_unknown_size_never_one_node() -> None
             "PET_MASTER_PORT": "23456"}
         with pytest.raises(TopologyError, match=r"^JAX_NUM_PROCESSES cannot be set: the num"):
             derive(env, {"ai.backend.distributed.frameworks": "jax"})
+
+
+# -- the classic v1 set: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE without PET_* ---------
+
+
+def classic_pod(job: str, workers: int, pod: int, port: int = 23456) -> dict[str, str]:
+    """One pod of a PyTorchJob of kubeflow/pytorch-operator (before PET_*), as its
+    pkg/controller.v1/pytorch/pod.go ``setClusterSpec`` sets it: the master pod's
+    MASTER_ADDR is ``localhost``, the workers' ``<job>-master-0``; WORLD_SIZE = the pods
+    (totalReplicas), RANK = 0 on the master, worker i: i + 1; PYTHONUNBUFFERED=0."""
+    return {"MASTER_PORT": str(port), "MASTER_ADDR": "localhost" if pod == 0 else
+            f"{job}-master-0", "WORLD_SIZE": str(workers + 1), "RANK": str(pod),
+            "PYTHONUNBUFFERED": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+
+
+@pytest.mark.parametrize("pod", [0, 1, 2])
+def test_classic_v1_pod_is_read_as_node_values(pod: int) -> None:
+    """Item 2 of issue 16: no longer refused as "closest: torchrun"."""
+    from derive_env.pipeline import derive
+
+    env = classic_pod("bert", 2, pod)
+    assert [s.name for s in seen_sources(env)] == ["kubeflow-pytorchjob-classic"]
+    report = read(env, "kubeflow-pytorchjob-classic")
+    assert (report.node_rank, report.num_nodes, report.processes) == (
+        pod, 3, Processes(pod, 0, 3, 1))
+    assert report.master == ("localhost" if pod == 0 else "bert-master-0")
+    assert report.job == ("kubeflow-pytorchjob", "23456", "3")
+    assert report.warnings == ()
+    derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+    assert derivation.changes() == {
+        "NODE_RANK": str(pod), "PET_NNODES": "3", "PET_NODE_RANK": str(pod),
+        "PET_MASTER_ADDR": "localhost" if pod == 0 else "bert-master-0",
+        "PET_MASTER_PORT": "23456"}
+    assert not derivation.topology.per_process  # one process per pod: the node layer
+
+
+def test_classic_v1_set_outside_kubernetes_warns_it_reads_node_values() -> None:
+    env = {k: v for k, v in classic_pod("bert", 2, 1).items() if k != "KUBERNETES_SERVICE_HOST"}
+    assert read(env, "kubeflow-pytorchjob-classic").warnings == (
+        "RANK='1' and WORLD_SIZE='3' without a launcher's marker (LOCAL_RANK, "
+        "TORCHELASTIC_RUN_ID) nor a Kubernetes pod's: read as a node's rank and the node count, "
+        "one process per node (a Kubeflow PyTorchJob's meaning); if they count processes, "
+        "start the command from their launcher instead",)
+
+
+@pytest.mark.parametrize("stray", ["LOCAL_RANK", "TORCHELASTIC_RUN_ID", "NODE_RANK",
+                                   "PET_NODE_RANK", "AZUREML_RUN_ID"])
+def test_classic_v1_set_beside_a_launchers_marker_is_not_read(stray: str) -> None:
+    env = {**classic_pod("bert", 2, 1), stray: "1"}
+    assert "kubeflow-pytorchjob-classic" not in [s.name for s in seen_sources(env)]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"RANK": "3"}, "RANK='3': expected a pod rank below WORLD_SIZE='3' (master 0, worker i: "
+     "i + 1; envvar.go, setPodEnv); "),
+    ({"MASTER_ADDR": "127.0.0.1"}, "MASTER_ADDR='127.0.0.1': expected the master's service or "
+     "address on pod 1 (RANK): only the master pod (rank 0) reaches the master at a loopback "
+     "address; "),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0': expected an integer >= 1; "),
+])
+def test_classic_v1_malformed(changes: dict[str, str], message: str) -> None:
+    with pytest.raises(TopologyError) as err:
+        read({**classic_pod("bert", 2, 1), **changes}, "kubeflow-pytorchjob-classic")
+    assert str(err.value) == message + V1_FIX
+
+
+@settings(max_examples=80, deadline=None)
+@given(workers=st.integers(1, 30), port=st.integers(1, 65535))
+def test_every_classic_pod_derives_one_job(workers: int, port: int) -> None:
+    from derive_env.digest import digest_of, facts_of
+    from derive_env.pipeline import derive
+
+    labels = {"ai.backend.distributed.frameworks": "pytorch,jax"}
+    derived = [derive(classic_pod("j", workers, pod, port), labels)
+               for pod in range(workers + 1)]
+    assert [d.topology.node_rank for d in derived] == list(range(workers + 1))
+    assert {d.topology.num_nodes for d in derived} == {workers + 1}
+    # The workers agree; the master pod differs only where the operator gave it localhost
+    # (pod.go: the master reaches itself there; the digest shows the asymmetry).
+    assert len({digest_of(facts_of(d.topology, d)) for d in derived[1:]}) == 1
+    master, worker = (dict(facts_of(d.topology, d)) for d in derived[:2])
+    assert {k for k in master if master[k] != worker[k]} == {
+        "master", "var.MASTER_ADDR", "var.PET_MASTER_ADDR", "var.JAX_COORDINATOR_ADDRESS"}
+    assert master["master"] == "localhost"
+
+
+# -- an elastic PyTorchJob without a Master: torchrun's own rendezvous -------------------
+
+
+def elastic_pod(job: str, workers: int, pod: int, nnodes: str | None = None,
+                port: int = 23456) -> dict[str, str]:
+    """A Worker pod of an elastic PyTorchJob without a Master replica, as kubeflow/trainer@
+    ee11629 pkg/controller.v1/pytorch/envvar.go ``setPodEnv`` (no master: no MASTER_*, RANK,
+    WORLD_SIZE, PET_NODE_RANK) and elastic.go ``Generate`` set it (elastic_test.go: backend
+    c10d, PET_RDZV_ID, PET_MAX_RESTARTS; PET_NNODES ``MIN:MAX`` or the worker replicas;
+    endpoint ``<job>-worker-0:<port>``); HOSTNAME = the pod name (common ``GenGeneralName``)."""
+    return {"PYTHONUNBUFFERED": "1", "PET_RDZV_ENDPOINT": f"{job}-worker-0:{port}",
+            "PET_RDZV_BACKEND": "c10d", "PET_NNODES": nnodes or str(workers),
+            "PET_MAX_RESTARTS": "3", "PET_RDZV_ID": job, "PET_NPROC_PER_NODE": "2",
+            "HOSTNAME": f"{job}-worker-{pod}", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+
+
+@pytest.mark.parametrize("nnodes", ["2:4", "4"])
+@pytest.mark.parametrize("pod", [0, 3])
+def test_elastic_workers_pass_to_torchruns_rendezvous(pod: int, nnodes: str) -> None:
+    """Item 1 of issue 16: no error, nothing of torchrun's rewritten or added."""
+    from derive_env.pipeline import derive
+
+    env = elastic_pod("el", 4, pod, nnodes)
+    assert [s.name for s in seen_sources(env)] == ["kubeflow-elastic"]
+    report = read(env, "kubeflow-elastic")
+    assert (report.node_rank, report.master, report.renumbers) == (pod, "el-worker-0", True)
+    assert report.num_nodes == (None if ":" in nnodes else 4)
+    assert report.notes[0] == (
+        "torchrun's own rendezvous (PET_RDZV_BACKEND='c10d' at PET_RDZV_ENDPOINT="
+        "'el-worker-0:23456') numbers the nodes: nothing of torchrun's (PET_*) is rewritten or "
+        "added")
+    derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+    changes = derivation.changes()
+    assert not [name for name in changes if name.startswith("PET_")]
+    assert (changes["MASTER_ADDR"], changes["NODE_RANK"]) == ("el-worker-0", str(pod))
+    assert changes["MASTER_PORT"] != "23456"  # the rendezvous store's port
+    assert derivation.topology.multi_node
+    assert derivation.topology.sized == (":" not in nnodes)
+
+
+def test_elastic_pod_whose_index_is_unknown_is_refused_with_the_fix() -> None:
+    env = {**elastic_pod("el", 2, 1), "HOSTNAME": "custom"}
+    with pytest.raises(TopologyError) as err:
+        read(env, "kubeflow-elastic")
+    assert str(err.value) == (
+        "HOSTNAME='custom': expected <job>-worker-<index>, the pod's name (the operator names "
+        "an elastic PyTorchJob's pods so): without it this pod's index is unknown; run "
+        "derive-env in each worker torchrun starts (torchrun ... --no-python derive-env -- "
+        "python train.py): the torchrun source reads what its rendezvous gave")
+
+
+def test_a_torchrun_worker_of_an_elastic_pod_is_torchruns() -> None:
+    env = {**elastic_pod("el", 2, 1), "TORCHELASTIC_RUN_ID": "el", "RANK": "3",
+           "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+           "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29400"}
+    assert [s.name for s in seen_sources(env)] == ["torchrun"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(workers=st.integers(2, 30), fixed=st.booleans())
+def test_every_elastic_pod_derives_one_job(workers: int, fixed: bool) -> None:
+    from derive_env.digest import digest_of, facts_of
+    from derive_env.pipeline import derive
+
+    labels = {"ai.backend.distributed.frameworks": "pytorch" + (",jax" if fixed else "")}
+    nnodes = str(workers) if fixed else f"1:{workers}"
+    derived = [derive(elastic_pod("e", workers, pod, nnodes), labels) for pod in range(workers)]
+    assert [d.topology.node_rank for d in derived] == list(range(workers))
+    assert {(d.topology.multi_node, d.topology.num_nodes) for d in derived} == {
+        (True, workers if fixed else None)}
+    assert len({digest_of(facts_of(d.topology, d)) for d in derived}) == 1
+
+
+# -- the manifests of docs/sources/kubeflow.md ---------------------------------------------
+
+#: kubeflow/trainer@ee11629 pkg/apis/kubeflow.org/v1/pytorch_types.go, the JSON tags of
+#: PyTorchJobSpec and ElasticPolicy.
+PYTORCHJOB_SPEC = {"runPolicy", "elasticPolicy", "pytorchReplicaSpecs", "nprocPerNode"}
+ELASTIC_POLICY = {"minReplicas", "maxReplicas", "rdzvBackend", "rdzvPort", "rdzvHost",
+                  "rdzvId", "rdzvConf", "standalone", "nProcPerNode", "maxRestarts", "metrics"}
+
+
+def test_the_elastic_manifest_names_only_the_apis_fields() -> None:
+    from sources.conftest import manifest
+
+    job = manifest("PyTorchJob", "kubeflow.md")
+    spec = job["spec"]
+    assert set(spec) <= PYTORCHJOB_SPEC and set(spec["elasticPolicy"]) <= ELASTIC_POLICY
+    assert set(spec["pytorchReplicaSpecs"]) == {"Worker"}  # no Master: kubeflow-elastic
+    container = spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    # getPortFromPyTorchJob: the container "pytorch", its port "pytorchjob-port"
+    # (kubeflowv1.PyTorchJobDefaultContainerName, PyTorchJobDefaultPortName)
+    assert container["name"] == "pytorch"
+    assert container["ports"][0]["name"] == "pytorchjob-port"
+    assert container["command"][:2] == ["derive-env", "--"]
+
+
+def test_an_elastic_pod_of_a_63_character_hostname_is_refused() -> None:
+    """Pitfall 10: the kubelet cuts the pod name to 63 characters; "<54>-worker-12" becomes
+    "<54>-worker-1", another pod's index. Never guessed."""
+    job = "j" * 54
+    env = {**elastic_pod(job, 13, 12), "HOSTNAME": f"{job}-worker-12"[:63]}
+    assert env["HOSTNAME"].endswith("-worker-1")
+    with pytest.raises(TopologyError) as err:
+        read(env, "kubeflow-elastic")
+    assert str(err.value).startswith(
+        f"HOSTNAME={env['HOSTNAME']!r}: expected a pod name under 63 characters: the kubelet "
+        "cuts longer ones, so the index at its end may be cut too (give the PyTorchJob a "
+        "shorter name); ")
+
+
+CLASSIC_NAMES = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "KUBERNETES_SERVICE_HOST"]
+ELASTIC_NAMES = ["PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES", "HOSTNAME"]
+HOSTNAMES = st.sampled_from(["el-worker-0", "el-worker-3", "x-worker-", "-worker-1", "w" * 63,
+                             "el-worker-٣"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(["kubeflow-pytorchjob-classic", "kubeflow-elastic"]),
+       data=st.data())
+def test_arbitrary_text_of_the_new_lines_gives_a_report_or_a_topology_error(
+        name: str, data: st.DataObject) -> None:
+    names = CLASSIC_NAMES if name == "kubeflow-pytorchjob-classic" else ELASTIC_NAMES
+    values = data.draw(st.fixed_dictionaries(
+        {n: (TEXT | HOSTNAMES) if n == "HOSTNAME" else TEXT for n in names}))
+    try:
+        report = read(values, name)
+    except TopologyError as exc:
+        assert str(exc).split("=", 1)[0] in names
+        return
+    assert report.node_rank is not None and report.node_rank >= 0
+    assert report.num_nodes is None or report.node_rank < report.num_nodes
+    assert report.count() != 1 or report.node_rank == 0
+
+
+@settings(max_examples=120, deadline=None)
+@given(name=st.sampled_from(["kubeflow-pytorchjob-classic", "kubeflow-elastic"]),
+       workers=st.integers(2, 9), pod=st.integers(0, 8), stray=st.data())
+def test_no_pod_of_a_larger_job_derives_one_node_with_a_stray_variable(
+        name: str, workers: int, pod: int, stray: st.DataObject) -> None:
+    """A variable of the line's `unless` (a user's, another launcher's) sets it aside: then
+    the pod is refused or read by another source, never a single node with exit 0."""
+    from derive_env.pipeline import derive
+
+    pod = min(pod, workers - 1)
+    env = (classic_pod("j", workers - 1, pod) if name == "kubeflow-pytorchjob-classic"
+           else elastic_pod("j", workers, pod))
+    extra = stray.draw(st.sampled_from(BY_NAME[name].unless))
+    env[extra] = stray.draw(st.sampled_from(["0", "1", "x"]))
+    try:
+        derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
+    except TopologyError:
+        return
+    assert derivation.topology.multi_node

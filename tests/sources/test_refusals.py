@@ -264,7 +264,8 @@ MANAGERS = {
                          "NUM_PROCESSES": "2", "PROCESS_ID": "1"}, {}, "NUM_PROCESSES", "2",
                         "1 or unset", "a Kubeflow JAXJob (v1)", "process"),
     "xgboost": ({"DMLC_TRACKER_URI": "tj-node-0-0.tj", "DMLC_TRACKER_PORT": "9091",
-                 "DMLC_TASK_ID": "1", "DMLC_NUM_WORKER": "2"}, {}, "DMLC_NUM_WORKER", "2",
+                 "DMLC_TASK_ID": "1", "DMLC_NUM_WORKER": "2", "DERIVE_ENV_NNODES": "2"}, {},
+                "DMLC_NUM_WORKER", "2",
                 "1 or unset", "a Kubeflow TrainJob (XGBoost runtime)", "process"),
     "htcondor": ({"_CONDOR_PROCNO": "1", "_CONDOR_NPROCS": "2",
                   "_CONDOR_REMOTE_SPOOL_DIR": "/spool"}, {}, "_CONDOR_NPROCS", "2",
@@ -320,7 +321,9 @@ NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vert
             "tpu": ("gke-tpu", 2, 1),
             "determined": ("determined", 2, 1), "ray-train": ("ray-train", None, 1),
             "aws-batch": ("aws-batch", 2, 1), "azure-mpi": ("azureml-mpi", 2, None),
-            "azureml-pytorch": ("azureml-pytorch", 2, 1), "gridengine": ("gridengine", 2, 1)}
+            "azureml-pytorch": ("azureml-pytorch", 2, 1), "gridengine": ("gridengine", 2, 1),
+            "kubeflow-jax": ("kubeflow-jax", 2, 1), "kubeflow-jaxjob": ("kubeflow-jaxjob", 2, 1),
+            "xgboost": ("kubeflow-xgboost", 2, 1)}
 #: Of those, the ones that state no host list: TensorFlow's TF_CONFIG is refused, saying so.
 NO_HOST_LIST = {"ray-train", "aws-batch", "azure-mpi", "azureml-pytorch"}
 #: The managers of MANAGERS a source now reads and that refuse this node's environment with
@@ -334,7 +337,10 @@ READ_AND_REFUSED = {
     "htcondor": "MASTER_ADDR='': expected the host of rank 0 (it also gives JAX's "
                 "coordinator): an HTCondor parallel-universe job states no host list",
 }
-REFUSED = sorted(m for m in MANAGERS if m not in NOW_READ and m not in READ_AND_REFUSED)
+#: Refused by its own source (tests/sources/test_mpi_operator.py): the launcher process.
+OWN_REFUSAL = {"mpi-operator"}
+REFUSED = sorted(m for m in MANAGERS
+                 if m not in NOW_READ and m not in READ_AND_REFUSED and m not in OWN_REFUSAL)
 
 
 def reader(contents: dict[str, str]):
@@ -377,7 +383,9 @@ def test_a_manager_with_a_source_is_read_not_refused(manager: str) -> None:
 def test_a_manager_a_source_reads_derives_its_job(manager: str) -> None:
     """No longer refused: its source reads the job (node rank, nodes as NOW_READ says)."""
     environ, files, *_ = MANAGERS[manager]
-    for frameworks in ("pytorch", "jax", "tensorflow"):
+    # The Kubeflow JAX and XGBoost pods know only the coordinator's host: no TF_CONFIG.
+    kubeflow = manager in ("kubeflow-jax", "kubeflow-jaxjob", "xgboost")
+    for frameworks in ("pytorch", "jax") if kubeflow else ("pytorch", "jax", "tensorflow"):
         if frameworks == "tensorflow" and manager in NO_HOST_LIST:
             with pytest.raises(TopologyError, match=r"^TF_CONFIG cannot be built: "):
                 derive(environ, {PREFIX + "frameworks": frameworks}, files=reader(files))
@@ -436,6 +444,7 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
            "TPU_WORKER_ID": "0", "AWS_BATCH_JOB_NUM_NODES": "1",
            "AWS_BATCH_JOB_NODE_INDEX": "0", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0",
            "NUM_PROCESSES": "1", "PROCESS_ID": "0", "DMLC_NUM_WORKER": "1", "DMLC_TASK_ID": "0",
+           "DERIVE_ENV_NNODES": "1",
            "_CONDOR_NPROCS": "1", "_CONDOR_PROCNO": "0", "LSB_MCPU_HOSTS": "hostA 4",
            "NHOSTS": "1", "K_MPI_JOB_ROLE": "worker", "WORLD_SIZE": "1", "RANK": "0",
            "NODE_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",

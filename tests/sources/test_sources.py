@@ -44,10 +44,11 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
     """The order the --source message lists them in (docs/sources/README.md section 3)."""
     assert ", ".join(SOURCE_NAMES) == (
         "torchrun, openmpi, mvapich2, hydra, pals, slurm-step, slurm-allocation, backendai, "
-        "kubeflow-pytorchjob, kubeflow-trainjob, flux, jsrun, kubernetes-indexed-job, jobset, "
-        "sagemaker, aws-batch, sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, "
-        "vertex, gke-tpu, azureml-mpi, determined, htcondor, pbs, lsf, gridengine, ray-train, "
-        "azureml-pytorch")
+        "kubeflow-pytorchjob, kubeflow-trainjob, kubeflow-elastic, kubeflow-pytorchjob-classic,"
+        " flux, jsrun, kubernetes-indexed-job, jobset, sagemaker, aws-batch, "
+        "sagemaker-platform, skypilot, dstack, lws, volcano, tf-config, vertex, gke-tpu, "
+        "azureml-mpi, determined, kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost, htcondor, "
+        "pbs, lsf, gridengine, mpi-operator-launcher, ray-train, azureml-pytorch")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES
     with pytest.raises(UsageError, match=r"^--source='gridengine': expected one of auto, "):
         choice_of({}, "gridengine")  # known, but only refused
@@ -121,9 +122,9 @@ def test_the_refusals_keep_the_launchers_order() -> None:
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
         "a Slurm step (srun)", "a Slurm batch script or salloc shell", "Flux", "LSF jsrun",
-        "a Kubernetes Indexed Job", "a JobSet", "SageMaker", "an AWS Batch multi-node parallel job",
-        "an Amazon SageMaker training job", "a SkyPilot task", "a dstack task",
-        "a LeaderWorkerSet group", "a Volcano Job",
+        "a Kubernetes Indexed Job", "a JobSet", "SageMaker",
+        "an AWS Batch multi-node parallel job", "an Amazon SageMaker training job",
+        "a SkyPilot task", "a dstack task", "a LeaderWorkerSet group", "a Volcano Job",
         "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "a Vertex AI custom job",
         "a TPU slice (GKE, LeaderWorkerSet or KubeRay)",
         "an Azure ML MPI job (Azure Batch multi-instance)", "a Determined trial",

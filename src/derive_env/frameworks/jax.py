@@ -87,8 +87,9 @@ def derive(ctx: Context) -> Contribution:
         if topo.num_nodes is None:
             raise TopologyError(
                 "JAX_NUM_PROCESSES cannot be set: the number of nodes is decided only when the "
-                f"job starts ({topo.inputs_of('num_nodes')}: an elastic job); JAX needs it "
-                "fixed. Give the job a fixed number of nodes, or drop jax from label "
+                f"job starts, or not stated ({topo.inputs_of('num_nodes')}: an elastic job, or "
+                "a manager that does not say it); JAX needs it fixed. Give the job a fixed "
+                "number of nodes (set the variable named), or drop jax from label "
                 "ai.backend.distributed.frameworks")
         count = (topo.num_nodes, f"{nodes_src}: one process per node")
         own = node_rank_of(topo)

@@ -23,7 +23,9 @@ Rules followed:
   its node is known, ``MASTER_ADDR`` (the host of rank 0) and ``MASTER_PORT``, and no
   ``PET_*`` (a torchrun started from such a worker would read them as its own job),
   whatever the mode. Under torchrun its own values are kept (preset) and nothing of
-  torchrun's is added or checked (an elastic ``PET_NNODES=1:4`` stays as it is). One
+  torchrun's is added or checked (an elastic ``PET_NNODES=1:4`` stays as it is). A
+  manager that configured torchrun's own rendezvous (``PET_RDZV_ENDPOINT`` among its
+  ``topology.preset``: an elastic Kubeflow PyTorchJob) gets no ``PET_*`` added either. One
   process per node of ``srun --ntasks-per-node=1`` (which starts torchrun) is the node
   layer as above.
 * Variables a launcher already set for its workers (torchrun's ``RANK``, ``MASTER_PORT``...:
@@ -102,6 +104,13 @@ def derive(ctx: Context) -> Contribution:
             "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
             "(torchrun then starts 1 process unless told --nproc-per-node)"
         )
+    if "PET_RDZV_ENDPOINT" in topo.preset:
+        # The manager configured torchrun's own rendezvous (an elastic Kubeflow PyTorchJob):
+        # its PET_* are torchrun's authority; none is added beside them.
+        out.variables = [v for v in out.variables
+                         if not v.name.startswith("PET_") or ctx.environ.get(v.name)]
+        out.notes.append("torchrun's own rendezvous (PET_RDZV_ENDPOINT, set by the manager): "
+                         "no PET_* added, the manager's kept as they are")
     if policy.pytorch_mode == "process-per-container":
         mode = "label " + _alias("pytorch_mode")
         out.variables += _ranks(topo, {

@@ -179,6 +179,15 @@ SOURCES: tuple[Source, ...] = (
             "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True, unit="node",
            counts=("PET_NNODES",)),
+    # An elastic PyTorchJob without a Master: torchrun's rendezvous (sources/kubeflow.py).
+    Source("kubeflow-elastic", "an elastic Kubeflow PyTorchJob (v1, no Master)", "kubeflow",
+           ("PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES"), 4, unit="node",
+           unless=("TORCHELASTIC_RUN_ID", "PET_NODE_RANK"), fallback=True),
+    # The v1 set of operators before PET_* (one process per pod; sources-cloud.md 23).
+    Source("kubeflow-pytorchjob-classic", "a Kubeflow PyTorchJob (v1, no PET_*)", "kubeflow",
+           ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"), 4, unit="node",
+           unless=("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "NODE_RANK", "PET_NODE_RANK",
+                   "PET_NNODES", "AZUREML_RUN_ID"), fallback=True, counts=("WORLD_SIZE",)),
     Source("flux", "Flux", "flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
            pass_env="flux run --env={name}={value}",
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
@@ -281,15 +290,19 @@ SOURCES: tuple[Source, ...] = (
                "torch_distributed), which runs torchrun, and run derive-env in each worker "
                "it starts; or, for a trial of one container, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", None,
-           ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"), 4,
-           states=(("JAX_NUM_PROCESSES", 1), ("JAX_PROCESS_ID", 0)), partial=False),
-    Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", None,
-           ("COORDINATOR_ADDRESS", "NUM_PROCESSES", "PROCESS_ID"), 4,
-           states=(("NUM_PROCESSES", 1), ("PROCESS_ID", 0)), partial=False),
-    Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)", None,
-           ("DMLC_TRACKER_URI", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
-           states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False),
+    # The JAX and XGBoost pods of Kubeflow (sources/kubeflow_runtimes.py): JAX_* are also
+    # derive-env's own output, COORDINATOR_* / NUM_PROCESSES generic names: fallback.
+    Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", "kubeflow_runtimes",
+           ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"), 4, unit="node",
+           states=(("JAX_NUM_PROCESSES", 1), ("JAX_PROCESS_ID", 0)), partial=False,
+           fallback=True),
+    Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "kubeflow_runtimes",
+           ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID"), 4,
+           states=(("NUM_PROCESSES", 1), ("PROCESS_ID", 0)), partial=False, unit="node",
+           fallback=True),
+    Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)", "kubeflow_runtimes",
+           ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
+           states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node"),
     Source("htcondor", "an HTCondor parallel-universe job", "htcondor",
            ("_CONDOR_PROCNO", "_CONDOR_NPROCS"), 4, unit="node",
            states=(("_CONDOR_NPROCS", 1), ("_CONDOR_PROCNO", 0)),
@@ -318,8 +331,8 @@ SOURCES: tuple[Source, ...] = (
            states=(("QRSH_PORT", None),), partial=False,
            fix="Start it with qrsh -inherit -V, which passes the job's PE_HOSTFILE on (Open "
                f"MPI's mpirun does); {ON_ERROR_WARN}"),
-    Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", None,
-           ("K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"), 4, size="mpi_operator_launcher",
+    Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", "mpi_operator",
+           ("K_MPI_JOB_ROLE",), 4, size="mpi_operator_launcher",
            fix="Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
                f"train.py), not around mpirun; {ON_ERROR_WARN}"),
     Source("ray-train", "a Ray Train worker", "ray_train",

@@ -227,13 +227,108 @@ def _trainjob(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
+def _classic(environ: Mapping[str, str], line: Source) -> Report:
+    """The v1 set without ``PET_*`` (an operator before ``PET_*``, or one process per pod):
+    ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods (sources-cloud.md section 23)."""
+    fix = _FIX["kubeflow-pytorchjob"]
+    world = _int(environ, "WORLD_SIZE", 1, fix)
+    rank = _int(environ, "RANK", 0, fix)
+    if rank >= world:
+        raise TopologyError(describe(
+            "RANK", environ["RANK"], f"a pod rank below WORLD_SIZE={environ['WORLD_SIZE']!r} "
+            f"(master 0, worker i: i + 1; envvar.go, setPodEnv); {fix}"))
+    master, port = _master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
+    if rank != 0 and is_loopback(master):
+        raise TopologyError(describe(
+            "MASTER_ADDR", master, f"the master's service or address on pod {rank} (RANK): "
+            f"only the master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    warnings = () if environ.get("KUBERNETES_SERVICE_HOST") else (
+        f"RANK={environ['RANK']!r} and WORLD_SIZE={environ['WORLD_SIZE']!r} without a "
+        "launcher's marker (LOCAL_RANK, TORCHELASTIC_RUN_ID) nor a Kubernetes pod's: read "
+        "as a node's rank and the node count, one process per node (a Kubeflow PyTorchJob's "
+        "meaning); if they count processes, start the command from their launcher instead",)
+    names = ("RANK", "WORLD_SIZE")
+    return Report(
+        source=line.name, title=line.title, node_rank=rank, num_nodes=world,
+        processes=Processes(rank, 0, world, 1), master=master, master_port=port,
+        job=("kubeflow-pytorchjob", str(port), str(world)),
+        preset=frozenset(("MASTER_ADDR", "MASTER_PORT", *names)),
+        inputs={"node_rank": ("RANK",), "num_nodes": ("WORLD_SIZE",),
+                "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
+                "ports": ("MASTER_PORT", "WORLD_SIZE"), "processes": names, "rank": ("RANK",),
+                "world_size": ("WORLD_SIZE",)},
+        order="the operator's pod rank (master 0, worker i: i + 1)",
+        notes=(f"pod {rank} of {world} (RANK, WORLD_SIZE: the operator's pod rank and pod "
+               "count, one process per pod; no PET_*)",),
+        warnings=warnings,
+    )
+
+
+#: A pod's hostname is its name cut to this many characters (the kubelet).
+_HOSTNAME_MAX = 63
+#: The fix of an elastic pod whose index its hostname does not give.
+_ELASTIC_FIX = ("run derive-env in each worker torchrun starts (torchrun ... --no-python "
+                "derive-env -- python train.py): the torchrun source reads what its "
+                "rendezvous gave")
+
+
+def _elastic(environ: Mapping[str, str], line: Source) -> Report:
+    """An elastic PyTorchJob without a Master replica (elastic.go ``Generate``: only
+    ``PET_RDZV_*``, ``PET_NNODES``, no rank, no master): torchrun's own rendezvous numbers
+    the nodes; this pod's index (its hostname ``<job>-worker-<i>``, the pod name: common
+    ``GenGeneralName``) and pod 0's name give the other frameworks a node layer."""
+    fix = _FIX["kubeflow-pytorchjob"]
+    nodes = _nnodes(environ, fix, elastic=True)
+    hostname = environ.get("HOSTNAME", "")
+    job, sep, index = hostname.rpartition("-worker-")
+    if not (sep and job and index.isascii() and index.isdigit()):
+        raise TopologyError(describe(
+            "HOSTNAME", hostname, f"<job>-worker-<index>, the pod's name (the operator names "
+            f"an elastic PyTorchJob's pods so): without it this pod's index is unknown; "
+            f"{_ELASTIC_FIX}"))
+    pod = int(index)
+    if len(hostname) >= _HOSTNAME_MAX:
+        # The kubelet cuts a longer pod name to 63 characters (kubelet_pods.go,
+        # truncatePodHostnameIfNeeded): "-worker-12" may have become "-worker-1".
+        raise TopologyError(describe(
+            "HOSTNAME", hostname, f"a pod name under {_HOSTNAME_MAX} characters: the kubelet "
+            f"cuts longer ones, so the index at its end may be cut too (give the PyTorchJob a "
+            f"shorter name); {_ELASTIC_FIX}"))
+    if nodes is not None and pod >= nodes:
+        raise TopologyError(describe(
+            "HOSTNAME", hostname, f"a worker index below PET_NNODES={environ['PET_NNODES']!r}; "
+            f"{fix}"))
+    endpoint = environ["PET_RDZV_ENDPOINT"]
+    return Report(
+        source=line.name, title=line.title, node_rank=pod, num_nodes=nodes,
+        master=f"{job}-worker-0", renumbers=True,
+        job=("kubeflow-pytorchjob", endpoint, environ["PET_NNODES"]),
+        # PET_NNODES is job-wide (kept as set, and every pod's view shows it); the others
+        # are torchrun's authority: never added (frameworks/pytorch.py), never checked.
+        preset=frozenset([n for n in environ if n.startswith("PET_") and n != "PET_NNODES"]
+                         + ["PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"]),
+        inputs={"node_rank": ("HOSTNAME",), "num_nodes": ("PET_NNODES",),
+                "master": ("HOSTNAME",), "ports": ("PET_RDZV_ENDPOINT", "PET_NNODES")},
+        order="the pod's index in its name (<job>-worker-<i>); torchrun's rendezvous numbers "
+              "its own nodes",
+        notes=(f"torchrun's own rendezvous (PET_RDZV_BACKEND={environ['PET_RDZV_BACKEND']!r} "
+               f"at PET_RDZV_ENDPOINT={endpoint!r}) numbers the nodes: nothing of torchrun's "
+               "(PET_*) is rewritten or added",
+               f"pod {pod} (HOSTNAME {hostname}): the node rank of the frameworks torchrun "
+               f"does not start; pod 0 ({job}-worker-0) is their master"),
+    )
+
+
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Kubeflow pod's environment says.
 
     :param environ: the pod's environment; every detect variable of the table line ``line``
         is set (sources/__init__.py).
-    :param line: ``kubeflow-pytorchjob`` or ``kubeflow-trainjob``.
+    :param line: ``kubeflow-pytorchjob``, ``kubeflow-trainjob`` or
+        ``kubeflow-pytorchjob-classic`` (the v1 set ``MASTER_ADDR``, ``MASTER_PORT``,
+        ``RANK``, ``WORLD_SIZE`` without ``PET_*``: node rank = ``RANK``, nodes =
+        ``WORLD_SIZE``, one process per pod; outside Kubernetes a warning says so).
     :param files: unused (the operators state no file).
     :returns: ``num_nodes`` (``PET_NNODES``; None for a v1 elastic range ``MIN:MAX``),
         ``node_rank`` (``PET_NODE_RANK``), ``master`` and ``master_port`` (a TCP port: v1
@@ -251,4 +346,8 @@ def read(environ: Mapping[str, str], line: Source,
     """
     if line.name == "kubeflow-trainjob":
         return _trainjob(environ, line)
+    if line.name == "kubeflow-pytorchjob-classic":
+        return _classic(environ, line)
+    if line.name == "kubeflow-elastic":
+        return _elastic(environ, line)
     return _pytorchjob(environ, line)

@@ -1,0 +1,211 @@
+"""The Kubeflow JAX and XGBoost sources: a JAXJob pod (v1 training-operator) or a TrainJob node
+of the JAX or XGBoost runtime (v2 trainer). One node per pod, one JAX/XGBoost process per pod.
+
+Table lines ``kubeflow-jax``, ``kubeflow-jaxjob``, ``kubeflow-xgboost`` (sources-cloud.md
+section 7). The controllers' variables are read, never overwritten (``preset``): derive-env
+keeps them and derives the other frameworks' (PyTorch's ``MASTER_ADDR``, ``NODE_RANK``,
+``PET_*``) from the same facts, so both agree.
+
+- **TrainJob, JAX runtime** (kubeflow/trainer ``pkg/runtime/framework/plugins/jax/jax.go``
+  ``EnforceMLPolicy``): ``JAX_NUM_PROCESSES`` = nodes ("one per node/host"),
+  ``JAX_PROCESS_ID`` = the Job completion index (a ``fieldRef`` to its annotation),
+  ``JAX_COORDINATOR_ADDRESS`` = ``<trainjob>-node-0-0.<trainjob>:29500``
+  (``constants.ContainerTrainerPort``).
+- **JAXJob v1** (kubeflow/trainer@ee11629 ``pkg/controller.v1/jax/envvar.go``
+  ``setPodEnv``): ``COORDINATOR_ADDRESS`` = ``<job>-worker-0`` (no port),
+  ``COORDINATOR_PORT`` = the container port named ``jaxjob-port``, ``NUM_PROCESSES`` = all
+  replicas, ``PROCESS_ID`` = the replica index; the pod's hostname is ``<job>-worker-<i>``.
+  JAX reads none of these names: derive-env gives JAX its own ``JAX_*`` from them.
+- **TrainJob, XGBoost runtime** (kubeflow/trainer ``pkg/runtime/framework/plugins/xgboost/
+  xgboost.go`` ``EnforceMLPolicy``): ``DMLC_TRACKER_URI`` = ``<trainjob>-node-0-0.<trainjob>``,
+  ``DMLC_TRACKER_PORT`` = 29500, ``DMLC_TASK_ID`` = the Job completion index (the NODE),
+  ``DMLC_NUM_WORKER`` = nodes x workers per node (the GPU count of a node, else 1): the
+  node count only when ``DERIVE_ENV_NNODES`` says it (a job of unknown size otherwise).
+
+The controller's coordinator/tracker port is held by JAX's coordinator or XGBoost's tracker
+on node 0: never PyTorch's master port (the port policy gives the others, docs/ports.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from derive_env.errors import TopologyError, describe
+from derive_env.hosts import host_problem, is_loopback
+from derive_env.sources.report import Report
+from derive_env.validation import parse_port, variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+#: The variable that gives an XGBoost TrainJob's node count (spec.trainer.numNodes).
+NNODES = "DERIVE_ENV_NNODES"
+
+_FIX = {
+    "kubeflow-jax": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
+    "framework/plugins/jax/jax.go); do not set it in the TrainJob's or runtime's env",
+    "kubeflow-jaxjob": "the training operator sets it for every pod (kubeflow/training-"
+    "operator pkg/controller.v1/jax/envvar.go); do not set it in the pod template's env",
+    "kubeflow-xgboost": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
+    "framework/plugins/xgboost/xgboost.go); do not set it in the TrainJob's or runtime's env",
+}
+
+
+def _host(environ: Mapping[str, str], name: str, value: str, nodes: int | None,
+          fix: str) -> str:
+    """A coordinator's host: a host name or IP, not loopback in a job of several nodes."""
+    problem = host_problem(value)
+    if problem is None and (nodes is None or nodes > 1) and is_loopback(value):
+        problem = ("the host of node 0, which every node reaches (a loopback address makes "
+                   "every node wait at itself)")
+    if problem:
+        raise TopologyError(describe(name, environ[name], f"{problem}; {fix}"))
+    return value
+
+
+def _host_port(environ: Mapping[str, str], name: str, nodes: int, fix: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 bracketed), as jax.distributed.initialize reads it."""
+    value = environ[name]
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        if not sep or not host:
+            raise ValueError
+        number = parse_port(port)
+    except ValueError:
+        raise TopologyError(describe(
+            name, value, f"host:port (jax.py: '<trainjob>-node-0-0.<trainjob>:29500'); "
+            f"{fix}")) from None
+    return _host(environ, name, host, nodes, fix), number
+
+
+def _index(environ: Mapping[str, str], name: str, count: int | None, count_name: str,
+           fix: str) -> int:
+    index = variable_int(environ, name, 0, f"; {fix}")
+    if count is not None and index >= count:
+        raise TopologyError(describe(
+            name, environ[name], f"an index below {count_name}={environ[count_name]!r} "
+            f"(numbered from 0); {fix}"))
+    completion = environ.get("JOB_COMPLETION_INDEX")
+    if completion and completion.strip() != str(index):
+        raise TopologyError(describe(
+            name, environ[name], f"JOB_COMPLETION_INDEX={completion!r}: the controller sets "
+            f"{name} to the pod's Job completion index; {fix}"))
+    return index
+
+
+def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
+    fix = _FIX[line.name]
+    nodes = variable_int(environ, "JAX_NUM_PROCESSES", 1, f"; {fix}")
+    rank = _index(environ, "JAX_PROCESS_ID", nodes, "JAX_NUM_PROCESSES", fix)
+    host, port = _host_port(environ, "JAX_COORDINATOR_ADDRESS", nodes, fix)
+    return Report(
+        source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
+        job=(line.name, environ["JAX_COORDINATOR_ADDRESS"], str(nodes)),
+        # JAX_PROCESS_ID differs per node: the trainer's authority, never checked; the two
+        # job-wide values are kept as set and equal what every node derives (the other
+        # nodes' view, --all-nodes, shows them too).
+        preset=frozenset(("JAX_PROCESS_ID",)),
+        inputs={"node_rank": ("JAX_PROCESS_ID",), "num_nodes": ("JAX_NUM_PROCESSES",),
+                "master": ("JAX_COORDINATOR_ADDRESS",),
+                "ports": ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES")},
+        order="the Job completion index (JAX_PROCESS_ID)",
+        notes=(f"node {rank} of {nodes} (JAX_PROCESS_ID, JAX_NUM_PROCESSES: one JAX process "
+               "per node); the trainer's JAX_* are kept as they are",
+               f"port {port} of JAX_COORDINATOR_ADDRESS is JAX's coordinator on node 0: not "
+               "PyTorch's master port"),
+    )
+
+
+def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
+    fix = _FIX[line.name]
+    nodes = variable_int(environ, "NUM_PROCESSES", 1, f"; {fix}")
+    rank = _index(environ, "PROCESS_ID", nodes, "NUM_PROCESSES", fix)
+    host = _host(environ, "COORDINATOR_ADDRESS", environ["COORDINATOR_ADDRESS"], nodes, fix)
+    try:
+        port = parse_port(environ["COORDINATOR_PORT"])
+    except ValueError as exc:
+        raise TopologyError(describe("COORDINATOR_PORT", environ["COORDINATOR_PORT"],
+                                     f"{exc}; {fix}")) from None
+    job, worker, zero = host.rpartition("-worker-")
+    hostname = environ.get("HOSTNAME", "")
+    # The kubelet cuts a pod name to 63 characters, then trailing '-' and '.' (kubelet_pods.go
+    # truncatePodHostnameIfNeeded): compare with the name cut the same way.
+    own = f"{job}-worker-{rank}"[:63].rstrip("-.")
+    if worker and zero == "0" and hostname and hostname != own:
+        raise TopologyError(describe(
+            "PROCESS_ID", environ["PROCESS_ID"], f"the index of this pod's hostname "
+            f"{hostname!r} ({job}-worker-<PROCESS_ID>, envvar.go setPodEnv); {fix}"))
+    return Report(
+        source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
+        job=(line.name, host, str(port)),
+        preset=frozenset(("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES",
+                          "PROCESS_ID")),
+        inputs={"node_rank": ("PROCESS_ID",), "num_nodes": ("NUM_PROCESSES",),
+                "master": ("COORDINATOR_ADDRESS",),
+                "ports": ("COORDINATOR_ADDRESS", "COORDINATOR_PORT")},
+        order="the operator's replica index (PROCESS_ID)",
+        notes=(f"pod {rank} of {nodes} (PROCESS_ID, NUM_PROCESSES); JAX does not read these "
+               "names: derive-env sets JAX_* from them",),
+    )
+
+
+def _xgboost(environ: Mapping[str, str], line: Source) -> Report:
+    fix = _FIX[line.name]
+    workers = variable_int(environ, "DMLC_NUM_WORKER", 1, f"; {fix}")
+    nodes = None
+    if environ.get(NNODES):
+        nodes = variable_int(environ, NNODES, 1, " (spec.trainer.numNodes of the TrainJob)")
+        if workers % nodes:
+            raise TopologyError(describe(
+                NNODES, environ[NNODES], f"a divisor of DMLC_NUM_WORKER={workers} (nodes x "
+                "workers per node, xgboost.go): the TrainJob's spec.trainer.numNodes"))
+    rank = _index(environ, "DMLC_TASK_ID", nodes, NNODES, fix)
+    host = _host(environ, "DMLC_TRACKER_URI", environ["DMLC_TRACKER_URI"], nodes, fix)
+    try:
+        port = parse_port(environ.get("DMLC_TRACKER_PORT", ""))
+    except ValueError as exc:
+        raise TopologyError(describe("DMLC_TRACKER_PORT", environ.get("DMLC_TRACKER_PORT", ""),
+                                     f"{exc}; {fix}")) from None
+    size = (f"node {rank} of {nodes} ({NNODES}; DMLC_NUM_WORKER={workers} counts the "
+            "workers of every node)" if nodes is not None else
+            f"node {rank} (DMLC_TASK_ID) of a job of unknown size: DMLC_NUM_WORKER={workers} "
+            f"is nodes x workers per node (GPUs); set {NNODES} to spec.trainer.numNodes for "
+            "the node count")
+    inputs = {"node_rank": ("DMLC_TASK_ID",), "master": ("DMLC_TRACKER_URI",),
+              "num_nodes": (NNODES,), "ports": ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT")}
+    return Report(
+        source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
+        job=(line.name, host, str(port)),
+        preset=frozenset(("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID",
+                          "DMLC_NUM_WORKER")),
+        inputs=inputs, order="the Job completion index (DMLC_TASK_ID)",
+        notes=(size, f"DMLC_TRACKER_PORT={port} is XGBoost's tracker on node 0: not "
+               "PyTorch's master port; the trainer's DMLC_* are kept as they are"),
+    )
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What a Kubeflow JAX or XGBoost pod's environment says (module docstring).
+
+    :param environ: the pod's environment; every detect variable of ``line`` is set.
+    :param line: ``kubeflow-jax``, ``kubeflow-jaxjob`` or ``kubeflow-xgboost``.
+    :param files: unused (the controllers state no file).
+    :returns: ``node_rank`` (the process id / task id: one process per pod), ``num_nodes``
+        (the process count; XGBoost: ``DERIVE_ENV_NNODES``, else ``None``: unknown),
+        ``master`` (the coordinator's or tracker's host), ``job`` (what every pod shares,
+        for the port policy: the coordinator's or tracker's port is not PyTorch's),
+        ``preset`` = the controller's variables that differ per pod or that derive-env
+        does not derive (JAX_* job-wide values are kept as set and checked equal).
+    :raises TopologyError: a variable is malformed, an index is not below its count or
+        differs from ``JOB_COMPLETION_INDEX`` (v2) or the hostname's (v1), the coordinator
+        is loopback in a job of several nodes, or ``DERIVE_ENV_NNODES`` does not divide
+        ``DMLC_NUM_WORKER``; the message names the variable, its value and the fix.
+    """
+    if line.name == "kubeflow-jax":
+        return _jax_v2(environ, line)
+    if line.name == "kubeflow-jaxjob":
+        return _jaxjob(environ, line)
+    return _xgboost(environ, line)
