@@ -89,8 +89,8 @@ def test_a_job_of_several_nodes_needs_master_addr() -> None:
         "MASTER_ADDR='': expected the host of rank 0 (it also gives JAX's coordinator): Flux "
         "states no host list, so the host of rank 0 is unknown: set MASTER_ADDR to it (the "
         "same value for every process, e.g. flux run --env=MASTER_ADDR=<host of rank 0>), or "
-        "run the launcher inside a Slurm allocation or a Backend.AI session, which state the "
-        "hosts")
+        "run the launcher inside a job whose manager states the hosts (Slurm, PBS, LSF, Grid "
+        "Engine)")
 
 
 def test_one_node_is_complete() -> None:

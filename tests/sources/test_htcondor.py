@@ -51,8 +51,8 @@ def test_without_master_addr_the_fix_is_named() -> None:
         "HTCondor parallel-universe job states no host list, so the host of rank 0 is "
         "unknown: set MASTER_ADDR to it (the same value for every process, e.g. export "
         "MASTER_ADDR=<host of rank 0> in every node's wrapper (node 0 can publish it with "
-        "condor_chirp set_job_attr)), or run the launcher inside a Slurm allocation or a "
-        "Backend.AI session, which state the hosts")
+        "condor_chirp set_job_attr)), or run the launcher inside a job whose manager states "
+        "the hosts (Slurm, PBS, LSF, Grid Engine)")
 
 
 def test_a_job_of_one_node_is_a_single_node() -> None:

@@ -490,7 +490,7 @@ ELASTIC_POLICY = {"minReplicas", "maxReplicas", "rdzvBackend", "rdzvPort", "rdzv
 def test_the_elastic_manifest_names_only_the_apis_fields() -> None:
     from sources.conftest import manifest
 
-    job = manifest("PyTorchJob", "kubeflow.md")
+    job = manifest("PyTorchJob", "el", page="kubeflow.md")
     spec = job["spec"]
     assert set(spec) <= PYTORCHJOB_SPEC and set(spec["elasticPolicy"]) <= ELASTIC_POLICY
     assert set(spec["pytorchReplicaSpecs"]) == {"Worker"}  # no Master: kubeflow-elastic

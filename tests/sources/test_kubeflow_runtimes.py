@@ -202,7 +202,7 @@ TRAINER = {"image", "command", "args", "env", "numNodes", "resourcesPerNode",
 def test_the_xgboost_manifest_names_only_the_apis_fields() -> None:
     from sources.conftest import manifest
 
-    job = manifest("TrainJob", "kubeflow.md")
+    job = manifest("TrainJob", "xgb", page="kubeflow.md")
     assert set(job["spec"]) <= TRAINJOB_SPEC and set(job["spec"]["trainer"]) <= TRAINER
     env = {e["name"]: e["value"] for e in job["spec"]["trainer"]["env"]}
     # constants.XGBoostReservedEnvNames: the webhook refuses these four in the trainer's env

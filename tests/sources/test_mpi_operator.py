@@ -170,7 +170,7 @@ MPIJOB_SPEC = {"slotsPerWorker", "runLauncherAsWorker", "runPolicy", "mpiReplica
 def test_the_docs_manifest_names_only_the_apis_fields() -> None:
     from sources.conftest import manifest
 
-    job = manifest("MPIJob", "kubeflow.md")
+    job = manifest("MPIJob", page="kubeflow.md")
     spec = job["spec"]
     assert set(spec) <= MPIJOB_SPEC
     assert set(spec["mpiReplicaSpecs"]) == {"Launcher", "Worker"}

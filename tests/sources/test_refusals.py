@@ -27,7 +27,7 @@ def error(environ: dict[str, str], labels: dict[str, str] = ALL) -> str:
     return str(info.value)
 
 
-NO_SOURCE = "and derive-env has no source for it yet (planned); "
+NO_SOURCE = "and derive-env cannot read its job from these variables; "
 RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
                "launcher's), or set label ai.backend.distributed.on-error=warn to run the "
                "command with the environment unchanged")
@@ -70,8 +70,8 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str) -> 
     ({"PMIX_RANK": "0", "PMIX_NAMESPACE": "prterun-x-1@1"},
      "PMIX_RANK='0': expected unset: a PMIx launcher (srun --mpi=pmix, prterun without Open "
      "MPI's variables) started this process (PMIX_RANK and PMIX_NAMESPACE are set) without "
-     "saying how many processes the job has, and derive-env has no source for it yet "
-     "(planned); describing a job of one process could be wrong. " + RUN_WITHOUT),
+     "saying how many processes the job has, and derive-env cannot read its job from these "
+     "variables; describing a job of one process could be wrong. " + RUN_WITHOUT),
     ({"TORCHELASTIC_RUN_ID": "r1", "WORLD_SIZE": "4", "RANK": "1", "GROUP_WORLD_SIZE": "2"},
      partial("GROUP_WORLD_SIZE", "2", "1", "torchrun (torchelastic)",
              "LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT")),
@@ -225,6 +225,10 @@ RENDEZVOUS = "/run/determined/info/rendezvous.json"
 #: manager -> (the environment of node 1 of a 2-node job (files: path -> text), the
 #: variable named, its value, what a job of one holds, the title, the unit).
 MANAGERS = {
+    # sources/gridengine.py: a task qrsh -inherit started without -V has no PE_HOSTFILE;
+    # exec_job.c sets QRSH_PORT in it only when it belongs to a job of several hosts.
+    "gridengine-task": ({"JOB_ID": "7", "PE": "mpi", "QRSH_PORT": "n1:4711"}, {},
+                        "QRSH_PORT", None, "unset", "a Grid Engine task (qrsh -inherit)", "host"),
     "lws": ({"LWS_LEADER_ADDRESS": "lws-0.lws.default", "LWS_GROUP_SIZE": "2",
              "LWS_WORKER_INDEX": "1", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}, {},
             "LWS_GROUP_SIZE", "2", "1 or unset", "a LeaderWorkerSet group", "node"),
@@ -449,7 +453,7 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
            "NHOSTS": "1", "K_MPI_JOB_ROLE": "worker", "WORLD_SIZE": "1", "RANK": "0",
            "NODE_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
            "AWS_BATCH_JOB_ID": "j#0", "OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0",
-           "AZUREML_NODE_COUNT": "1"}
+           "AZUREML_NODE_COUNT": "1", "QRSH_PORT": ""}
     environ, files, *_ = MANAGERS[manager]
     environ = {**environ, **{k: v for k, v in one.items() if k in environ}}
     files = {path: text.replace('"algo-1", "algo-2"', '"algo-1"').replace(
@@ -514,12 +518,12 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
 
 def test_source_none_in_a_larger_job_warns() -> None:
     """--source none wins, but not silently (contract section 11)."""
-    environ = MANAGERS["htcondor"][0]
+    environ = {"JOB_ID": "7", "PE": "mpi", "QRSH_PORT": "n1:4711"}  # a refused line
     topology = topology_from(environ, "none")
     assert topology.num_nodes == 1
     assert topology.warnings == (
-        "source none chosen (--source or DERIVE_ENV_SOURCE): an HTCondor parallel-universe "
-        "job states a job of more than one node (_CONDOR_NPROCS='2'), and this process "
+        "source none chosen (--source or DERIVE_ENV_SOURCE): a Grid Engine task (qrsh "
+        "-inherit) states a job of more than one host (QRSH_PORT='n1:4711'), and this process "
         "derives a job of one; if that job has more than one node, each trains alone",)
     # A manager a source reads: its variables are named as set and ignored.
     assert topology_from(READ_MANAGERS["skypilot"][0], "none").warnings == (

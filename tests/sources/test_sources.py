@@ -50,8 +50,8 @@ def test_the_choices_are_the_lines_with_a_module_in_table_order() -> None:
         "azureml-mpi, determined, kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost, htcondor, "
         "pbs, lsf, gridengine, mpi-operator-launcher, ray-train, azureml-pytorch")
     assert tuple(line.name for line in SOURCES if line.module is not None) == SOURCE_NAMES
-    with pytest.raises(UsageError, match=r"^--source='gridengine': expected one of auto, "):
-        choice_of({}, "gridengine")  # known, but only refused
+    with pytest.raises(UsageError, match=r"^--source='gridengine-task': expected one of auto, "):
+        choice_of({}, "gridengine-task")  # known, but only refused
 
 
 def test_a_forced_source_needs_its_variables() -> None:
@@ -68,8 +68,8 @@ def test_a_forced_source_needs_its_variables() -> None:
 
 
 def test_a_line_without_a_module_is_never_seen() -> None:
-    assert BY_NAME["aws-batch"].module is None
-    assert seen_sources({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1"}) == []
+    assert BY_NAME["gridengine-task"].module is None
+    assert seen_sources({"JOB_ID": "7", "PE": "mpi", "QRSH_PORT": "n1:4711"}) == []
     assert [s.name for s in seen_sources(FLUX)] == ["flux"]  # read now (sources/flux.py)
     assert seen_sources({"PMI_RANK": "1", "PMI_SIZE": "2"}) == []  # the pmi line's own set
 

@@ -447,4 +447,4 @@ def _missing(owner: Report | None, node_src: Report | None) -> str:
     how = template.format(name="MASTER_ADDR", value="<host of rank 0>")
     return (f"{title} states no host list, so the host of rank 0 is unknown: set "
             f"MASTER_ADDR to it (the same value for every process, e.g. {how}), or run the "
-            "launcher inside a Slurm allocation or a Backend.AI session, which state the hosts")
+            "launcher inside a job whose manager states the hosts (Slurm, PBS, LSF, Grid Engine)")

@@ -33,7 +33,7 @@ _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   # container, whatever the index (contract section 7: every index alike)
                   "JOB_COMPLETION_INDEX": None}
 
-_NO_SOURCE = "derive-env has no source for it yet (planned)"
+_NO_SOURCE = "derive-env cannot read its job from these variables"
 
 #: Reads the files a line's ``size`` needs: paths -> contents (``None``: unreadable).
 Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
