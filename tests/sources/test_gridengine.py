@@ -157,8 +157,8 @@ def test_qrsh_inherit_without_v_is_refused_with_the_fix() -> None:
             derive(env, PYTORCH)
         assert str(caught.value) == (
             f"QRSH_PORT={env['QRSH_PORT']!r}: expected unset: a Grid Engine task (qrsh "
-            "-inherit) states a job of more than one host, and derive-env has no source for "
-            "it yet (planned); derive-env would describe a job of one host. Start it with "
+            "-inherit) states a job of more than one host, and derive-env cannot read its job "
+            "from these variables; derive-env would describe a job of one host. Start it with "
             "qrsh -inherit -V, which passes the job's PE_HOSTFILE on (Open MPI's mpirun "
             "does); " + ON_ERROR_WARN), host
 
