@@ -687,3 +687,29 @@ def test_a_host_list_alone_states_its_size(environ, shown, single, title, unit,
            for name, value in environ.items()}
     if shown in ("SKYPILOT_NODE_IPS", "DSTACK_NODES_IPS"):
         assert derive(one, ALL).topology.num_nodes == 1
+
+
+@pytest.mark.parametrize(("environ", "files", "shown", "single", "title", "unit", "missing"), [
+    ({"JOB_ID": "4", "PE": "rr", "NSLOTS": "4", "PE_HOSTFILE": "/pe"},
+     {"/pe": "sge-a1 2 all.q@sge-a1 UNDEFINED\nsge-b2 2 all.q@sge-b2 UNDEFINED\n"},
+     "PE_HOSTFILE", "a PE host file of one host", "a Grid Engine parallel job", "host",
+     "NHOSTS"),
+    ({"PBS_NODEFILE": "/nodes", "PBS_NODENUM": "1"}, {"/nodes": "n1\nn1\nn2\nn3\n"},
+     "PBS_NODEFILE", "a node file of one host", "an OpenPBS/Torque job", "node", "PBS_JOBID"),
+    ({"LSB_MCPU_HOSTS": "a 2 b 2", "LSB_HOSTS": "a a b b"}, {}, "LSB_MCPU_HOSTS",
+     "one host and its slots", "an LSF job", "host", "LSB_JOBID"),
+])
+def test_a_schedulers_host_list_alone_states_its_size(environ, files, shown, single, title,
+                                                      unit, missing) -> None:
+    """A batch scheduler's host list (a file or LSB_MCPU_HOSTS) without the job id or count
+    still states a job of several hosts: refused as a partial set, never a single container
+    (the new-user trial found these three deriving one node with exit 0)."""
+    with pytest.raises(TopologyError) as info:
+        derive(environ, ALL, files=reader(files))
+    assert str(info.value) == (
+        f"{shown}={environ[shown]!r}: expected {single} or unset: {title} states a job of "
+        f"more than one {unit}, but only part of its variables are set (not set: {missing}), "
+        "and a partial set is never used: it may be left over from another job. Run "
+        "derive-env in the launcher's own process (the launcher sets all of them), or set "
+        "label ai.backend.distributed.on-error=warn to run the command with the environment "
+        "unchanged")

@@ -312,19 +312,19 @@ SOURCES: tuple[Source, ...] = (
                                "--master-addr=<the host of node 0>")),
     Source("pbs", "an OpenPBS/Torque job", "pbs", ("PBS_JOBID", "PBS_NODEFILE"), 3,
            unit="node", states=(("PBS_NUM_NODES", 1), ("PBS_NODENUM", 0)), partial=False,
-           files=("$PBS_NODEFILE",), size="pbs_nodes",
+           files=("$PBS_NODEFILE",), size="pbs_nodes", marker=("PBS_NODEFILE",),
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     # In a jsrun task, the jsrun line gives the compute hosts (without the launch node).
     Source("lsf", "an LSF job", "lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
-           size="lsf_hosts", unless=("JSM_NAMESPACE_RANK",),
+           size="lsf_hosts", unless=("JSM_NAMESPACE_RANK",), marker=("LSB_MCPU_HOSTS",),
            fix="Start the processes with jsrun or mpirun (... derive-env -- python train.py) "
                "and run derive-env in each rank; or, for a job of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     Source("gridengine", "a Grid Engine parallel job", "gridengine",
            ("JOB_ID", "PE_HOSTFILE", "NHOSTS"), 3, unit="host", states=(("NHOSTS", 1),),
-           partial=False),
+           partial=False, marker=("PE_HOSTFILE",), files=("$PE_HOSTFILE",), size="pe_hosts"),
     # A task qrsh -inherit started without -V: no PE_HOSTFILE (sources/gridengine.py).
     Source("gridengine-task", "a Grid Engine task (qrsh -inherit)", None,
            ("JOB_ID", "PE", "QRSH_PORT"), 3, unless=("PE_HOSTFILE",), unit="host",

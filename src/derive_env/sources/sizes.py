@@ -13,8 +13,8 @@ The rules come from sources-cloud.md (section per manager): SageMaker's
 (sections 7 and 11; the TFJob's sparse ``{"index": "host:port"}`` form counts too),
 Volcano's ``VC_<TASK>_NUM`` (section 5), SkyPilot's and dstack's IP lists (sections 13, 14),
 a TPU slice's ``TPU_WORKER_HOSTNAMES`` (section 12), Determined's ``container_addrs``
-(section 16), PBS's node file (section 19), LSF's ``LSB_MCPU_HOSTS`` (section 20), the
-mpi-operator's launcher pod (section 6).
+(section 16), PBS's node file (section 19), LSF's ``LSB_MCPU_HOSTS`` (section 20), Grid
+Engine's ``PE_HOSTFILE`` (section 22), the mpi-operator's launcher pod (section 6).
 """
 
 from __future__ import annotations
@@ -142,6 +142,17 @@ def pbs_nodes(environ: Mapping[str, str], files: Files) -> tuple[str, str] | str
     if len({line.strip() for line in text.splitlines() if line.strip()}) <= 1:
         return None
     return "PBS_NODEFILE", "a node file of one host"
+
+
+def pe_hosts(environ: Mapping[str, str], files: Files) -> tuple[str, str] | str | None:
+    """The distinct hosts of Grid Engine's ``PE_HOSTFILE`` (``<host> <slots> <queue>
+    <processors>``, one line per queue of a host: exec_job.c ``sge_exec_job``)."""
+    text = files.get(environ["PE_HOSTFILE"])
+    if text is None:
+        return UNKNOWN
+    if len({line.split()[0] for line in text.splitlines() if line.strip()}) <= 1:
+        return None
+    return "PE_HOSTFILE", "a PE host file of one host"
 
 
 def mpi_operator_launcher(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
