@@ -1245,3 +1245,24 @@ def test_messages_on_stderr_are_escaped(capsys) -> None:
     say("warning", "2 problems:\n  1. a \x1b]0;title\x07\n  2. b")
     assert capsys.readouterr().err == (
         "derive-env: warning: 2 problems:\n  1. a \\x1b]0;title\\x07\n  2. b\n")
+
+
+def test_an_env_file_reads_no_file_of_this_machine(tmp_path: Path) -> None:
+    """Another container's --env-file: its manager's files (a node file on a shared file
+    system) are read, this machine's routes and /etc/hosts are not (they describe it, not
+    that container: an AWS Batch main node would get this machine's address)."""
+    shared = tmp_path / "nodefile"
+    shared.write_text("n1\nn2\n")
+    got = cli._job_files(["/proc/net/route", "/etc/hosts", str(shared), "/proc/net/fib_trie"])
+    assert got == {"/proc/net/route": None, "/etc/hosts": None, str(shared): "n1\nn2\n",
+                   "/proc/net/fib_trie": None}
+    assert cli.read_files(["/proc/net/route"])["/proc/net/route"] is not None
+
+
+def test_an_aws_batch_main_node_from_an_env_file_needs_its_address(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_default_labels: Path) -> None:
+    env = tmp_path / "main.env"
+    env.write_text("AWS_BATCH_JOB_ID=abc#0\nAWS_BATCH_JOB_NUM_NODES=2\n"
+                   "AWS_BATCH_JOB_NODE_INDEX=0\nAWS_BATCH_JOB_MAIN_NODE_INDEX=0\n")
+    assert run([], dry_run=True, env_file=str(env), frameworks="pytorch") == 3
+    assert "/proc/net/route and /proc/net/fib_trie cannot be read here" in capsys.readouterr().err

@@ -87,8 +87,9 @@ def run(
         if not opted_in:
             _check_not_opted_in(labels)
         # The files a source names (SLURM_HOSTFILE) are read for --env-file too: they sit on
-        # a shared file system where the operator runs the dry run, as in the job.
-        files = read_files
+        # a shared file system where the operator runs the dry run, as in the job; those of
+        # this machine (its routes, its /etc/hosts) describe no other container.
+        files = read_files if env_file is None else _job_files
         if dry_run and not explain and _is_host_format(fmt):
             from derive_env.cli.formats import host_list
 
@@ -237,6 +238,13 @@ def _read_bounded(path: str, what: str, shown: str, error: type[DeriveEnvError])
             )
         os.set_blocking(fd, True)
         return handle.read(MAX_INPUT_BYTES + 1)
+
+
+def _job_files(paths: Sequence[str]) -> dict[str, str | None]:
+    """:func:`read_files` for another container's ``--env-file``: this machine's own files
+    (``/proc/...``, ``/etc/hosts``) are unreadable (``None``), as they describe it."""
+    own = [p for p in paths if p.startswith("/proc/") or p == "/etc/hosts"]
+    return {**read_files([p for p in paths if p not in own]), **dict.fromkeys(own)}
 
 
 def read_files(paths: Sequence[str]) -> dict[str, str | None]:
