@@ -67,6 +67,17 @@ def test_an_image_that_did_not_opt_in_is_checked_as_pytorch(tmp_path: Path) -> N
                              "frameworks=pytorch\n")
 
 
+def test_frameworks_opts_a_check_in_as_it_opts_a_start_in(tmp_path: Path) -> None:
+    """srun derive-env check --frameworks pytorch on bare metal: the same option as the
+    start's (README, bare metal), no note (found by the new-user trial)."""
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    result = _run(["check", "--frameworks", "pytorch", "--timeout", "5"], tmp_path,
+                  DERIVE_ENV_LABELS_FILE=str(empty))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.endswith("all checks pass on 1 node\n")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["check", "--timeout", "0"], "Invalid value for '--timeout': 0.0 is not in the range"),
     (["check", "--timeout", "x"], "Invalid value for '--timeout': 'x' is not a valid float"),

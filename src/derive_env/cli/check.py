@@ -55,9 +55,10 @@ def main(args: Sequence[str]) -> None:
                   help=helps["label_items"])
     @click.option("--labels-file", "labels_files", multiple=True, metavar="PATH",
                   help=helps["labels_files"])
+    @click.option("--frameworks", metavar="LIST", help=helps["frameworks"])
     @click.option("--source", metavar="NAME", help="As for derive-env --source.")
     def check(timeout: float, label_items: tuple[str, ...], labels_files: tuple[str, ...],
-              source: str | None) -> None:
+              frameworks: str | None, source: str | None) -> None:
         """Check what a rendezvous needs, on every node at once (on-every-node derive-env
         check, or srun/mpirun derive-env check): names resolve, the master port is free on
         the master and reachable from every node, gloo's and NCCL's interfaces reach the
@@ -71,6 +72,8 @@ def main(args: Sequence[str]) -> None:
                 choice_of({}, source)
             except UsageError as exc:
                 raise click.UsageError(str(exc)) from None
+        if frameworks is not None:  # as derive-env --frameworks: the label, winning
+            label_items = (*label_items, f"ai.backend.distributed.frameworks={frameworks}")
         try:
             status = run_check(start, timeout, labels_files, label_items, source)
         except KeyboardInterrupt:
