@@ -59,8 +59,10 @@ def cli(**values: Any) -> None:
     """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
 
     Reads the cluster topology from every cluster manager and launcher whose variables are
-    set (Backend.AI, a Slurm step or allocation, Open MPI, MPICH/Intel MPI, MVAPICH2, Cray
-    PALS, torchrun, Kubeflow) and the image's ai.backend.distributed.* labels (or --label),
+    set (Backend.AI, Slurm, PBS, LSF, Flux, Grid Engine, HTCondor, MPI launchers, torchrun,
+    Kubernetes: Kubeflow, JobSet, LeaderWorkerSet, Volcano, Indexed Jobs, TPU slices;
+    SageMaker, AWS Batch, Azure ML, Vertex AI, SkyPilot, dstack, Determined, Ray Train: the
+    list is --source's) and the image's ai.backend.distributed.* labels (or --label),
     sets MASTER_ADDR, RANK..., torchrun's PET_* defaults, TF_CONFIG or JAX's coordinator
     address, and replaces itself with COMMAND (same PID). Without the
     ai.backend.distributed.frameworks label the environment is passed unchanged.
