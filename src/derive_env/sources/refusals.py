@@ -4,8 +4,8 @@ derive-env refuses (exit 3) rather than describe one process of a larger job (so
 3, 3.13): every process of such a job would derive a job of one. The data is the table's
 (:data:`derive_env.sources.SOURCES`: ``marker``, ``states``, ``size``, ``part_of`` ...):
 
-* a line without a module (Flux, LSF jsrun, SageMaker ...) whose variables state more than
-  one process;
+* a line without a module (a Grid Engine task of ``qrsh -inherit`` without ``-V``) whose
+  variables state more than one process;
 * a partial set of a line's variables that states more than one process (a partial set
   never selects a source: it may be left over from another job);
 * a launcher that started this process without saying the job's size (PMIx alone);
