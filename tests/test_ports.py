@@ -348,3 +348,9 @@ def test_building_blocks_import_only_the_standard_library() -> None:
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert run.stdout == "[]\n"
+
+
+def test_a_job_id_of_undecodable_bytes_seeds_by_its_bytes() -> None:
+    """os.environ gives undecodable bytes as surrogate escapes (AWS_BATCH_JOB_ID=$'j\\xff'):
+    the seed is the CRC of the bytes, not a UnicodeEncodeError (adversarial trial)."""
+    assert port_seed("aws-batch", "j\udcff", "2") == binascii.crc32(b"aws-batch/j\xff/2")

@@ -119,3 +119,15 @@ def test_nodes_of_builds_the_same_nodes_as_node() -> None:
     assert nodes_of([]) == ()
     with pytest.raises(ValueError):
         nodes_of(["a1", "b2"], ["a"], [1])
+
+
+def test_processes_of_other_nodes_in_a_job_of_one_node_are_rejected() -> None:
+    """A host list of one node under ranks of two nodes (a PBS node file of one host,
+    mpirun -np 2 -npernode 1: the adversarial trial): never a single container."""
+    layout = ProcessLayout(rank=1, local_rank=0, world_size=2, local_world_size=1)
+    with pytest.raises(ValidationError, match="a job of 1 node holds 2 processes, but only 1 "
+                                              "run on this node"):
+        ClusterTopology(source="pbs", nodes=nodes_of(["n1"]), node_rank=0, processes=layout)
+    alone = ProcessLayout(rank=1, local_rank=1, world_size=2, local_world_size=2)
+    assert ClusterTopology(source="pbs", nodes=nodes_of(["n1"]), node_rank=0,
+                           processes=alone).num_nodes == 1

@@ -80,7 +80,8 @@ def port_seed(manager: str, job_id: str, step_id: str) -> int:
     writes them (``SLURM_JOB_ID``, ``SLURM_STEP_ID``). Output: an integer 0 to 2**32 - 1,
     the same in every process (unlike ``hash()``, salted per process).
     """
-    return zlib.crc32(f"{manager}/{job_id}/{step_id}".encode())
+    # surrogateescape: an id of undecodable bytes (os.environ's escapes) seeds by its bytes
+    return zlib.crc32(f"{manager}/{job_id}/{step_id}".encode("utf-8", "surrogateescape"))
 
 
 def port_order() -> tuple[str, ...]:

@@ -151,6 +151,14 @@ class ClusterTopology(BaseModel):
         twice = repeated_host(list(map(itemgetter(0), self.nodes)))
         if twice is not None:
             raise ValueError(f"host {twice} appears twice")
+        layout = self.processes
+        if count == 1 and layout is not None and layout.world_size > layout.local_world_size:
+            # every process of a job of one node is on this node: the others are on nodes
+            # the host list lacks (a node file of one host under mpirun -np 2 -npernode 1)
+            raise ValueError(
+                f"a job of 1 node holds {layout.world_size} processes, but only "
+                f"{layout.local_world_size} run on this node: the others run on nodes the "
+                "host list does not name")
         if len(self.nodes) > 1 and is_loopback(self.nodes[0].host):
             # contract section 6: the other nodes would connect to their own loopback
             raise ValueError(f"the master {self.nodes[0].host} is a loopback address, which "

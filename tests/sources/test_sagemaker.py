@@ -234,3 +234,12 @@ def test_the_training_toolkit_gives_the_same_master_and_hosts(
     assert [n.host for n in report.nodes] == list(toolkit.distribution_hosts)
     assert report.nodes[0].host == toolkit.master_hostname
     assert report.nodes[report.node_rank].host == toolkit.current_host
+
+
+def test_a_resource_config_nested_too_deep_is_an_error_not_a_traceback() -> None:
+    """JSON nested deeper than the parser's stack (adversarial trial: a RecursionError)."""
+    with pytest.raises(TopologyError, match=r"expected a JSON object \(SageMaker's resource "):
+        read(PLATFORM, "[" * 100000)
+    with pytest.raises(TopologyError, match=r"^SM_HOSTS="):
+        sagemaker.read({"SM_HOSTS": "[" * 50000, "SM_CURRENT_HOST": "algo-1"},
+                       BY_NAME["sagemaker"], {})

@@ -80,7 +80,7 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 def _json(text: str | None) -> object:
     try:
         return json.loads(text) if text is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the parser's stack
         return None
 
 
