@@ -194,7 +194,10 @@ P = DETERMINED_RENDEZVOUS
      f"entry), got 2; {FIX}"),
     (container(), rendezvous(["10.0.0.1", "10.0.0.2"], True, [4, 4]),
      f"{P}: expected container_rank, an integer from 0 to 1 (one per container_addrs "
-     f"entry), got True; {FIX}"),
+     f"entry), got true; {FIX}"),
+    (container(), rendezvous(["10.0.0.1", "10.0.0.2"], 1, [float("nan"), 1]),
+     f"{P}: expected container_slot_counts, one slot count per container_addrs entry (2), "
+     f"got [NaN, 1]; {FIX}"),
     (container(), rendezvous(["10.0.0.1", "10.0.0.2"], 1, [4]),
      f"{P}: expected container_slot_counts, one slot count per container_addrs entry (2), "
      f"got [4]; {FIX}"),

@@ -113,6 +113,11 @@ def _document(text: str | None, path: str) -> dict[str, object]:
     return document
 
 
+def _shown(value: object) -> str:
+    """A value of the file as JSON writes it (``true``, ``[NaN, 1]``), not as Python."""
+    return json.dumps(value)[:200]
+
+
 def _checked(document: dict[str, object], path: str) -> tuple[list[str], int, list[int]]:
     """``(container_addrs, container_rank, container_slot_counts)``, each checked."""
     addrs, rank, slots = (document[key] for key in KEYS)
@@ -132,12 +137,12 @@ def _checked(document: dict[str, object], path: str) -> tuple[list[str], int, li
                             f"twice; {_FIX}")
     if type(rank) is not int or not 0 <= rank < len(addrs):
         raise TopologyError(f"{path}: expected container_rank, an integer from 0 to "
-                            f"{len(addrs) - 1} (one per container_addrs entry), got {rank!r}; "
-                            f"{_FIX}")
+                            f"{len(addrs) - 1} (one per container_addrs entry), got "
+                            f"{_shown(rank)}; {_FIX}")
     if not (isinstance(slots, list) and len(slots) == len(addrs)
             and set(map(type, slots)) == {int} and min(slots) >= 0):
         raise TopologyError(f"{path}: expected container_slot_counts, one slot count per "
-                            f"container_addrs entry ({len(addrs)}), got {slots!r}; {_FIX}")
+                            f"container_addrs entry ({len(addrs)}), got {_shown(slots)}; {_FIX}")
     return addrs, rank, slots
 
 
