@@ -41,11 +41,12 @@ def torchrun_fix(how: str) -> str:
             "unchanged")
 
 
-def partial(name: str, value: str, single: str, launcher: str, missing: str) -> str:
+def partial(name: str, value: str, single: str, launcher: str, missing: str,
+            unit: str = "process") -> str:
     """The refusal of a launcher's partial set of variables (sources/__init__.py)."""
     return (
         f"{name}={value!r}: expected {single} or unset: {launcher} states a job of more than "
-        f"one process, but only part of its variables are set (not set: {missing}), and a "
+        f"one {unit}, but only part of its variables are set (not set: {missing}), and a "
         "partial set is never used: it may be left over from another job. Run derive-env in "
         "the launcher's own process (the launcher sets all of them), or set label "
         "ai.backend.distributed.on-error=warn to run the command with the environment unchanged")
@@ -659,37 +660,21 @@ def test_nodes_the_topology_refuses_are_an_error_not_a_traceback(environ, messag
     assert (str(info.value), info.value.exit_code) == (message, 3)
 
 
-@pytest.mark.parametrize(("environ", "shown", "single", "title", "unit", "missing"), [
-    ({"SM_HOSTS": '["algo-1","algo-2"]'}, "SM_HOSTS", "a JSON list of one host", "SageMaker",
-     "host", "SM_CURRENT_HOST"),
-    ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2"}, "SKYPILOT_NODE_IPS", "one IP",
+#: A manager's host list alone, without the rest of its set (a user copied it, or the
+#: manager's other variables were dropped): (environment, files, the variable, what a job
+#: of one holds, the line's title, unit, the variables not set).
+LISTS_ALONE = [
+    ({"SM_HOSTS": '["algo-1","algo-2"]'}, {}, "SM_HOSTS", "a JSON list of one host",
+     "SageMaker", "host", "SM_CURRENT_HOST"),
+    ({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2"}, {}, "SKYPILOT_NODE_IPS", "one IP",
      "a SkyPilot task", "node", "SKYPILOT_NODE_RANK, SKYPILOT_NUM_NODES"),
-    ({"DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2", "DSTACK_GPUS_PER_NODE": "8"},
+    ({"DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2", "DSTACK_GPUS_PER_NODE": "8"}, {},
      "DSTACK_NODES_IPS", "one IP", "a dstack task", "node",
      "DSTACK_MASTER_NODE_IP, DSTACK_NODE_RANK, DSTACK_NODES_NUM"),
-    ({"CLUSTER_SPEC": '{"cluster": {"workerpool0": ["a:1"], "workerpool1": ["b:1"]}}'},
+    ({"CLUSTER_SPEC": '{"cluster": {"workerpool0": ["a:1"], "workerpool1": ["b:1"]}}'}, {},
      "CLUSTER_SPEC", "a cluster of one task", "a Vertex AI custom job", "task",
      "CLOUD_ML_JOB_ID"),
-])
-def test_a_host_list_alone_states_its_size(environ, shown, single, title, unit,
-                                           missing) -> None:
-    """A list variable without the rest of its manager's set (a user copied it, or the
-    manager's other variables were dropped) still states a job larger than one: refused as
-    a partial set, never a single container."""
-    assert error(environ) == (
-        f"{shown}={environ[shown]!r}: expected {single} or unset: {title} states a job of "
-        f"more than one {unit}, but only part of its variables are set (not set: {missing}), "
-        "and a partial set is never used: it may be left over from another job. Run "
-        "derive-env in the launcher's own process (the launcher sets all of them), or set "
-        "label ai.backend.distributed.on-error=warn to run the command with the environment "
-        "unchanged")
-    one = {name: (value.split("\n")[0] if "\n" in value else value)
-           for name, value in environ.items()}
-    if shown in ("SKYPILOT_NODE_IPS", "DSTACK_NODES_IPS"):
-        assert derive(one, ALL).topology.num_nodes == 1
-
-
-@pytest.mark.parametrize(("environ", "files", "shown", "single", "title", "unit", "missing"), [
+    # the batch schedulers' (the new-user trial found these three deriving one node)
     ({"JOB_ID": "4", "PE": "rr", "NSLOTS": "4", "PE_HOSTFILE": "/pe"},
      {"/pe": "sge-a1 2 all.q@sge-a1 UNDEFINED\nsge-b2 2 all.q@sge-b2 UNDEFINED\n"},
      "PE_HOSTFILE", "a PE host file of one host", "a Grid Engine parallel job", "host",
@@ -698,18 +683,17 @@ def test_a_host_list_alone_states_its_size(environ, shown, single, title, unit,
      "PBS_NODEFILE", "a node file of one host", "an OpenPBS/Torque job", "node", "PBS_JOBID"),
     ({"LSB_MCPU_HOSTS": "a 2 b 2", "LSB_HOSTS": "a a b b"}, {}, "LSB_MCPU_HOSTS",
      "one host and its slots", "an LSF job", "host", "LSB_JOBID"),
-])
-def test_a_schedulers_host_list_alone_states_its_size(environ, files, shown, single, title,
-                                                      unit, missing) -> None:
-    """A batch scheduler's host list (a file or LSB_MCPU_HOSTS) without the job id or count
-    still states a job of several hosts: refused as a partial set, never a single container
-    (the new-user trial found these three deriving one node with exit 0)."""
+]
+
+
+@pytest.mark.parametrize(("environ", "files", "shown", "single", "title", "unit", "missing"),
+                         LISTS_ALONE)
+def test_a_host_list_alone_states_its_size(environ, files, shown, single, title, unit,
+                                           missing) -> None:
+    """Still a job larger than one: refused as a partial set, never a single container."""
     with pytest.raises(TopologyError) as info:
         derive(environ, ALL, files=reader(files))
-    assert str(info.value) == (
-        f"{shown}={environ[shown]!r}: expected {single} or unset: {title} states a job of "
-        f"more than one {unit}, but only part of its variables are set (not set: {missing}), "
-        "and a partial set is never used: it may be left over from another job. Run "
-        "derive-env in the launcher's own process (the launcher sets all of them), or set "
-        "label ai.backend.distributed.on-error=warn to run the command with the environment "
-        "unchanged")
+    assert str(info.value) == partial(shown, environ[shown], single, title, missing, unit)
+    if shown in ("SKYPILOT_NODE_IPS", "DSTACK_NODES_IPS"):  # one line: one node
+        one = {name: value.split("\n")[0] for name, value in environ.items()}
+        assert derive(one, ALL).topology.num_nodes == 1
