@@ -199,10 +199,12 @@ probe() {  # a background job already: its traps are its own
           exit 143' TERM
     while :; do
         ssh -o BatchMode=yes -o ConnectTimeout="$connect_s" -o LogLevel=ERROR "$2" \
-            "$(remote_derive_env digest)" </dev/null >"$tmp/probe.$1.out" 2>"$tmp/probe.$1.err" &
+            "$(remote_derive_env digest)" </dev/null >"$tmp/probe.$1.out" 2>"$tmp/probe.$1.try" &
         _p_child=$!
         wait "$_p_child"
         _p_rc=$?
+        # an attempt cut short by the bound keeps the last whole attempt's message
+        mv -f "$tmp/probe.$1.try" "$tmp/probe.$1.err"
         [ "$_p_rc" -eq 255 ] && [ "$(now)" -lt "$deadline" ] || break
         sleep 1
     done
@@ -282,7 +284,9 @@ if [ -n "$peers" ]; then
         [ -f "$tmp/rc.$i" ] && read -r rc <"$tmp/rc.$i"
         if [ "$rc" -eq 255 ]; then
             # ssh's last message (it ends lines in CR LF when it has a terminal)
-            why=$(tr -d '\r' <"$tmp/probe.$i.err" 2>/dev/null | grep -v '^$' | tail -n 1)
+            why=  # none when no attempt ended within the bound
+            [ ! -f "$tmp/probe.$i.err" ] ||
+                why=$(tr -d '\r' <"$tmp/probe.$i.err" | grep -v '^$' | tail -n 1)
             echo "on-every-node: $host: SSH did not answer within ${wait_s}s${why:+ ($why)}" >&2
             silent=" (ON_EVERY_NODE_SSH_WAIT=$wait_s)"
         elif [ "$rc" -ne 0 ]; then
