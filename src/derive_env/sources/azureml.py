@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, host_problem, is_loopback
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report, checked_master
 from derive_env.validation import parse_port, variable_int
 
 if TYPE_CHECKING:
@@ -186,15 +186,7 @@ def _read_pytorch(environ: Mapping[str, str], line: Source) -> Report:
             f"({behind}) disagree: Azure ML starts the same number of processes on each node, "
             f"RANK = NODE_RANK x processes per node + LOCAL_RANK (here {expected}); "
             f"{_FIX_TORCH}")
-    master = environ["MASTER_ADDR"]
-    problem = host_problem(master)
-    if problem:
-        raise TopologyError(describe("MASTER_ADDR", master, f"{problem}; {_FIX_TORCH}"))
-    try:
-        port = parse_port(environ["MASTER_PORT"])
-    except ValueError as exc:
-        raise TopologyError(describe("MASTER_PORT", environ["MASTER_PORT"],
-                                     f"{exc}; {_FIX_TORCH}")) from None
+    master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", _FIX_TORCH)
     run_id = environ[RUN_ID].strip()
     return Report(
         source=line.name, title=line.title, node_rank=node_rank, num_nodes=nodes,

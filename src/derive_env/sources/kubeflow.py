@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
-from derive_env.hosts import host_problem, is_loopback
-from derive_env.sources.report import Processes, Report
-from derive_env.validation import parse_int, parse_port, variable_int
+from derive_env.hosts import is_loopback
+from derive_env.sources.report import Processes, Report, checked_master
+from derive_env.validation import parse_int, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -82,17 +82,6 @@ def _nnodes(environ: Mapping[str, str], fix: str, elastic: bool) -> int | None:
     except ValueError:
         raise TopologyError(describe("PET_NNODES", value, f"{expected}; {fix}")) from None
     return low_n if low_n == high_n else None
-
-
-def _master(environ: Mapping[str, str], addr: str, port: str, fix: str) -> tuple[str, int]:
-    host = environ[addr]
-    problem = host_problem(host)
-    if problem:
-        raise TopologyError(describe(addr, host, f"{problem}; {fix}"))
-    try:
-        return host, parse_port(environ[port])
-    except ValueError as exc:
-        raise TopologyError(describe(port, environ[port], f"{exc}; {fix}")) from None
 
 
 def _node_rank(environ: Mapping[str, str], nodes: int | None, fix: str) -> int:
@@ -160,7 +149,7 @@ def _check_world(environ: Mapping[str, str], nodes: int | None, nproc: int | Non
 
 def _pod_master(environ: Mapping[str, str], node_rank: int, fix: str) -> tuple[str, int]:
     """A PyTorchJob pod's ``MASTER_ADDR`` and ``MASTER_PORT``, and their ``PET_*`` copies."""
-    master, port = _master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
+    master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
     for pet, name in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
         if environ.get(pet) and environ[pet] != environ[name]:
             raise TopologyError(describe(
@@ -195,7 +184,7 @@ def _trainjob(environ: Mapping[str, str], line: Source) -> Report:
     nodes = _nnodes(environ, fix, elastic=False)
     node_rank = _node_rank(environ, nodes, fix)
     _nproc(environ, fix)
-    master, port = _master(environ, "PET_MASTER_ADDR", "PET_MASTER_PORT", fix)
+    master, port = checked_master(environ, "PET_MASTER_ADDR", "PET_MASTER_PORT", fix)
     if nodes > 1 and is_loopback(master):
         # The trainer gives every node the same headless-service name: a loopback value is
         # someone else's, wrong on every node but the master.
@@ -237,7 +226,7 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
         raise TopologyError(describe(
             "RANK", environ["RANK"], f"a pod rank below WORLD_SIZE={environ['WORLD_SIZE']!r} "
             f"(master 0, worker i: i + 1; envvar.go, setPodEnv); {fix}"))
-    master, port = _master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
+    master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
     if rank != 0 and is_loopback(master):
         raise TopologyError(describe(
             "MASTER_ADDR", master, f"the master's service or address on pod {rank} (RANK): "

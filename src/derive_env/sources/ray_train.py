@@ -34,9 +34,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
-from derive_env.hosts import host_problem
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report
-from derive_env.validation import parse_port, variable_int
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report, checked_master
+from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -73,13 +72,7 @@ def _master(environ: Mapping[str, str]) -> tuple[str, int]:
             "the master Ray Train sets with TorchConfig(init_method=\"env\"), the default "
             "(_TorchBackend.on_start); with init_method=\"tcp\" Ray sets none: use "
             "init_method=\"env\" for the workers that run derive-env"))
-    problem = host_problem(addr)
-    if problem:
-        raise TopologyError(describe("MASTER_ADDR", addr, f"{problem}; {FIX}"))
-    try:
-        return addr, parse_port(port)
-    except ValueError as exc:
-        raise TopologyError(describe("MASTER_PORT", port, f"{exc}; {FIX}")) from None
+    return checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
 
 
 def read(environ: Mapping[str, str], line: Source,

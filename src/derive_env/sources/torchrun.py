@@ -37,9 +37,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
-from derive_env.hosts import host_problem
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report
-from derive_env.validation import parse_port, variable_int
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report, checked_master
+from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -216,15 +215,7 @@ def read(environ: Mapping[str, str], line: Source,
 
 def _master(environ: Mapping[str, str]) -> tuple[str, int, bool]:
     """``(MASTER_ADDR, MASTER_PORT, whether the port is the agent's store)``, checked."""
-    master = environ["MASTER_ADDR"]
-    problem = host_problem(master)
-    if problem:
-        raise TopologyError(describe("MASTER_ADDR", master, f"{problem}; {FIX}"))
-    try:
-        port = parse_port(environ["MASTER_PORT"])
-    except ValueError as exc:
-        raise TopologyError(describe("MASTER_PORT", environ["MASTER_PORT"],
-                                     f"{exc}; {FIX}")) from None
+    master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
     agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE", "")
     if agent_store not in ("", "True", "False"):
         raise TopologyError(describe(
