@@ -77,7 +77,7 @@ demo: $(STAMP) managers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
-	rm -rf .venv-py* .venv-dist dist wheelhouse
+	rm -rf .venv-py* .venv-dist dist wheelhouse torch-wheels
 
 # ---- Other Pythons and packaging (issue 8) ------------------------------------------------
 # `make test` also runs the unit and CLI tests on every other supported CPython, in a light

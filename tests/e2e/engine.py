@@ -8,8 +8,9 @@ dockerd of the tests' own, which touches no network but the containers' internal
   with the network-namespace mounts dockerd leaves there unmounted first);
 * no default bridge, no iptables, no IP masquerading or forwarding (``--bridge=none
   --iptables=false --ip-masq=false --ip-forward=false``), the address pool 198.19.0.0/24;
-* a persistent ``--data-root`` under /var/cache/derive-env-e2e (images and BuildKit's cache
-  survive between runs: the second run builds nothing);
+* a persistent ``--data-root``, /var/cache/derive-env-e2e/docker (images and BuildKit's
+  cache survive between runs: the second run builds nothing; ``DERIVE_ENV_ENGINE_DATA_ROOT``
+  names another folder, e.g. a fresh one to measure a cold start);
 * one engine per machine: an exclusive ``fcntl.flock`` on /var/cache/derive-env-e2e/engine.lock
   held while it runs; a second test run waits for it (at most ``DERIVE_ENV_ENGINE_WAIT_S``,
   default 1800 s) and fails with a message after that; an engine left by a killed run (its
@@ -69,8 +70,11 @@ DOCKER = "/usr/bin/docker"
 DOCKERD = "/usr/sbin/dockerd"
 MMDEBSTRAP = "/usr/bin/mmdebstrap"
 COMPOSE = "/usr/bin/docker-compose"
-#: Persistent state: the data root (image cache), the lock and the running engine's record.
-STATE = Path(os.environ.get("DERIVE_ENV_ENGINE_STATE", "/var/cache/derive-env-e2e"))
+#: Persistent state: the lock, the running engine's record and (by default) the data root.
+STATE = Path("/var/cache/derive-env-e2e")
+#: The engine's data root: images and BuildKit's cache, kept between runs. Another folder
+#: (DERIVE_ENV_ENGINE_DATA_ROOT) gives a cold start; the lock stays the machine's one.
+DATA_ROOT = Path(os.environ.get("DERIVE_ENV_ENGINE_DATA_ROOT", STATE / "docker"))
 #: The only addresses the engine may use (the machine's rule for containers).
 SUBNET = "198.19.0.0/24"
 #: Repository root (build context of the example images).
@@ -142,7 +146,7 @@ def _kill_recorded() -> None:
         old = json.loads(record.read_text())
         pid, root = int(old["pid"]), Path(old["root"])
         cmdline = Path(f"/proc/{pid}/cmdline")
-        if cmdline.exists() and str(STATE) in cmdline.read_text(errors="replace"):
+        if cmdline.exists() and str(root) in cmdline.read_text(errors="replace"):
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + STOP_TIMEOUT_S
             while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
@@ -160,7 +164,7 @@ class Engine:
 
     def __init__(self) -> None:
         self.root: Path | None = None
-        self.data_root = STATE / "docker"
+        self.data_root = DATA_ROOT
         self.process: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None
         self._previous_sigterm: object = None
@@ -215,11 +219,13 @@ class Engine:
         return self
 
     def remove_leftovers(self) -> None:
-        """Remove every container and user network (a killed run's); images stay."""
+        """Remove every container and user network (a killed run's) and the untagged images
+        that rebuilds leave behind; tagged images and the build cache stay."""
         ids = self.docker("ps", "-aq", check=False).stdout.split()
         if ids:
             self.docker("rm", "-f", *ids, check=False, timeout=120)
         self.docker("network", "prune", "-f", check=False)
+        self.docker("image", "prune", "-f", check=False, timeout=120)
 
     def stop(self) -> None:
         """Remove containers and networks, stop dockerd (SIGTERM, SIGKILL after 30 s),
@@ -314,10 +320,10 @@ class Engine:
                                  f"{self.logs(container)}") from None
         return int(done.stdout.strip())
 
-    def logs(self, container: str) -> str:
-        """stdout and stderr of ``container``, stdout first."""
+    def logs(self, container: str, stderr: bool = True) -> str:
+        """stdout of ``container``, then its stderr (unless ``stderr`` is false)."""
         done = self.docker("logs", container, check=False)
-        return done.stdout + done.stderr
+        return done.stdout + (done.stderr if stderr else "")
 
 
 def _sigterm_to_interrupt(signum: int, frame: object) -> None:
@@ -380,15 +386,27 @@ def base_image(engine: Engine) -> str:
 _BUILT: dict[str, str] = {}
 
 
+#: Where torch's CPU wheel comes from when this host's disk has none (the Dockerfile's default).
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
 def torch_wheel_dir() -> Path:
-    """The build context's folder torch-wheels/ (git-ignored) with torch 2.13.0's CPU wheel,
-    found on this host's disk by ``pip download --no-deps --no-index`` (no download)."""
+    """The build context's folder torch-wheels/ (git-ignored) with torch 2.13.0's CPU wheel:
+    found on this host's disk by ``pip download --no-deps --no-index`` (pip's configured
+    find-links), else downloaded from PyTorch's CPU index (about 190 MB, once)."""
     folder = REPO / "torch-wheels"
-    if not any(folder.glob("torch-2.13.0*.whl")):
+    errors = []
+    for source in (["--no-index"], ["--index-url", TORCH_CPU_INDEX]):
+        if any(folder.glob("torch-2.13.0*.whl")):
+            break
         folder.mkdir(exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--no-index", "torch==2.13.0", "-d", str(folder)],
-                       check=True, capture_output=True, timeout=600)
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                               *source, "torch==2.13.0", "-d", str(folder)],
+                              capture_output=True, text=True, timeout=900, check=False)
+        errors.append(done.stderr[-1000:])
+    else:
+        if not any(folder.glob("torch-2.13.0*.whl")):
+            raise AssertionError("torch 2.13.0's CPU wheel: " + "\n".join(errors))
     return folder
 
 

@@ -4,17 +4,22 @@ Each docker/<framework>.Dockerfile is built as docs/integration.md says (tests/e
 BuildKit, ``--network host``, a Debian base through ``BASE_IMAGE``), once per session. Every
 job runs main1, sub1 and sub2 at once on an internal network in 198.19.0.0/24, each with its
 docker/env/<host>.env (BACKENDAI_CLUSTER_HOSTS not starting with main1), through the image's
-ENTRYPOINT ``tini -- derive-env -- CMD``; the framework itself proves the session: the gloo
-all-reduce over 6 ranks (PyTorch), MultiWorkerMirroredStrategy's collectives (TensorFlow),
-jax.distributed's collectives (JAX). The docker/compose*.yaml files run with Debian's
-docker-compose (v1), the override only making their network internal in 198.19.0.0/24.
+ENTRYPOINT ``tini -- derive-env -- CMD``, and the framework itself proves the session:
+
+* docker/compose.yaml, compose.jax.yaml and compose.tensorflow.yaml with Debian's
+  docker-compose (v1), the override only making their network internal in 198.19.0.0/24:
+  the gloo all-reduce over 6 ranks (PyTorch, no NumPy warning), jax.distributed's
+  collectives, MultiWorkerMirroredStrategy built from TF_CONFIG (the image's CMD);
+* ``docker run`` of the TensorFlow image with tests/e2e/tf_worker.py: the strategy's
+  collectives over the chief and 2 workers.
+
 Then what an image promises its users: tini as PID 1 with the command as its child,
-``docker stop`` reaching the program in the rendezvous, exit statuses passing through, the
-image labels equal to its labels file, no wheels left in any layer.
+``docker stop`` reaching torchrun in the rendezvous, exit statuses passing through, the
+image labels equal to its labels file, no wheel left in any layer.
 
 Needs root, Debian's docker.io, docker-compose and mmdebstrap (`make engine`); skipped
-without them, a FAILURE under CI=true. First run about N minutes (base and images), then the
-engine's cache makes it about M minutes (README.md, "Tests").
+without them, a FAILURE under CI=true. Measured on 2 shared cores: about 6.5 minutes with
+no image cache (the base and three images built), about 1.5 minutes with it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,20 +59,67 @@ def json_lines(text: str) -> list[dict[str, object]]:
     return found
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A container that ended: its exit status, stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+
+
+def ended(engine: Engine, containers: dict[str, str]) -> dict[str, Ended]:
+    """host -> :class:`Ended` of each container (host -> id), once all ended."""
+    codes = {host: engine.wait(cid, JOB_TIMEOUT_S) for host, cid in containers.items()}
+    logs = {host: engine.docker("logs", cid) for host, cid in containers.items()}
+    return {h: Ended(codes[h], logs[h].stdout, logs[h].stderr) for h in containers}
+
+
+def describe(results: dict[str, Ended]) -> str:
+    return "\n".join(f"--- {h}: exit {r.code}\n{r.out[-3000:]}\n{r.err[-3000:]}"
+                     for h, r in results.items())
+
+
+def all_succeeded(results: dict[str, Ended]) -> None:
+    assert {h: r.code for h, r in results.items()} == dict.fromkeys(HOSTS, 0), \
+        describe(results)
+
+
 def run_job(engine: Engine, image: str, name: str, *command: str,
-            options: tuple[str, ...] = ()) -> dict[str, tuple[int, str]]:
-    """main1, sub1 and sub2 of ``image`` started at once on an internal network; host ->
-    (exit status, output) once all ended."""
+            options: tuple[str, ...] = ()) -> dict[str, Ended]:
+    """main1, sub1 and sub2 of ``image`` (``docker run``) started at once on an internal
+    network, each with its docker/env/<host>.env, until all ended."""
     with engine.network(name) as net:
-        ids = {host: engine.run(image, net, host, *command, env=JOB_ENV, options=(
+        return ended(engine, {host: engine.run(image, net, host, *command, env=JOB_ENV, options=(
             "--env-file", str(REPO / "docker" / "env" / f"{host}.env"), *options))
-            for host in HOSTS}
-        codes = {host: engine.wait(cid, JOB_TIMEOUT_S) for host, cid in ids.items()}
-        return {host: (codes[host], engine.logs(cid)) for host, cid in ids.items()}
+            for host in HOSTS})
 
 
-def describe(results: dict[str, tuple[int, str]]) -> str:
-    return "\n".join(f"--- {h}: exit {code}\n{out[-4000:]}" for h, (code, out) in results.items())
+#: The only change the tests make to the compose files: the network internal, in 198.19/24.
+OVERRIDE = {"networks": {"session": {"internal": True,
+                                     "ipam": {"config": [{"subnet": SUBNET}]}}}}
+
+
+def compose_job(engine: Engine, compose_file: str, framework: str,
+                tmp_path: Path) -> dict[str, Ended]:
+    """`docker-compose up` of docker/<compose_file> (its image already built, as `--build`
+    would make it) with :data:`OVERRIDE`, until its 3 services ended; then `down`."""
+    example_image(engine, framework)
+    override = tmp_path / "override.yaml"
+    override.write_text(json.dumps(OVERRIDE))  # JSON is YAML
+    compose = [COMPOSE, "--project-name", f"de{framework}", "-f",
+               str(REPO / "docker" / compose_file), "-f", str(override)]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*compose, *args], env=engine.env(), capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    try:
+        up = run("up", "--detach", "--no-build")
+        assert up.returncode == 0, up.stderr
+        return ended(engine, {h: run("ps", "-q", h).stdout.strip() for h in HOSTS})
+    finally:
+        run("down", "--volumes", "--timeout", "5")
 
 
 @pytest.fixture(scope="session", params=FRAMEWORKS)
@@ -75,96 +128,58 @@ def image(request: pytest.FixtureRequest, engine: Engine) -> tuple[str, str]:
     return request.param, example_image(engine, request.param)
 
 
-def test_pytorch_job_through_the_entrypoint(engine: Engine) -> None:
-    """`tini -- derive-env -- torchrun allreduce.py` in 3 containers: 6 ranks in node order,
-    master main1, every all-reduce 21; no NumPy warning from any torch process."""
-    results = run_job(engine, example_image(engine, "pytorch"), "de-torch")
+def test_pytorch_compose_session(engine: Engine, tmp_path: Path) -> None:
+    """docker/compose.yaml: `tini -- derive-env -- torchrun allreduce.py` in 3 containers:
+    6 ranks in node order, master main1, every all-reduce 21; no NumPy warning."""
+    results = compose_job(engine, "compose.yaml", "pytorch", tmp_path)
 
-    assert {h: code for h, (code, _) in results.items()} == dict.fromkeys(HOSTS, 0), \
-        describe(results)
-    workers = [w for _, out in results.values() for w in json_lines(out)]
+    all_succeeded(results)
+    workers = [w for r in results.values() for w in json_lines(r.out)]
     assert sorted((w["hostname"], w["rank"], w["group_rank"]) for w in workers) == [
         ("main1", 0, 0), ("main1", 1, 0), ("sub1", 2, 1), ("sub1", 3, 1),
         ("sub2", 4, 2), ("sub2", 5, 2),
     ], describe(results)
     assert {(w["master_addr"], w["world_size"], w["result"]) for w in workers} == {
         ("main1", 6, 21.0)}
-    assert not [h for h, (_, out) in results.items() if "NumPy" in out], describe(results)
+    assert [h for h, r in results.items() if "NumPy" in r.out + r.err] == [], describe(results)
 
 
-def test_tensorflow_job_through_the_entrypoint(engine: Engine) -> None:
-    """MultiWorkerMirroredStrategy from the derived TF_CONFIG: main1 the chief, sub1 and sub2
-    workers 0 and 1; the collectives over the 3 tasks give 100 + 1 + 2."""
-    results = run_job(engine, example_image(engine, "tensorflow"), "de-tf",
-                      "python", "/e2e/tf_worker.py", options=("-v", f"{HERE}:/e2e:ro"))
+def test_jax_compose_session(engine: Engine, tmp_path: Path) -> None:
+    """docker/compose.jax.yaml: jax.distributed from the derived coordinator, count and id:
+    processes 0, 1, 2 in node order; the all-gather gives 10, 20, 30, the jitted sum 1+4+9."""
+    results = compose_job(engine, "compose.jax.yaml", "jax", tmp_path)
 
-    assert {h: code for h, (code, _) in results.items()} == dict.fromkeys(HOSTS, 0), \
-        describe(results)
-    reports = {h: json_lines(out)[-1] for h, (_, out) in results.items()}
-    assert {h: (r["task_type"], r["task_id"]) for h, r in reports.items()} == {
-        "main1": ("chief", 0), "sub1": ("worker", 0), "sub2": ("worker", 1)}
-    assert {(r["num_replicas_in_sync"], r["all_reduce"], r["reduce"])
-            for r in reports.values()} == {(3, 103.0, 103.0)}
-    assert {tuple(r["all_gather"]) for r in reports.values()} == {(100.0, 1.0, 2.0)}
-
-
-def test_jax_job_through_the_entrypoint(engine: Engine) -> None:
-    """jax.distributed from the derived coordinator, count and id: processes 0, 1, 2 in
-    node order; the all-gather gives 10, 20, 30 and the jitted sum 1 + 4 + 9."""
-    results = run_job(engine, example_image(engine, "jax"), "de-jax")
-
-    assert {h: code for h, (code, _) in results.items()} == dict.fromkeys(HOSTS, 0), \
-        describe(results)
-    reports = {h: json_lines(out)[-1] for h, (_, out) in results.items()}
+    all_succeeded(results)
+    reports = {h: json_lines(r.out)[-1] for h, r in results.items()}
     assert {h: (r["process_index"], r["process_count"]) for h, r in reports.items()} == {
         "main1": (0, 3), "sub1": (1, 3), "sub2": (2, 3)}
     assert {(tuple(r["gathered"]), r["sum"], r["psum_of_squares"])
             for r in reports.values()} == {((10, 20, 30), 60, 14)}
 
 
-#: compose file -> what each service's default command proves (host -> checker).
-COMPOSE_FILES = {
-    "compose.yaml": "pytorch",
-    "compose.tensorflow.yaml": "tensorflow",
-    "compose.jax.yaml": "jax",
-}
-#: The only change the tests make to the compose files: the network internal, in 198.19/24.
-OVERRIDE = {"networks": {"session": {"internal": True,
-                                     "ipam": {"config": [{"subnet": SUBNET}]}}}}
+def test_tensorflow_compose_session(engine: Engine, tmp_path: Path) -> None:
+    """docker/compose.tensorflow.yaml: the image's CMD builds MultiWorkerMirroredStrategy
+    from the derived TF_CONFIG and prints task type, index and replicas in sync."""
+    results = compose_job(engine, "compose.tensorflow.yaml", "tensorflow", tmp_path)
+
+    all_succeeded(results)
+    assert {h: r.out for h, r in results.items()} == {
+        "main1": "chief 0 3\n", "sub1": "worker 0 3\n", "sub2": "worker 1 3\n"}
 
 
-@pytest.mark.parametrize("compose_file", sorted(COMPOSE_FILES))
-def test_compose_file_runs(engine: Engine, compose_file: str, tmp_path: Path) -> None:
-    """`docker-compose up` of the file (its image already built, as `--build` would make it):
-    every service exits 0 and prints its framework's proof."""
-    framework = COMPOSE_FILES[compose_file]
-    example_image(engine, framework)
-    override = tmp_path / "override.yaml"
-    override.write_text(json.dumps(OVERRIDE))  # JSON is YAML
-    compose = [COMPOSE, "--project-name", f"de{framework}", "-f",
-               str(REPO / "docker" / compose_file), "-f", str(override)]
+def test_tensorflow_job_docker_run(engine: Engine) -> None:
+    """`docker run` of 3 containers (tests/e2e/tf_worker.py mounted): MultiWorkerMirrored-
+    Strategy's collectives over chief main1 (100) and workers sub1, sub2 (1, 2) give 103."""
+    results = run_job(engine, example_image(engine, "tensorflow"), "de-tf",
+                      "python", "/e2e/tf_worker.py", options=("-v", f"{HERE}:/e2e:ro"))
 
-    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*compose, *args], env=engine.env(), capture_output=True,
-                              text=True, timeout=timeout, check=False)
-
-    try:
-        up = run("up", "--detach", "--no-build")
-        assert up.returncode == 0, up.stderr
-        ids = {h: run("ps", "-q", h).stdout.strip() for h in HOSTS}
-        results = {h: (engine.wait(cid, JOB_TIMEOUT_S), engine.logs(cid))
-                   for h, cid in ids.items()}
-    finally:
-        run("down", "--volumes", "--timeout", "5")
-    assert {h: code for h, (code, _) in results.items()} == dict.fromkeys(HOSTS, 0), \
-        describe(results)
-    if framework == "tensorflow":  # the image's CMD: task type, index, replicas in sync
-        last = {h: out.strip().splitlines()[-1] for h, (_, out) in results.items()}
-        assert last == {"main1": "chief 0 3", "sub1": "worker 0 3", "sub2": "worker 1 3"}
-    else:
-        values = {(w.get("result"), w.get("sum")) for _, out in results.values()
-                  for w in json_lines(out)}
-        assert values == ({(21.0, None)} if framework == "pytorch" else {(None, 60)})
+    all_succeeded(results)
+    reports = {h: json_lines(r.out)[-1] for h, r in results.items()}
+    assert {h: (r["task_type"], r["task_id"]) for h, r in reports.items()} == {
+        "main1": ("chief", 0), "sub1": ("worker", 0), "sub2": ("worker", 1)}
+    assert {(r["num_replicas_in_sync"], r["all_reduce"], r["reduce"])
+            for r in reports.values()} == {(3, 103.0, 103.0)}
+    assert {tuple(r["all_gather"]) for r in reports.values()} == {(100.0, 1.0, 2.0)}
 
 
 # ---- what the image promises -------------------------------------------------------------
