@@ -58,15 +58,15 @@ ENGINE_PACKAGES := /usr/sbin/dockerd:docker.io /usr/bin/mmdebstrap:mmdebstrap \
 engine:
 	@missing=""; for pair in $(ENGINE_PACKAGES); do \
 	  [ -x "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; done; \
-	if [ -n "$$missing" ]; then \
-	  saved=""; if [ -e /usr/sbin/policy-rc.d ]; then \
-	    saved=$$(mktemp) && cp -p /usr/sbin/policy-rc.d "$$saved"; fi; \
-	  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    -o DPkg::Lock::Timeout=600 --no-install-recommends $$missing; status=$$?; \
-	  if [ -n "$$saved" ]; then mv "$$saved" /usr/sbin/policy-rc.d; \
-	  else rm -f /usr/sbin/policy-rc.d; fi; \
-	  exit $$status; fi
+	[ -z "$$missing" ] && exit 0; \
+	saved=""; if [ -e /usr/sbin/policy-rc.d ]; then \
+	  saved=$$(mktemp) && cp -p /usr/sbin/policy-rc.d "$$saved" || exit 1; fi; \
+	restore() { if [ -n "$$saved" ]; then mv "$$saved" /usr/sbin/policy-rc.d; \
+	  else rm -f /usr/sbin/policy-rc.d; fi; }; \
+	trap restore EXIT; trap 'exit 130' INT TERM; \
+	printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  -o DPkg::Lock::Timeout=600 --no-install-recommends $$missing
 
 test: lint managers
 	$(PY) -m pytest -q tests

@@ -212,8 +212,9 @@ class Engine:
         deadline = time.monotonic() + START_TIMEOUT_S
         while self.docker("version", check=False, timeout=10).returncode != 0:
             if self.process.poll() is not None or time.monotonic() > deadline:
+                log_tail = self.log_tail()
                 self.stop()
-                raise RuntimeError(f"dockerd did not start: {self.log_tail()}")
+                raise RuntimeError(f"dockerd did not start in {START_TIMEOUT_S:.0f} s:\n{log_tail}")
             time.sleep(0.2)
         self.remove_leftovers()
         return self

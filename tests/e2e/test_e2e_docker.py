@@ -264,3 +264,20 @@ def test_no_layer_keeps_wheels(engine: Engine, image: tuple[str, str]) -> None:
                          "ls -A /tmp /mnt; find / -xdev -name '*.whl'"
                          " ! -path '/usr/share/python-wheels/*'").stdout
     assert left == "/mnt:\n\n/tmp:\n"
+
+
+def test_job_network_has_no_way_out(engine: Engine) -> None:
+    """A job container's only route is its internal network's (no default route), and its
+    DNS is Docker's embedded server, which forwards to an address nobody answers."""
+    tag = example_image(engine, "pytorch")
+    with engine.network("de-route") as net:
+        cid = engine.run(tag, net, "main1", "sh", "-c",
+                         "cat /proc/net/route; grep nameserver /etc/resolv.conf")
+        assert engine.wait(cid, 60) == 0
+        printed = engine.logs(cid, stderr=False).splitlines()
+        dns = engine.docker("inspect", "--format", "{{json .HostConfig.Dns}}", cid).stdout
+    routes = [line.split()[1:3] for line in printed[1:] if not line.startswith("nameserver")]
+    # destination 198.19.0.0 (little-endian hex), no gateway: the subnet, and nothing else
+    assert routes == [["0013C6C6", "00000000"]], printed
+    assert printed[-1] == "nameserver 127.0.0.11"
+    assert json.loads(dns) == ["198.19.0.254"]
