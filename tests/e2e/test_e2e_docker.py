@@ -266,18 +266,25 @@ def test_no_layer_keeps_wheels(engine: Engine, image: tuple[str, str]) -> None:
     assert left == "/mnt:\n\n/tmp:\n"
 
 
-def test_job_network_has_no_way_out(engine: Engine) -> None:
-    """A job container's only route is its internal network's (no default route), and its
-    DNS is Docker's embedded server, which forwards to an address nobody answers."""
+def test_job_network_is_internal(engine: Engine) -> None:
+    """A job's network is internal and in 198.19.0.0/24: a container's routes are its
+    subnet and the bridge on this host (198.19.0.1), which forwards nothing further (dockerd
+    runs with --ip-forward=false and no masquerading); its DNS is Docker's embedded server,
+    which forwards to an address nobody answers."""
     tag = example_image(engine, "pytorch")
     with engine.network("de-route") as net:
+        internal = engine.docker("network", "inspect", "--format", "{{.Internal}}", net.name)
         cid = engine.run(tag, net, "main1", "sh", "-c",
                          "cat /proc/net/route; grep nameserver /etc/resolv.conf")
         assert engine.wait(cid, 60) == 0
         printed = engine.logs(cid, stderr=False).splitlines()
         dns = engine.docker("inspect", "--format", "{{json .HostConfig.Dns}}", cid).stdout
-    routes = [line.split()[1:3] for line in printed[1:] if not line.startswith("nameserver")]
-    # destination 198.19.0.0 (little-endian hex), no gateway: the subnet, and nothing else
-    assert routes == [["0013C6C6", "00000000"]], printed
+    assert internal.stdout.strip() == "true"
+    # (destination, gateway, mask) in /proc/net/route's little-endian hex
+    routes = sorted(tuple(f[i] for i in (1, 2, 7)) for f in map(str.split, printed[1:-1]))
+    assert routes == [
+        ("00000000", "010013C6", "00000000"),  # default via 198.19.0.1
+        ("000013C6", "00000000", "00FFFFFF"),  # 198.19.0.0/24 on eth0
+    ], printed
     assert printed[-1] == "nameserver 127.0.0.11"
     assert json.loads(dns) == ["198.19.0.254"]
