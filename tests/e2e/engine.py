@@ -373,11 +373,14 @@ def base_image(engine: Engine) -> str:
         return tag
     with tempfile.TemporaryDirectory(prefix="de-base-") as tmp:
         tarball = Path(tmp) / "base.tar"
-        subprocess.run(
+        done = subprocess.run(
             [MMDEBSTRAP, "--quiet", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
              *[f"--customize-hook={hook}" for hook in BASE_HOOKS],
              BASE_SUITE, str(tarball), *BASE_MIRRORS],
-            check=True, capture_output=True, timeout=900, stdin=subprocess.DEVNULL)
+            capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, check=False)
+        if done.returncode != 0:
+            raise AssertionError(f"mmdebstrap of the base image -> {done.returncode}\n"
+                                 f"{done.stderr[-3000:]}")
         changes = [a for c in BASE_CHANGES for a in ("--change", c)]
         engine.docker("import", *changes, str(tarball), tag, timeout=300)
     return tag
