@@ -24,6 +24,10 @@
 #   each argument single-quoted for the remote shell, so it arrives byte for byte.
 #   COMMAND's standard input is /dev/null and ON_EVERY_NODE=1 is in its environment on
 #   every node (derive-env then does not warn that only this container runs it).
+# - Each ssh client's own input is a FIFO that nobody writes to and that stays open until
+#   the end, never /dev/null: Backend.AI's SSH server (dropbear) closes the session's
+#   terminal as soon as the client's input ends, which loses the remote output and ends
+#   the remote command with a wrong status; OpenSSH's sshd does not care either way.
 # - Fail fast: the first node whose COMMAND exits non-zero stops every other node: SIGTERM
 #   to the local command and to each ssh client (which closes the remote terminal, so the
 #   remote command gets SIGHUP; torchrun stops its workers on both), SIGKILL to the local
@@ -344,7 +348,8 @@ node() {  # a background job already: its traps are its own
     if [ -z "$_n_host" ]; then
         "$@" </dev/null 2>&9 9>&- &
     else
-        ssh -tt -o LogLevel=ERROR "$_n_host" "$remote" </dev/null 2>&9 9>&- &
+        # input: the FIFO, read-write so that it never reaches its end (see the header)
+        ssh -tt -o LogLevel=ERROR "$_n_host" "$remote" 0<>"$tmp/input" 2>&9 9>&- &
     fi
     _n_child=$!
     echo "$_n_child" >"$tmp/child.$_n_i"
@@ -360,6 +365,7 @@ node() {  # a background job already: its traps are its own
 }
 
 rm -f "$tmp"/rc.*
+mkfifo "$tmp/input" || exit
 i=0
 for host in $hosts; do
     i=$((i + 1))
