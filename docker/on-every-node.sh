@@ -30,10 +30,11 @@
 #   the remote command with a wrong status; OpenSSH's sshd does not care either way.
 # - Fail fast: the first node whose COMMAND exits non-zero stops every other node: SIGTERM
 #   to the local command and to each ssh client (which closes the remote terminal, so the
-#   remote command gets SIGHUP; torchrun stops its workers on both), SIGKILL to the local
-#   command and the ssh clients still running ON_EVERY_NODE_GRACE seconds later (default
-#   10; 0: at once), not to processes they started. A remote command that ignores SIGHUP
-#   is out of reach once its ssh client is gone.
+#   remote shell gets SIGHUP and passes it on to the remote command; torchrun stops its
+#   workers on both), SIGKILL to the local command and the ssh clients still running
+#   ON_EVERY_NODE_GRACE seconds later (default 10; 0: at once), not to processes they
+#   started. A remote command that ignores SIGHUP is out of reach once its ssh client is
+#   gone.
 #   Status files are polled twice a second.
 # - --keep-going: no stop; wait for every node, then the first non-zero status in canonical
 #   order.
@@ -330,12 +331,21 @@ fi
 
 ON_EVERY_NODE=1
 export ON_EVERY_NODE
+# The remote shell runs COMMAND as its child and passes the terminal's hangup (SIGHUP, when
+# our ssh client ends) on to it; then COMMAND's status (a second wait after the trap).
+# Not `exec COMMAND`: on dropbear, a command exec'd as the session's leader with an input
+# other than the terminal is, in about half the runs, reported as killed by a signal (ssh
+# exits 255) however it ended.
 remote="stty -onlcr 2>/dev/null; ON_EVERY_NODE=1; export ON_EVERY_NODE;"
-remote="$remote cd $(quote "$PWD") && exec"
+remote="$remote cd $(quote "$PWD") || exit; c= h=; trap 'h=1; [ -z \"\$c\" ] ||"
+remote="$remote kill -HUP \"\$c\" 2>/dev/null' HUP;"
 for arg in "$@"; do
     remote="$remote $(quote "$arg")"
 done
-remote="$remote </dev/null"
+# (the waits' own messages, e.g. dash's "Hangup", go nowhere)
+remote="$remote </dev/null & c=\$!; wait \"\$c\" 2>/dev/null; s=\$?; [ -z \"\$h\" ] || {"
+remote="$remote wait \"\$c\" 2>/dev/null; r=\$?; [ \"\$r\" -eq 127 ] || s=\$r; };"
+remote="$remote exit \"\$s\""
 
 # node I HOST COMMAND...: run COMMAND here (HOST empty) or over SSH on HOST (a background
 # job); its pid in $tmp/child.I, its status in $tmp/rc.I. SIGTERM is passed on to it.

@@ -1,4 +1,10 @@
-"""A simulated Backend.AI session started the way Backend.AI starts it: hook, runner, SSH.
+"""A simulated Backend.AI session with OpenSSH's sshd: hook, stand-in runner, SSH.
+
+Backend.AI's own runtime in real containers is tests/e2e/bai_containers.py (entrypoint,
+kernel runner and dropbear from its wheels). This simulation stays for what those
+containers cannot show: on-every-node over OpenSSH's sshd, and mpirun from this machine
+(tests/e2e/test_e2e_openssh.py). The layouts, the result records and the torch checks
+below are shared by both.
 
 Backend.AI ignores the image's ENTRYPOINT. Each container runs its entrypoint script, which
 SOURCES the image's hook /opt/container/bootstrap.sh (derive-env's exports land in that
