@@ -345,13 +345,12 @@ class ContainerSession:
                                        check=False).stdout.strip()
             logs = self.engine.logs(name)
             given = {**self._image_env(), **self.given_env(host), "HOSTNAME": host}
-            stdout, stderr = (out, err) if host == "main1" else (logs, "")
-            if host == "main1":
-                stderr = err + "\n--- container log ---\n" + logs
+            # main1: the batch command's output as the agent got it, and the log apart
+            stdout, stderr, log = (out, err, logs) if host == "main1" else (logs, "", "")
             containers[host] = ContainerRecord(
                 host=host, given=given, runner_env=runner_env,
                 returncode=int(state) if state.lstrip("-").isdigit() else None,
-                stdout=stdout, stderr=stderr)
+                stdout=stdout, stderr=stderr, log=log)
         return SessionResult(self.layout, containers, batch_rc, timed_out)
 
     def _image_env(self) -> dict[str, str]:

@@ -145,6 +145,8 @@ class ContainerRecord:
         None when the runner never started (the hook stopped the container).
     :ivar returncode: its entrypoint's exit status (negative: killed by that signal).
     :ivar stdout: / :ivar stderr: its output (the batch command's, on main1).
+    :ivar log: the container's own log where it differs from stdout/stderr (main1 of a
+        real session: the entrypoint's and the runner's lines), else empty.
     """
 
     host: str
@@ -153,6 +155,7 @@ class ContainerRecord:
     returncode: int | None
     stdout: str
     stderr: str
+    log: str = ""
 
     @property
     def exports(self) -> dict[str, str]:
@@ -186,7 +189,8 @@ class SessionResult:
                f"timed out={self.timed_out}"]
         for c in self.containers.values():
             out.append(f"--- {c.host}: rc={c.returncode}\nexports: {c.exports}\n"
-                       f"stdout:\n{c.stdout[-tail:]}\nstderr:\n{c.stderr[-tail:]}")
+                       f"stdout:\n{c.stdout[-tail:]}\nstderr:\n{c.stderr[-tail:]}"
+                       + (f"\ncontainer log:\n{c.log[-tail:]}" if c.log else ""))
         return "\n".join(out)
 
 
