@@ -14,7 +14,7 @@ FRAMEWORKS := torch==2.13.0 tensorflow-cpu==2.21.0 jax==0.10.2 jaxlib==0.10.2 li
 DETERMINED := determined==0.38.1 ruamel.yaml==0.19.1 appdirs==1.4.4
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint venv clean managers
+.PHONY: test demo lint venv clean managers engine
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,27 @@ managers:
 	command -v qsub >/dev/null || missing="$$missing gridengine-client"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+	@$(MAKE) --no-print-directory engine
+
+# The real container engine of tests/e2e/engine.py (Debian's docker.io: dockerd 20.10,
+# containerd, runc, tini, a client with BuildKit), mmdebstrap for the base image and Compose
+# v1: only the missing ones. A policy-rc.d that refuses every start (exit 101) is in place
+# during the install, so Debian's own dockerd never starts (its default bridge is
+# 172.17.0.0/16); any policy-rc.d already there is put back afterwards.
+ENGINE_PACKAGES := /usr/sbin/dockerd:docker.io /usr/bin/mmdebstrap:mmdebstrap \
+                   /usr/bin/docker-compose:docker-compose
+engine:
+	@missing=""; for pair in $(ENGINE_PACKAGES); do \
+	  [ -x "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; done; \
+	[ -z "$$missing" ] && exit 0; \
+	saved=""; if [ -e /usr/sbin/policy-rc.d ]; then \
+	  saved=$$(mktemp) && cp -p /usr/sbin/policy-rc.d "$$saved" || exit 1; fi; \
+	restore() { if [ -n "$$saved" ]; then mv "$$saved" /usr/sbin/policy-rc.d; \
+	  else rm -f /usr/sbin/policy-rc.d; fi; }; \
+	trap restore EXIT; trap 'exit 130' INT TERM; \
+	printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  -o DPkg::Lock::Timeout=600 --no-install-recommends $$missing
 
 test: lint managers
 	$(PY) -m pytest -q tests
@@ -56,7 +77,7 @@ demo: $(STAMP) managers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
-	rm -rf .venv-py* .venv-dist dist wheelhouse
+	rm -rf .venv-py* .venv-dist dist wheelhouse torch-wheels
 
 # ---- Other Pythons and packaging (issue 8) ------------------------------------------------
 # `make test` also runs the unit and CLI tests on every other supported CPython, in a light

@@ -1,12 +1,19 @@
 # Example training image: PyTorch + derive-env.
 #
-# Build from the repository root (the build context must hold pyproject.toml and src/):
+# Build from the repository root (the build context must hold pyproject.toml and src/),
+# with BuildKit (Docker's default builder since 23.0; on Docker 20.10, e.g. Debian 12's
+# docker.io, set DOCKER_BUILDKIT=1). The legacy builder cannot build this file: it builds
+# every stage (also the unused wheel stages below) and has no `RUN --mount`, which keeps
+# the wheels out of the image's layers.
 #
-#     docker build -f docker/pytorch.Dockerfile -t derive-env-example/pytorch .
+#     DOCKER_BUILDKIT=1 docker build -f docker/pytorch.Dockerfile -t derive-env-example/pytorch .
 #
 # Change a label value at build time, e.g. the master port:
 #
 #     docker build -f docker/pytorch.Dockerfile --build-arg DE_MASTER_PORT=29400 ...
+#
+# Another base (a Python 3.11 image of your registry, a CUDA image): --build-arg BASE_IMAGE=...
+# (pip must be able to install into its Python, as in python:3.11-slim).
 #
 # Each label value is declared ONCE, as a build ARG below. The same ARG feeds the image
 # LABEL (what `docker image inspect` and cluster managers see) and the labels file
@@ -14,7 +21,8 @@
 # its own image's labels). tests/test_docker_examples.py checks that both agree.
 #
 # Air-gapped build (no package index for derive-env): `make wheelhouse`, then add
-# --build-arg DERIVE_ENV_WHEELS=wheelhouse.
+# --build-arg DERIVE_ENV_WHEELS=wheelhouse. torch's wheel from a folder instead of PyTorch's
+# index: see TORCH_WHEELS below.
 
 # ---- derive-env's wheels, made in a stage of their own, chosen by DERIVE_ENV_WHEELS:
 # ----   source     (default) built here from this repository's copy; pip fetches the
@@ -22,10 +30,18 @@
 # ----   wheelhouse the folder wheelhouse/ of the build context, made beforehand on a
 # ----              connected machine by `make wheelhouse WHEELHOUSE_PYTHON=3.11` (for
 # ----              air-gapped builds: no index is used). See docs/integration.md.
-# ---- Only the chosen stage is built (BuildKit, Docker's default builder since 23.0).
+# ---- Only the chosen stage is built (BuildKit).
 ARG DERIVE_ENV_WHEELS=source
+# ---- Where torch's wheel comes from, chosen by TORCH_WHEELS:
+# ----   index  (default) PyTorch's index (TORCH_INDEX_URL below);
+# ----   folder the folder torch-wheels/ of the build context first (e.g. made by
+# ----          `pip download --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+# ----          -d torch-wheels`), torch's small dependencies still from TORCH_INDEX_URL.
+# ---- Either way the wheels are only bind-mounted into the install step: no layer keeps them.
+ARG TORCH_WHEELS=index
+ARG BASE_IMAGE=python:3.11-slim
 
-FROM python:3.11-slim AS derive-env-wheels-source
+FROM ${BASE_IMAGE} AS derive-env-wheels-source
 COPY pyproject.toml README.md LICENSE /opt/derive-env-src/
 COPY src /opt/derive-env-src/src
 RUN pip wheel --no-cache-dir --wheel-dir /wheelhouse /opt/derive-env-src
@@ -35,7 +51,14 @@ COPY wheelhouse/ /wheelhouse/
 
 FROM derive-env-wheels-${DERIVE_ENV_WHEELS} AS derive-env-wheels
 
-FROM python:3.11-slim
+FROM scratch AS torch-wheels-index
+
+FROM scratch AS torch-wheels-folder
+COPY torch-wheels/ /
+
+FROM torch-wheels-${TORCH_WHEELS} AS torch-wheels
+
+FROM ${BASE_IMAGE}
 
 # tini reaps zombie processes and forwards signals. derive-env itself execs the command
 # (same PID) and does not reap children, so something must, when the program does not.
@@ -47,20 +70,24 @@ RUN apt-get update \
 # The CPU build of torch, from PyTorch's CPU wheel index: this example trains over gloo on
 # CPUs, and the default wheel would pull several GB of CUDA libraries. For GPUs: start FROM
 # a CUDA base image and replace the index's last part `cpu` with your CUDA build (e.g.
-# `cu126`), or drop --index-url for the default wheel, which bundles CUDA; then NCCL.
+# --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126), or give
+# https://pypi.org/simple for the default wheel, which bundles CUDA; then NCCL.
+# numpy: torch runs without it but warns "Failed to initialize NumPy" in every process.
 ARG TORCH_VERSION=2.13.0
-RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu \
-      "torch==${TORCH_VERSION}"
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# (/mnt: an empty folder of Debian's images, so the mount leaves no mount point behind.)
+RUN --mount=type=bind,from=torch-wheels,target=/mnt \
+    pip install --no-cache-dir --find-links /mnt --index-url "${TORCH_INDEX_URL}" \
+      "torch==${TORCH_VERSION}" numpy
 
 # derive-env in a venv of its own, only its command linked onto PATH: its pydantic and click
 # never meet the training code's (which may pin pydantic 1.x or click 7), and `python` is
-# still the image's. Installed from the wheels of the first stages, with no index.
-COPY --from=derive-env-wheels /wheelhouse/ /tmp/derive-env-wheelhouse/
-RUN python3 -m venv /opt/derive-env \
- && /opt/derive-env/bin/pip install --no-cache-dir --no-index \
-      --find-links /tmp/derive-env-wheelhouse derive-env \
- && ln -s /opt/derive-env/bin/derive-env /usr/local/bin/derive-env \
- && rm -rf /tmp/derive-env-wheelhouse
+# still the image's. Installed from the wheels of the first stages, with no index; the
+# wheels are bind-mounted for this step only (no layer keeps them).
+RUN --mount=type=bind,from=derive-env-wheels,source=/wheelhouse,target=/mnt \
+    python3 -m venv /opt/derive-env \
+ && /opt/derive-env/bin/pip install --no-cache-dir --no-index --find-links /mnt derive-env \
+ && ln -s /opt/derive-env/bin/derive-env /usr/local/bin/derive-env
 
 # The example job: the gloo all-reduce that `make demo` runs. Replace with your own script.
 COPY tests/e2e/torch_allreduce.py /opt/derive-env/examples/allreduce.py

@@ -1,8 +1,15 @@
 # Example training image: TensorFlow (CPU) + derive-env.
 #
-# Build from the repository root (the build context must hold pyproject.toml and src/):
+# Build from the repository root (the build context must hold pyproject.toml and src/),
+# with BuildKit (Docker's default builder since 23.0; on Docker 20.10, e.g. Debian 12's
+# docker.io, set DOCKER_BUILDKIT=1). The legacy builder cannot build this file: it builds
+# every stage (also the unused wheel stage below) and has no `RUN --mount`, which keeps
+# the wheels out of the image's layers.
 #
-#     docker build -f docker/tensorflow.Dockerfile -t derive-env-example/tensorflow .
+#     DOCKER_BUILDKIT=1 docker build -f docker/tensorflow.Dockerfile -t derive-env-example/tensorflow .
+#
+# Another base (a Python 3.11 image of your registry, a CUDA image): --build-arg BASE_IMAGE=...
+# (pip must be able to install into its Python, as in python:3.11-slim).
 #
 # Each label value is declared ONCE, as a build ARG below. The same ARG feeds the image
 # LABEL and the labels file /etc/derive-env/labels.json that derive-env reads at run time
@@ -18,10 +25,11 @@
 # ----   wheelhouse the folder wheelhouse/ of the build context, made beforehand on a
 # ----              connected machine by `make wheelhouse WHEELHOUSE_PYTHON=3.11` (for
 # ----              air-gapped builds: no index is used). See docs/integration.md.
-# ---- Only the chosen stage is built (BuildKit, Docker's default builder since 23.0).
+# ---- Only the chosen stage is built (BuildKit).
 ARG DERIVE_ENV_WHEELS=source
+ARG BASE_IMAGE=python:3.11-slim
 
-FROM python:3.11-slim AS derive-env-wheels-source
+FROM ${BASE_IMAGE} AS derive-env-wheels-source
 COPY pyproject.toml README.md LICENSE /opt/derive-env-src/
 COPY src /opt/derive-env-src/src
 RUN pip wheel --no-cache-dir --wheel-dir /wheelhouse /opt/derive-env-src
@@ -31,7 +39,7 @@ COPY wheelhouse/ /wheelhouse/
 
 FROM derive-env-wheels-${DERIVE_ENV_WHEELS} AS derive-env-wheels
 
-FROM python:3.11-slim
+FROM ${BASE_IMAGE}
 
 # tini reaps zombie processes and forwards signals; derive-env execs the command and
 # does not reap children.
@@ -45,13 +53,13 @@ RUN pip install --no-cache-dir "tensorflow-cpu==${TENSORFLOW_VERSION}"
 
 # derive-env in a venv of its own, only its command linked onto PATH: its pydantic and click
 # never meet the training code's (which may pin pydantic 1.x or click 7), and `python` is
-# still the image's. Installed from the wheels of the first stages, with no index.
-COPY --from=derive-env-wheels /wheelhouse/ /tmp/derive-env-wheelhouse/
-RUN python3 -m venv /opt/derive-env \
- && /opt/derive-env/bin/pip install --no-cache-dir --no-index \
-      --find-links /tmp/derive-env-wheelhouse derive-env \
- && ln -s /opt/derive-env/bin/derive-env /usr/local/bin/derive-env \
- && rm -rf /tmp/derive-env-wheelhouse
+# still the image's. Installed from the wheels of the first stages, with no index; the
+# wheels are bind-mounted for this step only (no layer keeps them; /mnt: an empty folder of
+# Debian's images, so the mount leaves no mount point behind).
+RUN --mount=type=bind,from=derive-env-wheels,source=/wheelhouse,target=/mnt \
+    python3 -m venv /opt/derive-env \
+ && /opt/derive-env/bin/pip install --no-cache-dir --no-index --find-links /mnt derive-env \
+ && ln -s /opt/derive-env/bin/derive-env /usr/local/bin/derive-env
 
 # ---- Labels: one ARG per value, after the heavy layers so that changing a value does
 # ---- not reinstall TensorFlow.

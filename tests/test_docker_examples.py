@@ -14,7 +14,9 @@ What is checked, by reading the files and running derive-env on them:
 * each installs derive-env isolated (a venv of its own, only the command linked onto PATH)
   from a wheelhouse with ``pip install --no-index``: built from the source in a stage of
   its own, or the build context's ``wheelhouse/`` (``make wheelhouse``) for air-gapped
-  builds; the PyTorch image takes torch from PyTorch's CPU wheel index;
+  builds, bind-mounted into the install step (no COPY: no layer keeps a wheel); the base
+  is the build arg BASE_IMAGE (python:3.11-slim by default); the PyTorch image takes torch
+  from PyTorch's CPU wheel index, or from the build context's torch-wheels/;
 * ``derive-env --dry-run --format json`` run for each service with each image's labels
   gives one consistent session: master main1, 3 nodes, node ranks 0, 1, 2 matching the
   host names, the same TF_CONFIG cluster everywhere;
@@ -45,14 +47,15 @@ COMPOSE_FILES = {
     "compose.tensorflow.yaml": "docker/tensorflow.Dockerfile",
     "compose.jax.yaml": "docker/jax.Dockerfile",
 }
-#: The isolated install (docs/integration.md), as every example image runs it.
+#: The isolated install (docs/integration.md), as every example image runs it: the wheels
+#: bind-mounted from the wheels stage for this step only (no layer keeps them).
 ISOLATED_INSTALL = (
+    "--mount=type=bind,from=derive-env-wheels,source=/wheelhouse,target=/mnt "
     "python3 -m venv /opt/derive-env "
-    "&& /opt/derive-env/bin/pip install --no-cache-dir --no-index "
-    "--find-links /tmp/derive-env-wheelhouse derive-env "
+    "&& /opt/derive-env/bin/pip install --no-cache-dir --no-index --find-links /mnt derive-env "
     "&& ln -s /opt/derive-env/bin/derive-env /usr/local/bin/derive-env"
 )
-TORCH_CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PREFIX = "ai.backend.distributed."
 SHARED = (
     "BACKENDAI_SESSION_ID",
@@ -295,17 +298,13 @@ def test_dockerfile_entrypoint_copies_and_build_check(dockerfile: str) -> None:
     entrypoints = [rest for word, rest in instructions if word == "ENTRYPOINT"]
     assert [json.loads(e) for e in entrypoints] == [["tini", "--", "derive-env", "--"]]
     assert all(isinstance(json.loads(rest), list) for word, rest in instructions if word == "CMD")
-    stages = {rest.split()[-1] for word, rest in instructions if word == "FROM" and " AS " in rest}
     for word, rest in instructions:
         if word == "COPY":
             flags = [w for w in rest.split() if w.startswith("--")]
             *sources, _destination = [w for w in rest.split() if not w.startswith("--")]
-            if flags:  # only COPY --from=<an earlier stage of this file>
-                assert [f.partition("=")[::2] for f in flags] == [("--from", "derive-env-wheels")]
-                assert "derive-env-wheels" in stages
-                continue
+            assert not flags, f"{dockerfile}: COPY {rest}: wheels are bind-mounted, not copied"
             for source in sources:
-                if source == "wheelhouse/":  # made by `make wheelhouse`, for air-gapped builds
+                if source in ("wheelhouse/", "torch-wheels/"):  # made for offline builds
                     continue
                 assert (REPO / source).exists(), f"{dockerfile}: COPY {source}: not in the repo"
     runs = [rest for word, rest in instructions if word == "RUN"]
@@ -325,14 +324,23 @@ def test_dockerfile_installs_derive_env_isolated_from_a_wheelhouse(dockerfile: s
     one, with no index, before the build's own check."""
     instructions = dockerfile_instructions(DOCKER / dockerfile)
     froms = [rest for word, rest in instructions if word == "FROM"]
+    torch_stages = [
+        "scratch AS torch-wheels-index",
+        "scratch AS torch-wheels-folder",
+        "torch-wheels-${TORCH_WHEELS} AS torch-wheels",
+    ] if dockerfile == "pytorch.Dockerfile" else []
     assert froms == [
-        "python:3.11-slim AS derive-env-wheels-source",
+        "${BASE_IMAGE} AS derive-env-wheels-source",
         "scratch AS derive-env-wheels-wheelhouse",
         "derive-env-wheels-${DERIVE_ENV_WHEELS} AS derive-env-wheels",
-        "python:3.11-slim",
+        *torch_stages,
+        "${BASE_IMAGE}",
     ]
-    assert instructions[0] == ("ARG", "DERIVE_ENV_WHEELS=source")  # global: before any FROM
-    source_stage = instructions[: [w for w, _ in instructions].index("FROM", 2)]
+    # global: before any FROM
+    globals_ = instructions[: [w for w, _ in instructions].index("FROM")]
+    assert ("ARG", "DERIVE_ENV_WHEELS=source") in globals_
+    assert ("ARG", "BASE_IMAGE=python:3.11-slim") in globals_
+    source_stage = instructions[: [w for w, _ in instructions].index("FROM", len(globals_) + 1)]
     assert ("RUN", "pip wheel --no-cache-dir --wheel-dir /wheelhouse /opt/derive-env-src") in (
         source_stage)
     assert ("COPY", "wheelhouse/ /wheelhouse/") in instructions
@@ -342,12 +350,19 @@ def test_dockerfile_installs_derive_env_isolated_from_a_wheelhouse(dockerfile: s
     assert len(installs) == 1, installs
     assert installs[0].startswith(ISOLATED_INSTALL), installs[0]
     assert runs.index(installs[0]) < runs.index("derive-env --dry-run --explain")
-    assert ("COPY", "--from=derive-env-wheels /wheelhouse/ /tmp/derive-env-wheelhouse/") in image
+    assert [rest for word, rest in image if word == "COPY" and "wheel" in rest] == []
     torch_installs = [run for run in runs if "torch==" in run]
     if dockerfile == "pytorch.Dockerfile":
-        assert len(torch_installs) == 1 and TORCH_CPU_INDEX in torch_installs[0], torch_installs
+        assert ("ARG", "TORCH_WHEELS=index") in globals_
+        assert ("COPY", "torch-wheels/ /") in instructions
+        assert ("ARG", f"TORCH_INDEX_URL={TORCH_CPU_INDEX}") in image
+        assert torch_installs == [
+            "--mount=type=bind,from=torch-wheels,target=/mnt pip install --no-cache-dir "
+            '--find-links /mnt --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" numpy'
+        ]
     # The air-gapped stage's wheelhouse/ must reach the build context: ignored by git only.
     assert "wheelhouse/" in (REPO / ".gitignore").read_text().split()
+    assert "torch-wheels/" in (REPO / ".gitignore").read_text().split()
     assert not any(
         "wheelhouse" in line for line in (REPO / ".dockerignore").read_text().splitlines()
         if not line.startswith("#")

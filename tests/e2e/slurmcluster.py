@@ -33,15 +33,16 @@ and wait for Ctrl-C (used by the cleanup test; handy to try commands by hand wit
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -472,11 +473,16 @@ ConstrainDevices=no
 def _hold(prefix: str | None) -> int:
     """``--hold [PREFIX]``: start a cluster, print ``READY <prefix> <tmpdir>``, wait for
     Ctrl-C/SIGTERM, clean up, exit 0."""
+    stop = threading.Event()
     with SlurmCluster(prefix=prefix) as slurm:
+        # The handlers go in BEFORE the READY line: whoever reacts to READY with a signal
+        # then only sets ``stop`` (a KeyboardInterrupt raised inside print() would escape
+        # the wait below and end the hold with a traceback, not 0).
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
         print(f"READY {slurm.prefix} {slurm.tmp}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(0.2)
+        while not stop.wait(0.2):
+            pass
     return 0
 
 
