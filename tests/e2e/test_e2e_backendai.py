@@ -186,7 +186,7 @@ def test_the_documented_ssh_loop_all_ranks_agree(engine: Engine, image: str) -> 
     byte for byte but for the script's path, as the batch command over dropbear: every
     node's output arrives and all 6 ranks agree (after the documented wait for SSH)."""
     loop = _docs_loop().replace("torchrun train.py", f"torchrun {IMAGE_SCRIPT}")
-    assert loop.count(IMAGE_SCRIPT) == 2
+    assert loop.count(IMAGE_SCRIPT) == 3  # the comment, this container, the others
     port = _port()
     batch = "on-every-node true && sh loop.sh"  # on-every-node true: every peer's SSH is up
     with ContainerSession(engine, image, DEFAULT, batch, torch_labels(port),
