@@ -9,7 +9,8 @@ the remote command up (SIGHUP). The stand-in
 (``facts.<NODE>``, else ``facts``) and those facts. So the probe, the digest comparison,
 quoting, working directory, order, fail-fast and exit statuses are checked here in seconds,
 under every POSIX shell the script must run in; tests/e2e/test_e2e_fanout.py and
-test_e2e_backendai.py run the real script over real sshd in simulated containers.
+test_e2e_backendai.py run the real script over Backend.AI's dropbear in real containers,
+tests/e2e/test_e2e_openssh.py over OpenSSH's sshd in simulated ones.
 """
 
 from __future__ import annotations
