@@ -24,12 +24,17 @@
 #   each argument single-quoted for the remote shell, so it arrives byte for byte.
 #   COMMAND's standard input is /dev/null and ON_EVERY_NODE=1 is in its environment on
 #   every node (derive-env then does not warn that only this container runs it).
+# - Each ssh client's own input is a FIFO that nobody writes to and that stays open until
+#   the end, never /dev/null: Backend.AI's SSH server (dropbear) closes the session's
+#   terminal as soon as the client's input ends, which loses the remote output and ends
+#   the remote command with a wrong status; OpenSSH's sshd does not care either way.
 # - Fail fast: the first node whose COMMAND exits non-zero stops every other node: SIGTERM
 #   to the local command and to each ssh client (which closes the remote terminal, so the
-#   remote command gets SIGHUP; torchrun stops its workers on both), SIGKILL to the local
-#   command and the ssh clients still running ON_EVERY_NODE_GRACE seconds later (default
-#   10; 0: at once), not to processes they started. A remote command that ignores SIGHUP
-#   is out of reach once its ssh client is gone.
+#   remote shell gets SIGHUP and passes it on to the remote command; torchrun stops its
+#   workers on both), SIGKILL to the local command and the ssh clients still running
+#   ON_EVERY_NODE_GRACE seconds later (default 10; 0: at once), not to processes they
+#   started. A remote command that ignores SIGHUP is out of reach once its ssh client is
+#   gone.
 #   Status files are polled twice a second.
 # - --keep-going: no stop; wait for every node, then the first non-zero status in canonical
 #   order.
@@ -326,12 +331,21 @@ fi
 
 ON_EVERY_NODE=1
 export ON_EVERY_NODE
+# The remote shell runs COMMAND as its child and passes the terminal's hangup (SIGHUP, when
+# our ssh client ends) on to it; then COMMAND's status (a second wait after the trap).
+# Not `exec COMMAND`: on dropbear, a command exec'd as the session's leader with an input
+# other than the terminal is, in about half the runs, reported as killed by a signal (ssh
+# exits 255) however it ended.
 remote="stty -onlcr 2>/dev/null; ON_EVERY_NODE=1; export ON_EVERY_NODE;"
-remote="$remote cd $(quote "$PWD") && exec"
+remote="$remote cd $(quote "$PWD") || exit; c= h=; trap 'h=1; [ -z \"\$c\" ] ||"
+remote="$remote kill -HUP \"\$c\" 2>/dev/null' HUP;"
 for arg in "$@"; do
     remote="$remote $(quote "$arg")"
 done
-remote="$remote </dev/null"
+# (the waits' own messages, e.g. dash's "Hangup", go nowhere)
+remote="$remote </dev/null & c=\$!; wait \"\$c\" 2>/dev/null; s=\$?; [ -z \"\$h\" ] || {"
+remote="$remote wait \"\$c\" 2>/dev/null; r=\$?; [ \"\$r\" -eq 127 ] || s=\$r; };"
+remote="$remote exit \"\$s\""
 
 # node I HOST COMMAND...: run COMMAND here (HOST empty) or over SSH on HOST (a background
 # job); its pid in $tmp/child.I, its status in $tmp/rc.I. SIGTERM is passed on to it.
@@ -344,7 +358,8 @@ node() {  # a background job already: its traps are its own
     if [ -z "$_n_host" ]; then
         "$@" </dev/null 2>&9 9>&- &
     else
-        ssh -tt -o LogLevel=ERROR "$_n_host" "$remote" </dev/null 2>&9 9>&- &
+        # input: the FIFO, read-write so that it never reaches its end (see the header)
+        ssh -tt -o LogLevel=ERROR "$_n_host" "$remote" 0<>"$tmp/input" 2>&9 9>&- &
     fi
     _n_child=$!
     echo "$_n_child" >"$tmp/child.$_n_i"
@@ -360,6 +375,7 @@ node() {  # a background job already: its traps are its own
 }
 
 rm -f "$tmp"/rc.*
+mkfifo "$tmp/input" || exit
 i=0
 for host in $hosts; do
     i=$((i + 1))

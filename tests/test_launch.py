@@ -1103,8 +1103,9 @@ def test_no_shebang_hint_names_the_interpreter(tmp_path, monkeypatch, name, hint
 
 # ------------------------------------------------------------------ the main1 hint (issue 14)
 
+#: main1's batch command, as Backend.AI's kernel runner starts it (_BACKEND_BATCH_MODE=1).
 MAIN1 = {"BACKENDAI_CLUSTER_ROLE": "main", "BACKENDAI_CLUSTER_IDX": "1",
-         "BACKENDAI_CLUSTER_SIZE": "2"}
+         "BACKENDAI_CLUSTER_SIZE": "2", "_BACKEND_BATCH_MODE": "1"}
 
 
 def test_main1_hint_names_the_command_and_the_fix() -> None:
@@ -1120,6 +1121,8 @@ def test_main1_hint_names_the_command_and_the_fix() -> None:
     ({"BACKENDAI_CLUSTER_SIZE": "1"}, ["python"]),
     ({"BACKENDAI_CLUSTER_SIZE": "two"}, ["python"]),
     ({"ON_EVERY_NODE": "1"}, ["python"]),
+    ({"_BACKEND_BATCH_MODE": ""}, ["python"]),  # Docker/Compose: every container runs it
+    ({"_BACKEND_BATCH_MODE": "0"}, ["python"]),
     *[({}, [launcher, "x"]) for launcher in sorted(FAN_OUT)],
     ({}, ["env", "A=1", "/opt/bin/horovodrun", "-np", "4", "python"]),
     ({}, ["bash", "-c", "cd x; srun python"]),

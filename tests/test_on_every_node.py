@@ -2,12 +2,15 @@
 
 The stand-in ``ssh`` records its arguments and runs the remote command string with ``sh -c``
 in ``/`` (as a remote shell starts in its home), with ``NODE`` set to the host; hosts in
-FAKE_DOWN refuse the connection (status 255), hosts in FAKE_HANG never answer. The stand-in
+FAKE_DOWN refuse the connection (status 255), hosts in FAKE_HANG never answer; with
+FAKE_DROPBEAR set it plays dropbear's terminal session: the end of the client's input hangs
+the remote command up (SIGHUP). The stand-in
 ``derive-env`` lists FAKE_HOSTS, prints a digest of the facts file of its node
 (``facts.<NODE>``, else ``facts``) and those facts. So the probe, the digest comparison,
 quoting, working directory, order, fail-fast and exit statuses are checked here in seconds,
 under every POSIX shell the script must run in; tests/e2e/test_e2e_fanout.py and
-test_e2e_backendai.py run the real script over real sshd in simulated containers.
+test_e2e_backendai.py run the real script over Backend.AI's dropbear in real containers,
+tests/e2e/test_e2e_openssh.py over OpenSSH's sshd in simulated ones.
 """
 
 from __future__ import annotations
@@ -64,6 +67,25 @@ case " ${FAKE_DOWN-} " in *" $1 "*)
     echo "ssh: connect to host $1 port 2200: Connection refused" >&2; exit 255 ;;
 esac
 case " ${FAKE_HANG-} " in *" $1 "*) echo $$ >> "$LOG/hang.pids"; exec sleep 60 ;; esac
+if [ "$kind" = run ]; then
+    # the remote shell in a terminal: the end of this ssh client hangs it up (SIGHUP)
+    exec 3<&0
+    cd / && NODE="$1" sh -c "$2" </dev/null &
+    c=$!
+    trap 'kill -HUP "$c" 2>/dev/null; wait "$c"; exit 143' TERM
+    r=
+    if [ -n "${FAKE_DROPBEAR-}" ]; then
+        # dropbear: the end of the client's input closes the terminal, too
+        # (read is a builtin: the reader is one process, stopped below)
+        { while read -r _; do :; done; kill -HUP "$c"; } <&3 3<&- >/dev/null 2>&1 &
+        r=$!
+    fi
+    exec 3<&-
+    wait "$c"
+    rc=$?
+    [ -z "$r" ] || kill "$r" 2>/dev/null
+    exit "$rc"
+fi
 cd / && NODE="$1" exec sh -c "$2"
 """
 PROBE = "-o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR"
@@ -133,6 +155,26 @@ def test_arguments_byte_for_byte_locally_and_remotely(tmp_path: Path, shell: str
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+def test_the_ssh_clients_input_stays_open_for_dropbear(tmp_path: Path, shell: str) -> None:
+    """dropbear hangs the remote command up when the client's input ends: the input of
+    every ssh client is open until the command ends, so each node's output and status
+    arrive (with `< /dev/null` the remote commands got SIGHUP after the start: 129)."""
+    proc = _run(tmp_path, shell, "sh", "-c", 'sleep 1; echo "done $NODE"; exit 0',
+                FAKE_DROPBEAR="1")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert sorted(proc.stdout.splitlines()) == ["done main1", "done sub1", "done sub2"]
+
+
+def test_the_dropbear_stand_in_hangs_up_on_the_end_of_input(tmp_path: Path) -> None:
+    """The stand-in bites: a client whose input is /dev/null loses the command (SIGHUP)."""
+    proc = subprocess.run([str(_bin(tmp_path) / "ssh"), "-tt", "sub1",
+                           'sleep 1; echo "done $NODE"'], stdin=subprocess.DEVNULL,
+                          env=_env(tmp_path, FAKE_DROPBEAR="1"), capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert (proc.returncode, proc.stdout) == (128 + signal.SIGHUP, "")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 def test_remote_command_runs_in_the_same_directory(tmp_path: Path, shell: str) -> None:
     proc = _run(tmp_path, shell, "sh", "-c", 'pwd > "$LOG/pwd.$NODE"')
     assert proc.returncode == 0, proc.stderr
@@ -192,7 +234,8 @@ def test_a_command_that_ignores_sigterm_gets_sigkill_after_the_grace(
         "on-every-node: sub1: exit status 1; stopping the command on every other node "
         "(SIGTERM, SIGKILL after 1s)",
         "on-every-node: main1: exit status 137 (stopped)",
-        "on-every-node: sub2: exit status 137 (stopped)",
+        # over SSH the stop is the terminal's hangup (SIGHUP), which sub2 does not ignore
+        "on-every-node: sub2: exit status 143 (stopped)",
     ]
     pids = [int((tmp_path / f"pid.{h}").read_text()) for h in ("main1", "sub2")]
     assert [p for p in pids if _alive(p)] == []

@@ -181,17 +181,27 @@ FAN_OUT = frozenset({
 })
 
 
+#: Set to 1 by Backend.AI's kernel runner in the environment of the batch command it starts
+#: (``run_subproc(..., batch=True)`` in src/ai/backend/kernel/base.py of lablup/backend.ai);
+#: absent where Docker or Compose started the command in every container.
+BATCH_MODE = "_BACKEND_BATCH_MODE"
+
+
 def main1_hint(environ: Mapping[str, str], command: Sequence[str]) -> str | None:
     """The warning for a command started in main1 only (docs/backendai.md, "Only main1
     started the job"), or ``None``.
 
-    Given when ``environ`` is main1's (``BACKENDAI_CLUSTER_ROLE=main``,
-    ``BACKENDAI_CLUSTER_IDX=1``) in a session of more than one container, ``on-every-node``
-    did not start the command (it exports ``ON_EVERY_NODE=1``), and no word of the command
-    (``sh -c '...'`` included) is a launcher of :data:`FAN_OUT`, which starts it on every
-    node itself. Never on a sub container, never for a dry run (the caller's part).
+    Given when Backend.AI's kernel runner started the command as the session's batch
+    command (``_BACKEND_BATCH_MODE=1``, :data:`BATCH_MODE`), ``environ`` is main1's
+    (``BACKENDAI_CLUSTER_ROLE=main``, ``BACKENDAI_CLUSTER_IDX=1``) in a session of more than
+    one container, ``on-every-node`` did not start the command (it exports
+    ``ON_EVERY_NODE=1``), and no word of the command (``sh -c '...'`` included) is a
+    launcher of :data:`FAN_OUT`, which starts it on every node itself. Never on a sub
+    container, never on Docker/Compose (every container runs its command there, with the
+    same BACKENDAI_* variables), never for a dry run (the caller's part).
     """
-    if (environ.get("BACKENDAI_CLUSTER_ROLE") != "main"
+    if (environ.get(BATCH_MODE) != "1"
+            or environ.get("BACKENDAI_CLUSTER_ROLE") != "main"
             or environ.get("BACKENDAI_CLUSTER_IDX", "").strip() != "1"
             or environ.get("ON_EVERY_NODE") == "1"):
         return None

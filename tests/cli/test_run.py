@@ -988,6 +988,7 @@ def in_session(clean_environ: Path, monkeypatch: pytest.MonkeyPatch, backendai_e
     """Put this process in container ``host`` of a session main1, sub1, sub2 (PyTorch)."""
     clean_environ.write_text(json.dumps({FW: "pytorch"}), encoding="utf-8")
     monkeypatch.delenv("ON_EVERY_NODE", raising=False)
+    monkeypatch.delenv("_BACKEND_BATCH_MODE", raising=False)
 
     def enter(host: str, **extra: str) -> None:
         for key, value in {**backendai_env(["main1", "sub1", "sub2"], host), **extra}.items():
@@ -1059,7 +1060,7 @@ MAIN1_HINT = (
 
 def test_the_main1_hint(in_session, fake_exec: None,
                         capsys: pytest.CaptureFixture[str]) -> None:
-    in_session("main1")
+    in_session("main1", _BACKEND_BATCH_MODE="1")  # the batch command, from the kernel runner
     with pytest.raises(Execed) as info:
         run(["torchrun", "train.py"])
     assert info.value.env["NODE_RANK"] == "0"  # a warning: the command still runs
@@ -1074,9 +1075,16 @@ def test_the_main1_hint(in_session, fake_exec: None,
     ("main1", {}, ["sh", "-c", "cd /home/work/x && deepspeed --hostfile h train.py"]),
     ("main1", {"BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_CLUSTER_HOSTS": "main1",
                "BACKENDAI_CLUSTER_REPLICAS": "main:1"}, ["python", "train.py"]),
-], ids=["sub1", "ON_EVERY_NODE", "on-every-node", "mpirun", "sh -c deepspeed", "one container"])
+    # Docker/Compose: the ENTRYPOINT runs the command in every container, no kernel runner
+    ("main1", {"_BACKEND_BATCH_MODE": None}, ["torchrun", "train.py"]),
+], ids=["sub1", "ON_EVERY_NODE", "on-every-node", "mpirun", "sh -c deepspeed", "one container",
+        "compose"])
 def test_no_main1_hint(in_session, fake_exec: None, capsys: pytest.CaptureFixture[str],
-                       host: str, extra: dict[str, str], command: list[str]) -> None:
+                       host: str, extra: dict[str, str | None], command: list[str]) -> None:
+    if "_BACKEND_BATCH_MODE" in extra:  # None: not set at all
+        extra = {k: v for k, v in extra.items() if v is not None}
+    else:
+        extra = {**extra, "_BACKEND_BATCH_MODE": "1"}  # the runner's batch command
     in_session(host, **extra)
     with pytest.raises(Execed):
         run(command)

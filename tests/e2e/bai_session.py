@@ -1,4 +1,10 @@
-"""A simulated Backend.AI session started the way Backend.AI starts it: hook, runner, SSH.
+"""A simulated Backend.AI session with OpenSSH's sshd: hook, stand-in runner, SSH.
+
+Backend.AI's own runtime in real containers is tests/e2e/bai_containers.py (entrypoint,
+kernel runner and dropbear from its wheels). This simulation stays for what those
+containers cannot show: on-every-node over OpenSSH's sshd, and mpirun from this machine
+(tests/e2e/test_e2e_openssh.py). The layouts, the result records and the torch checks
+below are shared by both.
 
 Backend.AI ignores the image's ENTRYPOINT. Each container runs its entrypoint script, which
 SOURCES the image's hook /opt/container/bootstrap.sh (derive-env's exports land in that
@@ -139,6 +145,8 @@ class ContainerRecord:
         None when the runner never started (the hook stopped the container).
     :ivar returncode: its entrypoint's exit status (negative: killed by that signal).
     :ivar stdout: / :ivar stderr: its output (the batch command's, on main1).
+    :ivar log: the container's own log where it differs from stdout/stderr (main1 of a
+        real session: the entrypoint's and the runner's lines), else empty.
     """
 
     host: str
@@ -147,6 +155,7 @@ class ContainerRecord:
     returncode: int | None
     stdout: str
     stderr: str
+    log: str = ""
 
     @property
     def exports(self) -> dict[str, str]:
@@ -180,7 +189,8 @@ class SessionResult:
                f"timed out={self.timed_out}"]
         for c in self.containers.values():
             out.append(f"--- {c.host}: rc={c.returncode}\nexports: {c.exports}\n"
-                       f"stdout:\n{c.stdout[-tail:]}\nstderr:\n{c.stderr[-tail:]}")
+                       f"stdout:\n{c.stdout[-tail:]}\nstderr:\n{c.stderr[-tail:]}"
+                       + (f"\ncontainer log:\n{c.log[-tail:]}" if c.log else ""))
         return "\n".join(out)
 
 

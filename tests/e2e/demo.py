@@ -1,13 +1,17 @@
-"""`make demo`: the main job as Backend.AI starts it, in a simulated 3-container session.
+"""`make demo`: the main job as Backend.AI starts it, in a 3-container Backend.AI session.
 
-Backend.AI ignores the image's ENTRYPOINT: each container's entrypoint SOURCES the image's
-hook /opt/container/bootstrap.sh (docker/bootstrap.sh: ``eval "$(derive-env --dry-run
---format shell)"``) and then execs the kernel runner, which serves SSH on port 2200 with its
-environment; only ``main1`` runs the batch command. tests/e2e/bai_session.py builds exactly
-that, one network namespace per container (tests/e2e/simcluster.py), OpenSSH's sshd standing
-in for Backend.AI's dropbear. The batch command is what docs/backendai.md tells users:
+Backend.AI ignores the image's ENTRYPOINT: each container runs Backend.AI's own
+entrypoint.sh, which SOURCES the image's hook /opt/container/bootstrap.sh
+(docker/bootstrap.sh: ``eval "$(derive-env --dry-run --format shell)"``) and then execs
+Backend.AI's kernel runner, which serves dropbear on port 2200 with its environment; only
+``main1``'s runner gets the batch command. tests/e2e/bai_containers.py builds exactly that:
+3 containers of the example image (docker/pytorch.Dockerfile, built by tests/e2e/engine.py
+on the tests' own Docker engine), Backend.AI's entrypoint, kernel runner, su-exec,
+libbaihook and dropbear from its wheels, created as Backend.AI's agent creates them, the
+batch command sent over the runner's own sockets. The batch command is what
+docs/backendai.md tells users:
 
-    on-every-node torchrun tests/e2e/torch_allreduce.py
+    on-every-node torchrun /opt/derive-env/examples/allreduce.py
 
 with no torchrun flags: on-every-node (docker/on-every-node.sh) runs it in main1 and over SSH
 in the others; torchrun takes everything from the ``PET_*`` variables the hook exported. The
@@ -15,10 +19,13 @@ in the others; torchrun takes everything from the ``PET_*`` variables the hook e
 session (``main:1,sub:2``, BACKENDAI_CLUSTER_HOSTS ``sub1,main1,sub2``) and a cluster template
 listing its workers first (``main:1,worker:2``, LOCAL_RANK worker1=0, worker2=1, main1=2).
 For each container the demo prints what the hook exported, its node rank and its master;
-exit status 0 only when all ranks of both sessions agree. Needs root, sshd and torch.
+exit status 0 only when all ranks of both sessions agree. Needs root, Debian's docker.io and
+mmdebstrap (`make engine`), and network access to PyPI the first time (the image build and
+Backend.AI's wheels, cached afterwards).
 
 :func:`run_torch_session` is the ENTRYPOINT path (``derive-env -- torchrun`` as every
-container's command: Docker, Compose, Kubernetes), used by tests/e2e/test_e2e_torch.py.
+container's command: Docker, Compose, Kubernetes) in network namespaces, used by
+tests/e2e/test_e2e_torch.py.
 """
 
 from __future__ import annotations
@@ -33,11 +40,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bai_session
+from bai_containers import TORCH_BATCH, ContainerSession
+from bai_runtime import RuntimeMissing, unpacked
+from engine import Engine, engine_missing, example_image
 from simcluster import (
     HostResult,
     SimulatedCluster,
     backendai_env,
-    can_simulate,
     canonical_order,
     scrambled_order,
 )
@@ -206,13 +215,13 @@ def summary(report: SessionReport) -> str:
     return "\n".join(lines)
 
 
-def run_backendai_demo(layout: bai_session.Layout, bin_dir: Path) -> tuple[str, bool]:
-    """One layout's torch session on Backend.AI's start path: (summary for a person, ok)."""
+def run_backendai_demo(engine: Engine, image: str, layout: bai_session.Layout
+                       ) -> tuple[str, bool]:
+    """One layout's torch session on Backend.AI's own runtime: (summary for a person, ok)."""
     port = random.randrange(20000, 60000)
-    with bai_session.BackendAISession(layout, bai_session.TORCH_BATCH,
-                                      bai_session.torch_labels(port, NPROC_PER_NODE),
-                                      user_env=bai_session.TORCH_USER_ENV,
-                                      bin_dir=bin_dir) as session:
+    with ContainerSession(engine, image, layout, TORCH_BATCH,
+                          bai_session.torch_labels(port, NPROC_PER_NODE),
+                          user_env=bai_session.TORCH_USER_ENV) as session:
         result = session.run(timeout=TORCH_TIMEOUT_S)
     problems = bai_session.torch_problems(result, port, NPROC_PER_NODE)
     return bai_session.torch_summary(result, port, problems), not problems
@@ -221,28 +230,31 @@ def run_backendai_demo(layout: bai_session.Layout, bin_dir: Path) -> tuple[str, 
 def main() -> int:
     """Run the demo; 0 when all ranks agree in both layouts, 1 when not, 2 when it cannot
     run here."""
-    ok, reason = can_simulate()
-    if not ok:
-        print(f"make demo needs root and working `ip netns` to simulate containers: {reason}",
-              file=sys.stderr)
+    reason = engine_missing()
+    if reason is not None:
+        print(f"make demo needs the container engine: {reason}", file=sys.stderr)
         return 2
-    missing = bai_session.missing_tools()
-    if missing:
-        print(f"make demo needs {', '.join(missing)} (Debian: openssh-server)", file=sys.stderr)
+    try:
+        unpacked()
+    except RuntimeMissing as exc:
+        print(f"make demo needs Backend.AI's runtime wheels: {exc}", file=sys.stderr)
         return 2
-    bin_dir = Path(sys.executable).parent
-    if not (bin_dir / "torchrun").exists() or not (bin_dir / "derive-env").exists():
-        print(f"derive-env and torchrun must be installed next to {sys.executable} "
-              "(run `make demo`, which builds .venv)", file=sys.stderr)
-        return 2
-    all_ok = True
-    for layout in bai_session.LAYOUTS:
-        print(f"derive-env demo ({layout.name} layout): 3 containers started as Backend.AI "
-              "does (hook sourced, runner with sshd on 2200); main1 runs "
-              "`on-every-node torchrun allreduce.py`, 2 processes each ...", flush=True)
-        text, ok = run_backendai_demo(layout, bin_dir)
-        print(text + "\n", flush=True)
-        all_ok = all_ok and ok
+    engine = Engine().start_daemon()
+    try:
+        print("derive-env demo: building the example image (docker/pytorch.Dockerfile; "
+              "cached after the first run) ...", flush=True)
+        image = example_image(engine, "pytorch")
+        all_ok = True
+        for layout in bai_session.LAYOUTS:
+            print(f"derive-env demo ({layout.name} layout): 3 containers started as "
+                  "Backend.AI starts them (its entrypoint.sh sources the hook, its kernel "
+                  "runner serves dropbear on 2200); main1's runner runs `on-every-node "
+                  "torchrun allreduce.py`, 2 processes each ...", flush=True)
+            text, ok = run_backendai_demo(engine, image, layout)
+            print(text + "\n", flush=True)
+            all_ok = all_ok and ok
+    finally:
+        engine.stop()
     print("ALL RANKS AGREE in both layouts" if all_ok else "FAILED: see above")
     return 0 if all_ok else 1
 

@@ -1,7 +1,8 @@
-"""on-every-node proves agreement, then fails fast (issue 14, item 2), over real sshd.
+"""on-every-node proves agreement, then fails fast, on Backend.AI's own runtime (dropbear).
 
-A simulated Backend.AI session of 3 containers (tests/e2e/bai_session.py: hook sourced by the
-entrypoint, kernel runner serving sshd on port 2200, main1 runs the batch command):
+A Backend.AI session of 3 containers of the example image on the tests' Docker engine, run by
+Backend.AI's entrypoint, kernel runner and dropbear from its wheels (tests/e2e/bai_containers.py;
+main1's runner gets the batch command over its own sockets):
 
 - sub2's sshd not running: ``on-every-node torchrun ...`` exits 255 within the probe bound
   (ON_EVERY_NODE_SSH_WAIT=5), names sub2, and the command started nowhere;
@@ -10,24 +11,31 @@ entrypoint, kernel runner serving sshd on port 2200, main1 runs the batch comman
 - the command exits 1 on sub1 after the start while the others sleep: both are stopped
   within 15 s, on-every-node exits 1 naming sub1.
 
-The healthy case is tests/e2e/test_e2e_backendai.py (torchrun over the same fan-out). Under
-CI=true a machine without root or sshd FAILS these tests.
+The healthy case is tests/e2e/test_e2e_backendai.py (torchrun over the same fan-out); the same
+cases over OpenSSH's sshd are in tests/e2e/test_e2e_openssh.py. Under CI=true a machine
+without the engine, the runtime's wheels or root FAILS these tests.
 """
 
 from __future__ import annotations
 
 import random
-import shlex
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bai_session import DEFAULT, TORCH_SCRIPT, BackendAISession, missing_tools, torch_labels
-from sessions import require, require_frameworks
+from bai_containers import IMAGE_SCRIPT, ContainerSession, wait_until
+from bai_runtime import RuntimeMissing, unpacked
+from bai_session import DEFAULT, torch_labels
+from engine import Engine, example_image
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
+
+from helpers import require
 
 pytestmark = pytest.mark.e2e
 
@@ -42,15 +50,19 @@ PROBE_SLACK_S = 5.0
 STOP_BOUND_S = 15.0
 #: The job: torchrun on every node, after a marker file that proves the command started.
 MARKED_TORCHRUN = ("on-every-node sh -c 'touch \"started.$(hostname)\"; exec torchrun \"$0\"' "
-                   + shlex.quote(str(TORCH_SCRIPT)))
+                   + IMAGE_SCRIPT)
 #: main1's batch: the job, timed (seconds since the epoch before and after).
 TIMED = ('date +%s.%N > t0; ' + MARKED_TORCHRUN + '; rc=$?; date +%s.%N > t1; exit "$rc"')
 
 
-def _require_sessions(*modules: str) -> None:
-    require_frameworks(*modules)
-    missing = missing_tools()
-    require(not missing, f"missing {missing} (install openssh-server)")
+@pytest.fixture(scope="module")
+def image(engine: Engine) -> Iterator[str]:
+    """The example PyTorch image, and Backend.AI's runtime fetched (FAIL under CI=true)."""
+    try:
+        unpacked()
+    except RuntimeMissing as exc:
+        require(False, f"Backend.AI's runtime wheels: {exc}")
+    yield example_image(engine, "pytorch")
 
 
 def _port() -> int:
@@ -61,14 +73,15 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("on-every-node:")]
 
 
-def _started(session: BackendAISession) -> list[str]:
+def _started(session: ContainerSession) -> list[str]:
     return sorted(str(p.relative_to(session.tmp)) for h in DEFAULT.hosts
                   for p in (session.container_dir(h) / "work").glob("started.*"))
 
 
-def test_a_peer_without_sshd_starts_nothing_within_the_probe_bound() -> None:
-    _require_sessions("torch")
-    with BackendAISession(DEFAULT, f"export ON_EVERY_NODE_SSH_WAIT={PROBE_BOUND_S}; {TIMED}",
+def test_a_peer_without_sshd_starts_nothing_within_the_probe_bound(engine: Engine,
+                                                                    image: str) -> None:
+    with ContainerSession(engine, image, DEFAULT,
+                          f"export ON_EVERY_NODE_SSH_WAIT={PROBE_BOUND_S}; {TIMED}",
                           torch_labels(_port()), without_sshd={"sub2"}) as session:
         result = session.run(timeout=SHORT_TIMEOUT_S)
         work = session.container_dir("main1") / "work"
@@ -86,11 +99,11 @@ def test_a_peer_without_sshd_starts_nothing_within_the_probe_bound() -> None:
     assert session.leftovers() == []
 
 
-def test_a_node_with_another_master_port_is_named_and_nothing_starts() -> None:
-    _require_sessions("torch")
+def test_a_node_with_another_master_port_is_named_and_nothing_starts(engine: Engine,
+                                                                     image: str) -> None:
     port = _port()
     other = port + 1
-    with BackendAISession(DEFAULT, TIMED, torch_labels(port),
+    with ContainerSession(engine, image, DEFAULT, TIMED, torch_labels(port),
                           host_labels={"sub1": torch_labels(other)}) as session:
         result = session.run(timeout=SHORT_TIMEOUT_S)
         started = _started(session)
@@ -112,43 +125,28 @@ def test_a_node_with_another_master_port_is_named_and_nothing_starts() -> None:
     assert session.leftovers() == []
 
 
-def _pid(path: Path, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} did not appear in {timeout}s"
-        time.sleep(0.05)
-    return int(path.read_text())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def test_a_node_that_fails_after_the_start_stops_every_other_node() -> None:
+def test_a_node_that_fails_after_the_start_stops_every_other_node(engine: Engine,
+                                                                  image: str) -> None:
     """sub1's command exits 1 three seconds after the start; main1's and sub2's sleep: both
-    are stopped (SIGTERM locally, SIGHUP over the closed SSH session) within 15 s."""
-    _require_sessions()
+    are stopped (SIGTERM locally, SIGHUP when dropbear closes the session) within 15 s."""
     batch = ("on-every-node sh -c 'echo $$ > \"$(hostname).pid\"; "
              "[ \"$(hostname)\" = sub1 ] && { sleep 3; exit 1; }; exec sleep 600'")
-    with BackendAISession(DEFAULT, batch, torch_labels(_port())) as session:
+    with ContainerSession(engine, image, DEFAULT, batch, torch_labels(_port())) as session:
         session.start()
-        pids = {h: _pid(session.container_dir(h) / "work" / f"{h}.pid", SHORT_TIMEOUT_S)
-                for h in DEFAULT.hosts}
-        deadline = time.monotonic() + SHORT_TIMEOUT_S
-        while _alive(pids["sub1"]):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        files = {h: session.container_dir(h) / "work" / f"{h}.pid" for h in DEFAULT.hosts}
+        wait_until(lambda: all(p.exists() and p.read_text().strip() for p in files.values()),
+                   SHORT_TIMEOUT_S, "every node's command")
+        pids = {h: int(p.read_text()) for h, p in files.items()}
+        wait_until(lambda: not session.alive("sub1", pids["sub1"]), SHORT_TIMEOUT_S,
+                   "sub1's failure")
         failed_at = time.monotonic()
-        while any(_alive(pids[h]) for h in ("main1", "sub2")):
-            if time.monotonic() > failed_at + 30:
+        deadline = failed_at + 30
+        while any(session.alive(h, pids[h]) for h in ("main1", "sub2")):
+            if time.monotonic() > deadline:
                 break
-            time.sleep(0.02)
+            time.sleep(0.1)
         stopped_after = time.monotonic() - failed_at
-        alive = {h: p for h, p in pids.items() if _alive(p)}
+        alive = {h: p for h, p in pids.items() if session.alive(h, p)}
         result = session.wait(timeout=SHORT_TIMEOUT_S)
     print(f"every other node stopped {stopped_after:.2f}s after sub1 failed "
           f"(bound {STOP_BOUND_S}s)")
