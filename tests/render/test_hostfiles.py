@@ -27,7 +27,7 @@ from derive_env.cli.envfile import parse_env_file
 from derive_env.errors import LabelError, TopologyError
 from derive_env.pipeline import host_list
 from derive_env.render.hostfiles import HOST_FORMATS, render_hosts
-from derive_env.topology import ClusterTopology, Node
+from derive_env.topology import ClusterTopology, Inputs, Node
 from helpers import console_script, require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def session_env(service: str, **extra: str) -> dict[str, str]:
 
 def host_list_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
     """What the command line prints for ``--format fmt``: the pipeline's host list, printed."""
-    topology, nproc, opted_in = host_list(environ, labels)
+    topology, nproc, opted_in = host_list(Inputs(environ, labels))
     return render_hosts(topology, fmt, nproc, opted_in=opted_in)
 
 
