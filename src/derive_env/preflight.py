@@ -27,12 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from derive_env.frameworks.context import HostFacts
-from derive_env.frameworks.network import (
-    connected_subnets,
-    local_addresses_v4,
-    own_interface,
-    route_choice,
-)
+from derive_env.frameworks.network import connected_subnets, own_interface, route_choice
+from derive_env.hostnet import local_v4, own_v6
 from derive_env.hosts import is_ip
 from derive_env.topology import ClusterTopology
 
@@ -224,16 +220,11 @@ def check_peers(host: str, peers: Sequence[str], resolved: Mapping[str, Sequence
 def own_addresses(facts: HostFacts) -> dict[str, str]:
     """Every address this node holds -> the interface holding it (``lo`` for loopback)."""
     own: dict[str, str] = {}
-    for address in sorted(local_addresses_v4(facts.local_v4)):
+    for address in sorted(local_v4(facts.local_v4)):
         text = str(address)
         own[text] = "lo" if address.is_loopback else (own_interface(text, facts) or "?")
-    for line in facts.addresses_v6.splitlines():
-        fields = line.split()
-        if len(fields) >= 6:
-            try:
-                own[str(ipaddress.IPv6Address(int(fields[0], 16)))] = fields[5]
-            except ValueError:
-                continue
+    for address_v6, iface in own_v6(facts.addresses_v6).items():
+        own[str(address_v6)] = iface
     return own
 
 
