@@ -35,9 +35,6 @@ from derive_env.topology import ClusterTopology, Inputs, ProcessLayout
 
 #: At most this many nodes get a row: the first ones, this node and the last one.
 ROWS = 32
-#: Variables whose value a node takes from itself (its interfaces, its devices): never
-#: derived for another node.
-NODE_DECIDED = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "JAX_LOCAL_DEVICE_IDS")
 
 
 class NodeRow(NamedTuple):
@@ -198,13 +195,13 @@ def _fill(row: NodeRow, first: Sequence[DerivedVariable] = (),
     process's variables by name."""
     at_last = {v.name: v for v in last}
     for var in first:
-        if var.name in NODE_DECIDED:
+        if var.node_decided:  # never derived for another node
             continue
         row.cells[var.name] = _cell(var, at_last.get(var.name, var))
         if var.kept and var.scope != SHARED and var.name not in preset and not same_value(
                 var.compare, var.value, var.derived or ""):
             row.conflicts[var.name] = var.value
-    return row, {v.name: v for v in first if v.name not in NODE_DECIDED}
+    return row, {v.name: v for v in first if not v.node_decided}
 
 
 def _text(var: DerivedVariable) -> str:
@@ -254,6 +251,6 @@ def _node_decided(own: Derivation | None, values: Sequence[Mapping[str, DerivedV
         return ()
     mine = next((found for found, row in zip(values, rows, strict=True)
                  if row.rank == own.topology.node_rank), None) or {}
-    return tuple(v.name for v in own.variables if v.name in NODE_DECIDED or (
+    return tuple(v.name for v in own.variables if v.node_decided or (
         not v.kept and (v.name not in mine or mine[v.name].value != v.value)
         and v.scope == SHARED))

@@ -196,7 +196,8 @@ def _own_name(ctx: Context) -> str:
 
 
 def _set(out: Contribution, iface: str, source: str) -> None:
-    out.variables += [var(name, iface, source, scope=SHARED) for name in VARIABLES]
+    out.variables += [var(name, iface, source, scope=SHARED, node_decided=True)
+                      for name in VARIABLES]
 
 
 def _overlay_default(ctx: Context, out: Contribution) -> None:
