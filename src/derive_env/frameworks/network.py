@@ -243,8 +243,9 @@ def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[
         if iface and iface in facts.interfaces:
             route = f"label {LABEL}=auto: route to the master {master} ({address})"
             candidates.append((iface, route, ties))
-    chosen = _choose(candidates, rejected, multi, connected_subnets(facts), peer_addresses,
-                     master, out)
+    subnets = connected_subnets(facts)
+    judged = [(c, _unusable(c[0], multi, subnets, peer_addresses)) for c in candidates]
+    chosen = _choose(judged, rejected, master, out)
     out.notes += [f"label {LABEL}=auto: not chosen: {reason}" for reason in rejected]
     late = [host for host in peers if not _addresses(host, resolved)]
     if late and ctx.environ.get(POD):
@@ -310,14 +311,13 @@ def _hosts_candidates(facts: HostFacts, rejected: list[str]) -> list[Candidate]:
     return candidates
 
 
-def _choose(candidates: list[Candidate], rejected: list[str], multi: bool,
-            subnets: dict[str, list[IPNetwork]], peer_addresses: list[tuple[str, str]],
-            master: str, out: Contribution) -> str | None:
-    """Set the first usable candidate (a warning when its route ties with another's); the
+def _choose(judged: list[tuple[Candidate, str | None]], rejected: list[str], master: str,
+            out: Contribution) -> str | None:
+    """Set the first usable candidate of ``judged`` (each with why it is not usable, or
+    ``None``: :func:`_unusable`), with a warning when its route ties with another's; the
     reasons the others before it were not usable go to ``rejected``. :returns: it, or
     ``None``."""
-    for iface, source, ties in candidates:
-        reason = _unusable(iface, multi, subnets, peer_addresses)
+    for (iface, source, ties), reason in judged:
         if reason:
             if reason not in rejected:
                 rejected.append(reason)
