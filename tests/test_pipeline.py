@@ -3,7 +3,6 @@ the same inputs -> what the host formats print."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -215,8 +214,7 @@ def test_host_list_checks_labels_before_topology(backendai_env) -> None:
 def test_host_list_of_a_batch_script_where_derive_stops() -> None:
     """A batch script of several nodes: derive() stops (only srun starts the other nodes),
     the host list is the allocation's (``hosts_only``)."""
-    sys.path.insert(0, str(TESTS / "e2e"))
-    from record_envs import load_fixture
+    from support.recorded import load_fixture
 
     _, env = load_fixture(TESTS / "fixtures/recorded/sbatch-3node/batch.env")
     labels = {PREFIX + "frameworks": "pytorch", NPROC: "2"}

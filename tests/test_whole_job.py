@@ -3,9 +3,6 @@ derivation with that node as "this node", for every source; conflicts are marked
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from derive_env.errors import TopologyError
@@ -13,10 +10,7 @@ from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.topology import Inputs
 from derive_env.whole_job import ROWS, JobView, NodeRow, job_view
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
-
-from record_envs import FIXTURES, load_fixture
+from support.recorded import FIXTURES, load_fixture
 
 FW = PREFIX + "frameworks"
 ALL = {FW: "pytorch,tensorflow,jax"}

@@ -12,22 +12,18 @@ the helpers of this file.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
-from record_envs import FIXTURES, load_fixture
-
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, seen_sources, slurm
 from derive_env.sources.report import Processes
 from derive_env.sources.slurm_hostlist import expand_hostlist
 from derive_env.topology import Node
+from support.recorded import FIXTURES, load_fixture
 
 N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
 ALL3 = (Node(N09), Node(N10), Node(N11))
