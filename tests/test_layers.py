@@ -256,3 +256,41 @@ def test_the_checker_sees_a_wrong_import() -> None:
     tree = ast.parse("from derive_env.merge import merge\nif TYPE_CHECKING:\n"
                      "    from derive_env.policy import ImagePolicy\n")
     assert _imports(tree, "derive_env.sources") == {"derive_env.merge"}
+
+
+TESTS = ROOT / "tests"
+
+
+def _test_reaches(path: Path) -> list[str]:
+    """What a test file does that only tests/support may offer: import a test module
+    (``test_*``, a sibling's ``conftest``) or change ``sys.path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        found += [f"imports {n}" for n in names
+                  if n.rpartition(".")[2].startswith("test_") or n.endswith(".conftest")]
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and ast.unparse(node.func.value) == "sys.path"):
+            found.append(f"sys.path.{node.func.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(p for p in TESTS.rglob("*.py")
+                                        if "e2e" not in p.relative_to(TESTS).parts),
+                         ids=lambda p: str(p.relative_to(TESTS)))
+def test_no_test_reaches_into_another(path: Path) -> None:
+    """Builders, strategies and loaders live in tests/support; tests/ is on the path
+    (pyproject.toml). The e2e harness, run as scripts too, keeps its own path lines."""
+    assert _test_reaches(path) == []
+
+
+def test_the_test_checker_sees_a_reach(tmp_path: Path) -> None:
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import sys\nsys.path.insert(0, 'e2e')\nfrom test_slurm import step\n"
+                     "def f():\n    from sources.conftest import manifest\n")
+    assert _test_reaches(probe) == ["sys.path.insert", "imports test_slurm",
+                                    "imports sources.conftest"]

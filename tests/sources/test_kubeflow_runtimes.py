@@ -200,7 +200,7 @@ TRAINER = {"image", "command", "args", "env", "numNodes", "resourcesPerNode",
 
 
 def test_the_xgboost_manifest_names_only_the_apis_fields() -> None:
-    from sources.conftest import manifest
+    from support.k8s import manifest
 
     job = manifest("TrainJob", "xgb", page="kubeflow.md")
     assert set(job["spec"]) <= TRAINJOB_SPEC and set(job["spec"]["trainer"]) <= TRAINER
