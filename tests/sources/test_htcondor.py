@@ -83,21 +83,6 @@ def test_every_node_of_a_job_derives_one_job(count: int) -> None:
     assert len({digest_of(facts_of(d.topology, d)) for d in derivations}) == 1
 
 
-TEXT = st.text(st.characters(codec="utf-8"), max_size=10) | st.sampled_from(
-    ["0", "1", "2", "-1", "01", ""])
-
-
-@settings(max_examples=200, deadline=None)
-@given(values=st.fixed_dictionaries({"_CONDOR_PROCNO": TEXT, "_CONDOR_NPROCS": TEXT,
-                                     "_CONDOR_REMOTE_SPOOL_DIR": TEXT}))
-def test_arbitrary_text_gives_a_report_or_a_topology_error(values: dict[str, str]) -> None:
-    try:
-        report = htcondor.read(values, BY_NAME["htcondor"])
-    except TopologyError:
-        return
-    assert report.node_rank is not None and report.node_rank < (report.num_nodes or 0)
-
-
 @settings(max_examples=60, deadline=None)
 @given(count=st.integers(2, 64), data=st.data())
 def test_no_job_of_several_nodes_derives_one_node(count: int, data: st.DataObject) -> None:
