@@ -152,3 +152,14 @@ def test_a_cyclic_placement_derives_no_other_nodes_ranks() -> None:
         "their per-process variables are not derived here")
     block = job_view(Inputs(recorded("srun-block/task1"), {FW: "pytorch"}))
     assert [r.cells["RANK"] for r in block.rows] == ["0-1", "2-3", "4-5"]
+
+
+def test_a_user_set_nproc_is_the_jobs_choice_not_this_nodes() -> None:
+    """PET_NPROC_PER_NODE from the GPU count is this node's own; the user's value wins
+    on every node alike, so it is not listed as this node's decision."""
+    env = session("sub1", GPU_COUNT="2", PET_NPROC_PER_NODE="4")
+    view = job_view(Inputs(env, {FW: "pytorch"}), own=derive(env, {FW: "pytorch"}))
+    assert view.node_decided == ()
+    env = session("sub1", GPU_COUNT="2")
+    view = job_view(Inputs(env, {FW: "pytorch"}), own=derive(env, {FW: "pytorch"}))
+    assert view.node_decided == ("PET_NPROC_PER_NODE",)

@@ -251,6 +251,13 @@ def _node_decided(own: Derivation | None, values: Sequence[Mapping[str, DerivedV
         return ()
     mine = next((found for found, row in zip(values, rows, strict=True)
                  if row.rank == own.topology.node_rank), None) or {}
-    return tuple(v.name for v in own.variables if v.node_decided or (
+    return tuple(v.name for v in own.variables if _decided_here(v) or (
         not v.kept and (v.name not in mine or mine[v.name].value != v.value)
         and v.scope == SHARED))
+
+
+def _decided_here(var: DerivedVariable) -> bool:
+    """``var`` is this node's own decision (``node_decided``): its interfaces and devices,
+    whoever set them; its GPU count's ``PET_NPROC_PER_NODE`` only when derived, as a user's
+    value is the job's choice, the same on every node (the merge reads it as SHARED)."""
+    return var.node_decided and not (var.kept and var.name == "PET_NPROC_PER_NODE")
