@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from importlib import import_module
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.frameworks import FRAMEWORKS
 from derive_env.frameworks.context import (
@@ -24,8 +24,11 @@ from derive_env.labels import is_opted_in
 from derive_env.merge import changes, check_user_values, merge
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import topology_from
-from derive_env.topology import ClusterTopology, FileReader, Inputs
+from derive_env.topology import ClusterTopology, Inputs
 from derive_env.validation import count_of
+
+if TYPE_CHECKING:
+    from derive_env.topology import FileReader
 
 
 class Derivation(NamedTuple):

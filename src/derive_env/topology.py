@@ -11,7 +11,8 @@ local world size); that layer is the optional :attr:`ClusterTopology.processes`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import namedtuple
+from collections.abc import Iterable, Mapping
 from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Annotated, NamedTuple
@@ -21,7 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 from derive_env.hosts import is_loopback, repeated_host
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from derive_env.frameworks.context import HostFacts
+
+    #: Reads the files a source needs (``SLURM_HOSTFILE``): paths -> their text, ``None``
+    #: for one that cannot be read.
+    FileReader = Callable[[Sequence[str]], Mapping[str, str | None]]
 
 #: Address used as master in a single-container session (contract section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
@@ -219,12 +226,8 @@ class ClusterTopology(BaseModel):
         return " + ".join(found or ()) or "(none)"
 
 
-#: Reads the files a source needs (``SLURM_HOSTFILE``): paths -> their text, ``None`` for
-#: one that cannot be read.
-FileReader = Callable[[Sequence[str]], Mapping[str, "str | None"]]
-
-
-class Inputs(NamedTuple):
+class Inputs(namedtuple("Inputs", "environ labels files facts choice",
+                        defaults=(None, None, None))):
     """What the edge (cli/) read for one derivation, handed to the pure stages as one value
     (as torch's ``RendezvousParameters`` is one value for a rendezvous).
 
@@ -239,11 +242,16 @@ class Inputs(NamedTuple):
         ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
     """
 
-    environ: Mapping[str, str]
-    labels: Mapping[str, str]
-    files: FileReader | None = None
-    facts: HostFacts | Callable[[], HostFacts] | None = None
-    choice: str | None = None
+    # collections.namedtuple, not typing.NamedTuple: no annotation to evaluate on every
+    # start that loads this module (benchmarks/startup.py counts the instructions).
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        environ: Mapping[str, str]
+        labels: Mapping[str, str]
+        files: FileReader | None
+        facts: HostFacts | Callable[[], HostFacts] | None
+        choice: str | None
 
 
 def nodes_of(hosts: Iterable[str], roles: Iterable[str] | None = None,
