@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import re
-from typing import NamedTuple
+from collections import namedtuple
 
 #: Route flags (linux/route.h).
 RTF_UP, RTF_GATEWAY = 0x1, 0x2
@@ -33,13 +33,13 @@ RTF_UP, RTF_GATEWAY = 0x1, 0x2
 _TRIE_LEAF = re.compile(r"\s*\|--\s+(\d+\.\d+\.\d+\.\d+)\s*$")
 _TRIE_LOCAL = re.compile(r"\s*/32\s+host\s+LOCAL\s*$")
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-class Route(NamedTuple):
+class Route(namedtuple("Route", "network metric interface via_gateway gateway",
+                       defaults=(None,))):
     """One route of a main routing table.
 
-    :ivar network: its destination.
+    :ivar network: its destination (an ``IPv4Network`` or ``IPv6Network``).
     :ivar metric: its metric (lower wins among equal prefixes).
     :ivar interface: the interface it goes out through.
     :ivar via_gateway: whether it goes through a gateway (``RTF_GATEWAY``), else the
@@ -48,11 +48,7 @@ class Route(NamedTuple):
         routes and for an IPv4 gateway field that is not a 4-byte hex address.
     """
 
-    network: IPNetwork
-    metric: int
-    interface: str
-    via_gateway: bool
-    gateway: ipaddress.IPv4Address | None = None
+    __slots__ = ()  # a plain namedtuple: nothing evaluated per field at import
 
 
 def routes_v4(text: str) -> list[Route]:
