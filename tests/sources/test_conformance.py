@@ -3,8 +3,9 @@ its table line, and by a job builder in tests/support/jobs.py for the second):
 
 * arbitrary text in its variables (and in the files it asks for) gives a topology or a
   ``TopologyError``, never another exception; a topology's ranks are below its counts;
-* every node (or process) of a job of random size derives one master, node ranks
-  0..n-1, and one job digest.
+* every node (or process) of a job of random size derives one ``MASTER_ADDR``, the
+  ``NODE_RANK`` values 0..n-1 (n the job's node count; process ranks 0..world-1 when the
+  job is one process each), and one job digest.
 
 Read through the program's own door, ``topology_from`` with the line forced (as
 ``--source NAME``) and ``pipeline.derive``, so they hold whatever module reads the line.
@@ -129,21 +130,29 @@ def test_every_node_of_a_job_derives_one_job(name: str) -> None:
     @SETTINGS
     @given(job=JOBS[name])
     def check(job: list[tuple[dict[str, str], dict[str, str | None]]]) -> None:
-        masters, digests, ranks, counts = set(), set(), set(), set()
+        masters, digests, ranks, counts, processes = set(), set(), set(), set(), []
         for env, files in job:
             derivation = derive(env, LABELS, files=lambda paths, f=files: {
                 p: f.get(p) for p in paths})
             assert derivation is not None
             topology = derivation.topology
             assert topology.source == name
-            masters.add(derivation.changes().get("MASTER_ADDR", env.get("MASTER_ADDR")))
+            derived = {v.name: v.value for v in derivation.variables}
+            masters.add(derived.get("MASTER_ADDR") or env.get("MASTER_ADDR"))
             digests.add(digest_of(facts_of(topology, derivation)))
-            ranks.add(topology.node_rank)
+            # the node rank the frameworks get: derived, a launcher's own, or the topology's
+            ranks.add(derived.get("NODE_RANK") or env.get("NODE_RANK")
+                      or (None if topology.node_rank is None else str(topology.node_rank)))
             counts.add(topology.num_nodes)
+            if topology.processes is not None:
+                processes.append((topology.processes.rank, topology.processes.world_size))
         assert len(masters) == 1 and None not in masters
         assert len(digests) == 1
         (count,) = counts
-        assert ranks == set(range(count))
+        if ranks != {None}:  # a launcher that states only its processes: their ranks below
+            assert ranks == {str(rank) for rank in range(count)}
+        if len(processes) == len(job):  # one process each: ranks 0..world-1, once each
+            assert sorted(processes) == [(r, len(job)) for r in range(len(job))]
 
     check()
 

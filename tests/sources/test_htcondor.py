@@ -20,15 +20,10 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, htcondor, seen_sources
 from derive_env.sources.compose import topology_from
 from derive_env.sources.report import Report
+from support.jobs import CONDOR_SPOOL as SPOOL
+from support.jobs import htcondor_node as node
 
-SPOOL = "/var/lib/condor/spool/7/0/cluster7.proc0.subproc0"
 LABELS = {PREFIX + "frameworks": "pytorch,jax"}
-
-
-def node(number: int, count: int) -> dict[str, str]:
-    return {"_CONDOR_PROCNO": str(number), "_CONDOR_NPROCS": str(count),
-            "_CONDOR_REMOTE_SPOOL_DIR": SPOOL, "_CONDOR_SCRATCH_DIR": "/var/lib/condor/execute/"
-            "dir_4242", "_CONDOR_SLOT": "slot1_1"}
 
 
 def test_a_node_exactly() -> None:

@@ -86,6 +86,100 @@ def _volcano(draw) -> Job:
             for task, replicas in sorted(tasks.items()) for i in range(replicas)]
 
 
+# -- the managers' own environments (each source's tests use them too) -----------------------
+
+CONDOR_SPOOL = "/var/lib/condor/spool/7/0/cluster7.proc0.subproc0"
+
+
+def htcondor_node(number: int, count: int) -> dict[str, str]:
+    return {"_CONDOR_PROCNO": str(number), "_CONDOR_NPROCS": str(count),
+            "_CONDOR_REMOTE_SPOOL_DIR": CONDOR_SPOOL,
+            "_CONDOR_SCRATCH_DIR": "/var/lib/condor/execute/dir_4242", "_CONDOR_SLOT": "slot1_1"}
+
+
+def flux_task(rank: int, local: int, size: int, nodes: int, job: str = "ƒuZZybuNNy",
+         pmi: bool = True) -> dict[str, str]:
+    env = {"FLUX_URI": "local:///run/flux/local", "FLUX_KVS_NAMESPACE": f"job-{job}",
+           "FLUX_JOB_ID_PATH": f"/{job}", "FLUX_JOB_SIZE": str(size),
+           "FLUX_JOB_NNODES": str(nodes), "FLUX_JOB_ID": job,
+           "FLUX_TASK_LOCAL_ID": str(local), "FLUX_TASK_RANK": str(rank)}
+    if pmi:
+        env.update(PMI_RANK=str(rank), PMI_SIZE=str(size), PMI_FD="3")
+    return env
+
+
+AZUREML_RUN = "train_1700000000_a1b2c3d4"
+
+
+def azureml_mpi(rank: int, nodes: int, per_node: int, master: str = "10.0.0.4",
+        count: bool = True) -> dict[str, str]:
+    """Process ``rank`` of an MPI-distribution job (mpirun fills node by node)."""
+    environ = {"AZUREML_RUN_ID": AZUREML_RUN, "AZ_BATCH_MASTER_NODE": f"{master}:6000",
+               "OMPI_COMM_WORLD_SIZE": str(nodes * per_node),
+               "OMPI_COMM_WORLD_RANK": str(rank),
+               "OMPI_COMM_WORLD_LOCAL_RANK": str(rank % per_node),
+               "OMPI_COMM_WORLD_LOCAL_SIZE": str(per_node)}
+    if count:
+        environ["AZUREML_NODE_COUNT"] = str(nodes)
+    return environ
+
+
+def azureml_pytorch(rank: int, nodes: int, per_node: int) -> dict[str, str]:
+    """Process ``rank`` of a PyTorch-distribution job (the guide's variables)."""
+    return {"AZUREML_RUN_ID": AZUREML_RUN, "AZUREML_NODE_COUNT": str(nodes),
+            "MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "6105",
+            "WORLD_SIZE": str(nodes * per_node), "RANK": str(rank),
+            "LOCAL_RANK": str(rank % per_node), "NODE_RANK": str(rank // per_node)}
+
+
+def skypilot_node(ips: list[str], rank: int, gpus: int = 8,
+                  task: str = "sky-2026-12-02-01-00-00-000000_mycluster_1") -> dict[str, str]:
+    """One node of a SkyPilot task (task_codegen.py ``_add_ray_task``)."""
+    return {"SKYPILOT_NODE_IPS": "\n".join(ips), "SKYPILOT_NODE_RANK": str(rank),
+            "SKYPILOT_NUM_NODES": str(len(ips)), "SKYPILOT_NUM_GPUS_PER_NODE": str(gpus),
+            "SKYPILOT_TASK_ID": task, "SKYPILOT_CLUSTER_INFO": "{}"}
+
+
+def dstack_node(ips: list[str], rank: int, gpus: int = 8, run: str = "3f2a") -> dict[str, str]:
+    """One node of a dstack task (executor.go ``execJob``)."""
+    return {"DSTACK_RUN_NAME": "train", "DSTACK_REPO_ID": "repo", "DSTACK_RUN_ID": run,
+            "DSTACK_NODES_IPS": "\n".join(ips), "DSTACK_MASTER_NODE_IP": ips[0],
+            "DSTACK_NODE_RANK": str(rank), "DSTACK_NODES_NUM": str(len(ips)),
+            "DSTACK_GPUS_PER_NODE": str(gpus), "DSTACK_GPUS_NUM": str(len(ips) * gpus)}
+
+
+def ipv4s(count: int) -> list[str]:
+    return [f"10.{i // 65536}.{i // 256 % 256}.{i % 256 + 0}" for i in range(1, count + 1)]
+
+
+@st.composite
+def _htcondor(draw) -> Job:
+    count = draw(st.integers(1, 32))
+    return [({**htcondor_node(n, count), "MASTER_ADDR": "10.1.0.5"}, {}) for n in range(count)]
+
+
+@st.composite
+def _flux(draw) -> Job:
+    nodes = draw(st.integers(1, 16))
+    return [({**flux_task(r, 0, nodes, nodes), "MASTER_ADDR": "node0"}, {}) for r in range(nodes)]
+
+
+@st.composite
+def _azureml(draw, kind: str) -> Job:
+    # AZ_BATCH_MASTER_NODE is set for more than one node only
+    nodes, per_node = draw(st.integers(2 if kind == "mpi" else 1, 8)), draw(st.integers(1, 4))
+    make = azureml_mpi if kind == "mpi" else azureml_pytorch
+    return [(make(rank, nodes, per_node), {}) for rank in range(nodes * per_node)]
+
+
+@st.composite
+def _launchtools(draw, kind: str) -> Job:
+    ips = draw(st.permutations(ipv4s(draw(st.integers(1, 24)))))
+    gpus = draw(st.integers(0, 8))
+    make = skypilot_node if kind == "skypilot" else dstack_node
+    return [(make(ips, rank, gpus), {}) for rank in range(len(ips))]
+
+
 JOBS = {
     "backendai": _backendai(),
     "slurm-step": _slurm_step(),
@@ -95,4 +189,10 @@ JOBS = {
     "lws": _lws(),
     "tf-config": _tf_config(),
     "volcano": _volcano(),
+    "htcondor": _htcondor(),
+    "flux": _flux(),
+    "azureml-mpi": _azureml("mpi"),
+    "azureml-pytorch": _azureml("pytorch"),
+    "skypilot": _launchtools("skypilot"),
+    "dstack": _launchtools("dstack"),
 }
