@@ -7,14 +7,11 @@ Run after a change of derive-env's output: ``.venv/bin/python tests/regen_docs_e
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from helpers import console_script
-from test_docs_snippets import PAGES, REPO, blocks, console_examples
+from support.docs import PAGES, REPO, blocks, console_examples
 
 
 def run(command: str) -> str:

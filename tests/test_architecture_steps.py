@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from derive_env.sources import SOURCE_NAMES
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 SRC = ROOT / "src" / "derive_env"
@@ -94,7 +96,7 @@ def test_add_a_manager_is_one_file_plus_one_line(tmp_path: Path) -> None:
             "print(options.help_of(next(o for o in options.OPTIONS if o.name == '--source')))")
     shown = subprocess.run([sys.executable, "-I", "-c", code, str(src)], capture_output=True,
                            text=True, timeout=60, check=True).stdout
-    assert ", ray-train, azureml-pytorch, example)" in shown
+    assert f"{', '.join(SOURCE_NAMES)}, example)" in shown
     # without the step, the same environment is a single container
     plain = _derive(ROOT / "src", env, labels)
     assert plain["changes"]["MASTER_ADDR"] == "127.0.0.1"

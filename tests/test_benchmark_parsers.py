@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import parsers
+from support import REPO, load_script
+
+parsers = load_script(REPO / "benchmarks" / "parsers.py")
 
 
 @pytest.mark.parametrize("name", list(parsers.cases()))

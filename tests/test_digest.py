@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,14 +30,9 @@ from derive_env.digest import (
 from derive_env.frameworks.context import HostFacts
 from derive_env.pipeline import derive
 from derive_env.sources.compose import topology_from
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "properties"))
-sys.path.insert(0, str(HERE / "sources"))
-from test_backendai_properties import hosts_by_index, sessions  # noqa: E402
-from test_job_properties import with_mpi  # noqa: E402
-from test_kubeflow import pytorchjob_pod, trainjob_node  # noqa: E402
-from test_slurm import job_envs, mpi_in_allocation, slurm_jobs  # noqa: E402
+from support.backendai import hosts_by_index, sessions
+from support.kubeflow import pytorchjob_pod, trainjob_node
+from support.slurm import job_envs, mpi_in_allocation, slurm_jobs, with_mpi
 
 PREFIX = "ai.backend.distributed."
 FW = PREFIX + "frameworks"

@@ -70,10 +70,7 @@ def find_python(version: str) -> str:
 
     The same search as the Makefile's ``python_of``; skips (fails under CI=true) if none.
     """
-    # Imported here, not at module level: tests/e2e needs 3.11, and this module must still
-    # be collected (then deselected) by the per-Python runs on 3.10.
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
-    from sessions import require
+    from helpers import require
 
     root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
     if shutil.which("pyenv"):

@@ -3,7 +3,6 @@ the same inputs -> what the host formats print."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from derive_env.errors import LabelError, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import Derivation, derive, host_list
+from derive_env.topology import Inputs
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax", "maintainer": "someone"}
 HOSTS_ORDER = ["sub2", "main1", "sub1"]  # as a database query may return them
@@ -152,7 +152,7 @@ def test_host_list_not_opted_in_reads_no_label(backendai_env) -> None:
     """The host formats set nothing: an image that did not opt in gets the topology, and its
     labels are not read for N (not even a malformed one: the command line reports stray labels)."""
     env = {**backendai_env(HOSTS_ORDER, "sub1"), "PET_NPROC_PER_NODE": "3"}
-    topology, nproc, opted_in = host_list(env, {NPROC: "zero"})
+    topology, nproc, opted_in = host_list(Inputs(env, {NPROC: "zero"}))
     assert [node.host for node in topology.nodes] == ["main1", "sub1", "sub2"]
     assert (nproc, opted_in) == (None, False)
 
@@ -175,7 +175,7 @@ def test_host_list_nproc_is_the_merged_pet_nproc_per_node(
     if user is not None:
         env["PET_NPROC_PER_NODE"] = user
     labels = {PREFIX + "frameworks": "pytorch", **({NPROC: label} if label else {})}
-    topology, got, opted_in = host_list(env, labels)
+    topology, got, opted_in = host_list(Inputs(env, labels))
     assert (got, opted_in) == (nproc, True)
     assert topology.num_nodes == 3
     if user == "0":  # torchrun refuses it (issue 15, item 7): the derivation says so
@@ -192,36 +192,35 @@ def test_host_list_nproc_is_the_merged_pet_nproc_per_node(
 def test_host_list_takes_the_user_value_for_an_image_without_pytorch(backendai_env) -> None:
     """A session-wide PET_NPROC_PER_NODE is what torchrun starts, whatever the image derives."""
     env = {**backendai_env(HOSTS_ORDER, "sub2"), "PET_NPROC_PER_NODE": "4"}
-    assert host_list(env, {PREFIX + "frameworks": "tensorflow", NPROC: "2"})[1] == 4
+    assert host_list(Inputs(env, {PREFIX + "frameworks": "tensorflow", NPROC: "2"}))[1] == 4
 
 
 def test_host_list_gpu_count_is_left_to_the_renderer(backendai_env) -> None:
     """Without the label the GPU count is not N here: a launcher's own counts per node come
     first (render_hosts), and the topology carries the GPU count."""
     env = {**backendai_env(HOSTS_ORDER, "sub2"), "GPU_COUNT": "4"}
-    topology, nproc, _ = host_list(env, {PREFIX + "frameworks": "pytorch"})
+    topology, nproc, _ = host_list(Inputs(env, {PREFIX + "frameworks": "pytorch"}))
     assert (nproc, topology.gpus_per_node) == (None, 4)
 
 
 def test_host_list_checks_labels_before_topology(backendai_env) -> None:
     env = {**backendai_env(HOSTS_ORDER, "sub1"), "BACKENDAI_CLUSTER_SIZE": "x"}
     with pytest.raises(LabelError):
-        host_list(env, {**ALL, NPROC: "0"})
+        host_list(Inputs(env, {**ALL, NPROC: "0"}))
     with pytest.raises(TopologyError):
-        host_list(env, ALL)
+        host_list(Inputs(env, ALL))
 
 
 def test_host_list_of_a_batch_script_where_derive_stops() -> None:
     """A batch script of several nodes: derive() stops (only srun starts the other nodes),
     the host list is the allocation's (``hosts_only``)."""
-    sys.path.insert(0, str(TESTS / "e2e"))
-    from record_envs import load_fixture
+    from support.recorded import load_fixture
 
     _, env = load_fixture(TESTS / "fixtures/recorded/sbatch-3node/batch.env")
     labels = {PREFIX + "frameworks": "pytorch", NPROC: "2"}
     with pytest.raises(TopologyError):
         derive(dict(env), labels)
-    topology, nproc, opted_in = host_list(dict(env), labels)
+    topology, nproc, opted_in = host_list(Inputs(dict(env), labels))
     assert [node.host for node in topology.nodes] == ["gpu-a100-09", "gpu-a100-10",
                                                         "gpu-a100-11"]
     assert (nproc, opted_in) == (2, True)
@@ -231,5 +230,5 @@ def test_host_list_inputs_not_modified(backendai_env) -> None:
     env = {**backendai_env(HOSTS_ORDER, "sub1"), "PET_NPROC_PER_NODE": "3"}
     labels = {**ALL, NPROC: "2"}
     before = (dict(env), dict(labels))
-    host_list(env, labels)
+    host_list(Inputs(env, labels))
     assert (env, labels) == before

@@ -103,24 +103,24 @@ def test_interfaces_as_gloo_and_nccl_read_them(variable, value, expected) -> Non
 
 def test_iface_reaches_every_peer() -> None:
     settings = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth"}
-    assert check_iface(settings, SUB1, "sub1", ["198.18.0.11"], PEERS) == passed("eth0,eth1")
-    assert check_iface({"GLOO_SOCKET_IFNAME": "eth1"}, SUB1, "sub1", [], PEERS) == failed(
+    assert check_iface(settings, SUB1, ("sub1", ["198.18.0.11"]), PEERS) == passed("eth0,eth1")
+    assert check_iface({"GLOO_SOCKET_IFNAME": "eth1"}, SUB1, ("sub1", []), PEERS) == failed(
         "GLOO_SOCKET_IFNAME=eth1: eth1 (198.18.1.0/24) does not reach main1 (198.18.0.10) on "
         "sub1: the kernel routes it through eth0")
-    assert check_iface({"GLOO_SOCKET_IFNAME": "eth9"}, SUB1, "sub1", [], PEERS) == failed(
+    assert check_iface({"GLOO_SOCKET_IFNAME": "eth9"}, SUB1, ("sub1", []), PEERS) == failed(
         "GLOO_SOCKET_IFNAME=eth9: no interface eth9 on sub1 (eth0, eth1, lo)")
     bare = SUB1._replace(interfaces=("eth0", "eth1", "eth2", "lo"))
-    assert check_iface({"NCCL_SOCKET_IFNAME": "=eth2"}, bare, "sub1", [], PEERS) == failed(
+    assert check_iface({"NCCL_SOCKET_IFNAME": "=eth2"}, bare, ("sub1", []), PEERS) == failed(
         "NCCL_SOCKET_IFNAME==eth2: eth2 holds no address on sub1")
 
 
 def test_iface_without_a_variable_is_the_one_holding_the_host_name() -> None:
-    assert check_iface({}, SUB1, "sub1", ["198.18.0.11"], PEERS) == passed("eth0")
-    assert check_iface({}, SUB1, "sub1", ["198.18.1.2"], PEERS) == failed(
+    assert check_iface({}, SUB1, ("sub1", ["198.18.0.11"]), PEERS) == passed("eth0")
+    assert check_iface({}, SUB1, ("sub1", ["198.18.1.2"]), PEERS) == failed(
         "eth1, holding sub1's address (no GLOO_SOCKET_IFNAME): eth1 (198.18.1.0/24) does not "
         "reach main1 (198.18.0.10) on sub1: the kernel routes it through eth0")
-    assert check_iface({}, SUB1, "sub1", ["127.0.1.1"], PEERS) is NOT_CHECKED
-    assert check_iface({"NCCL_SOCKET_IFNAME": "^lo"}, SUB1, "sub1", [], PEERS) is NOT_CHECKED
+    assert check_iface({}, SUB1, ("sub1", ["127.0.1.1"]), PEERS) is NOT_CHECKED
+    assert check_iface({"NCCL_SOCKET_IFNAME": "^lo"}, SUB1, ("sub1", []), PEERS) is NOT_CHECKED
 
 
 OK_CELLS = {"name": passed("198.18.0.1x"), "peers": passed("ok"), "port": passed("connected"),
@@ -190,7 +190,7 @@ FAILED: sub2 (port)
 
 def _output(rows: list[Row]) -> str:
     judged = judge(rows, EXPECTED)
-    return title(3, "nodes", "main1", 29500, 15) + table(judged) + verdict(judged)[1] + "\n"
+    return title(3, "nodes", "main1:29500", 15) + table(judged) + verdict(judged)[1] + "\n"
 
 
 def test_the_master_prints_the_whole_table() -> None:
@@ -213,9 +213,9 @@ def test_a_large_job_shows_only_the_failing_rows() -> None:
 
 
 def test_title_and_verdict_of_one_node_or_task() -> None:
-    assert title(1, "nodes", "127.0.0.1", 29500, 2.5) == (
+    assert title(1, "nodes", "127.0.0.1:29500", 2.5) == (
         "derive-env check: 1 node, master 127.0.0.1:29500, within 2.5 s\n")
-    assert title(6, "tasks", "2001:db8::1", 29500, 15) == (
+    assert title(6, "tasks", "[2001:db8::1]:29500", 15) == (
         "derive-env check: 6 tasks, master [2001:db8::1]:29500, within 15 s\n")
     assert verdict([HEALTHY[0]], "tasks") == (True, "all checks pass on 1 task")
 
@@ -260,12 +260,12 @@ def test_the_plan_of_a_task_of_two_per_node() -> None:
 
 
 def test_the_job_key_tells_jobs_and_ports_apart() -> None:
-    key = job_key("backendai", "s1", "main1", 29500, 3)
-    assert key == job_key("backendai", "s1", "MAIN1", 29500, 3)
+    key = job_key("backendai", "s1", ("main1", 29500), 3)
+    assert key == job_key("backendai", "s1", ("MAIN1", 29500), 3)
     assert len(key) == 16
-    assert len({key, job_key("backendai", "s2", "main1", 29500, 3),
-                job_key("backendai", "s1", "main1", 29501, 3),
-                job_key("backendai", "s1", "main1", 29500, 4)}) == 4
+    assert len({key, job_key("backendai", "s2", ("main1", 29500), 3),
+                job_key("backendai", "s1", ("main1", 29501), 3),
+                job_key("backendai", "s1", ("main1", 29500), 4)}) == 4
 
 
 def test_the_operator_guide_shows_these_tables() -> None:

@@ -3,19 +3,14 @@ derivation with that node as "this node", for every source; conflicts are marked
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
+from derive_env.topology import Inputs
 from derive_env.whole_job import ROWS, JobView, NodeRow, job_view
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
-
-from record_envs import FIXTURES, load_fixture
+from support.recorded import FIXTURES, load_fixture
 
 FW = PREFIX + "frameworks"
 ALL = {FW: "pytorch,tensorflow,jax"}
@@ -45,7 +40,7 @@ def recorded(name: str) -> dict[str, str]:
 
 def test_backendai_rows_are_each_nodes_derivation() -> None:
     env = session("sub1")
-    view = job_view(env, ALL, own=derive(env, ALL))
+    view = job_view(Inputs(env, ALL), own=derive(env, ALL))
     assert (view.source, view.num_nodes, view.own_rank, view.absent) == ("backendai", 3, 1, None)
     assert view.columns == ("NODE_RANK", "PET_NODE_RANK", "TF_CONFIG", "JAX_PROCESS_ID")
     assert [(r.rank, r.host, r.cells, r.conflicts) for r in view.rows] == [
@@ -60,7 +55,7 @@ def test_backendai_rows_are_each_nodes_derivation() -> None:
     assert view.node_decided == ("PET_NPROC_PER_NODE", "JAX_LOCAL_DEVICE_IDS")
     # the same table from every node of the session
     for host in ("main1", "sub2"):
-        other = job_view(session(host), ALL)
+        other = job_view(Inputs(session(host), ALL))
         assert (other.columns, other.shared) == (view.columns, view.shared)
         assert [r.cells for r in other.rows] == [r.cells for r in view.rows]
 
@@ -69,7 +64,7 @@ def test_a_session_wide_node_rank_is_marked_where_it_is_wrong() -> None:
     env = session("sub2", NODE_RANK="0", MASTER_PORT="1234")
     with pytest.raises(TopologyError, match="NODE_RANK='0'"):
         derive(env, {FW: "pytorch"})
-    view = job_view(env, {FW: "pytorch"})
+    view = job_view(Inputs(env, {FW: "pytorch"}))
     assert [r.conflicts for r in view.rows] == [{}, {"NODE_RANK": "0"}, {"NODE_RANK": "0"}]
     assert [r.cells["NODE_RANK"] for r in view.rows] == ["0", "1", "2"]
     # a session-wide value that wins (the port) is shown as the value every node uses
@@ -77,14 +72,14 @@ def test_a_session_wide_node_rank_is_marked_where_it_is_wrong() -> None:
 
 
 def test_a_wrong_session_wide_size_is_marked_in_the_shared_values() -> None:
-    view = job_view(session("sub1", PET_NNODES="2"), {FW: "pytorch"})
+    view = job_view(Inputs(session("sub1", PET_NNODES="2"), {FW: "pytorch"}))
     assert ("PET_NNODES", "3", "2") in view.shared
     assert all(r.conflicts == {} for r in view.rows)
 
 
 def test_processes_per_node_as_ranges() -> None:
     # srun -n5 over 3 nodes: 3 tasks on the first node, 1 on each other
-    view = job_view(recorded("srun-uneven/task4"), ALL)
+    view = job_view(Inputs(recorded("srun-uneven/task4"), ALL))
     cells = [(r.host, r.cells["RANK"], r.cells["LOCAL_RANK"], r.cells["TF_CONFIG"])
              for r in view.rows]
     assert cells == [("gpu-a100-09", "0-2", "0-2", "worker 0-2"),
@@ -98,7 +93,7 @@ def test_a_launcher_that_states_only_its_own_ranks() -> None:
     # mpirun inside an sbatch allocation: the nodes are known, not which ranks run where
     env = recorded("ompi-in-salloc/rank3")
     labels = {FW: "pytorch,jax"}
-    view = job_view(env, labels, own=derive(env, labels))
+    view = job_view(Inputs(env, labels), own=derive(env, labels))
     assert [r.host for r in view.rows] == ["gpu-a100-09", "gpu-a100-10", "gpu-a100-11"]
     assert [bool(r.cells) for r in view.rows] == [r.rank == view.own_rank for r in view.rows]
     assert view.notes == (
@@ -108,7 +103,7 @@ def test_a_launcher_that_states_only_its_own_ranks() -> None:
 
 
 def test_no_node_list_and_no_count_is_said_plainly() -> None:
-    view = job_view(recorded("ompi-ssh/rank3"), {FW: "pytorch"})
+    view = job_view(Inputs(recorded("ompi-ssh/rank3"), {FW: "pytorch"}))
     assert view == JobView(source="openmpi", num_nodes=None, own_rank=None, absent=(
         "openmpi states no node list and no node count: each process knows only its own ranks "
         "(OMPI_COMM_WORLD_RANK + OMPI_COMM_WORLD_LOCAL_RANK + OMPI_COMM_WORLD_SIZE + "
@@ -119,21 +114,21 @@ def test_no_node_list_and_no_count_is_said_plainly() -> None:
 
 def test_a_count_without_hosts_and_a_launchers_own_variables() -> None:
     # a TrainJob node: PET_NODE_RANK is the operator's for this node, not session-wide
-    view = job_view(trainjob_node("bert", 3, 1), {FW: "pytorch"})
+    view = job_view(Inputs(trainjob_node("bert", 3, 1), {FW: "pytorch"}))
     assert [(r.host, r.cells["NODE_RANK"], r.conflicts) for r in view.rows] == [
         ("bert-node-0-0.bert", "0", {}), (None, "1", {}), (None, "2", {})]
 
 
 def test_a_node_the_frameworks_refuse_keeps_its_row() -> None:
     # TensorFlow needs every node's processes, which mpirun does not state
-    view = job_view(recorded("ompi-in-salloc/rank0"), {FW: "tensorflow"})
+    view = job_view(Inputs(recorded("ompi-in-salloc/rank0"), {FW: "tensorflow"}))
     assert [r.rank for r in view.rows] == [0, 1, 2]
     assert view.rows[0] == NodeRow(rank=0, host="gpu-a100-09", name="", cells={},
                                    conflicts={}, error=None)
 
 
 def test_a_large_session_shows_the_first_nodes_this_one_and_the_last() -> None:
-    view = job_view(session("sub99", size=200), {FW: "pytorch"})
+    view = job_view(Inputs(session("sub99", size=200), {FW: "pytorch"}))
     ranks = [r.rank for r in view.rows]
     assert ranks == [*range(ROWS - 2), 99, 199]
     assert view.rows[-2].name == "sub99" and view.num_nodes == 200
@@ -141,7 +136,7 @@ def test_a_large_session_shows_the_first_nodes_this_one_and_the_last() -> None:
 
 def test_bad_labels_or_topology_raise() -> None:
     with pytest.raises(TopologyError):
-        job_view({**session("sub1"), "BACKENDAI_CLUSTER_SIZE": "4"}, {FW: "pytorch"})
+        job_view(Inputs({**session("sub1"), "BACKENDAI_CLUSTER_SIZE": "4"}, {FW: "pytorch"}))
 
 
 def test_a_cyclic_placement_derives_no_other_nodes_ranks() -> None:
@@ -149,11 +144,22 @@ def test_a_cyclic_placement_derives_no_other_nodes_ranks() -> None:
     table must not print node 0's ranks as 0-1 (they are 0 and 3). Found by the new-user
     trial of issue 14."""
     env = recorded("srun-cyclic/task1")
-    view = job_view(env, {FW: "pytorch"}, own=derive(env, {FW: "pytorch"}))
+    view = job_view(Inputs(env, {FW: "pytorch"}), own=derive(env, {FW: "pytorch"}))
     assert [(r.rank, r.cells.get("RANK")) for r in view.rows] == [(0, None), (1, "1"), (2, None)]
     assert view.notes[0] == (
         "this process is rank 1, local rank 0 on node rank 1: the ranks are not numbered node "
         "by node (a cyclic placement), and which ranks run on the other nodes is not stated: "
         "their per-process variables are not derived here")
-    block = job_view(recorded("srun-block/task1"), {FW: "pytorch"})
+    block = job_view(Inputs(recorded("srun-block/task1"), {FW: "pytorch"}))
     assert [r.cells["RANK"] for r in block.rows] == ["0-1", "2-3", "4-5"]
+
+
+def test_a_user_set_nproc_is_the_jobs_choice_not_this_nodes() -> None:
+    """PET_NPROC_PER_NODE from the GPU count is this node's own; the user's value wins
+    on every node alike, so it is not listed as this node's decision."""
+    env = session("sub1", GPU_COUNT="2", PET_NPROC_PER_NODE="4")
+    view = job_view(Inputs(env, {FW: "pytorch"}), own=derive(env, {FW: "pytorch"}))
+    assert view.node_decided == ()
+    env = session("sub1", GPU_COUNT="2")
+    view = job_view(Inputs(env, {FW: "pytorch"}), own=derive(env, {FW: "pytorch"}))
+    assert view.node_decided == ("PET_NPROC_PER_NODE",)

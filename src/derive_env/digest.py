@@ -20,12 +20,11 @@ The facts, in this order (docs/operator-guide.md, "The job digest"):
 * the derived variables, merged, by their scope
   (:mod:`derive_env.frameworks.context`): ``var.<NAME>`` for each ``SHARED``, ``FOLLOWS``
   and ``JOB`` variable (the same on every node by definition), a user-set value
-  included (a value set on one node only changes that node's digest), but for a value
-  that is this node's own (``PET_NPROC_PER_NODE`` from its GPU count); a ``NODE`` variable
+  included (a value set on one node only changes that node's digest); a ``NODE`` variable
   identifies the node and is left out, but for the job-wide part of a ``JSON`` document
-  (``TF_CONFIG``: ``var.TF_CONFIG.cluster``, every task's ``host:port``). The variables
-  of a framework whose line is ``node_local`` (the interface hints, decided by each node
-  from its own interfaces) are left out.
+  (``TF_CONFIG``: ``var.TF_CONFIG.cluster``, every task's ``host:port``). A variable a
+  node decides alone (``node_decided``: the interface hints, ``PET_NPROC_PER_NODE`` from
+  its GPU count) is left out.
 
 Values are written as the variable's comparison reads them (``01`` as ``1``, a host name
 in lower case), so two nodes that state one fact alike agree. Nothing node-local is in the
@@ -91,10 +90,8 @@ def facts_of(topology: ClusterTopology, derivation: Derivation | None = None) ->
         facts.append(("label.frameworks", "-"))
         return facts
     facts += _label_facts(derivation.policy)
-    local = {line.name for line in FRAMEWORKS if line.node_local}
     for var in derivation.variables:
-        if var.framework not in local:
-            facts += _variable_facts(var)
+        facts += _variable_facts(var)
     return facts
 
 
@@ -137,9 +134,9 @@ def _label_facts(policy: ImagePolicy) -> Iterator[Fact]:
 
 def _variable_facts(var: DerivedVariable) -> list[Fact]:
     """A job-wide variable's fact; a NODE one's job-wide part (a JSON document's keys but
-    its ``task``); nothing for any other, nor for a node's own value (``per_node``: a GPU
-    count, which may differ from node to node)."""
-    if var.per_node:
+    its ``task``); nothing for any other, nor for what a node decides alone
+    (``node_decided``: its interfaces, its GPU count, which may differ from node to node)."""
+    if var.node_decided:
         return []
     if var.scope in _JOB_WIDE:
         # JOB and FOLLOWS values are kept only when they equal the derived one: the derived

@@ -7,9 +7,9 @@ command line (cli/) reads inputs and renders or execs the result.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from importlib import import_module
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.frameworks import FRAMEWORKS
 from derive_env.frameworks.context import (
@@ -24,8 +24,11 @@ from derive_env.labels import is_opted_in
 from derive_env.merge import changes, check_user_values, merge
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import topology_from
-from derive_env.topology import ClusterTopology
+from derive_env.topology import ClusterTopology, Inputs
 from derive_env.validation import count_of
+
+if TYPE_CHECKING:
+    from derive_env.topology import FileReader
 
 
 class Derivation(NamedTuple):
@@ -52,9 +55,11 @@ def derive(
     labels: Mapping[str, str],
     facts: HostFacts | Callable[[], HostFacts] | None = None,
     source: str | None = None,
-    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
+    files: FileReader | None = None,
 ) -> Derivation | None:
-    """Derive the framework variables of one container.
+    """Derive the framework variables of one container: the public API's form of
+    :func:`derive_from` (each :class:`~derive_env.topology.Inputs` field by name;
+    ``source`` is its ``choice``).
 
     :param environ: the container's environment (cluster manager's and user's variables).
     :param labels: the image's labels. Keys under other prefixes are ignored, except near
@@ -67,6 +72,14 @@ def derive(
         ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
     :param files: reads the files a source needs (``SLURM_HOSTFILE``): paths -> contents
         (``None`` for one that cannot be read); ``None``: no file can be read.
+    :returns: and :raises: as :func:`derive_from`.
+    """
+    return derive_from(Inputs(environ, labels, files, facts, source))
+
+
+def derive_from(inputs: Inputs) -> Derivation | None:
+    """Derive the framework variables of one container from what the edge read.
+
     :returns: ``None`` when the image did not opt in (no ``frameworks`` label).
     :raises LabelError: bad labels, near misses included (exit 4).
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
@@ -74,11 +87,12 @@ def derive(
         topology (:func:`derive_env.sources.topology_from`); a user-set value that
         contradicts the derived one (:func:`derive_env.merge.check_user_values`).
     """
+    environ, labels = inputs.environ, inputs.labels
     if not is_opted_in(labels):
         return None
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
-    topology = topology_from(environ, source, files)
-    ctx = Context(topology=topology, policy=policy, environ=environ, host=facts)
+    topology = topology_from(environ, inputs.choice, inputs.files)
+    ctx = Context(topology=topology, policy=policy, environ=environ, host=inputs.facts)
     part = contributions(ctx)
     merged = merge(environ, part.variables, part.checks)
     # the source's warnings first: they concern the input
@@ -110,12 +124,7 @@ def contributions(ctx: Context) -> Contribution:
     return out
 
 
-def host_list(
-    environ: Mapping[str, str],
-    labels: Mapping[str, str],
-    source: str | None = None,
-    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
-) -> tuple[ClusterTopology, int | None, bool]:
+def host_list(inputs: Inputs) -> tuple[ClusterTopology, int | None, bool]:
     """What the host formats print (:mod:`derive_env.render.hostfiles`): the session's nodes
     and the processes per node the image states.
 
@@ -124,11 +133,9 @@ def host_list(
     as on every start, near misses included. ``on-error=warn`` does not apply: there is no
     command to run unchanged, and an empty host list would start a job on no node.
 
-    :param environ: the input environment (the cluster manager's variables).
-    :param labels: the image's labels; stray labels of an image that did not opt in must
-        already have been checked (the command line does).
-    :param source: ``--source``, as for :func:`derive`.
-    :param files: reads the files a source needs (``SLURM_HOSTFILE``), as for :func:`derive`.
+    :param inputs: the environment, the labels (stray labels of an image that did not opt in
+        must already have been checked: the command line does), ``--source`` and the file
+        reader, as for :func:`derive_from`; no host facts are read.
     :returns: ``(topology, nproc, opted_in)``: the topology, with the host list of a batch
         script's allocation too (``hosts_only``, :func:`derive_env.sources.topology_from`);
         ``nproc``, the merged ``PET_NPROC_PER_NODE`` when it is an integer >= 1 (a user-set
@@ -137,13 +144,15 @@ def host_list(
     :raises LabelError: bad labels (exit 4).
     :raises TopologyError: bad cluster variables (exit 3).
     """
+    environ, labels = inputs.environ, inputs.labels
     opted_in = is_opted_in(labels)
     nproc = None
     if opted_in:
         # All labels go to ImagePolicy: it reports near misses (ai.backend.distibuted....) as
         # every other path does, instead of silently dropping them.
         nproc = _nproc_per_node(environ, ImagePolicy.from_labels(labels).nproc_per_node)
-    return topology_from(environ, source, files, hosts_only=True), nproc, opted_in
+    return (topology_from(environ, inputs.choice, inputs.files, hosts_only=True), nproc,
+            opted_in)
 
 
 def _nproc_per_node(environ: Mapping[str, str], label: int | None) -> int | None:

@@ -27,13 +27,9 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from derive_env.frameworks.context import HostFacts
-from derive_env.frameworks.network import (
-    connected_subnets,
-    local_addresses_v4,
-    own_interface,
-    route_choice,
-)
-from derive_env.hosts import host_port, is_ip
+from derive_env.frameworks.network import connected_subnets, own_interface, route_choice
+from derive_env.hostnet import local_v4, own_v6
+from derive_env.hosts import is_ip
 from derive_env.topology import ClusterTopology
 
 #: The checks, in table order (contract section 8, "Preflight").
@@ -91,12 +87,12 @@ class Row(NamedTuple):
         return [name for name in CHECKS if self.cells.get(name, NOT_CHECKED).ok is False]
 
 
-def job_key(source: str, session: str, master: str, port: int, count: int | None) -> str:
+def job_key(source: str, session: str, master: tuple[str, int], count: int | None) -> str:
     """What the master's greeting and every row carry, so that a check of another job (or a
     session with another master) on the same port is told apart: 16 hex digits of SHA-256
-    over the source, the job or session id, the master, the master port and the number of
-    nodes (or tasks)."""
-    text = "\0".join((source, session, master.lower(), str(port), str(count)))
+    over the source, the job or session id, the master ``(address, port)`` and the number
+    of nodes (or tasks)."""
+    text = "\0".join((source, session, master[0].lower(), str(master[1]), str(count)))
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
@@ -178,7 +174,7 @@ def plan_of(topology: ClusterTopology, environ: Mapping[str, str], hostname: str
         leader = None if master.lower() != host.lower() else True
     names = [n for n in dict.fromkeys([host, hostname, master, *peers]) if n and not is_ip(n)]
     session = topology.session_id or "/".join(topology.job or ())
-    key = job_key(topology.source, session, master, port, count)
+    key = job_key(topology.source, session, (master, port), count)
     return Plan(per_task, label, host, master, port, tuple(peers), tuple(names),
                 expected, leader, key)
 
@@ -224,16 +220,11 @@ def check_peers(host: str, peers: Sequence[str], resolved: Mapping[str, Sequence
 def own_addresses(facts: HostFacts) -> dict[str, str]:
     """Every address this node holds -> the interface holding it (``lo`` for loopback)."""
     own: dict[str, str] = {}
-    for address in sorted(local_addresses_v4(facts.local_v4)):
+    for address in sorted(local_v4(facts.local_v4)):
         text = str(address)
         own[text] = "lo" if address.is_loopback else (own_interface(text, facts) or "?")
-    for line in facts.addresses_v6.splitlines():
-        fields = line.split()
-        if len(fields) >= 6:
-            try:
-                own[str(ipaddress.IPv6Address(int(fields[0], 16)))] = fields[5]
-            except ValueError:
-                continue
+    for address_v6, iface in own_v6(facts.addresses_v6).items():
+        own[str(address_v6)] = iface
     return own
 
 
@@ -253,16 +244,18 @@ def wanted_interfaces(variable: str, value: str, interfaces: Sequence[str]) -> l
     return [i for i in interfaces if any(i.startswith(n) for n in names)] or names
 
 
-def check_iface(settings: Mapping[str, str], facts: HostFacts, host: str,
-                host_addresses: Sequence[str], peers: Sequence[tuple[str, str]]) -> Cell:
+def check_iface(settings: Mapping[str, str], facts: HostFacts,
+                me: tuple[str, Sequence[str]], peers: Sequence[tuple[str, str]]) -> Cell:
     """``iface``: the interfaces gloo and NCCL use exist, hold an address, and reach every
     peer address in ``peers`` (``(name, address)``) through a subnet of theirs or the route
     the kernel takes.
 
     :param settings: ``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` as the job gets them
-        (empty ones left out); none: the interface holding one of ``host_addresses`` (what
-        ``host`` resolves to), the one gloo binds.
+        (empty ones left out); none: the interface holding one of this node's addresses, the
+        one gloo binds.
+    :param me: this node ``(host, addresses)``: its name and what that name resolves to.
     """
+    host, host_addresses = me
     own = own_addresses(facts)
     chosen: list[tuple[str, list[str]]] = []  # (what selected them, interfaces)
     for variable, value in settings.items():
@@ -281,16 +274,19 @@ def check_iface(settings: Mapping[str, str], facts: HostFacts, host: str,
         chosen.append((f"{held[0]}, holding {host}'s address (no GLOO_SOCKET_IFNAME)", held[:1]))
     if not chosen:
         return NOT_CHECKED
-    for what, names in chosen:
-        problem = _unreachable(what, names, own, facts, host, peers)
+    for choice in chosen:
+        problem = _unreachable(choice, facts, host, peers)
         if problem:
             return failed(problem)
     return passed(",".join(dict.fromkeys(n for _, names in chosen for n in names)))
 
 
-def _unreachable(what: str, names: Sequence[str], own: Mapping[str, str], facts: HostFacts,
-                 host: str, peers: Sequence[tuple[str, str]]) -> str | None:
-    """Why none of ``names`` can carry the job's traffic, or ``None`` when one can."""
+def _unreachable(choice: tuple[str, Sequence[str]], facts: HostFacts, host: str,
+                 peers: Sequence[tuple[str, str]]) -> str | None:
+    """Why none of the interfaces ``choice`` names (``(what selected them, names)``) can
+    carry the job's traffic, or ``None`` when one can."""
+    what, names = choice
+    own = own_addresses(facts)
     subnets = connected_subnets(facts)
     reasons = []
     for name in names:
@@ -409,11 +405,11 @@ def verdict(rows: Sequence[Row], what: str = "nodes") -> tuple[bool, str]:
     return True, f"all checks pass on {len(rows)} {what[:-1] if len(rows) == 1 else what}"
 
 
-def title(count: int, what: str, master: str, port: int, timeout: float) -> str:
-    """The first line: ``derive-env check: 3 nodes, master main1:29500, within 15 s``."""
+def title(count: int, what: str, master: str, timeout: float) -> str:
+    """The first line: ``derive-env check: 3 nodes, master main1:29500, within 15 s``
+    (``master``: its ``host:port``, :func:`derive_env.hosts.host_port`)."""
     what = what[:-1] if count == 1 else what
-    return (f"derive-env check: {count} {what}, master {host_port(master, port)}, "
-            f"within {timeout:g} s\n")
+    return f"derive-env check: {count} {what}, master {master}, within {timeout:g} s\n"
 
 
 # ---------------------------------------------------------------------------- on the wire

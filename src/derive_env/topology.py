@@ -11,14 +11,24 @@ local world size); that layer is the optional :attr:`ClusterTopology.processes`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import namedtuple
+from collections.abc import Iterable, Mapping
 from itertools import repeat
 from operator import itemgetter
-from typing import Annotated, NamedTuple
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
 from derive_env.hosts import is_loopback, repeated_host
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from derive_env.frameworks.context import HostFacts
+
+    #: Reads the files a source needs (``SLURM_HOSTFILE``): paths -> their text, ``None``
+    #: for one that cannot be read.
+    FileReader = Callable[[Sequence[str]], Mapping[str, str | None]]
 
 #: Address used as master in a single-container session (contract section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
@@ -214,6 +224,34 @@ class ClusterTopology(BaseModel):
         found = self.inputs.get(aspect) or (
             self.inputs.get("processes") if aspect in _PROCESS_FACTS else None)
         return " + ".join(found or ()) or "(none)"
+
+
+class Inputs(namedtuple("Inputs", "environ labels files facts choice",
+                        defaults=(None, None, None))):
+    """What the edge (cli/) read for one derivation, handed to the pure stages as one value
+    (as torch's ``RendezvousParameters`` is one value for a rendezvous).
+
+    :ivar environ: the container's environment (the cluster manager's and the user's
+        variables), or another container's (``--env-file``).
+    :ivar labels: the image's labels (:func:`derive_env.labels.gather`).
+    :ivar files: reads the files a source needs; ``None``: no file can be read.
+    :ivar facts: this container's host facts, or a function that reads them, called at
+        most once and only when a rule needs them; ``None``: not this container
+        (``--env-file``) or none to read.
+    :ivar choice: ``--source`` (a source name, ``auto``, ``none``); ``None``: the
+        ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
+    """
+
+    # collections.namedtuple, not typing.NamedTuple: no annotation to evaluate on every
+    # start that loads this module (benchmarks/startup.py counts the instructions).
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        environ: Mapping[str, str]
+        labels: Mapping[str, str]
+        files: FileReader | None
+        facts: HostFacts | Callable[[], HostFacts] | None
+        choice: str | None
 
 
 def nodes_of(hosts: Iterable[str], roles: Iterable[str] | None = None,

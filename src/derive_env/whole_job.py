@@ -31,13 +31,10 @@ from derive_env.merge import merge, same_value
 from derive_env.pipeline import Derivation, contributions
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import topology_from
-from derive_env.topology import ClusterTopology, ProcessLayout
+from derive_env.topology import ClusterTopology, Inputs, ProcessLayout
 
 #: At most this many nodes get a row: the first ones, this node and the last one.
 ROWS = 32
-#: Variables whose value a node takes from itself (its interfaces, its devices): never
-#: derived for another node.
-NODE_DECIDED = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "JAX_LOCAL_DEVICE_IDS")
 
 
 class NodeRow(NamedTuple):
@@ -86,26 +83,20 @@ class JobView(NamedTuple):
     notes: tuple[str, ...] = ()
 
 
-def job_view(
-    environ: Mapping[str, str],
-    labels: Mapping[str, str],
-    source: str | None = None,
-    files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
-    own: Derivation | None = None,
-) -> JobView:
+def job_view(inputs: Inputs, own: Derivation | None = None) -> JobView:
     """Every node's view of the job (module docstring).
 
-    :param environ: this node's input environment; the user-set values in it are taken as
-        set on every node (session-wide), as a cluster manager copies them.
-    :param labels: the image's labels (the image opted in).
-    :param source: ``--source``; ``files``: reads the files a source needs, as for
-        :func:`derive_env.pipeline.derive`.
+    :param inputs: this node's inputs (no host facts are read): the user-set values in its
+        environment are taken as set on every node (session-wide), as a cluster manager
+        copies them; the image opted in (its labels); ``choice`` and ``files`` as for
+        :func:`derive_env.pipeline.derive_from`.
     :param own: this node's own derivation, when it succeeded: the variables it has that
         no host-free view has are :attr:`JobView.node_decided`.
     :raises DeriveEnvError: the labels or the topology are bad (nothing to show).
     """
-    policy = ImagePolicy.from_labels(labels)
-    topology = topology_from(environ, source, files)
+    environ = inputs.environ
+    policy = ImagePolicy.from_labels(inputs.labels)
+    topology = topology_from(environ, inputs.choice, inputs.files)
     count = topology.num_nodes
     view = JobView(source=topology.source, num_nodes=count, own_rank=topology.node_rank)
     if count is None:
@@ -123,7 +114,8 @@ def job_view(
     rows, values = [], []
     for rank in shown:
         here = environ if rank == topology.node_rank else others
-        row, found = _row(topology, policy, here, rank, layouts(rank))
+        row, found = _row(Context(topology=topology, policy=policy, environ=here), rank,
+                          layouts(rank))
         if not found and not row.error and own is not None and rank == topology.node_rank:
             # its processes unknown to the others: this node's own derivation
             row, found = _fill(row, own.variables, own.variables, topology.preset)
@@ -136,19 +128,6 @@ def job_view(
     return view._replace(
         columns=tuple(columns), rows=tuple(rows), shared=tuple(shared), notes=tuple(notes),
         node_decided=_node_decided(own, values, rows))
-
-
-def picture(environ: Mapping[str, str], labels: Mapping[str, str], source: str | None,
-            files: Callable[[Sequence[str]], Mapping[str, str | None]] | None,
-            own: Derivation | None) -> str:
-    """:func:`job_view` rendered for a person (:mod:`derive_env.render.all_nodes`); ``""``
-    when not even a topology can be built (then the error says why)."""
-    from derive_env.render.all_nodes import all_nodes
-
-    try:
-        return all_nodes(job_view(environ, labels, source, files, own))
-    except DeriveEnvError:
-        return ""
 
 
 def _layouts(topology: ClusterTopology, count: int) -> tuple[
@@ -187,10 +166,11 @@ def _layouts(topology: ClusterTopology, count: int) -> tuple[
                 ] if topology.per_process else []
 
 
-def _row(topology: ClusterTopology, policy: ImagePolicy, environ: Mapping[str, str],
-         rank: int, layouts: tuple[ProcessLayout | None, ...]
+def _row(base: Context, rank: int, layouts: tuple[ProcessLayout | None, ...]
          ) -> tuple[NodeRow, dict[str, DerivedVariable]]:
-    """One node's row, and its first process's variables by name."""
+    """One node's row, and its first process's variables by name: ``base``'s topology, policy
+    and environment with node ``rank`` as this node (and each of ``layouts``), no facts."""
+    topology, environ = base.topology, base.environ
     node = topology.nodes[rank] if topology.nodes else None
     name = f"{node.role}{node.index}" if node and node.role and node.index else ""
     row = NodeRow(rank=rank, host=node.host if node else
@@ -200,7 +180,7 @@ def _row(topology: ClusterTopology, policy: ImagePolicy, environ: Mapping[str, s
         for processes in layouts:
             topo = topology.model_copy(update={
                 "node_rank": rank, "processes": processes, "gpus_per_node": None})
-            part = contributions(Context(topology=topo, policy=policy, environ=environ))
+            part = contributions(Context(topology=topo, policy=base.policy, environ=environ))
             derived.append(merge(environ, part.variables, part.checks))
     except DeriveEnvError as exc:
         return row._replace(error=str(exc)), {}
@@ -215,13 +195,13 @@ def _fill(row: NodeRow, first: Sequence[DerivedVariable] = (),
     process's variables by name."""
     at_last = {v.name: v for v in last}
     for var in first:
-        if var.name in NODE_DECIDED:
+        if var.node_decided:  # never derived for another node
             continue
         row.cells[var.name] = _cell(var, at_last.get(var.name, var))
         if var.kept and var.scope != SHARED and var.name not in preset and not same_value(
                 var.compare, var.value, var.derived or ""):
             row.conflicts[var.name] = var.value
-    return row, {v.name: v for v in first if v.name not in NODE_DECIDED}
+    return row, {v.name: v for v in first if not v.node_decided}
 
 
 def _text(var: DerivedVariable) -> str:
@@ -271,6 +251,13 @@ def _node_decided(own: Derivation | None, values: Sequence[Mapping[str, DerivedV
         return ()
     mine = next((found for found, row in zip(values, rows, strict=True)
                  if row.rank == own.topology.node_rank), None) or {}
-    return tuple(v.name for v in own.variables if v.name in NODE_DECIDED or (
+    return tuple(v.name for v in own.variables if _decided_here(v) or (
         not v.kept and (v.name not in mine or mine[v.name].value != v.value)
         and v.scope == SHARED))
+
+
+def _decided_here(var: DerivedVariable) -> bool:
+    """``var`` is this node's own decision (``node_decided``): its interfaces and devices,
+    whoever set them; its GPU count's ``PET_NPROC_PER_NODE`` only when derived, as a user's
+    value is the job's choice, the same on every node (the merge reads it as SHARED)."""
+    return var.node_decided and not (var.kept and var.name == "PET_NPROC_PER_NODE")

@@ -125,8 +125,8 @@ CELLS = {"name": passed("127.0.0.2"), "peers": passed("ok"), "iface": passed("lo
 
 
 def _master(port: int, deadline: float, key: str = "k" * 16):
-    master = edge._Master(_plan(port, "0", "a", True, key), CELLS, {}, (), timeout=5,
-                          deadline=deadline)
+    master = edge._Master(edge.Mine(_plan(port, "0", "a", True, key), CELLS, {}, ()),
+                          edge.Bound(5, deadline))
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(master.run()))
     thread.start()
@@ -135,8 +135,8 @@ def _master(port: int, deadline: float, key: str = "k" * 16):
 
 def _client(port: int, timeout: float, key: str = "k" * 16) -> int:
     deadline = time.monotonic() + timeout
-    return edge._client(_plan(port, "1", "b", False, key), CELLS, {}, (), ["127.0.0.1"],
-                        timeout, deadline)
+    return edge._client(edge.Mine(_plan(port, "1", "b", False, key), CELLS, {}, ()),
+                        ["127.0.0.1"], edge.Bound(timeout, deadline))
 
 
 def test_the_master_collects_the_row_and_answers(capsys) -> None:

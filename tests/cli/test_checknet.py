@@ -65,9 +65,9 @@ def test_connect_once_says_why_it_could_not() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    sock, problem = connect_once("x:1", ["127.0.0.1"], port, "k", time.monotonic() + 1)
+    sock, problem = connect_once(("x", port), ["127.0.0.1"], "k", time.monotonic() + 1)
     assert sock is None
     assert problem == ("connection refused at 127.0.0.1 (nothing listens there: is the check "
                        "running on the master?)")
-    assert connect_once("x:1", ["127.0.0.1"], port, "k", time.monotonic() - 1) == (
+    assert connect_once(("x", port), ["127.0.0.1"], "k", time.monotonic() - 1) == (
         None, "no time left")

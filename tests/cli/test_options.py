@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from derive_env.cli import command, options
 from derive_env.render import FORMATS
+from derive_env.sources import SOURCE_NAMES
 from helpers import Execed
 
 PREFIX = "ai.backend.distributed."
@@ -53,13 +54,8 @@ def invoke(args: list[str]) -> Result:
 
 # ------------------------------------------------------------ both parsers, one grammar
 
-BAD_SOURCE = ("--source='bogus': expected one of auto, none, torchrun, openmpi, mvapich2, "
-              "hydra, pals, slurm-step, slurm-allocation, backendai, kubeflow-pytorchjob, "
-              "kubeflow-trainjob, kubeflow-elastic, kubeflow-pytorchjob-classic, flux, jsrun, "
-              "kubernetes-indexed-job, jobset, sagemaker, aws-batch, sagemaker-platform, "
-              "skypilot, dstack, lws, volcano, tf-config, vertex, gke-tpu, azureml-mpi, "
-              "determined, kubeflow-jax, kubeflow-jaxjob, kubeflow-xgboost, htcondor, pbs, lsf,"
-              " gridengine, mpi-operator-launcher, ray-train, azureml-pytorch")
+#: The choices in table order (tests/sources/test_sources.py checks the order itself).
+BAD_SOURCE = "--source='bogus': expected one of auto, none, " + ", ".join(SOURCE_NAMES)
 
 #: Command lines of options only, which both parsers read: run()'s keywords, or the usage
 #: error (click prints it after "Error: ", exit 2; the fast parser hands the line to click).

@@ -17,14 +17,14 @@ a fixed order, one after the other), node names, addresses, task layout. The clu
 temporary folder (in SLURM_CONF, SLURM_HOSTFILE) is replaced by RUN_DIR; ports (srun's,
 mpirun's URIs) and pids vary per run and are kept as recorded.
 
-Importable: ``record_all``, ``stable``, ``load_fixture``, ``load_env``, ``dump_env``, ``kept``,
-``SCENARIOS``, ``FIXTURES``.
+Importable: ``record_all``, ``stable``, ``kept``, ``SCENARIOS``; the fixtures' loaders
+(``load_fixture``, ``load_env``, ``dump_env``, ``FIXTURES``) live in tests/support/recorded.py
+and are re-exported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import shlex
 import shutil
@@ -34,8 +34,21 @@ from collections.abc import Mapping
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for support
 
 from slurmcluster import NODES, SSH_PORT, SlurmCluster, SlurmError, find_program
+
+# The fixtures' format and loaders (tests/support/recorded.py), re-exported for the
+# recorders that import them from here.
+from support.recorded import (
+    FIXTURES,
+    RAN_ON,
+    RUN_DIR,
+    Recorded,
+    dump_env,
+    load_env,
+    load_fixture,
+)
 
 __all__ = [
     "FIXTURES",
@@ -52,10 +65,6 @@ __all__ = [
     "stable",
 ]
 
-#: Where the fixtures live (one folder per scenario).
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
-#: Stands for the cluster's temporary folder in recorded values (it differs per run).
-RUN_DIR = "/tmp/derive-slurm-run"
 #: Prefixes of the variables a source may read (sources.md 3.1-3.4).
 KEPT_PREFIXES = (
     "SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "PRTE_", "MPI_LOCAL", "MV2_", "PALS_",
@@ -68,14 +77,6 @@ KEPT_NAMES = frozenset({"HOSTNAME", "ENVIRONMENT"})
 #: command line's --allow-run-as-root).
 _DROPPED = frozenset({"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"})
 
-#: First line of every fixture: the comment naming the node the task really ran on.
-RAN_ON = "# ran on: "
-#: One recorded task: (the node it ran on, its kept variables).
-Recorded = tuple[str, dict[str, str]]
-
-_BARE = re.compile(r"^[A-Za-z0-9_./:,@%+=\[\]()-]*$")
-
-
 def kept(env: Mapping[str, str]) -> dict[str, str]:
     """The variables of ``env`` a source may read (KEPT_PREFIXES, KEPT_NAMES), sorted."""
     return {
@@ -83,54 +84,6 @@ def kept(env: Mapping[str, str]) -> dict[str, str]:
         for k in sorted(env)
         if (k.startswith(KEPT_PREFIXES) or k in KEPT_NAMES) and k not in _DROPPED
     }
-
-
-def dump_env(env: Mapping[str, str]) -> str:
-    """dotenv text: one ``KEY=value`` per variable, sorted by name. A value of only
-    ``[A-Za-z0-9_./:,@%+=[]()-]`` is written bare, one without ``'`` or a newline in single
-    quotes (literal), any other as a JSON string in double quotes. :func:`load_env` reverses
-    it exactly."""
-    lines = []
-    for k in sorted(env):
-        v = env[k]
-        if _BARE.match(v):
-            lines.append(f"{k}={v}")
-        elif "'" not in v and "\n" not in v:
-            lines.append(f"{k}='{v}'")
-        else:
-            lines.append(f"{k}={json.dumps(v)}")
-    return "\n".join(lines) + "\n"
-
-
-def load_env(text: str) -> dict[str, str]:
-    """Parse :func:`dump_env` text back into a dict. Raises ValueError naming the line when a
-    line is not ``KEY=value`` in one of the three forms."""
-    env: dict[str, str] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line or line.startswith("#"):
-            continue
-        key, sep, raw = line.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise ValueError(f"line {n}: expected KEY=value, got {line!r}")
-        if raw.startswith("'") and raw.endswith("'") and len(raw) >= 2:
-            env[key] = raw[1:-1]
-        elif raw.startswith('"'):
-            env[key] = json.loads(raw)
-        elif _BARE.match(raw):
-            env[key] = raw
-        else:
-            raise ValueError(f"line {n}: value of {key} is neither bare nor quoted: {raw!r}")
-    return env
-
-
-def load_fixture(path: Path) -> Recorded:
-    """(node the task ran on, variables) of one fixture file written by :func:`write_fixtures`.
-    Raises ValueError when the first line is not the ``# ran on:`` comment."""
-    text = path.read_text()
-    first = text.split("\n", 1)[0]
-    if not first.startswith(RAN_ON):
-        raise ValueError(f"{path}: first line must start with {RAN_ON!r}, got {first!r}")
-    return first[len(RAN_ON):].strip(), load_env(text)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -110,10 +110,19 @@ def test_a_new_framework_is_one_module_and_one_line() -> None:
 
 def test_framework_lines_default_to_no_port() -> None:
     line = Framework("x", "derive_env.frameworks.x")
-    assert (line.port_label, line.default_port, line.serves, line.always, line.node_local) == (
-        None, None, None, False, False)
+    assert (line.port_label, line.default_port, line.serves, line.always) == (
+        None, None, None, False)
 
 
-def test_only_the_interface_hints_are_node_local() -> None:
-    """Each node decides them from its own interfaces: left out of the job digest."""
-    assert [line.name for line in FRAMEWORKS if line.node_local] == ["network"]
+def test_what_a_node_decides_alone_is_marked_on_the_variable(backendai_env) -> None:
+    """Its interfaces, its GPU count, its devices: ``node_decided``, read by the job digest
+    and the whole-job view; nothing else of the derivation."""
+    from derive_env.frameworks.context import HostFacts
+    from derive_env.pipeline import derive
+
+    env = {**backendai_env(["main1", "sub1"], "sub1"), "GPU_COUNT": "2"}
+    labels = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
+    derivation = derive(env, labels, HostFacts(interfaces=("baimulti0",)))
+    assert [v.name for v in derivation.variables if v.node_decided] == [
+        "PET_NPROC_PER_NODE", "JAX_LOCAL_DEVICE_IDS", "GLOO_SOCKET_IFNAME",
+        "NCCL_SOCKET_IFNAME"]

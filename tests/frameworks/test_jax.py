@@ -7,7 +7,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -245,8 +244,7 @@ print(json.dumps(out))
 
 
 def _recorded(scenario: str, task: str) -> dict[str, str]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-    from record_envs import FIXTURES, load_fixture
+    from support.recorded import FIXTURES, load_fixture
 
     return load_fixture(FIXTURES / scenario / f"{task}.env")[1]
 

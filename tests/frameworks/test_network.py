@@ -388,15 +388,6 @@ RECORDED = Path(__file__).parents[1] / "data" / "netns-gwbridge"
 FIB_TRIE = (RECORDED / "fib_trie").read_text()
 
 
-def test_local_addresses_from_fib_trie() -> None:
-    from derive_env.frameworks.network import local_addresses_v4
-
-    assert local_addresses_v4(FIB_TRIE) == {
-        ipaddress.IPv4Address(a) for a in ("127.0.0.1", "198.18.0.11", "198.18.1.2")}
-    assert local_addresses_v4("") == frozenset()
-    assert local_addresses_v4("|-- 999.1.1.1\n   /32 host LOCAL\n") == frozenset()
-
-
 def test_hosts_addresses() -> None:
     from derive_env.frameworks.network import hosts_addresses
 

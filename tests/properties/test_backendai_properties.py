@@ -20,41 +20,19 @@ import itertools
 import random
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.sources import topology_from
+from support.backendai import hosts_by_index, sessions
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 LABELS = {PREFIX + "frameworks": "pytorch"}
 LOCAL_RANK = "BACKENDAI_CLUSTER_LOCAL_RANK"
-
-#: Free-form roles of up to 16 characters (Backend.AI's column): letters, digits, hyphens.
-role_names = st.from_regex(r"[a-z0-9][a-z0-9-]{0,15}", fullmatch=True).filter(
-    lambda r: r != "main" and any(c.isalpha() for c in r))
-
-
-@st.composite
-def sessions(draw):
-    """(REPLICAS pairs sorted by role name, the request's group order) of a valid session."""
-    others = draw(st.lists(role_names, max_size=3, unique=True))
-    counts = {"main": 1, **{role: draw(st.integers(1, 9)) for role in others}}
-    names = [f"{role}{i}" for role, count in counts.items() for i in range(1, count + 1)]
-    assume(len(set(names)) == len(names))  # Backend.AI would give two containers one name
-    pairs = sorted(counts.items())
-    return pairs, list(draw(st.permutations(list(counts))))
-
-
-def hosts_by_index(pairs: list[tuple[str, int]], rnd: random.Random) -> list[str]:
-    """HOSTS as Backend.AI's query gives it: sorted by the index within a role only."""
-    kernels = [(i, rnd.random(), f"{role}{i}") for role, count in pairs
-               for i in range(1, count + 1)]
-    return [name for _, _, name in sorted(kernels)]
-
 
 @given(session=sessions(), seed=st.integers(0, 2**32 - 1))
 @SETTINGS

@@ -11,16 +11,12 @@ each task's node is the node it runs on.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env.pipeline import derive
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sources"))
-from test_slurm import job_envs, mpi_in_allocation, slurm_jobs
+from support.slurm import job_envs, mpi_in_allocation, slurm_jobs, with_mpi
 
 LABELS = {"ai.backend.distributed.frameworks": "pytorch,jax,tensorflow"}
 JAX_ONLY = {"ai.backend.distributed.frameworks": "pytorch,jax"}
@@ -85,26 +81,6 @@ def check_nodes(derived: list[tuple[str, dict[str, str]]], master: str, count: i
     assert len({v["MASTER_PORT"] for _, v in derived}) == 1
     zero = [h for h, v in derived if v["PET_NODE_RANK"] == "0"]
     assert zero == [master]  # torchrun's static rendezvous: node rank 0 is the master
-
-
-def with_mpi(envs: list[tuple[str, dict[str, str]]], per_node: list[int],
-             kind: str) -> list[tuple[str, dict[str, str]]]:
-    """Add the MPI launcher's own variables (by-slot placement, mpirun's default)."""
-    world = sum(per_node)
-    out, rank = [], 0
-    for count in per_node:
-        for local in range(count):
-            host, env = envs[rank]
-            if kind.startswith("ompi"):
-                mpi = {"OMPI_COMM_WORLD_SIZE": str(world), "OMPI_COMM_WORLD_RANK": str(rank),
-                       "OMPI_COMM_WORLD_LOCAL_RANK": str(local),
-                       "OMPI_COMM_WORLD_LOCAL_SIZE": str(count)}
-            else:
-                mpi = {"PMI_SIZE": str(world), "PMI_RANK": str(rank),
-                       "MPI_LOCALRANKID": str(local), "MPI_LOCALNRANKS": str(count)}
-            out.append((host, {**env, **mpi}))
-            rank += 1
-    return out
 
 
 @SETTINGS

@@ -13,17 +13,12 @@ count (packed ranks, ``-np n`` cyclic) must change nothing: the old rule decided
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env.pipeline import derive
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sources"))
-from test_slurm import mpi_in_allocation
+from support.slurm import mpi_in_allocation
 
 LABELS = {"ai.backend.distributed.frameworks": "pytorch,jax"}
 SLURM_KINDS = ["ompi-in-salloc", "ompi-in-sbatch", "mpich-in-salloc", "mpich-in-sbatch"]

@@ -12,22 +12,14 @@ a source would also use. No root needed: this only reads files.
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from support.recorded import FIXTURES, RUN_DIR, dump_env, load_env, load_fixture, recorder
 
-from record_envs import (
-    FIXTURES,
-    RUN_DIR,
-    SCENARIOS,
-    dump_env,
-    load_env,
-    load_fixture,
-)
-from record_torchrun import SCENARIOS as TORCHRUN_SCENARIOS
+#: The recorders' scenarios: what the fixtures must hold.
+SCENARIOS = recorder("record_envs").SCENARIOS
+TORCHRUN_SCENARIOS = recorder("record_torchrun").SCENARIOS
 
 N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
 ALL3 = "gpu-a100-[09-11]"

@@ -27,7 +27,7 @@ from derive_env.cli.envfile import parse_env_file
 from derive_env.errors import LabelError, TopologyError
 from derive_env.pipeline import host_list
 from derive_env.render.hostfiles import HOST_FORMATS, render_hosts
-from derive_env.topology import ClusterTopology, Node
+from derive_env.topology import ClusterTopology, Inputs, Node
 from helpers import console_script, require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def session_env(service: str, **extra: str) -> dict[str, str]:
 
 def host_list_for(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str) -> str:
     """What the command line prints for ``--format fmt``: the pipeline's host list, printed."""
-    topology, nproc, opted_in = host_list(environ, labels)
+    topology, nproc, opted_in = host_list(Inputs(environ, labels))
     return render_hosts(topology, fmt, nproc, opted_in=opted_in)
 
 
@@ -436,8 +436,7 @@ def test_user_set_pet_nproc_per_node_gives_the_slots() -> None:
 
 def test_a_slurm_step_gives_each_node_its_own_slot_count() -> None:
     """srun -N3 -n5 (recorded): SLURM_STEP_TASKS_PER_NODE=3,1(x2) are the slots."""
-    sys.path.insert(0, str(TESTS / "e2e"))
-    from record_envs import load_fixture
+    from support.recorded import load_fixture
 
     _, env = load_fixture(TESTS / "fixtures/recorded/srun-uneven/task3.env")
     assert host_list_for(dict(env), {}, "horovod-hosts") == (
@@ -453,8 +452,7 @@ def test_a_slurm_step_gives_each_node_its_own_slot_count() -> None:
 def test_a_batch_script_of_several_nodes_prints_the_allocations_hosts() -> None:
     """deepspeed / horovodrun start from the batch script: the host list is the job's,
     although deriving for the script itself stops (only srun starts the other nodes)."""
-    sys.path.insert(0, str(TESTS / "e2e"))
-    from record_envs import load_fixture
+    from support.recorded import load_fixture
 
     _, env = load_fixture(TESTS / "fixtures/recorded/sbatch-3node/batch.env")
     assert host_list_for(dict(env), {}, "hosts") == "gpu-a100-09\ngpu-a100-10\ngpu-a100-11\n"

@@ -35,8 +35,10 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, azureml, seen_sources
 from derive_env.sources.compose import topology_from
 from derive_env.sources.report import Processes, Report
+from support.jobs import AZUREML_RUN as RUN
+from support.jobs import azureml_mpi as mpi
+from support.jobs import azureml_pytorch as pytorch
 
-RUN = "train_1700000000_a1b2c3d4"
 FIX_MPI = ("Azure ML (Azure Batch) sets it in every process of a multi-node MPI job; do not "
            "set it in the job's environment_variables")
 FIX_TORCH = ("Azure ML's PyTorch distribution sets it in every process it starts; something "
@@ -48,26 +50,9 @@ PT = {PREFIX + "frameworks": "pytorch"}
 # utils.py set_environment_variables_for_multi_node and the examples'
 # set_environment_variables_for_nccl_backend (OMPI_COMM_WORLD_* as the ranks); ParallelRunStep
 # job.py Job.start (AZUREML_NODE_COUNT).
-def mpi(rank: int, nodes: int, per_node: int, master: str = "10.0.0.4",
-        count: bool = True) -> dict[str, str]:
-    """Process ``rank`` of an MPI-distribution job (mpirun fills node by node)."""
-    environ = {"AZUREML_RUN_ID": RUN, "AZ_BATCH_MASTER_NODE": f"{master}:6000",
-               "OMPI_COMM_WORLD_SIZE": str(nodes * per_node),
-               "OMPI_COMM_WORLD_RANK": str(rank),
-               "OMPI_COMM_WORLD_LOCAL_RANK": str(rank % per_node),
-               "OMPI_COMM_WORLD_LOCAL_SIZE": str(per_node)}
-    if count:
-        environ["AZUREML_NODE_COUNT"] = str(nodes)
-    return environ
 
 
 # how-to-train-distributed-gpu (SDK v2), "PyTorch": the six torch variables per process.
-def pytorch(rank: int, nodes: int, per_node: int) -> dict[str, str]:
-    """Process ``rank`` of a PyTorch-distribution job (the guide's variables)."""
-    return {"AZUREML_RUN_ID": RUN, "AZUREML_NODE_COUNT": str(nodes),
-            "MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "6105",
-            "WORLD_SIZE": str(nodes * per_node), "RANK": str(rank),
-            "LOCAL_RANK": str(rank % per_node), "NODE_RANK": str(rank // per_node)}
 
 
 def read(environ: dict[str, str], name: str) -> Report:

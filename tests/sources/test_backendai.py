@@ -1,8 +1,8 @@
 """The Backend.AI source: BACKENDAI_CLUSTER_* -> ClusterTopology (contract section 5).
 
 The canonical node order of a session of several nodes (sources/backendai_order.py) is
-tested in test_backendai_order.py, with the helpers of this file; the ``sub2`` fixture is
-in tests/sources/conftest.py.
+tested in test_backendai_order.py; the helpers both use are in tests/support/backendai.py,
+the ``sub2`` fixture in tests/sources/conftest.py.
 """
 
 from __future__ import annotations
@@ -11,12 +11,20 @@ import pytest
 
 from derive_env.errors import TopologyError
 from derive_env.sources import backendai, seen_sources, topology_from
-from derive_env.topology import ClusterTopology
-
-B = "BACKENDAI_CLUSTER_"
-SIZE, HOSTS, HOST, ROLE, IDX = B + "SIZE", B + "HOSTS", B + "HOST", B + "ROLE", B + "IDX"
-LOCAL_RANK, REPLICAS = B + "LOCAL_RANK", B + "REPLICAS"
-THREE = ["main1", "sub1", "sub2"]
+from support.backendai import (
+    HOST,
+    HOSTS,
+    IDX,
+    LOCAL_RANK,
+    REPLICAS,
+    ROLE,
+    SIZE,
+    THREE,
+    error_of,
+    hosts_of,
+    lr_notes,
+    topology,
+)
 
 
 def only_here(container: str) -> str:
@@ -29,26 +37,9 @@ def only_here(container: str) -> str:
 ONLY_SUB2 = only_here("container sub2")
 
 
-def topology(environ: dict[str, str]) -> ClusterTopology:
-    """The topology a container with ``environ`` derives: the program's door, which detects
-    the Backend.AI line, reads its report (``backendai.read``) and composes it."""
-    return topology_from(environ)
-
-
 def detected(environ: dict[str, str]) -> bool:
     """The Backend.AI line is seen in ``environ`` (the table's any-of and prefix rule)."""
     return any(source.name == "backendai" for source in seen_sources(environ))
-
-
-def hosts_of(topo: ClusterTopology) -> list[str]:
-    return [n.host for n in topo.nodes]
-
-
-def error_of(environ: dict[str, str]) -> str:
-    with pytest.raises(TopologyError) as info:
-        topology(environ)
-    assert info.value.exit_code == 3
-    return str(info.value)
 
 
 # --- the fixture itself -------------------------------------------------------------------
@@ -136,15 +127,6 @@ def lr_error(value: str, possible: str, host: str, role: str, index: int, groups
         f"(role {role!r}, index {index}): Backend.AI gives its index - 1 plus the summed counts "
         "of the role groups the session's request listed before its role, in any order (other "
         f"groups: {groups})"
-    )
-
-
-def lr_notes(local_rank: int, host: str, node_rank: int) -> tuple[str, str]:
-    return (
-        f"node rank {node_rank}: the position of {host} in the canonical order above",
-        f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank}: its position in the order the session's "
-        "request listed the role groups, which a container cannot see (not used as the node "
-        "rank)",
     )
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from test_backendai import (
+
+from derive_env.errors import TopologyError
+from support.backendai import (
     HOST,
     HOSTS,
     IDX,
@@ -26,8 +28,6 @@ from test_backendai import (
     lr_notes,
     topology,
 )
-
-from derive_env.errors import TopologyError
 
 # --- REPLICAS: main first, then the roles in REPLICAS order ---------------------------------
 

@@ -25,19 +25,9 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, flux, seen_sources
 from derive_env.sources.compose import topology_from
 from derive_env.sources.report import Processes, Report
+from support.jobs import flux_task as task
 
 LABELS = {PREFIX + "frameworks": "pytorch,jax"}
-
-
-def task(rank: int, local: int, size: int, nodes: int, job: str = "ƒuZZybuNNy",
-         pmi: bool = True) -> dict[str, str]:
-    env = {"FLUX_URI": "local:///run/flux/local", "FLUX_KVS_NAMESPACE": f"job-{job}",
-           "FLUX_JOB_ID_PATH": f"/{job}", "FLUX_JOB_SIZE": str(size),
-           "FLUX_JOB_NNODES": str(nodes), "FLUX_JOB_ID": job,
-           "FLUX_TASK_LOCAL_ID": str(local), "FLUX_TASK_RANK": str(rank)}
-    if pmi:
-        env.update(PMI_RANK=str(rank), PMI_SIZE=str(size), PMI_FD="3")
-    return env
 
 
 @pytest.mark.parametrize(("text", "number"), [

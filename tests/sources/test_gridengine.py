@@ -13,15 +13,9 @@ and not in the master task").
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
-from record_gridengine import FIXTURES, RUN_DIR, load_fixture
 
 from derive_env.errors import ON_ERROR_WARN, TopologyError
 from derive_env.labels import PREFIX
@@ -29,6 +23,9 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, gridengine, seen_sources
 from derive_env.sources.report import Report
 from derive_env.topology import Node
+from support.recorded import GRIDENGINE as FIXTURES
+from support.recorded import SGE_RUN_DIR as RUN_DIR
+from support.recorded import load_fixture
 
 LINE = BY_NAME["gridengine"]
 PYTORCH = {PREFIX + "frameworks": "pytorch"}

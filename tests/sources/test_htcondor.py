@@ -20,15 +20,10 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, htcondor, seen_sources
 from derive_env.sources.compose import topology_from
 from derive_env.sources.report import Report
+from support.jobs import CONDOR_SPOOL as SPOOL
+from support.jobs import htcondor_node as node
 
-SPOOL = "/var/lib/condor/spool/7/0/cluster7.proc0.subproc0"
 LABELS = {PREFIX + "frameworks": "pytorch,jax"}
-
-
-def node(number: int, count: int) -> dict[str, str]:
-    return {"_CONDOR_PROCNO": str(number), "_CONDOR_NPROCS": str(count),
-            "_CONDOR_REMOTE_SPOOL_DIR": SPOOL, "_CONDOR_SCRATCH_DIR": "/var/lib/condor/execute/"
-            "dir_4242", "_CONDOR_SLOT": "slot1_1"}
 
 
 def test_a_node_exactly() -> None:
@@ -81,21 +76,6 @@ def test_every_node_of_a_job_derives_one_job(count: int) -> None:
     assert len({c["MASTER_PORT"] for c in changes}) == 1
     assert [c["NODE_RANK"] for c in changes] == [str(n) for n in range(count)]
     assert len({digest_of(facts_of(d.topology, d)) for d in derivations}) == 1
-
-
-TEXT = st.text(st.characters(codec="utf-8"), max_size=10) | st.sampled_from(
-    ["0", "1", "2", "-1", "01", ""])
-
-
-@settings(max_examples=200, deadline=None)
-@given(values=st.fixed_dictionaries({"_CONDOR_PROCNO": TEXT, "_CONDOR_NPROCS": TEXT,
-                                     "_CONDOR_REMOTE_SPOOL_DIR": TEXT}))
-def test_arbitrary_text_gives_a_report_or_a_topology_error(values: dict[str, str]) -> None:
-    try:
-        report = htcondor.read(values, BY_NAME["htcondor"])
-    except TopologyError:
-        return
-    assert report.node_rank is not None and report.node_rank < (report.num_nodes or 0)
 
 
 @settings(max_examples=60, deadline=None)

@@ -25,29 +25,10 @@ from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, indexed_job, seen_sources
 from derive_env.sources.report import Report
 from derive_env.topology import Node
+from support.k8s import etc_hosts
+from support.k8s import indexed_job_pod as pod
 
 LINE = BY_NAME["kubernetes-indexed-job"]
-
-
-def pod(job: str, index: int, nnodes: int | None = None, subdomain: str | None = None,
-        **extra: str) -> dict[str, str]:
-    """One pod of Indexed Job ``job`` as the controller (manageJob,
-    addCompletionIndexEnvVariable) and the kubelet set it, plus the manifest's inputs."""
-    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
-           "HOSTNAME": f"{job}-{index}", "JOB_COMPLETION_INDEX": str(index)}
-    if nnodes is not None:
-        env["DERIVE_ENV_NNODES"] = str(nnodes)
-    if subdomain is not None:
-        env["DERIVE_ENV_SUBDOMAIN"] = subdomain
-    return {**env, **extra}
-
-
-def etc_hosts(hostname: str, fqdn: str | None, ip: str = "10.244.1.7") -> str:
-    """The kubelet's managedHostsFileContent for a non-hostNetwork pod (kubelet_pods.go)."""
-    text = ("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost "
-            "ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\n"
-            "fe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
-    return text + (f"{ip}\t{fqdn}\t{hostname}\n" if fqdn else f"{ip}\t{hostname}\n")
 
 
 def read(environ: dict[str, str], hosts: str | None = None) -> Report:

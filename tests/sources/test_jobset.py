@@ -28,8 +28,7 @@ from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, jobset, seen_sources
 from derive_env.sources.report import Report
-from sources.conftest import manifest
-from sources.test_indexed_job import etc_hosts
+from support.k8s import etc_hosts, manifest
 
 LINE = BY_NAME["jobset"]
 Groups = list[tuple[str, int, int]]

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, kubeflow, seen_sources
 from derive_env.sources.report import Processes, Report
+from support.kubeflow import pytorchjob_pod, trainjob_node
 
 
 def read(environ: dict[str, str], name: str) -> Report:
@@ -35,32 +36,6 @@ V1_FIX = ("the training operator sets it for every pod (kubeflow/training-operat
           "pkg/controller.v1/pytorch/envvar.go); do not set it in the pod template's env")
 V2_FIX = ("the trainer sets it for every node (kubeflow/trainer pkg/runtime/framework/plugins/"
           "torch/torch.go); do not set it in the TrainJob's or runtime's env")
-
-
-def pytorchjob_pod(job: str, workers: int, pod: int, nproc: str, port: int = 23456,
-                   elastic: str | None = None, later: bool = False) -> dict[str, str]:
-    """One pod of a PyTorchJob with a Master and ``workers`` Workers, as setPodEnv sets it
-    (``later``: the master.go that gives the master pod ``localhost`` and sets PET_MASTER_*)."""
-    pods = 1 + workers
-    per = int(nproc) if nproc.isdigit() else 1  # getNprocPerNodeInt
-    master = "localhost" if later and pod == 0 else f"{job}-master-0"
-    env = {"PYTHONUNBUFFERED": "0", "MASTER_PORT": str(port), "MASTER_ADDR": master,
-           "WORLD_SIZE": str(pods * per), "RANK": str(pod), "PET_NPROC_PER_NODE": nproc,
-           "PET_NODE_RANK": str(pod)}
-    if later:
-        env.update(PET_MASTER_ADDR=master, PET_MASTER_PORT=str(port))
-    if elastic:
-        env.update(PET_NNODES=elastic, PET_RDZV_BACKEND="c10d", PET_MAX_RESTARTS="3",
-                   PET_RDZV_ENDPOINT=f"{job}-master-0:{port}", PET_RDZV_ID=job)
-    else:
-        env["PET_NNODES"] = str(pods)
-    return env
-
-
-def trainjob_node(job: str, nodes: int, index: int, nproc: str = "auto") -> dict[str, str]:
-    """One node of a TrainJob, as EnforceMLPolicy sets it."""
-    return {"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": nproc, "PET_NODE_RANK": str(index),
-            "PET_MASTER_ADDR": f"{job}-node-0-0.{job}", "PET_MASTER_PORT": "29500"}
 
 
 @pytest.mark.parametrize("pod", [0, 1, 2])
@@ -488,7 +463,7 @@ ELASTIC_POLICY = {"minReplicas", "maxReplicas", "rdzvBackend", "rdzvPort", "rdzv
 
 
 def test_the_elastic_manifest_names_only_the_apis_fields() -> None:
-    from sources.conftest import manifest
+    from support.k8s import manifest
 
     job = manifest("PyTorchJob", "el", page="kubeflow.md")
     spec = job["spec"]

@@ -200,7 +200,7 @@ TRAINER = {"image", "command", "args", "env", "numNodes", "resourcesPerNode",
 
 
 def test_the_xgboost_manifest_names_only_the_apis_fields() -> None:
-    from sources.conftest import manifest
+    from support.k8s import manifest
 
     job = manifest("TrainJob", "xgb", page="kubeflow.md")
     assert set(job["spec"]) <= TRAINJOB_SPEC and set(job["spec"]["trainer"]) <= TRAINER
@@ -224,10 +224,11 @@ def test_a_jaxjob_pod_of_a_cut_hostname_is_compared_as_the_kubelet_cuts_it() -> 
 def test_every_nodes_view_keeps_the_trainers_job_wide_values() -> None:
     """--all-nodes: the trainer set JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES alike on
     every node, so no node's row shows another coordinator (only JAX_PROCESS_ID differs)."""
+    from derive_env.topology import Inputs
     from derive_env.whole_job import job_view
 
     env = jax_node("llm", 3, 1)
-    view = job_view(env, BOTH, None, None, derive(env, BOTH))
+    view = job_view(Inputs(env, BOTH), derive(env, BOTH))
     assert "JAX_COORDINATOR_ADDRESS" not in view.columns
     assert ("JAX_COORDINATOR_ADDRESS", "llm-node-0-0.llm:29500") in [
         shared[:2] for shared in view.shared]

@@ -31,6 +31,8 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, launchtools, seen_sources
 from derive_env.sources.report import Report
 from derive_env.topology import Node
+from support.jobs import dstack_node, skypilot_node
+from support.jobs import ipv4s as _ips
 
 SKY_FIX = launchtools._TOOLS["skypilot"].fix
 DSTACK_FIX = launchtools._TOOLS["dstack"].fix
@@ -39,22 +41,6 @@ DSTACK_FIX = launchtools._TOOLS["dstack"].fix
 def read(environ: dict[str, str], name: str) -> Report:
     """:func:`launchtools.read` for the table line called ``name``."""
     return launchtools.read(environ, BY_NAME[name])
-
-
-def skypilot_node(ips: list[str], rank: int, gpus: int = 8,
-                  task: str = "sky-2026-12-02-01-00-00-000000_mycluster_1") -> dict[str, str]:
-    """One node of a SkyPilot task (task_codegen.py ``_add_ray_task``)."""
-    return {"SKYPILOT_NODE_IPS": "\n".join(ips), "SKYPILOT_NODE_RANK": str(rank),
-            "SKYPILOT_NUM_NODES": str(len(ips)), "SKYPILOT_NUM_GPUS_PER_NODE": str(gpus),
-            "SKYPILOT_TASK_ID": task, "SKYPILOT_CLUSTER_INFO": "{}"}
-
-
-def dstack_node(ips: list[str], rank: int, gpus: int = 8, run: str = "3f2a") -> dict[str, str]:
-    """One node of a dstack task (executor.go ``execJob``)."""
-    return {"DSTACK_RUN_NAME": "train", "DSTACK_REPO_ID": "repo", "DSTACK_RUN_ID": run,
-            "DSTACK_NODES_IPS": "\n".join(ips), "DSTACK_MASTER_NODE_IP": ips[0],
-            "DSTACK_NODE_RANK": str(rank), "DSTACK_NODES_NUM": str(len(ips)),
-            "DSTACK_GPUS_PER_NODE": str(gpus), "DSTACK_GPUS_NUM": str(len(ips) * gpus)}
 
 
 IPS = ["10.0.1.17", "10.0.1.9", "10.0.1.23"]
@@ -161,10 +147,6 @@ def test_counts_and_lists_are_cross_checked(name: str, env: dict[str, str],
 
 
 # -- properties ---------------------------------------------------------------------------
-
-def _ips(count: int) -> list[str]:
-    return [f"10.{i // 65536}.{i // 256 % 256}.{i % 256 + 0}" for i in range(1, count + 1)]
-
 
 @settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from(["skypilot", "dstack"]), nodes=st.integers(2, 24),

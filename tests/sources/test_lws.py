@@ -26,22 +26,12 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, lws, seen_sources
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from sources.conftest import manifest
+from support.k8s import lws_pod as pod
+from support.k8s import manifest
 
 FIX = ("the LeaderWorkerSet controller sets it in every container (kubernetes-sigs/lws "
        "pkg/utils/pod/pod_utils.go, AddLWSVariables); do not set it in the template's env")
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
-
-
-def pod(name: str, group: int, worker: int, size: int, namespace: str = "default",
-        subdomain: str | None = None) -> dict[str, str]:
-    """The environment AddLWSVariables gives pod ``worker`` of group ``group`` (subdomain: the
-    set's name under the Shared policy), with the hostname the StatefulSet gives it."""
-    leader = f"{name}-{group}"
-    return {"LWS_LEADER_ADDRESS": f"{leader}.{subdomain or name}.{namespace}",
-            "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": str(worker),
-            "HOSTNAME": leader if worker == 0 else f"{leader}-{worker}",
-            "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
 
 
 def read(environ: dict[str, str]) -> Report:

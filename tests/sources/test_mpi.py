@@ -9,21 +9,15 @@ process of one job agrees, and no text gives anything but a Report or a Topology
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
-from record_envs import FIXTURES, load_fixture
 
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, SOURCES, mpi, seen_sources
 from derive_env.sources.mpi import VOCABULARIES
 from derive_env.sources.report import Processes, Report
+from support.recorded import FIXTURES, load_fixture
 
 MPI_LINES = ("openmpi", "mvapich2", "hydra", "pals")
 

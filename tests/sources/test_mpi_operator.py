@@ -168,7 +168,7 @@ MPIJOB_SPEC = {"slotsPerWorker", "runLauncherAsWorker", "runPolicy", "mpiReplica
 
 
 def test_the_docs_manifest_names_only_the_apis_fields() -> None:
-    from sources.conftest import manifest
+    from support.k8s import manifest
 
     job = manifest("MPIJob", page="kubeflow.md")
     spec = job["spec"]

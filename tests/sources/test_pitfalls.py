@@ -67,12 +67,9 @@ import pytest
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from sources.test_indexed_job import etc_hosts
-from sources.test_indexed_job import pod as indexed_pod
-from sources.test_kubeflow import pytorchjob_pod
-from sources.test_lws import pod as lws_pod
-from sources.test_tfconfig import tfjob
-from sources.test_volcano import pod as volcano_pod
+from support.k8s import etc_hosts, lws_pod, tfjob, volcano_pod
+from support.k8s import indexed_job_pod as indexed_pod
+from support.kubeflow import pytorchjob_pod
 
 PYTORCH = {PREFIX + "frameworks": "pytorch"}
 NO_GPU_COUNT = ("PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "

@@ -6,50 +6,38 @@ misleading input; two hypothesis properties over a model of Slurm's task layout,
 itself checked against the recordings of the same layouts.
 
 The consistency rules of sources/slurm_checks.py (job id, heterogeneous jobs, host lists,
-the step's nodes and tasks, MPI plugins, GPUs) are tested in test_slurm_checks.py, with
-the helpers of this file.
+the step's nodes and tasks, MPI plugins, GPUs) are tested in test_slurm_checks.py; the
+builders and the model both use are in tests/support/slurm.py.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
-from record_envs import FIXTURES, load_fixture
 
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, seen_sources, slurm
 from derive_env.sources.report import Processes
 from derive_env.sources.slurm_hostlist import expand_hostlist
 from derive_env.topology import Node
-
-N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
-ALL3 = (Node(N09), Node(N10), Node(N11))
-#: The hostfile srun-arbitrary ran with (record_envs.py writes _ORDER one host a line).
-HOSTFILE = "/tmp/derive-slurm-run/shared/srun-arbitrary/hostfile"
-HOSTFILE_TEXT = f"{N11}\n{N09}\n{N10}\n{N11}\n"
-EXTRA_DATA = Path(__file__).resolve().parents[1] / "data" / "slurm-extra"
-
-
-def tasks(scenario: str) -> dict[str, tuple[str, dict[str, str]]]:
-    files = sorted((FIXTURES / scenario).glob("*.env"))
-    assert files, scenario
-    return {f.stem: load_fixture(f) for f in files}
-
-
-def step(env: dict[str, str], files: dict[str, str | None] | None = None):
-    return slurm.read(env, BY_NAME["slurm-step"], files if files is not None else {})
-
-
-def alloc(env: dict[str, str]):
-    return slurm.read(env, BY_NAME["slurm-allocation"])
-
+from support.slurm import (
+    ALL3,
+    HOSTFILE,
+    HOSTFILE_TEXT,
+    N09,
+    N10,
+    N11,
+    alloc,
+    block,
+    extra,
+    job_envs,
+    mpi_in_allocation,
+    raises,
+    slurm_jobs,
+    step,
+    tasks,
+)
 
 # -- every task of every recording -------------------------------------------------------------
 
@@ -185,18 +173,6 @@ def test_a_lone_job_id_is_no_source() -> None:
 # -- misleading and malformed input: exact messages -------------------------------------------
 
 
-def block() -> dict[str, str]:
-    return dict(tasks("srun-block")["task2"][1])
-
-
-def raises(env: dict[str, str], name: str = "slurm-step",
-           files: dict[str, str | None] | None = None) -> str:
-    with pytest.raises(TopologyError) as info:
-        slurm.read(env, BY_NAME[name], files or {})
-    assert info.value.exit_code == 3
-    return str(info.value)
-
-
 @pytest.mark.parametrize(("var", "value", "message"), [
     ("SLURM_GTIDS", "2,x", "SLURM_GTIDS='2,x': expected a comma-separated list of task ids "
      "such as 0,1"),
@@ -292,10 +268,6 @@ def test_arbitrary_local_checks_name_the_node() -> None:
         "host of SLURM_HOSTFILE")
 
 
-def extra(name: str) -> tuple[str, dict[str, str]]:
-    return load_fixture(EXTRA_DATA / f"{name}.env")
-
-
 def test_srun_pty_of_one_task() -> None:
     env = tasks("srun-pty")["task0"][1]
     report = step(env)
@@ -348,69 +320,6 @@ def test_allocation_counts_must_agree() -> None:
 # -- a model of Slurm's layouts, and the properties --------------------------------------------
 
 
-def compress(counts: list[int]) -> str:
-    """``uint16_array_to_str`` (src/common/env.c): runs written ``N(xK)``."""
-    out: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j < len(counts) and counts[j] == counts[i]:
-            j += 1
-        out.append(f"{counts[i]}(x{j - i})" if j - i > 1 else str(counts[i]))
-        i = j
-    return ",".join(out)
-
-
-def layout(hosts: list[str], tpn: list[int], dist: str,
-           order: list[str] | None = None) -> list[tuple[str, int, int]]:
-    """rank -> (host, node id, local id) as Slurm places tasks: block fills each node in
-    turn; cyclic deals ranks round-robin over the nodes with room left; arbitrary puts rank r
-    on ``order[r]`` (the hostfile line), node ids in the step list order."""
-    world = sum(tpn)
-    placed: list[int] = []
-    if dist == "block":
-        placed = [n for n, count in enumerate(tpn) for _ in range(count)]
-    elif dist == "cyclic":
-        left = list(tpn)
-        while len(placed) < world:
-            for n in range(len(hosts)):
-                if left[n]:
-                    placed.append(n)
-                    left[n] -= 1
-    else:
-        assert order is not None
-        placed = [hosts.index(h) for h in order]
-    seen = [0] * len(hosts)
-    out = []
-    for n in placed:
-        out.append((hosts[n], n, seen[n]))
-        seen[n] += 1
-    return out
-
-
-def job_envs(job_hosts: list[str], hosts: list[str], tpn: list[int], dist: str,
-             order: list[str] | None = None, job: str = "42") -> list[tuple[str, dict]]:
-    """Every task's environment of one step, from :func:`layout`."""
-    ranks = layout(hosts, tpn, dist, order)
-    gtids: dict[int, list[int]] = {}
-    for rank, (_, n, _) in enumerate(ranks):
-        gtids.setdefault(n, []).append(rank)
-    common = {"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_STEP_ID": "0",
-              "SLURM_JOB_NODELIST": ",".join(job_hosts),
-              "SLURM_JOB_NUM_NODES": str(len(job_hosts)),
-              "SLURM_STEP_NODELIST": ",".join(hosts), "SLURM_STEP_NUM_NODES": str(len(hosts)),
-              "SLURM_NNODES": str(len(hosts)), "SLURM_STEP_NUM_TASKS": str(sum(tpn)),
-              "SLURM_STEP_TASKS_PER_NODE": compress(tpn), "HOSTNAME": "login"}
-    if dist != "block":
-        common["SLURM_DISTRIBUTION"] = dist
-    if dist == "arbitrary":
-        common["SLURM_HOSTFILE"] = "/h"
-    return [(host, {**common, "SLURM_PROCID": str(rank), "SLURM_NODEID": str(n),
-                    "SLURM_LOCALID": str(local), "SLURMD_NODENAME": host,
-                    "SLURM_GTIDS": ",".join(map(str, gtids[n]))})
-            for rank, (host, n, local) in enumerate(ranks)]
-
-
 KEYS = ("SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_GTIDS",
         "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS", "SLURMD_NODENAME")
 
@@ -428,21 +337,6 @@ def test_the_model_matches_the_recordings(scenario, tpn, dist, order) -> None:
         ran_on, recorded = tasks(scenario)[f"task{rank}"]
         assert host == ran_on
         assert {k: env[k] for k in KEYS} == {k: recorded[k] for k in KEYS}
-
-
-@st.composite
-def slurm_jobs(draw):
-    numbers = draw(st.lists(st.integers(0, 60), min_size=1, max_size=8, unique=True))
-    job_hosts = [f"n{i:02d}" for i in sorted(numbers)]
-    hosts = [h for h in job_hosts if draw(st.booleans())] or job_hosts[:1]
-    tpn = [draw(st.integers(1, 4)) for _ in hosts]
-    dist = draw(st.sampled_from(["block", "cyclic", "arbitrary"]))
-    order = None
-    if dist == "arbitrary":
-        # Every step node once at least, rank 0 anywhere; tasks per node from the file.
-        order = draw(st.permutations([h for h, c in zip(hosts, tpn, strict=True)
-                                      for _ in range(c)]))
-    return job_hosts, hosts, tpn, dist, order
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -509,41 +403,6 @@ def slurm_lines():
 
 
 # -- MPI launchers inside an allocation: a model, checked against the four recordings ----------
-
-
-def mpi_in_allocation(hosts: list[str], per_node: list[int], kind: str,
-                      job: str = "42") -> list[tuple[str, dict[str, str]]]:
-    """Every MPI rank's Slurm variables, as the recordings show them (README there).
-
-    ``ompi-in-sbatch``: ranks on the batch node are mpirun's children (the batch script's
-    variables), the others are in orted's step over the other nodes. ``mpich-in-sbatch``:
-    Hydra's proxy step spans every node, and mpiexec's SLURMD_NODENAME and SLURM_GTIDS are
-    copied into every rank. ``*-in-salloc``: the daemon step spans every node.
-    """
-    batch = kind.endswith("sbatch")
-    base = {"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": ",".join(hosts),
-            "SLURM_JOB_NUM_NODES": str(len(hosts)), "SLURM_NNODES": str(len(hosts))}
-    if batch:
-        base["ENVIRONMENT"] = "BATCH"
-    daemons = hosts[1:] if kind == "ompi-in-sbatch" else hosts
-    out = []
-    for n, host in enumerate(hosts):
-        if host in daemons:
-            d = daemons.index(host)
-            env = {**base, "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": ",".join(daemons),
-                   "SLURM_STEP_NUM_NODES": str(len(daemons)), "SLURM_NNODES": str(len(daemons)),
-                   "SLURM_STEP_NUM_TASKS": str(len(daemons)),
-                   "SLURM_STEP_TASKS_PER_NODE": compress([1] * len(daemons)),
-                   "SLURM_PROCID": str(d), "SLURM_NODEID": str(d), "SLURM_LOCALID": "0",
-                   "SLURM_GTIDS": str(d), "SLURMD_NODENAME": host,
-                   "SLURM_DISTRIBUTION": "cyclic"}
-            if kind == "mpich-in-sbatch":
-                env.update(SLURMD_NODENAME=hosts[0], SLURM_GTIDS="0")
-        else:
-            env = {**base, "SLURM_PROCID": "0", "SLURM_NODEID": "0", "SLURM_LOCALID": "0",
-                   "SLURM_GTIDS": "0", "SLURMD_NODENAME": hosts[0]}
-        out += [(host, env)] * per_node[n]
-    return out
 
 
 MPI_KEYS = ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS",

@@ -3,17 +3,17 @@
 The job id and its old name, the refusal of a heterogeneous job, host lists (expanded and
 every host checked), the step's node and task variables against each other and the job's,
 Slurm's own MPI plugins' variables and ``SLURM_GPUS_ON_NODE``: exact messages, through the
-Slurm source's ``read`` on environments recorded from real Slurm 22.05 (the helpers are
-tests/sources/test_slurm.py's).
+Slurm source's ``read`` on environments recorded from real Slurm 22.05 (the helpers are in
+tests/support/slurm.py).
 """
 
 from __future__ import annotations
 
 import pytest
-from test_slurm import N10, alloc, block, extra, raises, step, tasks
 
 from derive_env.sources import seen_sources
 from derive_env.topology import Node
+from support.slurm import N10, alloc, block, extra, raises, step, tasks
 
 # -- the job id and heterogeneous jobs ---------------------------------------------------------
 

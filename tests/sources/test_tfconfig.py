@@ -28,20 +28,11 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, seen_sources, tfconfig
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from sources.conftest import manifest
+from support.k8s import manifest, tfjob
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
 RUN_TF = ("TensorFlow reads the TF_CONFIG itself: run this replica's command without "
           "derive-env")
-
-
-def tfjob(job: str, replicas: dict[str, int], task: str, index: int, ns: str = "default",
-          port: int = 2222) -> str:
-    """The TF_CONFIG genTFConfigJSONStr writes for replica ``task`` ``index``."""
-    cluster = {t: [f"{job}-{t}-{i}.{ns}.svc:{port}" for i in range(n)]
-               for t, n in replicas.items()}
-    return json.dumps({"cluster": cluster, "task": {"type": task, "index": index},
-                       "environment": "cloud"}, separators=(",", ":"))
 
 
 def vertex(pools: list[int], pool: int, index: int) -> str:

@@ -6,20 +6,15 @@ arbitrary text gives a Report or a TopologyError, nothing else."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
-from record_envs import FIXTURES, load_fixture
-
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, seen_sources, torchrun
 from derive_env.sources.report import Processes, Report
+from support.recorded import FIXTURES, load_fixture
 
 
 def read(environ: dict[str, str], name: str = "torchrun") -> Report:

@@ -25,36 +25,9 @@ from hypothesis import strategies as st
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, volcano
 from derive_env.sources.report import Report
+from support.k8s import volcano_pod as pod
 
 LINE = BY_NAME["volcano"]
-
-
-def generate_hosts(job: str, tasks: dict[str, int]) -> dict[str, str]:
-    """svc.go GenerateHosts: the env keys and ConfigMap files of every task."""
-    out = {}
-    for task, replicas in tasks.items():
-        hosts = [f"{job}-{task}-{i}.{job}" for i in range(replicas)]
-        key = task.replace("-", "_")
-        out[f"/etc/volcano/{key}.host"] = "\n".join(hosts)
-        out[f"VC_{key.upper()}_HOSTS"] = ",".join(hosts)
-        out[f"VC_{key.upper()}_NUM"] = str(len(hosts))
-    return out
-
-
-def pod(job: str, tasks: dict[str, int], task: str, index: int, pytorch: bool = False,
-        env_hosts: bool = True) -> tuple[dict[str, str], dict[str, str]]:
-    """One pod (env, files) with the env and svc plugins (and the pytorch plugin)."""
-    generated = generate_hosts(job, tasks)
-    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "HOSTNAME": f"{job}-{task}-{index}",
-           "VK_TASK_INDEX": str(index), "VC_TASK_INDEX": str(index)}
-    env.update({k: v for k, v in generated.items() if k.startswith("VC_")
-                and (env_hosts or k.endswith("_NUM"))})
-    if pytorch:
-        env.update(MASTER_ADDR=f"{job}-master-0.{job}", MASTER_PORT="23456",
-                   WORLD_SIZE=str(tasks.get("master", 0) + tasks.get("worker", 0)),
-                   RANK="0" if task == "master" else str(index + 1))
-    files = {k: v for k, v in generated.items() if k.startswith("/")}
-    return env, files
 
 
 def read(env: dict[str, str], files: dict[str, str] | None = None) -> Report:

@@ -23,7 +23,14 @@ import stat
 import sys
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import DeriveEnvError, LabelError, printable, shorten, without_waiver
+from derive_env.errors import (
+    DeriveEnvError,
+    LabelError,
+    UsageError,
+    printable,
+    shorten,
+    without_waiver,
+)
 from derive_env.labels import (
     DEFAULT_LABELS_FILE,
     LABELS_FILE_VARIABLE,
@@ -86,40 +93,34 @@ def run(
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
-        # The files a source names (SLURM_HOSTFILE) are read for --env-file too: they sit on
-        # a shared file system where the operator runs the dry run, as in the job; those of
-        # this machine (its routes, its /etc/hosts) describe no other container.
-        files = read_files if env_file is None else _job_files
         if dry_run and not explain and _is_host_format(fmt):
             from derive_env.cli.formats import host_list
 
-            return _write(host_list(environ, labels, fmt, source, files))
+            return _write(host_list(_inputs(environ, labels, source, env_file), fmt))
         if dry_run and not explain and _is_digest_format(fmt):
             from derive_env.cli.formats import digest
 
-            return _write(digest(environ, labels, fmt, source, files, env_file is None))
+            return _write(digest(_inputs(environ, labels, source, env_file), fmt))
         if not opted_in:
             _note_larger_job(environ)
-            return _finish(command, environ, None, dry_run, fmt, explain)
-        # Host facts describe this machine: meaningless for another container's --env-file.
-        derivation = _derive(
-            environ, labels, command, dry_run, explain, host_facts=env_file is None,
-            source=source, files=files,
-        )
+            return _print(None, fmt, explain) if dry_run else _exec(command, environ, None)
+        inputs = _inputs(environ, labels, source, env_file)
+        derivation = _derive(inputs, command, dry_run, explain)
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
         if dry_run and explain and all_nodes:
             from derive_env.cli.formats import picture
             from derive_env.render.explain import explain as for_a_person
 
-            return _write(for_a_person(derivation) + "\n"
-                          + picture(environ, labels, source, files, derivation))
-        return _finish(command, environ, derivation, dry_run, fmt, explain)
+            return _write(for_a_person(derivation) + "\n" + picture(inputs, derivation))
+        return _print(derivation, fmt, explain) if dry_run else _exec(command, environ,
+                                                                        derivation)
     except DeriveEnvError as exc:
         if explain and environ is not None and labels is not None and is_opted_in(labels):
             from derive_env.cli.formats import picture
 
-            _write(picture(environ, labels, source, read_files, None))
+            # this machine's files, also for an --env-file (as the picture has always read)
+            _write(picture(_inputs(environ, labels, source, None), None))
         say("error", str(exc))
         if command and not dry_run:
             say("note", f"the command was not run (exit {exc.exit_code})")
@@ -155,9 +156,9 @@ def read_environment(env_file: str | None) -> dict[str, str]:
     :raises UsageError: the ``--env-file`` cannot be read or parsed (exit 2).
     """
     if env_file is not None:
-        from derive_env.cli.envfile import read_env_file
+        from derive_env.cli.envfile import env_file_variables
 
-        return read_env_file(env_file)
+        return env_file_variables(read_text(env_file, "--env-file", UsageError) or "", env_file)
     environ = dict(os.environ)
     if "LC_CTYPE" in environ:
         try:
@@ -349,26 +350,32 @@ def _is_digest_format(fmt: str) -> bool:
     return fmt in DIGEST_FORMATS
 
 
-def _derive(
-    environ: Mapping[str, str],
-    labels: Mapping[str, str],
-    command: Sequence[str],
-    dry_run: bool,
-    explain: bool,
-    host_facts: bool,
-    source: str | None = None,
-    files=None,
-):
+def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str | None,
+            env_file: str | None):  # -> Inputs; imported lazily with the pipeline
+    """The :class:`~derive_env.topology.Inputs` of a derivation: the files a source names
+    (``SLURM_HOSTFILE``) are read for ``--env-file`` too (they sit on a shared file system
+    where the operator runs the dry run, as in the job), but not this machine's (its routes,
+    its ``/etc/hosts``), which describe no other container; nor are its host facts (read
+    only if a rule asks, everything only with label ``socket-ifname``)."""
+    from derive_env.topology import Inputs
+
+    if env_file is not None:
+        return Inputs(environ, labels, _job_files, None, source)
+    full = PREFIX + "socket-ifname" in labels
+    return Inputs(environ, labels, read_files, lambda: gather_facts(full), source)
+
+
+def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool):
+    """This container's derivation, its warnings said (not for ``--explain``, which prints
+    them), the exec's limits checked; ``None`` after an error with ``on-error=warn``."""
     from derive_env.errors import EnvironmentTooLarge
     from derive_env.launch import check_limits
-    from derive_env.pipeline import derive
+    from derive_env.pipeline import derive_from
 
+    environ, labels = inputs.environ, inputs.labels
     arg_max = os.sysconf("SC_ARG_MAX")
     try:
-        # Read only if a rule asks (ctx.facts); everything only with the socket-ifname label.
-        full = PREFIX + "socket-ifname" in labels
-        derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None,
-                            source, files)
+        derivation = derive_from(inputs)
         assert derivation is not None  # opted in, checked by the caller
         check_limits(command, {**environ, **derivation.changes()}, arg_max)
     except DeriveEnvError as exc:
@@ -388,15 +395,19 @@ def _derive(
     return derivation
 
 
-def _finish(command, environ, derivation, dry_run: bool, fmt: str, explain: bool) -> int:
-    if dry_run:
-        if explain:
-            from derive_env.render.explain import explain as for_a_person
+def _print(derivation, fmt: str, explain: bool) -> int:
+    """The dry run's output: ``--explain``'s, else the format's."""
+    if explain:
+        from derive_env.render.explain import explain as for_a_person
 
-            return _write(for_a_person(derivation))
-        from derive_env.render import render
+        return _write(for_a_person(derivation))
+    from derive_env.render import render
 
-        return _write(render(derivation, fmt))
+    return _write(render(derivation, fmt))
+
+
+def _exec(command: Sequence[str], environ: Mapping[str, str], derivation) -> int:
+    """Exec ``command`` with the derived variables (none: the environment unchanged)."""
     from derive_env.launch import exec_command, main1_hint
 
     hint = main1_hint(environ, command)

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from derive_env.cli import gather_facts, load_labels, read_environment, read_files, say
 from derive_env.cli.checknet import connect_once, listen, read_line
@@ -29,6 +30,24 @@ from derive_env.hosts import host_port
 DEFAULT_TIMEOUT = 15.0
 #: Seconds left for the output and the exit after the last wait.
 EXIT_SLACK = 0.3
+
+
+class Bound(NamedTuple):
+    """The check's time: ``timeout`` (``--timeout``, seconds) and the ``deadline``
+    (``time.monotonic()``) every wait ends by."""
+
+    timeout: float
+    deadline: float
+
+
+class Mine(NamedTuple):
+    """This row's parts: the plan (:func:`derive_env.preflight.plan_of`), the cells of the
+    checks made here, the names resolved and this node's own addresses."""
+
+    plan: object  # preflight.Plan, imported only when the check runs
+    cells: dict
+    resolved: dict
+    own: tuple[str, ...]
 
 
 def main(args: Sequence[str]) -> None:
@@ -75,7 +94,8 @@ def main(args: Sequence[str]) -> None:
         if frameworks is not None:  # as derive-env --frameworks: the label, winning
             label_items = (*label_items, f"ai.backend.distributed.frameworks={frameworks}")
         try:
-            status = run_check(start, timeout, labels_files, label_items, source)
+            status = run_check(Bound(timeout, start + timeout - EXIT_SLACK), labels_files,
+                               label_items, source)
         except KeyboardInterrupt:
             say("error", "interrupted (SIGINT): the check did not finish")
             status = 130
@@ -84,18 +104,19 @@ def main(args: Sequence[str]) -> None:
     check.main(list(args), prog_name="derive-env check")
 
 
-def run_check(start: float, timeout: float, labels_files: Sequence[str],
-              label_items: Sequence[str], source: str | None) -> int:
+def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[str],
+              source: str | None) -> int:
     """The check of this node (or task); returns the exit status."""
     from derive_env.cli.hostfacts import Resolver
     from derive_env.errors import DeriveEnvError
     from derive_env.frameworks.context import RESOLVE_SECONDS
     from derive_env.frameworks.network import VARIABLES
     from derive_env.labels import PREFIX
-    from derive_env.pipeline import derive
+    from derive_env.pipeline import derive_from
     from derive_env.preflight import check_iface, check_name, check_peers, own_addresses, plan_of
+    from derive_env.topology import Inputs
 
-    deadline = start + timeout - EXIT_SLACK
+    timeout = bound.timeout
     try:
         environ = read_environment(None)
         labels = load_labels(environ, labels_files, label_items)
@@ -107,7 +128,7 @@ def run_check(start: float, timeout: float, labels_files: Sequence[str],
                             "as if frameworks=pytorch")
         facts = gather_facts(True)._replace(
             resolve=Resolver(min(RESOLVE_SECONDS, timeout * 0.3)))
-        derivation = derive(environ, labels, facts, source, read_files)
+        derivation = derive_from(Inputs(environ, labels, read_files, facts, source))
         assert derivation is not None  # opted in above
     except DeriveEnvError as exc:
         say("error", str(exc))
@@ -126,11 +147,11 @@ def run_check(start: float, timeout: float, labels_files: Sequence[str],
     settings = {v: job[v] for v in VARIABLES if job.get(v)}
     peers = [(p, addresses[p][0]) for p in plan.peers if addresses[p]]
     cells = {"name": name, "peers": check_peers(plan.host, plan.peers, addresses),
-             "iface": check_iface(settings, facts, plan.host, addresses[plan.host], peers)}
-    row_parts = (plan, cells, resolved, tuple(own))
+             "iface": check_iface(settings, facts, (plan.host, addresses[plan.host]), peers)}
+    mine = Mine(plan, cells, resolved, tuple(own))
     if plan.is_master(list(own), addresses[plan.master]):
-        return _Master(*row_parts, timeout=timeout, deadline=deadline).run()
-    return _client(*row_parts, addresses[plan.master], timeout, deadline)
+        return _Master(mine, bound).run()
+    return _client(mine, addresses[plan.master], bound)
 
 
 def _margin(timeout: float) -> float:
@@ -158,10 +179,12 @@ def _exit_now(status: int) -> None:
     os._exit(status)
 
 
-def _row(plan, cells, resolved, own, port_cell):  # -> preflight.Row
+def _row(mine: Mine, port_cell):  # -> preflight.Row
     from derive_env.preflight import Row
 
-    return Row(plan.label, plan.host, {**cells, "port": port_cell}, resolved, own)
+    plan = mine.plan
+    return Row(plan.label, plan.host, {**mine.cells, "port": port_cell}, mine.resolved,
+               mine.own)
 
 
 # --------------------------------------------------------------------------- the master
@@ -170,9 +193,9 @@ def _row(plan, cells, resolved, own, port_cell):  # -> preflight.Row
 class _Master:
     """Listen on the master port, greet, collect every row, send the verdict, print."""
 
-    def __init__(self, plan, cells, resolved, own, *, timeout: float, deadline: float) -> None:
-        self.plan, self.cells, self.resolved, self.own = plan, cells, resolved, own
-        self.timeout, self.deadline = timeout, deadline
+    def __init__(self, mine: Mine, bound: Bound) -> None:
+        self.mine, self.plan, self.resolved = mine, mine.plan, mine.resolved
+        self.timeout, self.deadline = bound
         self.rows: dict[str, object] = {}
         self.conns: list[tuple[socket.socket, str]] = []
         self.extra: list[str] = []
@@ -182,13 +205,13 @@ class _Master:
         from derive_env import preflight
 
         plan = self.plan
-        head = preflight.title(len(plan.expected), plan.what, plan.master, plan.port,
+        head = preflight.title(len(plan.expected), plan.what, host_port(plan.master, plan.port),
                                self.timeout)
         listener = listen(plan.port)
         if isinstance(listener, str):
             problem = (f"{host_port(plan.master, plan.port)} is already in use{listener}"
                        if listener.startswith(" (") or not listener else listener)
-            row = _row(*self._parts(), preflight.failed(problem))
+            row = _row(self.mine, preflight.failed(problem))
             ok, line = preflight.verdict([row], plan.what)
             _write(head + preflight.table([row], self._title()) + line + "\n"
                    + f"the other {plan.what} cannot report to the master: they say why\n")
@@ -198,16 +221,13 @@ class _Master:
             threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
             port_cell = self._self_connect()
             self._collect()
-            rows = [_row(*self._parts(), port_cell), *self.rows.values()]
+            rows = [_row(self.mine, port_cell), *self.rows.values()]
             judged = preflight.judge(rows, plan.expected)
             ok, line = preflight.verdict(judged, plan.what)
             self._answer(ok, line, judged)
         _write(head + preflight.table(judged, self._title()) + "".join(
             f"{x}\n" for x in self.extra) + line + "\n")
         return 0 if ok else 1
-
-    def _parts(self):
-        return self.plan, self.cells, self.resolved, self.own
 
     def _title(self) -> str:
         return "rank" if self.plan.per_task else "node"
@@ -218,8 +238,8 @@ class _Master:
 
         plan = self.plan
         addresses = self.resolved.get(plan.master, (plan.master,))
-        sock, problem = connect_once(host_port(plan.master, plan.port), addresses, plan.port,
-                                      plan.key, self.deadline)
+        sock, problem = connect_once((plan.master, plan.port), addresses, plan.key,
+                                     self.deadline)
         if sock is None:
             return failed(f"{plan.host} listens on port {plan.port}, but {plan.master}:"
                           f"{plan.port} does not reach it from {plan.host}: {problem}")
@@ -288,20 +308,21 @@ class _Master:
 # ---------------------------------------------------------------------------- the others
 
 
-def _client(plan, cells, resolved, own, master_addresses: Sequence[str], timeout: float,
-            deadline: float) -> int:
+def _client(mine: Mine, master_addresses: Sequence[str], bound: Bound) -> int:
     """Connect to the master (retrying until the margin), send the row, print it with the
     master's verdict."""
     from derive_env import preflight
 
-    head = preflight.title(len(plan.expected), plan.what, plan.master, plan.port, timeout)
+    plan, (timeout, deadline) = mine.plan, bound
+    head = preflight.title(len(plan.expected), plan.what, host_port(plan.master, plan.port),
+                           timeout)
     sock = _connect(plan, master_addresses, timeout, deadline - _margin(timeout))
     if isinstance(sock, str):
-        row = _row(plan, cells, resolved, own, preflight.failed(sock))
+        row = _row(mine, preflight.failed(sock))
         _write(head + preflight.table([row], _title(plan)) + preflight.verdict(
             [row], plan.what)[1] + "\n")
         return 1
-    row = _row(plan, cells, resolved, own, preflight.passed("connected"))
+    row = _row(mine, preflight.passed("connected"))
     with sock:
         answer = None
         try:
@@ -328,7 +349,7 @@ def _connect(plan, addresses: Sequence[str], timeout: float, end: float):
     if not addresses:
         return f"{plan.master} does not resolve on {plan.host}: cannot connect to {where}"
     while True:
-        sock, problem = connect_once(where, addresses, plan.port, plan.key, end)
+        sock, problem = connect_once((plan.master, plan.port), addresses, plan.key, end)
         if sock is not None:
             return sock
         if problem.startswith(f"{where} is already in use"):

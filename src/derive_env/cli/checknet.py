@@ -13,6 +13,8 @@ import socket
 import time
 from collections.abc import Sequence
 
+from derive_env.hosts import host_port
+
 #: Seconds a listener has to greet a new connection before it counts as foreign.
 GREETING_SECONDS = 3.0
 #: Largest line read from a connection (a row of a job of 4096 nodes is ~0.3 MiB).
@@ -72,10 +74,13 @@ def owner(port: int) -> str:
     return ""
 
 
-def connect_once(where: str, addresses: Sequence[str], port: int, key: str, end: float):
-    """One connection to ``port`` at each address in turn, greeted by the check of this job
-    (key ``key``). :returns: ``(socket, "")``, or ``(None, why)``; a listener that does not
-    greet as the check of this job: why starts with ``WHERE is already in use``."""
+def connect_once(master: tuple[str, int], addresses: Sequence[str], key: str, end: float):
+    """One connection to the ``master`` ``(name, port)``'s port at each of its ``addresses``
+    in turn, greeted by the check of this job (key ``key``), until ``end``
+    (``time.monotonic()``). :returns: ``(socket, "")``, or ``(None, why)``; a listener that
+    does not greet as the check of this job: why starts with ``NAME:PORT is already in
+    use``."""
+    where, port = host_port(*master), master[1]
     problem = "no time left"
     for address in addresses:
         remaining = end - time.monotonic()

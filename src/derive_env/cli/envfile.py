@@ -2,7 +2,8 @@
 
 Loaded only when ``--env-file`` is given (never on a container start). The file is read by
 the package's bounded reader (:func:`derive_env.cli.read_text`: 1 MiB, FIFOs refused,
-strict UTF-8); this module detects its format from its content and parses it.
+strict UTF-8), which hands its text here; this module detects its format from its content
+and parses it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 
-from derive_env.cli import read_text
 from derive_env.errors import UsageError, shorten
 
 #: A variable name, as dotenv and environ.txt lines must start.
@@ -140,7 +140,7 @@ def _parse_lines(text: str, origin: str, literal: bool) -> dict[str, str]:
                 stripped = stripped[len("export "):].lstrip()
             key, sep, value = stripped.partition("=")
         if not sep or not _ENV_KEY.match(key):
-            raise UsageError(_line_problem(where, number, key, sep, value, previous))
+            raise UsageError(_line_problem(where, number, (key, sep, value), previous))
         if not literal and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         result[key] = value
@@ -149,9 +149,11 @@ def _parse_lines(text: str, origin: str, literal: bool) -> dict[str, str]:
 
 
 def _line_problem(
-    where: str, number: int, key: str, sep: str, value: str, previous: tuple[str, int] | None
+    where: str, number: int, parts: tuple[str, str, str], previous: tuple[str, int] | None
 ) -> str:
-    """Why a line is not ``KEY=VALUE``, without showing it (it may hold a secret)."""
+    """Why line ``number`` (``parts``: its ``str.partition("=")``) is not ``KEY=VALUE``,
+    without showing it (it may hold a secret)."""
+    key, sep, value = parts
     if sep and key.startswith("BASH_FUNC_") and value.lstrip().startswith("()"):
         return (f"{where}, line {number}: {shorten(key, 60)} is an exported shell function, "
                 f"which `env` prints over several lines; {_USE_NUL}")
@@ -163,17 +165,15 @@ def _line_problem(
     return message
 
 
-def read_env_file(path: str) -> dict[str, str]:
-    """The variables of the ``--env-file`` at ``path`` (``-``: stdin), any format of
-    :func:`parse_env_file`.
+def env_file_variables(text: str, path: str) -> dict[str, str]:
+    """The variables of the ``--env-file`` at ``path`` (``-``: stdin), whose ``text``
+    :func:`derive_env.cli.read_text` read, any format of :func:`parse_env_file`.
 
-    :raises UsageError: (exit 2) the file cannot be read (:func:`derive_env.cli.read_text`),
-        is not in one of the formats, or holds a value no exec'd environment can hold (a
-        lone UTF-16 surrogate from a JSON escape).
+    :raises UsageError: (exit 2) the file is not in one of the formats, or holds a value no
+        exec'd environment can hold (a lone UTF-16 surrogate from a JSON escape).
     """
-    text = read_text(path, "--env-file", UsageError)
     origin = "stdin" if path == "-" else path
-    parsed = parse_env_file(text or "", origin)
+    parsed = parse_env_file(text, origin)
     for key, value in parsed.items():
         try:  # strict UTF-8, not os.fsencode: that turns \udc80..\udcff into raw bytes
             key.encode("utf-8")

@@ -18,8 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from derive_env.cli import say
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
     from derive_env.frameworks.context import HostFacts
@@ -137,8 +135,12 @@ def exit_on_signals(what: str) -> Iterator[None]:
     """
     def handler(signum: int, frame: object) -> None:
         code = 128 + signum
-        say("error", f"interrupted by {signal.Signals(signum).name} while {what}: "
-                     f"nothing was run (exit {code})")
+        line = (f"derive-env: error: interrupted by {signal.Signals(signum).name} while "
+                f"{what}: nothing was run (exit {code})\n")
+        # os.write, not derive_env.cli.say: the handler may run inside a write to sys.stderr,
+        # which a second write would find busy (a reentrant call of its buffer).
+        with contextlib.suppress(OSError):
+            os.write(2, line.encode("utf-8", "backslashreplace"))
         os._exit(code)
 
     saved = {}

@@ -5,9 +5,8 @@ it), the module whose ``derive(context) -> Contribution`` derives its variables
 (:mod:`derive_env.frameworks.context` has the kit), and the label under
 ``ai.backend.distributed.`` of the port its server listens on, with that port's default.
 ``always``: derived for every opted-in image, whatever the label lists (the interface hints
-of :mod:`derive_env.frameworks.network`); such a line is not a label value. ``node_local``:
-its variables are decided by each node from its own host facts (interfaces), so nodes of
-one job may differ in them: they are left out of the job digest (:mod:`derive_env.digest`).
+of :mod:`derive_env.frameworks.network`); such a line is not a label value. What a node
+decides alone is a variable's own field (``DerivedVariable.node_decided``), not a line's.
 
 The order is the order their variables are listed in, and the order of the manager's port
 policy (:func:`derive_env.ports.job_ports`). Read by :mod:`derive_env.policy` (names, port
@@ -20,8 +19,8 @@ from collections import namedtuple
 
 #: ``serves``: what the port is, in messages about two servers on one port of a host.
 Framework = namedtuple(
-    "Framework", "name module port_label default_port serves always node_local",
-    defaults=(None, None, None, False, False))
+    "Framework", "name module port_label default_port serves always",
+    defaults=(None, None, None, False))
 
 FRAMEWORKS = (
     Framework("pytorch", "derive_env.frameworks.pytorch", port_label="master-port",
@@ -30,5 +29,5 @@ FRAMEWORKS = (
               default_port=2222, serves="TensorFlow's"),
     Framework("jax", "derive_env.frameworks.jax", port_label="jax-port", default_port=1234,
               serves="the JAX coordinator's"),
-    Framework("network", "derive_env.frameworks.network", always=True, node_local=True),
+    Framework("network", "derive_env.frameworks.network", always=True),
 )

@@ -75,9 +75,11 @@ class DerivedVariable(NamedTuple):
     :ivar checked_only: a value the shim does not set, only compares a user-set one with
         (a framework's ``Contribution.checks``: torchrun mode's ``RANK`` ...); its error
         says who sets it instead.
-    :ivar per_node: this node's own value though a user-set one is judged as :data:`SHARED`
-        (``PET_NPROC_PER_NODE`` from this node's GPU count: nodes may differ): left out of
-        the job digest (digest.py).
+    :ivar node_decided: decided by this node alone, from what only it knows (its interfaces:
+        ``GLOO_SOCKET_IFNAME``; its GPU count: ``PET_NPROC_PER_NODE`` taken from it; its
+        devices: ``JAX_LOCAL_DEVICE_IDS``), so nodes of one job may differ in it: left out
+        of the job digest (digest.py) and never derived for another node (whole_job.py).
+        A user-set value is still judged by its ``scope``.
     """
 
     name: str
@@ -91,7 +93,7 @@ class DerivedVariable(NamedTuple):
     kept: bool = False
     derived: str | None = None
     checked_only: bool = False
-    per_node: bool = False
+    node_decided: bool = False
 
 
 class Master(NamedTuple):
@@ -413,7 +415,7 @@ def variable(framework: str) -> Callable[..., DerivedVariable]:
         var("JAX_PROCESS_ID", rank, provenance, scope=NODE, what="this process's JAX process id")
 
     The maker takes the name, the value (turned into text), the provenance and, by keyword,
-    the variable's ``scope``, ``compare``, ``what``, ``leader`` and ``per_node``
+    the variable's ``scope``, ``compare``, ``what``, ``leader`` and ``node_decided``
     (:class:`DerivedVariable`).
 
     :raises TypeError: (the maker) no ``scope`` given.
@@ -424,7 +426,7 @@ def variable(framework: str) -> Callable[..., DerivedVariable]:
 
     def make(name: str, value: object, provenance: str, *, scope: str, compare: str = INTEGER,
              what: str = "", leader: str | None = None,
-             per_node: bool = False) -> DerivedVariable:
+             node_decided: bool = False) -> DerivedVariable:
         if scope not in SCOPES or compare not in COMPARISONS:
             raise ValueError(f"{name}: unknown scope {scope!r} or comparison {compare!r}")
         if (scope == FOLLOWS) != (leader is not None):
@@ -432,6 +434,6 @@ def variable(framework: str) -> Callable[..., DerivedVariable]:
         if scope in (JOB, NODE) and not what:
             raise ValueError(f"{name}: scope {scope!r} needs what the variable is")
         return DerivedVariable(name, str(value), provenance, framework, scope, compare, what,
-                               leader, per_node=per_node)
+                               leader, node_decided=node_decided)
 
     return make

@@ -172,7 +172,8 @@ def _local_devices(ctx: Context, out: Contribution) -> None:
     out.variables.append(var(
         "JAX_LOCAL_DEVICE_IDS", ",".join(map(str, own)),
         f"{src}: {visible} visible device(s){gpus}; ordinals within them, {why}",
-        scope=NODE, what="this process's devices (ordinals within the visible ones)"))
+        scope=NODE, what="this process's devices (ordinals within the visible ones)",
+        node_decided=True))
 
 
 def _is_device(entry: str) -> bool:

@@ -30,9 +30,7 @@ in all by :data:`derive_env.frameworks.context.RESOLVE_SECONDS`.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-import re
 
 from derive_env.errors import LabelError, describe
 from derive_env.frameworks.context import (
@@ -60,90 +58,11 @@ POD = "KUBERNETES_SERVICE_HOST"
 #: thousands of nodes does not ask DNS for every node at every container start.
 MAX_PEERS = 8
 
-_RTF_UP = 0x1
-_RTF_GATEWAY = 0x2
 _NOT_SET = "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME not set"
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-Route = tuple[IPNetwork, int, str, bool]  # network, metric, interface, via a gateway
 
 var = variable("network")
-
-
-def _routes_v4(text: str) -> list[Route]:
-    routes: list[Route] = []
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 8:
-            continue
-        iface, dest, flags, metric, mask = fields[0], fields[1], fields[3], fields[6], fields[7]
-        try:
-            flag_bits = int(flags, 16)
-            if not flag_bits & _RTF_UP:
-                continue
-            # /proc/net/route prints addresses as host-order (little-endian) hex.
-            net = ipaddress.IPv4Network(
-                (int.from_bytes(bytes.fromhex(dest), "little"),
-                 bin(int.from_bytes(bytes.fromhex(mask), "little")).count("1")),
-                strict=False,
-            )
-            routes.append((net, int(metric), iface, bool(flag_bits & _RTF_GATEWAY)))
-        except ValueError:
-            continue
-    return routes
-
-
-def _routes_v6(text: str) -> list[Route]:
-    routes: list[Route] = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 10:
-            continue
-        try:
-            net = ipaddress.IPv6Network((int(fields[0], 16), int(fields[1], 16)), strict=False)
-            flags, metric, iface = int(fields[8], 16), int(fields[5], 16), fields[9]
-        except ValueError:
-            continue
-        if flags & _RTF_UP:
-            routes.append((net, metric, iface, bool(flags & _RTF_GATEWAY)))
-    return routes
-
-
-def _own_v6(text: str) -> dict[ipaddress.IPv6Address, str]:
-    own = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 6:
-            try:
-                own[ipaddress.IPv6Address(int(fields[0], 16))] = fields[5]
-            except ValueError:
-                continue
-    return own
-
-
-_TRIE_LEAF = re.compile(r"\s*\|--\s+(\d+\.\d+\.\d+\.\d+)\s*$")
-_TRIE_LOCAL = re.compile(r"\s*/32\s+host\s+LOCAL\s*$")
-
-
-def local_addresses_v4(fib_trie: str) -> frozenset[ipaddress.IPv4Address]:
-    """This container's own IPv4 addresses, from the text of ``/proc/net/fib_trie``.
-
-    A leaf ``|-- a.b.c.d`` followed by a ``/32 host LOCAL`` line is an address of this
-    network namespace: a local route of the kernel's local table (net/ipv4/fib_trie.c,
-    ``fib_trie_seq_show``). Other and malformed lines are skipped.
-    """
-    found: set[ipaddress.IPv4Address] = set()
-    leaf: str | None = None
-    for line in fib_trie.splitlines():
-        match = _TRIE_LEAF.match(line)
-        if match:
-            leaf = match[1]
-        elif leaf is not None and _TRIE_LOCAL.match(line):
-            with contextlib.suppress(ValueError):
-                found.add(ipaddress.IPv4Address(leaf))
-        elif not line.lstrip().startswith("/"):
-            leaf = None
-    return frozenset(found)
 
 
 def route_choice(address: str, facts: HostFacts) -> tuple[str | None, tuple[str, ...]]:
@@ -158,20 +77,23 @@ def route_choice(address: str, facts: HostFacts) -> tuple[str | None, tuple[str,
     :returns: the interface name (``None`` when no route matches), and the other interfaces
         that have a route as good (prefix and metric) to ``address``, in table order.
     """
+    from derive_env.hostnet import own_v6, routes_v4, routes_v6  # only with socket-ifname
+
     ip = ipaddress.ip_address(address)
     if ip.is_loopback:
         return LOOPBACK, ()
     if isinstance(ip, ipaddress.IPv4Address):
-        routes = [r for r in _routes_v4(facts.routes_v4) if ip in r[0]]
+        routes = [r for r in routes_v4(facts.routes_v4) if ip in r.network]
     else:
-        own = _own_v6(facts.addresses_v6)
+        own = own_v6(facts.addresses_v6)
         if ip in own:
             return own[ip], ()
-        routes = [r for r in _routes_v6(facts.routes_v6) if ip in r[0] and r[2] != LOOPBACK]
+        routes = [r for r in routes_v6(facts.routes_v6)
+                  if ip in r.network and r.interface != LOOPBACK]
     if not routes:
         return None, ()
-    best = min((-net.prefixlen, metric) for net, metric, _, _ in routes)
-    equal = [iface for net, metric, iface, _ in routes if (-net.prefixlen, metric) == best]
+    best = min((-r.network.prefixlen, r.metric) for r in routes)
+    equal = [r.interface for r in routes if (-r.network.prefixlen, r.metric) == best]
     chosen = equal[0]
     return chosen, tuple(dict.fromkeys(i for i in equal if i != chosen))
 
@@ -183,8 +105,10 @@ def connected_subnets(facts: HostFacts) -> dict[str, list[IPNetwork]]:
     routes through ``lo`` are left out (they say nothing about which peers an interface
     reaches).
     """
+    from derive_env.hostnet import routes_v4, routes_v6
+
     subnets: dict[str, list[IPNetwork]] = {}
-    for net, _, iface, gateway in _routes_v4(facts.routes_v4) + _routes_v6(facts.routes_v6):
+    for net, _, iface, gateway, _ in routes_v4(facts.routes_v4) + routes_v6(facts.routes_v6):
         if gateway or net.prefixlen == 0 or iface == LOOPBACK:
             continue
         if net.is_link_local or net.is_multicast:
@@ -202,14 +126,16 @@ def own_interface(address: str, facts: HostFacts) -> str | None:
     directly connected subnet holds it (longest prefix, then table order). IPv6:
     ``/proc/net/if_inet6``. ``None`` when it is not an address of this container.
     """
+    from derive_env.hostnet import local_v4, own_v6, routes_v4
+
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address):
-        return _own_v6(facts.addresses_v6).get(ip)
-    if ip not in local_addresses_v4(facts.local_v4):
+        return own_v6(facts.addresses_v6).get(ip)
+    if ip not in local_v4(facts.local_v4):
         return None
     holding = [
         (-net.prefixlen, position, iface)
-        for position, (net, _, iface, gateway) in enumerate(_routes_v4(facts.routes_v4))
+        for position, (net, _, iface, gateway, _) in enumerate(routes_v4(facts.routes_v4))
         if not gateway and ip in net and iface != LOOPBACK
     ]
     return min(holding)[2] if holding else None
@@ -270,7 +196,8 @@ def _own_name(ctx: Context) -> str:
 
 
 def _set(out: Contribution, iface: str, source: str) -> None:
-    out.variables += [var(name, iface, source, scope=SHARED) for name in VARIABLES]
+    out.variables += [var(name, iface, source, scope=SHARED, node_decided=True)
+                      for name in VARIABLES]
 
 
 def _overlay_default(ctx: Context, out: Contribution) -> None:
@@ -316,8 +243,9 @@ def _auto(ctx: Context, facts: HostFacts, out: Contribution) -> dict[str, tuple[
         if iface and iface in facts.interfaces:
             route = f"label {LABEL}=auto: route to the master {master} ({address})"
             candidates.append((iface, route, ties))
-    chosen = _choose(candidates, rejected, multi, connected_subnets(facts), peer_addresses,
-                     master, out)
+    subnets = connected_subnets(facts)
+    judged = [(c, _unusable(c[0], multi, subnets, peer_addresses)) for c in candidates]
+    chosen = _choose(judged, rejected, master, out)
     out.notes += [f"label {LABEL}=auto: not chosen: {reason}" for reason in rejected]
     late = [host for host in peers if not _addresses(host, resolved)]
     if late and ctx.environ.get(POD):
@@ -383,14 +311,13 @@ def _hosts_candidates(facts: HostFacts, rejected: list[str]) -> list[Candidate]:
     return candidates
 
 
-def _choose(candidates: list[Candidate], rejected: list[str], multi: bool,
-            subnets: dict[str, list[IPNetwork]], peer_addresses: list[tuple[str, str]],
-            master: str, out: Contribution) -> str | None:
-    """Set the first usable candidate (a warning when its route ties with another's); the
+def _choose(judged: list[tuple[Candidate, str | None]], rejected: list[str], master: str,
+            out: Contribution) -> str | None:
+    """Set the first usable candidate of ``judged`` (each with why it is not usable, or
+    ``None``: :func:`_unusable`), with a warning when its route ties with another's; the
     reasons the others before it were not usable go to ``rejected``. :returns: it, or
     ``None``."""
-    for iface, source, ties in candidates:
-        reason = _unusable(iface, multi, subnets, peer_addresses)
+    for (iface, source, ties), reason in judged:
         if reason:
             if reason not in rejected:
                 rejected.append(reason)

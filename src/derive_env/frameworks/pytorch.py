@@ -98,7 +98,7 @@ def derive(ctx: Context) -> Contribution:
         out.variables.append(var(
             "PET_NPROC_PER_NODE", topo.gpus_per_node,
             f"{topo.inputs_of('gpus')}: GPU count of this container", scope=SHARED,
-            per_node=True))
+            node_decided=True))
     elif not ctx.environ.get("PET_NPROC_PER_NODE"):
         out.notes.append(
             "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "

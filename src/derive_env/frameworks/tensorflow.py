@@ -123,8 +123,7 @@ def tf_config(
     layout = topology.processes
     own_type = types[node_rank]
     if topology.per_process and layout is not None and layout.tasks_per_node:
-        cluster, index = _per_process_cluster(topology, types, port, node_rank,
-                                              layout.tasks_per_node)
+        cluster, index = _per_process_cluster(topology, types, port, node_rank)
     else:
         cluster, index = _cluster(topology, types, port), types[:node_rank].count(own_type)
     return TFConfig(cluster=cluster, task=Task(type=own_type, index=index))
@@ -149,21 +148,22 @@ def _cluster(topology: ClusterTopology, types: list[str], port: int) -> dict[str
 
 def _per_process_cluster(
     topology: ClusterTopology, types: list[str], port: int, node_rank: int,
-    tasks: tuple[int, ...],
 ) -> tuple[dict[str, list[str]], int]:
-    """One TF task per process (module docstring): ``host:port+l`` node by node; the
-    cluster and this process's index.
+    """One TF task per process (module docstring): ``host:port+l`` node by node, as many
+    as the launcher states on each (``processes.tasks_per_node``); the cluster and this
+    process's index.
 
     :raises LabelError: the ports of a node's processes go past 65535; a chief or evaluator
         node runs more than one process.
     """
+    layout = topology.processes
+    assert layout is not None and layout.tasks_per_node
+    tasks = layout.tasks_per_node
     if port + max(tasks) - 1 > 65535:
         raise LabelError(describe(
             f"label {port_label('tensorflow')}", str(port),
             f"a port that leaves {max(tasks)} consecutive ports (one per process of a node) "
             "below 65536"))
-    layout = topology.processes
-    assert layout is not None
     members: dict[str, list[str]] = {t: [] for t in _CLUSTER_ORDER}
     own_type = types[node_rank]
     index = 0

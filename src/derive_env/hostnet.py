@@ -1,0 +1,129 @@
+"""The kernel's network tables, parsed: their text in, addresses and routes out.
+
+One parser per table, pure (the text is read at the edge, :mod:`derive_env.cli.hostfacts`,
+or handed to a source as a file it needs), for every reader of them: the interface rules
+(:mod:`derive_env.frameworks.network`), ``derive-env check`` (:mod:`derive_env.preflight`)
+and a main node's own address (AWS Batch). The formats are the kernel's:
+
+* ``/proc/net/route``: a heading line, then one route per line, addresses and masks as
+  host-order (little-endian) hex, flags and the rest as printed by net/ipv4/fib_trie.c
+  (``fib_route_seq_show``);
+* ``/proc/net/ipv6_route``: one route per line, hex fields (net/ipv6/route.c,
+  ``rt6_info_seq_show``);
+* ``/proc/net/if_inet6``: an address (32 hex digits) and, in the sixth field, its interface
+  (net/ipv6/addrconf.c, ``if6_seq_show``);
+* ``/proc/net/fib_trie``: leaves ``|-- a.b.c.d``, a ``/32 host LOCAL`` line under a leaf
+  marking an address of this network namespace (net/ipv4/fib_trie.c, ``fib_trie_seq_show``).
+
+Lines that are malformed (too few fields, not hex, not an address) are skipped; routes that
+are not up (``RTF_UP``) too. Loaded only by the readers above, never on a container start
+that does not ask for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import re
+from collections import namedtuple
+
+#: Route flags (linux/route.h).
+RTF_UP, RTF_GATEWAY = 0x1, 0x2
+
+_TRIE_LEAF = re.compile(r"\s*\|--\s+(\d+\.\d+\.\d+\.\d+)\s*$")
+_TRIE_LOCAL = re.compile(r"\s*/32\s+host\s+LOCAL\s*$")
+
+
+
+class Route(namedtuple("Route", "network metric interface via_gateway gateway",
+                       defaults=(None,))):
+    """One route of a main routing table.
+
+    :ivar network: its destination (an ``IPv4Network`` or ``IPv6Network``).
+    :ivar metric: its metric (lower wins among equal prefixes).
+    :ivar interface: the interface it goes out through.
+    :ivar via_gateway: whether it goes through a gateway (``RTF_GATEWAY``), else the
+        destination is directly connected.
+    :ivar gateway: the gateway's IPv4 address (``0.0.0.0`` without one); ``None`` for IPv6
+        routes and for an IPv4 gateway field that is not a 4-byte hex address.
+    """
+
+    __slots__ = ()  # a plain namedtuple: nothing evaluated per field at import
+
+
+def routes_v4(text: str) -> list[Route]:
+    """The routes that are up of ``/proc/net/route``'s ``text``, in table order."""
+    routes: list[Route] = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        iface, dest, flags, metric, mask = fields[0], fields[1], fields[3], fields[6], fields[7]
+        try:
+            flag_bits = int(flags, 16)
+            if not flag_bits & RTF_UP:
+                continue
+            net = ipaddress.IPv4Network(
+                (_host_order(dest), bin(_host_order(mask)).count("1")), strict=False)
+            route = Route(net, int(metric), iface, bool(flag_bits & RTF_GATEWAY))
+        except ValueError:
+            continue
+        with contextlib.suppress(ValueError):
+            route = route._replace(gateway=ipaddress.IPv4Address(_host_order(fields[2])))
+        routes.append(route)
+    return routes
+
+
+def _host_order(field: str) -> int:
+    """A host-order (little-endian) hex field of ``/proc/net/route`` as an integer."""
+    return int.from_bytes(bytes.fromhex(field), "little")
+
+
+def routes_v6(text: str) -> list[Route]:
+    """The routes that are up of ``/proc/net/ipv6_route``'s ``text``, in table order."""
+    routes: list[Route] = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 10:
+            continue
+        try:
+            net = ipaddress.IPv6Network((int(fields[0], 16), int(fields[1], 16)), strict=False)
+            flags, metric, iface = int(fields[8], 16), int(fields[5], 16), fields[9]
+        except ValueError:
+            continue
+        if flags & RTF_UP:
+            routes.append(Route(net, metric, iface, bool(flags & RTF_GATEWAY)))
+    return routes
+
+
+def own_v6(text: str) -> dict[ipaddress.IPv6Address, str]:
+    """This container's own IPv6 addresses -> the interface holding each, from
+    ``/proc/net/if_inet6``'s ``text`` (a repeated address: its last interface)."""
+    own = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 6:
+            try:
+                own[ipaddress.IPv6Address(int(fields[0], 16))] = fields[5]
+            except ValueError:
+                continue
+    return own
+
+
+def local_v4(fib_trie: str) -> tuple[ipaddress.IPv4Address, ...]:
+    """This container's own IPv4 addresses, loopback included, each once, in the order of
+    ``/proc/net/fib_trie``'s ``text``: a leaf ``|-- a.b.c.d`` followed by a
+    ``/32 host LOCAL`` line (a local route of the kernel's local table). Other and malformed
+    lines are skipped."""
+    found: dict[ipaddress.IPv4Address, None] = {}
+    leaf: str | None = None
+    for line in fib_trie.splitlines():
+        match = _TRIE_LEAF.match(line)
+        if match:
+            leaf = match[1]
+        elif leaf is not None and _TRIE_LOCAL.match(line):
+            with contextlib.suppress(ValueError):
+                found[ipaddress.IPv4Address(leaf)] = None
+        elif not line.lstrip().startswith("/"):
+            leaf = None
+    return tuple(found)
