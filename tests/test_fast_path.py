@@ -150,6 +150,8 @@ def _setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str],
         monkeypatch.delenv(name, raising=False)
     for name, value in {**env, LABELS_VAR: str(baked)}.items():
         monkeypatch.setenv(name, value)
+    # One fresh run id for both runs of a comparison (a single container draws one per start).
+    monkeypatch.setattr(cli, "new_run_id", lambda: "0123456789abcdef")
 
 
 def _outcome(call: Callable[[], object], capsys: pytest.CaptureFixture[str]

@@ -21,7 +21,7 @@ from derive_env.frameworks.context import (
     variable,
 )
 from derive_env.labels import is_opted_in
-from derive_env.merge import changes, check_user_values, merge
+from derive_env.merge import changes, check_user_values, merge, run_id
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import topology_from
 from derive_env.topology import ClusterTopology
@@ -53,6 +53,7 @@ def derive(
     facts: HostFacts | Callable[[], HostFacts] | None = None,
     source: str | None = None,
     files: Callable[[Sequence[str]], Mapping[str, str | None]] | None = None,
+    fresh_run_id: str | None = None,
 ) -> Derivation | None:
     """Derive the framework variables of one container.
 
@@ -67,6 +68,8 @@ def derive(
         ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
     :param files: reads the files a source needs (``SLURM_HOSTFILE``): paths -> contents
         (``None`` for one that cannot be read); ``None``: no file can be read.
+    :param fresh_run_id: a random id drawn at the edge for this start, the run id when no
+        manager identifies the job (:func:`derive_env.merge.run_id`).
     :returns: ``None`` when the image did not opt in (no ``frameworks`` label).
     :raises LabelError: bad labels, near misses included (exit 4).
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
@@ -78,7 +81,8 @@ def derive(
         return None
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
     topology = topology_from(environ, source, files)
-    ctx = Context(topology=topology, policy=policy, environ=environ, host=facts)
+    ctx = Context(topology=topology, policy=policy, environ=environ, host=facts,
+                  fresh_run_id=fresh_run_id)
     part = contributions(ctx)
     merged = merge(environ, part.variables, part.checks)
     # the source's warnings first: they concern the input
@@ -92,7 +96,8 @@ def derive(
 
 def contributions(ctx: Context) -> Contribution:
     """Every framework's contribution for ``ctx`` (the policy's frameworks and those that
-    always run, in :data:`~derive_env.frameworks.FRAMEWORKS` order), joined; the checks
+    always run, in :data:`~derive_env.frameworks.FRAMEWORKS` order), joined, then the run id
+    (:func:`derive_env.merge.run_id`); the checks
     without the variables a launcher already set (``topology.preset``: torchrun's ``RANK``
     ... are its authority, never checked against a rule for another layout).
 
@@ -106,6 +111,9 @@ def contributions(ctx: Context) -> Contribution:
             out.checks += part.checks
             out.notes += part.notes
             out.warnings += part.warnings
+    own = run_id(ctx)  # derive-env's own variable, after every framework's
+    out.variables += own.variables
+    out.notes += own.notes
     out.checks = [c for c in out.checks if c.name not in ctx.topology.preset]
     return out
 

@@ -295,6 +295,13 @@ def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the p
     return HostFacts(interfaces=(OVERLAY,) if present else (), port_range=read_port_range)
 
 
+def new_run_id() -> str:
+    """A fresh run id for this start (16 lowercase hex digits, 64 bits from the kernel's
+    random source): ``DERIVE_ENV_RUN_ID`` of a container no manager identifies
+    (:func:`derive_env.merge.run_id`), never guessable from the time of the start."""
+    return os.urandom(8).hex()
+
+
 def read_port_range() -> str | None:
     """The text of :data:`PORT_RANGE_FILE`, ``None`` when it cannot be read."""
     return _text_or_none(PORT_RANGE_FILE)
@@ -368,7 +375,7 @@ def _derive(
         # Read only if a rule asks (ctx.facts); everything only with the socket-ifname label.
         full = PREFIX + "socket-ifname" in labels
         derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None,
-                            source, files)
+                            source, files, fresh_run_id=new_run_id() if host_facts else None)
         assert derivation is not None  # opted in, checked by the caller
         check_limits(command, {**environ, **derivation.changes()}, arg_max)
     except DeriveEnvError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from derive_env import cli as edge
 from derive_env.cli import gather_facts
 from derive_env.labels import PREFIX, is_opted_in
 
@@ -26,7 +27,7 @@ def digest(environ: Mapping[str, str], labels: Mapping[str, str], fmt: str,
         return render_digest(topology_from(environ, source, files), None, fmt)
     full = PREFIX + "socket-ifname" in labels
     derivation = derive(environ, labels, (lambda: gather_facts(full)) if host_facts else None,
-                        source, files)
+                        source, files, fresh_run_id=edge.new_run_id() if host_facts else None)
     assert derivation is not None  # opted in
     return render_digest(derivation.topology, derivation, fmt)
 
