@@ -281,7 +281,7 @@ def test_console_script_hook_imports_no_click_and_prints_everything(
                 if line.startswith("import time:")}
     assert "pydantic" in imported and "click" not in imported
     assert (fast.returncode, fast.stdout) == (slow.returncode, slow.stdout) == (0, slow.stdout)
-    workers = json.loads(slow.stdout.split("export TF_CONFIG=", 1)[1].strip().strip("'"))
+    workers = json.loads(slow.stdout.split("export TF_CONFIG=", 1)[1].splitlines()[0].strip("'"))
     assert workers["cluster"]["worker"] == [f"{h}:2222" for h in hosts]
     assert workers["task"] == {"type": "worker", "index": 7}
 

@@ -525,10 +525,10 @@ def _run_var(env: dict[str, str], fresh: str | None = None):
 
 def test_run_id_of_a_backendai_session_is_the_hash_of_its_id(backendai_env) -> None:
     var, _ = _run_var(backendai_env(["sub1", "main1"], "sub1"), fresh="ffffffffffffffff")
-    assert var.value == _blake("job", "", "", "", "sess-0123", "main1") == "af134bd335befc02"
+    assert var.value == _blake("job", "", "", "", "sess-0123") == "4710a43c645d3cb2"
     assert (var.scope, var.kept) == (SHARED, False)
-    assert var.provenance == ("hash of the job identity backendai states (id sess-0123, master "
-                              "main1): the same in every process of the job")
+    assert var.provenance == ("hash of the job identity backendai states (id sess-0123): the "
+                              "same in every process of the job")
 
 
 def test_run_id_without_a_manager_is_the_fresh_one_given() -> None:
@@ -543,7 +543,7 @@ def test_run_id_without_a_manager_is_the_fresh_one_given() -> None:
 def test_run_id_set_is_kept_and_a_bad_one_is_an_error(backendai_env) -> None:
     env = {**backendai_env(["sub1", "main1"], "sub1"), "DERIVE_ENV_RUN_ID": "outer.run-1"}
     var, derivation = _run_var(env)
-    assert (var.value, var.kept, var.derived) == ("outer.run-1", True, "af134bd335befc02")
+    assert (var.value, var.kept, var.derived) == ("outer.run-1", True, "4710a43c645d3cb2")
     assert "DERIVE_ENV_RUN_ID" not in derivation.changes()
     for bad in ("-rf", "a b", "x" * 65, "naïve", "a/b"):
         with pytest.raises(TopologyError) as info:

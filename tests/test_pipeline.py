@@ -50,7 +50,7 @@ def expected_changes(host: str, rank: int) -> dict[str, str]:
         "JAX_NUM_PROCESSES": "3",
         "JAX_PROCESS_ID": str(rank),
         "JAX_LOCAL_DEVICE_IDS": "0,1",  # the one JAX process of a node: all its GPUs
-        "DERIVE_ENV_RUN_ID": "af134bd335befc02",  # session sess-0123: one id on every node
+        "DERIVE_ENV_RUN_ID": "4710a43c645d3cb2",  # session sess-0123: one id on every node
     }
 
 
@@ -140,7 +140,7 @@ def test_tensorflow_only_image_ignores_a_malformed_master_addr(backendai_env) ->
     assert result.changes() == {
         "TF_CONFIG": '{"cluster":{"worker":["main1:2222","sub1:2222"]},'
                      '"task":{"type":"worker","index":1}}',
-        "DERIVE_ENV_RUN_ID": "af134bd335befc02",
+        "DERIVE_ENV_RUN_ID": "4710a43c645d3cb2",
     }
     with pytest.raises(TopologyError, match="MASTER_ADDR='not a host'"):
         derive(environ, {PREFIX + "frameworks": "tensorflow,pytorch"})

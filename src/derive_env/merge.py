@@ -336,7 +336,7 @@ def run_id(ctx: Context) -> Contribution:
     is kept, and the job digest covers it), compared as ``EXACT``.
 
     In order: a set value, kept; the manager's job identity (``topology.job``: manager, job
-    id, step id; ``topology.session_id``; the master's host) hashed; else, for one
+    id, step id; ``topology.session_id``) hashed; else, for one
     container and one process, the start's fresh id (``ctx.fresh_run_id``, drawn at the
     edge); else, for a job of more nodes or processes whose manager names no job (MPICH's
     ``mpiexec``), the job's shape hashed, which every process shares. A hash is the first
@@ -353,11 +353,12 @@ def run_id(ctx: Context) -> Contribution:
     topo = ctx.topology
     if topo.job is not None or topo.session_id is not None:
         manager, job, step = topo.job or ("", "", "")
-        session, master = topo.session_id or "", topo.master_addr or ""
-        value = _hashed(("job", manager, job, step, session, master.lower()))
+        session = topo.session_id or ""
+        # Not the master's host: a Kubeflow master pod is given localhost, its workers the
+        # master's name; every process must hash the same facts.
+        value = _hashed(("job", manager, job, step, session))
         said = " ".join(x for x in (manager, job, step) if x) + (
-            f", id {session}" if session and session != job else "") + (
-            f", master {master}" if master else "")
+            f", id {session}" if session and session != job else "")
         source = (f"hash of the job identity {topo.source} states "
                   f"({printable(shorten(said.lstrip(', '), 200))}): the same in every "
                   "process of the job")

@@ -75,7 +75,7 @@ def expected(host: str) -> dict[str, str]:
         "TF_CONFIG": (
             f'{{"cluster":{{"worker":[{workers}]}},"task":{{"type":"worker","index":{rank}}}}}'
         ),
-        "DERIVE_ENV_RUN_ID": "1ba382aa0c1e199e",  # the session's: the same on every node
+        "DERIVE_ENV_RUN_ID": "0c8fba107282d0d0",  # the session's: the same on every node
     }
 
 
