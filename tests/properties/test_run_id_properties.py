@@ -133,3 +133,44 @@ def test_every_recorded_job_gets_one_id_per_job() -> None:
         extra = {"MASTER_ADDR": "gpu-a100-09"} if scenario.endswith("-ssh") else {}
         found[scenario] = one_id([{**env, **extra} for env in envs])
     assert len(set(found.values())) == len(found), found
+
+
+#: The command derive-env execs: its own run id, then a child's (a DDP or dataloader worker
+#: inherits the environment the same way).
+_CHILD = ("import os, subprocess, sys; print(os.environ['DERIVE_ENV_RUN_ID']); "
+          "sys.stdout.flush(); subprocess.run([sys.executable, '-c', "
+          "\"import os; print(os.environ['DERIVE_ENV_RUN_ID'])\"], check=True)")
+
+
+def _exec_path(tmp_path: Path, extra: dict[str, str]) -> list[str]:
+    """``derive-env -- python -c _CHILD`` (the ENTRYPOINT path, the real console script):
+    the ids the command and its child see."""
+    import subprocess
+
+    from helpers import console_script
+
+    labels = tmp_path / "labels.json"
+    labels.write_text('{"ai.backend.distributed.frameworks": "pytorch"}')
+    env = {"PATH": "/usr/bin:/bin", "DERIVE_ENV_LABELS_FILE": str(labels), **extra}
+    out = subprocess.run([console_script(), "--", sys.executable, "-c", _CHILD], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.split()
+
+
+def test_the_exec_path_gives_each_start_its_id_and_every_child_inherits_it(
+        tmp_path: Path) -> None:
+    first, second = _exec_path(tmp_path, {}), _exec_path(tmp_path, {})
+    assert first[0] == first[1] and second[0] == second[1]  # the child inherits it
+    assert first[0] != second[0]  # two starts without a manager: two ids
+    assert all(len(i) == 16 and set(i) <= set("0123456789abcdef") for i in first + second)
+    # an outer derive-env's (or a launcher's) value: kept by the inner start, never replaced
+    assert _exec_path(tmp_path, {"DERIVE_ENV_RUN_ID": first[0]}) == [first[0], first[0]]
+    # inside a Slurm step: the hash of the step's identity, whatever the start
+    import hashlib
+
+    task = load_fixture(FIXTURES / "srun-block" / "task3.env")[1]
+    facts = "\0".join(("job", "slurm", task["SLURM_JOB_ID"], task["SLURM_STEP_ID"],
+                       task["SLURM_JOB_ID"]))
+    step_id = hashlib.blake2b(facts.encode(), digest_size=8,
+                              person=b"derive-env.run").hexdigest()
+    assert _exec_path(tmp_path, task) == _exec_path(tmp_path, task) == [step_id, step_id]
