@@ -126,3 +126,9 @@ def backendai_job(size: int) -> str:
     """:func:`not_opted_in_note`'s ``job`` for a Backend.AI session of ``size`` nodes."""
     return ("a Backend.AI session states a job of more than one node "
             f"(BACKENDAI_CLUSTER_SIZE='{size}')")
+
+
+def framework_changes(derivation) -> dict[str, str]:
+    """``derivation.changes()`` without derive-env's own ``DERIVE_ENV_RUN_ID`` (checked by
+    tests/test_merge.py and tests/properties/test_run_id_properties.py)."""
+    return {k: v for k, v in derivation.changes().items() if k != "DERIVE_ENV_RUN_ID"}

@@ -65,6 +65,8 @@ EXPECTED_SUB2 = {
     "PET_MASTER_PORT": "29500",
     "TF_CONFIG": '{"cluster":{"worker":["main1:2222","sub1:2222","sub2:2222"]},'
                  '"task":{"type":"worker","index":2}}',
+    # BLAKE2b of session sess-0123: the same in every container
+    "DERIVE_ENV_RUN_ID": "4710a43c645d3cb2",
 }
 
 

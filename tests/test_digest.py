@@ -96,6 +96,7 @@ var.PET_MASTER_PORT: 29500
 var.TF_CONFIG.cluster: {"worker":["main1:2222","sub1:2222","sub2:2222"]}
 var.JAX_COORDINATOR_ADDRESS: main1:1234
 var.JAX_NUM_PROCESSES: 3
+var.DERIVE_ENV_RUN_ID: 4710a43c645d3cb2
 """
 
 
@@ -388,6 +389,7 @@ def test_the_facts_of_a_slurm_step_exactly() -> None:
         "processes.per_node": "2,1",
         "var.MASTER_ADDR": "n01", "var.MASTER_PORT": "12000", "var.WORLD_SIZE": "3",
         "var.JAX_COORDINATOR_ADDRESS": "n01:12002", "var.JAX_NUM_PROCESSES": "3",
+        "var.DERIVE_ENV_RUN_ID": "ef4b5343e88ce4ab",  # slurm job 42 step 0
     }
 
 

@@ -150,6 +150,8 @@ def _setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str],
         monkeypatch.delenv(name, raising=False)
     for name, value in {**env, LABELS_VAR: str(baked)}.items():
         monkeypatch.setenv(name, value)
+    # One fresh run id for both runs of a comparison (a single container draws one per start).
+    monkeypatch.setattr(cli, "new_run_id", lambda: "0123456789abcdef")
 
 
 def _outcome(call: Callable[[], object], capsys: pytest.CaptureFixture[str]
@@ -279,7 +281,7 @@ def test_console_script_hook_imports_no_click_and_prints_everything(
                 if line.startswith("import time:")}
     assert "pydantic" in imported and "click" not in imported
     assert (fast.returncode, fast.stdout) == (slow.returncode, slow.stdout) == (0, slow.stdout)
-    workers = json.loads(slow.stdout.split("export TF_CONFIG=", 1)[1].strip().strip("'"))
+    workers = json.loads(slow.stdout.split("export TF_CONFIG=", 1)[1].splitlines()[0].strip("'"))
     assert workers["cluster"]["worker"] == [f"{h}:2222" for h in hosts]
     assert workers["task"] == {"type": "worker", "index": 7}
 

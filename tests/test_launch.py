@@ -369,7 +369,7 @@ def test_opted_in_command_gets_derived_and_input_variables(tmp_path: Path) -> No
     # nothing else was added (the environment is the input plus the derived variables; no
     # LC_CTYPE=C.UTF-8 from CPython's locale coercion either)
     derived = {"MASTER_ADDR", "NODE_RANK", "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR",
-               "PET_MASTER_PORT", "TF_CONFIG"}
+               "PET_MASTER_PORT", "TF_CONFIG", "DERIVE_ENV_RUN_ID"}
     assert set(got) - set(env) == derived
 
 

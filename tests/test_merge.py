@@ -501,3 +501,64 @@ def test_user_jax_coordinator_address_jax_cannot_read_is_an_error(backendai_env,
 def test_user_jax_coordinator_address_jax_reads_is_kept(backendai_env, value: str) -> None:
     derivation = derive(session(backendai_env, "sub1", JAX_COORDINATOR_ADDRESS=value), ALL)
     assert next(v for v in derivation.variables if v.name == "JAX_COORDINATOR_ADDRESS").kept
+
+
+# ------------------------------------------------------------------ the run id (issue 28)
+
+
+def _blake(*facts: str) -> str:
+    """The documented rule, computed here with hashlib: BLAKE2b-64, person derive-env.run."""
+    import hashlib
+
+    return hashlib.blake2b("\0".join(facts).encode(), digest_size=8,
+                           person=b"derive-env.run").hexdigest()
+
+
+def _run_var(env: dict[str, str], fresh: str | None = None):
+    from derive_env.pipeline import derive
+
+    derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"}, None,
+                        fresh_run_id=fresh)
+    return next((v for v in derivation.variables if v.name == "DERIVE_ENV_RUN_ID"), None), \
+        derivation
+
+
+def test_run_id_of_a_backendai_session_is_the_hash_of_its_id(backendai_env) -> None:
+    var, _ = _run_var(backendai_env(["sub1", "main1"], "sub1"), fresh="ffffffffffffffff")
+    assert var.value == _blake("job", "", "", "", "sess-0123") == "4710a43c645d3cb2"
+    assert (var.scope, var.kept) == (SHARED, False)
+    assert var.provenance == ("hash of the job identity backendai states (id sess-0123): the "
+                              "same in every process of the job")
+
+
+def test_run_id_without_a_manager_is_the_fresh_one_given() -> None:
+    var, _ = _run_var({}, fresh="0123456789abcdef")
+    assert var.value == "0123456789abcdef"
+    assert var.provenance.startswith("a fresh random id of this start")
+    none, derivation = _run_var({})  # --env-file, the pure API: nothing drawn
+    assert none is None
+    assert any(n.startswith("DERIVE_ENV_RUN_ID not set") for n in derivation.notes)
+
+
+def test_run_id_set_is_kept_and_a_bad_one_is_an_error(backendai_env) -> None:
+    env = {**backendai_env(["sub1", "main1"], "sub1"), "DERIVE_ENV_RUN_ID": "outer.run-1"}
+    var, derivation = _run_var(env)
+    assert (var.value, var.kept, var.derived) == ("outer.run-1", True, "4710a43c645d3cb2")
+    assert "DERIVE_ENV_RUN_ID" not in derivation.changes()
+    for bad in ("-rf", "a b", "x" * 65, "naïve", "a/b"):
+        with pytest.raises(TopologyError) as info:
+            _run_var({**env, "DERIVE_ENV_RUN_ID": bad})
+        assert str(info.value).startswith(
+            f"DERIVE_ENV_RUN_ID={bad!r}: expected a run id of 1 to 64 characters: letters, "
+            "digits, '.', '_' or '-', the first a letter or digit")
+        assert info.value.exit_code == 3
+
+
+def test_run_id_of_an_mpiexec_job_without_a_job_id_is_its_shape() -> None:
+    """MPICH over SSH names no job: every rank hashes the shape it shares."""
+    ranks = [{"PMI_RANK": str(r), "PMI_SIZE": "2", "MPI_LOCALRANKID": "0",
+              "MPI_LOCALNRANKS": "1", "MASTER_ADDR": "n1"} for r in range(2)]
+    values = {_run_var(env)[0].value for env in ranks}
+    assert values == {_blake("shape", "hydra", "", "None", "None", "None", "", "2", "",
+                             "n1", "")}
+    assert "names no job" in _run_var(ranks[0])[0].provenance

@@ -58,6 +58,7 @@ SUB1_EXPECTED = {
     "JAX_COORDINATOR_ADDRESS": "main1:1234",
     "JAX_NUM_PROCESSES": "3",
     "JAX_PROCESS_ID": "1",
+    "DERIVE_ENV_RUN_ID": "c971aac866e48a11",  # the session's id, hashed
 }
 INSTALL_TIMEOUT = 600  # seconds, per pip run (a slow index must not hang the suite)
 

@@ -50,6 +50,7 @@ def expected_changes(host: str, rank: int) -> dict[str, str]:
         "JAX_NUM_PROCESSES": "3",
         "JAX_PROCESS_ID": str(rank),
         "JAX_LOCAL_DEVICE_IDS": "0,1",  # the one JAX process of a node: all its GPUs
+        "DERIVE_ENV_RUN_ID": "4710a43c645d3cb2",  # session sess-0123: one id on every node
     }
 
 
@@ -82,13 +83,14 @@ def test_framework_order_follows_table_not_label(backendai_env) -> None:
     derivation = derive(backendai_env(HOSTS_ORDER, "sub1"), labels)
     assert derivation is not None
     frameworks = [v.framework for v in derivation.variables]
+    assert frameworks.pop() == "derive-env"  # the run id, after every framework's
     assert frameworks == sorted(frameworks, key=["pytorch", "tensorflow", "jax"].index)
 
 
 def test_tensorflow_only(backendai_env) -> None:
     derivation = derive(backendai_env(HOSTS_ORDER, "main1"), {PREFIX + "frameworks": "tensorflow"})
     assert derivation is not None
-    assert list(derivation.changes()) == ["TF_CONFIG"]
+    assert list(derivation.changes()) == ["TF_CONFIG", "DERIVE_ENV_RUN_ID"]
 
 
 def test_bad_label_is_label_error(backendai_env) -> None:
@@ -137,7 +139,8 @@ def test_tensorflow_only_image_ignores_a_malformed_master_addr(backendai_env) ->
     assert result is not None
     assert result.changes() == {
         "TF_CONFIG": '{"cluster":{"worker":["main1:2222","sub1:2222"]},'
-                     '"task":{"type":"worker","index":1}}'
+                     '"task":{"type":"worker","index":1}}',
+        "DERIVE_ENV_RUN_ID": "4710a43c645d3cb2",
     }
     with pytest.raises(TopologyError, match="MASTER_ADDR='not a host'"):
         derive(environ, {PREFIX + "frameworks": "tensorflow,pytorch"})

@@ -50,7 +50,8 @@ def test_backendai_rows_are_each_nodes_derivation() -> None:
     assert view.shared == (
         ("MASTER_ADDR", "main1", None), ("MASTER_PORT", "29500", None), ("PET_NNODES", "3", None),
         ("PET_MASTER_ADDR", "main1", None), ("PET_MASTER_PORT", "29500", None),
-        ("JAX_COORDINATOR_ADDRESS", "main1:1234", None), ("JAX_NUM_PROCESSES", "3", None))
+        ("JAX_COORDINATOR_ADDRESS", "main1:1234", None), ("JAX_NUM_PROCESSES", "3", None),
+        ("DERIVE_ENV_RUN_ID", "f9c90836326ca878", None))  # one run id on every node
     # the GPU count and JAX's devices are this container's: not derived for the others
     assert view.node_decided == ("PET_NPROC_PER_NODE", "JAX_LOCAL_DEVICE_IDS")
     # the same table from every node of the session

@@ -30,10 +30,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import ON_ERROR_WARN, TopologyError, describe, shorten
+from derive_env.errors import ON_ERROR_WARN, TopologyError, describe, printable, shorten
 from derive_env.frameworks.context import (
     ADDRESS,
     COUNT_RANGE,
+    EXACT,
     FOLLOWS,
     HOST,
     INTEGER,
@@ -41,7 +42,10 @@ from derive_env.frameworks.context import (
     JSON,
     NODE,
     SHARED,
+    Context,
+    Contribution,
     DerivedVariable,
+    variable,
 )
 from derive_env.hosts import host_key, host_problem, is_ip, is_ipv6, is_loopback
 from derive_env.topology import ClusterTopology
@@ -108,10 +112,12 @@ def same_value(compare: str, user: str, derived: str) -> bool:
         code does), else as text; ``COUNT_RANGE`` as torchrun reads it (``3:3`` = ``3``);
         ``JSON`` as a parsed ``TF_CONFIG`` (key order and blanks do not matter, the index
         is a JSON integer: :mod:`derive_env.tf_config`); ``HOST`` without regard to case,
-        ``ADDRESS`` too, its port as an integer.
+        ``ADDRESS`` too, its port as an integer; ``EXACT`` exactly.
     """
     if user == derived:
         return True
+    if compare == EXACT:
+        return False
     if compare == JSON:
         return _same_tf_config(_json(user), _json(derived))
     if compare == COUNT_RANGE:
@@ -299,3 +305,101 @@ def check_user_values(
             if warning is not None:
                 warnings.append(warning)
     return warnings
+
+
+# ----------------------------------------------------------------------------- the run id
+#
+# DERIVE_ENV_RUN_ID is derive-env's own variable, no framework's: one id every process of a
+# run shares (docs/variables.md). It is built here, beside the merge that keeps a user-set
+# value of it, and not in a module of its own: every opted-in start loads this one already.
+
+#: The variable; :data:`RUN_ID_HEX` lowercase hex digits when derived.
+RUN_ID = "DERIVE_ENV_RUN_ID"
+RUN_ID_HEX = 16
+#: The longest run id accepted when set (a UUID is 36 characters).
+RUN_ID_MAX = 64
+_RUN_ID_EXPECTED = (f"a run id of 1 to {RUN_ID_MAX} characters: letters, digits, '.', '_' or "
+                    "'-', the first a letter or digit (safe in file names, shells and URLs). "
+                    "Set it to such a value for the whole job, or unset it and derive-env "
+                    "derives one")
+
+
+def run_id_problem(value: str) -> str | None:
+    """What a set ``DERIVE_ENV_RUN_ID`` should be (the message's end), ``None`` when fine."""
+    ok = (0 < len(value) <= RUN_ID_MAX and value.isascii() and value[0].isalnum()
+          and all(c.isalnum() or c in "._-" for c in value))
+    return None if ok else _RUN_ID_EXPECTED
+
+
+def run_id(ctx: Context) -> Contribution:
+    """``DERIVE_ENV_RUN_ID`` for every process of this run, scope ``SHARED`` (a set value
+    is kept, and the job digest covers it), compared as ``EXACT``.
+
+    In order: a set value, kept; the manager's job identity (``topology.job``: manager, job
+    id, step id; ``topology.session_id``) hashed; else, for one
+    container and one process, the start's fresh id (``ctx.fresh_run_id``, drawn at the
+    edge); else, for a job of more nodes or processes whose manager names no job (MPICH's
+    ``mpiexec``), the job's shape hashed, which every process shares. A hash is the first
+    :data:`RUN_ID_HEX` hex digits of BLAKE2b (personalised ``derive-env.run``) of the facts
+    joined by NUL.
+
+    :returns: the variable, or only a note when nothing identifies the start and no fresh
+        id was given (``--env-file``, the pure API).
+    :raises TopologyError: a set ``DERIVE_ENV_RUN_ID`` that :func:`run_id_problem` refuses.
+    """
+    user = ctx.environ.get(RUN_ID, "")
+    if user and run_id_problem(user):
+        raise TopologyError(describe(RUN_ID, user, _RUN_ID_EXPECTED))
+    topo = ctx.topology
+    if topo.job is not None or topo.session_id is not None:
+        manager, job, step = topo.job or ("", "", "")
+        session = topo.session_id or ""
+        # Not the master's host: a Kubeflow master pod is given localhost, its workers the
+        # master's name; every process must hash the same facts.
+        value = _hashed(("job", manager, job, step, session))
+        said = " ".join(x for x in (manager, job, step) if x) + (
+            f", id {session}" if session and session != job else "")
+        source = (f"hash of the job identity {topo.source} states "
+                  f"({printable(shorten(said.lstrip(', '), 200))}): the same in every "
+                  "process of the job")
+    elif not topo.multi_node and (topo.processes is None or topo.processes.world_size == 1):
+        if ctx.fresh_run_id is None and not user:
+            return Contribution(notes=[
+                f"{RUN_ID} not set: no manager states a job here, and a fresh id is drawn only "
+                "when derive-env starts in the container itself (not for --env-file)"])
+        value = ctx.fresh_run_id or user
+        source = ("a fresh random id of this start (no manager states a job): every process "
+                  "the command starts inherits it")
+    else:
+        value, source = _shape_id(ctx)
+    return Contribution([variable("derive-env")(RUN_ID, value, source, scope=SHARED,
+                                                compare=EXACT)])
+
+
+def _shape_id(ctx: Context) -> tuple[str, str]:
+    """The run id of a job whose manager names no job: the hash of what every process of
+    it shares (hosts, master, ports, sizes; a set ``MASTER_ADDR``/``MASTER_PORT``), and its
+    provenance."""
+    topo, environ = ctx.topology, ctx.environ
+    layout = topo.processes
+    facts = ("shape", topo.source, ",".join(n.host.lower() for n in topo.nodes),
+             str(topo.num_nodes), str(topo.master_addr), str(topo.master_port),
+             ",".join(map(str, topo.reserved_ports)),
+             str(layout.world_size if layout else ""),
+             ",".join(map(str, layout.tasks_per_node or () if layout else ())),
+             environ.get("MASTER_ADDR", ""), environ.get("MASTER_PORT", ""))
+    return _hashed(facts), (
+        f"hash of the job's shape (the hosts, master, ports and sizes {topo.source} states): "
+        f"{topo.source} names no job, so two runs of this shape get the same id; set {RUN_ID} "
+        "for the whole job to tell them apart")
+
+
+def _hashed(facts: tuple[str, ...]) -> str:
+    """:data:`RUN_ID_HEX` hex digits of BLAKE2b over ``facts`` joined by NUL (UTF-8, the
+    undecodable bytes of an id as they were)."""
+    try:  # the C module alone: hashlib would load OpenSSL on every start (docs/performance.md)
+        from _blake2 import blake2b
+    except ImportError:  # an interpreter built without it
+        from hashlib import blake2b
+    data = "\0".join(facts).encode("utf-8", "surrogateescape")
+    return blake2b(data, digest_size=RUN_ID_HEX // 2, person=b"derive-env.run").hexdigest()

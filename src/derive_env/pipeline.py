@@ -21,7 +21,7 @@ from derive_env.frameworks.context import (
     variable,
 )
 from derive_env.labels import is_opted_in
-from derive_env.merge import changes, check_user_values, merge
+from derive_env.merge import changes, check_user_values, merge, run_id
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import topology_from
 from derive_env.topology import ClusterTopology, Inputs
@@ -56,6 +56,7 @@ def derive(
     facts: HostFacts | Callable[[], HostFacts] | None = None,
     source: str | None = None,
     files: FileReader | None = None,
+    fresh_run_id: str | None = None,
 ) -> Derivation | None:
     """Derive the framework variables of one container: the public API's form of
     :func:`derive_from` (each :class:`~derive_env.topology.Inputs` field by name;
@@ -72,9 +73,11 @@ def derive(
         ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
     :param files: reads the files a source needs (``SLURM_HOSTFILE``): paths -> contents
         (``None`` for one that cannot be read); ``None``: no file can be read.
+    :param fresh_run_id: a random id drawn at the edge for this start, the run id when no
+        manager identifies the job (:func:`derive_env.merge.run_id`).
     :returns: and :raises: as :func:`derive_from`.
     """
-    return derive_from(Inputs(environ, labels, files, facts, source))
+    return derive_from(Inputs(environ, labels, files, facts, source, fresh_run_id))
 
 
 def derive_from(inputs: Inputs) -> Derivation | None:
@@ -92,7 +95,8 @@ def derive_from(inputs: Inputs) -> Derivation | None:
         return None
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
     topology = topology_from(environ, inputs.choice, inputs.files)
-    ctx = Context(topology=topology, policy=policy, environ=environ, host=inputs.facts)
+    ctx = Context(topology=topology, policy=policy, environ=environ, host=inputs.facts,
+                  fresh_run_id=inputs.fresh_run_id)
     part = contributions(ctx)
     merged = merge(environ, part.variables, part.checks)
     # the source's warnings first: they concern the input
@@ -106,7 +110,8 @@ def derive_from(inputs: Inputs) -> Derivation | None:
 
 def contributions(ctx: Context) -> Contribution:
     """Every framework's contribution for ``ctx`` (the policy's frameworks and those that
-    always run, in :data:`~derive_env.frameworks.FRAMEWORKS` order), joined; the checks
+    always run, in :data:`~derive_env.frameworks.FRAMEWORKS` order), joined, then the run id
+    (:func:`derive_env.merge.run_id`); the checks
     without the variables a launcher already set (``topology.preset``: torchrun's ``RANK``
     ... are its authority, never checked against a rule for another layout).
 
@@ -120,6 +125,9 @@ def contributions(ctx: Context) -> Contribution:
             out.checks += part.checks
             out.notes += part.notes
             out.warnings += part.warnings
+    own = run_id(ctx)  # derive-env's own variable, after every framework's
+    out.variables += own.variables
+    out.notes += own.notes
     out.checks = [c for c in out.checks if c.name not in ctx.topology.preset]
     return out
 

@@ -226,8 +226,8 @@ class ClusterTopology(BaseModel):
         return " + ".join(found or ()) or "(none)"
 
 
-class Inputs(namedtuple("Inputs", "environ labels files facts choice",
-                        defaults=(None, None, None))):
+class Inputs(namedtuple("Inputs", "environ labels files facts choice fresh_run_id",
+                        defaults=(None, None, None, None))):
     """What the edge (cli/) read for one derivation, handed to the pure stages as one value
     (as torch's ``RendezvousParameters`` is one value for a rendezvous).
 
@@ -240,6 +240,9 @@ class Inputs(namedtuple("Inputs", "environ labels files facts choice",
         (``--env-file``) or none to read.
     :ivar choice: ``--source`` (a source name, ``auto``, ``none``); ``None``: the
         ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
+    :ivar fresh_run_id: a random id drawn at the edge for this start, the run id when no
+        manager identifies the job (:func:`derive_env.merge.run_id`); ``None``: not this
+        container's start (``--env-file``, the API).
     """
 
     # collections.namedtuple, not typing.NamedTuple: no annotation to evaluate on every
@@ -252,6 +255,7 @@ class Inputs(namedtuple("Inputs", "environ labels files facts choice",
         files: FileReader | None
         facts: HostFacts | Callable[[], HostFacts] | None
         choice: str | None
+        fresh_run_id: str | None
 
 
 def nodes_of(hosts: Iterable[str], roles: Iterable[str] | None = None,

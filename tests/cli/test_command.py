@@ -75,6 +75,7 @@ def expected(host: str) -> dict[str, str]:
         "TF_CONFIG": (
             f'{{"cluster":{{"worker":[{workers}]}},"task":{{"type":"worker","index":{rank}}}}}'
         ),
+        "DERIVE_ENV_RUN_ID": "0c8fba107282d0d0",  # the session's: the same on every node
     }
 
 
@@ -844,7 +845,8 @@ def test_labels_file_is_repeatable_and_later_wins(sub1_env: Path, tmp_path: Path
     }
     result = invoke([*args, "--labels-file", str(pytorch), "--labels-file", str(tensorflow)])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"TF_CONFIG": expected("sub1")["TF_CONFIG"]}
+    assert json.loads(result.stdout) == {k: expected("sub1")[k]
+                                         for k in ("TF_CONFIG", "DERIVE_ENV_RUN_ID")}
 
 
 def test_labels_file_from_stdin_and_a_file(sub1_env: Path, tmp_path: Path) -> None:

@@ -1004,7 +1004,7 @@ def test_explain_with_a_command_explains_and_does_not_run_it(
     assert run(["torchrun", "train.py"], dry_run=True, explain=True) == 0
     out, err = capsys.readouterr()
     assert err == "derive-env: note: --explain is a dry run: the command was not run\n"
-    assert "\nNODE_RANK       = 1\n" in out
+    assert "\nNODE_RANK         = 1\n" in out
 
 
 def test_explain_all_nodes_adds_the_table(
@@ -1016,7 +1016,7 @@ def test_explain_all_nodes_adds_the_table(
     assert err == ""
     explained, _, table = out.partition("\nall nodes, each derived here")
     assert explained.startswith("source: backendai session sess-0123, 3 nodes")
-    assert table.splitlines()[7:11] == [
+    assert table.splitlines()[8:12] == [
         "  node rank  host   NODE_RANK/PET_NODE_RANK",
         "  0          main1  0                        (master)",
         "  1          sub1   1",
@@ -1210,8 +1210,8 @@ def test_explain_names_the_session_variable(no_default_labels: Path, capsys,
             "label ai.backend.distributed.frameworks from variable DERIVE_ENV_FRAMEWORKS\n"
             "label ai.backend.distributed.master-port from variable DERIVE_ENV_MASTER_PORT\n"
             ) in out
-    assert ("MASTER_PORT     = 4000\n"
-            "                  source: variable DERIVE_ENV_MASTER_PORT\n") in out
+    assert ("MASTER_PORT       = 4000\n"
+            "                    source: variable DERIVE_ENV_MASTER_PORT\n") in out
 
 
 def test_frameworks_option_is_the_frameworks_label(no_default_labels: Path, capsys,
@@ -1220,9 +1220,11 @@ def test_frameworks_option_is_the_frameworks_label(no_default_labels: Path, caps
     wins over DERIVE_ENV_FRAMEWORKS."""
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "DERIVE_ENV_FRAMEWORKS": "pytorch"})
     assert run([], dry_run=True, fmt="json", frameworks="jax") == 0
-    assert json.loads(capsys.readouterr().out) == {
-        "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "1",
-        "JAX_PROCESS_ID": "0"}
+    document = json.loads(capsys.readouterr().out)
+    run_id = document.pop("DERIVE_ENV_RUN_ID")  # a fresh one: no manager here
+    assert len(run_id) == 16 and set(run_id) <= set("0123456789abcdef")
+    assert document == {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "1",
+                        "JAX_PROCESS_ID": "0"}
 
 
 def test_the_not_opted_in_note_on_both_paths(no_default_labels: Path, capsys, fake_exec,

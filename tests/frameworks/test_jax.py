@@ -36,7 +36,7 @@ def test_jax_only_sets_no_pytorch_or_tf_variables(backendai_env) -> None:
     derivation = derive(backendai_env(["main1", "sub1"], "sub1"), JAX)
     assert derivation is not None
     assert [v.name for v in derivation.variables] == [
-        "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"]
+        "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "DERIVE_ENV_RUN_ID"]
 
 
 def test_jax_port_label(backendai_env) -> None:

@@ -187,7 +187,8 @@ def test_a_torchrun_worker_with_one_worker_per_node_gets_no_pet(opt_in, pet) -> 
     assert pytorch_vars(env, opt_in) == {
         "MASTER_ADDR": "node-a", "MASTER_PORT": "26003", "RANK": "1", "LOCAL_RANK": "0",
         "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "1"}
-    assert derivation.changes() == {"NODE_RANK": "1"}  # torchrun's own values as they are
+    assert derivation.changes() == {  # torchrun's own values as they are
+        "NODE_RANK": "1", "DERIVE_ENV_RUN_ID": "6a8ef988ef604353"}
     assert derivation.topology.per_process
 
 
@@ -261,6 +262,6 @@ def test_a_managers_own_rendezvous_gets_no_pet_added() -> None:
         "PET_NNODES"]  # the manager's, kept
     assert derivation.changes() == {"MASTER_ADDR": "el-worker-0",
                                     "MASTER_PORT": derivation.changes()["MASTER_PORT"],
-                                    "NODE_RANK": "1"}
+                                    "NODE_RANK": "1", "DERIVE_ENV_RUN_ID": "17502c6c61106dd2"}
     assert ("torchrun's own rendezvous (PET_RDZV_ENDPOINT, set by the manager): no PET_* "
             "added, the manager's kept as they are") in derivation.notes

@@ -24,18 +24,18 @@ def test_explain(derivation: Derivation) -> None:
         "source seen: backendai (a Backend.AI session), for the node layer",
         "frameworks: pytorch, tensorflow (mode torchrun)",
     ]
-    assert "MASTER_ADDR     = main1" in lines
-    index = lines.index("MASTER_ADDR     = main1")
+    assert "MASTER_ADDR       = main1" in lines
+    index = lines.index("MASTER_ADDR       = main1")
     assert lines[index + 1] == (
-        "                  source: BACKENDAI_CLUSTER_HOSTS + BACKENDAI_CLUSTER_REPLICAS: node "
+        "                    source: BACKENDAI_CLUSTER_HOSTS + BACKENDAI_CLUSTER_REPLICAS: node "
         "rank 0 in canonical order"
     )
-    index = lines.index("MASTER_PORT     = 1111")
-    assert lines[index + 1] == "                  kept: already set (derived: 29500)"
-    index = lines.index("PET_MASTER_PORT = 1111")
+    index = lines.index("MASTER_PORT       = 1111")
+    assert lines[index + 1] == "                    kept: already set (derived: 29500)"
+    index = lines.index("PET_MASTER_PORT   = 1111")
     assert lines[index + 1] == (
-        "                  source: same as MASTER_PORT: MASTER_PORT (already set)")
-    assert f"TF_CONFIG       = {TF_CONFIG}" in lines
+        "                    source: same as MASTER_PORT: MASTER_PORT (already set)")
+    assert f"TF_CONFIG         = {TF_CONFIG}" in lines
     assert "  sub: sub1 -> worker 1  <- this container" in lines
     assert text.endswith("\n")
 
@@ -68,21 +68,21 @@ def test_explain_shows_local_rank_of_another_group_order(backendai_env) -> None:
     ]
     # Contract section 5 (revised): a valid cluster-template session has no warning.
     assert not any(line.startswith("warning:") for line in lines)
-    assert "NODE_RANK       = 1" in lines
+    assert "NODE_RANK         = 1" in lines
 
 
 def test_explain_kept_master_addr_shows_topology_value(backendai_env) -> None:
     env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_ADDR": "10.0.0.5"}
     lines = explain(derive(env, {PREFIX + "frameworks": "pytorch"})).splitlines()
-    index = lines.index("MASTER_ADDR     = 10.0.0.5")
-    assert lines[index + 1] == "                  kept: already set (derived: main1)"
+    index = lines.index("MASTER_ADDR       = 10.0.0.5")
+    assert lines[index + 1] == "                    kept: already set (derived: main1)"
 
 
 def test_explain_kept_same_value(backendai_env) -> None:
     env = {**backendai_env(["main1", "sub1"], "sub1"), "NODE_RANK": "1"}
     lines = explain(derive(env, {PREFIX + "frameworks": "pytorch"})).splitlines()
-    index = lines.index("NODE_RANK       = 1")
-    assert lines[index + 1] == "                  kept: already set (same as derived)"
+    index = lines.index("NODE_RANK         = 1")
+    assert lines[index + 1] == "                    kept: already set (same as derived)"
 
 
 def test_explain_kept_with_other_value(backendai_env) -> None:
@@ -90,8 +90,8 @@ def test_explain_kept_with_other_value(backendai_env) -> None:
     env = {**backendai_env(["main1", "sub1"], "sub1"), "MASTER_PORT": "7777"}
     text = explain(derive(env, {PREFIX + "frameworks": "pytorch"}))
     lines = text.splitlines()
-    index = lines.index("MASTER_PORT     = 7777")
-    assert lines[index + 1] == "                  kept: already set (derived: 29500)"
+    index = lines.index("MASTER_PORT       = 7777")
+    assert lines[index + 1] == "                    kept: already set (derived: 29500)"
 
 
 def test_explain_not_opted_in() -> None:

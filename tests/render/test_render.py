@@ -33,6 +33,7 @@ def test_env(derivation: Derivation) -> None:
         "PET_MASTER_ADDR=main1\n"
         "PET_MASTER_PORT=1111\n"
         f"TF_CONFIG={TF_CONFIG}\n"
+        "DERIVE_ENV_RUN_ID=baabe386f959eebf\n"
     )
 
 
@@ -41,7 +42,7 @@ def test_json(derivation: Derivation) -> None:
     assert text == (
         '{"MASTER_ADDR": "main1", "NODE_RANK": "1", "PET_NNODES": "2", "PET_NODE_RANK": "1", '
         '"PET_MASTER_ADDR": "main1", "PET_MASTER_PORT": "1111", "TF_CONFIG": '
-        + json.dumps(TF_CONFIG) + "}\n"
+        + json.dumps(TF_CONFIG) + ', "DERIVE_ENV_RUN_ID": "baabe386f959eebf"}\n'
     )
     assert text.count("\n") == 1
     parsed = json.loads(text)
@@ -61,6 +62,7 @@ def test_toml(derivation: Derivation) -> None:
         'PET_MASTER_PORT = "1111"\n'
         'TF_CONFIG = "{\\"cluster\\":{\\"worker\\":[\\"main1:2222\\",\\"sub1:2222\\"]},'
         '\\"task\\":{\\"type\\":\\"worker\\",\\"index\\":1}}"\n'
+        'DERIVE_ENV_RUN_ID = "baabe386f959eebf"\n'
     )
     assert tomllib.loads(text) == derivation.changes()
 
@@ -74,6 +76,7 @@ def test_shell(derivation: Derivation) -> None:
         "export PET_MASTER_ADDR='main1'\n"
         "export PET_MASTER_PORT='1111'\n"
         f"export TF_CONFIG='{TF_CONFIG}'\n"
+        "export DERIVE_ENV_RUN_ID='baabe386f959eebf'\n"
     )
 
 

@@ -35,6 +35,7 @@ from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, azureml, seen_sources
 from derive_env.sources.compose import topology_from
 from derive_env.sources.report import Processes, Report
+from helpers import framework_changes
 from support.jobs import AZUREML_RUN as RUN
 from support.jobs import azureml_mpi as mpi
 from support.jobs import azureml_pytorch as pytorch
@@ -74,7 +75,7 @@ def test_the_mpi_master_is_the_host_part_never_batchs_port() -> None:
 
 def test_an_mpi_process_derives_the_ranks_mpirun_gave() -> None:
     derivation = derive(mpi(5, 2, 4), PT)
-    changes = derivation.changes()
+    changes = framework_changes(derivation)
     assert {k: changes[k] for k in ("MASTER_ADDR", "RANK", "LOCAL_RANK", "WORLD_SIZE",
                                     "LOCAL_WORLD_SIZE")} == {
         "MASTER_ADDR": "10.0.0.4", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
@@ -155,7 +156,7 @@ def test_a_pytorch_process_is_passed_through_never_rewritten() -> None:
     assert report.preset == frozenset(
         {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "RANK", "LOCAL_RANK"})
     derivation = derive(environ, PT)
-    assert derivation.changes() == {"LOCAL_WORLD_SIZE": "4"}
+    assert framework_changes(derivation) == {"LOCAL_WORLD_SIZE": "4"}
 
 
 def test_azure_batchs_master_beside_the_pytorch_distribution_is_shadowed() -> None:

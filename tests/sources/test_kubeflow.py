@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, kubeflow, seen_sources
 from derive_env.sources.report import Processes, Report
+from helpers import framework_changes
 from support.kubeflow import pytorchjob_pod, trainjob_node
 
 
@@ -93,7 +94,7 @@ def test_pytorchjob_elastic_with_a_master_adds_nothing_of_torchruns() -> None:
     for pod in (0, 2):
         env = pytorchjob_pod("bert", 2, pod, "2", elastic="1:3")
         derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
-        assert derivation.changes() == {"NODE_RANK": str(pod)}
+        assert framework_changes(derivation) == {"NODE_RANK": str(pod)}
         assert ("torchrun's own rendezvous (PET_RDZV_ENDPOINT, set by the manager): no PET_* "
                 "added, the manager's kept as they are") in derivation.notes
 
@@ -289,7 +290,7 @@ def test_an_elastic_pytorchjob_is_a_job_of_unknown_size_never_one_node() -> None
         topo = derivation.topology
         assert (topo.multi_node, topo.num_nodes, topo.node_rank, topo.sized) == (
             True, None, pod, False)
-        assert derivation.changes() == {  # no PET_NNODES: the elastic range stays
+        assert framework_changes(derivation) == {  # no PET_NNODES: the elastic range stays
             "NODE_RANK": str(pod), "PET_MASTER_ADDR": "bert-master-0",
             "PET_MASTER_PORT": "23456"}
         with pytest.raises(TopologyError, match=r"^JAX_NUM_PROCESSES cannot be set: the num"):
@@ -323,7 +324,7 @@ def test_classic_v1_pod_is_read_as_node_values(pod: int) -> None:
     assert report.job == ("kubeflow-pytorchjob", "23456", "3")
     assert report.warnings == ()
     derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
-    assert derivation.changes() == {
+    assert framework_changes(derivation) == {
         "NODE_RANK": str(pod), "PET_NNODES": "3", "PET_NODE_RANK": str(pod),
         "PET_MASTER_ADDR": "localhost" if pod == 0 else "bert-master-0",
         "PET_MASTER_PORT": "23456"}
@@ -412,7 +413,7 @@ def test_elastic_workers_pass_to_torchruns_rendezvous(pod: int, nnodes: str) -> 
         "'el-worker-0:23456') numbers the nodes: nothing of torchrun's (PET_*) is rewritten or "
         "added")
     derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
-    changes = derivation.changes()
+    changes = framework_changes(derivation)
     assert not [name for name in changes if name.startswith("PET_")]
     assert (changes["MASTER_ADDR"], changes["NODE_RANK"]) == ("el-worker-0", str(pod))
     assert changes["MASTER_PORT"] != "23456"  # the rendezvous store's port

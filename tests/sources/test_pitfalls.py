@@ -82,7 +82,8 @@ def derived(env: dict[str, str], labels: dict[str, str] = PYTORCH,
     derivation = derive(env, labels, None,
                         files=lambda paths: {p: (files or {}).get(p) for p in paths})
     assert derivation is not None
-    return {v.name: v.value for v in derivation.variables}, derivation.notes
+    return ({v.name: v.value for v in derivation.variables if v.framework != "derive-env"},
+            derivation.notes)  # the run id: tests/test_merge.py
 
 
 def error(env: dict[str, str], labels: dict[str, str] = PYTORCH) -> str:

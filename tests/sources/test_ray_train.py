@@ -29,6 +29,7 @@ from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, ray_train, seen_sources
 from derive_env.sources.report import Processes, Report
+from helpers import framework_changes
 
 RECORDED = Path(__file__).parents[1] / "fixtures/ray-train"
 FIX = ray_train.FIX
@@ -88,7 +89,7 @@ def test_the_recorded_workers_values_are_passed_through_untouched(rank: int) -> 
     env = recorded(rank)
     derivation = derive(env, BOTH)
     assert derivation is not None
-    changes = derivation.changes()
+    changes = framework_changes(derivation)
     assert not set(ray_train.WORKER_VARIABLES) & set(changes)
     assert changes == {"JAX_COORDINATOR_ADDRESS": changes["JAX_COORDINATOR_ADDRESS"],
                        "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(rank)}
@@ -110,7 +111,7 @@ def test_workers_on_three_nodes() -> None:
     derivation = derive(env, BOTH)
     assert derivation is not None
     assert derivation.topology.multi_node
-    assert derivation.changes() == {"JAX_COORDINATOR_ADDRESS": "10.0.4.11:64607",
+    assert framework_changes(derivation) == {"JAX_COORDINATOR_ADDRESS": "10.0.4.11:64607",
                                     "JAX_NUM_PROCESSES": "5", "JAX_PROCESS_ID": "3"}
     with pytest.raises(TopologyError) as caught:
         derive(env, {PREFIX + "frameworks": "tensorflow"})

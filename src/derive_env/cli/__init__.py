@@ -296,6 +296,13 @@ def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the p
     return HostFacts(interfaces=(OVERLAY,) if present else (), port_range=read_port_range)
 
 
+def new_run_id() -> str:
+    """A fresh run id for this start (16 lowercase hex digits, 64 bits from the kernel's
+    random source): ``DERIVE_ENV_RUN_ID`` of a container no manager identifies
+    (:func:`derive_env.merge.run_id`), never guessable from the time of the start."""
+    return os.urandom(8).hex()
+
+
 def read_port_range() -> str | None:
     """The text of :data:`PORT_RANGE_FILE`, ``None`` when it cannot be read."""
     return _text_or_none(PORT_RANGE_FILE)
@@ -362,7 +369,8 @@ def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str |
     if env_file is not None:
         return Inputs(environ, labels, _job_files, None, source)
     full = PREFIX + "socket-ifname" in labels
-    return Inputs(environ, labels, read_files, lambda: gather_facts(full), source)
+    return Inputs(environ, labels, read_files, lambda: gather_facts(full), source,
+                  new_run_id())
 
 
 def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool):

@@ -50,7 +50,9 @@ ADDRESS = "host:port"
 JSON = "json"
 #: torchrun's node count: ``N`` or ``MIN:MAX`` with ``MIN == MAX`` (``3:3`` = ``3``).
 COUNT_RANGE = "count range"
-COMPARISONS = (INTEGER, HOST, ADDRESS, JSON, COUNT_RANGE)
+#: Exactly as written (an id: ``0123`` is not ``123``).
+EXACT = "exact"
+COMPARISONS = (INTEGER, HOST, ADDRESS, JSON, COUNT_RANGE, EXACT)
 
 
 class DerivedVariable(NamedTuple):
@@ -66,7 +68,7 @@ class DerivedVariable(NamedTuple):
     :ivar framework: who reads it (``pytorch``, ``tensorflow``, ``jax``, ``network``).
     :ivar scope: :data:`SHARED`, :data:`FOLLOWS`, :data:`JOB` or :data:`NODE`. Required.
     :ivar compare: how a user-set value is compared: :data:`INTEGER`, :data:`HOST`,
-        :data:`ADDRESS`, :data:`JSON` or :data:`COUNT_RANGE`.
+        :data:`ADDRESS`, :data:`JSON`, :data:`COUNT_RANGE` or :data:`EXACT`.
     :ivar what: what the variable is, for messages (``"this node's node rank"``); required
         for :data:`JOB` and :data:`NODE`.
     :ivar leader: the variable a :data:`FOLLOWS` one follows (``MASTER_ADDR``).
@@ -167,6 +169,8 @@ class Context:
     :ivar host: host facts, or a function that reads them on first use (:attr:`facts`).
     :ivar warnings: warnings about values every framework shares (the ports), reported
         once by the pipeline.
+    :ivar fresh_run_id: a random id drawn at the edge for this start, used as the run id
+        when no manager identifies the job (:func:`derive_env.merge.run_id`); ``None``: none.
     """
 
     def __init__(
@@ -175,8 +179,10 @@ class Context:
         policy: ImagePolicy,
         environ: Mapping[str, str],
         host: HostFacts | Callable[[], HostFacts] | None = None,
+        fresh_run_id: str | None = None,
     ) -> None:
         self.topology = topology
+        self.fresh_run_id = fresh_run_id
         self.policy = policy
         self.environ = environ
         self.host = host
