@@ -20,34 +20,11 @@ from derive_env.errors import DeriveEnvError
 from derive_env.frameworks.context import HostFacts
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
+from support.backendai import replica_sessions as sessions
 
 SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 LABELS = {PREFIX + "frameworks": "pytorch,tensorflow"}
-
-role_names = st.from_regex(r"[a-z](?:[a-z-]{0,6}[a-z])?", fullmatch=True).filter(
-    lambda r: r != "main")
-
-
-@st.composite
-def sessions(draw):
-    """(replicas in REPLICAS order, hosts) of a valid session, at most 64 nodes."""
-    others = draw(st.lists(role_names, max_size=3, unique=True))
-    counts = {"main": 1}
-    budget = 63
-    for role in others:
-        count = draw(st.integers(min_value=1, max_value=max(1, min(budget, 30))))
-        if budget - count < 0:
-            break
-        counts[role] = count
-        budget -= count
-    order = draw(st.sampled_from(["sorted", "random"]))
-    pairs = sorted(counts.items())  # what Backend.AI does
-    if order == "random":
-        pairs = draw(st.permutations(pairs))
-    hosts = [f"{role}{i}" for role, count in pairs for i in range(1, count + 1)]
-    return list(pairs), hosts
-
 
 @given(session=sessions(), seed=st.integers(0, 2**32 - 1), with_local_rank=st.booleans())
 @SETTINGS

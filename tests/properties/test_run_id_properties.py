@@ -19,13 +19,9 @@ from hypothesis import strategies as st
 from derive_env.cli import new_run_id
 from derive_env.merge import RUN_ID, run_id_problem
 from derive_env.pipeline import derive
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sources"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from record_envs import FIXTURES, load_fixture
-from test_job_properties import with_mpi
-from test_properties import sessions
-from test_slurm import job_envs, mpi_in_allocation, slurm_jobs
+from support.backendai import replica_sessions as sessions
+from support.recorded import FIXTURES, load_fixture
+from support.slurm import job_envs, mpi_in_allocation, slurm_jobs, with_mpi
 
 LABELS = {"ai.backend.distributed.frameworks": "pytorch,jax"}
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -183,3 +183,27 @@ def make_backendai_env(
         env["BACKENDAI_CLUSTER_LOCAL_RANK"] = str(backendai_local_rank(host, pairs, group_order))
     return env
 
+
+#: Role names of the replica sessions below (at most 8 characters).
+_replica_roles = st.from_regex(r"[a-z](?:[a-z-]{0,6}[a-z])?", fullmatch=True).filter(
+    lambda r: r != "main")
+
+
+@st.composite
+def replica_sessions(draw):
+    """(replicas in REPLICAS order, hosts) of a valid session, at most 64 nodes."""
+    others = draw(st.lists(_replica_roles, max_size=3, unique=True))
+    counts = {"main": 1}
+    budget = 63
+    for role in others:
+        count = draw(st.integers(min_value=1, max_value=max(1, min(budget, 30))))
+        if budget - count < 0:
+            break
+        counts[role] = count
+        budget -= count
+    order = draw(st.sampled_from(["sorted", "random"]))
+    pairs = sorted(counts.items())  # what Backend.AI does
+    if order == "random":
+        pairs = draw(st.permutations(pairs))
+    hosts = [f"{role}{i}" for role, count in pairs for i in range(1, count + 1)]
+    return list(pairs), hosts
