@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from derive_env.sources import DETERMINED_RENDEZVOUS, SAGEMAKER_CONFIG, sizes
@@ -13,7 +15,7 @@ from derive_env.sources import DETERMINED_RENDEZVOUS, SAGEMAKER_CONFIG, sizes
     ('{"cluster": {"worker": ["w0:1"]}}', 1), ('{"cluster": []}', 0), ("[]", 0),
 ])
 def test_tasks_counts_lists_and_sparse_maps(spec: str, count: int) -> None:
-    assert sizes.tasks(sizes._json(spec)) == count
+    assert sizes.tasks(json.loads(spec)) == count
 
 
 def test_tf_config_and_cluster_spec() -> None:

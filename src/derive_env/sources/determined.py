@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
-from derive_env.sources.launchtools import _all_ipv4
+from derive_env.sources.lists import all_ipv4
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import parse_port
@@ -126,7 +126,7 @@ def _checked(document: dict[str, object], path: str) -> tuple[list[str], int, li
                             f"{addrs!r}; {_FIX}")
     # IPv4 addresses (what Determined gathers), each octet checked once: benchmarks/iplists.py
     joined = "\n".join(addrs)
-    plain = joined.count("\n") == len(addrs) - 1 and _all_ipv4(joined)
+    plain = joined.count("\n") == len(addrs) - 1 and all_ipv4(joined)
     bad = None if plain else check_hosts(addrs)
     if bad is not None:
         raise TopologyError(f"{path}: expected an address per container in container_addrs: "

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem, is_loopback
+from derive_env.sources.lists import pod_hostname
 from derive_env.sources.report import Report
 from derive_env.validation import parse_port, variable_int
 
@@ -130,9 +131,8 @@ def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
                                      f"{exc}; {fix}")) from None
     job, worker, zero = host.rpartition("-worker-")
     hostname = environ.get("HOSTNAME", "")
-    # The kubelet cuts a pod name to 63 characters, then trailing '-' and '.' (kubelet_pods.go
-    # truncatePodHostnameIfNeeded): compare with the name cut the same way.
-    own = f"{job}-worker-{rank}"[:63].rstrip("-.")
+    # The kubelet cuts a long pod name: compare with the name cut the same way.
+    own = pod_hostname(f"{job}-worker-{rank}")
     if worker and zero == "0" and hostname and hostname != own:
         raise TopologyError(describe(
             "PROCESS_ID", environ["PROCESS_ID"], f"the index of this pod's hostname "

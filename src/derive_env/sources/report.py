@@ -140,26 +140,3 @@ def layer_lines(reports: Sequence[Report], used: Sequence[Report],
             lines.append(f"shadowed: {report.source}: an inner source states its facts")
     return tuple(lines)
 
-
-def checked_master(environ: Mapping[str, str], addr: str, port: str,
-                   fix: str) -> tuple[str, int]:
-    """A master a manager set, checked: ``(environ[addr], environ[port] as a TCP port)``
-    (``MASTER_ADDR``/``MASTER_PORT``, Kubeflow's ``PET_MASTER_*``), for the sources that read
-    one (torchrun, Kubeflow, Azure ML, Ray Train).
-
-    :param fix: ends each message (what to do instead).
-    :raises TopologyError: the host is no host name or address (:func:`derive_env.hosts.
-        host_problem`), or the port is not 1-65535; the message names the variable and value.
-    """
-    from derive_env.errors import TopologyError, describe
-    from derive_env.hosts import host_problem
-    from derive_env.validation import parse_port
-
-    host = environ[addr]
-    problem = host_problem(host)
-    if problem:
-        raise TopologyError(describe(addr, host, f"{problem}; {fix}"))
-    try:
-        return host, parse_port(environ[port])
-    except ValueError as exc:
-        raise TopologyError(describe(port, environ[port], f"{exc}; {fix}")) from None

@@ -29,19 +29,17 @@ UNKNOWN = "unknown"
 Files = Mapping[str, "str | None"]
 
 
-def _json(text: str | None) -> object:
-    """``text`` as JSON, ``None`` when it is not."""
-    import json  # only a size that reads JSON: the note of larger_job needs none
+def json_value(text: str | None) -> object:
+    """:func:`derive_env.sources.lists.json_value`, imported only by a size that reads JSON
+    (the note of :func:`larger_job` needs none)."""
+    from derive_env.sources.lists import json_value as read
 
-    try:
-        return json.loads(text) if text else None
-    except (ValueError, RecursionError):
-        return None
+    return read(text)
 
 
 def json_list(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
     """``SM_HOSTS`` (a JSON list of the job's hosts) unless it lists exactly one."""
-    hosts = _json(environ["SM_HOSTS"])
+    hosts = json_value(environ["SM_HOSTS"])
     if isinstance(hosts, list) and len(hosts) == 1:
         return None
     return "SM_HOSTS", "a JSON list of one host"
@@ -68,7 +66,7 @@ def tasks(spec: object) -> int:
 
 
 def _cluster(environ: Mapping[str, str], variable: str) -> tuple[str, str] | None:
-    if tasks(_json(environ[variable])) > 1:
+    if tasks(json_value(environ[variable])) > 1:
         return variable, "a cluster of one task"
     return None
 
@@ -87,7 +85,7 @@ def _file_list(files: Files, path: str, key: str, one: str
                ) -> tuple[str, str, str] | str | None:
     """``(f"{key} in {path}", the list as JSON, one)`` when the list has more than one
     entry."""
-    document = _json(files.get(path))
+    document = json_value(files.get(path))
     found = document.get(key) if isinstance(document, dict) else None
     if not isinstance(found, list) or not found:
         return UNKNOWN

@@ -1,10 +1,13 @@
-"""The host files and host-slot lists of the batch schedulers: hosts in first-appearance
-order, slots summed per host.
+"""Every host-list form a manager writes, read once: lines of IPv4 addresses, comma lists,
+JSON, and the batch schedulers' host-slot lists (hosts in first-appearance order, slots
+summed per host); the DNS label limit of a pod hostname.
 
-Shared by the scheduler sources (sources/pbs.py, sources/lsf.py, and Grid Engine's
-``PE_HOSTFILE``): every one of them states its allocation as a list of *slots* (a host
-once per slot, or a host with a slot count, possibly several times), never as a list of
-nodes. The rule is the same for all of them (sources-cloud.md 19, 20, 22):
+The IP lists (SkyPilot, dstack, Azure Batch, Determined) are checked by one match for the
+whole list (:func:`all_ipv4`), at C speed for 4096 nodes (benchmarks/iplists.py). The
+scheduler sources (PBS, LSF, Grid Engine's ``PE_HOSTFILE``) each state their allocation as
+a list of *slots* (a host once per slot, or a host with a slot count, possibly several
+times), never as a list of nodes. The rule is the same for all of them (sources-cloud.md
+19, 20, 22):
 
 * the nodes are the distinct hosts in the order of their first appearance (the first one
   is where the scheduler runs the batch script: PBS's mother superior, LSF's first
@@ -21,11 +24,70 @@ message follows "expected ..." and names the entry; the caller names the variabl
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from derive_env.hosts import check_hosts, host_key
+
+#: A pod hostname is one DNS label: at most 63 characters (pkg/apis/batch/validation,
+#: kubernetes-sigs/jobset#408; the kubelet cuts a longer pod name: :func:`pod_hostname`).
+MAX_HOSTNAME = 63
+#: The headless Service's name (the pod template's ``subdomain``), when ``/etc/hosts`` has no
+#: FQDN line (``hostNetwork``) or cannot be read (``--env-file``): Kubernetes Indexed Jobs
+#: and JobSets.
+SUBDOMAIN = "DERIVE_ENV_SUBDOMAIN"
+#: Where the kubelet writes the pod's FQDN.
+HOSTS_FILE = "/etc/hosts"
+
+
+def pod_hostname(name: str) -> str:
+    """The hostname the kubelet gives a pod named ``name``: cut to :data:`MAX_HOSTNAME`
+    characters, then trailing ``-`` and ``.`` removed (kubelet_pods.go
+    ``truncatePodHostnameIfNeeded``)."""
+    return name[:MAX_HOSTNAME].rstrip("-.")
+
+
+def fqdn_suffix(hosts_text: str | None, hostname: str) -> str | None:
+    """``<subdomain>.<ns>.svc.<domain>`` from the kubelet's ``/etc/hosts`` line for
+    ``hostname`` (kubelet_pods.go, ``managedHostsFileContent``), or ``None`` without one.
+
+    :param hosts_text: the file's text (``None``: unreadable).
+    :param hostname: the pod's hostname (``HOSTNAME``).
+    """
+    for line in (hosts_text or "").splitlines():
+        for name in line.partition("#")[0].split()[1:]:
+            if name.startswith(hostname + ".") and len(name) > len(hostname) + 1:
+                return name[len(hostname) + 1:].rstrip(".")
+    return None
+
+_QUAD = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
+#: Dotted quads separated by one character: one match for the whole list, then each
+#: distinct octet once, instead of one address parse per node (benchmarks/iplists.py,
+#: 4096 nodes); anything else is checked entry by entry (:func:`derive_env.hosts.check_hosts`).
+_QUADS = {sep: re.compile(rf"(?:{_QUAD}{sep})*{_QUAD}") for sep in ("\n", ",")}
+
+
+def all_ipv4(text: str, separator: str = "\n") -> bool:
+    """Whether ``text`` is IPv4 addresses separated by ``separator`` (a newline: SkyPilot's,
+    dstack's and Determined's lists; a comma: Azure Batch's), each as ``ipaddress``
+    accepts it (octets 0-255, no leading zero)."""
+    if not _QUADS[separator].fullmatch(text):
+        return False
+    octets = set(text.replace(separator, ".").split("."))
+    return not any(len(o) > 1 and (o[0] == "0" or int(o) > 255) for o in octets)
+
+
+def json_value(text: str | None) -> object:
+    """``text`` as JSON; ``None`` when it is unset, empty or not JSON (nested deeper than
+    the parser's stack included)."""
+    import json  # only a source or size that reads JSON
+
+    try:
+        return json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        return None
 
 
 class HostSlots(NamedTuple):
@@ -150,19 +212,45 @@ def word_pairs(text: str, what: str) -> HostSlots:
     return _host_counts(words[::2], words[1::2], what)
 
 
-def line_pairs(text: str, what: str) -> HostSlots:
-    """One ``host count [more fields]`` per line (Grid Engine's ``PE_HOSTFILE``:
-    ``<host> <slots> <queue> <processor range>``); blank lines ignored.
+#: A ``PE_HOSTFILE`` line as Grid Engine writes it: host, slot count >= 1, other fields. One
+#: match per line for the whole text, without a loop over the lines in Python
+#: (benchmarks/iplists.py, 4096 hosts); any other text is read line by line (:func:`_rows`).
+_ROW = re.compile(r"^(\S+)[ \t]+([1-9][0-9]{0,8})(?:[ \t][^\n]*)?$", re.MULTILINE)
 
-    :raises ValueError: a line of fewer than two fields, or as :func:`host_count_pairs`.
-    """
-    pairs: list[tuple[str, str]] = []
+
+def _rows(text: str, what: str) -> list[tuple[str, str]]:
+    """``(host, slot count)`` of every line that is not blank; a malformed line raises."""
+    rows = []
     for number, line in enumerate(text.split("\n"), 1):
         fields = line.split()
         if not fields:
             continue
-        if len(fields) < 2:
-            raise ValueError(f"{what}: line {number} ({line.strip()!r}): a host and its "
-                             "slot count")
-        pairs.append((fields[0], fields[1]))
-    return host_count_pairs(pairs, what)
+        count = fields[1] if len(fields) > 1 else ""
+        if not (count.isascii() and count.isdigit()) or len(count) > _MAX_DIGITS or int(count) < 1:
+            raise ValueError(f"{what}; line {number} ({line.strip()!r}) has no slot count "
+                             ">= 1 after its host")
+        rows.append((fields[0], count))
+    if not rows:
+        raise ValueError(f"{what}; the file has none")
+    return rows
+
+
+def pe_hostfile(text: str, what: str) -> HostSlots:
+    """Grid Engine's ``PE_HOSTFILE`` (``<host> <slots> <queue> <processors>``, one line per
+    granted queue, exec_job.c; blank lines ignored): the hosts in first-appearance order
+    with their slots summed over their lines.
+
+    :param what: the format, for the message (follows "expected").
+    :raises ValueError: no line, a line without a host and a slot count, a host that is no
+        host name or address, a slot count that is not an integer >= 1.
+    """
+    body = text[:-1] if text.endswith("\n") else text
+    rows = _ROW.findall(body)
+    if not rows or len(rows) != body.count("\n") + 1:  # not every line matched
+        rows = _rows(text, what)
+    listed, counts = zip(*rows, strict=True)
+    allocation = _summed(listed, map(int, counts))
+    bad = check_hosts(allocation.hosts)
+    if bad is not None:
+        raise ValueError(f"{what}; host {bad[1]!r}: {bad[2]}")
+    return allocation
