@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.sources.report import Processes, Report
 from derive_env.sources.lists import HostSlots, one_per_slot, word_pairs
+from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
 

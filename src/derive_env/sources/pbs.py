@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.sources.report import Report
 from derive_env.sources.lists import HostSlots, one_per_slot
+from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
 
