@@ -343,7 +343,7 @@ _TABLE = ["derive_env.sources", "derive_env.sources.compose", "derive_env.source
           "derive_env.sources.report"]
 _UNSEEN = {"derive_env.sources.slurm", "derive_env.sources.slurm_checks",
            "derive_env.sources.slurm_hostlist",
-           "derive_env.sources.mpi", "derive_env.sources.torchrun",
+           "derive_env.sources.roles", "derive_env.sources.torchrun",
            "derive_env.sources.kubeflow"}
 _SRUN_TASK = Path(__file__).resolve().parent / "fixtures/recorded/srun-block/task3.env"
 

@@ -20,6 +20,7 @@ from derive_env.sources import (
     choice_of,
     forced_source,
     seen_sources,
+    states_of,
 )
 
 FLUX = {"FLUX_JOB_ID": "f1", "FLUX_JOB_SIZE": "4", "FLUX_TASK_RANK": "1"}
@@ -96,7 +97,7 @@ def test_every_line_reads_or_is_refused_and_names_are_unique() -> None:
         assert set(line.marker) <= set(line.detect), line.name
         if line.module is None:
             # Known and refused: it says how it states a job of more than one process.
-            assert line.states or line.size, line.name
+            assert states_of(line) or line.size, line.name
         else:
             assert line.part_of is None, line.name
         if line.part_of is not None:
@@ -117,7 +118,7 @@ def test_every_module_reads_a_line() -> None:
 
 def test_the_refusals_keep_the_launchers_order() -> None:
     """The first line that states more than one process is named: innermost first."""
-    assert [line.title for line in SOURCES if line.states or line.size] == [
+    assert [line.title for line in SOURCES if states_of(line) or line.size] == [
         "torchrun (torchelastic)", "Open MPI (mpirun)", "MVAPICH2 (mpirun_rsh)",
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",

@@ -41,15 +41,18 @@ def _start_torchrun(how: str) -> str:
 
 #: How a variable reaches every process of a launcher by default (Open MPI's ``-x``).
 PASS_ENV = "mpirun -x {name}={value}"
+#: The rule of an MPI launcher's variables (``{}``: the launcher), ending its messages.
+_MPI_WHY = ("{} sets both for each process, so one of them was exported by hand (a wrapper) "
+            "or inherited from another job: unset the stale one")
 
 
 class Source(namedtuple("Source", (
         "name", "title", "module", "detect", "depth",
         "unless", "fallback", "any_of", "prefix",
         "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix", "pass_env",
-        "files", "counts"),
-        defaults=((), False, False, None, (), (), True, True, "process", None, None,
-                  _RUN_WITHOUT, PASS_ENV, (), ()))):
+        "files", "counts", "roles"),
+        defaults=((), False, False, None, (), None, True, True, "process", None, None,
+                  _RUN_WITHOUT, PASS_ENV, (), (), None))):
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
@@ -81,7 +84,8 @@ class Source(namedtuple("Source", (
         (``TORCHELASTIC_RUN_ID`` for torchrun); empty: all of ``detect``.
     :ivar states: ``(variable, single-process value)``: one set to anything else states
         more than one process, complete set or not; a single value ``None``: set at all,
-        it states more than one (Azure Batch's ``AZ_BATCH_MASTER_NODE``).
+        it states more than one (Azure Batch's ``AZ_BATCH_MASTER_NODE``). Unset (``None``):
+        the ``roles``' counts with 1 and indexes with 0 (:func:`states_of`).
     :ivar partial: whether ``states`` count without the complete marker (an MPI rank alone
         is still an MPI job; a batch script's node count alone is not a batch script).
     :ivar sized: False when the complete marker cannot tell the job's size (PMIx,
@@ -106,6 +110,9 @@ class Source(namedtuple("Source", (
         that started this process without saying the job's size.
     :ivar pass_env: how a user gives one variable to every process this launcher starts
         (``{name}``, ``{value}`` filled in), for the fix of a partial topology.
+    :ivar roles: the manager's variables by role (node count, node rank, the process layer,
+        job, companions, its rule: sources/roles.py), a dict literal; a line whose roles say
+        everything has ``module="roles"``.
     """
 
     __slots__ = ()
@@ -124,23 +131,57 @@ SOURCES: tuple[Source, ...] = (
            marker=("TORCHELASTIC_RUN_ID",),
            states=(("GROUP_WORLD_SIZE", 1), ("GROUP_RANK", 0), ("WORLD_SIZE", 1), ("RANK", 0),
                    ("LOCAL_WORLD_SIZE", 1)), partial=False),
-    Source("openmpi", "Open MPI (mpirun)", "mpi",
+    # The MPI launchers: the process layer in their own four variables, no host list (the
+    # node layer comes from the allocation they run in). Deliberately not read: Open MPI's
+    # OMPI_COMM_WORLD_NODE_RANK (the local rank across all jobs, not a node index: its
+    # environment-var.rst; equal to the local rank in the recordings), OMPI_UNIVERSE_SIZE
+    # (slots, not processes), OMPI_MCA_orte_num_nodes (internal to ORTE, gone in Open MPI 5),
+    # OMPI_MCA_orte_hnp_uri and PMIX_SERVER_URI* (mpirun's or the node's PMIx server, never a
+    # master); a local rank is never derived from a global one (PMI_RANK % n: DeepSpeed#3408).
+    # A launcher's second vocabulary must agree ("same", as DeepSpeed's launcher_helper does
+    # for PMIX_RANK/PMI_RANK); only its own: Hydra copies mpiexec's environment into every
+    # rank, so another launcher's variables there can be stale.
+    # open-mpi/ompi v5.0.x docs/tuning-apps/environment-var.rst (the same four in 4.1,
+    # recorded: ompi-ssh, ompi-in-*); PMIX_RANK and PMIX_NAMESPACE from its own PMIx server.
+    Source("openmpi", "Open MPI (mpirun)", "roles",
            ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE"), 1,
-           states=(("OMPI_COMM_WORLD_SIZE", 1), ("OMPI_COMM_WORLD_RANK", 0),
-                   ("OMPI_COMM_WORLD_LOCAL_SIZE", 1), ("OMPI_COMM_WORLD_LOCAL_RANK", 0))),
-    Source("mvapich2", "MVAPICH2 (mpirun_rsh)", "mpi",
+           roles={"rank": "OMPI_COMM_WORLD_RANK", "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
+                  "world_size": "OMPI_COMM_WORLD_SIZE",
+                  "local_world_size": "OMPI_COMM_WORLD_LOCAL_SIZE", "job": "PMIX_NAMESPACE",
+                  "same": (("PMIX_RANK", "rank"),), "why": _MPI_WHY.format("mpirun")}),
+    # MVAPICH2 2.3 user guide, "MPIRUN_RSH Parameters"; mpispawn also sets PMI_ID and
+    # MPIRUN_NPROCS (src/pm/mpirun/mpispawn.c), its Hydra-based mpiexec PMI_RANK, PMI_SIZE.
+    Source("mvapich2", "MVAPICH2 (mpirun_rsh)", "roles",
            ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
             "MV2_COMM_WORLD_LOCAL_SIZE"), 1,
-           states=(("MV2_COMM_WORLD_SIZE", 1), ("MV2_COMM_WORLD_RANK", 0),
-                   ("MV2_COMM_WORLD_LOCAL_SIZE", 1), ("MV2_COMM_WORLD_LOCAL_RANK", 0))),
-    Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "mpi",
-           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1,
-           pass_env="mpiexec -genv {name} {value}"),
-    Source("pals", "Cray PALS (mpiexec)", "mpi",
+           roles={"rank": "MV2_COMM_WORLD_RANK", "local_rank": "MV2_COMM_WORLD_LOCAL_RANK",
+                  "world_size": "MV2_COMM_WORLD_SIZE",
+                  "local_world_size": "MV2_COMM_WORLD_LOCAL_SIZE",
+                  "same": (("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
+                           ("MPIRUN_NPROCS", "world_size")),
+                  "why": _MPI_WHY.format("mpirun_rsh")}),
+    # pmodels/mpich src/pm/hydra/proxy/pmip_cb.c launch_procs (recorded from MPICH 4.0.2:
+    # mpich-ssh, mpich-in-*); Intel MPI's mpiexec.hydra writes the same four. No job id (no
+    # PMI_JOBID); with -pmi-port no PMI_SIZE, so the line is not seen. Its states are the
+    # pmi line's (a partial set is refused as a PMI launcher's).
+    Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "roles",
+           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1, states=(),
+           pass_env="mpiexec -genv {name} {value}",
+           roles={"rank": "PMI_RANK", "local_rank": "MPI_LOCALRANKID", "world_size": "PMI_SIZE",
+                  "local_world_size": "MPI_LOCALNRANKS", "why": _MPI_WHY.format("mpiexec")}),
+    # HPE Cray PALS mpiexec (ALCF Polaris/Aurora user guides): PALS_* plus Cray PMI's PMI_*;
+    # no world size of its own (PMI_SIZE, also the pmi line's: not among its states).
+    Source("pals", "Cray PALS (mpiexec)", "roles",
            ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID",
             "PMI_SIZE"), 1,
-           states=(("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0))),
+           states=(("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0)),
+           roles={"rank": "PALS_RANKID", "local_rank": "PALS_LOCAL_RANKID",
+                  "world_size": "PMI_SIZE", "local_world_size": "PALS_LOCAL_SIZE",
+                  "node_rank": "PALS_NODEID", "job": "PALS_APID",
+                  "same": (("PMI_RANK", "rank"), ("PMI_LOCAL_RANK", "local_rank"),
+                           ("PMI_LOCAL_SIZE", "local_world_size")),
+                  "why": _MPI_WHY.format("PALS's mpiexec")}),
     Source("pmi", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)", None,
            ("PMI_RANK", "PMI_SIZE"), 1, part_of="hydra",
            states=(("PMI_SIZE", 1), ("PMI_RANK", 0), ("PMI_LOCAL_SIZE", 1),
@@ -303,9 +344,17 @@ SOURCES: tuple[Source, ...] = (
     Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)", "kubeflow_runtimes",
            ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
            states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node"),
-    Source("htcondor", "an HTCondor parallel-universe job", "htcondor",
+    # htcondor/htcondor src/condor_starter.V6.1/parallel_proc.cpp ParallelProc::addEnvVars:
+    # no host list, no master (peers find node 0 through condor_chirp, which no environment
+    # or local file shows): a larger job needs MASTER_ADDR, refused with that fix without.
+    Source("htcondor", "an HTCondor parallel-universe job", "roles",
            ("_CONDOR_PROCNO", "_CONDOR_NPROCS"), 4, unit="node",
-           states=(("_CONDOR_NPROCS", 1), ("_CONDOR_PROCNO", 0)),
+           roles={"num_nodes": "_CONDOR_NPROCS", "node_rank": "_CONDOR_PROCNO",
+                  "job": "_CONDOR_REMOTE_SPOOL_DIR",
+                  "note": "HTCondor states no host list: the master is node 0's address, "
+                          "from MASTER_ADDR",
+                  "why": "the starter sets both for one node (parallel_proc.cpp), so one was "
+                         "set by hand: unset it"},
            pass_env="export {name}={value} in every node's wrapper (node 0 can publish it "
                     "with condor_chirp set_job_attr)",
            fix=_start_torchrun("--nnodes=$_CONDOR_NPROCS --node-rank=$_CONDOR_PROCNO "
@@ -355,6 +404,22 @@ BY_NAME: dict[str, Source] = {source.name: source for source in SOURCES}
 _READ = tuple(source for source in SOURCES if source.module is not None)
 #: Source names by ``--source``; ``auto`` (detect) and ``none`` (a single container).
 SOURCE_NAMES = tuple(source.name for source in _READ)
+
+
+def states_of(line: Source) -> tuple[tuple[str, int | None], ...]:
+    """``line.states``, or when unset those its ``roles`` imply: each count role's variable
+    with 1, each index role's with 0, nodes first (sources/roles.py ``SINGLE``)."""
+    if line.states is not None:
+        return line.states
+    if not line.roles:
+        return ()
+    return tuple((line.roles[role], single) for role, single in _SINGLE if role in line.roles)
+
+
+#: A count role with its single-process value, an index role with 0, in the order a refusal
+#: names them (a copy of sources/roles.py's, which the table must not import).
+_SINGLE = (("num_nodes", 1), ("node_rank", 0), ("world_size", 1), ("rank", 0),
+           ("local_world_size", 1), ("local_rank", 0))
 
 
 def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from derive_env.errors import TopologyError, describe
-from derive_env.sources import BY_NAME, ON_ERROR_WARN, SOURCES, Source
+from derive_env.sources import BY_NAME, ON_ERROR_WARN, SOURCES, Source, states_of
 from derive_env.topology import ClusterTopology
 from derive_env.validation import static_count
 
@@ -39,7 +39,7 @@ _NO_SOURCE = "derive-env cannot read its job from these variables"
 Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
 #: The lines that can state a job of more than one process, in table order.
-_LAUNCHERS = tuple(line for line in SOURCES if line.states or line.size)
+_LAUNCHERS = tuple(line for line in SOURCES if states_of(line) or line.size)
 
 
 def _single(value: str, single: int | None) -> bool:
@@ -116,7 +116,7 @@ def refused_line(
             continue
         if not line.sized:
             # Its index alone says nothing of the size: every index alike (section 7).
-            if unsized is None and any(environ.get(name) for name, _ in line.states):
+            if unsized is None and any(environ.get(name) for name, _ in states_of(line)):
                 unsized = line
             continue
         stated = _stated(line, environ, complete, files)
@@ -150,7 +150,7 @@ UNSIZED = ("", "", "")
 
 def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
     """The variables of ``line``'s marker and ``states`` that are set, in that order."""
-    names = dict.fromkeys((*(line.marker or line.detect), *dict(line.states)))
+    names = dict.fromkeys((*(line.marker or line.detect), *dict(states_of(line))))
     return [name for name in names if environ.get(name)]
 
 
@@ -169,7 +169,7 @@ def _stated(line: Source, environ: Mapping[str, str], complete: bool,
             return UNSIZED
         if over is not None:
             return (over[0], environ[over[0]], over[1]) if len(over) == 2 else over
-    for name, single in line.states:
+    for name, single in states_of(line):
         value = environ.get(name)
         if value and not _single(value, single):
             return name, value, "unset" if single is None else str(single)

@@ -44,15 +44,13 @@ _T = TypeVar("_T")
 INTEGERS = {"world_size": (1, "world size"), "local_world_size": (1, "local world size"),
             "rank": (0, "global rank"), "local_rank": (0, "local rank"),
             "num_nodes": (1, "node count"), "node_rank": (0, "node rank")}
-#: ``(index, count)``: the index is below the count.
-_BELOW = (("rank", "world_size"), ("local_rank", "local_world_size"),
-          ("node_rank", "num_nodes"))
+#: ``(role, other role, relation)``: the checks between two roles, in this order; a node
+#: rank without a node count is below the world size (every node runs a process).
+_RELATIONS = (("rank", "world_size", "below"), ("local_rank", "local_world_size", "below"),
+              ("local_world_size", "world_size", "at most"),
+              ("node_rank", "num_nodes", "below"))
 #: The process layer's roles, in :class:`Processes` order.
 PROCESS_ROLES = ("rank", "local_rank", "world_size", "local_world_size")
-#: A count role -> its single-process value; an index role -> 0 (the refusals' ``states``),
-#: in the order a refusal names them: nodes first, then the process layer.
-SINGLE = (("num_nodes", 1), ("node_rank", 0), ("world_size", 1), ("rank", 0),
-          ("local_world_size", 1), ("local_rank", 0))
 
 
 def read(environ: Mapping[str, str], line: Source,
@@ -72,16 +70,13 @@ def read(environ: Mapping[str, str], line: Source,
     why = roles.get("why", "")
     got = {role: variable_int(environ, roles[role], minimum, f" (the {what})")
            for role, (minimum, what) in INTEGERS.items() if role in roles}
-    for index, count in _BELOW:
-        if index in got and count in got:
-            below(environ, roles[index], got[index], roles[count], got[count], why)
-    if "local_world_size" in got and got["local_world_size"] > got["world_size"]:
-        _contradiction(environ, roles["local_world_size"], roles["world_size"],
-                       "at most", why)
-    if "node_rank" in got and "num_nodes" not in got and "world_size" in got:
-        # Every node of the job runs at least one of its processes.
-        below(environ, roles["node_rank"], got["node_rank"], roles["world_size"],
-              got["world_size"], why)
+    for low, high, relation in _RELATIONS:
+        if low in got and (high in got or (low == "node_rank" and "world_size" in got)):
+            high = high if high in got else "world_size"
+            if got[low] > got[high] or (relation == "below" and got[low] == got[high]):
+                raise TopologyError(describe(
+                    roles[low], environ[roles[low]], f"a {INTEGERS[low][1]} {relation} "
+                    f"{roles[high]}={environ[roles[high]]!r}: {why}"))
     notes = _companions(environ, roles, got, why)
     inputs: dict[str, tuple[str, ...]] = {}
     processes = None
@@ -104,23 +99,6 @@ def read(environ: Mapping[str, str], line: Source,
         inputs=inputs, notes=notes)
 
 
-def below(environ: Mapping[str, str], index: str, value: int, count: str, total: int,
-          why: str) -> None:
-    """Raise unless ``value`` (``index``'s) is below ``total`` (``count``'s).
-
-    :param why: the manager's rule and fix, ending the message.
-    :raises TopologyError: ``INDEX='3': expected a value below COUNT='3': <why>``.
-    """
-    if value >= total:
-        _contradiction(environ, index, count, "below", why)
-
-
-def _contradiction(environ: Mapping[str, str], name: str, other: str, relation: str,
-                   why: str) -> None:
-    raise TopologyError(describe(
-        name, environ[name], f"a value {relation} {other}={environ[other]!r}: {why}"))
-
-
 def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
                 got: Mapping[str, int], why: str) -> tuple[str, ...]:
     """Notes for the companion variables that are set, each equal to the manager's own
@@ -138,16 +116,9 @@ def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
         if not agrees:
             raise TopologyError(describe(
                 companion, value,
-                f"the same {INTEGERS[role][1]} as {own}={environ[own]!r}: {why}; unset "
-                f"{companion} or {own}, whichever is stale"))
+                f"the same {INTEGERS[role][1]} as {own}={environ[own]!r}: {why}"))
         notes.append(f"{companion} agrees with {own}")
     return tuple(notes)
-
-
-def single_values(roles: Mapping[str, object]) -> tuple[tuple[str, int], ...]:
-    """The refusals' ``states`` a line's roles imply: each count role's variable with 1,
-    each index role's with 0 (a value other than those states more than one process)."""
-    return tuple((roles[role], single) for role, single in SINGLE if role in roles)
 
 
 def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from derive_env.sources import DETERMINED_RENDEZVOUS, SAGEMAKER_CONFIG, SOURCES
+from derive_env.sources import DETERMINED_RENDEZVOUS, SAGEMAKER_CONFIG, SOURCES, states_of
 
 #: The answer when the job's size cannot be told.
 UNKNOWN = "unknown"
@@ -186,7 +186,7 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
         complete = all(environ.get(name) for name in line.marker or line.detect)
         if not complete and not line.partial:
             continue
-        for name, single in (*line.states, *((name, 1) for name in line.counts)):
+        for name, single in (*states_of(line), *((name, 1) for name in line.counts)):
             value = environ.get(name)
             if value and _more_than(value, single):
                 return (f"{line.title} states a job of more than one {line.unit} "
