@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from derive_env.errors import DeriveEnvError, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, SOURCES, states_of, topology_from
+from derive_env.sources import BY_NAME, SOURCES, has_size, states_of, topology_from
 from helpers import SRUN_TASK_3
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
@@ -185,7 +185,7 @@ def test_every_launcher_has_a_complete_set() -> None:
     assert len({launcher.name for launcher in SOURCES}) == len(SOURCES)
 
 
-LAUNCHER_NAMES = sorted({n for lnch in SOURCES if states_of(lnch) or lnch.size
+LAUNCHER_NAMES = sorted({n for lnch in SOURCES if states_of(lnch) or has_size(lnch)
                          for n in (*(lnch.marker or lnch.detect), *dict(states_of(lnch)))})
 
 

@@ -19,6 +19,7 @@ from derive_env.sources import (
     SOURCES,
     choice_of,
     forced_source,
+    has_size,
     seen_sources,
     states_of,
 )
@@ -97,7 +98,7 @@ def test_every_line_reads_or_is_refused_and_names_are_unique() -> None:
         assert set(line.marker) <= set(line.detect), line.name
         if line.module is None:
             # Known and refused: it says how it states a job of more than one process.
-            assert states_of(line) or line.size, line.name
+            assert states_of(line) or has_size(line), line.name
         else:
             assert line.part_of is None, line.name
         if line.part_of is not None:
@@ -118,7 +119,7 @@ def test_every_module_reads_a_line() -> None:
 
 def test_the_refusals_keep_the_launchers_order() -> None:
     """The first line that states more than one process is named: innermost first."""
-    assert [line.title for line in SOURCES if states_of(line) or line.size] == [
+    assert [line.title for line in SOURCES if states_of(line) or has_size(line)] == [
         "torchrun (torchelastic)", "Open MPI (mpirun)", "MVAPICH2 (mpirun_rsh)",
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
@@ -143,6 +144,6 @@ def test_the_refusals_keep_the_launchers_order() -> None:
 def test_sagemakers_size_is_its_json_list(hosts: str, stated: str | None) -> None:
     from derive_env.sources import sizes
 
-    size = getattr(sizes, BY_NAME["sagemaker"].size)
-    result = size({"SM_HOSTS": hosts, "SM_CURRENT_HOST": "algo-1"}, {})
+    result = sizes.over(BY_NAME["sagemaker"], {"SM_HOSTS": hosts, "SM_CURRENT_HOST": "algo-1"},
+                        None)
     assert result == (None if stated is None else (stated, "a JSON list of one host"))

@@ -50,9 +50,9 @@ class Source(namedtuple("Source", (
         "name", "title", "module", "detect", "depth",
         "unless", "fallback", "any_of", "prefix",
         "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix", "pass_env",
-        "files", "counts", "roles"),
+        "counts", "roles"),
         defaults=((), False, False, None, (), None, True, True, "process", None, None,
-                  _RUN_WITHOUT, PASS_ENV, (), (), None))):
+                  _RUN_WITHOUT, PASS_ENV, (), None))):
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
@@ -92,17 +92,15 @@ class Source(namedtuple("Source", (
         Kubernetes): then the marker alone is refused, on every process alike.
     :ivar unit: what the size counts (``process``, ``node``, ``host``), for messages.
     :ivar size: the name of a function of :mod:`derive_env.sources.sizes` (imported only
-        when the marker is complete), for a size no single variable counts (SageMaker's
-        JSON list): ``(variable, expected)`` for the variable that states more than one
-        ``unit`` and what a single one would be, ``None`` for one, ``sizes.UNKNOWN`` when
-        the size cannot be told (a file unreadable: then refused as a launcher that does
-        not say its size).
+        when the marker is complete), for a size that neither a variable nor the ``hosts``
+        role states (a Volcano Job's pods): ``(variable, expected)`` for the variable that
+        states more than one ``unit`` and what a single one would be, ``None`` for one,
+        ``sizes.UNKNOWN`` when the size cannot be told (then refused as a launcher that does
+        not say its size). A ``hosts`` role of more than one host states more than one too.
     :ivar counts: for a line a module reads, the variables whose value above 1 states a
         job of more than one ``unit`` (``BACKENDAI_CLUSTER_SIZE``), for the note of an image
         that did not opt in (:func:`derive_env.sources.sizes.larger_job`; the ``states`` of
         the other lines count too).
-    :ivar files: files ``size`` reads (a path, or ``$VARIABLE`` for the path a variable
-        holds), read at the edge (cli/) only when the marker is complete.
     :ivar part_of: for a line without a module: the line whose module reads these
         variables when that line's complete set is set (``PMI_RANK`` and ``PMI_SIZE`` are
         part of Hydra's): they alone are refused as a partial set of it.
@@ -112,15 +110,23 @@ class Source(namedtuple("Source", (
         (``{name}``, ``{value}`` filled in), for the fix of a partial topology.
     :ivar roles: the manager's variables by role (node count, node rank, the process layer,
         job, companions, its rule: sources/roles.py), a dict literal; a line whose roles say
-        everything has ``module="roles"``.
+        everything has ``module="roles"``. ``hosts``: ``(where, form[, key])``, the host
+        list: ``where`` a variable, or a file (``$VARIABLE`` for the path it holds,
+        ``$VARIABLE:default``), read at the edge (cli/) only when the marker is complete;
+        ``form`` ``ips`` (one IP per line), ``comma``, ``json`` (a list, or the list at
+        ``key`` of a JSON object), ``pairs`` (``host slots`` words), ``slots`` (a host per
+        slot, one per line), ``pe_hostfile`` (Grid Engine's).
     """
 
     __slots__ = ()
 
 
-#: The files of the managers whose size only a file states (read in cli/, on demand).
+#: The files of the managers whose size only a file states (read in cli/, on demand), each
+#: with the variable that chooses another path (tests, operators; not a label).
 SAGEMAKER_CONFIG = "/opt/ml/input/config/resourceconfig.json"
+SAGEMAKER_CONFIG_VARIABLE = "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG"
 DETERMINED_RENDEZVOUS = "/run/determined/info/rendezvous.json"
+DETERMINED_VARIABLE = "DERIVE_ENV_DETERMINED_RENDEZVOUS"
 
 #: Every manager and launcher, innermost first; ties keep table order, which is also the
 #: order of the refusals (the first line that states more than one process is named).
@@ -255,7 +261,8 @@ SOURCES: tuple[Source, ...] = (
                                "--master-addr=<the hostname of the first pod>")),
     # The training toolkit's SM_* without the platform's variables (sources/sagemaker.py).
     Source("sagemaker", "SageMaker", "sagemaker", ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
-           unless=("TRAINING_JOB_ARN",), unit="host", size="json_list", marker=("SM_HOSTS",),
+           unless=("TRAINING_JOB_ARN",), unit="host", marker=("SM_HOSTS",),
+           roles={"hosts": ("SM_HOSTS", "json")},
            fix=_start_torchrun("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
                                "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of "
                                "$SM_HOSTS>")),
@@ -270,8 +277,7 @@ SOURCES: tuple[Source, ...] = (
     # The platform's resourceconfig.json, read in cli/ (sources/sagemaker.py).
     Source("sagemaker-platform", "an Amazon SageMaker training job", "sagemaker",
            ("TRAINING_JOB_NAME", "TRAINING_JOB_ARN"), 4, unit="host",
-           files=(SAGEMAKER_CONFIG,),
-           size="sagemaker_hosts",
+           roles={"hosts": (f"${SAGEMAKER_CONFIG_VARIABLE}:{SAGEMAKER_CONFIG}", "json", "hosts")},
            fix=_start_torchrun("--nnodes=<length of hosts> --node-rank=<position of "
                                f"current_host in hosts, {SAGEMAKER_CONFIG}> "
                                "--master-addr=<first of hosts>")),
@@ -280,14 +286,14 @@ SOURCES: tuple[Source, ...] = (
     Source("skypilot", "a SkyPilot task", "launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
-           marker=("SKYPILOT_NODE_IPS",), size="ip_lines",
+           marker=("SKYPILOT_NODE_IPS",), roles={"hosts": ("SKYPILOT_NODE_IPS", "ips")},
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
     Source("dstack", "a dstack task", "launchtools",
            ("DSTACK_NODES_IPS", "DSTACK_MASTER_NODE_IP", "DSTACK_NODE_RANK",
             "DSTACK_NODES_NUM"), 4, unit="node",
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
-           marker=("DSTACK_NODES_IPS",), size="ip_lines",
+           marker=("DSTACK_NODES_IPS",), roles={"hosts": ("DSTACK_NODES_IPS", "ips")},
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
     Source("lws", "a LeaderWorkerSet group", "lws",  # a TPU group: its slice (gke-tpu)
@@ -314,7 +320,7 @@ SOURCES: tuple[Source, ...] = (
     Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "tpu",
            ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"), 4, unit="host",
            states=(("MEGASCALE_NUM_SLICES", 1), ("MEGASCALE_SLICE_ID", 0)),
-           size="tpu_hosts",
+           roles={"hosts": ("TPU_WORKER_HOSTNAMES", "comma")},
            fix="Run the command without derive-env (JAX reads TPU_WORKER_ID and "
                "TPU_WORKER_HOSTNAMES itself), or, for a slice of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
@@ -325,8 +331,8 @@ SOURCES: tuple[Source, ...] = (
                                "--master-addr=<host part of $AZ_BATCH_MASTER_NODE>")),
     Source("determined", "a Determined trial", "determined",
            ("DET_MASTER", "DET_ALLOCATION_ID", "DET_SLOT_IDS"), 4, unit="container",
-           files=(DETERMINED_RENDEZVOUS,),
-           size="determined_containers",
+           roles={"hosts": (f"${DETERMINED_VARIABLE}:{DETERMINED_RENDEZVOUS}", "json",
+                            "container_addrs")},
            fix="Start it with Determined's launcher (python3 -m determined.launch."
                "torch_distributed), which runs torchrun, and run derive-env in each worker "
                "it starts; or, for a trial of one container, choose --source none (or "
@@ -361,19 +367,21 @@ SOURCES: tuple[Source, ...] = (
                                "--master-addr=<the host of node 0>")),
     Source("pbs", "an OpenPBS/Torque job", "pbs", ("PBS_JOBID", "PBS_NODEFILE"), 3,
            unit="node", states=(("PBS_NUM_NODES", 1), ("PBS_NODENUM", 0)), partial=False,
-           files=("$PBS_NODEFILE",), size="pbs_nodes", marker=("PBS_NODEFILE",),
+           marker=("PBS_NODEFILE",), roles={"hosts": ("$PBS_NODEFILE", "slots")},
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     # In a jsrun task, the jsrun line gives the compute hosts (without the launch node).
     Source("lsf", "an LSF job", "lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
-           size="lsf_hosts", unless=("JSM_NAMESPACE_RANK",), marker=("LSB_MCPU_HOSTS",),
+           unless=("JSM_NAMESPACE_RANK",), marker=("LSB_MCPU_HOSTS",),
+           roles={"hosts": ("LSB_MCPU_HOSTS", "pairs")},
            fix="Start the processes with jsrun or mpirun (... derive-env -- python train.py) "
                "and run derive-env in each rank; or, for a job of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     Source("gridengine", "a Grid Engine parallel job", "gridengine",
            ("JOB_ID", "PE_HOSTFILE", "NHOSTS"), 3, unit="host", states=(("NHOSTS", 1),),
-           partial=False, marker=("PE_HOSTFILE",), files=("$PE_HOSTFILE",), size="pe_hosts"),
+           partial=False, marker=("PE_HOSTFILE",),
+           roles={"hosts": ("$PE_HOSTFILE", "pe_hostfile")}),
     # A task qrsh -inherit started without -V: no PE_HOSTFILE (sources/gridengine.py).
     Source("gridengine-task", "a Grid Engine task (qrsh -inherit)", None,
            ("JOB_ID", "PE", "QRSH_PORT"), 3, unless=("PE_HOSTFILE",), unit="host",
@@ -404,6 +412,21 @@ BY_NAME: dict[str, Source] = {source.name: source for source in SOURCES}
 _READ = tuple(source for source in SOURCES if source.module is not None)
 #: Source names by ``--source``; ``auto`` (detect) and ``none`` (a single container).
 SOURCE_NAMES = tuple(source.name for source in _READ)
+
+
+def file_path(where: str, environ: Mapping[str, str]) -> str:
+    """The path of a file a line names: ``where`` itself, or for ``$NAME`` the path ``NAME``
+    holds, for ``$NAME:default`` that or ``default`` ("" for none)."""
+    if not where.startswith("$"):
+        return where
+    name, _, default = where[1:].partition(":")
+    return environ.get(name) or default
+
+
+def has_size(line: Source) -> bool:
+    """Whether ``line`` states a job's size beyond its ``states``: a ``size`` rule, or a
+    ``hosts`` role (a list of more than one host states more than one)."""
+    return line.size is not None or bool(line.roles and "hosts" in line.roles)
 
 
 def states_of(line: Source) -> tuple[tuple[str, int | None], ...]:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
+from derive_env.sources import DETERMINED_VARIABLE as PATH_VARIABLE
 from derive_env.sources.lists import all_ipv4
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
@@ -52,8 +53,6 @@ from derive_env.validation import parse_port
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-#: Chooses another path for the rendezvous file (tests, operators); not a label.
-PATH_VARIABLE = "DERIVE_ENV_DETERMINED_RENDEZVOUS"
 #: The file's keys (``RendezvousInfo.__init__``).
 KEYS = ("container_addrs", "container_rank", "container_slot_counts")
 #: ``DET_RESOURCES_TYPE`` values whose rendezvous lists the addresses in rank order.
@@ -66,9 +65,9 @@ _FIX = ("Determined's trial entrypoint writes it (prep_container --rendezvous) b
 
 def rendezvous_path(environ: Mapping[str, str]) -> str:
     """``DERIVE_ENV_DETERMINED_RENDEZVOUS`` or ``/run/determined/info/rendezvous.json``."""
-    from derive_env.sources import DETERMINED_RENDEZVOUS
+    from derive_env.sources import BY_NAME, file_path
 
-    return environ.get(PATH_VARIABLE) or DETERMINED_RENDEZVOUS
+    return file_path(BY_NAME["determined"].roles["hosts"][0], environ)
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from derive_env.errors import TopologyError, describe
-from derive_env.sources import BY_NAME, ON_ERROR_WARN, SOURCES, Source, states_of
+from derive_env.sources import BY_NAME, ON_ERROR_WARN, SOURCES, Source, has_size, states_of
 from derive_env.topology import ClusterTopology
 from derive_env.validation import static_count
 
@@ -39,7 +39,7 @@ _NO_SOURCE = "derive-env cannot read its job from these variables"
 Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
 #: The lines that can state a job of more than one process, in table order.
-_LAUNCHERS = tuple(line for line in SOURCES if states_of(line) or line.size)
+_LAUNCHERS = tuple(line for line in SOURCES if states_of(line) or has_size(line))
 
 
 def _single(value: str, single: int | None) -> bool:
@@ -158,13 +158,10 @@ def _stated(line: Source, environ: Mapping[str, str], complete: bool,
             files: Files | None) -> tuple[str, str, str] | None:
     """``(variable, value, single value)`` of the first variable of ``line`` that states
     more than one process, :data:`UNSIZED`, or ``None``."""
-    if complete and line.size is not None:
+    if complete and has_size(line):
         from derive_env.sources import sizes
 
-        paths = [environ.get(p[1:], "") if p.startswith("$") else p for p in line.files]
-        paths = [p for p in paths if p]
-        contents = (files(paths) if files is not None and paths else dict.fromkeys(paths))
-        over = getattr(sizes, line.size)(environ, contents)
+        over = sizes.over(line, environ, files)
         if over == sizes.UNKNOWN:
             return UNSIZED
         if over is not None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
+from derive_env.sources import SAGEMAKER_CONFIG_VARIABLE as CONFIG_VARIABLE
 from derive_env.sources.lists import json_value
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
@@ -42,8 +43,6 @@ from derive_env.validation import variable_int
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-#: Chooses another path for the resource config (tests, operators); not a label.
-CONFIG_VARIABLE = "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG"
 #: The hyperparameter naming the groups that train (the toolkit's environment.py).
 KEY = "sagemaker_distribution_instance_groups"
 #: The training toolkit's default group name (environment.py).
@@ -58,9 +57,9 @@ _OUTSIDE_FIX = ("run the command without derive-env on the hosts of this group (
 def config_path(environ: Mapping[str, str]) -> str:
     """The resource config's path: ``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG`` or the
     platform's ``/opt/ml/input/config/resourceconfig.json``."""
-    from derive_env.sources import SAGEMAKER_CONFIG
+    from derive_env.sources import BY_NAME, file_path
 
-    return environ.get(CONFIG_VARIABLE) or SAGEMAKER_CONFIG
+    return file_path(BY_NAME["sagemaker-platform"].roles["hosts"][0], environ)
 
 
 def hyperparameters_path(environ: Mapping[str, str]) -> str:
