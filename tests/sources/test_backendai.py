@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from derive_env.errors import TopologyError
-from derive_env.sources import backendai, seen_sources, topology_from
+from derive_env.sources import backendai, seen_sources
+from derive_env.sources.compose import topology_from
 from derive_env.topology import ClusterTopology
 
 B = "BACKENDAI_CLUSTER_"

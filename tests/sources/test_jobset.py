@@ -351,7 +351,7 @@ def test_torchrun_inside_a_jobset_pod_is_torchrun_alone() -> None:
 
 def test_source_none_in_a_jobset_pod_warns() -> None:
     """--source none wins, but not silently (contract section 11)."""
-    from derive_env.sources import topology_from
+    from derive_env.sources.compose import topology_from
 
     env = pod("t", [("w", 2, 2)], "w", 1, 0, subdomain="t")
     assert topology_from(env, "none").warnings == (
@@ -492,7 +492,7 @@ def test_an_image_that_did_not_opt_in_is_told_of_the_larger_job() -> None:
 
 def test_each_child_job_alone_when_the_indexed_job_source_is_chosen() -> None:
     """docs/sources/kubernetes.md JobSet rule 6: one JAX cluster per Job."""
-    from derive_env.sources import topology_from
+    from derive_env.sources.compose import topology_from
 
     env = pod("t", [("w", 2, 2)], "w", 1, 1, subdomain="t", DERIVE_ENV_NNODES="2")
     topology = topology_from(env, "kubernetes-indexed-job")

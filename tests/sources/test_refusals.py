@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from derive_env.errors import DeriveEnvError, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, SOURCES, has_size, states_of, topology_from
+from derive_env.sources import BY_NAME, SOURCES, has_size, states_of
+from derive_env.sources.compose import topology_from
 from helpers import SRUN_TASK_3
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}

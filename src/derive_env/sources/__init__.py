@@ -503,11 +503,3 @@ def forced_source(name: str, environ: Mapping[str, str]) -> Source:
             f"{', '.join(source.detect)}; not set: {', '.join(missing)}"))
     return source
 
-
-def __getattr__(name: str) -> object:
-    # The stage's entry, defined by the composer: loaded on first use only.
-    if name == "topology_from":
-        from derive_env.sources.compose import topology_from
-
-        return topology_from
-    raise AttributeError(f"module 'derive_env.sources' has no attribute {name!r}")

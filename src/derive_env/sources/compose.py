@@ -60,7 +60,12 @@ from derive_env.sources import (
     forced_source,
     seen_sources,
 )
-from derive_env.sources.refusals import check_single_container, launcher_problem, none_chosen
+from derive_env.sources.refusals import (
+    Seen,
+    check_single_container,
+    launcher_problem,
+    none_chosen,
+)
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
 
@@ -94,13 +99,13 @@ def topology_from(
     topology, reports = resolve(environ, chosen, files, hosts_only)
     if chosen == NONE:
         return none_chosen(topology, environ, files)
-    seen = frozenset(r.source for r in reports)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
                                 or topology.node_count is not None or not topology.sized)
     # Launchers first: their message names the launcher and the fix.
-    problem = launcher_problem(
-        environ, f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
-        seen, topology.processes is not None, files, topology.num_nodes if stated else 1)
+    problem = launcher_problem(environ, Seen(
+        f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
+        frozenset(r.source for r in reports), topology.processes is not None,
+        topology.num_nodes if stated else 1), files)
     if problem:
         raise TopologyError(problem)
     if not stated:
