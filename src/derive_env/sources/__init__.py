@@ -13,7 +13,6 @@ Adding a source is one module plus ``module=`` on its line.
 
 from __future__ import annotations
 
-from collections import namedtuple
 from collections.abc import Mapping
 
 from derive_env.errors import ON_ERROR_WARN as _ON_ERROR_WARN
@@ -41,18 +40,12 @@ def _start_torchrun(how: str) -> str:
 
 #: How a variable reaches every process of a launcher by default (Open MPI's ``-x``).
 PASS_ENV = "mpirun -x {name}={value}"
-#: The rule of an MPI launcher's variables (``{}``: the launcher), ending its messages.
-_MPI_WHY = ("{} sets both for each process, so one of them was exported by hand (a wrapper) "
-            "or inherited from another job: unset the stale one")
+#: The rule of an MPI launcher's variables (after the launcher's name), ending its messages.
+_MPI_WHY = ("sets both for each process, so one of them was exported by hand (a wrapper) or "
+            "inherited from another job: unset the stale one")
 
 
-class Source(namedtuple("Source", (
-        "name", "title", "module", "detect", "depth",
-        "unless", "fallback", "any_of", "prefix",
-        "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix", "pass_env",
-        "counts", "roles"),
-        defaults=((), False, False, None, (), None, True, True, "process", None, None,
-                  _RUN_WITHOUT, PASS_ENV, (), None))):
+class Source:
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
@@ -118,7 +111,42 @@ class Source(namedtuple("Source", (
         slot, one per line), ``pe_hostfile`` (Grid Engine's).
     """
 
-    __slots__ = ()
+    __slots__ = (
+        "any_of",
+        "counts",
+        "depth",
+        "detect",
+        "fallback",
+        "fix",
+        "marker",
+        "module",
+        "name",
+        "part_of",
+        "partial",
+        "pass_env",
+        "prefix",
+        "roles",
+        "size",
+        "sized",
+        "states",
+        "title",
+        "unit",
+        "unless",
+    )
+
+    def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
+                 depth: int, unless: tuple[str, ...] = (), fallback: bool = False,
+                 any_of: bool = False, prefix: str | None = None, marker: tuple[str, ...] = (),
+                 states: tuple | None = None, partial: bool = True, sized: bool = True,
+                 unit: str = "process", size: str | None = None, part_of: str | None = None,
+                 fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
+                 roles: dict | None = None) -> None:
+        self.name, self.title, self.module, self.detect, self.depth = (
+            name, title, module, detect, depth)
+        self.unless, self.fallback, self.any_of, self.prefix = unless, fallback, any_of, prefix
+        self.marker, self.states, self.partial, self.sized = marker, states, partial, sized
+        self.unit, self.size, self.part_of, self.fix = unit, size, part_of, fix
+        self.pass_env, self.counts, self.roles = pass_env, counts, roles
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
@@ -155,7 +183,7 @@ SOURCES: tuple[Source, ...] = (
            roles={"rank": "OMPI_COMM_WORLD_RANK", "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
                   "world_size": "OMPI_COMM_WORLD_SIZE",
                   "local_world_size": "OMPI_COMM_WORLD_LOCAL_SIZE", "job": "PMIX_NAMESPACE",
-                  "same": (("PMIX_RANK", "rank"),), "why": _MPI_WHY.format("mpirun")}),
+                  "same": (("PMIX_RANK", "rank"),), "why": "mpirun " + _MPI_WHY}),
     # MVAPICH2 2.3 user guide, "MPIRUN_RSH Parameters"; mpispawn also sets PMI_ID and
     # MPIRUN_NPROCS (src/pm/mpirun/mpispawn.c), its Hydra-based mpiexec PMI_RANK, PMI_SIZE.
     Source("mvapich2", "MVAPICH2 (mpirun_rsh)", "roles",
@@ -166,7 +194,7 @@ SOURCES: tuple[Source, ...] = (
                   "local_world_size": "MV2_COMM_WORLD_LOCAL_SIZE",
                   "same": (("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
                            ("MPIRUN_NPROCS", "world_size")),
-                  "why": _MPI_WHY.format("mpirun_rsh")}),
+                  "why": "mpirun_rsh " + _MPI_WHY}),
     # pmodels/mpich src/pm/hydra/proxy/pmip_cb.c launch_procs (recorded from MPICH 4.0.2:
     # mpich-ssh, mpich-in-*); Intel MPI's mpiexec.hydra writes the same four. No job id (no
     # PMI_JOBID); with -pmi-port no PMI_SIZE, so the line is not seen. Its states are the
@@ -175,7 +203,7 @@ SOURCES: tuple[Source, ...] = (
            ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1, states=(),
            pass_env="mpiexec -genv {name} {value}",
            roles={"rank": "PMI_RANK", "local_rank": "MPI_LOCALRANKID", "world_size": "PMI_SIZE",
-                  "local_world_size": "MPI_LOCALNRANKS", "why": _MPI_WHY.format("mpiexec")}),
+                  "local_world_size": "MPI_LOCALNRANKS", "why": "mpiexec " + _MPI_WHY}),
     # HPE Cray PALS mpiexec (ALCF Polaris/Aurora user guides): PALS_* plus Cray PMI's PMI_*;
     # no world size of its own (PMI_SIZE, also the pmi line's: not among its states).
     Source("pals", "Cray PALS (mpiexec)", "roles",
@@ -187,7 +215,7 @@ SOURCES: tuple[Source, ...] = (
                   "node_rank": "PALS_NODEID", "job": "PALS_APID",
                   "same": (("PMI_RANK", "rank"), ("PMI_LOCAL_RANK", "local_rank"),
                            ("PMI_LOCAL_SIZE", "local_world_size")),
-                  "why": _MPI_WHY.format("PALS's mpiexec")}),
+                  "why": "PALS's mpiexec " + _MPI_WHY}),
     Source("pmi", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)", None,
            ("PMI_RANK", "PMI_SIZE"), 1, part_of="hydra",
            states=(("PMI_SIZE", 1), ("PMI_RANK", 0), ("PMI_LOCAL_SIZE", 1),

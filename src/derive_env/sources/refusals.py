@@ -16,7 +16,6 @@ derive-env refuses (exit 3) rather than describe one process of a larger job (so
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
 
 from derive_env.errors import TopologyError, describe
 from derive_env.sources import (
@@ -48,7 +47,13 @@ _NO_SOURCE = "derive-env cannot read its job from these variables"
 Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
 #: The lines that can state a job of more than one process, in table order.
-_LAUNCHERS = tuple(line for line in SOURCES if states_of(line) or has_size(line))
+#: Each with its ``states`` (derived once here) and whether a host list or a size rule
+#: states its size too.
+_LAUNCHERS = tuple((line, states, sized) for line in SOURCES
+                   for states, sized in ((states_of(line), has_size(line)),)
+                   if states or sized)
+#: The ``states`` of every launcher line, by line name.
+_STATES = {line.name: states for line, states, _ in _LAUNCHERS}
 
 
 def _single(value: str, single: int | None) -> bool:
@@ -63,7 +68,7 @@ def _node_level(line: Source) -> bool:
     return line.depth == 4 and line.module is None and line.part_of is None
 
 
-class Seen(NamedTuple):
+class Seen:
     """What the seen sources state, for the refusals.
 
     :ivar session: the cluster manager session the container is in (``"a Backend.AI
@@ -78,10 +83,12 @@ class Seen(NamedTuple):
         refused; in a job of one node, its larger job is.
     """
 
-    session: str | None = None
-    names: frozenset[str] = frozenset()
-    launched: bool = False
-    nodes: int | None = 1
+    # A plain class: a NamedTuple would build its class with eval() on every opted-in start.
+    __slots__ = ("launched", "names", "nodes", "session")
+
+    def __init__(self, session: str | None = None, names: frozenset[str] = frozenset(),
+                 launched: bool = False, nodes: int | None = 1) -> None:
+        self.session, self.names, self.launched, self.nodes = session, names, launched, nodes
 
 
 #: No source seen: no session, a job of one node.
@@ -113,7 +120,7 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
     """:func:`launcher_problem` with the line it names: ``(line, message)`` or ``None``."""
     unsized: Source | None = None  # a launcher that started us without saying the size
     sized = False  # some launcher's complete marker states the size (one process)
-    for line in _LAUNCHERS:
+    for line, states, sized_by in _LAUNCHERS:
         if any(environ.get(name) for name in line.unless):
             continue
         reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
@@ -129,10 +136,10 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
             continue
         if not line.sized:
             # Its index alone says nothing of the size: every index alike (section 7).
-            if unsized is None and any(environ.get(name) for name, _ in states_of(line)):
+            if unsized is None and any(environ.get(name) for name, _ in states):
                 unsized = line
             continue
-        stated = _stated(line, environ, complete, files)
+        stated = _stated(line, environ, complete and sized_by, files)
         if stated == UNSIZED:
             unsized = unsized or line
         elif stated is not None:
@@ -163,15 +170,16 @@ UNSIZED = ("", "", "")
 
 def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
     """The variables of ``line``'s marker and ``states`` that are set, in that order."""
-    names = dict.fromkeys((*(line.marker or line.detect), *dict(states_of(line))))
+    names = dict.fromkeys((*(line.marker or line.detect), *dict(_STATES[line.name])))
     return [name for name in names if environ.get(name)]
 
 
-def _stated(line: Source, environ: Mapping[str, str], complete: bool,
+def _stated(line: Source, environ: Mapping[str, str], sized: bool,
             files: Files | None) -> tuple[str, str, str] | None:
     """``(variable, value, single value)`` of the first variable of ``line`` that states
-    more than one process, :data:`UNSIZED`, or ``None``."""
-    if complete and has_size(line):
+    more than one process, :data:`UNSIZED`, or ``None``; ``sized``: the line's marker is
+    complete and its host list or size rule is asked."""
+    if sized:
         from derive_env.sources import sizes
 
         over = sizes.over(line, environ, files)
@@ -179,7 +187,7 @@ def _stated(line: Source, environ: Mapping[str, str], complete: bool,
             return UNSIZED
         if over is not None:
             return (over[0], environ[over[0]], over[1]) if len(over) == 2 else over
-    for name, single in states_of(line):
+    for name, single in _STATES[line.name]:
         value = environ.get(name)
         if value and not _single(value, single):
             return name, value, "unset" if single is None else str(single)
