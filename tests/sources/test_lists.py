@@ -9,6 +9,7 @@ from derive_env.sources.lists import (
     HostSlots,
     all_ipv4,
     host_count_pairs,
+    host_list,
     json_value,
     one_per_slot,
     pe_hostfile,
@@ -95,3 +96,11 @@ def test_host_count_pairs_names_a_bad_host() -> None:
     with pytest.raises(ValueError) as caught:
         host_count_pairs([("n1", "1"), ("-x", "1")], "pairs")
     assert str(caught.value).startswith("pairs: entry 2 ('-x'): a host name")
+
+
+def test_host_list_keeps_the_order_and_refuses_a_repeat() -> None:
+    assert host_list("10.0.0.2\n10.0.0.1") == ("10.0.0.2", "10.0.0.1")
+    assert host_list(" n1 , n2", ",") == ("n1", "n2")
+    with pytest.raises(ValueError) as caught:
+        host_list("10.0.0.1\n10.0.0.1")
+    assert str(caught.value) == "distinct hosts, one per node: '10.0.0.1' is listed twice"

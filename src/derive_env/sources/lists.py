@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from derive_env.hosts import check_hosts, host_key
+from derive_env.hosts import check_hosts, host_key, repeated_host
 
 #: A pod hostname is one DNS label: at most 63 characters (pkg/apis/batch/validation,
 #: kubernetes-sigs/jobset#408; the kubelet cuts a longer pod name: :func:`pod_hostname`).
@@ -77,6 +77,30 @@ def all_ipv4(text: str, separator: str = "\n") -> bool:
         return False
     octets = set(text.replace(separator, ".").split("."))
     return not any(len(o) > 1 and (o[0] == "0" or int(o) > 255) for o in octets)
+
+
+def host_list(text: str, separator: str = "\n") -> tuple[str, ...]:
+    """The hosts of a list a manager writes, one per line (``separator`` a newline) or
+    comma-separated, in its order: IPv4 addresses checked by one match (:func:`all_ipv4`),
+    anything else entry by entry; blanks around an entry are ignored.
+
+    :raises ValueError: an empty entry (an address not known yet), an entry that is no host
+        name or address, or a host listed twice (the message follows "expected").
+    """
+    if all_ipv4(text, separator):  # the managers' own form: nothing to strip or look up
+        hosts = text.split(separator)
+    else:
+        hosts = [entry.strip() for entry in text.split(separator)]
+        if "" in hosts:
+            raise ValueError(f"one host per entry, none empty: entry {hosts.index('') + 1} is "
+                             "empty")
+        bad = check_hosts(hosts)
+        if bad is not None:
+            raise ValueError(f"one host per entry: entry {bad[0]} ({bad[1]!r}): {bad[2]}")
+    twice = repeated_host(hosts)
+    if twice is not None:
+        raise ValueError(f"distinct hosts, one per node: {twice!r} is listed twice")
+    return tuple(hosts)
 
 
 def json_value(text: str | None) -> object:

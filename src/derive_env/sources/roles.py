@@ -14,6 +14,10 @@ The roles (names as in torch.distributed):
 * ``world_size``, ``local_world_size`` (>= 1), ``rank``, ``local_rank`` (>= 0): the process
   layer, all four or none; each rank below its size, the local world size at most the
   world size;
+* ``hosts``: ``(variable, form)``, the job's hosts in the manager's order (node rank r is
+  the r-th), ``form`` ``ips`` (one per line) or ``comma``: checked and unique
+  (sources/lists.py); the node count is their number (a ``num_nodes`` role must equal it),
+  the master the first;
 * ``job``: a job id every process of the job shares (the port policy's seed, the session);
 * ``same``: ``((variable, role), ...)``: the same fact in another vocabulary the manager
   also writes, checked when set (Open MPI's ``PMIX_RANK`` beside its own rank);
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.report import Processes, Report
+from derive_env.topology import nodes_of
 from derive_env.validation import parse_int, variable_int
 
 if TYPE_CHECKING:
@@ -76,15 +81,18 @@ def read(environ: Mapping[str, str], line: Source,
             if got[low] > got[high] or (relation == "below" and got[low] == got[high]):
                 raise TopologyError(describe(
                     roles[low], environ[roles[low]], f"a {INTEGERS[low][1]} {relation} "
-                    f"{roles[high]}={environ[roles[high]]!r}: {why}"))
+                    f"{roles[high]}={environ[roles[high]]!r}{_ending(why, ': ')}"))
     notes = _companions(environ, roles, got, why)
-    inputs: dict[str, tuple[str, ...]] = {}
+    hosts = _hosts(environ, roles, got, why) if "hosts" in roles else ()
+    inputs: dict[str, tuple[str, ...]] = {"nodes": (roles["hosts"][0],)} if hosts else {}
     processes = None
     if "rank" in got:
         processes = Processes(*(got[role] for role in PROCESS_ROLES))
         inputs["processes"] = tuple(roles[role] for role in PROCESS_ROLES)
         inputs.update((role, (roles[role],)) for role in PROCESS_ROLES)
     inputs.update((role, (roles[role],)) for role in ("num_nodes", "node_rank") if role in got)
+    if hosts and "num_nodes" in got:
+        del got["num_nodes"]  # the list states it
     job = environ.get(roles["job"], "").strip() if "job" in roles else ""
     if job:
         inputs["ports"] = (roles["job"],)
@@ -93,10 +101,37 @@ def read(environ: Mapping[str, str], line: Source,
                  f"{roles['num_nodes']})" + (f"; {roles['note']}" if "note" in roles else ""),
                  *notes)
     return Report(
-        source=line.name, title=line.title, num_nodes=got.get("num_nodes"),
+        source=line.name, title=line.title, nodes=nodes_of(hosts) if hosts else (),
+        num_nodes=got.get("num_nodes"),
         node_rank=got.get("node_rank"), processes=processes,
         job=(line.name, job, "") if job else None, session_id=job or None,
         inputs=inputs, notes=notes)
+
+
+def _ending(why: str, separator: str) -> str:
+    """The manager's rule after ``separator``, ending a message; nothing without one."""
+    return f"{separator}{why}" if why else ""
+
+
+def _hosts(environ: Mapping[str, str], roles: Mapping[str, object], got: Mapping[str, int],
+           why: str) -> tuple[str, ...]:
+    """The ``hosts`` role's list, checked against the node count and the node rank."""
+    from derive_env.sources.lists import host_list
+
+    name, form = roles["hosts"]
+    ending = _ending(why, "; ")
+    try:
+        hosts = host_list(environ[name], "\n" if form == "ips" else ",")
+    except ValueError as exc:
+        raise TopologyError(describe(name, environ[name], f"{exc}{ending}")) from None
+    count = f"the {len(hosts)} hosts in {name}"
+    if got.get("num_nodes", len(hosts)) != len(hosts):
+        raise TopologyError(describe(roles["num_nodes"], environ[roles["num_nodes"]],
+                                     f"{len(hosts)}, {count}{ending}"))
+    if got.get("node_rank", 0) >= len(hosts):
+        raise TopologyError(describe(roles["node_rank"], environ[roles["node_rank"]],
+                                     f"a node rank below {len(hosts)}, {count}{ending}"))
+    return hosts
 
 
 def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
@@ -116,7 +151,7 @@ def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
         if not agrees:
             raise TopologyError(describe(
                 companion, value,
-                f"the same {INTEGERS[role][1]} as {own}={environ[own]!r}: {why}"))
+                f"the same {INTEGERS[role][1]} as {own}={environ[own]!r}{_ending(why, ': ')}"))
         notes.append(f"{companion} agrees with {own}")
     return tuple(notes)
 
