@@ -105,7 +105,7 @@ def test_add_a_manager_is_one_table_line(tmp_path: Path) -> None:
     """A manager its roles describe: the line alone, no module."""
     src = _apply(tmp_path, None, "sources/__init__.py", "SOURCES: tuple[Source, ...] = (",
                  None, "**Add its line to `SOURCES`**")
-    assert not (src / "derive_env" / "sources" / "example.py").exists()
+    assert not list((src / "derive_env" / "sources").rglob("example.py"))
     _check_example_manager(src, "EXAMPLE_NODE_RANK='3': expected a node rank below 3, the 3 "
                                 "hosts in EXAMPLE_HOSTS; the example manager sets both for "
                                 "every node")
@@ -118,9 +118,10 @@ def test_add_a_manager_is_one_table_line(tmp_path: Path) -> None:
 
 
 def test_a_manager_with_rules_of_its_own_is_one_module_more(tmp_path: Path) -> None:
-    src = _apply(tmp_path, "sources/example.py", "sources/__init__.py",
+    src = _apply(tmp_path, "sources/managers/example.py", "sources/__init__.py",
                  "SOURCES: tuple[Source, ...] = (",
-                 "**Write `src/derive_env/sources/example.py`**", "**Name it on its line**")
+                 "**Write `src/derive_env/sources/managers/example.py`**",
+                 "**Name it on its line**")
     _check_example_manager(src, "EXAMPLE_NODE_RANK='3': expected a node rank below 3")
 
 
@@ -165,6 +166,8 @@ def _expected_test(module: Path) -> Path:
     folder = relative.parent
     stem = relative.stem if relative.stem != "__init__" else (
         "run" if folder == Path("cli") else folder.name)
+    if folder == Path("sources/managers"):  # the managers' tests sit beside the engine's
+        folder = folder.parent
     return ROOT / "tests" / folder / f"test_{stem}.py"
 
 

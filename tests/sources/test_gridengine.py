@@ -1,4 +1,4 @@
-"""The Grid Engine source (sources/gridengine.py) on environments recorded from a real Son
+"""The Grid Engine source (sources/managers/gridengine.py) on environments recorded from a real Son
 of Grid Engine 8.1.9 cluster (tests/fixtures/gridengine, README there; recorded by
 tests/e2e/record_gridengine.py), and on cases typed from its code.
 
@@ -26,8 +26,9 @@ from record_gridengine import FIXTURES, RUN_DIR, load_fixture
 from derive_env.errors import ON_ERROR_WARN, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, gridengine, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.lists import HostSlots, pe_hostfile
+from derive_env.sources.managers import gridengine
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 

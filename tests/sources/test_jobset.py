@@ -1,4 +1,5 @@
-"""The JobSet source (sources/jobset.py): every pod of a JobSet, replicated jobs as node groups.
+"""The JobSet source (sources/managers/jobset.py): every pod of a JobSet, replicated jobs as
+node groups.
 
 No Kubernetes runs here: the pods are TYPED from the controllers' code and tests
 (kubernetes-sigs/jobset@08dfbdf, kubernetes/kubernetes):
@@ -26,7 +27,8 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, jobset, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import jobset
 from derive_env.sources.report import Report
 from sources.conftest import manifest
 from sources.test_indexed_job import etc_hosts

@@ -1,4 +1,4 @@
-"""The cloud launch tools (sources/launchtools.py): SkyPilot and dstack task nodes.
+"""The cloud launch tools (sources/managers/launchtools.py): SkyPilot and dstack task nodes.
 
 No recorded environment exists here (no cloud account on this machine): each node's
 variables are TYPED from the tools' own code, as they set them:
@@ -28,8 +28,9 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, launchtools, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.lists import all_ipv4
+from derive_env.sources.managers import launchtools
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 

@@ -1,11 +1,11 @@
-"""The Slurm source (sources/slurm.py) on environments recorded from real Slurm 22.05.
+"""The Slurm source (sources/managers/slurm.py) on environments recorded from real Slurm 22.05.
 
 Exact facts for every task of every Slurm recording (tests/fixtures/recorded, README there),
 checked against the node each task really ran on; exact messages for malformed and
 misleading input; two hypothesis properties over a model of Slurm's task layout, the model
 itself checked against the recordings of the same layouts.
 
-The consistency rules of sources/slurm_checks.py (job id, heterogeneous jobs, host lists,
+The consistency rules of sources/managers/slurm_checks.py (job id, heterogeneous jobs, host lists,
 the step's nodes and tasks, MPI plugins, GPUs) are tested in test_slurm_checks.py, with
 the helpers of this file.
 """
@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from record_envs import FIXTURES, load_fixture
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, seen_sources, slurm
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import slurm
+from derive_env.sources.managers.slurm_hostlist import expand_hostlist
 from derive_env.sources.report import Processes
-from derive_env.sources.slurm_hostlist import expand_hostlist
 from derive_env.topology import Node
 
 N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
@@ -505,7 +506,7 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(name, extra, hostfile
 def slurm_lines():
     from derive_env.sources import SOURCES
 
-    return [s for s in SOURCES if s.module == "slurm"]
+    return [s for s in SOURCES if s.module == "managers.slurm"]
 
 
 # -- MPI launchers inside an allocation: a model, checked against the four recordings ----------

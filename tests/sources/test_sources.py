@@ -72,7 +72,7 @@ def test_a_forced_source_needs_its_variables() -> None:
 def test_a_line_without_a_module_is_never_seen() -> None:
     assert BY_NAME["gridengine-task"].module is None
     assert seen_sources({"JOB_ID": "7", "PE": "mpi", "QRSH_PORT": "n1:4711"}) == []
-    assert [s.name for s in seen_sources(FLUX)] == ["flux"]  # read now (sources/flux.py)
+    assert [s.name for s in seen_sources(FLUX)] == ["flux"]  # read now (sources/managers/flux.py)
     assert seen_sources({"PMI_RANK": "1", "PMI_SIZE": "2"}) == []  # the pmi line's own set
 
 

@@ -1,4 +1,4 @@
-"""The torchrun source (sources/torchrun.py) on worker environments recorded from the real
+"""The torchrun source (sources/managers/torchrun.py) on worker environments recorded from the real
 torchrun of torch 2.13 (tests/fixtures/recorded/torchrun-*, tests/e2e/record_torchrun.py),
 on malformed and misleading ones, and two properties: every worker of one job agrees, and
 arbitrary text gives a Report or a TopologyError, nothing else."""
@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from record_envs import FIXTURES, load_fixture
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, seen_sources, torchrun
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import torchrun
 from derive_env.sources.report import Processes, Report
 
 

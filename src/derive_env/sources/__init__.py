@@ -53,8 +53,9 @@ class Source:
 
     :ivar name: for ``--source NAME`` / ``DERIVE_ENV_SOURCE`` and messages.
     :ivar title: for a person (``a Slurm step (srun)``); passed to the module with the line.
-    :ivar module: its module under ``derive_env.sources``, imported only when all of
-        ``detect`` are set; ``None``: derive-env cannot read it yet, it is only refused.
+    :ivar module: its module under ``derive_env.sources`` (``roles``: the roles alone;
+        ``managers.slurm``: a manager's own rules), imported only when all of ``detect``
+        are set; ``None``: derive-env cannot read it yet, it is only refused.
     :ivar detect: its complete set of variables, every one non-empty (a partial set never
         selects a source).
     :ivar depth: its place in the launch, innermost first (architecture.md, "Sources
@@ -159,7 +160,7 @@ DETERMINED_VARIABLE = "DERIVE_ENV_DETERMINED_RENDEZVOUS"
 #: Every manager and launcher, innermost first; ties keep table order, which is also the
 #: order of the refusals (the first line that states more than one process is named).
 SOURCES: tuple[Source, ...] = (
-    Source("torchrun", "torchrun (torchelastic)", "torchrun",
+    Source("torchrun", "torchrun (torchelastic)", "managers.torchrun",
            ("TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
             "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"), 0,
            marker=("TORCHELASTIC_RUN_ID",),
@@ -224,13 +225,14 @@ SOURCES: tuple[Source, ...] = (
     Source("pmix", "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
            None, ("PMIX_RANK", "PMIX_NAMESPACE"), 1, part_of="openmpi",
            states=(("PMIX_RANK", 0),), sized=False),
-    Source("slurm-step", "a Slurm step (srun)", "slurm",
+    Source("slurm-step", "a Slurm step (srun)", "managers.slurm",
            ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
             "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID",
             "SLURM_LOCALID", "SLURM_NODEID"), 2,
            states=(("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1),
                    ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0))),
-    Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)", "slurm",
+    Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)",
+           "managers.slurm",
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3, unit="node",
            counts=("SLURM_JOB_NUM_NODES",)),
     # The allocation's variables outside a step, when another source was chosen.
@@ -239,40 +241,42 @@ SOURCES: tuple[Source, ...] = (
            unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST"), part_of="slurm-allocation",
            states=(("SLURM_JOB_NUM_NODES", 1), ("SLURM_NNODES", 1)), partial=False,
            unit="node"),
-    Source("backendai", "a Backend.AI session", "backendai",
+    Source("backendai", "a Backend.AI session", "managers.backendai",
            ("BACKENDAI_CLUSTER_SIZE", "BACKENDAI_CLUSTER_HOSTS", "BACKENDAI_CLUSTER_HOST",
             "BACKENDAI_CLUSTER_ROLE", "BACKENDAI_CLUSTER_IDX", "BACKENDAI_CLUSTER_LOCAL_RANK",
             "BACKENDAI_CLUSTER_REPLICAS", "BACKENDAI_SESSION_ID", "GPU_COUNT", "N_GPUS",
             "BACKENDAI_DIST_MASTER_PORT"), 4, any_of=True, prefix="BACKENDAI_CLUSTER_",
            unit="node", counts=("BACKENDAI_CLUSTER_SIZE",)),
-    Source("kubeflow-pytorchjob", "a Kubeflow PyTorchJob (v1)", "kubeflow",
+    Source("kubeflow-pytorchjob", "a Kubeflow PyTorchJob (v1)", "managers.kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK",
             "PET_NNODES", "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID",), fallback=True, unit="node", counts=("PET_NNODES",)),
-    Source("kubeflow-trainjob", "a Kubeflow TrainJob (v2)", "kubeflow",
+    Source("kubeflow-trainjob", "a Kubeflow TrainJob (v2)", "managers.kubeflow",
            ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
             "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True, unit="node",
            counts=("PET_NNODES",)),
-    # An elastic PyTorchJob without a Master: torchrun's rendezvous (sources/kubeflow.py).
-    Source("kubeflow-elastic", "an elastic Kubeflow PyTorchJob (v1, no Master)", "kubeflow",
+    # An elastic PyTorchJob without a Master: torchrun's rendezvous (sources/managers/kubeflow.py).
+    Source("kubeflow-elastic", "an elastic Kubeflow PyTorchJob (v1, no Master)",
+           "managers.kubeflow",
            ("PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES"), 4, unit="node",
            unless=("TORCHELASTIC_RUN_ID", "PET_NODE_RANK"), fallback=True),
     # The v1 set of operators before PET_* (one process per pod; sources-cloud.md 23).
-    Source("kubeflow-pytorchjob-classic", "a Kubeflow PyTorchJob (v1, no PET_*)", "kubeflow",
+    Source("kubeflow-pytorchjob-classic", "a Kubeflow PyTorchJob (v1, no PET_*)",
+           "managers.kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"), 4, unit="node",
            unless=("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "NODE_RANK", "PET_NODE_RANK",
                    "PET_NNODES", "AZUREML_RUN_ID"), fallback=True, counts=("WORLD_SIZE",)),
-    Source("flux", "Flux", "flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
+    Source("flux", "Flux", "managers.flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
            pass_env="flux run --env={name}={value}",
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
-    Source("jsrun", "LSF jsrun", "lsf",
+    Source("jsrun", "LSF jsrun", "managers.lsf",
            ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "LSB_JOBID", "LSB_DJOB_RANKFILE"), 2,
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0))),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
     # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
-    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "indexed_job",
+    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.indexed_job",
            ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"), 4,
            unless=("LWS_WORKER_INDEX", "VC_TASK_INDEX", "PET_NNODES", "JAX_PROCESS_ID",
                    "DMLC_TASK_ID", "TPU_WORKER_ID", "JOBSET_NAME"), fallback=True,
@@ -280,21 +284,21 @@ SOURCES: tuple[Source, ...] = (
            counts=("DERIVE_ENV_NNODES",),
            fix=_start_torchrun("--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX "
                                "--master-addr=<the hostname of index 0>")),
-    # A JobSet's pods: its labels passed as env by the downward API (sources/jobset.py).
-    Source("jobset", "a JobSet", "jobset",
+    # A JobSet's pods: its labels passed as env by the downward API (sources/managers/jobset.py).
+    Source("jobset", "a JobSet", "managers.jobset",
            ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST", "JOBSET_NAME"), 4, fallback=True,
            states=(("JOB_COMPLETION_INDEX", 0), ("JOBSET_JOB_GLOBAL_INDEX", 0)), sized=False,
            partial=False, unit="pod", counts=("JOBSET_GLOBAL_REPLICAS",),
            fix=_start_torchrun("--nnodes=<pods of the JobSet> --node-rank=<this pod's place> "
                                "--master-addr=<the hostname of the first pod>")),
-    # The training toolkit's SM_* without the platform's variables (sources/sagemaker.py).
-    Source("sagemaker", "SageMaker", "sagemaker", ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
+    # The training toolkit's SM_* without the platform's variables (sources/managers/sagemaker.py).
+    Source("sagemaker", "SageMaker", "managers.sagemaker", ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
            unless=("TRAINING_JOB_ARN",), unit="host", marker=("SM_HOSTS",),
            roles={"hosts": ("SM_HOSTS", "json")},
            fix=_start_torchrun("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
                                "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of "
                                "$SM_HOSTS>")),
-    Source("aws-batch", "an AWS Batch multi-node parallel job", "aws_batch",
+    Source("aws-batch", "an AWS Batch multi-node parallel job", "managers.aws_batch",
            ("AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX",
             "AWS_BATCH_JOB_MAIN_NODE_INDEX"), 4, unit="node",
            states=(("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0)),
@@ -302,62 +306,63 @@ SOURCES: tuple[Source, ...] = (
            fix=_start_torchrun("--nnodes=$AWS_BATCH_JOB_NUM_NODES --node-rank="
                                "$AWS_BATCH_JOB_NODE_INDEX --master-addr=<the main node's "
                                "address>")),
-    # The platform's resourceconfig.json, read in cli/ (sources/sagemaker.py).
-    Source("sagemaker-platform", "an Amazon SageMaker training job", "sagemaker",
+    # The platform's resourceconfig.json, read in cli/ (sources/managers/sagemaker.py).
+    Source("sagemaker-platform", "an Amazon SageMaker training job", "managers.sagemaker",
            ("TRAINING_JOB_NAME", "TRAINING_JOB_ARN"), 4, unit="host",
            roles={"hosts": (f"${SAGEMAKER_CONFIG_VARIABLE}:{SAGEMAKER_CONFIG}", "json", "hosts")},
            fix=_start_torchrun("--nnodes=<length of hosts> --node-rank=<position of "
                                f"current_host in hosts, {SAGEMAKER_CONFIG}> "
                                "--master-addr=<first of hosts>")),
-    # The launch tools: a node layer from an IP list (sources/launchtools.py). After them,
+    # The launch tools: a node layer from an IP list (sources/managers/launchtools.py). After them,
     # the managers of sources-cloud.md section 25 that no module reads yet: refused.
-    Source("skypilot", "a SkyPilot task", "launchtools",
+    Source("skypilot", "a SkyPilot task", "managers.launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
            marker=("SKYPILOT_NODE_IPS",), roles={"hosts": ("SKYPILOT_NODE_IPS", "ips")},
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
-    Source("dstack", "a dstack task", "launchtools",
+    Source("dstack", "a dstack task", "managers.launchtools",
            ("DSTACK_NODES_IPS", "DSTACK_MASTER_NODE_IP", "DSTACK_NODE_RANK",
             "DSTACK_NODES_NUM"), 4, unit="node",
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
            marker=("DSTACK_NODES_IPS",), roles={"hosts": ("DSTACK_NODES_IPS", "ips")},
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
-    Source("lws", "a LeaderWorkerSet group", "lws",  # a TPU group: its slice (gke-tpu)
+    Source("lws", "a LeaderWorkerSet group", "managers.lws",  # a TPU group: its slice (gke-tpu)
            ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
            unless=("TPU_WORKER_ID",),
            states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
                                "--master-addr=$LWS_LEADER_ADDRESS")),
     # Seen by its env plugin's index; the svc plugin's task lists are checked by the module.
-    Source("volcano", "a Volcano Job", "volcano", ("VC_TASK_INDEX",), 4, unit="pod",
+    Source("volcano", "a Volcano Job", "managers.volcano", ("VC_TASK_INDEX",), 4, unit="pod",
            size="volcano_pods",
            fix=_start_torchrun("--nnodes=<pods of every task> --node-rank=<the pod's place "
                                "among them> --master-addr=<first of $VC_MASTER_HOSTS>")),
-    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "tfconfig",
+    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "managers.tfconfig",
            ("TF_CONFIG",), 4, unit="task", size="tf_config_tasks", fallback=True,
            fix="Run the command without derive-env (TensorFlow reads the TF_CONFIG its "
                "manager set), or, for a job of one node, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("vertex", "a Vertex AI custom job", "tfconfig", ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
+    Source("vertex", "a Vertex AI custom job", "managers.tfconfig",
+           ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
            unit="task", size="cluster_spec_tasks", marker=("CLUSTER_SPEC",),
            fix=_start_torchrun("--nnodes=<tasks of workerpool0 and workerpool1> "
                                "--node-rank=<this task's place> --master-addr=<first of "
                                "workerpool0 in $CLUSTER_SPEC>")),
-    Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "tpu",
+    Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "managers.tpu",
            ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"), 4, unit="host",
            states=(("MEGASCALE_NUM_SLICES", 1), ("MEGASCALE_SLICE_ID", 0)),
            roles={"hosts": ("TPU_WORKER_HOSTNAMES", "comma")},
            fix="Run the command without derive-env (JAX reads TPU_WORKER_ID and "
                "TPU_WORKER_HOSTNAMES itself), or, for a slice of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("azureml-mpi", "an Azure ML MPI job (Azure Batch multi-instance)", "azureml",
+    Source("azureml-mpi", "an Azure ML MPI job (Azure Batch multi-instance)", "managers.azureml",
            ("AZ_BATCH_MASTER_NODE",), 4, unit="node",
            states=(("AZ_BATCH_MASTER_NODE", None),),
            fix=_start_torchrun("--nnodes=<the node count> --node-rank=<this node's> "
                                "--master-addr=<host part of $AZ_BATCH_MASTER_NODE>")),
-    Source("determined", "a Determined trial", "determined",
+    Source("determined", "a Determined trial", "managers.determined",
            ("DET_MASTER", "DET_ALLOCATION_ID", "DET_SLOT_IDS"), 4, unit="container",
            roles={"hosts": (f"${DETERMINED_VARIABLE}:{DETERMINED_RENDEZVOUS}", "json",
                             "container_addrs")},
@@ -365,17 +370,18 @@ SOURCES: tuple[Source, ...] = (
                "torch_distributed), which runs torchrun, and run derive-env in each worker "
                "it starts; or, for a trial of one container, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    # The JAX and XGBoost pods of Kubeflow (sources/kubeflow_runtimes.py): JAX_* are also
+    # The JAX and XGBoost pods of Kubeflow (sources/managers/kubeflow_runtimes.py): JAX_* are also
     # derive-env's own output, COORDINATOR_* / NUM_PROCESSES generic names: fallback.
-    Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", "kubeflow_runtimes",
+    Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", "managers.kubeflow_runtimes",
            ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"), 4, unit="node",
            states=(("JAX_NUM_PROCESSES", 1), ("JAX_PROCESS_ID", 0)), partial=False,
            fallback=True),
-    Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "kubeflow_runtimes",
+    Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "managers.kubeflow_runtimes",
            ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID"), 4,
            states=(("NUM_PROCESSES", 1), ("PROCESS_ID", 0)), partial=False, unit="node",
            fallback=True),
-    Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)", "kubeflow_runtimes",
+    Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)",
+           "managers.kubeflow_runtimes",
            ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
            states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node"),
     # htcondor/htcondor src/condor_starter.V6.1/parallel_proc.cpp ParallelProc::addEnvVars:
@@ -393,40 +399,40 @@ SOURCES: tuple[Source, ...] = (
                     "with condor_chirp set_job_attr)",
            fix=_start_torchrun("--nnodes=$_CONDOR_NPROCS --node-rank=$_CONDOR_PROCNO "
                                "--master-addr=<the host of node 0>")),
-    Source("pbs", "an OpenPBS/Torque job", "pbs", ("PBS_JOBID", "PBS_NODEFILE"), 3,
+    Source("pbs", "an OpenPBS/Torque job", "managers.pbs", ("PBS_JOBID", "PBS_NODEFILE"), 3,
            unit="node", states=(("PBS_NUM_NODES", 1), ("PBS_NODENUM", 0)), partial=False,
            marker=("PBS_NODEFILE",), roles={"hosts": ("$PBS_NODEFILE", "slots")},
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     # In a jsrun task, the jsrun line gives the compute hosts (without the launch node).
-    Source("lsf", "an LSF job", "lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
+    Source("lsf", "an LSF job", "managers.lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
            unless=("JSM_NAMESPACE_RANK",), marker=("LSB_MCPU_HOSTS",),
            roles={"hosts": ("LSB_MCPU_HOSTS", "pairs")},
            fix="Start the processes with jsrun or mpirun (... derive-env -- python train.py) "
                "and run derive-env in each rank; or, for a job of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("gridengine", "a Grid Engine parallel job", "gridengine",
+    Source("gridengine", "a Grid Engine parallel job", "managers.gridengine",
            ("JOB_ID", "PE_HOSTFILE", "NHOSTS"), 3, unit="host", states=(("NHOSTS", 1),),
            partial=False, marker=("PE_HOSTFILE",),
            roles={"hosts": ("$PE_HOSTFILE", "pe_hostfile")}),
-    # A task qrsh -inherit started without -V: no PE_HOSTFILE (sources/gridengine.py).
+    # A task qrsh -inherit started without -V: no PE_HOSTFILE (sources/managers/gridengine.py).
     Source("gridengine-task", "a Grid Engine task (qrsh -inherit)", None,
            ("JOB_ID", "PE", "QRSH_PORT"), 3, unless=("PE_HOSTFILE",), unit="host",
            states=(("QRSH_PORT", None),), partial=False,
            fix="Start it with qrsh -inherit -V, which passes the job's PE_HOSTFILE on (Open "
                f"MPI's mpirun does); {ON_ERROR_WARN}"),
-    Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", "mpi_operator",
+    Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", "managers.mpi_operator",
            ("K_MPI_JOB_ROLE",), 4, size="mpi_operator_launcher",
            fix="Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
                f"train.py), not around mpirun; {ON_ERROR_WARN}"),
-    Source("ray-train", "a Ray Train worker", "ray_train",
+    Source("ray-train", "a Ray Train worker", "managers.ray_train",
            ("RAY_RAYLET_PID", "ACCELERATE_TORCH_DEVICE", "NODE_RANK", "RANK", "WORLD_SIZE"), 0,
            marker=("ACCELERATE_TORCH_DEVICE", "NODE_RANK"), partial=False,
            states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
            fix="Ray Train set every torch variable of this worker itself: run the command "
                f"without derive-env in Ray workers; {ON_ERROR_WARN}"),
-    Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "azureml",
+    Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "managers.azureml",
            ("AZUREML_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR",
             "MASTER_PORT"), 0, marker=("AZUREML_RUN_ID",), unless=("TORCHELASTIC_RUN_ID",),
            partial=False, states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),

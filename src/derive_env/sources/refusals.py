@@ -71,7 +71,7 @@ def _node_level(line: Source) -> bool:
 class Seen:
     """What the seen sources state, for the refusals.
 
-    :ivar session: the cluster manager session the container is in (``"a Backend.AI
+    :ivar within: the cluster manager session the container is in (``"a Backend.AI
         session of 3 nodes"``), or ``None`` for none.
     :ivar names: the names of the sources that were seen (their launchers are read).
     :ivar launched: a seen source stated the process layer: then a launcher that a module
@@ -84,11 +84,11 @@ class Seen:
     """
 
     # A plain class: a NamedTuple would build its class with eval() on every opted-in start.
-    __slots__ = ("launched", "names", "nodes", "session")
+    __slots__ = ("launched", "names", "nodes", "within")
 
-    def __init__(self, session: str | None = None, names: frozenset[str] = frozenset(),
+    def __init__(self, within: str | None = None, names: frozenset[str] = frozenset(),
                  launched: bool = False, nodes: int | None = 1) -> None:
-        self.session, self.names, self.launched, self.nodes = session, names, launched, nodes
+        self.within, self.names, self.launched, self.nodes = within, names, launched, nodes
 
 
 #: No source seen: no session, a job of one node.
@@ -143,7 +143,7 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
         if stated == UNSIZED:
             unsized = unsized or line
         elif stated is not None:
-            return line, _refusal(line, environ, seen.session, stated)
+            return line, _refusal(line, environ, seen.within, stated)
         elif complete:
             sized = True
     if unsized is not None and not sized:

@@ -32,7 +32,7 @@ sources-cloud.md section 16). Read from determined-ai/determined@c1e9c6d:
   rendezvous); no file is read.
 
 Inside the workers Determined's launcher started, torchrun's source reads torchrun's
-variables and keeps them (sources/torchrun.py); this line's node facts are not used over
+variables and keeps them (sources/managers/torchrun.py); this line's node facts are not used over
 them.
 """
 

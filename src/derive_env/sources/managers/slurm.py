@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
-from derive_env.sources.report import Processes, Report
-from derive_env.sources.slurm_checks import (
+from derive_env.sources.managers.slurm_checks import (
     Step,
     check_mpi_plugin,
     gpus_on_node,
@@ -42,7 +41,8 @@ from derive_env.sources.slurm_checks import (
     same_as,
     step_tasks,
 )
-from derive_env.sources.slurm_hostlist import expand_hostfile, parse_resv_ports
+from derive_env.sources.managers.slurm_hostlist import expand_hostfile, parse_resv_ports
+from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
 
 def _hostfile_hosts(path: str, text: str | None) -> list[str]:
     """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task): its grammar is
-    :func:`~derive_env.sources.slurm_hostlist.expand_hostfile`'s."""
+    :func:`~derive_env.sources.managers.slurm_hostlist.expand_hostfile`'s."""
     where = f"SLURM_HOSTFILE={shorten(path)!r}"
     if text is None:
         raise TopologyError(

@@ -342,12 +342,12 @@ def _ordered(
     variables: BackendAIVariables, present: Mapping[str, str], own: str,
 ) -> tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None]:
     """``(nodes, node rank, role counts, order)``: the nodes in canonical order
-    (sources/backendai_order.py), this container's position in them, the role counts
+    (sources/managers/backendai_order.py), this container's position in them, the role counts
     (REPLICAS', else counted from the parsed names) and the rule for ``--explain``."""
     hosts = variables.hosts
     if hosts is None or len(hosts) == 1:
         return (_single_node(variables, own),), 0, (), None
-    from derive_env.sources import backendai_order as canonical  # several nodes only
+    from derive_env.sources.managers import backendai_order as canonical  # several nodes only
 
     if variables.replicas is not None:
         nodes = canonical.nodes_from_replicas(

@@ -4,7 +4,7 @@ The same in every container, whatever order ``BACKENDAI_CLUSTER_HOSTS`` has: rol
 first, then the other roles in REPLICAS order, each role's hosts ``{role}1..{role}{count}``,
 rebuilt from REPLICAS (Backend.AI's
 ``sokovan/scheduling_controller/preparers/resources/expand_kernel_groups_rule.py``); without
-REPLICAS, ``{role}{index}`` parsed from the HOSTS names. See sources/backendai.py, which
+REPLICAS, ``{role}{index}`` parsed from the HOSTS names. See sources/managers/backendai.py, which
 imports this module only when a session has more than one node; this module imports no
 source module (the host-name grammar is :data:`derive_env.hosts.ROLE_INDEX`).
 """
@@ -18,8 +18,8 @@ from derive_env.errors import TopologyError, describe, listing, shorten
 from derive_env.hosts import ROLE_INDEX, repeated_host
 from derive_env.topology import Node, nodes_of
 
-#: The variables this order is read from, and Backend.AI's default role (sources/backendai.py
-#: reads them).
+#: The variables this order is read from, and Backend.AI's default role
+#: (sources/managers/backendai.py reads them).
 HOSTS = "BACKENDAI_CLUSTER_HOSTS"
 REPLICAS = "BACKENDAI_CLUSTER_REPLICAS"
 MAIN = "main"

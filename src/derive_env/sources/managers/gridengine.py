@@ -19,7 +19,7 @@ tests/fixtures/gridengine/):
   <processors>``, one per granted queue instance, the master queue first: a host with
   slots from two queues appears twice (recorded: all.q and extra.q), its slots summed.
 
-Contexts, as for Slurm (sources/slurm.py): the job script runs on the master host only,
+Contexts, as for Slurm (sources/managers/slurm.py): the job script runs on the master host only,
 so a job of several hosts refuses there with the fix (:attr:`Report.problem`, raised only
 when no inner source uses the facts: Open MPI's mpirun started by the script reads
 ``PE_HOSTFILE`` itself, ``orte/mca/ras/gridengine``, and its ranks get the process layer

@@ -3,7 +3,7 @@
 Two table lines share this module (sources-cloud.md 20; IBM Spectrum LSF documentation,
 "Environment variables set for job execution"):
 
-* ``lsf`` (an allocation, as sources/slurm.py ``read_allocation``): ``nodes`` = the hosts
+* ``lsf`` (an allocation, as sources/managers/slurm.py ``read_allocation``): ``nodes`` = the hosts
   of ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``: each execution host with its slots, the
   first one running the batch script), in the order of their first appearance, slots
   summed (sources/lists.py; Open MPI's ``ras/lsf`` bumps a repeated host's slots the

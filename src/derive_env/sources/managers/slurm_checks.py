@@ -1,9 +1,9 @@
 """The consistency rules of Slurm's variables (sources.md 3.1 "Consistency"), shared by both
-lines of sources/slurm.py: a value that is wrong whatever runs inside the step raises
+lines of sources/managers/slurm.py: a value that is wrong whatever runs inside the step raises
 :class:`TopologyError`, naming the variable, its value and the Slurm file that writes it.
 
 * the job id and its old name (:func:`job_id`); a heterogeneous job (:func:`refuse_het`);
-* host lists, expanded (sources/slurm_hostlist.py) and checked (:func:`hosts_of`);
+* host lists, expanded (sources/managers/slurm_hostlist.py) and checked (:func:`hosts_of`);
 * the step's node variables against each other and the job's (:class:`Step`), its tasks
   (:func:`step_tasks`), and Slurm's own MPI plugins' variables (:func:`check_mpi_plugin`);
 * ``SLURM_GPUS_ON_NODE`` (:func:`gpus_on_node`).
@@ -17,8 +17,8 @@ from typing import TypeVar
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
+from derive_env.sources.managers.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 from derive_env.sources.report import Processes
-from derive_env.sources.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 from derive_env.validation import variable_int
 
 _T = TypeVar("_T")

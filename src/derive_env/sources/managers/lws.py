@@ -87,7 +87,7 @@ def _check_tpu(environ: Mapping[str, str], size: int, index: int) -> None:
     ``pkg/utils/accelerators/tpu.go``, ``AddTPUVariables``) must be the group's pods and this
     pod's index: JAX reads them itself (jax ``_src/clusters/cloud_tpu_cluster.py``), and a
     node layer that counts other hosts would contradict it. Reached only with ``--source
-    lws``: a pod with ``TPU_WORKER_ID`` is the ``gke-tpu`` source's (sources/tpu.py)."""
+    lws``: a pod with ``TPU_WORKER_ID`` is the ``gke-tpu`` source's (sources/managers/tpu.py)."""
     hosts = environ.get("TPU_WORKER_HOSTNAMES", "")
     if not hosts:
         return
