@@ -221,7 +221,9 @@ _FACTS = {"num_nodes": "number of nodes", "node_rank": "node rank of this proces
           "master": "host of rank 0 (the first node)"}
 
 
-def _agree(inner: Report, outer: Report, fact: str, a: object, b: object) -> None:
+def _agree(inner: Report, outer: Report, fact: str, values: tuple[object, object]) -> None:
+    """Raise: ``inner`` states ``fact`` as ``values[0]``, ``outer`` as ``values[1]``."""
+    a, b = values
     raise TopologyError(
         f"{inner.title} and {outer.title} disagree on the {_FACTS.get(fact, fact)}: "
         f"{' + '.join(inner.inputs.get(fact, ('?',)))} say {a}, "
@@ -258,9 +260,9 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
     master_src = _first(used, "master")
     master = None
     if master_src is not None:
-        master, nodes, tasks, node_rank, order = _master_first(
-            master_src, hosts_src, nodes, tasks, node_rank, order, inputs)
-    layout = _layout(processes, tasks, num_nodes, node_rank, owner)
+        master, (nodes, tasks, node_rank, order) = _master_first(
+            master_src, hosts_src, (nodes, tasks, node_rank, order), inputs)
+    layout = _layout(owner if processes is not None else None, tasks, num_nodes, node_rank)
     _check_rank_zero(layout, nodes, node_rank, inputs)
     gpus_src, port_src, resv_src, job_src = (
         _first(used, field) for field in ("gpus", "master_port", "reserved_ports", "job"))
@@ -285,7 +287,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         preset=frozenset().union(*(report.preset for report in used)), inputs=inputs,
         order=order, notes=tuple(notes),
         warnings=tuple(warning for report in used for warning in report.warnings),
-        layers=layer_lines(reports, used, shadowed, owner, node_src, hosts_src), sized=sized,
+        layers=layer_lines(reports, used, shadowed, (owner, node_src, hosts_src)), sized=sized,
         missing=None if nodes or master else _missing(owner, node_src),
     )
     try:
@@ -322,26 +324,26 @@ def _node_layer(
             nodes, order = (), None
             inputs.pop("nodes")
         else:
-            node_rank = _hosts_agree(node_src, hosts_src, num_nodes, node_rank, inputs)
+            node_rank = _hosts_agree(node_src, hosts_src, inputs)
     if nodes:
         num_nodes = len(nodes)
     return nodes, order, num_nodes, node_rank
 
 
-def _hosts_agree(node_src: Report, hosts_src: Report, num_nodes: int | None,
-                 node_rank: int | None, inputs: dict[str, tuple[str, ...]]) -> int | None:
+def _hosts_agree(node_src: Report, hosts_src: Report,
+                 inputs: dict[str, tuple[str, ...]]) -> int | None:
     """This node's rank, once ``hosts_src``'s host list agrees with ``node_src``'s node
     facts; the host list's own node rank when ``node_src`` states none."""
-    nodes = hosts_src.nodes
+    nodes, num_nodes, node_rank = hosts_src.nodes, node_src.count(), node_src.node_rank
     # Whether the two orders can be the same is decided from data every node shares (the
     # node count, the master's host), so every node adopts the host list or none does;
     # then each node's own rank must agree (a check only it can make).
     if num_nodes not in (None, len(nodes)):
-        _agree(node_src, hosts_src, "num_nodes", num_nodes, len(nodes))
+        _agree(node_src, hosts_src, "num_nodes", (num_nodes, len(nodes)))
     if node_src.master is not None and host_key(node_src.master) != host_key(nodes[0].host):
-        _agree(node_src, hosts_src, "master", node_src.master, nodes[0].host)
+        _agree(node_src, hosts_src, "master", (node_src.master, nodes[0].host))
     if node_rank is not None and hosts_src.node_rank not in (None, node_rank):
-        _agree(node_src, hosts_src, "node_rank", node_rank, hosts_src.node_rank)
+        _agree(node_src, hosts_src, "node_rank", (node_rank, hosts_src.node_rank))
     if node_rank is None:
         node_rank = hosts_src.node_rank
         if "node_rank" in hosts_src.inputs:
@@ -365,23 +367,23 @@ def _process_layer(owner: Report | None, used: Sequence[Report],
 
 
 def _master_first(
-    master_src: Report, hosts_src: Report | None, nodes: tuple[Node, ...],
-    tasks: tuple[int, ...], node_rank: int | None, order: str | None,
+    master_src: Report, hosts_src: Report | None, placed: _Placed,
     inputs: dict[str, tuple[str, ...]],
-) -> tuple[str | None, tuple[Node, ...], tuple[int, ...], int | None, str | None]:
-    """``(master, nodes, tasks, node rank, order)`` with the node of rank 0 first (module
+) -> tuple[str | None, _Placed]:
+    """``(master, (nodes, tasks, node rank, order))`` with the node of rank 0 first (module
     docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
     stays set only when no host list places it."""
     master = master_src.master
+    nodes, tasks, node_rank, order = placed
     inputs["master"] = master_src.inputs.get("master", ())
     if not nodes:
-        return master, nodes, tasks, node_rank, order
+        return master, placed
     if master_src is not hosts_src:
         # Another source's host list was adopted only when the master is its first host.
-        return None, nodes, tasks, node_rank, order
+        return None, placed
     lowered = [host_key(n.host) for n in nodes]
     if host_key(master) not in lowered:
-        return master, nodes, tasks, node_rank, order
+        return master, placed
     at = lowered.index(host_key(master))
     if at:
         nodes = (nodes[at], *nodes[:at], *nodes[at + 1:])
@@ -393,7 +395,11 @@ def _master_first(
                                    f"{master} (the node of rank 0) moved first")
         order = (f"the node of rank 0 ({master}, from {' + '.join(inputs['master'])}) "
                  f"first, then {order or 'the manager order'}")
-    return None, nodes, tasks, node_rank, order
+    return None, (nodes, tasks, node_rank, order)
+
+
+#: ``(nodes, processes per node, node rank, order)``: where the nodes stand.
+_Placed = tuple[tuple[Node, ...], tuple[int, ...], "int | None", "str | None"]
 
 
 def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
@@ -410,8 +416,11 @@ def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
         "Intel MPI: --format mpich-hostfile, mpiexec -f hosts)")
 
 
-def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int | None,
-            node_rank: int | None, owner: Report | None) -> ProcessLayout | None:
+def _layout(owner: Report | None, tasks: tuple[int, ...], num_nodes: int | None,
+            node_rank: int | None) -> ProcessLayout | None:
+    """The process layer of ``owner`` (the innermost launcher; ``None``: none), checked
+    against the processes per node and the node layer."""
+    processes = owner.processes if owner is not None else None
     if processes is None or owner is None:
         return None
     src = " + ".join(owner.inputs.get("processes", ()))

@@ -106,8 +106,8 @@ class Report(NamedTuple):
 
 
 def layer_lines(reports: Sequence[Report], used: Sequence[Report],
-                shadowed: Sequence[tuple[Report, Report, bool]], owner: Report | None,
-                node_src: Report | None, hosts_src: Report | None) -> tuple[str, ...]:
+                shadowed: Sequence[tuple[Report, Report, bool]],
+                layers: tuple[Report | None, Report | None, Report | None]) -> tuple[str, ...]:
     """Lines for ``--explain``: every source seen, what each layer of the composer
     (sources/compose.py) used, what was shadowed.
 
@@ -115,9 +115,10 @@ def layer_lines(reports: Sequence[Report], used: Sequence[Report],
     :param used: those the composer used (a shadowed daemon step left out).
     :param shadowed: ``(report, by, daemons)``: an outer process layer shadowed by the
         inner launcher ``by``; ``daemons``: it is ``by``'s daemon step (one task per node).
-    :param owner: the report that gave the process layer; ``node_src``: the node count and
-        rank; ``hosts_src``: the host list (each ``None`` when none stated it).
+    :param layers: ``(owner, node_src, hosts_src)``: the report that gave the process
+        layer, the node count and rank, the host list (each ``None`` when none stated it).
     """
+    owner, node_src, hosts_src = layers
     if len(reports) == 1:
         only = reports[0]
         layers = [name for name, src in (("process layer", owner), ("node layer", node_src))
