@@ -250,7 +250,7 @@ MANAGERS = {
                    {RENDEZVOUS: '{"container_addrs": ["10.0.0.1", "10.0.0.2"], '
                     '"container_rank": 1, "container_slot_counts": [2, 2]}'},
                    f"container_addrs in {RENDEZVOUS}",
-                   '["10.0.0.1", "10.0.0.2"]', "a list of one address or unset",
+                   '["10.0.0.1", "10.0.0.2"]', "a list of one host or unset",
                    "a Determined trial", "container"),
     "aws-batch": ({"AWS_BATCH_JOB_ID": "j#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
                    "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
@@ -336,7 +336,7 @@ NO_HOST_LIST = {"ray-train", "aws-batch", "azure-mpi", "azureml-pytorch"}
 #: The managers of MANAGERS a source now reads and that refuse this node's environment with
 #: the source's own fix: a batch script of several hosts (sources/managers/pbs.py,
 #: sources/managers/lsf.py),
-#: a node whose master no variable states (sources/htcondor.py), -> the message's start.
+#: a node whose master no variable states (htcondor, its roles), -> the message's start.
 READ_AND_REFUSED = {
     "pbs": "PBS_NODEFILE='/var/spool/pbs/aux/7.pbs': expected a job of one host here: this "
            "job has 2 hosts, and a batch script runs on the first only; start the processes",
