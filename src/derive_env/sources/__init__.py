@@ -1,14 +1,12 @@
-"""Sources: one module per cluster manager or launcher, each reporting what it saw.
+"""Sources: the table of every cluster manager and launcher, each a declaration.
 
-:data:`SOURCES` is the table, one line per manager or launcher: its complete set of
-variables, its depth in the launch, its title, and how it states a multi-process job.
-:func:`seen_sources` finds the lines whose variables are all set without importing any
-module; :func:`choice_of` reads the ``--source`` choice. A line's module has
-``read(environ, line, files=None) -> Report`` (sources/report.py); the composer
-(sources/compose.py) reads every seen line and composes one topology. A launcher
-derive-env cannot read (a line without a module, or a partial set of a line's variables)
-is refused rather than described as one process of a larger job (sources/refusals.py).
-Adding a source is one module plus ``module=`` on its line.
+:data:`SOURCES` has one line per manager or launcher: its variables (by role), its depth in
+the launch, its title, and how it states a multi-process job. :func:`seen_sources` finds
+the lines whose variables are all set without importing any module. A seen line is read by
+its roles (sources/roles.py) or its own module under sources/managers/ (``read(environ,
+line, files=None) -> Report``); the composer (sources/compose.py) composes one topology. A
+launcher derive-env cannot read is refused (sources/refusals.py). Adding a manager is one
+line (plus a module for rules of its own).
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ _RUN_WITHOUT = ("Run the command without derive-env (set the framework variables
 
 
 def _start_torchrun(how: str) -> str:
-    """The fix for a node-level manager no module reads: torchrun from its variables, with
-    derive-env in each worker (the torchrun source reads them), or ``--source none``."""
+    """The fix for a node-level manager no module reads: torchrun from its variables."""
     return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
             "python train.py), so that derive-env reads each worker torchrun starts; or, for "
             "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); "
@@ -49,91 +46,52 @@ class Source:
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
-    Detection (sources.md 3.13):
+    Detection:
 
     :ivar name: for ``--source NAME`` / ``DERIVE_ENV_SOURCE`` and messages.
     :ivar title: for a person (``a Slurm step (srun)``); passed to the module with the line.
-    :ivar module: its module under ``derive_env.sources`` (``roles``: the roles alone;
-        ``managers.slurm``: a manager's own rules), imported only when all of ``detect``
-        are set; ``None``: derive-env cannot read it yet, it is only refused.
-    :ivar detect: its complete set of variables, every one non-empty (a partial set never
-        selects a source).
-    :ivar depth: its place in the launch, innermost first (architecture.md, "Sources
-        compose"): 0 torchrun, 1 an MPI launcher, 2 an srun step, 3 a Slurm allocation,
-        4 a node-level manager (Backend.AI, Kubeflow).
-    :ivar unless: variables whose presence (non-empty) means another context (a Slurm
-        step, not the batch script): the line is then neither seen nor refused.
+    :ivar module: under ``derive_env.sources``: ``roles`` (the roles say everything) or
+        ``managers.<its module>``, imported only when all of ``detect`` are set; ``None``:
+        derive-env cannot read it yet, it is only refused.
+    :ivar detect: its complete set of variables, every one non-empty.
+    :ivar depth: its place in the launch: 0 torchrun, 1 an MPI launcher, 2 an srun step, 3
+        a Slurm allocation, 4 a node-level manager (Backend.AI, Kubeflow).
+    :ivar unless: variables whose presence means another context (a Slurm step, not the
+        batch script): the line is then neither seen nor refused.
     :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
-        derive-env itself exports, so a second run inside a session must not take them
-        for a manager).
+        derive-env itself exports).
     :ivar any_of: seen when ANY of ``detect`` (or a variable starting with ``prefix``) is
-        set: for a source that reports a partial set itself, as an error naming what is
-        missing (Backend.AI, contract section 5), instead of ignoring it.
+        set: the source names what is missing itself (Backend.AI, contract section 5).
     :ivar prefix: see ``any_of``.
+    :ivar roles: its variables by role, a dict literal (sources/roles.py); ``hosts``:
+        ``(where, form[, key])``, a variable or a file (``$VARIABLE[:default]``: sizes.py).
 
-    The launcher refusals (sources.md 3; :func:`derive_env.sources.refusals.launcher_problem`),
-    for a line with ``states`` or a ``size``:
+    The refusals (:func:`derive_env.sources.refusals.launcher_problem`):
 
-    :ivar marker: the variables that alone say "this launcher started us"
-        (``TORCHELASTIC_RUN_ID`` for torchrun); empty: all of ``detect``.
+    :ivar marker: the variables that alone say "this launcher started us"; empty: ``detect``.
     :ivar states: ``(variable, single-process value)``: one set to anything else states
-        more than one process, complete set or not; a single value ``None``: set at all,
-        it states more than one (Azure Batch's ``AZ_BATCH_MASTER_NODE``). Unset (``None``):
-        the ``roles``' counts with 1 and indexes with 0 (:func:`states_of`).
-    :ivar partial: whether ``states`` count without the complete marker (an MPI rank alone
-        is still an MPI job; a batch script's node count alone is not a batch script).
+        more than one process; a single value ``None``: set at all, it does. Unset:
+        derived from ``roles`` (:func:`states_of`).
+    :ivar partial: whether ``states`` count without the complete marker.
     :ivar sized: False when the complete marker cannot tell the job's size (PMIx,
         Kubernetes): then the marker alone is refused, on every process alike.
     :ivar unit: what the size counts (``process``, ``node``, ``host``), for messages.
-    :ivar size: the name of a function of :mod:`derive_env.sources.sizes` (imported only
-        when the marker is complete), for a size that neither a variable nor the ``hosts``
-        role states (a Volcano Job's pods): ``(variable, expected)`` for the variable that
-        states more than one ``unit`` and what a single one would be, ``None`` for one,
-        ``sizes.UNKNOWN`` when the size cannot be told (then refused as a launcher that does
-        not say its size). A ``hosts`` role of more than one host states more than one too.
-    :ivar counts: for a line a module reads, the variables whose value above 1 states a
-        job of more than one ``unit`` (``BACKENDAI_CLUSTER_SIZE``), for the note of an image
-        that did not opt in (:func:`derive_env.sources.sizes.larger_job`; the ``states`` of
-        the other lines count too).
+    :ivar size: a function of sources/sizes.py for a size no variable and no ``hosts`` role
+        states (a Volcano Job's pods), asked only when the marker is complete.
+    :ivar counts: variables whose value above 1 states a job of more than one ``unit``, for
+        the note of an image that did not opt in (:func:`derive_env.sources.sizes.larger_job`).
     :ivar part_of: for a line without a module: the line whose module reads these
-        variables when that line's complete set is set (``PMI_RANK`` and ``PMI_SIZE`` are
-        part of Hydra's): they alone are refused as a partial set of it.
+        variables (``PMI_RANK``, ``PMI_SIZE``: Hydra's); alone, they are a partial set of it.
     :ivar fix: what to do, ending the refusal of a launcher no module reads, or of one
         that started this process without saying the job's size.
     :ivar pass_env: how a user gives one variable to every process this launcher starts
         (``{name}``, ``{value}`` filled in), for the fix of a partial topology.
-    :ivar roles: the manager's variables by role (node count, node rank, the process layer,
-        job, companions, its rule: sources/roles.py), a dict literal; a line whose roles say
-        everything has ``module="roles"``. ``hosts``: ``(where, form[, key])``, the host
-        list: ``where`` a variable, or a file (``$VARIABLE`` for the path it holds,
-        ``$VARIABLE:default``), read at the edge (cli/) only when the marker is complete;
-        ``form`` ``ips`` (one IP per line), ``comma``, ``json`` (a list, or the list at
-        ``key`` of a JSON object), ``pairs`` (``host slots`` words), ``slots`` (a host per
-        slot, one per line), ``pe_hostfile`` (Grid Engine's).
     """
 
-    __slots__ = (
-        "any_of",
-        "counts",
-        "depth",
-        "detect",
-        "fallback",
-        "fix",
-        "marker",
-        "module",
-        "name",
-        "part_of",
-        "partial",
-        "pass_env",
-        "prefix",
-        "roles",
-        "size",
-        "sized",
-        "states",
-        "title",
-        "unit",
-        "unless",
-    )
+    # Not a named tuple, whose constructor eval() costs every start 0.8M instructions.
+    __slots__ = ("any_of", "counts", "depth", "detect", "fallback", "fix", "marker", "module",
+                 "name", "part_of", "partial", "pass_env", "prefix", "roles", "size", "sized",
+                 "states", "title", "unit", "unless")
 
     def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
                  depth: int, unless: tuple[str, ...] = (), fallback: bool = False,
@@ -142,12 +100,13 @@ class Source:
                  unit: str = "process", size: str | None = None, part_of: str | None = None,
                  fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
                  roles: dict | None = None) -> None:
-        self.name, self.title, self.module, self.detect, self.depth = (
-            name, title, module, detect, depth)
-        self.unless, self.fallback, self.any_of, self.prefix = unless, fallback, any_of, prefix
-        self.marker, self.states, self.partial, self.sized = marker, states, partial, sized
-        self.unit, self.size, self.part_of, self.fix = unit, size, part_of, fix
-        self.pass_env, self.counts, self.roles = pass_env, counts, roles
+        self.name, self.title, self.module, self.detect, self.depth, self.unless = (
+            name, title, module, detect, depth, unless)
+        self.fallback, self.any_of, self.prefix, self.marker, self.states, self.partial = (
+            fallback, any_of, prefix, marker, states, partial)
+        self.sized, self.unit, self.size, self.part_of, self.fix, self.pass_env = (
+            sized, unit, size, part_of, fix, pass_env)
+        self.counts, self.roles = counts, roles
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
@@ -166,18 +125,10 @@ SOURCES: tuple[Source, ...] = (
            marker=("TORCHELASTIC_RUN_ID",),
            states=(("GROUP_WORLD_SIZE", 1), ("GROUP_RANK", 0), ("WORLD_SIZE", 1), ("RANK", 0),
                    ("LOCAL_WORLD_SIZE", 1)), partial=False),
-    # The MPI launchers: the process layer in their own four variables, no host list (the
-    # node layer comes from the allocation they run in). Deliberately not read: Open MPI's
-    # OMPI_COMM_WORLD_NODE_RANK (the local rank across all jobs, not a node index: its
-    # environment-var.rst; equal to the local rank in the recordings), OMPI_UNIVERSE_SIZE
-    # (slots, not processes), OMPI_MCA_orte_num_nodes (internal to ORTE, gone in Open MPI 5),
-    # OMPI_MCA_orte_hnp_uri and PMIX_SERVER_URI* (mpirun's or the node's PMIx server, never a
-    # master); a local rank is never derived from a global one (PMI_RANK % n: DeepSpeed#3408).
-    # A launcher's second vocabulary must agree ("same", as DeepSpeed's launcher_helper does
-    # for PMIX_RANK/PMI_RANK); only its own: Hydra copies mpiexec's environment into every
-    # rank, so another launcher's variables there can be stale.
-    # open-mpi/ompi v5.0.x docs/tuning-apps/environment-var.rst (the same four in 4.1,
-    # recorded: ompi-ssh, ompi-in-*); PMIX_RANK and PMIX_NAMESPACE from its own PMIx server.
+    # The MPI launchers: the process layer in their own four variables, no host list; what
+    # is deliberately not read (OMPI_COMM_WORLD_NODE_RANK ...), docs/sources/mpi.md. Only a
+    # launcher's own second vocabulary must agree ("same"). Open MPI: docs/tuning-apps/
+    # environment-var.rst (recorded: ompi-ssh, ompi-in-*), PMIX_* from its own PMIx server.
     Source("openmpi", "Open MPI (mpirun)", "roles",
            ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE"), 1,
@@ -185,8 +136,7 @@ SOURCES: tuple[Source, ...] = (
                   "world_size": "OMPI_COMM_WORLD_SIZE",
                   "local_world_size": "OMPI_COMM_WORLD_LOCAL_SIZE", "job": "PMIX_NAMESPACE",
                   "same": (("PMIX_RANK", "rank"),), "why": "mpirun " + _MPI_WHY}),
-    # MVAPICH2 2.3 user guide, "MPIRUN_RSH Parameters"; mpispawn also sets PMI_ID and
-    # MPIRUN_NPROCS (src/pm/mpirun/mpispawn.c), its Hydra-based mpiexec PMI_RANK, PMI_SIZE.
+    # MVAPICH2 2.3 user guide; mpispawn.c also sets PMI_ID and MPIRUN_NPROCS.
     Source("mvapich2", "MVAPICH2 (mpirun_rsh)", "roles",
            ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
             "MV2_COMM_WORLD_LOCAL_SIZE"), 1,
@@ -196,17 +146,14 @@ SOURCES: tuple[Source, ...] = (
                   "same": (("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
                            ("MPIRUN_NPROCS", "world_size")),
                   "why": "mpirun_rsh " + _MPI_WHY}),
-    # pmodels/mpich src/pm/hydra/proxy/pmip_cb.c launch_procs (recorded from MPICH 4.0.2:
-    # mpich-ssh, mpich-in-*); Intel MPI's mpiexec.hydra writes the same four. No job id (no
-    # PMI_JOBID); with -pmi-port no PMI_SIZE, so the line is not seen. Its states are the
-    # pmi line's (a partial set is refused as a PMI launcher's).
+    # mpich pmip_cb.c launch_procs (recorded: mpich-*), Intel MPI's the same; no job id.
+    # Its states are the pmi line's (a partial set is refused as a PMI launcher's).
     Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "roles",
            ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1, states=(),
            pass_env="mpiexec -genv {name} {value}",
            roles={"rank": "PMI_RANK", "local_rank": "MPI_LOCALRANKID", "world_size": "PMI_SIZE",
                   "local_world_size": "MPI_LOCALNRANKS", "why": "mpiexec " + _MPI_WHY}),
-    # HPE Cray PALS mpiexec (ALCF Polaris/Aurora user guides): PALS_* plus Cray PMI's PMI_*;
-    # no world size of its own (PMI_SIZE, also the pmi line's: not among its states).
+    # HPE Cray PALS (ALCF user guides): PALS_* and Cray PMI's PMI_* (PMI_SIZE: the pmi line's).
     Source("pals", "Cray PALS (mpiexec)", "roles",
            ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID",
             "PMI_SIZE"), 1,
@@ -384,9 +331,7 @@ SOURCES: tuple[Source, ...] = (
            "managers.kubeflow_runtimes",
            ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
            states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node"),
-    # htcondor/htcondor src/condor_starter.V6.1/parallel_proc.cpp ParallelProc::addEnvVars:
-    # no host list, no master (peers find node 0 through condor_chirp, which no environment
-    # or local file shows): a larger job needs MASTER_ADDR, refused with that fix without.
+    # parallel_proc.cpp ParallelProc::addEnvVars: no host list, no master (condor_chirp).
     Source("htcondor", "an HTCondor parallel-universe job", "roles",
            ("_CONDOR_PROCNO", "_CONDOR_NPROCS"), 4, unit="node",
            roles={"num_nodes": "_CONDOR_NPROCS", "node_rank": "_CONDOR_PROCNO",
@@ -449,8 +394,7 @@ SOURCE_NAMES = tuple(source.name for source in _READ)
 
 
 def file_path(where: str, environ: Mapping[str, str]) -> str:
-    """The path of a file a line names: ``where`` itself, or for ``$NAME`` the path ``NAME``
-    holds, for ``$NAME:default`` that or ``default`` ("" for none)."""
+    """A file's path: ``where``, or the path ``$NAME`` holds (``$NAME:default``: or that)."""
     if not where.startswith("$"):
         return where
     name, _, default = where[1:].partition(":")
@@ -458,14 +402,12 @@ def file_path(where: str, environ: Mapping[str, str]) -> str:
 
 
 def has_size(line: Source) -> bool:
-    """Whether ``line`` states a job's size beyond its ``states``: a ``size`` rule, or a
-    ``hosts`` role (a list of more than one host states more than one)."""
+    """Whether ``line`` states a job's size beyond its ``states`` (a ``size``, a host list)."""
     return line.size is not None or bool(line.roles and "hosts" in line.roles)
 
 
 def states_of(line: Source) -> tuple[tuple[str, int | None], ...]:
-    """``line.states``, or when unset those its ``roles`` imply: each count role's variable
-    with 1, each index role's with 0, nodes first (sources/roles.py ``SINGLE``)."""
+    """``line.states``, or those its ``roles`` imply: counts 1, indexes 0, nodes first."""
     if line.states is not None:
         return line.states
     if not line.roles:
@@ -473,8 +415,7 @@ def states_of(line: Source) -> tuple[tuple[str, int | None], ...]:
     return tuple((line.roles[role], single) for role, single in _SINGLE if role in line.roles)
 
 
-#: A count role with its single-process value, an index role with 0, in the order a refusal
-#: names them (a copy of sources/roles.py's, which the table must not import).
+#: Each count and index role with its single-process value, in the order a refusal names them.
 _SINGLE = (("num_nodes", 1), ("node_rank", 0), ("world_size", 1), ("rank", 0),
            ("local_world_size", 1), ("local_rank", 0))
 
@@ -490,12 +431,8 @@ def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
 
 
 def seen_sources(environ: Mapping[str, str]) -> list[Source]:
-    """The table lines with a module whose complete set of variables is set, innermost
-    first.
-
-    Costs one dictionary lookup per variable of each line: no module is imported to learn
-    that its variables are absent.
-    """
+    """The lines read whose complete set of variables is set, innermost first: one lookup
+    per variable of each line, no module imported to learn that its variables are absent."""
     seen = [s for s in _READ if _is_seen(s, environ)]
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]

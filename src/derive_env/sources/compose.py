@@ -2,40 +2,33 @@
 
 Rules (architecture.md, "Sources compose"; sources.md 3.13):
 
-* Every source whose complete set of variables is set is read (:func:`seen_sources`);
-  each reports only what it saw (:class:`~derive_env.sources.report.Report`).
+* Every seen source is read (:func:`seen_sources`); each reports only what it saw.
 * Process layer: from the innermost source that launched processes (torchrun > an MPI
   launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
 * The daemon step, recognised by what it is: a Slurm step of one task on each of its nodes
-  around an MPI launcher's ranks (mpirun starts orted, mpiexec Hydra's proxies, with one
-  srun task per node of the allocation, or of all but its own: sources.md 3.1 (b),
+  around an MPI launcher's ranks (mpirun's orted, Hydra's proxies: one srun task per node;
   recordings ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
-  sizes (rank 0 of ``mpirun -np 2`` packed on the first node is also its task 0 of 2);
-  its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
+  sizes; its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
   layer whose world size or rank differs from the inner one's is shadowed too (``srun
   --ntasks-per-node=1 torchrun``: its agents); equal layers confirm each other.
 * Mode: the processes are the job's workers, each with its own rank (``per_process``),
   when their launcher starts the workers itself (torchrun, an MPI launcher: depth 0 and 1
   of the table) or a node runs more than one of them; one process per node of an srun step
-  or a Kubeflow pod is the node layer (it may start torchrun). Never decided by comparing
-  the world size with the node count, which packed ranks can match.
+  or a Kubeflow pod is the node layer (it may start torchrun). Never decided from the world
+  size and the node count, which packed ranks can match.
 * Node layer: the innermost source that states node facts gives the node count and this
   node's rank; the innermost source with a host list gives the hosts. Where both state the
   count, the master and the node rank, they must agree (an error naming both). A source
   that numbers nodes itself (``Report.renumbers``: torchrun's rendezvous) never takes
-  another source's host list: no node can know the rendezvous' order in advance, so its
-  nodes stay without a host list on every node alike (a note says why).
+  another source's host list, whose order no node can know in advance (a note says why).
 * Master = the host of rank 0. A source that proves rank 0 is on another node than its
-  first (``srun -m arbitrary``) names it; the nodes are then put in the order "the node
-  of rank 0 first, then the others in the manager's order", so that node rank 0 is always
-  the master, which torchrun's static rendezvous and every framework here require.
+  first (``srun -m arbitrary``) names it; that node is then put first, the others in the
+  manager's order: node rank 0 is the master, as torchrun's static rendezvous requires.
 * Checks between the layers: the process counts per node sum to the world size and have
   one entry per node; this node's entry is its local world size; rank 0 is on node rank 0
-  (a check only the process of rank 0 can make: under an MPI launcher or srun that one
-  process failing stops the job).
-* A seen source's ``Report.problem`` (a Slurm batch script of a multi-node job; a Slurm
-  step self-check that an inner MPI launcher makes meaningless) is raised only when no
-  inner source was seen.
+  (only rank 0 can check it: its failing stops the job under an MPI launcher or srun).
+* A seen source's ``Report.problem`` (a Slurm batch script of a multi-node job, a Slurm
+  step self-check) is raised only when no inner source was seen.
 * Then the refusals (sources/refusals.py): another launcher's variables stating more.
 
 Raises ``TopologyError`` (exit 3) on any disagreement, naming the variables of both sides.
@@ -60,12 +53,7 @@ from derive_env.sources import (
     forced_source,
     seen_sources,
 )
-from derive_env.sources.refusals import (
-    Seen,
-    check_single_container,
-    launcher_problem,
-    none_chosen,
-)
+from derive_env.sources.refusals import Seen, check_single_container, launcher_problem, none_chosen
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
 
@@ -222,8 +210,7 @@ _FACTS = {"num_nodes": "number of nodes", "node_rank": "node rank of this proces
 
 
 def _agree(inner: Report, outer: Report, fact: str, values: tuple[object, object]) -> None:
-    """Raise: ``inner`` states ``fact`` as ``values[0]``, ``outer`` as ``values[1]``."""
-    a, b = values
+    a, b = values  # inner's, outer's
     raise TopologyError(
         f"{inner.title} and {outer.title} disagree on the {_FACTS.get(fact, fact)}: "
         f"{' + '.join(inner.inputs.get(fact, ('?',)))} say {a}, "
@@ -418,8 +405,7 @@ def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
 
 def _layout(owner: Report | None, tasks: tuple[int, ...], num_nodes: int | None,
             node_rank: int | None) -> ProcessLayout | None:
-    """The process layer of ``owner`` (the innermost launcher; ``None``: none), checked
-    against the processes per node and the node layer."""
+    """``owner``'s process layer (the innermost launcher's), checked against the nodes."""
     processes = owner.processes if owner is not None else None
     if processes is None or owner is None:
         return None
