@@ -34,6 +34,7 @@ Empty variables count as unset, as in torch's ``env://`` rendezvous.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Annotated
@@ -247,7 +248,7 @@ def _single_node(variables: BackendAIVariables, own: str) -> Node:
     role, idx = variables.role, variables.idx
     if role is not None and idx is not None and f"{role}{idx}".lower() == own.lower():
         return Node(host=own, role=role, index=idx)
-    found = ROLE_INDEX.match(own)
+    found = re.match(ROLE_INDEX, own)
     if found and int(found["index"]) >= 1:
         return Node(host=own, role=found["role"], index=int(found["index"]))
     return Node(host=own)

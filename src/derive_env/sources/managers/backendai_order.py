@@ -11,6 +11,7 @@ source module (the host-name grammar is :data:`derive_env.hosts.ROLE_INDEX`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from itertools import chain, repeat
 
@@ -118,7 +119,7 @@ def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, .
         have the same role and index (``sub01``, ``sub1``); the message names HOSTS.
     """
     parsed: list[tuple[str, str, int]] = []
-    match = ROLE_INDEX.match  # inlined: this loop runs once per node of the session
+    match = re.compile(ROLE_INDEX).match  # inlined: this loop runs once per node
     for entry in hosts:
         found = match(entry)
         if found is None:
