@@ -1,7 +1,8 @@
 """Cost of Slurm's grammar for a 4096-node step vs a 4-node one (issue 9, item 10).
 
 Each case is a full interpreter start, ``python -I -c CODE``, where CODE loads
-``derive_env/sources/slurm_hostlist.py`` by file path (so the package's other imports do not
+``derive_env/sources/managers/slurm_hostlist.py`` by file path (so the package's other
+imports do not
 hide the grammar's cost: the ratio is the strictest one, against the smallest denominator),
 then does what the Slurm source will do per task: expand ``SLURM_STEP_NODELIST`` and
 ``SLURM_STEP_TASKS_PER_NODE`` and parse ``SLURM_STEP_RESV_PORTS``:
@@ -74,7 +75,7 @@ def validate(case: Case) -> None:
 def in_process() -> dict[str, float]:
     """Microseconds per call of the expansions alone, best of 5."""
     sys.path.insert(0, str(SRC))
-    from derive_env.sources.slurm_hostlist import expand_hostlist, expand_tasks_per_node
+    from derive_env.sources.managers.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 
     result = {}
     for label, (nodelist, tasks, _) in CASES.items():

@@ -3,20 +3,20 @@ a TPU slice: issue 16, item 7).
 
 Each case is the ENTRYPOINT path, ``derive-env -- /bin/true``, of an image opted in for
 ``pytorch`` (labels file), on node 2 (4 nodes) or node 2048 (4096 nodes) of a task whose
-variables are as the tool sets them (sources/launchtools.py): ``SKYPILOT_NODE_IPS`` /
+variables are as the tool sets them (sources/managers/launchtools.py): ``SKYPILOT_NODE_IPS`` /
 ``DSTACK_NODES_IPS`` a newline list of ``10.x.y.z`` addresses, the rank, the count, GPUs;
-Determined's rendezvous file (sources/determined.py) with as many ``container_addrs``, at
+Determined's rendezvous file (sources/managers/determined.py) with as many ``container_addrs``, at
 the path ``DERIVE_ENV_DETERMINED_RENDEZVOUS`` names; or a TPU slice as GKE's webhook sets it
-(sources/tpu.py): ``TPU_WORKER_HOSTNAMES`` a comma list of a JobSet's pod names
+(sources/managers/tpu.py): ``TPU_WORKER_HOSTNAMES`` a comma list of a JobSet's pod names
 ``tpu-s-0-<i>.tpu`` (short names: 4096 of GKE's usual ``<jobset>-<job>-0-<i>.<jobset>``
 exceed Linux's 128 KiB limit of one environment string, so no slice that large can be set
 that way), ``TPU_WORKER_ID``;
-- PBS (sources/pbs.py): a ``pbsdsh -u`` TM task (``PBS_NODENUM``, hexadecimal
+- PBS (sources/managers/pbs.py): a ``pbsdsh -u`` TM task (``PBS_NODENUM``, hexadecimal
   ``PBS_TASKNUM``) whose ``PBS_NODEFILE`` lists each host once per slot (8 slots);
-- LSF (sources/lsf.py): a jsrun task, one per compute host, with ``LSB_MCPU_HOSTS`` (the
+- LSF (sources/managers/lsf.py): a jsrun task, one per compute host, with ``LSB_MCPU_HOSTS`` (the
   launch node, then each host with 8 slots) and ``LSB_DJOB_RANKFILE`` (the launch node,
   then each compute host once per slot);
-- Grid Engine (sources/gridengine.py): a ``qrsh -inherit -V`` task whose ``PE_HOSTFILE`` (a
+- Grid Engine (sources/managers/gridengine.py): a ``qrsh -inherit -V`` task whose ``PE_HOSTFILE`` (a
   file in the temporary folder) lists the hosts ``<host> 8 all.q@<host> UNDEFINED``.
 
 Method: the round-robin timing of benchmarks/startup.py (fresh ``posix_spawn`` per run,

@@ -105,7 +105,7 @@ def cases() -> dict[str, tuple[Callable[[int], object], Callable[[object], objec
     from derive_env.hosts import check_hosts, host_problem, repeated_host
     from derive_env.labels import parse_labels_document
     from derive_env.merge import same_value
-    from derive_env.sources import slurm_hostlist as grammar
+    from derive_env.sources.managers import slurm_hostlist as grammar
 
     def hosts_check(value: object) -> object:
         hosts = str(value).split(",")

@@ -1,5 +1,6 @@
-"""docs/architecture.md, followed literally: "add a manager" and "add a framework" are each
-one new file plus one table line, and the tests mirror the tree.
+"""docs/architecture.md, followed literally: "add a manager" is one table line (plus a module
+for rules of its own), "add a framework" one new file plus one table line, and the tests
+mirror the tree.
 
 Each step list is applied to a copy of src/ (the file written from the doc's code block,
 the line inserted into the table from the doc's other block); the copy then derives in a
@@ -32,14 +33,16 @@ def _blocks_after(text: str, marker: str) -> str:
     return match.group(1)
 
 
-def _apply(tmp_path: Path, module: str, table_file: str, table_start: str,
-           step1: str, step2: str) -> Path:
-    """A copy of the package with the doc's two steps done: returns the copy's src/."""
+def _apply(tmp_path: Path, module: str | None, table_file: str, table_start: str,
+           step1: str | None, step2: str) -> Path:
+    """A copy of the package with the doc's steps done (``module`` ``None``: the line
+    alone): returns the copy's src/."""
     doc = DOC.read_text(encoding="utf-8")
     src = tmp_path / "src"
     shutil.copytree(SRC, src / "derive_env",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    (src / "derive_env" / module).write_text(_blocks_after(doc, step1), encoding="utf-8")
+    if module is not None and step1 is not None:
+        (src / "derive_env" / module).write_text(_blocks_after(doc, step1), encoding="utf-8")
     table = src / "derive_env" / table_file
     text = table.read_text(encoding="utf-8")
     start = text.index(table_start)
@@ -72,11 +75,9 @@ def _derive(src: Path, environ: dict[str, str], labels: dict[str, str]) -> dict:
     return json.loads(out.stdout)
 
 
-def test_add_a_manager_is_one_file_plus_one_line(tmp_path: Path) -> None:
-    src = _apply(tmp_path, "sources/example.py", "sources/__init__.py",
-                 "SOURCES: tuple[Source, ...] = (",
-                 "Write `src/derive_env/sources/example.py`",
-                 "Add its line to `SOURCES`")
+def _check_example_manager(src: Path, bad_rank: str) -> None:
+    """The example manager of the doc, added to the copy ``src``: its job derived, its bad
+    rank refused with ``bad_rank``, its name in --help, and nothing without the step."""
     labels = {"ai.backend.distributed.frameworks": "pytorch,jax"}
     env = {"EXAMPLE_HOSTS": "n1,n2,n3", "EXAMPLE_NODE_RANK": "1", "PATH": "/bin"}
     got = _derive(src, env, labels)
@@ -88,9 +89,9 @@ def test_add_a_manager_is_one_file_plus_one_line(tmp_path: Path) -> None:
     assert changes["JAX_COORDINATOR_ADDRESS"] == "n1:1234"
     assert changes["JAX_NUM_PROCESSES"] == "3"
     assert changes["JAX_PROCESS_ID"] == "1"
-    # the module's own checks, through the table's detection
+    # the checks, through the table's detection
     bad = _derive(src, {**env, "EXAMPLE_NODE_RANK": "3"}, labels)
-    assert bad == {"error": "EXAMPLE_NODE_RANK='3': expected a node rank below 3"}
+    assert bad == {"error": bad_rank}
     # the table drives --help
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from derive_env.cli import options; "
             "print(options.help_of(next(o for o in options.OPTIONS if o.name == '--source')))")
@@ -100,6 +101,30 @@ def test_add_a_manager_is_one_file_plus_one_line(tmp_path: Path) -> None:
     # without the step, the same environment is a single container
     plain = _derive(ROOT / "src", env, labels)
     assert plain["changes"]["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_add_a_manager_is_one_table_line(tmp_path: Path) -> None:
+    """A manager its roles describe: the line alone, no module."""
+    src = _apply(tmp_path, None, "sources/__init__.py", "SOURCES: tuple[Source, ...] = (",
+                 None, "**Add its line to `SOURCES`**")
+    assert not list((src / "derive_env" / "sources").rglob("example.py"))
+    _check_example_manager(src, "EXAMPLE_NODE_RANK='3': expected a node rank below 3, the 3 "
+                                "hosts in EXAMPLE_HOSTS; the example manager sets both for "
+                                "every node")
+    # the refusal data comes from the roles too: an image that did not opt in is told
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from derive_env.sources.sizes import "
+            "larger_job; print(larger_job({'EXAMPLE_HOSTS': 'n1,n2', 'EXAMPLE_NODE_RANK': '0'}))")
+    told = subprocess.run([sys.executable, "-I", "-c", code, str(src)], capture_output=True,
+                          text=True, timeout=60, check=True).stdout.strip()
+    assert told == "an example job states a job of more than one node (EXAMPLE_HOSTS='n1,n2')"
+
+
+def test_a_manager_with_rules_of_its_own_is_one_module_more(tmp_path: Path) -> None:
+    src = _apply(tmp_path, "sources/managers/example.py", "sources/__init__.py",
+                 "SOURCES: tuple[Source, ...] = (",
+                 "**Write `src/derive_env/sources/managers/example.py`**",
+                 "**Name it on its line**")
+    _check_example_manager(src, "EXAMPLE_NODE_RANK='3': expected a node rank below 3")
 
 
 def test_add_a_framework_is_one_file_plus_one_line(tmp_path: Path, backendai_env) -> None:
@@ -143,6 +168,8 @@ def _expected_test(module: Path) -> Path:
     folder = relative.parent
     stem = relative.stem if relative.stem != "__init__" else (
         "run" if folder == Path("cli") else folder.name)
+    if folder == Path("sources/managers"):  # the managers' tests sit beside the engine's
+        folder = folder.parent
     return ROOT / "tests" / folder / f"test_{stem}.py"
 
 

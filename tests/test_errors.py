@@ -74,3 +74,10 @@ def test_printable_escapes_what_a_terminal_would_obey() -> None:
         "a\\x1b[2J\\x07\\x7f\\x9b\\u2028\\udc80\\tb")
     assert printable("1. a\n2. \x1b", keep="\n") == "1. a\n2. \\x1b"
     assert printable("\n") == "\\n"
+
+
+def test_listing_shows_at_most_its_limit() -> None:
+    from derive_env.errors import listing
+
+    assert listing(["a", "b"]) == "a, b"
+    assert listing([str(n) for n in range(10)], 3) == "0, 1, 2, ... (10 in all)"

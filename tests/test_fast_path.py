@@ -343,10 +343,13 @@ entry.main()
 #: What every opted-in derive imports: the table, the resolver and the report it reads.
 _TABLE = ["derive_env.sources", "derive_env.sources.compose", "derive_env.sources.refusals",
           "derive_env.sources.report"]
-_UNSEEN = {"derive_env.sources.slurm", "derive_env.sources.slurm_checks",
-           "derive_env.sources.slurm_hostlist",
-           "derive_env.sources.mpi", "derive_env.sources.torchrun",
-           "derive_env.sources.kubeflow"}
+#: The managers' package (an empty one: its docstring), with the first manager module a start
+#: reads (issue 23: the engine's modules beside the managers' folder).
+_MANAGERS = "derive_env.sources.managers"
+_UNSEEN = {"derive_env.sources.managers.slurm", "derive_env.sources.managers.slurm_checks",
+           "derive_env.sources.managers.slurm_hostlist",
+           "derive_env.sources.roles", "derive_env.sources.managers.torchrun",
+           "derive_env.sources.managers.kubeflow"}
 _SRUN_TASK = Path(__file__).resolve().parent / "fixtures/recorded/srun-block/task3.env"
 
 
@@ -385,13 +388,13 @@ def test_backendai_start_imports_no_other_source_module(tmp_path: Path, backenda
     canonical node order only for a session of several nodes."""
     env = backendai_env(["sub1", "main1", "sub2"], "sub2")
     modules = _source_modules(tmp_path, {FW: "pytorch,tensorflow"}, env, argv)
-    assert modules == sorted([*_TABLE, "derive_env.sources.backendai",
-                              "derive_env.sources.backendai_order"])
+    assert modules == sorted([*_TABLE, _MANAGERS, "derive_env.sources.managers.backendai",
+                              "derive_env.sources.managers.backendai_order"])
     assert _UNSEEN.isdisjoint(modules)
     single = _source_modules(tmp_path, {FW: "pytorch,tensorflow"},
                              {"BACKENDAI_CLUSTER_SIZE": "1", "BACKENDAI_CLUSTER_HOST": "main1"},
                              argv)
-    assert single == sorted([*_TABLE, "derive_env.sources.backendai"])
+    assert single == sorted([*_TABLE, _MANAGERS, "derive_env.sources.managers.backendai"])
 
 
 @pytest.mark.parametrize("argv", PATH_ARGVS)
@@ -412,9 +415,9 @@ def test_a_seen_source_is_imported_and_only_it(tmp_path: Path, argv: list[str]) 
     """The same check sees a source when it is there (so the tests above can fail): a task of
     a recorded srun step imports the Slurm source, not Backend.AI's nor MPI's."""
     modules = _source_modules(tmp_path, {FW: "pytorch"}, _recorded_srun_task(), argv)
-    assert modules == sorted([*_TABLE, "derive_env.sources.slurm",
-                              "derive_env.sources.slurm_checks",
-                              "derive_env.sources.slurm_hostlist"])
+    assert modules == sorted([*_TABLE, _MANAGERS, "derive_env.sources.managers.slurm",
+                              "derive_env.sources.managers.slurm_checks",
+                              "derive_env.sources.managers.slurm_hostlist"])
 
 
 @pytest.mark.parametrize("argv", PATH_ARGVS)
@@ -470,8 +473,9 @@ _OPTED_IN = [*_EVERY_PATH, *_TABLE[1:], "derive_env.merge", "derive_env.framewor
              "derive_env.frameworks.context",
              "derive_env.frameworks.network", "derive_env.frameworks.pytorch",
              "derive_env.frameworks.tensorflow", "derive_env.hosts", "derive_env.launch",
-             "derive_env.pipeline", "derive_env.policy", "derive_env.sources.backendai",
-             "derive_env.sources.backendai_order",
+             "derive_env.pipeline", "derive_env.policy", _MANAGERS,
+             "derive_env.sources.managers.backendai",
+             "derive_env.sources.managers.backendai_order",
              "derive_env.tf_config", "derive_env.topology", "derive_env.validation"]
 START_PATHS = [
     pytest.param(False, ["--", "true"], [*_NOT_OPTED_IN, "derive_env.launch"],

@@ -18,16 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "derive_env"
 DOC = ROOT / "docs" / "architecture.md"
 
-#: Import cycles that exist today inside sources/ only, each as its set of modules. The
-#: list must only shrink: a cycle not on it fails, and so does an entry that is no longer
-#: a cycle (remove it). Empty it when sources/ has none left.
-KNOWN_SOURCE_CYCLES: list[frozenset[str]] = [
-    frozenset({"derive_env.sources", "derive_env.sources.compose",
-               "derive_env.sources.refusals", "derive_env.sources.sizes"}),
-    frozenset({"derive_env.sources.backendai", "derive_env.sources.backendai_order"}),
-]
-
-
 def _module_name(path: Path) -> str:
     parts = ("derive_env", *path.relative_to(SRC).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -207,15 +197,8 @@ def _cycles(edges: dict[str, set[str]]) -> list[frozenset[str]]:
 
 
 def test_no_import_cycle() -> None:
-    """No module reaches itself through imports, lazy ones included; the cycles of
-    :data:`KNOWN_SOURCE_CYCLES` aside, which must only shrink."""
-    cycles = _cycles(EDGES)
-    new = [sorted(c) for c in cycles if not any(c <= known for known in KNOWN_SOURCE_CYCLES)]
-    assert new == [], f"import cycles: {new}"
-    stale = [sorted(known) for known in KNOWN_SOURCE_CYCLES
-             if not any(c <= known for c in cycles)]
-    assert stale == [], f"no longer cycles, remove them from KNOWN_SOURCE_CYCLES: {stale}"
-    assert all(m.startswith("derive_env.sources") for k in KNOWN_SOURCE_CYCLES for m in k)
+    """No module reaches itself through imports, lazy ones included."""
+    assert [sorted(c) for c in _cycles(EDGES)] == []
 
 
 def test_the_cycle_finder_finds_a_lazy_cycle() -> None:

@@ -224,7 +224,7 @@ def test_sdist_holds_license_sources_and_tests(dist: dict[str, Path]) -> None:
     with tarfile.open(dist["sdist"]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     for name in ("LICENSE", "README.md", "pyproject.toml", "src/derive_env/__init__.py",
-                 "src/derive_env/sources/backendai.py"):
+                 "src/derive_env/sources/managers/backendai.py"):
         assert name in names, name
 
 

@@ -335,7 +335,8 @@ def test_parse_errors(text: str, expected: str) -> None:
 def test_building_blocks_import_only_the_standard_library() -> None:
     """Both run on every container start of the Slurm source: no pydantic, click or typing
     (the grammar is loaded by path, as its package's __init__ is not this test's subject)."""
-    grammar = Path(__file__).resolve().parents[1] / "src/derive_env/sources/slurm_hostlist.py"
+    grammar = (Path(__file__).resolve().parents[1]
+               / "src/derive_env/sources/managers/slurm_hostlist.py")
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('g', {str(grammar)!r})\n"

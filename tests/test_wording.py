@@ -25,7 +25,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "derive_env"
 #: Modules whose texts speak of Backend.AI's own sessions.
-BACKENDAI = ("sources/backendai.py", "sources/backendai_order.py")
+BACKENDAI = ("sources/managers/backendai.py", "sources/managers/backendai_order.py")
 #: Literals that hold the word on purpose: (module, text) -> why.
 ALLOWED = {
     ("render/explain.py", "session"): "BACKENDAI_WORD, used only when the source is backendai",
@@ -67,7 +67,7 @@ def every_text() -> list[tuple[str, int, str]]:
 def test_the_walk_sees_the_messages() -> None:
     """The walk finds known templates (so an empty walk cannot pass the rules)."""
     found = {(module, text) for module, _line, text in every_text()}
-    assert ("sources/slurm_hostlist.py", "at most {} hosts in a host list") in found
+    assert ("sources/managers/slurm_hostlist.py", "at most {} hosts in a host list") in found
     assert any(module == "merge.py" and "Remove {} where it is set" in text
                for module, text in found)
     assert len(found) > 500

@@ -39,6 +39,12 @@ class DeriveEnvError(Exception):
         return self.message
 
 
+def listing(items: list | tuple, limit: int = 8) -> str:
+    """``a, b, c`` for a message; past ``limit`` items ``a, b, ..., (N in all)``."""
+    shown = ", ".join(str(item) for item in items[:limit])
+    return shown if len(items) <= limit else f"{shown}, ... ({len(items)} in all)"
+
+
 def shorten(text: str, limit: int = 200) -> str:
     """``text`` cut to ``limit`` characters, saying how long it was: input quoted in a
     message must not flood the terminal."""

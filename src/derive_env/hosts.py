@@ -29,6 +29,11 @@ _NUMERIC = re.compile(r"[0-9.]+\Z")
 #: expand_kernel_groups_rule.py). Shared by the Backend.AI source and the tensorflow-roles
 #: label, so a role the source accepts can always be mapped.
 ROLE_NAME = re.compile(r"(?=[0-9-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9-]*\Z")
+#: A Backend.AI container's host name ``{role}{index}`` (default_hostname), the role taken as
+#: not ending in a digit: the fallback without REPLICAS (sources/managers/backendai.py and
+#: its canonical order, backendai_order.py). A pattern, compiled by them: only a Backend.AI
+#: start pays for it.
+ROLE_INDEX = r"(?P<role>[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z-])?)(?P<index>[0-9]+)\Z"
 
 
 def host_problem(value: str) -> str | None:

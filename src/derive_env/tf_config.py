@@ -64,7 +64,7 @@ class GivenTask(Task):
 
 class GivenTFConfig(BaseModel):
     """A ``TF_CONFIG`` (or Vertex AI's ``CLUSTER_SPEC``) as a manager wrote it, read as a
-    source (:mod:`derive_env.sources.tfconfig`), never rewritten.
+    source (:mod:`derive_env.sources.managers.tfconfig`), never rewritten.
 
     Other keys are ignored (TFJob's ``environment``, Vertex AI's ``job``). Either
     ``cluster`` (task type -> every task's ``host:port``) or, from a TFJob with

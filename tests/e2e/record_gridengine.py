@@ -1,5 +1,5 @@
 """Record the environments real Grid Engine jobs give their processes, as fixtures for the
-gridengine source (sources/gridengine.py).
+gridengine source (sources/managers/gridengine.py).
 
 Runs each scenario of SCENARIOS on a real :class:`gecluster.GridEngineCluster` (Son of Grid
 Engine 8.1.9 from Debian, Open MPI 4.1 ``mpirun``); every process of a scenario writes ``env

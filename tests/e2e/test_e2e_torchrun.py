@@ -19,7 +19,7 @@ from record_envs import FIXTURES, load_fixture
 from record_torchrun import SCENARIOS, record, stable
 
 from derive_env.sources import BY_NAME
-from derive_env.sources.torchrun import read
+from derive_env.sources.managers.torchrun import read
 from helpers import require
 
 pytestmark = pytest.mark.e2e

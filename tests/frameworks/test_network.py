@@ -367,7 +367,7 @@ def network_only(environ, labels, facts_):
     from derive_env.frameworks import network
     from derive_env.frameworks.context import Context
     from derive_env.policy import ImagePolicy
-    from derive_env.sources import topology_from
+    from derive_env.sources.compose import topology_from
 
     ctx = Context(topology=topology_from(environ), policy=ImagePolicy.from_labels(labels),
                   environ=environ, host=facts_)

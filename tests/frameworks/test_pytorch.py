@@ -12,7 +12,7 @@ from derive_env.frameworks.context import Context
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.policy import ImagePolicy
-from derive_env.sources import topology_from
+from derive_env.sources.compose import topology_from
 
 PER_PROCESS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
                "GROUP_RANK", "GROUP_WORLD_SIZE")

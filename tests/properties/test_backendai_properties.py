@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import topology_from
+from derive_env.sources.compose import topology_from
 from support.backendai import hosts_by_index, sessions
 
 SETTINGS = settings(max_examples=150, deadline=None,

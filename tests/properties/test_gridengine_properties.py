@@ -1,4 +1,4 @@
-"""Whole Grid Engine PE jobs through the whole pipeline (sources/gridengine.py).
+"""Whole Grid Engine PE jobs through the whole pipeline (sources/managers/gridengine.py).
 
 A model of what sge_execd gives each process, checked against the recordings in
 tests/sources/test_gridengine.py (tests/fixtures/gridengine): the master task on the first
@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, gridengine
+from derive_env.sources import BY_NAME
+from derive_env.sources.managers import gridengine
 
 LABELS = {"ai.backend.distributed.frameworks": "pytorch"}
 SETTINGS = settings(max_examples=60, deadline=None,

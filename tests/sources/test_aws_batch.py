@@ -1,4 +1,4 @@
-"""The AWS Batch source (sources/aws_batch.py): a node of a multi-node parallel (MNP) job.
+"""The AWS Batch source (sources/managers/aws_batch.py): a node of a multi-node parallel (MNP) job.
 
 No emulator exists: the nodes' variables are TYPED from AWS's own documents and samples:
 
@@ -34,8 +34,9 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, aws_batch, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.compose import topology_from
+from derive_env.sources.managers import aws_batch
 from derive_env.sources.report import Report
 
 JOB = "b5a37a8f-1a22-4a1d-9a36-3b1e0a6a7c3d"

@@ -1,4 +1,4 @@
-"""The Azure ML sources (sources/azureml.py): its MPI distribution and its PyTorch one.
+"""The Azure ML sources (sources/managers/azureml.py): its MPI distribution and its PyTorch one.
 
 The Azure ML runtime is closed source and no emulator exists: the processes' variables are
 TYPED (docs) from Microsoft's documents and from the code that reads them:
@@ -32,8 +32,9 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, azureml, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.compose import topology_from
+from derive_env.sources.managers import azureml
 from derive_env.sources.report import Processes, Report
 from helpers import framework_changes
 from support.jobs import AZUREML_RUN as RUN

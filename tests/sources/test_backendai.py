@@ -1,6 +1,6 @@
 """The Backend.AI source: BACKENDAI_CLUSTER_* -> ClusterTopology (contract section 5).
 
-The canonical node order of a session of several nodes (sources/backendai_order.py) is
+The canonical node order of a session of several nodes (sources/managers/backendai_order.py) is
 tested in test_backendai_order.py; the helpers both use are in tests/support/backendai.py,
 the ``sub2`` fixture in tests/sources/conftest.py.
 """
@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 from derive_env.errors import TopologyError
-from derive_env.sources import backendai, seen_sources, topology_from
+from derive_env.sources import seen_sources
+from derive_env.sources.compose import topology_from
+from derive_env.sources.managers import backendai
 from support.backendai import (
     HOST,
     HOSTS,

@@ -1,4 +1,4 @@
-"""Backend.AI's canonical node order (sources/backendai_order.py, contract section 5).
+"""Backend.AI's canonical node order (sources/managers/backendai_order.py, contract section 5).
 
 The same order in every container of a session of several nodes, whatever order
 BACKENDAI_CLUSTER_HOSTS has: role main first, then the roles in REPLICAS order, each role's
@@ -290,3 +290,14 @@ def test_hosts_index_zero_is_a_topology_error(hosts: str) -> None:
         topology({SIZE: "2", HOSTS: hosts, HOST: "sub1" if "sub1" in hosts
                             else "main1"})
     assert str(info.value).startswith(f"BACKENDAI_CLUSTER_HOSTS={hosts!r}: expected ")
+
+
+def test_the_order_names_the_variables_the_source_reads() -> None:
+    """backendai_order imports no source module: its names are the Backend.AI source's."""
+    from derive_env.sources.managers import backendai, backendai_order
+
+    assert (backendai_order.HOSTS, backendai_order.REPLICAS, backendai_order.MAIN) == (
+        backendai.HOSTS, backendai.REPLICAS, backendai.MAIN)
+    assert "derive_env.sources.managers.backendai" not in backendai_order.__dict__.values()
+    assert not any(getattr(value, "__module__", "") == "derive_env.sources.managers.backendai"
+                   for value in vars(backendai_order).values())

@@ -1,4 +1,4 @@
-"""The Determined source (sources/determined.py): a trial container's rendezvous file.
+"""The Determined source (sources/managers/determined.py): a trial container's rendezvous file.
 
 No Determined cluster runs here: each container's variables and file are TYPED from
 determined-ai/determined@c1e9c6d, as it writes them:
@@ -39,7 +39,8 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, DETERMINED_RENDEZVOUS, determined, seen_sources
+from derive_env.sources import BY_NAME, DETERMINED_RENDEZVOUS, seen_sources
+from derive_env.sources.managers import determined
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from helpers import require

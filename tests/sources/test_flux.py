@@ -1,4 +1,4 @@
-"""The Flux source (sources/flux.py): a task's ranks and node count; no host list.
+"""The Flux source (sources/managers/flux.py): a task's ranks and node count; no host list.
 
 No Flux instance runs here (Debian 12 has no flux-core): each task's variables are TYPED from
 flux-framework/flux-core@4a5e79f:
@@ -22,8 +22,9 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, flux, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.compose import topology_from
+from derive_env.sources.managers import flux
 from derive_env.sources.report import Processes, Report
 from support.jobs import flux_task as task
 

@@ -1,4 +1,4 @@
-"""The Grid Engine source (sources/gridengine.py) on environments recorded from a real Son
+"""The Grid Engine source (sources/managers/gridengine.py) on environments recorded from a real Son
 of Grid Engine 8.1.9 cluster (tests/fixtures/gridengine, README there; recorded by
 tests/e2e/record_gridengine.py), and on cases typed from its code.
 
@@ -20,7 +20,9 @@ import pytest
 from derive_env.errors import ON_ERROR_WARN, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, gridengine, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.lists import HostSlots, pe_hostfile
+from derive_env.sources.managers import gridengine
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from support.recorded import GRIDENGINE as FIXTURES
@@ -72,7 +74,7 @@ def test_recorded_pe_hostfile_is_master_first_one_line_per_queue() -> None:
         "sge-c3 2 all.q@sge-c3 UNDEFINED\nsge-a1 2 all.q@sge-a1 UNDEFINED\n"
         "sge-b2 2 all.q@sge-b2 UNDEFINED\n")
     text = (FIXTURES / "two-queues" / "pe_hostfile").read_text()
-    assert gridengine.parse_pe_hostfile(text) == gridengine.HostSlots(HOSTS, (3, 3, 3))
+    assert pe_hostfile(text, gridengine._FORMAT) == HostSlots(HOSTS, (3, 3, 3))
     assert text.count("\n") == 6
 
 

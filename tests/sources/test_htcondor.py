@@ -1,4 +1,5 @@
-"""The HTCondor parallel-universe source (sources/htcondor.py): node number and count only.
+"""The HTCondor parallel-universe source (its roles, sources/roles.py): node number and count
+only.
 
 No HTCondor pool runs here (no Debian 12 package): each node's variables are TYPED from
 htcondor/htcondor ``src/condor_starter.V6.1/parallel_proc.cpp`` (``ParallelProc``:
@@ -17,7 +18,7 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, htcondor, seen_sources
+from derive_env.sources import BY_NAME, roles, seen_sources
 from derive_env.sources.compose import topology_from
 from derive_env.sources.report import Report
 from support.jobs import CONDOR_SPOOL as SPOOL
@@ -29,7 +30,7 @@ LABELS = {PREFIX + "frameworks": "pytorch,jax"}
 def test_a_node_exactly() -> None:
     env = node(1, 3)
     assert [line.name for line in seen_sources(env)] == ["htcondor"]
-    assert htcondor.read(env, BY_NAME["htcondor"]) == Report(
+    assert roles.read(env, BY_NAME["htcondor"]) == Report(
         source="htcondor", title="an HTCondor parallel-universe job", num_nodes=3, node_rank=1,
         job=("htcondor", SPOOL, ""), session_id=SPOOL,
         inputs={"num_nodes": ("_CONDOR_NPROCS",), "node_rank": ("_CONDOR_PROCNO",),
@@ -57,10 +58,10 @@ def test_a_job_of_one_node_is_a_single_node() -> None:
 
 def test_a_number_beyond_the_count_is_refused() -> None:
     with pytest.raises(TopologyError) as caught:
-        htcondor.read(node(3, 3), BY_NAME["htcondor"])
+        roles.read(node(3, 3), BY_NAME["htcondor"])
     assert str(caught.value) == (
-        "_CONDOR_PROCNO='3': expected a node number below _CONDOR_NPROCS='3': the starter sets "
-        "both for one node (parallel_proc.cpp), so one was set by hand")
+        "_CONDOR_PROCNO='3': expected a node rank below _CONDOR_NPROCS='3': the starter sets "
+        "both for one node (parallel_proc.cpp), so one was set by hand: unset it")
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,4 +1,4 @@
-"""The Kubernetes Indexed Job source (sources/indexed_job.py).
+"""The Kubernetes Indexed Job source (sources/managers/indexed_job.py).
 
 No Kubernetes runs here: the pods' environments and ``/etc/hosts`` are TYPED from the
 controller's and the kubelet's code (kubernetes/kubernetes):
@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, indexed_job, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import indexed_job
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from support.k8s import etc_hosts

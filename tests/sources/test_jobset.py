@@ -1,4 +1,5 @@
-"""The JobSet source (sources/jobset.py): every pod of a JobSet, replicated jobs as node groups.
+"""The JobSet source (sources/managers/jobset.py): every pod of a JobSet, replicated jobs as
+node groups.
 
 No Kubernetes runs here: the pods are TYPED from the controllers' code and tests
 (kubernetes-sigs/jobset@08dfbdf, kubernetes/kubernetes):
@@ -26,7 +27,8 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, jobset, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import jobset
 from derive_env.sources.report import Report
 from support.k8s import etc_hosts, manifest
 
@@ -350,7 +352,7 @@ def test_torchrun_inside_a_jobset_pod_is_torchrun_alone() -> None:
 
 def test_source_none_in_a_jobset_pod_warns() -> None:
     """--source none wins, but not silently (contract section 11)."""
-    from derive_env.sources import topology_from
+    from derive_env.sources.compose import topology_from
 
     env = pod("t", [("w", 2, 2)], "w", 1, 0, subdomain="t")
     assert topology_from(env, "none").warnings == (
@@ -491,7 +493,7 @@ def test_an_image_that_did_not_opt_in_is_told_of_the_larger_job() -> None:
 
 def test_each_child_job_alone_when_the_indexed_job_source_is_chosen() -> None:
     """docs/sources/kubernetes.md JobSet rule 6: one JAX cluster per Job."""
-    from derive_env.sources import topology_from
+    from derive_env.sources.compose import topology_from
 
     env = pod("t", [("w", 2, 2)], "w", 1, 1, subdomain="t", DERIVE_ENV_NNODES="2")
     topology = topology_from(env, "kubernetes-indexed-job")

@@ -1,4 +1,4 @@
-"""The Kubeflow sources (sources/kubeflow.py): PyTorchJob v1 and TrainJob v2 pods.
+"""The Kubeflow sources (sources/managers/kubeflow.py): PyTorchJob v1 and TrainJob v2 pods.
 
 No recorded environment exists here (no Kubernetes on this machine): the pods' variables are
 TYPED from the operators' code, as it sets them:
@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, kubeflow, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import kubeflow
 from derive_env.sources.report import Processes, Report
 from helpers import framework_changes
 from support.kubeflow import pytorchjob_pod, trainjob_node

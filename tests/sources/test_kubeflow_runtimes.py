@@ -1,4 +1,4 @@
-"""sources/kubeflow_runtimes.py: JAXJob (v1) pods, TrainJob JAX and XGBoost runtime nodes.
+"""sources/managers/kubeflow_runtimes.py: JAXJob (v1) pods, TrainJob JAX and XGBoost runtime nodes.
 
 No Kubernetes here: the pods' variables are TYPED from the controllers' code (cited per
 fixture); the values a controller sets are kept (never overwritten), PyTorch's are derived
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, kubeflow_runtimes, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import kubeflow_runtimes
 from derive_env.sources.report import Report
 
 JAX = {"ai.backend.distributed.frameworks": "jax"}

@@ -1,4 +1,4 @@
-"""The cloud launch tools (sources/launchtools.py): SkyPilot and dstack task nodes.
+"""The cloud launch tools (sources/managers/launchtools.py): SkyPilot and dstack task nodes.
 
 No recorded environment exists here (no cloud account on this machine): each node's
 variables are TYPED from the tools' own code, as they set them:
@@ -28,7 +28,9 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, launchtools, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.lists import all_ipv4
+from derive_env.sources.managers import launchtools
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from support.jobs import dstack_node, skypilot_node
@@ -195,7 +197,7 @@ OCTET = st.integers(0, 300).map(str) | st.sampled_from(["01", "00", "007", "1000
 @given(lines=st.lists(st.lists(OCTET, min_size=3, max_size=5).map(".".join), min_size=1,
                       max_size=6))
 def test_the_ipv4_fast_path_accepts_exactly_what_ipaddress_does(lines: list[str]) -> None:
-    """_all_ipv4 (one match for the list) agrees with ipaddress.IPv4Address line by line."""
+    """all_ipv4 (one match for the list) agrees with ipaddress.IPv4Address line by line."""
     import ipaddress
 
     def valid(line: str) -> bool:
@@ -205,7 +207,7 @@ def test_the_ipv4_fast_path_accepts_exactly_what_ipaddress_does(lines: list[str]
             return False
         return True
 
-    assert launchtools._all_ipv4("\n".join(lines)) == all(map(valid, lines))
+    assert all_ipv4("\n".join(lines)) == all(map(valid, lines))
 
 
 def test_a_leading_zero_address_is_refused_as_ipaddress_refuses_it() -> None:

@@ -1,4 +1,4 @@
-"""The LSF source (sources/lsf.py): a batch script's hosts, a jsrun task's ranks and hosts.
+"""The LSF source (sources/managers/lsf.py): a batch script's hosts, a jsrun task's ranks and hosts.
 
 No LSF cluster runs here: the variables are TYPED from what LSF and its tools write:
 
@@ -27,8 +27,9 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, lsf, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.compose import topology_from
+from derive_env.sources.managers import lsf
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import Node
 

@@ -1,4 +1,4 @@
-"""The LeaderWorkerSet source (sources/lws.py): one group of a LeaderWorkerSet as one job.
+"""The LeaderWorkerSet source (sources/managers/lws.py): one group of a LeaderWorkerSet as one job.
 
 No recorded environment exists here (no Kubernetes on this machine): the pods' variables are
 TYPED from the controller's code and its own tests (kubernetes-sigs/lws@060ab4d):
@@ -23,7 +23,8 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, lws, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import lws
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from support.k8s import lws_pod as pod

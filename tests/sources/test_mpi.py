@@ -1,4 +1,5 @@
-"""The MPI launcher sources (derive_env.sources.mpi): openmpi, mvapich2, hydra, pals.
+"""The MPI launcher lines, read by their roles (sources/roles.py): openmpi, mvapich2, hydra,
+pals.
 
 Recorded environments first (Open MPI 4.1 and MPICH 4.0 over SSH and inside Slurm, and the
 Slurm PMI plugins that must NOT be taken for a launcher of ours), then variable sets built
@@ -9,22 +10,35 @@ process of one job agrees, and no text gives anything but a Report or a Topology
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, SOURCES, mpi, seen_sources
-from derive_env.sources.mpi import VOCABULARIES
+from derive_env.sources import BY_NAME, SOURCES, roles, seen_sources
 from derive_env.sources.report import Processes, Report
 from support.recorded import FIXTURES, load_fixture
 
 MPI_LINES = ("openmpi", "mvapich2", "hydra", "pals")
 
 
+def _vocabulary(name: str) -> SimpleNamespace:
+    """A line's roles as the attributes the tests below read."""
+    own = BY_NAME[name].roles
+    return SimpleNamespace(
+        rank=own["rank"], local_rank=own["local_rank"], world_size=own["world_size"],
+        local_world_size=own["local_world_size"], node_rank=own.get("node_rank"),
+        job=own.get("job"), companions=tuple(own.get("same", ())))
+
+
+VOCABULARIES = {name: _vocabulary(name) for name in MPI_LINES}
+
+
 def read(environ: dict[str, str], name: str) -> Report:
-    """:func:`mpi.read` for the table line called ``name``."""
-    return mpi.read(environ, BY_NAME[name])
+    """:func:`roles.read` for the table line called ``name``."""
+    return roles.read(environ, BY_NAME[name])
 
 N09, N10, N11 = "gpu-a100-09", "gpu-a100-10", "gpu-a100-11"
 
@@ -247,7 +261,7 @@ def test_detect_sets_are_the_vocabularies() -> None:
                    vocabulary.local_world_size} | (
                 {vocabulary.node_rank} if vocabulary.node_rank else set())
             assert set(source.detect) == own, source.name
-            assert source.module == "mpi"
+            assert source.module == "roles"
 
 
 # --- malformed and misleading input ----------------------------------------------------
@@ -259,43 +273,39 @@ def _error(environ: dict[str, str], line: str) -> str:
     return str(caught.value)
 
 
-CONTRADICT = ("set both for this process and they contradict each other (a wrapper or the "
-              "user exported one of them by hand: unset it)")
+def _why(launcher: str) -> str:
+    """The rule ending every message about two of an MPI launcher's variables."""
+    return (f"{launcher} sets both for each process, so one of them was exported by hand (a "
+            "wrapper) or inherited from another job: unset the stale one")
 
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"OMPI_COMM_WORLD_RANK": "three"},
-     "OMPI_COMM_WORLD_RANK='three': expected an integer >= 0 (this process's global rank)"),
+     "OMPI_COMM_WORLD_RANK='three': expected an integer >= 0 (the global rank)"),
     ({"OMPI_COMM_WORLD_RANK": "-1"},
-     "OMPI_COMM_WORLD_RANK='-1': expected an integer >= 0 (this process's global rank)"),
+     "OMPI_COMM_WORLD_RANK='-1': expected an integer >= 0 (the global rank)"),
     ({"OMPI_COMM_WORLD_LOCAL_RANK": " 1"},
-     "OMPI_COMM_WORLD_LOCAL_RANK=' 1': expected an integer >= 0 (this process's rank on "
-     "its node)"),
+     "OMPI_COMM_WORLD_LOCAL_RANK=' 1': expected an integer >= 0 (the local rank)"),
     ({"OMPI_COMM_WORLD_SIZE": "0"},
-     "OMPI_COMM_WORLD_SIZE='0': expected an integer >= 1 (the number of processes Open MPI "
-     "(mpirun) started)"),
+     "OMPI_COMM_WORLD_SIZE='0': expected an integer >= 1 (the world size)"),
     ({"OMPI_COMM_WORLD_LOCAL_SIZE": "1" * 19},
      f"OMPI_COMM_WORLD_LOCAL_SIZE='{'1' * 19}': expected an integer >= 1 of at most 18 "
-     "digits (the number of this job's processes on this node)"),
+     "digits (the local world size)"),
     ({"OMPI_COMM_WORLD_RANK": "8"},
-     f"OMPI_COMM_WORLD_RANK='8': expected a value below OMPI_COMM_WORLD_SIZE='8': Open MPI "
-     f"(mpirun) {CONTRADICT}"),
+     "OMPI_COMM_WORLD_RANK='8': expected a global rank below OMPI_COMM_WORLD_SIZE='8': "
+     + _why("mpirun")),
     ({"OMPI_COMM_WORLD_LOCAL_RANK": "4"},
-     "OMPI_COMM_WORLD_LOCAL_RANK='4': expected a value below OMPI_COMM_WORLD_LOCAL_SIZE='4': "
-     f"Open MPI (mpirun) {CONTRADICT}"),
+     "OMPI_COMM_WORLD_LOCAL_RANK='4': expected a local rank below "
+     "OMPI_COMM_WORLD_LOCAL_SIZE='4': " + _why("mpirun")),
     ({"OMPI_COMM_WORLD_LOCAL_SIZE": "9", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
-     "OMPI_COMM_WORLD_LOCAL_SIZE='9': expected a value at most OMPI_COMM_WORLD_SIZE='8': "
-     f"Open MPI (mpirun) {CONTRADICT}"),
+     "OMPI_COMM_WORLD_LOCAL_SIZE='9': expected a local world size at most "
+     "OMPI_COMM_WORLD_SIZE='8': " + _why("mpirun")),
     ({"PMIX_RANK": "4"},
-     "PMIX_RANK='4': expected the same global rank as OMPI_COMM_WORLD_RANK='5': Open MPI "
-     "(mpirun) sets both for one process, so they disagree only when one was exported by "
-     "hand or inherited from another job; unset PMIX_RANK or OMPI_COMM_WORLD_RANK, "
-     "whichever is stale"),
+     "PMIX_RANK='4': expected the same global rank as OMPI_COMM_WORLD_RANK='5': "
+     + _why("mpirun")),
     ({"PMIX_RANK": "x"},
-     "PMIX_RANK='x': expected the same global rank as OMPI_COMM_WORLD_RANK='5': Open MPI "
-     "(mpirun) sets both for one process, so they disagree only when one was exported by "
-     "hand or inherited from another job; unset PMIX_RANK or OMPI_COMM_WORLD_RANK, "
-     "whichever is stale"),
+     "PMIX_RANK='x': expected the same global rank as OMPI_COMM_WORLD_RANK='5': "
+     + _why("mpirun")),
 ])
 def test_open_mpi_bad_values(changes: dict[str, str], message: str) -> None:
     assert _error({**OMPI5, **changes}, "openmpi") == message
@@ -303,23 +313,18 @@ def test_open_mpi_bad_values(changes: dict[str, str], message: str) -> None:
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"PMI_LOCAL_RANK": "2"},
-     "PMI_LOCAL_RANK='2': expected the same local rank as PALS_LOCAL_RANKID='1': Cray PALS "
-     "(mpiexec) sets both for one process, so they disagree only when one was exported by "
-     "hand or inherited from another job; unset PMI_LOCAL_RANK or PALS_LOCAL_RANKID, "
-     "whichever is stale"),
+     "PMI_LOCAL_RANK='2': expected the same local rank as PALS_LOCAL_RANKID='1': "
+     + _why("PALS's mpiexec")),
     ({"PMI_LOCAL_SIZE": "2"},
-     "PMI_LOCAL_SIZE='2': expected the same local world size as PALS_LOCAL_SIZE='4': Cray "
-     "PALS (mpiexec) sets both for one process, so they disagree only when one was exported "
-     "by hand or inherited from another job; unset PMI_LOCAL_SIZE or PALS_LOCAL_SIZE, "
-     "whichever is stale"),
+     "PMI_LOCAL_SIZE='2': expected the same local world size as PALS_LOCAL_SIZE='4': "
+     + _why("PALS's mpiexec")),
     ({"PMI_RANK": "0"},
-     "PMI_RANK='0': expected the same global rank as PALS_RANKID='5': Cray PALS (mpiexec) "
-     "sets both for one process, so they disagree only when one was exported by hand or "
-     "inherited from another job; unset PMI_RANK or PALS_RANKID, whichever is stale"),
+     "PMI_RANK='0': expected the same global rank as PALS_RANKID='5': "
+     + _why("PALS's mpiexec")),
     ({"PALS_NODEID": "n1"},
-     "PALS_NODEID='n1': expected an integer >= 0 (this node's index in the job)"),
+     "PALS_NODEID='n1': expected an integer >= 0 (the node rank)"),
     ({"PALS_NODEID": "8"},
-     f"PALS_NODEID='8': expected a value below PMI_SIZE='8': Cray PALS (mpiexec) {CONTRADICT}"),
+     "PALS_NODEID='8': expected a node rank below PMI_SIZE='8': " + _why("PALS's mpiexec")),
 ])
 def test_pals_bad_values(changes: dict[str, str], message: str) -> None:
     assert _error({**PALS, **changes}, "pals") == message
@@ -327,16 +332,13 @@ def test_pals_bad_values(changes: dict[str, str], message: str) -> None:
 
 def test_mvapich2_disagreeing_world_size() -> None:
     assert _error({**MVAPICH2, "MPIRUN_NPROCS": "8"}, "mvapich2") == (
-        "MPIRUN_NPROCS='8': expected the same world size as MV2_COMM_WORLD_SIZE='4': MVAPICH2 "
-        "(mpirun_rsh) sets both for one process, so they disagree only when one was exported "
-        "by hand or inherited from another job; unset MPIRUN_NPROCS or MV2_COMM_WORLD_SIZE, "
-        "whichever is stale")
+        "MPIRUN_NPROCS='8': expected the same world size as MV2_COMM_WORLD_SIZE='4': "
+        + _why("mpirun_rsh"))
 
 
 def test_hydra_rank_beyond_size() -> None:
     assert _error({**INTEL_MPI, "PMI_RANK": "4"}, "hydra") == (
-        f"PMI_RANK='4': expected a value below PMI_SIZE='4': MPICH Hydra or Intel MPI "
-        f"(mpiexec) {CONTRADICT}")
+        "PMI_RANK='4': expected a global rank below PMI_SIZE='4': " + _why("mpiexec"))
 
 
 def test_hydra_never_compares_other_launchers_variables() -> None:

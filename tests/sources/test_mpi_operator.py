@@ -1,4 +1,4 @@
-"""sources/mpi_operator.py: a Kubeflow MPIJob's launcher (refused) and the ranks its mpirun
+"""sources/managers/mpi_operator.py: a Kubeflow MPIJob's launcher (refused) and the ranks its mpirun
 starts (nodes from the hostfile, master = its first host).
 
 No Kubernetes here: the launcher's variables and the hostfile are TYPED from the
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, mpi_operator, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import mpi_operator
 from derive_env.sources.report import Report
 
 PATH = "/etc/mpi/hostfile"

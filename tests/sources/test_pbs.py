@@ -1,4 +1,4 @@
-"""The OpenPBS / Torque source (sources/pbs.py): the node file, batch script vs TM task.
+"""The OpenPBS / Torque source (sources/managers/pbs.py): the node file, batch script vs TM task.
 
 No PBS server runs here (Debian 12 has none): each process's variables are TYPED from
 openpbs/openpbs@cd7ab5e ``src/resmom/start_exec.c``:
@@ -24,8 +24,9 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, pbs, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.compose import topology_from
+from derive_env.sources.managers import pbs
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 

@@ -1,4 +1,4 @@
-"""The Ray Train source (sources/ray_train.py): a worker Ray Train set up, passed through.
+"""The Ray Train source (sources/managers/ray_train.py): a worker Ray Train set up, passed through.
 
 Fixtures:
 
@@ -27,7 +27,8 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, ray_train, seen_sources
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import ray_train
 from derive_env.sources.report import Processes, Report
 from helpers import framework_changes
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from derive_env.errors import DeriveEnvError, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, SOURCES, topology_from
+from derive_env.sources import BY_NAME, SOURCES, has_size, states_of
+from derive_env.sources.compose import topology_from
 from helpers import SRUN_TASK_3
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
@@ -82,19 +83,20 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str,
     ({"PALS_RANKID": "5"},
      partial("PALS_RANKID", "5", "0", "Cray PALS (mpiexec)",
              "PALS_LOCAL_RANKID, PALS_LOCAL_SIZE, PALS_NODEID, PMI_SIZE")),
-    # Read now (sources/indexed_job.py): refused without its pod count, on every index.
+    # Read now (sources/managers/indexed_job.py): refused without its pod count, on every index.
     ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
       "HOSTNAME": "train-0"},
      "DERIVE_ENV_NNODES='': expected the Job's spec.completions, set in the pod template's "
      "container env: `- name: DERIVE_ENV_NNODES` `value: \"<spec.completions of train>\"` "
      "(a Kubernetes Indexed Job does not put its pod count in the pod's environment)"),
-    # Read now (sources/flux.py, sources/lsf.py): a partial set is refused as such.
+    # Read now (sources/managers/flux.py, sources/managers/lsf.py): a partial set is refused
+    # as such.
     ({"FLUX_JOB_SIZE": "4"},
      partial("FLUX_JOB_SIZE", "4", "1", "Flux", "FLUX_JOB_ID, FLUX_TASK_RANK")),
     ({"JSM_NAMESPACE_SIZE": "6"},
      partial("JSM_NAMESPACE_SIZE", "6", "1", "LSF jsrun",
              "JSM_NAMESPACE_RANK, LSB_JOBID, LSB_DJOB_RANKFILE")),
-    # Read now (sources/aws_batch.py): a partial set is refused, naming what is missing.
+    # Read now (sources/managers/aws_batch.py): a partial set is refused, naming what is missing.
     ({"AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_NODE_INDEX": "0"},
      "AWS_BATCH_JOB_NUM_NODES='3': expected 1 or unset: an AWS Batch multi-node parallel job "
      "states a job of more than one node, but only part of its variables are set (not set: "
@@ -185,8 +187,8 @@ def test_every_launcher_has_a_complete_set() -> None:
     assert len({launcher.name for launcher in SOURCES}) == len(SOURCES)
 
 
-LAUNCHER_NAMES = sorted({n for lnch in SOURCES if lnch.states or lnch.size
-                         for n in (*(lnch.marker or lnch.detect), *dict(lnch.states))})
+LAUNCHER_NAMES = sorted({n for lnch in SOURCES if states_of(lnch) or has_size(lnch)
+                         for n in (*(lnch.marker or lnch.detect), *dict(states_of(lnch)))})
 
 
 @given(
@@ -226,7 +228,7 @@ RENDEZVOUS = "/run/determined/info/rendezvous.json"
 #: manager -> (the environment of node 1 of a 2-node job (files: path -> text), the
 #: variable named, its value, what a job of one holds, the title, the unit).
 MANAGERS = {
-    # sources/gridengine.py: a task qrsh -inherit started without -V has no PE_HOSTFILE;
+    # sources/managers/gridengine.py: a task qrsh -inherit started without -V has no PE_HOSTFILE;
     # exec_job.c sets QRSH_PORT in it only when it belongs to a job of several hosts.
     "gridengine-task": ({"JOB_ID": "7", "PE": "mpi", "QRSH_PORT": "n1:4711"}, {},
                         "QRSH_PORT", None, "unset", "a Grid Engine task (qrsh -inherit)", "host"),
@@ -248,7 +250,7 @@ MANAGERS = {
                    {RENDEZVOUS: '{"container_addrs": ["10.0.0.1", "10.0.0.2"], '
                     '"container_rank": 1, "container_slot_counts": [2, 2]}'},
                    f"container_addrs in {RENDEZVOUS}",
-                   '["10.0.0.1", "10.0.0.2"]', "a list of one address or unset",
+                   '["10.0.0.1", "10.0.0.2"]', "a list of one host or unset",
                    "a Determined trial", "container"),
     "aws-batch": ({"AWS_BATCH_JOB_ID": "j#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
                    "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
@@ -332,8 +334,9 @@ NOW_READ = {"lws": ("lws", 2, 1), "tfjob": ("tf-config", 3, 2), "vertex": ("vert
 #: Of those, the ones that state no host list: TensorFlow's TF_CONFIG is refused, saying so.
 NO_HOST_LIST = {"ray-train", "aws-batch", "azure-mpi", "azureml-pytorch"}
 #: The managers of MANAGERS a source now reads and that refuse this node's environment with
-#: the source's own fix: a batch script of several hosts (sources/pbs.py, sources/lsf.py),
-#: a node whose master no variable states (sources/htcondor.py), -> the message's start.
+#: the source's own fix: a batch script of several hosts (sources/managers/pbs.py,
+#: sources/managers/lsf.py),
+#: a node whose master no variable states (htcondor, its roles), -> the message's start.
 READ_AND_REFUSED = {
     "pbs": "PBS_NODEFILE='/var/spool/pbs/aux/7.pbs': expected a job of one host here: this "
            "job has 2 hosts, and a batch script runs on the first only; start the processes",
@@ -373,7 +376,8 @@ def test_a_manager_without_a_source_is_refused_naming_it_and_the_fix(manager: st
 
 @pytest.mark.parametrize("manager", sorted(READ_MANAGERS))
 def test_a_manager_with_a_source_is_read_not_refused(manager: str) -> None:
-    """SkyPilot and dstack (sources/launchtools.py), SageMaker (sources/sagemaker.py): node
+    """SkyPilot and dstack (sources/managers/launchtools.py), SageMaker
+    (sources/managers/sagemaker.py): node
     1 of 2 is read, master = the first host, for every framework."""
     environ, files, *_ = READ_MANAGERS[manager]
     for frameworks in ("pytorch", "jax", "tensorflow"):
@@ -469,7 +473,7 @@ def test_a_managers_job_of_one_is_a_single_container(manager: str) -> None:
 
 
 def test_a_pbs_node_file_that_cannot_be_read_is_refused_with_the_fix() -> None:
-    """Read now (sources/pbs.py): an unreadable node file (a sister MoM without
+    """Read now (sources/managers/pbs.py): an unreadable node file (a sister MoM without
     gen_nodefile_on_sister_mom) says what to set, on every node alike."""
     assert error({"PBS_JOBID": "7", "PBS_NODEFILE": "/nodes"}) == (
         "PBS_NODEFILE='/nodes': expected a file this process can read (the job's hosts; the "
@@ -608,7 +612,7 @@ def test_mpirun_ranks_inside_a_skypilot_task_are_mpiruns() -> None:
 
 @pytest.mark.parametrize("index", ["0", "1"])
 def test_volcano_is_read_now_and_refused_without_its_task_lists(index: str) -> None:
-    """sources/volcano.py reads a Volcano pod; without the svc plugin's lists every pod is
+    """sources/managers/volcano.py reads a Volcano pod; without the svc plugin's lists every pod is
     refused alike, naming the plugin to add."""
     text = error({"VC_TASK_INDEX": index, "VK_TASK_INDEX": index})
     assert text == (

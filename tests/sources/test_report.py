@@ -37,13 +37,13 @@ def test_layer_lines_say_why_a_step_was_shadowed() -> None:
     step = Report("slurm-step", "a Slurm step (srun)", processes=Processes(0, 0, 2, 1, (1, 1)))
     alloc = Report("slurm-allocation", "a Slurm allocation", nodes=(Node("n1"), Node("n2")),
                    node_rank=0)
-    assert layer_lines([mpi, step, alloc], [mpi, alloc], [(step, mpi, True)], mpi, alloc,
-                       alloc) == (
+    assert layer_lines([mpi, step, alloc], [mpi, alloc], [(step, mpi, True)],
+                       (mpi, alloc, alloc)) == (
         "sources seen (innermost first): openmpi (Open MPI (mpirun)), slurm-step (a Slurm "
         "step (srun)), slurm-allocation (a Slurm allocation)",
         "process layer: openmpi",
         "node layer: node count and rank from slurm-allocation; hosts from slurm-allocation",
         "shadowed: slurm-step (a Slurm step (srun)): one task on each of its nodes around "
         "openmpi's ranks: Open MPI (mpirun)'s daemon step, not the ranks")
-    assert layer_lines([mpi], [mpi], [], mpi, None, None) == (
+    assert layer_lines([mpi], [mpi], [], (mpi, None, None)) == (
         "source seen: openmpi (Open MPI (mpirun)), for the process layer",)

@@ -1,4 +1,4 @@
-"""SageMaker training (sources/sagemaker.py): the platform's resourceconfig.json, or SM_*.
+"""SageMaker training (sources/managers/sagemaker.py): the platform's resourceconfig.json, or SM_*.
 
 No SageMaker here: the resource configs are TYPED from the platform's documented shape as the
 training toolkit reads it (aws/sagemaker-training-toolkit ``src/sagemaker_training/
@@ -23,7 +23,8 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX, session_labels
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, SAGEMAKER_CONFIG, sagemaker, seen_sources
+from derive_env.sources import BY_NAME, SAGEMAKER_CONFIG, seen_sources
+from derive_env.sources.managers import sagemaker
 from derive_env.topology import Node
 from helpers import require
 

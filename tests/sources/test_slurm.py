@@ -1,11 +1,11 @@
-"""The Slurm source (sources/slurm.py) on environments recorded from real Slurm 22.05.
+"""The Slurm source (sources/managers/slurm.py) on environments recorded from real Slurm 22.05.
 
 Exact facts for every task of every Slurm recording (tests/fixtures/recorded, README there),
 checked against the node each task really ran on; exact messages for malformed and
 misleading input; two hypothesis properties over a model of Slurm's task layout, the model
 itself checked against the recordings of the same layouts.
 
-The consistency rules of sources/slurm_checks.py (job id, heterogeneous jobs, host lists,
+The consistency rules of sources/managers/slurm_checks.py (job id, heterogeneous jobs, host lists,
 the step's nodes and tasks, MPI plugins, GPUs) are tested in test_slurm_checks.py; the
 builders and the model both use are in tests/support/slurm.py.
 """
@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, seen_sources, slurm
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import slurm
+from derive_env.sources.managers.slurm_hostlist import expand_hostlist
 from derive_env.sources.report import Processes
-from derive_env.sources.slurm_hostlist import expand_hostlist
 from derive_env.topology import Node
 from support.slurm import (
     ALL3,
@@ -399,7 +400,7 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(name, extra, hostfile
 def slurm_lines():
     from derive_env.sources import SOURCES
 
-    return [s for s in SOURCES if s.module == "slurm"]
+    return [s for s in SOURCES if s.module == "managers.slurm"]
 
 
 # -- MPI launchers inside an allocation: a model, checked against the four recordings ----------

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from derive_env.sources.slurm_hostlist import (
+from derive_env.sources.managers.slurm_hostlist import (
     expand_hostlist,
     expand_tasks_per_node,
     parse_resv_ports,

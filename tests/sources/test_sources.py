@@ -19,7 +19,9 @@ from derive_env.sources import (
     SOURCES,
     choice_of,
     forced_source,
+    has_size,
     seen_sources,
+    states_of,
 )
 from support import REPO
 
@@ -71,7 +73,7 @@ def test_a_forced_source_needs_its_variables() -> None:
 def test_a_line_without_a_module_is_never_seen() -> None:
     assert BY_NAME["gridengine-task"].module is None
     assert seen_sources({"JOB_ID": "7", "PE": "mpi", "QRSH_PORT": "n1:4711"}) == []
-    assert [s.name for s in seen_sources(FLUX)] == ["flux"]  # read now (sources/flux.py)
+    assert [s.name for s in seen_sources(FLUX)] == ["flux"]  # read now (sources/managers/flux.py)
     assert seen_sources({"PMI_RANK": "1", "PMI_SIZE": "2"}) == []  # the pmi line's own set
 
 
@@ -97,7 +99,7 @@ def test_every_line_reads_or_is_refused_and_names_are_unique() -> None:
         assert set(line.marker) <= set(line.detect), line.name
         if line.module is None:
             # Known and refused: it says how it states a job of more than one process.
-            assert line.states or line.size, line.name
+            assert states_of(line) or has_size(line), line.name
         else:
             assert line.part_of is None, line.name
         if line.part_of is not None:
@@ -118,7 +120,7 @@ def test_every_module_reads_a_line() -> None:
 
 def test_the_refusals_keep_the_launchers_order() -> None:
     """The first line that states more than one process is named: innermost first."""
-    assert [line.title for line in SOURCES if line.states or line.size] == [
+    assert [line.title for line in SOURCES if states_of(line) or has_size(line)] == [
         "torchrun (torchelastic)", "Open MPI (mpirun)", "MVAPICH2 (mpirun_rsh)",
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
@@ -143,6 +145,6 @@ def test_the_refusals_keep_the_launchers_order() -> None:
 def test_sagemakers_size_is_its_json_list(hosts: str, stated: str | None) -> None:
     from derive_env.sources import sizes
 
-    size = getattr(sizes, BY_NAME["sagemaker"].size)
-    result = size({"SM_HOSTS": hosts, "SM_CURRENT_HOST": "algo-1"}, {})
+    result = sizes.over(BY_NAME["sagemaker"], {"SM_HOSTS": hosts, "SM_CURRENT_HOST": "algo-1"},
+                        None)
     assert result == (None if stated is None else (stated, "a JSON list of one host"))

@@ -1,4 +1,4 @@
-"""The TF_CONFIG sources (sources/tfconfig.py): a manager's TF_CONFIG and Vertex AI's
+"""The TF_CONFIG sources (sources/managers/tfconfig.py): a manager's TF_CONFIG and Vertex AI's
 CLUSTER_SPEC as the node layer for PyTorch and JAX, the TF_CONFIG kept as set.
 
 No recorded environment exists here: the documents are TYPED from the managers' code:
@@ -25,7 +25,8 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError, shorten
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, seen_sources, tfconfig
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import tfconfig
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from support.k8s import manifest, tfjob

@@ -1,4 +1,4 @@
-"""The torchrun source (sources/torchrun.py) on worker environments recorded from the real
+"""The torchrun source (sources/managers/torchrun.py) on worker environments recorded from the real
 torchrun of torch 2.13 (tests/fixtures/recorded/torchrun-*, tests/e2e/record_torchrun.py),
 on malformed and misleading ones, and two properties: every worker of one job agrees, and
 arbitrary text gives a Report or a TopologyError, nothing else."""
@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, seen_sources, torchrun
+from derive_env.sources import BY_NAME, seen_sources
+from derive_env.sources.managers import torchrun
 from derive_env.sources.report import Processes, Report
 from support.recorded import FIXTURES, load_fixture
 

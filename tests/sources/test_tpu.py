@@ -1,4 +1,5 @@
-"""The TPU slice source (sources/tpu.py): a host of a TPU slice, or of several (multislice).
+"""The TPU slice source (sources/managers/tpu.py): a host of a TPU slice, or of several
+(multislice).
 
 No TPU here: the containers' variables are TYPED from the setters' code and tests, each
 fixture citing its file and function:
@@ -33,7 +34,8 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, forced_source, seen_sources, tpu
+from derive_env.sources import BY_NAME, forced_source, seen_sources
+from derive_env.sources.managers import tpu
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from helpers import require
@@ -451,7 +453,7 @@ REPLICATED_JOB = {"name", "groupName", "template", "replicas", "dependsOn"}
 def test_the_docs_jobset_names_only_the_apis_fields_and_what_jax_reads() -> None:
     """docs/sources/kubernetes.md's TPU manifest (found by its name: the page may hold other
     JobSets) parses, names only JobSet's fields, and sets exactly the MEGASCALE_* that
-    sources/tpu.py and JAX read, the slice index from JobSet's job-index label."""
+    sources/managers/tpu.py and JAX read, the slice index from JobSet's job-index label."""
     import re
     from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""The Volcano Job source (sources/volcano.py).
+"""The Volcano Job source (sources/managers/volcano.py).
 
 No Volcano runs here: the pods' environments are TYPED from the job plugins' code
 (volcano-sh/volcano ``pkg/controllers/job/plugins/``):
@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, volcano
+from derive_env.sources import BY_NAME
+from derive_env.sources.managers import volcano
 from derive_env.sources.report import Report
 from support.k8s import volcano_pod as pod
 

@@ -16,7 +16,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import topology_from
+from derive_env.sources.compose import topology_from
 from derive_env.topology import ClusterTopology
 
 B = "BACKENDAI_CLUSTER_"

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
-from derive_env.sources import BY_NAME, slurm
+from derive_env.sources import BY_NAME
+from derive_env.sources.managers import slurm
 from derive_env.topology import Node
 from support import TESTS
 from support.recorded import FIXTURES, load_fixture

@@ -1,19 +1,16 @@
-"""Sources: one module per cluster manager or launcher, each reporting what it saw.
+"""Sources: the table of every cluster manager and launcher, each a declaration.
 
-:data:`SOURCES` is the table, one line per manager or launcher: its complete set of
-variables, its depth in the launch, its title, and how it states a multi-process job.
-:func:`seen_sources` finds the lines whose variables are all set without importing any
-module; :func:`choice_of` reads the ``--source`` choice. A line's module has
-``read(environ, line, files=None) -> Report`` (sources/report.py); the composer
-(sources/compose.py) reads every seen line and composes one topology. A launcher
-derive-env cannot read (a line without a module, or a partial set of a line's variables)
-is refused rather than described as one process of a larger job (sources/refusals.py).
-Adding a source is one module plus ``module=`` on its line.
+:data:`SOURCES` has one line per manager or launcher: its variables (by role), its depth in
+the launch, its title, and how it states a multi-process job. :func:`seen_sources` finds
+the lines whose variables are all set without importing any module. A seen line is read by
+its roles (sources/roles.py) or its own module under sources/managers/ (``read(environ,
+line, files=None) -> Report``); the composer (sources/compose.py) composes one topology. A
+launcher derive-env cannot read is refused (sources/refusals.py). Adding a manager is one
+line (plus a module for rules of its own).
 """
 
 from __future__ import annotations
 
-from collections import namedtuple
 from collections.abc import Mapping
 
 from derive_env.errors import ON_ERROR_WARN as _ON_ERROR_WARN
@@ -31,8 +28,7 @@ _RUN_WITHOUT = ("Run the command without derive-env (set the framework variables
 
 
 def _start_torchrun(how: str) -> str:
-    """The fix for a node-level manager no module reads: torchrun from its variables, with
-    derive-env in each worker (the torchrun source reads them), or ``--source none``."""
+    """The fix for a node-level manager no module reads: torchrun from its variables."""
     return (f"Start torchrun from its variables (torchrun {how} --no-python derive-env -- "
             "python train.py), so that derive-env reads each worker torchrun starts; or, for "
             "a job of one node, choose --source none (or DERIVE_ENV_SOURCE=none); "
@@ -41,106 +37,133 @@ def _start_torchrun(how: str) -> str:
 
 #: How a variable reaches every process of a launcher by default (Open MPI's ``-x``).
 PASS_ENV = "mpirun -x {name}={value}"
+#: The rule of an MPI launcher's variables (after the launcher's name), ending its messages.
+_MPI_WHY = ("sets both for each process, so one of them was exported by hand (a wrapper) or "
+            "inherited from another job: unset the stale one")
 
 
-class Source(namedtuple("Source", (
-        "name", "title", "module", "detect", "depth",
-        "unless", "fallback", "any_of", "prefix",
-        "marker", "states", "partial", "sized", "unit", "size", "part_of", "fix", "pass_env",
-        "files", "counts"),
-        defaults=((), False, False, None, (), (), True, True, "process", None, None,
-                  _RUN_WITHOUT, PASS_ENV, (), ()))):
+class Source:
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (sources.md 3, 3.13).
 
-    Detection (sources.md 3.13):
+    Detection:
 
     :ivar name: for ``--source NAME`` / ``DERIVE_ENV_SOURCE`` and messages.
     :ivar title: for a person (``a Slurm step (srun)``); passed to the module with the line.
-    :ivar module: its module under ``derive_env.sources``, imported only when all of
-        ``detect`` are set; ``None``: derive-env cannot read it yet, it is only refused.
-    :ivar detect: its complete set of variables, every one non-empty (a partial set never
-        selects a source).
-    :ivar depth: its place in the launch, innermost first (architecture.md, "Sources
-        compose"): 0 torchrun, 1 an MPI launcher, 2 an srun step, 3 a Slurm allocation,
-        4 a node-level manager (Backend.AI, Kubeflow).
-    :ivar unless: variables whose presence (non-empty) means another context (a Slurm
-        step, not the batch script): the line is then neither seen nor refused.
+    :ivar module: under ``derive_env.sources``: ``roles`` (the roles say everything) or
+        ``managers.<its module>``, imported only when all of ``detect`` are set; ``None``:
+        derive-env cannot read it yet, it is only refused.
+    :ivar detect: its complete set of variables, every one non-empty.
+    :ivar depth: its place in the launch: 0 torchrun, 1 an MPI launcher, 2 an srun step, 3
+        a Slurm allocation, 4 a node-level manager (Backend.AI, Kubeflow).
+    :ivar unless: variables whose presence means another context (a Slurm step, not the
+        batch script): the line is then neither seen nor refused.
     :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
-        derive-env itself exports, so a second run inside a session must not take them
-        for a manager).
+        derive-env itself exports).
     :ivar any_of: seen when ANY of ``detect`` (or a variable starting with ``prefix``) is
-        set: for a source that reports a partial set itself, as an error naming what is
-        missing (Backend.AI, contract section 5), instead of ignoring it.
+        set: the source names what is missing itself (Backend.AI, contract section 5).
     :ivar prefix: see ``any_of``.
+    :ivar roles: its variables by role, a dict literal (sources/roles.py); ``hosts``:
+        ``(where, form[, key])``, a variable or a file (``$VARIABLE[:default]``: sizes.py).
 
-    The launcher refusals (sources.md 3; :func:`derive_env.sources.refusals.launcher_problem`),
-    for a line with ``states`` or a ``size``:
+    The refusals (:func:`derive_env.sources.refusals.launcher_problem`):
 
-    :ivar marker: the variables that alone say "this launcher started us"
-        (``TORCHELASTIC_RUN_ID`` for torchrun); empty: all of ``detect``.
+    :ivar marker: the variables that alone say "this launcher started us"; empty: ``detect``.
     :ivar states: ``(variable, single-process value)``: one set to anything else states
-        more than one process, complete set or not; a single value ``None``: set at all,
-        it states more than one (Azure Batch's ``AZ_BATCH_MASTER_NODE``).
-    :ivar partial: whether ``states`` count without the complete marker (an MPI rank alone
-        is still an MPI job; a batch script's node count alone is not a batch script).
+        more than one process; a single value ``None``: set at all, it does. Unset:
+        derived from ``roles`` (:func:`states_of`).
+    :ivar partial: whether ``states`` count without the complete marker.
     :ivar sized: False when the complete marker cannot tell the job's size (PMIx,
         Kubernetes): then the marker alone is refused, on every process alike.
     :ivar unit: what the size counts (``process``, ``node``, ``host``), for messages.
-    :ivar size: the name of a function of :mod:`derive_env.sources.sizes` (imported only
-        when the marker is complete), for a size no single variable counts (SageMaker's
-        JSON list): ``(variable, expected)`` for the variable that states more than one
-        ``unit`` and what a single one would be, ``None`` for one, ``sizes.UNKNOWN`` when
-        the size cannot be told (a file unreadable: then refused as a launcher that does
-        not say its size).
-    :ivar counts: for a line a module reads, the variables whose value above 1 states a
-        job of more than one ``unit`` (``BACKENDAI_CLUSTER_SIZE``), for the note of an image
-        that did not opt in (:func:`derive_env.sources.sizes.larger_job`; the ``states`` of
-        the other lines count too).
-    :ivar files: files ``size`` reads (a path, or ``$VARIABLE`` for the path a variable
-        holds), read at the edge (cli/) only when the marker is complete.
+    :ivar size: a function of sources/sizes.py for a size no variable and no ``hosts`` role
+        states (a Volcano Job's pods), asked only when the marker is complete.
+    :ivar counts: variables whose value above 1 states a job of more than one ``unit``, for
+        the note of an image that did not opt in (:func:`derive_env.sources.sizes.larger_job`).
     :ivar part_of: for a line without a module: the line whose module reads these
-        variables when that line's complete set is set (``PMI_RANK`` and ``PMI_SIZE`` are
-        part of Hydra's): they alone are refused as a partial set of it.
+        variables (``PMI_RANK``, ``PMI_SIZE``: Hydra's); alone, they are a partial set of it.
     :ivar fix: what to do, ending the refusal of a launcher no module reads, or of one
         that started this process without saying the job's size.
     :ivar pass_env: how a user gives one variable to every process this launcher starts
         (``{name}``, ``{value}`` filled in), for the fix of a partial topology.
     """
 
-    __slots__ = ()
+    # Not a named tuple, whose constructor eval() costs every start 0.8M instructions.
+    __slots__ = ("any_of", "counts", "depth", "detect", "fallback", "fix", "marker", "module",
+                 "name", "part_of", "partial", "pass_env", "prefix", "roles", "size", "sized",
+                 "states", "title", "unit", "unless")
+
+    def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
+                 depth: int, unless: tuple[str, ...] = (), fallback: bool = False,
+                 any_of: bool = False, prefix: str | None = None, marker: tuple[str, ...] = (),
+                 states: tuple | None = None, partial: bool = True, sized: bool = True,
+                 unit: str = "process", size: str | None = None, part_of: str | None = None,
+                 fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
+                 roles: dict | None = None) -> None:
+        self.name, self.title, self.module, self.detect, self.depth, self.unless = (
+            name, title, module, detect, depth, unless)
+        self.fallback, self.any_of, self.prefix, self.marker, self.states, self.partial = (
+            fallback, any_of, prefix, marker, states, partial)
+        self.sized, self.unit, self.size, self.part_of, self.fix, self.pass_env = (
+            sized, unit, size, part_of, fix, pass_env)
+        self.counts, self.roles = counts, roles
 
 
-#: The files of the managers whose size only a file states (read in cli/, on demand).
+#: The files of the managers whose size only a file states (read in cli/, on demand), each
+#: with the variable that chooses another path (tests, operators; not a label).
 SAGEMAKER_CONFIG = "/opt/ml/input/config/resourceconfig.json"
+SAGEMAKER_CONFIG_VARIABLE = "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG"
 DETERMINED_RENDEZVOUS = "/run/determined/info/rendezvous.json"
+DETERMINED_VARIABLE = "DERIVE_ENV_DETERMINED_RENDEZVOUS"
 
 #: Every manager and launcher, innermost first; ties keep table order, which is also the
 #: order of the refusals (the first line that states more than one process is named).
 SOURCES: tuple[Source, ...] = (
-    Source("torchrun", "torchrun (torchelastic)", "torchrun",
+    Source("torchrun", "torchrun (torchelastic)", "managers.torchrun",
            ("TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
             "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"), 0,
            marker=("TORCHELASTIC_RUN_ID",),
            states=(("GROUP_WORLD_SIZE", 1), ("GROUP_RANK", 0), ("WORLD_SIZE", 1), ("RANK", 0),
                    ("LOCAL_WORLD_SIZE", 1)), partial=False),
-    Source("openmpi", "Open MPI (mpirun)", "mpi",
+    # The MPI launchers: the process layer in their own four variables, no host list; what
+    # is deliberately not read (OMPI_COMM_WORLD_NODE_RANK ...), docs/sources/mpi.md. Only a
+    # launcher's own second vocabulary must agree ("same"). Open MPI: docs/tuning-apps/
+    # environment-var.rst (recorded: ompi-ssh, ompi-in-*), PMIX_* from its own PMIx server.
+    Source("openmpi", "Open MPI (mpirun)", "roles",
            ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE"), 1,
-           states=(("OMPI_COMM_WORLD_SIZE", 1), ("OMPI_COMM_WORLD_RANK", 0),
-                   ("OMPI_COMM_WORLD_LOCAL_SIZE", 1), ("OMPI_COMM_WORLD_LOCAL_RANK", 0))),
-    Source("mvapich2", "MVAPICH2 (mpirun_rsh)", "mpi",
+           roles={"rank": "OMPI_COMM_WORLD_RANK", "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
+                  "world_size": "OMPI_COMM_WORLD_SIZE",
+                  "local_world_size": "OMPI_COMM_WORLD_LOCAL_SIZE", "job": "PMIX_NAMESPACE",
+                  "same": (("PMIX_RANK", "rank"),), "why": "mpirun " + _MPI_WHY}),
+    # MVAPICH2 2.3 user guide; mpispawn.c also sets PMI_ID and MPIRUN_NPROCS.
+    Source("mvapich2", "MVAPICH2 (mpirun_rsh)", "roles",
            ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
             "MV2_COMM_WORLD_LOCAL_SIZE"), 1,
-           states=(("MV2_COMM_WORLD_SIZE", 1), ("MV2_COMM_WORLD_RANK", 0),
-                   ("MV2_COMM_WORLD_LOCAL_SIZE", 1), ("MV2_COMM_WORLD_LOCAL_RANK", 0))),
-    Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "mpi",
-           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1,
-           pass_env="mpiexec -genv {name} {value}"),
-    Source("pals", "Cray PALS (mpiexec)", "mpi",
+           roles={"rank": "MV2_COMM_WORLD_RANK", "local_rank": "MV2_COMM_WORLD_LOCAL_RANK",
+                  "world_size": "MV2_COMM_WORLD_SIZE",
+                  "local_world_size": "MV2_COMM_WORLD_LOCAL_SIZE",
+                  "same": (("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
+                           ("MPIRUN_NPROCS", "world_size")),
+                  "why": "mpirun_rsh " + _MPI_WHY}),
+    # mpich pmip_cb.c launch_procs (recorded: mpich-*), Intel MPI's the same; no job id.
+    # Its states are the pmi line's (a partial set is refused as a PMI launcher's).
+    Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "roles",
+           ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1, states=(),
+           pass_env="mpiexec -genv {name} {value}",
+           roles={"rank": "PMI_RANK", "local_rank": "MPI_LOCALRANKID", "world_size": "PMI_SIZE",
+                  "local_world_size": "MPI_LOCALNRANKS", "why": "mpiexec " + _MPI_WHY}),
+    # HPE Cray PALS (ALCF user guides): PALS_* and Cray PMI's PMI_* (PMI_SIZE: the pmi line's).
+    Source("pals", "Cray PALS (mpiexec)", "roles",
            ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID",
             "PMI_SIZE"), 1,
-           states=(("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0))),
+           states=(("PALS_RANKID", 0), ("PALS_LOCAL_RANKID", 0), ("PALS_NODEID", 0)),
+           roles={"rank": "PALS_RANKID", "local_rank": "PALS_LOCAL_RANKID",
+                  "world_size": "PMI_SIZE", "local_world_size": "PALS_LOCAL_SIZE",
+                  "node_rank": "PALS_NODEID", "job": "PALS_APID",
+                  "same": (("PMI_RANK", "rank"), ("PMI_LOCAL_RANK", "local_rank"),
+                           ("PMI_LOCAL_SIZE", "local_world_size")),
+                  "why": "PALS's mpiexec " + _MPI_WHY}),
     Source("pmi", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)", None,
            ("PMI_RANK", "PMI_SIZE"), 1, part_of="hydra",
            states=(("PMI_SIZE", 1), ("PMI_RANK", 0), ("PMI_LOCAL_SIZE", 1),
@@ -149,13 +172,14 @@ SOURCES: tuple[Source, ...] = (
     Source("pmix", "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
            None, ("PMIX_RANK", "PMIX_NAMESPACE"), 1, part_of="openmpi",
            states=(("PMIX_RANK", 0),), sized=False),
-    Source("slurm-step", "a Slurm step (srun)", "slurm",
+    Source("slurm-step", "a Slurm step (srun)", "managers.slurm",
            ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
             "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID",
             "SLURM_LOCALID", "SLURM_NODEID"), 2,
            states=(("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1),
                    ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0))),
-    Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)", "slurm",
+    Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)",
+           "managers.slurm",
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3, unit="node",
            counts=("SLURM_JOB_NUM_NODES",)),
     # The allocation's variables outside a step, when another source was chosen.
@@ -164,40 +188,42 @@ SOURCES: tuple[Source, ...] = (
            unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST"), part_of="slurm-allocation",
            states=(("SLURM_JOB_NUM_NODES", 1), ("SLURM_NNODES", 1)), partial=False,
            unit="node"),
-    Source("backendai", "a Backend.AI session", "backendai",
+    Source("backendai", "a Backend.AI session", "managers.backendai",
            ("BACKENDAI_CLUSTER_SIZE", "BACKENDAI_CLUSTER_HOSTS", "BACKENDAI_CLUSTER_HOST",
             "BACKENDAI_CLUSTER_ROLE", "BACKENDAI_CLUSTER_IDX", "BACKENDAI_CLUSTER_LOCAL_RANK",
             "BACKENDAI_CLUSTER_REPLICAS", "BACKENDAI_SESSION_ID", "GPU_COUNT", "N_GPUS",
             "BACKENDAI_DIST_MASTER_PORT"), 4, any_of=True, prefix="BACKENDAI_CLUSTER_",
            unit="node", counts=("BACKENDAI_CLUSTER_SIZE",)),
-    Source("kubeflow-pytorchjob", "a Kubeflow PyTorchJob (v1)", "kubeflow",
+    Source("kubeflow-pytorchjob", "a Kubeflow PyTorchJob (v1)", "managers.kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK",
             "PET_NNODES", "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID",), fallback=True, unit="node", counts=("PET_NNODES",)),
-    Source("kubeflow-trainjob", "a Kubeflow TrainJob (v2)", "kubeflow",
+    Source("kubeflow-trainjob", "a Kubeflow TrainJob (v2)", "managers.kubeflow",
            ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
             "PET_NPROC_PER_NODE"), 4,
            unless=("TORCHELASTIC_RUN_ID", "RANK"), fallback=True, unit="node",
            counts=("PET_NNODES",)),
-    # An elastic PyTorchJob without a Master: torchrun's rendezvous (sources/kubeflow.py).
-    Source("kubeflow-elastic", "an elastic Kubeflow PyTorchJob (v1, no Master)", "kubeflow",
+    # An elastic PyTorchJob without a Master: torchrun's rendezvous (sources/managers/kubeflow.py).
+    Source("kubeflow-elastic", "an elastic Kubeflow PyTorchJob (v1, no Master)",
+           "managers.kubeflow",
            ("PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES"), 4, unit="node",
            unless=("TORCHELASTIC_RUN_ID", "PET_NODE_RANK"), fallback=True),
     # The v1 set of operators before PET_* (one process per pod; sources-cloud.md 23).
-    Source("kubeflow-pytorchjob-classic", "a Kubeflow PyTorchJob (v1, no PET_*)", "kubeflow",
+    Source("kubeflow-pytorchjob-classic", "a Kubeflow PyTorchJob (v1, no PET_*)",
+           "managers.kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"), 4, unit="node",
            unless=("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "NODE_RANK", "PET_NODE_RANK",
                    "PET_NNODES", "AZUREML_RUN_ID"), fallback=True, counts=("WORLD_SIZE",)),
-    Source("flux", "Flux", "flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
+    Source("flux", "Flux", "managers.flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
            pass_env="flux run --env={name}={value}",
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
-    Source("jsrun", "LSF jsrun", "lsf",
+    Source("jsrun", "LSF jsrun", "managers.lsf",
            ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "LSB_JOBID", "LSB_DJOB_RANKFILE"), 2,
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0))),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
     # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
-    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "indexed_job",
+    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.indexed_job",
            ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"), 4,
            unless=("LWS_WORKER_INDEX", "VC_TASK_INDEX", "PET_NNODES", "JAX_PROCESS_ID",
                    "DMLC_TASK_ID", "TPU_WORKER_ID", "JOBSET_NAME"), fallback=True,
@@ -205,20 +231,21 @@ SOURCES: tuple[Source, ...] = (
            counts=("DERIVE_ENV_NNODES",),
            fix=_start_torchrun("--nnodes=<completions> --node-rank=$JOB_COMPLETION_INDEX "
                                "--master-addr=<the hostname of index 0>")),
-    # A JobSet's pods: its labels passed as env by the downward API (sources/jobset.py).
-    Source("jobset", "a JobSet", "jobset",
+    # A JobSet's pods: its labels passed as env by the downward API (sources/managers/jobset.py).
+    Source("jobset", "a JobSet", "managers.jobset",
            ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST", "JOBSET_NAME"), 4, fallback=True,
            states=(("JOB_COMPLETION_INDEX", 0), ("JOBSET_JOB_GLOBAL_INDEX", 0)), sized=False,
            partial=False, unit="pod", counts=("JOBSET_GLOBAL_REPLICAS",),
            fix=_start_torchrun("--nnodes=<pods of the JobSet> --node-rank=<this pod's place> "
                                "--master-addr=<the hostname of the first pod>")),
-    # The training toolkit's SM_* without the platform's variables (sources/sagemaker.py).
-    Source("sagemaker", "SageMaker", "sagemaker", ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
-           unless=("TRAINING_JOB_ARN",), unit="host", size="json_list", marker=("SM_HOSTS",),
+    # The training toolkit's SM_* without the platform's variables (sources/managers/sagemaker.py).
+    Source("sagemaker", "SageMaker", "managers.sagemaker", ("SM_HOSTS", "SM_CURRENT_HOST"), 4,
+           unless=("TRAINING_JOB_ARN",), unit="host", marker=("SM_HOSTS",),
+           roles={"hosts": ("SM_HOSTS", "json")},
            fix=_start_torchrun("--nnodes=<length of $SM_HOSTS> --node-rank=<position of "
                                "$SM_CURRENT_HOST in $SM_HOSTS> --master-addr=<first of "
                                "$SM_HOSTS>")),
-    Source("aws-batch", "an AWS Batch multi-node parallel job", "aws_batch",
+    Source("aws-batch", "an AWS Batch multi-node parallel job", "managers.aws_batch",
            ("AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX",
             "AWS_BATCH_JOB_MAIN_NODE_INDEX"), 4, unit="node",
            states=(("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0)),
@@ -226,122 +253,131 @@ SOURCES: tuple[Source, ...] = (
            fix=_start_torchrun("--nnodes=$AWS_BATCH_JOB_NUM_NODES --node-rank="
                                "$AWS_BATCH_JOB_NODE_INDEX --master-addr=<the main node's "
                                "address>")),
-    # The platform's resourceconfig.json, read in cli/ (sources/sagemaker.py).
-    Source("sagemaker-platform", "an Amazon SageMaker training job", "sagemaker",
+    # The platform's resourceconfig.json, read in cli/ (sources/managers/sagemaker.py).
+    Source("sagemaker-platform", "an Amazon SageMaker training job", "managers.sagemaker",
            ("TRAINING_JOB_NAME", "TRAINING_JOB_ARN"), 4, unit="host",
-           files=(SAGEMAKER_CONFIG,),
-           size="sagemaker_hosts",
+           roles={"hosts": (f"${SAGEMAKER_CONFIG_VARIABLE}:{SAGEMAKER_CONFIG}", "json", "hosts")},
            fix=_start_torchrun("--nnodes=<length of hosts> --node-rank=<position of "
                                f"current_host in hosts, {SAGEMAKER_CONFIG}> "
                                "--master-addr=<first of hosts>")),
-    # The launch tools: a node layer from an IP list (sources/launchtools.py). After them,
+    # The launch tools: a node layer from an IP list (sources/managers/launchtools.py). After them,
     # the managers of sources-cloud.md section 25 that no module reads yet: refused.
-    Source("skypilot", "a SkyPilot task", "launchtools",
+    Source("skypilot", "a SkyPilot task", "managers.launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
-           marker=("SKYPILOT_NODE_IPS",), size="ip_lines",
+           marker=("SKYPILOT_NODE_IPS",), roles={"hosts": ("SKYPILOT_NODE_IPS", "ips")},
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
-    Source("dstack", "a dstack task", "launchtools",
+    Source("dstack", "a dstack task", "managers.launchtools",
            ("DSTACK_NODES_IPS", "DSTACK_MASTER_NODE_IP", "DSTACK_NODE_RANK",
             "DSTACK_NODES_NUM"), 4, unit="node",
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
-           marker=("DSTACK_NODES_IPS",), size="ip_lines",
+           marker=("DSTACK_NODES_IPS",), roles={"hosts": ("DSTACK_NODES_IPS", "ips")},
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
-    Source("lws", "a LeaderWorkerSet group", "lws",  # a TPU group: its slice (gke-tpu)
+    Source("lws", "a LeaderWorkerSet group", "managers.lws",  # a TPU group: its slice (gke-tpu)
            ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
            unless=("TPU_WORKER_ID",),
            states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
                                "--master-addr=$LWS_LEADER_ADDRESS")),
     # Seen by its env plugin's index; the svc plugin's task lists are checked by the module.
-    Source("volcano", "a Volcano Job", "volcano", ("VC_TASK_INDEX",), 4, unit="pod",
+    Source("volcano", "a Volcano Job", "managers.volcano", ("VC_TASK_INDEX",), 4, unit="pod",
            size="volcano_pods",
            fix=_start_torchrun("--nnodes=<pods of every task> --node-rank=<the pod's place "
                                "among them> --master-addr=<first of $VC_MASTER_HOSTS>")),
-    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "tfconfig",
+    Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "managers.tfconfig",
            ("TF_CONFIG",), 4, unit="task", size="tf_config_tasks", fallback=True,
            fix="Run the command without derive-env (TensorFlow reads the TF_CONFIG its "
                "manager set), or, for a job of one node, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("vertex", "a Vertex AI custom job", "tfconfig", ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
+    Source("vertex", "a Vertex AI custom job", "managers.tfconfig",
+           ("CLUSTER_SPEC", "CLOUD_ML_JOB_ID"), 4,
            unit="task", size="cluster_spec_tasks", marker=("CLUSTER_SPEC",),
            fix=_start_torchrun("--nnodes=<tasks of workerpool0 and workerpool1> "
                                "--node-rank=<this task's place> --master-addr=<first of "
                                "workerpool0 in $CLUSTER_SPEC>")),
-    Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "tpu",
+    Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "managers.tpu",
            ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"), 4, unit="host",
            states=(("MEGASCALE_NUM_SLICES", 1), ("MEGASCALE_SLICE_ID", 0)),
-           size="tpu_hosts",
+           roles={"hosts": ("TPU_WORKER_HOSTNAMES", "comma")},
            fix="Run the command without derive-env (JAX reads TPU_WORKER_ID and "
                "TPU_WORKER_HOSTNAMES itself), or, for a slice of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("azureml-mpi", "an Azure ML MPI job (Azure Batch multi-instance)", "azureml",
+    Source("azureml-mpi", "an Azure ML MPI job (Azure Batch multi-instance)", "managers.azureml",
            ("AZ_BATCH_MASTER_NODE",), 4, unit="node",
            states=(("AZ_BATCH_MASTER_NODE", None),),
            fix=_start_torchrun("--nnodes=<the node count> --node-rank=<this node's> "
                                "--master-addr=<host part of $AZ_BATCH_MASTER_NODE>")),
-    Source("determined", "a Determined trial", "determined",
+    Source("determined", "a Determined trial", "managers.determined",
            ("DET_MASTER", "DET_ALLOCATION_ID", "DET_SLOT_IDS"), 4, unit="container",
-           files=(DETERMINED_RENDEZVOUS,),
-           size="determined_containers",
+           roles={"hosts": (f"${DETERMINED_VARIABLE}:{DETERMINED_RENDEZVOUS}", "json",
+                            "container_addrs")},
            fix="Start it with Determined's launcher (python3 -m determined.launch."
                "torch_distributed), which runs torchrun, and run derive-env in each worker "
                "it starts; or, for a trial of one container, choose --source none (or "
                f"DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    # The JAX and XGBoost pods of Kubeflow (sources/kubeflow_runtimes.py): JAX_* are also
+    # The JAX and XGBoost pods of Kubeflow (sources/managers/kubeflow_runtimes.py): JAX_* are also
     # derive-env's own output, COORDINATOR_* / NUM_PROCESSES generic names: fallback.
-    Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", "kubeflow_runtimes",
+    Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", "managers.kubeflow_runtimes",
            ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"), 4, unit="node",
            states=(("JAX_NUM_PROCESSES", 1), ("JAX_PROCESS_ID", 0)), partial=False,
            fallback=True),
-    Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "kubeflow_runtimes",
+    Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "managers.kubeflow_runtimes",
            ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID"), 4,
            states=(("NUM_PROCESSES", 1), ("PROCESS_ID", 0)), partial=False, unit="node",
            fallback=True),
-    Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)", "kubeflow_runtimes",
+    Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)",
+           "managers.kubeflow_runtimes",
            ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
            states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node"),
-    Source("htcondor", "an HTCondor parallel-universe job", "htcondor",
+    # parallel_proc.cpp ParallelProc::addEnvVars: no host list, no master (condor_chirp).
+    Source("htcondor", "an HTCondor parallel-universe job", "roles",
            ("_CONDOR_PROCNO", "_CONDOR_NPROCS"), 4, unit="node",
-           states=(("_CONDOR_NPROCS", 1), ("_CONDOR_PROCNO", 0)),
+           roles={"num_nodes": "_CONDOR_NPROCS", "node_rank": "_CONDOR_PROCNO",
+                  "job": "_CONDOR_REMOTE_SPOOL_DIR",
+                  "note": "HTCondor states no host list: the master is node 0's address, "
+                          "from MASTER_ADDR",
+                  "why": "the starter sets both for one node (parallel_proc.cpp), so one was "
+                         "set by hand: unset it"},
            pass_env="export {name}={value} in every node's wrapper (node 0 can publish it "
                     "with condor_chirp set_job_attr)",
            fix=_start_torchrun("--nnodes=$_CONDOR_NPROCS --node-rank=$_CONDOR_PROCNO "
                                "--master-addr=<the host of node 0>")),
-    Source("pbs", "an OpenPBS/Torque job", "pbs", ("PBS_JOBID", "PBS_NODEFILE"), 3,
+    Source("pbs", "an OpenPBS/Torque job", "managers.pbs", ("PBS_JOBID", "PBS_NODEFILE"), 3,
            unit="node", states=(("PBS_NUM_NODES", 1), ("PBS_NODENUM", 0)), partial=False,
-           files=("$PBS_NODEFILE",), size="pbs_nodes", marker=("PBS_NODEFILE",),
+           marker=("PBS_NODEFILE",), roles={"hosts": ("$PBS_NODEFILE", "slots")},
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
     # In a jsrun task, the jsrun line gives the compute hosts (without the launch node).
-    Source("lsf", "an LSF job", "lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
-           size="lsf_hosts", unless=("JSM_NAMESPACE_RANK",), marker=("LSB_MCPU_HOSTS",),
+    Source("lsf", "an LSF job", "managers.lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
+           unless=("JSM_NAMESPACE_RANK",), marker=("LSB_MCPU_HOSTS",),
+           roles={"hosts": ("LSB_MCPU_HOSTS", "pairs")},
            fix="Start the processes with jsrun or mpirun (... derive-env -- python train.py) "
                "and run derive-env in each rank; or, for a job of one host, choose --source "
                f"none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    Source("gridengine", "a Grid Engine parallel job", "gridengine",
+    Source("gridengine", "a Grid Engine parallel job", "managers.gridengine",
            ("JOB_ID", "PE_HOSTFILE", "NHOSTS"), 3, unit="host", states=(("NHOSTS", 1),),
-           partial=False, marker=("PE_HOSTFILE",), files=("$PE_HOSTFILE",), size="pe_hosts"),
-    # A task qrsh -inherit started without -V: no PE_HOSTFILE (sources/gridengine.py).
+           partial=False, marker=("PE_HOSTFILE",),
+           roles={"hosts": ("$PE_HOSTFILE", "pe_hostfile")}),
+    # A task qrsh -inherit started without -V: no PE_HOSTFILE (sources/managers/gridengine.py).
     Source("gridengine-task", "a Grid Engine task (qrsh -inherit)", None,
            ("JOB_ID", "PE", "QRSH_PORT"), 3, unless=("PE_HOSTFILE",), unit="host",
            states=(("QRSH_PORT", None),), partial=False,
            fix="Start it with qrsh -inherit -V, which passes the job's PE_HOSTFILE on (Open "
                f"MPI's mpirun does); {ON_ERROR_WARN}"),
-    Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", "mpi_operator",
+    Source("mpi-operator-launcher", "a Kubeflow MPIJob launcher", "managers.mpi_operator",
            ("K_MPI_JOB_ROLE",), 4, size="mpi_operator_launcher",
            fix="Run derive-env in the command mpirun starts (mpirun ... derive-env -- python "
                f"train.py), not around mpirun; {ON_ERROR_WARN}"),
-    Source("ray-train", "a Ray Train worker", "ray_train",
+    Source("ray-train", "a Ray Train worker", "managers.ray_train",
            ("RAY_RAYLET_PID", "ACCELERATE_TORCH_DEVICE", "NODE_RANK", "RANK", "WORLD_SIZE"), 0,
            marker=("ACCELERATE_TORCH_DEVICE", "NODE_RANK"), partial=False,
            states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
            fix="Ray Train set every torch variable of this worker itself: run the command "
                f"without derive-env in Ray workers; {ON_ERROR_WARN}"),
-    Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "azureml",
+    Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "managers.azureml",
            ("AZUREML_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR",
             "MASTER_PORT"), 0, marker=("AZUREML_RUN_ID",), unless=("TORCHELASTIC_RUN_ID",),
            partial=False, states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
@@ -357,6 +393,33 @@ _READ = tuple(source for source in SOURCES if source.module is not None)
 SOURCE_NAMES = tuple(source.name for source in _READ)
 
 
+def file_path(where: str, environ: Mapping[str, str]) -> str:
+    """A file's path: ``where``, or the path ``$NAME`` holds (``$NAME:default``: or that)."""
+    if not where.startswith("$"):
+        return where
+    name, _, default = where[1:].partition(":")
+    return environ.get(name) or default
+
+
+def has_size(line: Source) -> bool:
+    """Whether ``line`` states a job's size beyond its ``states`` (a ``size``, a host list)."""
+    return line.size is not None or bool(line.roles and "hosts" in line.roles)
+
+
+def states_of(line: Source) -> tuple[tuple[str, int | None], ...]:
+    """``line.states``, or those its ``roles`` imply: counts 1, indexes 0, nodes first."""
+    if line.states is not None:
+        return line.states
+    if not line.roles:
+        return ()
+    return tuple((line.roles[role], single) for role, single in _SINGLE if role in line.roles)
+
+
+#: Each count and index role with its single-process value, in the order a refusal names them.
+_SINGLE = (("num_nodes", 1), ("node_rank", 0), ("world_size", 1), ("rank", 0),
+           ("local_world_size", 1), ("local_rank", 0))
+
+
 def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
     if any(environ.get(name) for name in source.unless):
         return False
@@ -368,12 +431,8 @@ def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
 
 
 def seen_sources(environ: Mapping[str, str]) -> list[Source]:
-    """The table lines with a module whose complete set of variables is set, innermost
-    first.
-
-    Costs one dictionary lookup per variable of each line: no module is imported to learn
-    that its variables are absent.
-    """
+    """The lines read whose complete set of variables is set, innermost first: one lookup
+    per variable of each line, no module imported to learn that its variables are absent."""
     seen = [s for s in _READ if _is_seen(s, environ)]
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
@@ -415,11 +474,3 @@ def forced_source(name: str, environ: Mapping[str, str]) -> Source:
             f"{', '.join(source.detect)}; not set: {', '.join(missing)}"))
     return source
 
-
-def __getattr__(name: str) -> object:
-    # The stage's entry, defined by the composer: loaded on first use only.
-    if name == "topology_from":
-        from derive_env.sources.compose import topology_from
-
-        return topology_from
-    raise AttributeError(f"module 'derive_env.sources' has no attribute {name!r}")

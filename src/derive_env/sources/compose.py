@@ -2,40 +2,33 @@
 
 Rules (architecture.md, "Sources compose"; sources.md 3.13):
 
-* Every source whose complete set of variables is set is read (:func:`seen_sources`);
-  each reports only what it saw (:class:`~derive_env.sources.report.Report`).
+* Every seen source is read (:func:`seen_sources`); each reports only what it saw.
 * Process layer: from the innermost source that launched processes (torchrun > an MPI
   launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
 * The daemon step, recognised by what it is: a Slurm step of one task on each of its nodes
-  around an MPI launcher's ranks (mpirun starts orted, mpiexec Hydra's proxies, with one
-  srun task per node of the allocation, or of all but its own: sources.md 3.1 (b),
+  around an MPI launcher's ranks (mpirun's orted, Hydra's proxies: one srun task per node;
   recordings ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
-  sizes (rank 0 of ``mpirun -np 2`` packed on the first node is also its task 0 of 2);
-  its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
+  sizes; its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
   layer whose world size or rank differs from the inner one's is shadowed too (``srun
   --ntasks-per-node=1 torchrun``: its agents); equal layers confirm each other.
 * Mode: the processes are the job's workers, each with its own rank (``per_process``),
   when their launcher starts the workers itself (torchrun, an MPI launcher: depth 0 and 1
   of the table) or a node runs more than one of them; one process per node of an srun step
-  or a Kubeflow pod is the node layer (it may start torchrun). Never decided by comparing
-  the world size with the node count, which packed ranks can match.
+  or a Kubeflow pod is the node layer (it may start torchrun). Never decided from the world
+  size and the node count, which packed ranks can match.
 * Node layer: the innermost source that states node facts gives the node count and this
   node's rank; the innermost source with a host list gives the hosts. Where both state the
   count, the master and the node rank, they must agree (an error naming both). A source
   that numbers nodes itself (``Report.renumbers``: torchrun's rendezvous) never takes
-  another source's host list: no node can know the rendezvous' order in advance, so its
-  nodes stay without a host list on every node alike (a note says why).
+  another source's host list, whose order no node can know in advance (a note says why).
 * Master = the host of rank 0. A source that proves rank 0 is on another node than its
-  first (``srun -m arbitrary``) names it; the nodes are then put in the order "the node
-  of rank 0 first, then the others in the manager's order", so that node rank 0 is always
-  the master, which torchrun's static rendezvous and every framework here require.
+  first (``srun -m arbitrary``) names it; that node is then put first, the others in the
+  manager's order: node rank 0 is the master, as torchrun's static rendezvous requires.
 * Checks between the layers: the process counts per node sum to the world size and have
   one entry per node; this node's entry is its local world size; rank 0 is on node rank 0
-  (a check only the process of rank 0 can make: under an MPI launcher or srun that one
-  process failing stops the job).
-* A seen source's ``Report.problem`` (a Slurm batch script of a multi-node job; a Slurm
-  step self-check that an inner MPI launcher makes meaningless) is raised only when no
-  inner source was seen.
+  (only rank 0 can check it: its failing stops the job under an MPI launcher or srun).
+* A seen source's ``Report.problem`` (a Slurm batch script of a multi-node job, a Slurm
+  step self-check) is raised only when no inner source was seen.
 * Then the refusals (sources/refusals.py): another launcher's variables stating more.
 
 Raises ``TopologyError`` (exit 3) on any disagreement, naming the variables of both sides.
@@ -60,7 +53,7 @@ from derive_env.sources import (
     forced_source,
     seen_sources,
 )
-from derive_env.sources.refusals import check_single_container, launcher_problem, none_chosen
+from derive_env.sources.refusals import Seen, check_single_container, launcher_problem, none_chosen
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
 
@@ -94,13 +87,13 @@ def topology_from(
     topology, reports = resolve(environ, chosen, files, hosts_only)
     if chosen == NONE:
         return none_chosen(topology, environ, files)
-    seen = frozenset(r.source for r in reports)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
                                 or topology.node_count is not None or not topology.sized)
     # Launchers first: their message names the launcher and the fix.
-    problem = launcher_problem(
-        environ, f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
-        seen, topology.processes is not None, files, topology.num_nodes if stated else 1)
+    problem = launcher_problem(environ, Seen(
+        f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
+        frozenset(r.source for r in reports), topology.processes is not None,
+        topology.num_nodes if stated else 1), files)
     if problem:
         raise TopologyError(problem)
     if not stated:
@@ -216,7 +209,8 @@ _FACTS = {"num_nodes": "number of nodes", "node_rank": "node rank of this proces
           "master": "host of rank 0 (the first node)"}
 
 
-def _agree(inner: Report, outer: Report, fact: str, a: object, b: object) -> None:
+def _agree(inner: Report, outer: Report, fact: str, values: tuple[object, object]) -> None:
+    a, b = values  # inner's, outer's
     raise TopologyError(
         f"{inner.title} and {outer.title} disagree on the {_FACTS.get(fact, fact)}: "
         f"{' + '.join(inner.inputs.get(fact, ('?',)))} say {a}, "
@@ -253,9 +247,9 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
     master_src = _first(used, "master")
     master = None
     if master_src is not None:
-        master, nodes, tasks, node_rank, order = _master_first(
-            master_src, hosts_src, nodes, tasks, node_rank, order, inputs)
-    layout = _layout(processes, tasks, num_nodes, node_rank, owner)
+        master, (nodes, tasks, node_rank, order) = _master_first(
+            master_src, hosts_src, (nodes, tasks, node_rank, order), inputs)
+    layout = _layout(owner if processes is not None else None, tasks, num_nodes, node_rank)
     _check_rank_zero(layout, nodes, node_rank, inputs)
     gpus_src, port_src, resv_src, job_src = (
         _first(used, field) for field in ("gpus", "master_port", "reserved_ports", "job"))
@@ -280,7 +274,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         preset=frozenset().union(*(report.preset for report in used)), inputs=inputs,
         order=order, notes=tuple(notes),
         warnings=tuple(warning for report in used for warning in report.warnings),
-        layers=layer_lines(reports, used, shadowed, owner, node_src, hosts_src), sized=sized,
+        layers=layer_lines(reports, used, shadowed, (owner, node_src, hosts_src)), sized=sized,
         missing=None if nodes or master else _missing(owner, node_src),
     )
     try:
@@ -317,26 +311,26 @@ def _node_layer(
             nodes, order = (), None
             inputs.pop("nodes")
         else:
-            node_rank = _hosts_agree(node_src, hosts_src, num_nodes, node_rank, inputs)
+            node_rank = _hosts_agree(node_src, hosts_src, inputs)
     if nodes:
         num_nodes = len(nodes)
     return nodes, order, num_nodes, node_rank
 
 
-def _hosts_agree(node_src: Report, hosts_src: Report, num_nodes: int | None,
-                 node_rank: int | None, inputs: dict[str, tuple[str, ...]]) -> int | None:
+def _hosts_agree(node_src: Report, hosts_src: Report,
+                 inputs: dict[str, tuple[str, ...]]) -> int | None:
     """This node's rank, once ``hosts_src``'s host list agrees with ``node_src``'s node
     facts; the host list's own node rank when ``node_src`` states none."""
-    nodes = hosts_src.nodes
+    nodes, num_nodes, node_rank = hosts_src.nodes, node_src.count(), node_src.node_rank
     # Whether the two orders can be the same is decided from data every node shares (the
     # node count, the master's host), so every node adopts the host list or none does;
     # then each node's own rank must agree (a check only it can make).
     if num_nodes not in (None, len(nodes)):
-        _agree(node_src, hosts_src, "num_nodes", num_nodes, len(nodes))
+        _agree(node_src, hosts_src, "num_nodes", (num_nodes, len(nodes)))
     if node_src.master is not None and host_key(node_src.master) != host_key(nodes[0].host):
-        _agree(node_src, hosts_src, "master", node_src.master, nodes[0].host)
+        _agree(node_src, hosts_src, "master", (node_src.master, nodes[0].host))
     if node_rank is not None and hosts_src.node_rank not in (None, node_rank):
-        _agree(node_src, hosts_src, "node_rank", node_rank, hosts_src.node_rank)
+        _agree(node_src, hosts_src, "node_rank", (node_rank, hosts_src.node_rank))
     if node_rank is None:
         node_rank = hosts_src.node_rank
         if "node_rank" in hosts_src.inputs:
@@ -360,23 +354,23 @@ def _process_layer(owner: Report | None, used: Sequence[Report],
 
 
 def _master_first(
-    master_src: Report, hosts_src: Report | None, nodes: tuple[Node, ...],
-    tasks: tuple[int, ...], node_rank: int | None, order: str | None,
+    master_src: Report, hosts_src: Report | None, placed: _Placed,
     inputs: dict[str, tuple[str, ...]],
-) -> tuple[str | None, tuple[Node, ...], tuple[int, ...], int | None, str | None]:
-    """``(master, nodes, tasks, node rank, order)`` with the node of rank 0 first (module
+) -> tuple[str | None, _Placed]:
+    """``(master, (nodes, tasks, node rank, order))`` with the node of rank 0 first (module
     docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
     stays set only when no host list places it."""
     master = master_src.master
+    nodes, tasks, node_rank, order = placed
     inputs["master"] = master_src.inputs.get("master", ())
     if not nodes:
-        return master, nodes, tasks, node_rank, order
+        return master, placed
     if master_src is not hosts_src:
         # Another source's host list was adopted only when the master is its first host.
-        return None, nodes, tasks, node_rank, order
+        return None, placed
     lowered = [host_key(n.host) for n in nodes]
     if host_key(master) not in lowered:
-        return master, nodes, tasks, node_rank, order
+        return master, placed
     at = lowered.index(host_key(master))
     if at:
         nodes = (nodes[at], *nodes[:at], *nodes[at + 1:])
@@ -388,7 +382,11 @@ def _master_first(
                                    f"{master} (the node of rank 0) moved first")
         order = (f"the node of rank 0 ({master}, from {' + '.join(inputs['master'])}) "
                  f"first, then {order or 'the manager order'}")
-    return None, nodes, tasks, node_rank, order
+    return None, (nodes, tasks, node_rank, order)
+
+
+#: ``(nodes, processes per node, node rank, order)``: where the nodes stand.
+_Placed = tuple[tuple[Node, ...], tuple[int, ...], "int | None", "str | None"]
 
 
 def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
@@ -405,8 +403,10 @@ def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
         "Intel MPI: --format mpich-hostfile, mpiexec -f hosts)")
 
 
-def _layout(processes: Processes | None, tasks: tuple[int, ...], num_nodes: int | None,
-            node_rank: int | None, owner: Report | None) -> ProcessLayout | None:
+def _layout(owner: Report | None, tasks: tuple[int, ...], num_nodes: int | None,
+            node_rank: int | None) -> ProcessLayout | None:
+    """``owner``'s process layer (the innermost launcher's), checked against the nodes."""
+    processes = owner.processes if owner is not None else None
     if processes is None or owner is None:
         return None
     src = " + ".join(owner.inputs.get("processes", ()))

@@ -18,7 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from derive_env.errors import TopologyError, describe
-from derive_env.sources import BY_NAME, ON_ERROR_WARN, SOURCES, Source
+from derive_env.sources import (
+    BY_NAME,
+    ON_ERROR_WARN,
+    SOURCES,
+    Source,
+    has_size,
+    seen_sources,
+    states_of,
+)
 from derive_env.topology import ClusterTopology
 from derive_env.validation import static_count
 
@@ -39,7 +47,13 @@ _NO_SOURCE = "derive-env cannot read its job from these variables"
 Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
 #: The lines that can state a job of more than one process, in table order.
-_LAUNCHERS = tuple(line for line in SOURCES if line.states or line.size)
+#: Each with its ``states`` (derived once here) and whether a host list or a size rule
+#: states its size too.
+_LAUNCHERS = tuple((line, states, sized) for line in SOURCES
+                   for states, sized in ((states_of(line), has_size(line)),)
+                   if states or sized)
+#: The ``states`` of every launcher line, by line name.
+_STATES = {line.name: states for line, states, _ in _LAUNCHERS}
 
 
 def _single(value: str, single: int | None) -> bool:
@@ -54,14 +68,35 @@ def _node_level(line: Source) -> bool:
     return line.depth == 4 and line.module is None and line.part_of is None
 
 
-def launcher_problem(
-    environ: Mapping[str, str],
-    session: str | None,
-    seen: frozenset[str] = frozenset(),
-    launched: bool = False,
-    files: Files | None = None,
-    nodes: int | None = 1,
-) -> str | None:
+class Seen:
+    """What the seen sources state, for the refusals.
+
+    :ivar within: the cluster manager session the container is in (``"a Backend.AI
+        session of 3 nodes"``), or ``None`` for none.
+    :ivar names: the names of the sources that were seen (their launchers are read).
+    :ivar launched: a seen source stated the process layer: then a launcher that a module
+        reads but only part of whose variables are set is that source's companion (``srun
+        --mpi=pmi2`` sets ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
+    :ivar nodes: the nodes the seen sources state (``None``: a launcher's ranks without a
+        node count): inside such a job, or one of more than one node (torchrun started from
+        SkyPilot's variables), a node-level manager no module reads is that job's, not
+        refused; in a job of one node, its larger job is.
+    """
+
+    # A plain class: a NamedTuple would build its class with eval() on every opted-in start.
+    __slots__ = ("launched", "names", "nodes", "within")
+
+    def __init__(self, within: str | None = None, names: frozenset[str] = frozenset(),
+                 launched: bool = False, nodes: int | None = 1) -> None:
+        self.within, self.names, self.launched, self.nodes = within, names, launched, nodes
+
+
+#: No source seen: no session, a job of one node.
+NOTHING_SEEN = Seen()
+
+
+def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
+                     files: Files | None = None) -> str | None:
     """Say which launcher started more than one process without a usable source, or ``None``.
 
     derive-env refuses rather than describe one process under a multi-process launcher it
@@ -72,58 +107,43 @@ def launcher_problem(
     ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike, index 0
     included (contract section 7).
 
-    :param session: the cluster manager session the container is in (``"a Backend.AI
-        session of 3 nodes"``), or ``None`` for none.
-    :param seen: the names of the sources that were seen (their launchers are read).
-    :param launched: a seen source stated the process layer: then a launcher that a module
-        reads but only part of whose variables are set is that source's companion (``srun
-        --mpi=pmi2`` sets ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
-    :param files: reads the files a line's ``size`` needs (cli/); ``None``: none readable.
-    :param nodes: the nodes the seen sources state (``None``: a launcher's ranks without a
-        node count): inside such a job, or one of more than one node (torchrun started from
-        SkyPilot's variables), a node-level manager no module reads is that job's, not
-        refused; in a job of one node, its larger job is.
+    :param seen: what the seen sources state (:class:`Seen`).
+    :param files: reads the files a line's host list needs (cli/); ``None``: none readable.
     :returns: the message, naming the variable, the launcher and the fix.
     """
-    found = refused_line(environ, session, seen, launched, files, nodes)
+    found = refused_line(environ, seen, files)
     return found[1] if found is not None else None
 
 
-def refused_line(
-    environ: Mapping[str, str],
-    session: str | None,
-    seen: frozenset[str] = frozenset(),
-    launched: bool = False,
-    files: Files | None = None,
-    nodes: int | None = 1,
-) -> tuple[Source, str] | None:
+def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
+                 files: Files | None = None) -> tuple[Source, str] | None:
     """:func:`launcher_problem` with the line it names: ``(line, message)`` or ``None``."""
     unsized: Source | None = None  # a launcher that started us without saying the size
     sized = False  # some launcher's complete marker states the size (one process)
-    for line in _LAUNCHERS:
+    for line, states, sized_by in _LAUNCHERS:
         if any(environ.get(name) for name in line.unless):
             continue
         reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
-        if reader is not None and (reader.name in seen or launched):
+        if reader is not None and (reader.name in seen.names or seen.launched):
             continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
         # A fallback source (tf-config) shadowed by the source that was seen: derive-env's
         # own output inside that job, unless that job is of one node.
         shadowed = reader is line and line.fallback and complete
-        if (nodes is None or nodes > 1) and (_node_level(line) or shadowed):
+        if (seen.nodes is None or seen.nodes > 1) and (_node_level(line) or shadowed):
             continue
         if not complete and not line.partial:
             continue
         if not line.sized:
             # Its index alone says nothing of the size: every index alike (section 7).
-            if unsized is None and any(environ.get(name) for name, _ in line.states):
+            if unsized is None and any(environ.get(name) for name, _ in states):
                 unsized = line
             continue
-        stated = _stated(line, environ, complete, files)
+        stated = _stated(line, environ, complete and sized_by, files)
         if stated == UNSIZED:
             unsized = unsized or line
         elif stated is not None:
-            return line, _refusal(line, reader, environ, session, *stated)
+            return line, _refusal(line, environ, seen.within, stated)
         elif complete:
             sized = True
     if unsized is not None and not sized:
@@ -150,36 +170,36 @@ UNSIZED = ("", "", "")
 
 def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
     """The variables of ``line``'s marker and ``states`` that are set, in that order."""
-    names = dict.fromkeys((*(line.marker or line.detect), *dict(line.states)))
+    names = dict.fromkeys((*(line.marker or line.detect), *dict(_STATES[line.name])))
     return [name for name in names if environ.get(name)]
 
 
-def _stated(line: Source, environ: Mapping[str, str], complete: bool,
+def _stated(line: Source, environ: Mapping[str, str], sized: bool,
             files: Files | None) -> tuple[str, str, str] | None:
     """``(variable, value, single value)`` of the first variable of ``line`` that states
-    more than one process, :data:`UNSIZED`, or ``None``."""
-    if complete and line.size is not None:
+    more than one process, :data:`UNSIZED`, or ``None``; ``sized``: the line's marker is
+    complete and its host list or size rule is asked."""
+    if sized:
         from derive_env.sources import sizes
 
-        paths = [environ.get(p[1:], "") if p.startswith("$") else p for p in line.files]
-        paths = [p for p in paths if p]
-        contents = (files(paths) if files is not None and paths else dict.fromkeys(paths))
-        over = getattr(sizes, line.size)(environ, contents)
+        over = sizes.over(line, environ, files)
         if over == sizes.UNKNOWN:
             return UNSIZED
         if over is not None:
             return (over[0], environ[over[0]], over[1]) if len(over) == 2 else over
-    for name, single in line.states:
+    for name, single in _STATES[line.name]:
         value = environ.get(name)
         if value and not _single(value, single):
             return name, value, "unset" if single is None else str(single)
     return None
 
 
-def _refusal(line: Source, reader: Source | None, environ: Mapping[str, str],
-             session: str | None, name: str, value: str, single: str) -> str:
-    """The message for ``line``'s ``name=value``: a partial set of the ``reader`` line's
-    variables, or a launcher no module reads."""
+def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
+             stated: tuple[str, str, str]) -> str:
+    """The message for ``line``'s ``stated`` ``(name, value, single value)``: a partial set
+    of the variables of the line that reads them, or a launcher no module reads."""
+    name, value, single = stated
+    reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
     expected = single if single == "unset" else f"{single} or unset"
     if reader is line and line.fallback and all(environ.get(n) for n in line.detect):
         # complete, but shadowed by the source seen (a job of one node)
@@ -213,10 +233,8 @@ def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
     """``topology`` (a single container: ``--source none``) with a warning when a manager
     or launcher that no seen source reads states a larger job (contract section 11): the
     operator's choice wins, but every node of such a job would train alone."""
-    from derive_env.sources import seen_sources
-
-    seen = frozenset(line.name for line in seen_sources(environ))
-    found = refused_line(environ, None, seen, False, files)
+    seen = Seen(names=frozenset(line.name for line in seen_sources(environ)))
+    found = refused_line(environ, seen, files)
     if found is None:
         return topology
     line, message = found

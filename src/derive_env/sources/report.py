@@ -106,8 +106,8 @@ class Report(NamedTuple):
 
 
 def layer_lines(reports: Sequence[Report], used: Sequence[Report],
-                shadowed: Sequence[tuple[Report, Report, bool]], owner: Report | None,
-                node_src: Report | None, hosts_src: Report | None) -> tuple[str, ...]:
+                shadowed: Sequence[tuple[Report, Report, bool]],
+                layers: tuple[Report | None, Report | None, Report | None]) -> tuple[str, ...]:
     """Lines for ``--explain``: every source seen, what each layer of the composer
     (sources/compose.py) used, what was shadowed.
 
@@ -115,9 +115,10 @@ def layer_lines(reports: Sequence[Report], used: Sequence[Report],
     :param used: those the composer used (a shadowed daemon step left out).
     :param shadowed: ``(report, by, daemons)``: an outer process layer shadowed by the
         inner launcher ``by``; ``daemons``: it is ``by``'s daemon step (one task per node).
-    :param owner: the report that gave the process layer; ``node_src``: the node count and
-        rank; ``hosts_src``: the host list (each ``None`` when none stated it).
+    :param layers: ``(owner, node_src, hosts_src)``: the report that gave the process
+        layer, the node count and rank, the host list (each ``None`` when none stated it).
     """
+    owner, node_src, hosts_src = layers
     if len(reports) == 1:
         only = reports[0]
         layers = [name for name, src in (("process layer", owner), ("node layer", node_src))
@@ -140,26 +141,3 @@ def layer_lines(reports: Sequence[Report], used: Sequence[Report],
             lines.append(f"shadowed: {report.source}: an inner source states its facts")
     return tuple(lines)
 
-
-def checked_master(environ: Mapping[str, str], addr: str, port: str,
-                   fix: str) -> tuple[str, int]:
-    """A master a manager set, checked: ``(environ[addr], environ[port] as a TCP port)``
-    (``MASTER_ADDR``/``MASTER_PORT``, Kubeflow's ``PET_MASTER_*``), for the sources that read
-    one (torchrun, Kubeflow, Azure ML, Ray Train).
-
-    :param fix: ends each message (what to do instead).
-    :raises TopologyError: the host is no host name or address (:func:`derive_env.hosts.
-        host_problem`), or the port is not 1-65535; the message names the variable and value.
-    """
-    from derive_env.errors import TopologyError, describe
-    from derive_env.hosts import host_problem
-    from derive_env.validation import parse_port
-
-    host = environ[addr]
-    problem = host_problem(host)
-    if problem:
-        raise TopologyError(describe(addr, host, f"{problem}; {fix}"))
-    try:
-        return host, parse_port(environ[port])
-    except ValueError as exc:
-        raise TopologyError(describe(port, environ[port], f"{exc}; {fix}")) from None

@@ -1,61 +1,82 @@
-"""The job sizes that no single variable states, for the refusals of managers no module reads.
+"""The job sizes no single variable states, for the refusals and for the note of an image
+that did not opt in.
 
-Each function is named by a :data:`derive_env.sources.SOURCES` line's ``size`` and called
-only when that line's marker is complete (sources/refusals.py), with the environment and
-the text of the line's ``files`` (read in cli/; ``None``: unreadable). It answers ``None``
-when the manager states a job of one, ``(variable, expected)`` naming the variable that
-states more and what a job of one would hold (``(what, value, expected)`` for a file's
-entry), or :data:`UNKNOWN`
-when the size cannot be told (then the manager is refused as one that does not say it).
+:func:`over` is called only when a :data:`derive_env.sources.SOURCES` line's marker is
+complete (sources/refusals.py, :func:`larger_job`). It reads the line's ``hosts`` role (a
+variable, or a file read in cli/: ``None`` when unreadable) in its form, or calls the
+line's ``size`` function for the four sizes no host list states. It answers ``None`` when
+the manager states a job of one, ``(variable, expected)`` naming the variable that states
+more and what a job of one would hold (``(what, value, expected)`` for a file's entry), or
+:data:`UNKNOWN` when the size cannot be told (then the manager is refused as one that does
+not say it).
 
-The rules come from sources-cloud.md (section per manager): SageMaker's
-``resourceconfig.json`` ``hosts`` (section 8), TF_CONFIG's and Vertex AI's ``cluster``
-(sections 7 and 11; the TFJob's sparse ``{"index": "host:port"}`` form counts too),
-Volcano's ``VC_<TASK>_NUM`` (section 5), SkyPilot's and dstack's IP lists (sections 13, 14),
-a TPU slice's ``TPU_WORKER_HOSTNAMES`` (section 12), Determined's ``container_addrs``
-(section 16), PBS's node file (section 19), LSF's ``LSB_MCPU_HOSTS`` (section 20), Grid
-Engine's ``PE_HOSTFILE`` (section 22), the mpi-operator's launcher pod (section 6).
+The rules come from sources-cloud.md (section per manager): TF_CONFIG's and Vertex AI's
+``cluster`` (sections 7 and 11; the TFJob's sparse ``{"index": "host:port"}`` form counts
+too), Volcano's ``VC_<TASK>_NUM`` (section 5), the mpi-operator's launcher pod (section 6);
+the host lists are the lines' own (sources/lists.py reads each form in full).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
-from derive_env.sources import DETERMINED_RENDEZVOUS, SAGEMAKER_CONFIG, SOURCES
+from derive_env.sources import SOURCES, Source, file_path, has_size, states_of
 
 #: The answer when the job's size cannot be told.
 UNKNOWN = "unknown"
 
-Files = Mapping[str, "str | None"]
+#: Reads the files a line names: paths -> contents (``None``: unreadable).
+Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
 
 def _json(text: str | None) -> object:
-    """``text`` as JSON, ``None`` when it is not."""
-    import json  # only a size that reads JSON: the note of larger_job needs none
+    from derive_env.sources.lists import json_value  # only a size that reads JSON
 
-    try:
-        return json.loads(text) if text else None
-    except (ValueError, RecursionError):
-        return None
+    return json_value(text)
 
 
-def json_list(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
-    """``SM_HOSTS`` (a JSON list of the job's hosts) unless it lists exactly one."""
-    hosts = _json(environ["SM_HOSTS"])
-    if isinstance(hosts, list) and len(hosts) == 1:
-        return None
-    return "SM_HOSTS", "a JSON list of one host"
+#: A host list's form -> (its entries as a person counts them, what a job of one holds).
+_FORMS: dict[str, tuple[Callable[[str], object], str]] = {
+    "ips": (lambda text: [line for line in text.split("\n") if line.strip()], "one IP"),
+    "comma": (lambda text: [host for host in text.split(",") if host.strip()], "one host"),
+    "pairs": (lambda text: text.split()[::2], "one host and its slots"),
+    "json": (_json, "a JSON list of one host"),
+    "slots": (lambda text: {line.strip() for line in text.splitlines() if line.strip()},
+              "a node file of one host"),
+    "pe_hostfile": (lambda text: {line.split()[0] for line in text.splitlines()
+                                  if line.strip()}, "a PE host file of one host"),
+}
 
 
-def ip_lines(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
-    """SkyPilot's ``SKYPILOT_NODE_IPS`` or dstack's ``DSTACK_NODES_IPS`` (one IP per line)
-    unless it holds one line: the list alone states the job's size (sources-cloud.md 13,
-    14), also when the tool's other variables are missing."""
-    for name in ("SKYPILOT_NODE_IPS", "DSTACK_NODES_IPS"):
-        text = environ.get(name, "")
-        if len([line for line in text.split("\n") if line.strip()]) > 1:
-            return name, "one IP"
-    return None
+def over(line: Source, environ: Mapping[str, str], files: Files | None
+         ) -> tuple[str, str] | tuple[str, str, str] | str | None:
+    """Whether ``line`` states more than one ``unit`` by its host list or its ``size``
+    (module docstring); ``files`` reads a file the ``hosts`` role names (cli/)."""
+    hosts = line.roles.get("hosts") if line.roles else None
+    if hosts is None:
+        return globals()[line.size](environ)
+    where, form, *key = hosts
+    entries, one = _FORMS[form]
+    if not where.startswith("$"):  # a variable
+        found = entries(environ[where])
+        if isinstance(found, list | set) and len(found) <= 1 and (found or form != "json"):
+            return None
+        return where, one
+    path = file_path(where, environ)
+    text = (files([path]) if files is not None and path else {}).get(path)
+    if text is None:
+        return UNKNOWN
+    found = entries(text)
+    if key:  # the list at ``key`` of a JSON object
+        found = found.get(key[0]) if isinstance(found, dict) else None
+        if not isinstance(found, list) or not found:
+            return UNKNOWN
+        if len(found) == 1:
+            return None
+        import json
+
+        return f"{key[0]} in {path}", json.dumps(found), "a list of one host"
+    return None if len(found) <= 1 else (where[1:].partition(":")[0], one)
 
 
 def tasks(spec: object) -> int:
@@ -73,45 +94,17 @@ def _cluster(environ: Mapping[str, str], variable: str) -> tuple[str, str] | Non
     return None
 
 
-def tf_config_tasks(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
+def tf_config_tasks(environ: Mapping[str, str]) -> tuple[str, str] | None:
     """A ``TF_CONFIG`` whose ``cluster`` holds more than one task (a TFJob pod's)."""
     return _cluster(environ, "TF_CONFIG")
 
 
-def cluster_spec_tasks(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
+def cluster_spec_tasks(environ: Mapping[str, str]) -> tuple[str, str] | None:
     """Vertex AI's ``CLUSTER_SPEC`` with more than one task in its pools."""
     return _cluster(environ, "CLUSTER_SPEC")
 
 
-def _file_list(files: Files, path: str, key: str, one: str
-               ) -> tuple[str, str, str] | str | None:
-    """``(f"{key} in {path}", the list as JSON, one)`` when the list has more than one
-    entry."""
-    document = _json(files.get(path))
-    found = document.get(key) if isinstance(document, dict) else None
-    if not isinstance(found, list) or not found:
-        return UNKNOWN
-    if len(found) == 1:
-        return None
-    import json
-
-    return f"{key} in {path}", json.dumps(found), one
-
-
-def sagemaker_hosts(environ: Mapping[str, str], files: Files
-                    ) -> tuple[str, str, str] | str | None:
-    """The ``hosts`` of SageMaker's resource config (the platform's file)."""
-    return _file_list(files, SAGEMAKER_CONFIG, "hosts", "a list of one host")
-
-
-def determined_containers(environ: Mapping[str, str], files: Files
-                          ) -> tuple[str, str, str] | str | None:
-    """The ``container_addrs`` of Determined's rendezvous file."""
-    return _file_list(files, DETERMINED_RENDEZVOUS, "container_addrs",
-                      "a list of one address")
-
-
-def volcano_pods(environ: Mapping[str, str], files: Files) -> tuple[str, str] | str | None:
+def volcano_pods(environ: Mapping[str, str]) -> tuple[str, str] | str | None:
     """The pods of every task of a Volcano Job: the sum of its ``VC_<TASK>_NUM``."""
     counts = {k: v for k, v in environ.items()
               if k.startswith("VC_") and k.endswith("_NUM") and v.strip().isdigit()}
@@ -122,40 +115,7 @@ def volcano_pods(environ: Mapping[str, str], files: Files) -> tuple[str, str] | 
     return max(sorted(counts), key=lambda k: int(counts[k])), "1 pod in all VC_<TASK>_NUM"
 
 
-def tpu_hosts(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
-    """More than one host in ``TPU_WORKER_HOSTNAMES`` (a comma list)."""
-    hosts = [h for h in environ["TPU_WORKER_HOSTNAMES"].split(",") if h.strip()]
-    return None if len(hosts) <= 1 else ("TPU_WORKER_HOSTNAMES", "one host")
-
-
-def lsf_hosts(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
-    """More than one host in ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``)."""
-    words = environ["LSB_MCPU_HOSTS"].split()
-    return None if len(words) <= 2 else ("LSB_MCPU_HOSTS", "one host and its slots")
-
-
-def pbs_nodes(environ: Mapping[str, str], files: Files) -> tuple[str, str] | str | None:
-    """The distinct hosts of ``PBS_NODEFILE`` (one line per slot)."""
-    text = files.get(environ["PBS_NODEFILE"])
-    if text is None:
-        return UNKNOWN
-    if len({line.strip() for line in text.splitlines() if line.strip()}) <= 1:
-        return None
-    return "PBS_NODEFILE", "a node file of one host"
-
-
-def pe_hosts(environ: Mapping[str, str], files: Files) -> tuple[str, str] | str | None:
-    """The distinct hosts of Grid Engine's ``PE_HOSTFILE`` (``<host> <slots> <queue>
-    <processors>``, one line per queue of a host: exec_job.c ``sge_exec_job``)."""
-    text = files.get(environ["PE_HOSTFILE"])
-    if text is None:
-        return UNKNOWN
-    if len({line.split()[0] for line in text.splitlines() if line.strip()}) <= 1:
-        return None
-    return "PE_HOSTFILE", "a PE host file of one host"
-
-
-def mpi_operator_launcher(environ: Mapping[str, str], files: Files) -> tuple[str, str] | None:
+def mpi_operator_launcher(environ: Mapping[str, str]) -> tuple[str, str] | None:
     """The mpi-operator's launcher pod runs mpirun; the ranks run on its workers."""
     if environ["K_MPI_JOB_ROLE"] == "launcher":
         return "K_MPI_JOB_ROLE", "worker (a rank mpirun started)"
@@ -188,17 +148,14 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
         complete = all(environ.get(name) for name in line.marker or line.detect)
         if not complete and not line.partial:
             continue
-        for name, single in (*line.states, *((name, 1) for name in line.counts)):
+        for name, single in (*states_of(line), *((name, 1) for name in line.counts)):
             value = environ.get(name)
             if value and _more_than(value, single):
                 return (f"{line.title} states a job of more than one {line.unit} "
                         f"({name}={value!r})")
-        if complete and line.size is not None:
-            paths = [environ.get(p[1:], "") if p.startswith("$") else p for p in line.files]
-            paths = [p for p in paths if p]
-            over = globals()[line.size](
-                environ, files(paths) if files is not None and paths else dict.fromkeys(paths))
-            if over is not None and over != UNKNOWN:
+        if complete and has_size(line):
+            stated = over(line, environ, files)
+            if stated is not None and stated != UNKNOWN:
                 return (f"{line.title} states a job of more than one {line.unit} "
-                        f"({over[0]}={(environ.get(over[0]) or over[1])!r})")
+                        f"({stated[0]}={(environ.get(stated[0]) or stated[1])!r})")
     return None

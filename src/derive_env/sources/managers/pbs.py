@@ -1,10 +1,10 @@
 """The OpenPBS / Torque source: a job's node file, from the batch script or a TM task.
 
 Table line ``pbs`` (sources-cloud.md 19; openpbs/openpbs@cd7ab5e ``src/resmom/start_exec.c``).
-The node layer only, as for a Slurm allocation (sources/slurm.py ``read_allocation``):
+The node layer only, as for a Slurm allocation (sources/managers/slurm.py ``read_allocation``):
 
 * ``nodes`` = the hosts of ``PBS_NODEFILE`` in the order of their first appearance, each
-  host's lines summed as its slots (sources/slots.py). ``generate_pbs_nodefile`` writes
+  host's lines summed as its slots (sources/lists.py). ``generate_pbs_nodefile`` writes
   one line per vnode entry of the job (``ji_vnods``, exec_vnode order), the short host
   name; the MoMs are numbered in the same order (``add_mom_to_job``: ``hn_node`` = the
   first appearance of the MoM in exec_vnode, ``ji_nodeid`` = this MoM's), the mother
@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
+from derive_env.sources.lists import HostSlots, one_per_slot
 from derive_env.sources.report import Report
-from derive_env.sources.slots import HostSlots, one_per_slot
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
 

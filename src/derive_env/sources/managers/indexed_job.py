@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
+from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from derive_env.validation import parse_int
@@ -40,13 +41,6 @@ if TYPE_CHECKING:
 
 #: The pod count, set in the manifest to ``spec.completions`` (not a label: labels.NOT_LABELS).
 NNODES = "DERIVE_ENV_NNODES"
-#: The headless Service's name (the pod template's ``subdomain``), when ``/etc/hosts`` has no
-#: FQDN line (``hostNetwork``) or cannot be read (``--env-file``).
-SUBDOMAIN = "DERIVE_ENV_SUBDOMAIN"
-#: Where the kubelet writes the pod's FQDN.
-HOSTS_FILE = "/etc/hosts"
-#: A pod hostname is one DNS label (pkg/apis/batch/validation, kubernetes-sigs/jobset#408).
-MAX_HOSTNAME = 63
 
 _HOSTNAME = re.compile(r"(?P<job>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-(?P<index>0|[1-9][0-9]*)")
 _CONTROLLER = ("the Job controller names the pod's host <job>-<index> (kubernetes/kubernetes "
@@ -119,20 +113,6 @@ def _count(environ: Mapping[str, str], job: str, index: int) -> int:
             NNODES, value, f"more than JOB_COMPLETION_INDEX={index} (indexes run 0.."
             f"completions-1): {fix}"))
     return count
-
-
-def fqdn_suffix(hosts_text: str | None, hostname: str) -> str | None:
-    """``<subdomain>.<ns>.svc.<domain>`` from the kubelet's ``/etc/hosts`` line for
-    ``hostname`` (kubelet_pods.go, ``managedHostsFileContent``), or ``None`` without one.
-
-    :param hosts_text: the file's text (``None``: unreadable).
-    :param hostname: the pod's hostname (``HOSTNAME``).
-    """
-    for line in (hosts_text or "").splitlines():
-        for name in line.partition("#")[0].split()[1:]:
-            if name.startswith(hostname + ".") and len(name) > len(hostname) + 1:
-                return name[len(hostname) + 1:].rstrip(".")
-    return None
 
 
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, job: str,

@@ -31,35 +31,18 @@ rank and list is checked against the others, never trusted alone.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
+from derive_env.sources.lists import all_ipv4
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
-
-
-_QUAD = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
-#: Dotted quads, one per line (what both tools give): one match for the whole list, then
-#: each distinct octet once (:func:`_all_ipv4`), instead of one address parse per node
-#: (benchmarks/iplists.py, 4096 nodes); anything else is checked entry by entry
-#: (:func:`derive_env.hosts.check_hosts`).
-_QUAD_LINES = re.compile(rf"(?:{_QUAD}\n)*{_QUAD}")
-
-
-def _all_ipv4(text: str) -> bool:
-    """Whether ``text`` is IPv4 addresses one per line, each as ``ipaddress`` accepts it
-    (octets 0-255, no leading zero)."""
-    if not _QUAD_LINES.fullmatch(text):
-        return False
-    octets = set(text.replace("\n", ".").split("."))
-    return not any(len(o) > 1 and (o[0] == "0" or int(o) > 255) for o in octets)
 
 
 class _Tool(NamedTuple):
@@ -91,7 +74,7 @@ _TOOLS = {
 def _ips(environ: Mapping[str, str], tool: _Tool) -> list[str]:
     """The IP list, one per line; an empty line (dstack: an IP not known yet) is refused."""
     text = environ[tool.ips]
-    if _all_ipv4(text):  # the tools' own form: nothing to strip or look up
+    if all_ipv4(text):  # the tools' own form: nothing to strip or look up
         ips = text.split("\n")
     else:
         ips = [line.strip() for line in text.split("\n")]

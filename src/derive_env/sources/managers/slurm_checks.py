@@ -1,9 +1,9 @@
 """The consistency rules of Slurm's variables (sources.md 3.1 "Consistency"), shared by both
-lines of sources/slurm.py: a value that is wrong whatever runs inside the step raises
+lines of sources/managers/slurm.py: a value that is wrong whatever runs inside the step raises
 :class:`TopologyError`, naming the variable, its value and the Slurm file that writes it.
 
 * the job id and its old name (:func:`job_id`); a heterogeneous job (:func:`refuse_het`);
-* host lists, expanded (sources/slurm_hostlist.py) and checked (:func:`hosts_of`);
+* host lists, expanded (sources/managers/slurm_hostlist.py) and checked (:func:`hosts_of`);
 * the step's node variables against each other and the job's (:class:`Step`), its tasks
   (:func:`step_tasks`), and Slurm's own MPI plugins' variables (:func:`check_mpi_plugin`);
 * ``SLURM_GPUS_ON_NODE`` (:func:`gpus_on_node`).
@@ -17,8 +17,8 @@ from typing import TypeVar
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
+from derive_env.sources.managers.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 from derive_env.sources.report import Processes
-from derive_env.sources.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 from derive_env.validation import variable_int
 
 _T = TypeVar("_T")
@@ -151,9 +151,9 @@ def job_hosts_if_set(environ: Mapping[str, str]) -> tuple[str, ...] | None:
     return hosts_of(environ, "SLURM_JOB_NODELIST") if environ.get("SLURM_JOB_NODELIST") else None
 
 
-def same_as(environ: Mapping[str, str], name: str, number: int, other: str,
-            expected: int) -> None:
-    """Raise unless ``name`` (parsed) equals ``other``'s value ``expected``."""
+def same_as(environ: Mapping[str, str], mine: tuple[str, int], other: tuple[str, int]) -> None:
+    """Raise unless ``mine`` ``(variable, its value parsed)`` equals ``other``'s value."""
+    (name, number), (other, expected) = mine, other
     if number != expected:
         raise TopologyError(describe(
             name, environ[name],
@@ -169,8 +169,7 @@ _MPI_PLUGINS = (("PMI_JOBID", "PMI_RANK", 0, "SLURM_PROCID"),
                 ("PALS_APID", "PALS_NODEID", 0, "SLURM_NODEID"))
 
 
-def check_mpi_plugin(environ: Mapping[str, str], job: str, step: str, rank: int,
-                     node_id: int, world: int) -> None:
+def check_mpi_plugin(environ: Mapping[str, str], this: str, facts: Mapping[str, int]) -> None:
     """The variables of Slurm's own MPI plugins must agree with the step's.
 
     Only when they name this step: ``srun --mpi=pmi2`` sets ``PMI_RANK``, ``PMI_SIZE`` and
@@ -180,13 +179,15 @@ def check_mpi_plugin(environ: Mapping[str, str], job: str, step: str, rank: int,
     ``PALS_APID=<job>.<step>`` (src/plugins/mpi/cray_shasta/mpi_cray_shasta.c; recorded).
     Values naming another job step come from a launcher inside the step (the resolver
     composes those); they are not read here.
+
+    :param this: the step, ``<job>.<step>``.
+    :param facts: the step's ``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS``, ``SLURM_NODEID``.
     """
-    this = f"{job}.{step}"
     names = {"PMI_JOBID": this, "PMIX_NAMESPACE": f"slurm.pmix.{this}", "PALS_APID": this}
-    facts = {"SLURM_PROCID": rank, "SLURM_STEP_NUM_TASKS": world, "SLURM_NODEID": node_id}
     for marker, name, minimum, fact in _MPI_PLUGINS:
         if environ.get(marker) == names[marker] and environ.get(name):
-            same_as(environ, name, variable_int(environ, name, minimum), fact, facts[fact])
+            same_as(environ, (name, variable_int(environ, name, minimum)),
+                    (fact, facts[fact]))
 
 
 def step_tasks(environ: Mapping[str, str], info: Step) -> Processes:

@@ -32,7 +32,7 @@ sources-cloud.md section 16). Read from determined-ai/determined@c1e9c6d:
   rendezvous); no file is read.
 
 Inside the workers Determined's launcher started, torchrun's source reads torchrun's
-variables and keeps them (sources/torchrun.py); this line's node facts are not used over
+variables and keeps them (sources/managers/torchrun.py); this line's node facts are not used over
 them.
 """
 
@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
-from derive_env.sources.launchtools import _all_ipv4
+from derive_env.sources import DETERMINED_VARIABLE as PATH_VARIABLE
+from derive_env.sources.lists import all_ipv4
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import parse_port
@@ -52,8 +53,6 @@ from derive_env.validation import parse_port
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-#: Chooses another path for the rendezvous file (tests, operators); not a label.
-PATH_VARIABLE = "DERIVE_ENV_DETERMINED_RENDEZVOUS"
 #: The file's keys (``RendezvousInfo.__init__``).
 KEYS = ("container_addrs", "container_rank", "container_slot_counts")
 #: ``DET_RESOURCES_TYPE`` values whose rendezvous lists the addresses in rank order.
@@ -66,9 +65,9 @@ _FIX = ("Determined's trial entrypoint writes it (prep_container --rendezvous) b
 
 def rendezvous_path(environ: Mapping[str, str]) -> str:
     """``DERIVE_ENV_DETERMINED_RENDEZVOUS`` or ``/run/determined/info/rendezvous.json``."""
-    from derive_env.sources import DETERMINED_RENDEZVOUS
+    from derive_env.sources import BY_NAME, file_path
 
-    return environ.get(PATH_VARIABLE) or DETERMINED_RENDEZVOUS
+    return file_path(BY_NAME["determined"].roles["hosts"][0], environ)
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -126,7 +125,7 @@ def _checked(document: dict[str, object], path: str) -> tuple[list[str], int, li
                             f"{addrs!r}; {_FIX}")
     # IPv4 addresses (what Determined gathers), each octet checked once: benchmarks/iplists.py
     joined = "\n".join(addrs)
-    plain = joined.count("\n") == len(addrs) - 1 and _all_ipv4(joined)
+    plain = joined.count("\n") == len(addrs) - 1 and all_ipv4(joined)
     bad = None if plain else check_hosts(addrs)
     if bad is not None:
         raise TopologyError(f"{path}: expected an address per container in container_addrs: "

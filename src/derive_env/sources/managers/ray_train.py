@@ -34,7 +34,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report, checked_master
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report
+from derive_env.sources.roles import checked_master
 from derive_env.validation import variable_int
 
 if TYPE_CHECKING:

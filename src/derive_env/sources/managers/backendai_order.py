@@ -4,19 +4,26 @@ The same in every container, whatever order ``BACKENDAI_CLUSTER_HOSTS`` has: rol
 first, then the other roles in REPLICAS order, each role's hosts ``{role}1..{role}{count}``,
 rebuilt from REPLICAS (Backend.AI's
 ``sokovan/scheduling_controller/preparers/resources/expand_kernel_groups_rule.py``); without
-REPLICAS, ``{role}{index}`` parsed from the HOSTS names. See sources/backendai.py, which
-imports this module only when a session has more than one node.
+REPLICAS, ``{role}{index}`` parsed from the HOSTS names. See sources/managers/backendai.py, which
+imports this module only when a session has more than one node; this module imports no
+source module (the host-name grammar is :data:`derive_env.hosts.ROLE_INDEX`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from itertools import chain, repeat
 
-from derive_env.errors import TopologyError, describe, shorten
-from derive_env.hosts import repeated_host
-from derive_env.sources.backendai import _ROLE_INDEX, HOSTS, MAIN, REPLICAS, _listing
+from derive_env.errors import TopologyError, describe, listing, shorten
+from derive_env.hosts import ROLE_INDEX, repeated_host
 from derive_env.topology import Node, nodes_of
+
+#: The variables this order is read from, and Backend.AI's default role
+#: (sources/managers/backendai.py reads them).
+HOSTS = "BACKENDAI_CLUSTER_HOSTS"
+REPLICAS = "BACKENDAI_CLUSTER_REPLICAS"
+MAIN = "main"
 
 ORDER_FROM_REPLICAS = (
     f"from {REPLICAS}: role main first, then the roles in REPLICAS order, each role's hosts "
@@ -95,8 +102,8 @@ def nodes_from_replicas(
         raise TopologyError(describe(
             HOSTS, raw_hosts,
             f"exactly the host names {REPLICAS}={shorten(raw_replicas, 120)} gives "
-            f"({{role}}1 to {{role}}{{count}} for each role); missing: {_listing(missing)}; "
-            f"not from {REPLICAS}: {_listing(extra)}",
+            f"({{role}}1 to {{role}}{{count}} for each role); missing: {listing(missing)}; "
+            f"not from {REPLICAS}: {listing(extra)}",
         ))
     return tuple(nodes)
 
@@ -112,7 +119,7 @@ def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, .
         have the same role and index (``sub01``, ``sub1``); the message names HOSTS.
     """
     parsed: list[tuple[str, str, int]] = []
-    match = _ROLE_INDEX.match  # inlined: this loop runs once per node of the session
+    match = re.compile(ROLE_INDEX).match  # inlined: this loop runs once per node
     for entry in hosts:
         found = match(entry)
         if found is None:

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from derive_env.errors import TopologyError, describe, shorten
-from derive_env.hosts import ROLE_NAME, check_hosts, host_problem, repeated_host
+from derive_env.errors import TopologyError, describe, listing, shorten
+from derive_env.hosts import ROLE_INDEX, ROLE_NAME, check_hosts, host_problem, repeated_host
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from derive_env.validation import first_error, parse_int, parse_port
@@ -68,20 +68,10 @@ MAIN = "main"
 _CLUSTER_PREFIX = "BACKENDAI_CLUSTER_"
 _NAMES = (SIZE, HOSTS, HOST, ROLE, IDX, LOCAL_RANK, REPLICAS, SESSION_ID, GPU_COUNT, N_GPUS,
           MASTER_PORT)
-#: Fallback without REPLICAS: ``{role}{index}``, the role taken as not ending in a digit.
-_ROLE_INDEX = re.compile(r"(?P<role>[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z-])?)(?P<index>[0-9]+)\Z")
 _ROLE_EXPECTED = (
     "a role name such as main or sub (letters, digits and '-', with a letter, not starting "
     "with '-')"
 )
-#: Error messages list at most this many host names or values.
-_SHOWN = 8
-
-
-def _listing(items: Sequence[object], limit: int = _SHOWN) -> str:
-    """``a, b, c`` for a message; past ``limit`` items ``a, b, ..., (N in all)``."""
-    shown = ", ".join(str(item) for item in items[:limit])
-    return shown if len(items) <= limit else f"{shown}, ... ({len(items)} in all)"
 
 
 def _split_hosts(value: object) -> tuple[str, ...]:
@@ -218,7 +208,7 @@ def _check_local_rank(
     if local_rank not in possible:
         raise TopologyError(describe(
             LOCAL_RANK, raw,
-            f"{'one of ' if len(possible) > 1 else ''}{_listing(possible)} for container "
+            f"{'one of ' if len(possible) > 1 else ''}{listing(possible)} for container "
             f"{me.host} (role {me.role!r}, index {own_index}): {why}",
         ))
     # Contract section 5 (revised): a valid cluster-template session starts every container
@@ -258,7 +248,7 @@ def _single_node(variables: BackendAIVariables, own: str) -> Node:
     role, idx = variables.role, variables.idx
     if role is not None and idx is not None and f"{role}{idx}".lower() == own.lower():
         return Node(host=own, role=role, index=idx)
-    found = _ROLE_INDEX.match(own)
+    found = re.match(ROLE_INDEX, own)
     if found and int(found["index"]) >= 1:
         return Node(host=own, role=found["role"], index=int(found["index"]))
     return Node(host=own)
@@ -353,12 +343,12 @@ def _ordered(
     variables: BackendAIVariables, present: Mapping[str, str], own: str,
 ) -> tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None]:
     """``(nodes, node rank, role counts, order)``: the nodes in canonical order
-    (sources/backendai_order.py), this container's position in them, the role counts
+    (sources/managers/backendai_order.py), this container's position in them, the role counts
     (REPLICAS', else counted from the parsed names) and the rule for ``--explain``."""
     hosts = variables.hosts
     if hosts is None or len(hosts) == 1:
         return (_single_node(variables, own),), 0, (), None
-    from derive_env.sources import backendai_order as canonical  # several nodes only
+    from derive_env.sources.managers import backendai_order as canonical  # several nodes only
 
     if variables.replicas is not None:
         nodes = canonical.nodes_from_replicas(

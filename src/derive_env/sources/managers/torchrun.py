@@ -37,7 +37,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report, checked_master
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report
+from derive_env.sources.roles import checked_master
 from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
@@ -68,23 +69,29 @@ def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
     return variable_int(environ, name, minimum, f"; {FIX}")
 
 
-def _below(environ: Mapping[str, str], name: str, value: int, bound_name: str,
-           bound: int) -> None:
-    """Raise naming both variables unless ``value < bound``."""
-    if value >= bound:
+#: torchrun's integers (variable, minimum), in the order they are read.
+_INTEGERS = (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_WORLD_SIZE", 1),
+             ("GROUP_RANK", 0), ("GROUP_WORLD_SIZE", 1))
+
+
+def _below(environ: Mapping[str, str], got: Mapping[str, int], name: str,
+           bound_name: str) -> None:
+    """Raise naming both variables unless ``got[name] < got[bound_name]`` (the variables'
+    values as integers)."""
+    if got[name] >= got[bound_name]:
         raise TopologyError(describe(
             name, environ[name],
             f"a value below {bound_name}={environ[bound_name]!r} (torchrun numbers from 0); "
             f"{FIX}"))
 
 
-def _check_ranks(environ: Mapping[str, str], rank: int, local_rank: int, world: int,
-                 local_world: int, group_rank: int, groups: int) -> None:
-    """The guarantees of _assign_worker_ranks (module docstring); TopologyError naming the
-    variables that disagree."""
-    _below(environ, "RANK", rank, "WORLD_SIZE", world)
-    _below(environ, "LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world)
-    _below(environ, "GROUP_RANK", group_rank, "GROUP_WORLD_SIZE", groups)
+def _check_ranks(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
+    """The guarantees of _assign_worker_ranks (module docstring) for the integers ``got``
+    (by variable); TopologyError naming the variables that disagree."""
+    _below(environ, got, "RANK", "WORLD_SIZE")
+    _below(environ, got, "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    _below(environ, got, "GROUP_RANK", "GROUP_WORLD_SIZE")
+    rank, local_rank, world, local_world, group_rank, groups = (got[n] for n, _ in _INTEGERS)
     if local_world > world:
         raise TopologyError(describe(
             "LOCAL_WORLD_SIZE", environ["LOCAL_WORLD_SIZE"],
@@ -120,8 +127,9 @@ def _check_ranks(environ: Mapping[str, str], rank: int, local_rank: int, world: 
                 f"IDENTICAL=1 (api.py, _assign_worker_ranks); {FIX}"))
 
 
-def _check_role(environ: Mapping[str, str], rank: int, world: int, local_world: int) -> None:
+def _check_role(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
     """ROLE_RANK / ROLE_WORLD_SIZE, when set, as _assign_worker_ranks numbers them."""
+    rank, world, local_world = got["RANK"], got["WORLD_SIZE"], got["LOCAL_WORLD_SIZE"]
     if not (environ.get("ROLE_RANK") or environ.get("ROLE_WORLD_SIZE")):
         return
     for name in ("ROLE_RANK", "ROLE_WORLD_SIZE"):
@@ -132,7 +140,8 @@ def _check_role(environ: Mapping[str, str], rank: int, world: int, local_world: 
                 f"set with {other}={environ[other]!r} (torchrun sets both); {FIX}"))
     role_rank = _int(environ, "ROLE_RANK", 0)
     role_world = _int(environ, "ROLE_WORLD_SIZE", 1)
-    _below(environ, "ROLE_RANK", role_rank, "ROLE_WORLD_SIZE", role_world)
+    _below(environ, {"ROLE_RANK": role_rank, "ROLE_WORLD_SIZE": role_world}, "ROLE_RANK",
+           "ROLE_WORLD_SIZE")
     if not local_world <= role_world <= world:
         raise TopologyError(describe(
             "ROLE_WORLD_SIZE", environ["ROLE_WORLD_SIZE"],
@@ -166,14 +175,10 @@ def read(environ: Mapping[str, str], line: Source,
         torchrun's variables contradict what torchrun guarantees (module docstring); the
         message names the variables, their values and the fix.
     """
-    rank = _int(environ, "RANK", 0)
-    local_rank = _int(environ, "LOCAL_RANK", 0)
-    world = _int(environ, "WORLD_SIZE", 1)
-    local_world = _int(environ, "LOCAL_WORLD_SIZE", 1)
-    group_rank = _int(environ, "GROUP_RANK", 0)
-    groups = _int(environ, "GROUP_WORLD_SIZE", 1)
-    _check_ranks(environ, rank, local_rank, world, local_world, group_rank, groups)
-    _check_role(environ, rank, world, local_world)
+    got = {name: _int(environ, name, minimum) for name, minimum in _INTEGERS}
+    _check_ranks(environ, got)
+    _check_role(environ, got)
+    rank, local_rank, world, local_world, group_rank, groups = got.values()
     master, port, agent_store = _master(environ)
     run_id = environ["TORCHELASTIC_RUN_ID"]
     notes = [

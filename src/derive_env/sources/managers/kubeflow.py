@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import is_loopback
-from derive_env.sources.report import Processes, Report, checked_master
+from derive_env.sources.lists import MAX_HOSTNAME
+from derive_env.sources.report import Processes, Report
+from derive_env.sources.roles import checked_master
 from derive_env.validation import parse_int, variable_int
 
 if TYPE_CHECKING:
@@ -253,8 +255,6 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
-#: A pod's hostname is its name cut to this many characters (the kubelet).
-_HOSTNAME_MAX = 63
 #: The fix of an elastic pod whose index its hostname does not give.
 _ELASTIC_FIX = ("run derive-env in each worker torchrun starts (torchrun ... --no-python "
                 "derive-env -- python train.py): the torchrun source reads what its "
@@ -276,11 +276,11 @@ def _elastic(environ: Mapping[str, str], line: Source) -> Report:
             f"an elastic PyTorchJob's pods so): without it this pod's index is unknown; "
             f"{_ELASTIC_FIX}"))
     pod = int(index)
-    if len(hostname) >= _HOSTNAME_MAX:
+    if len(hostname) >= MAX_HOSTNAME:
         # The kubelet cuts a longer pod name to 63 characters (kubelet_pods.go,
         # truncatePodHostnameIfNeeded): "-worker-12" may have become "-worker-1".
         raise TopologyError(describe(
-            "HOSTNAME", hostname, f"a pod name under {_HOSTNAME_MAX} characters: the kubelet "
+            "HOSTNAME", hostname, f"a pod name under {MAX_HOSTNAME} characters: the kubelet "
             f"cuts longer ones, so the index at its end may be cut too (give the PyTorchJob a "
             f"shorter name); {_ELASTIC_FIX}"))
     if nodes is not None and pod >= nodes:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem, is_loopback
+from derive_env.sources.lists import pod_hostname
 from derive_env.sources.report import Report
 from derive_env.validation import parse_port, variable_int
 
@@ -52,9 +53,11 @@ _FIX = {
 }
 
 
-def _host(environ: Mapping[str, str], name: str, value: str, nodes: int | None,
+def _host(environ: Mapping[str, str], given: tuple[str, str], nodes: int | None,
           fix: str) -> str:
-    """A coordinator's host: a host name or IP, not loopback in a job of several nodes."""
+    """A coordinator's host ``given`` as ``(variable, host)``: a host name or IP, not
+    loopback in a job of several nodes."""
+    name, value = given
     problem = host_problem(value)
     if problem is None and (nodes is None or nodes > 1) and is_loopback(value):
         problem = ("the host of node 0, which every node reaches (a loopback address makes "
@@ -77,11 +80,13 @@ def _host_port(environ: Mapping[str, str], name: str, nodes: int, fix: str) -> t
         raise TopologyError(describe(
             name, value, f"host:port (jax.py: '<trainjob>-node-0-0.<trainjob>:29500'); "
             f"{fix}")) from None
-    return _host(environ, name, host, nodes, fix), number
+    return _host(environ, (name, host), nodes, fix), number
 
 
-def _index(environ: Mapping[str, str], name: str, count: int | None, count_name: str,
+def _index(environ: Mapping[str, str], names: tuple[str, str], count: int | None,
            fix: str) -> int:
+    """The index variable of ``names`` (``(index, count)``), below ``count`` when known."""
+    name, count_name = names
     index = variable_int(environ, name, 0, f"; {fix}")
     if count is not None and index >= count:
         raise TopologyError(describe(
@@ -98,7 +103,7 @@ def _index(environ: Mapping[str, str], name: str, count: int | None, count_name:
 def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
     fix = _FIX[line.name]
     nodes = variable_int(environ, "JAX_NUM_PROCESSES", 1, f"; {fix}")
-    rank = _index(environ, "JAX_PROCESS_ID", nodes, "JAX_NUM_PROCESSES", fix)
+    rank = _index(environ, ("JAX_PROCESS_ID", "JAX_NUM_PROCESSES"), nodes, fix)
     host, port = _host_port(environ, "JAX_COORDINATOR_ADDRESS", nodes, fix)
     return Report(
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
@@ -121,8 +126,8 @@ def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
 def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
     fix = _FIX[line.name]
     nodes = variable_int(environ, "NUM_PROCESSES", 1, f"; {fix}")
-    rank = _index(environ, "PROCESS_ID", nodes, "NUM_PROCESSES", fix)
-    host = _host(environ, "COORDINATOR_ADDRESS", environ["COORDINATOR_ADDRESS"], nodes, fix)
+    rank = _index(environ, ("PROCESS_ID", "NUM_PROCESSES"), nodes, fix)
+    host = _host(environ, ("COORDINATOR_ADDRESS", environ["COORDINATOR_ADDRESS"]), nodes, fix)
     try:
         port = parse_port(environ["COORDINATOR_PORT"])
     except ValueError as exc:
@@ -130,9 +135,8 @@ def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
                                      f"{exc}; {fix}")) from None
     job, worker, zero = host.rpartition("-worker-")
     hostname = environ.get("HOSTNAME", "")
-    # The kubelet cuts a pod name to 63 characters, then trailing '-' and '.' (kubelet_pods.go
-    # truncatePodHostnameIfNeeded): compare with the name cut the same way.
-    own = f"{job}-worker-{rank}"[:63].rstrip("-.")
+    # The kubelet cuts a long pod name: compare with the name cut the same way.
+    own = pod_hostname(f"{job}-worker-{rank}")
     if worker and zero == "0" and hostname and hostname != own:
         raise TopologyError(describe(
             "PROCESS_ID", environ["PROCESS_ID"], f"the index of this pod's hostname "
@@ -161,8 +165,8 @@ def _xgboost(environ: Mapping[str, str], line: Source) -> Report:
             raise TopologyError(describe(
                 NNODES, environ[NNODES], f"a divisor of DMLC_NUM_WORKER={workers} (nodes x "
                 "workers per node, xgboost.go): the TrainJob's spec.trainer.numNodes"))
-    rank = _index(environ, "DMLC_TASK_ID", nodes, NNODES, fix)
-    host = _host(environ, "DMLC_TRACKER_URI", environ["DMLC_TRACKER_URI"], nodes, fix)
+    rank = _index(environ, ("DMLC_TASK_ID", NNODES), nodes, fix)
+    host = _host(environ, ("DMLC_TRACKER_URI", environ["DMLC_TRACKER_URI"]), nodes, fix)
     try:
         port = parse_port(environ.get("DMLC_TRACKER_PORT", ""))
     except ValueError as exc:

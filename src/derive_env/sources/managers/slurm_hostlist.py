@@ -4,7 +4,7 @@ the hostfile of ``srun -m arbitrary``.
 A port of Slurm's own parser (SchedMD/slurm@284c3b9, ``src/common/hostlist.c``, the
 one-dimensional grammar every non-BlueGene cluster uses), not a re-invention. Standard
 library only, no regular expression, no typing import: the Slurm source
-(sources/slurm.py) imports it on every container start in a Slurm job.
+(sources/managers/slurm.py) imports it on every container start in a Slurm job.
 
 Host list grammar (``expand_hostlist``), rule by rule with the C function it follows:
 

@@ -32,13 +32,14 @@ the code that reads it (each test fixture cites its source):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, host_problem, is_loopback
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report, checked_master
+from derive_env.sources.lists import all_ipv4
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report
+from derive_env.sources.roles import checked_master
 from derive_env.validation import parse_port, variable_int
 
 if TYPE_CHECKING:
@@ -57,21 +58,6 @@ _FIX_MPI = ("Azure ML (Azure Batch) sets it in every process of a multi-node MPI
             "set it in the job's environment_variables")
 _FIX_TORCH = ("Azure ML's PyTorch distribution sets it in every process it starts; something "
               "changed it after Azure ML started this process")
-
-
-_QUAD = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
-#: Azure Batch's form of AZ_BATCH_HOST_LIST, comma-separated IPv4 addresses: one match for
-#: the whole list, then each distinct octet once, instead of one address parse per node
-#: (as sources/launchtools.py does for the IP lists of 4096 nodes).
-_QUADS = re.compile(rf"{_QUAD}(?:,{_QUAD})*")
-
-
-def _all_ipv4(text: str) -> bool:
-    """Whether ``text`` is IPv4 addresses separated by commas (octets 0-255, no leading 0)."""
-    if not _QUADS.fullmatch(text):
-        return False
-    octets = set(text.replace(",", ".").split("."))
-    return not any(len(o) > 1 and (o[0] == "0" or int(o) > 255) for o in octets)
 
 
 def _master_node(environ: Mapping[str, str]) -> tuple[str, int]:
@@ -104,7 +90,7 @@ def _node_count(environ: Mapping[str, str], master: str,
     text = environ.get(HOST_LIST, "").strip()
     if not text:
         return count
-    if _all_ipv4(text):  # Azure Batch's own form: nothing to strip or look up
+    if all_ipv4(text, ","):  # Azure Batch's own form: nothing to strip or look up
         hosts, listed = text.split(","), master in text.split(",")
     else:
         hosts = [h.strip() for h in text.split(",")]

@@ -19,7 +19,7 @@ tests/fixtures/gridengine/):
   <processors>``, one per granted queue instance, the master queue first: a host with
   slots from two queues appears twice (recorded: all.q and extra.q), its slots summed.
 
-Contexts, as for Slurm (sources/slurm.py): the job script runs on the master host only,
+Contexts, as for Slurm (sources/managers/slurm.py): the job script runs on the master host only,
 so a job of several hosts refuses there with the fix (:attr:`Report.problem`, raised only
 when no inner source uses the facts: Open MPI's mpirun started by the script reads
 ``PE_HOSTFILE`` itself, ``orte/mca/ras/gridengine``, and its ranks get the process layer
@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from derive_env.errors import ON_ERROR_WARN, TopologyError, describe, shorten
-from derive_env.hosts import check_hosts, host_key
+from derive_env.hosts import host_key
+from derive_env.sources.lists import HostSlots, pe_hostfile
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
@@ -85,77 +86,9 @@ def _array_task(environ: Mapping[str, str]) -> str | None:
         "array: exec_job.c sets the literal)"))
 
 
-class HostSlots(NamedTuple):
-    """An allocation: the distinct hosts in first-appearance order, each one's slots."""
-
-    hosts: tuple[str, ...]
-    slots: tuple[int, ...]
-
-    def total(self) -> int:
-        """All slots of the allocation."""
-        return sum(self.slots)
-
-
-#: A line as Grid Engine writes it: host, slot count >= 1, other fields. One match per line
-#: for the whole text, without a loop over the lines in Python (benchmarks/iplists.py,
-#: 4096 hosts); any other text is read line by line (:func:`_rows`).
-_ROW = re.compile(r"^(\S+)[ \t]+([1-9][0-9]{0,8})(?:[ \t][^\n]*)?$", re.MULTILINE)
-
-
-def _rows(text: str) -> list[tuple[str, str]]:
-    """``(host, slot count)`` of every line that is not blank; a malformed line raises."""
-    rows = []
-    for number, line in enumerate(text.split("\n"), 1):
-        fields = line.split()
-        if not fields:
-            continue
-        count = fields[1] if len(fields) > 1 else ""
-        if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
-            raise ValueError(f"{_FORMAT}; line {number} ({line.strip()!r}) has no slot count "
-                             ">= 1 after its host")
-        rows.append((fields[0], count))
-    if not rows:
-        raise ValueError(f"{_FORMAT}; the file has none")
-    return rows
-
-
-def parse_pe_hostfile(text: str) -> HostSlots:
-    """The hosts of ``PE_HOSTFILE`` in first-appearance order with their slots summed over
-    their lines (one line per granted queue, exec_job.c; blank lines ignored).
-
-    :param text: the file's content.
-    :returns: the allocation.
-    :raises ValueError: no line, a line without a host and a slot count, a host that is no
-        host name or address, a slot count that is not an integer >= 1 (the message
-        follows "expected").
-    """
-    body = text[:-1] if text.endswith("\n") else text
-    rows = _ROW.findall(body)
-    if not rows or len(rows) != body.count("\n") + 1:  # not every line matched
-        rows = _rows(text)
-    listed, counts = zip(*rows, strict=True)
-    joined = "\n".join(listed).lower()
-    keys = joined.split("\n")
-    if len(set(keys)) == len(keys) and ".\n" not in joined + "\n":
-        hosts, slots = list(listed), list(map(int, counts))
-    else:  # a host in several queues: sum its lines, at its first line
-        order: dict[str, int] = {}
-        hosts, slots = [], []
-        for host, count in rows:
-            at = order.setdefault(host_key(host), len(hosts))
-            if at == len(hosts):
-                hosts.append(host)
-                slots.append(0)
-            slots[at] += int(count)
-    bad = check_hosts(hosts)
-    if bad is not None:
-        raise ValueError(f"{_FORMAT}; host {bad[1]!r}: {bad[2]}")
-    return HostSlots(tuple(hosts), tuple(slots))
-
-
 def _allocation(environ: Mapping[str, str], text: str) -> HostSlots:
     try:
-        return parse_pe_hostfile(text)
+        return pe_hostfile(text, _FORMAT)
     except ValueError as exc:
         raise TopologyError(
             f"PE_HOSTFILE={shorten(environ['PE_HOSTFILE'])!r}: expected {exc}") from None

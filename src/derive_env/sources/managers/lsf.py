@@ -3,10 +3,10 @@
 Two table lines share this module (sources-cloud.md 20; IBM Spectrum LSF documentation,
 "Environment variables set for job execution"):
 
-* ``lsf`` (an allocation, as sources/slurm.py ``read_allocation``): ``nodes`` = the hosts
+* ``lsf`` (an allocation, as sources/managers/slurm.py ``read_allocation``): ``nodes`` = the hosts
   of ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``: each execution host with its slots, the
   first one running the batch script), in the order of their first appearance, slots
-  summed (sources/slots.py; Open MPI's ``ras/lsf`` bumps a repeated host's slots the
+  summed (sources/lists.py; Open MPI's ``ras/lsf`` bumps a repeated host's slots the
   same way, open-mpi/ompi#1572). ``LSB_HOSTS`` (one word per slot, not set when too long)
   must name the same hosts and slots when set. A batch script of a job of more than one
   host: :attr:`Report.problem` (raised when no inner source, jsrun's or mpirun's ranks,
@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
+from derive_env.sources.lists import HostSlots, one_per_slot, word_pairs
 from derive_env.sources.report import Processes, Report
-from derive_env.sources.slots import HostSlots, one_per_slot, word_pairs
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
 

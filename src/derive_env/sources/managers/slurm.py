@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
-from derive_env.sources.report import Processes, Report
-from derive_env.sources.slurm_checks import (
+from derive_env.sources.managers.slurm_checks import (
     Step,
     check_mpi_plugin,
     gpus_on_node,
@@ -42,7 +41,8 @@ from derive_env.sources.slurm_checks import (
     same_as,
     step_tasks,
 )
-from derive_env.sources.slurm_hostlist import expand_hostfile, parse_resv_ports
+from derive_env.sources.managers.slurm_hostlist import expand_hostfile, parse_resv_ports
+from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
 
 def _hostfile_hosts(path: str, text: str | None) -> list[str]:
     """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task): its grammar is
-    :func:`~derive_env.sources.slurm_hostlist.expand_hostfile`'s."""
+    :func:`~derive_env.sources.managers.slurm_hostlist.expand_hostfile`'s."""
     where = f"SLURM_HOSTFILE={shorten(path)!r}"
     if text is None:
         raise TopologyError(
@@ -177,12 +177,12 @@ def _arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None
 
 
 def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], info: Step,
-                 rank: int, local_rank: int, local_world: int,
-                 inputs: dict[str, tuple[str, ...]]) -> tuple[str | None, list[str]]:
+                 ranks: tuple[int, int, int]) -> tuple[str | None, list[str]]:
     """``(master, problems)``: rank 0's host when ``-m arbitrary`` proves it, and what only
     this task can check (``SLURM_GTIDS``, ``SLURMD_NODENAME``, its hostfile line, rank 0's
-    node), for :attr:`Report.problem`. Adds the master's inputs to ``inputs``."""
+    node), for :attr:`Report.problem`; ``ranks``: ``(rank, local rank, local world size)``."""
     hosts, node_id = info.hosts, info.node_id
+    rank, local_rank, local_world = ranks
     problems: list[str] = []
     gtids = _gtids(environ)
     if gtids is not None:
@@ -204,7 +204,6 @@ def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], in
     master: str | None = None
     if _arbitrary(environ):
         master, own_line = _arbitrary_master(environ, files, hosts, rank)
-        inputs["master"] = ("SLURM_DISTRIBUTION", "SLURM_HOSTFILE")
         if own_line is not None and own_line != hosts[node_id]:
             problems.append(
                 f"SLURM_HOSTFILE={shorten(environ['SLURM_HOSTFILE'])!r}: expected line {rank + 1} "
@@ -285,7 +284,8 @@ def read_step(environ: Mapping[str, str], title: str,
     info = Step(environ, job_hosts_if_set(environ))
     hosts, node_id = info.hosts, info.node_id
     rank, local_rank, world, local_world, tasks_per_node = step_tasks(environ, info)
-    check_mpi_plugin(environ, job, step, rank, node_id, world)
+    check_mpi_plugin(environ, f"{job}.{step}",
+                     {"SLURM_PROCID": rank, "SLURM_STEP_NUM_TASKS": world, "SLURM_NODEID": node_id})
     inputs: dict[str, tuple[str, ...]] = {
         "nodes": ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES"),
         "node_rank": ("SLURM_NODEID",),
@@ -296,8 +296,9 @@ def read_step(environ: Mapping[str, str], title: str,
         # this node's entry (SLURM_NODEID) of the list
         "local_world_size": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID"),
     }
-    master, problems = _self_checks(environ, files, info, rank, local_rank, local_world,
-                                    inputs)
+    master, problems = _self_checks(environ, files, info, (rank, local_rank, local_world))
+    if _arbitrary(environ):
+        inputs["master"] = ("SLURM_DISTRIBUTION", "SLURM_HOSTFILE")
     ports, gpus = _ports_and_gpus(environ, inputs)
     notes, warnings = _pty_notes(environ, world, rank)
     return Report(
@@ -400,8 +401,8 @@ def read_allocation(environ: Mapping[str, str], title: str) -> Report:
             "set by hand or inherited"))
     in_step = bool(environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_STEP_ID"))
     if not in_step and environ.get("SLURM_NNODES"):
-        same_as(environ, "SLURM_NNODES", variable_int(environ, "SLURM_NNODES", 1),
-                "SLURM_JOB_NUM_NODES", count)
+        same_as(environ, ("SLURM_NNODES", variable_int(environ, "SLURM_NNODES", 1)),
+                ("SLURM_JOB_NUM_NODES", count))
     inputs: dict[str, tuple[str, ...]] = {"nodes": ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES")}
     node_rank, notes, gpus = _allocation_node(environ, hosts, in_step, inputs)
     if len(hosts) == 1:

@@ -6,9 +6,9 @@ for every task of a job (``src/shell/shell.c`` ``shell_setup_environment``):
 per node), and per task (``src/shell/task.c`` ``shell_task_create``) ``FLUX_TASK_RANK`` and
 ``FLUX_TASK_LOCAL_ID``; its PMI plugin adds ``PMI_RANK`` and ``PMI_SIZE``
 (``src/shell/pmi/pmi.c`` ``shell_pmi_task_init``), which must agree. No host list, no shell
-rank and no per-node task count are in the environment: like an MPI launcher
-(sources/mpi.py), the source states the process layer and the node count, never the
-master; ``MASTER_ADDR`` (or an outer source with a host list) gives it.
+rank and no per-node task count are in the environment: like an MPI launcher (read by
+its roles), the source states the process layer and the node count, never the master;
+``MASTER_ADDR`` (or an outer source with a host list) gives it.
 
 * One node (``FLUX_JOB_NNODES=1``): every task on it, node rank 0.
 * One task per node (``FLUX_JOB_SIZE`` = ``FLUX_JOB_NNODES``; every shell runs at least one

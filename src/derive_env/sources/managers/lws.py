@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem
+from derive_env.sources.lists import pod_hostname
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
 _FIX = ("the LeaderWorkerSet controller sets it in every container (kubernetes-sigs/lws "
         "pkg/utils/pod/pod_utils.go, AddLWSVariables); do not set it in the template's env")
-#: A Kubernetes hostname's longest length (a DNS label).
-_HOSTNAME_MAX = 63
 
 
 def _leader(environ: Mapping[str, str]) -> tuple[str, str]:
@@ -71,7 +70,7 @@ def _check_hostname(environ: Mapping[str, str], own: str, index: int) -> None:
     hostname = environ.get("HOSTNAME", "")
     if not hostname:
         return
-    expected = {own.lower(), own[:_HOSTNAME_MAX].rstrip("-.").lower()}
+    expected = {own.lower(), pod_hostname(own).lower()}
     if hostname.partition(".")[0].lower() not in expected:
         who = "the leader (LWS_WORKER_INDEX=0)" if index == 0 else (
             f"worker LWS_WORKER_INDEX={index} of the group, <leader>-<index>")
@@ -88,7 +87,7 @@ def _check_tpu(environ: Mapping[str, str], size: int, index: int) -> None:
     ``pkg/utils/accelerators/tpu.go``, ``AddTPUVariables``) must be the group's pods and this
     pod's index: JAX reads them itself (jax ``_src/clusters/cloud_tpu_cluster.py``), and a
     node layer that counts other hosts would contradict it. Reached only with ``--source
-    lws``: a pod with ``TPU_WORKER_ID`` is the ``gke-tpu`` source's (sources/tpu.py)."""
+    lws``: a pod with ``TPU_WORKER_ID`` is the ``gke-tpu`` source's (sources/managers/tpu.py)."""
     hosts = environ.get("TPU_WORKER_HOSTNAMES", "")
     if not hosts:
         return

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
-from derive_env.sources.indexed_job import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix
+from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from derive_env.validation import parse_int

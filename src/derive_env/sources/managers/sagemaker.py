@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
+from derive_env.sources import SAGEMAKER_CONFIG_VARIABLE as CONFIG_VARIABLE
+from derive_env.sources.lists import json_value
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
@@ -41,8 +43,6 @@ from derive_env.validation import variable_int
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-#: Chooses another path for the resource config (tests, operators); not a label.
-CONFIG_VARIABLE = "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG"
 #: The hyperparameter naming the groups that train (the toolkit's environment.py).
 KEY = "sagemaker_distribution_instance_groups"
 #: The training toolkit's default group name (environment.py).
@@ -57,9 +57,9 @@ _OUTSIDE_FIX = ("run the command without derive-env on the hosts of this group (
 def config_path(environ: Mapping[str, str]) -> str:
     """The resource config's path: ``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG`` or the
     platform's ``/opt/ml/input/config/resourceconfig.json``."""
-    from derive_env.sources import SAGEMAKER_CONFIG
+    from derive_env.sources import BY_NAME, file_path
 
-    return environ.get(CONFIG_VARIABLE) or SAGEMAKER_CONFIG
+    return file_path(BY_NAME["sagemaker-platform"].roles["hosts"][0], environ)
 
 
 def hyperparameters_path(environ: Mapping[str, str]) -> str:
@@ -77,21 +77,14 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     return config_path(environ), hyperparameters_path(environ)
 
 
-def _json(text: str | None) -> object:
-    try:
-        return json.loads(text) if text is not None else None
-    except (ValueError, RecursionError):  # nested deeper than the parser's stack
-        return None
-
-
 def _config_from_sm(environ: Mapping[str, str]) -> dict[str, object]:
     """The toolkit's ``SM_*`` as a resource config (its ``to_env_vars`` inverted)."""
     config: dict[str, object] = {"current_host": environ.get("SM_CURRENT_HOST"),
-                                 "hosts": _json(environ.get("SM_HOSTS"))}
+                                 "hosts": json_value(environ.get("SM_HOSTS"))}
     if not isinstance(config["hosts"], list):
         raise TopologyError(describe("SM_HOSTS", environ.get("SM_HOSTS", ""),
                                      "a JSON list of host names (the training toolkit's)"))
-    groups = _json(environ.get("SM_INSTANCE_GROUPS_DICT"))
+    groups = json_value(environ.get("SM_INSTANCE_GROUPS_DICT"))
     if isinstance(groups, dict) and groups:
         config["instance_groups"] = list(groups.values())
     if environ.get("SM_CURRENT_INSTANCE_GROUP"):
@@ -111,12 +104,12 @@ def _distribution_groups(environ: Mapping[str, str], current: str,
     ``SM_DISTRIBUTION_INSTANCE_GROUPS``, else the ``sagemaker_distribution_instance_groups``
     hyperparameter (its values are JSON text, decoded as the toolkit's
     ``read_hyperparameters`` does), else the current group."""
-    named = _strings(_json(environ.get("SM_DISTRIBUTION_INSTANCE_GROUPS")))
+    named = _strings(json_value(environ.get("SM_DISTRIBUTION_INSTANCE_GROUPS")))
     if named is not None:
         return named, "SM_DISTRIBUTION_INSTANCE_GROUPS"
-    document = _json(hyperparameters)
+    document = json_value(hyperparameters)
     value = document.get(KEY) if isinstance(document, dict) else None
-    named = _strings(_json(value) if isinstance(value, str) else value)
+    named = _strings(json_value(value) if isinstance(value, str) else value)
     if named is not None:
         return named, f"hyperparameter {KEY}"
     return [current], "the current group"
@@ -171,7 +164,7 @@ def _config(environ: Mapping[str, str], line: Source,
         path = config_path(environ)
         text = (files or {}).get(path)
         if text is not None:
-            return _json(text), path, path
+            return json_value(text), path, path
         if not (environ.get("SM_HOSTS") and environ.get("SM_CURRENT_HOST")):
             raise TopologyError(describe(
                 "TRAINING_JOB_NAME", environ["TRAINING_JOB_NAME"],

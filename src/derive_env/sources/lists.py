@@ -1,0 +1,280 @@
+"""Every host-list form a manager writes, read once: lines of IPv4 addresses, comma lists,
+JSON, and the batch schedulers' host-slot lists (hosts in first-appearance order, slots
+summed per host); the DNS label limit of a pod hostname.
+
+The IP lists (SkyPilot, dstack, Azure Batch, Determined) are checked by one match for the
+whole list (:func:`all_ipv4`), at C speed for 4096 nodes (benchmarks/iplists.py). The
+scheduler sources (PBS, LSF, Grid Engine's ``PE_HOSTFILE``) each state their allocation as
+a list of *slots* (a host once per slot, or a host with a slot count, possibly several
+times), never as a list of nodes. The rule is the same for all of them (sources-cloud.md
+19, 20, 22):
+
+* the nodes are the distinct hosts in the order of their first appearance (the first one
+  is where the scheduler runs the batch script: PBS's mother superior, LSF's first
+  execution host, Grid Engine's master queue);
+* a host's slots are the sum of its entries (Grid Engine lists a host once per queue, LSF
+  and PBS once per slot or per vnode);
+* hosts are compared as DNS compares them (:func:`derive_env.hosts.host_key`), so that
+  ``n1`` and ``N1`` are one host, spelled as it first appears.
+
+Pure: the text is read at the edge (cli/) and handed in. Errors are ``ValueError`` whose
+message follows "expected ..." and names the entry; the caller names the variable or file
+(``describe(name, value, str(exc))``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from derive_env.hosts import check_hosts, host_key, repeated_host
+
+#: A pod hostname is one DNS label: at most 63 characters (pkg/apis/batch/validation,
+#: kubernetes-sigs/jobset#408; the kubelet cuts a longer pod name: :func:`pod_hostname`).
+MAX_HOSTNAME = 63
+#: The headless Service's name (the pod template's ``subdomain``), when ``/etc/hosts`` has no
+#: FQDN line (``hostNetwork``) or cannot be read (``--env-file``): Kubernetes Indexed Jobs
+#: and JobSets.
+SUBDOMAIN = "DERIVE_ENV_SUBDOMAIN"
+#: Where the kubelet writes the pod's FQDN.
+HOSTS_FILE = "/etc/hosts"
+
+
+def pod_hostname(name: str) -> str:
+    """The hostname the kubelet gives a pod named ``name``: cut to :data:`MAX_HOSTNAME`
+    characters, then trailing ``-`` and ``.`` removed (kubelet_pods.go
+    ``truncatePodHostnameIfNeeded``)."""
+    return name[:MAX_HOSTNAME].rstrip("-.")
+
+
+def fqdn_suffix(hosts_text: str | None, hostname: str) -> str | None:
+    """``<subdomain>.<ns>.svc.<domain>`` from the kubelet's ``/etc/hosts`` line for
+    ``hostname`` (kubelet_pods.go, ``managedHostsFileContent``), or ``None`` without one.
+
+    :param hosts_text: the file's text (``None``: unreadable).
+    :param hostname: the pod's hostname (``HOSTNAME``).
+    """
+    for line in (hosts_text or "").splitlines():
+        for name in line.partition("#")[0].split()[1:]:
+            if name.startswith(hostname + ".") and len(name) > len(hostname) + 1:
+                return name[len(hostname) + 1:].rstrip(".")
+    return None
+
+_QUAD = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
+#: Dotted quads separated by one character: one match for the whole list, then each
+#: distinct octet once, instead of one address parse per node (benchmarks/iplists.py,
+#: 4096 nodes); anything else is checked entry by entry (:func:`derive_env.hosts.check_hosts`).
+_QUADS = {sep: re.compile(rf"(?:{_QUAD}{sep})*{_QUAD}") for sep in ("\n", ",")}
+
+
+def all_ipv4(text: str, separator: str = "\n") -> bool:
+    """Whether ``text`` is IPv4 addresses separated by ``separator`` (a newline: SkyPilot's,
+    dstack's and Determined's lists; a comma: Azure Batch's), each as ``ipaddress``
+    accepts it (octets 0-255, no leading zero)."""
+    if not _QUADS[separator].fullmatch(text):
+        return False
+    octets = set(text.replace(separator, ".").split("."))
+    return not any(len(o) > 1 and (o[0] == "0" or int(o) > 255) for o in octets)
+
+
+def host_list(text: str, separator: str = "\n") -> tuple[str, ...]:
+    """The hosts of a list a manager writes, one per line (``separator`` a newline) or
+    comma-separated, in its order: IPv4 addresses checked by one match (:func:`all_ipv4`),
+    anything else entry by entry; blanks around an entry are ignored.
+
+    :raises ValueError: an empty entry (an address not known yet), an entry that is no host
+        name or address, or a host listed twice (the message follows "expected").
+    """
+    if all_ipv4(text, separator):  # the managers' own form: nothing to strip or look up
+        hosts = text.split(separator)
+    else:
+        hosts = [entry.strip() for entry in text.split(separator)]
+        if "" in hosts:
+            raise ValueError(f"one host per entry, none empty: entry {hosts.index('') + 1} is "
+                             "empty")
+        bad = check_hosts(hosts)
+        if bad is not None:
+            raise ValueError(f"one host per entry: entry {bad[0]} ({bad[1]!r}): {bad[2]}")
+    twice = repeated_host(hosts)
+    if twice is not None:
+        raise ValueError(f"distinct hosts, one per node: {twice!r} is listed twice")
+    return tuple(hosts)
+
+
+def json_value(text: str | None) -> object:
+    """``text`` as JSON; ``None`` when it is unset, empty or not JSON (nested deeper than
+    the parser's stack included)."""
+    import json  # only a source or size that reads JSON
+
+    try:
+        return json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        return None
+
+
+class HostSlots(NamedTuple):
+    """An allocation as hosts and their slots.
+
+    :ivar hosts: the distinct hosts, in the order of their first appearance.
+    :ivar slots: each host's slots (>= 1), summed over its entries, in the same order.
+    """
+
+    hosts: tuple[str, ...]
+    slots: tuple[int, ...]
+
+    def total(self) -> int:
+        """All slots of the allocation."""
+        return sum(self.slots)
+
+
+#: The most slots one entry may state (a count longer than this is no scheduler's).
+_MAX_DIGITS = 9
+
+
+def _summed(hosts: Sequence[str], counts: Iterable[int]) -> HostSlots:
+    """Sum ``counts`` per host (by :func:`host_key`), first appearance first."""
+    folded = "\n".join(hosts).lower()
+    if ".\n" not in folded + "\n":  # no trailing dot: the keys are the lowered names
+        keys = folded.split("\n")
+        if len(set(keys)) == len(keys):  # every host once: nothing to sum
+            return HostSlots(tuple(hosts), tuple(counts))
+    order: dict[str, int] = {}
+    spelled: list[str] = []
+    slots: list[int] = []
+    for host, count in zip(hosts, counts, strict=True):
+        key = host_key(host)
+        at = order.get(key)
+        if at is None:
+            order[key] = len(spelled)
+            spelled.append(host)
+            slots.append(count)
+        else:
+            slots[at] += count
+    return HostSlots(tuple(spelled), tuple(slots))
+
+
+def _checked(hosts: Sequence[str], what: str) -> None:
+    if not hosts:
+        raise ValueError(f"{what}: at least one host")
+    bad = check_hosts(hosts)
+    if bad is not None:
+        position, host, problem = bad
+        raise ValueError(f"{what}: entry {position} ({host!r}): {problem}")
+
+
+def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
+    """A file or list that names a host once per slot (PBS's ``PBS_NODEFILE``, LSF's
+    ``LSB_DJOB_HOSTFILE``; ``LSB_HOSTS`` split on blanks gives the same lines).
+
+    Blank lines and blanks around a name are ignored (the managers write none; a file
+    edited by hand may end with one).
+
+    :param text: the file's content.
+    :param what: the format, for the message (follows "expected").
+    :returns: each distinct host with its number of lines.
+    :raises ValueError: no host at all, or an entry that is not a host name or address.
+    """
+    if " " in text or "\t" in text:  # blanks inside a line: each line stripped, as it is
+        entries = [line.strip() for line in text.split("\n") if line.strip()]
+    else:  # one name per line (what the schedulers write): split at C speed
+        entries = text.split()
+    counts = Counter(entries)
+    distinct = list(counts)  # first appearance order (a dict's)
+    if not distinct:
+        raise ValueError(f"{what}: at least one host")
+    bad = check_hosts(distinct)
+    if bad is not None:  # name the entry's place in the file, not among the distinct
+        _, host, problem = bad
+        raise ValueError(f"{what}: entry {entries.index(host) + 1} ({host!r}): {problem}")
+    return _summed(distinct, counts.values())
+
+
+def _count(text: str, position: int, host: str, what: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_DIGITS or int(text) < 1:
+        raise ValueError(f"{what}: entry {position} ({host!r}): a slot count >= 1, not "
+                         f"{text!r}")
+    return int(text)
+
+
+def host_count_pairs(pairs: Sequence[tuple[str, str]], what: str) -> HostSlots:
+    """Hosts with their slot counts as text: ``LSB_MCPU_HOSTS``'s ``host n`` pairs, or the
+    first two fields of each line of Grid Engine's ``PE_HOSTFILE``.
+
+    :param pairs: ``(host, count)`` in the scheduler's order; a host may repeat.
+    :param what: the format, for the message (follows "expected").
+    :returns: each distinct host with the sum of its counts.
+    :raises ValueError: no pair, a host that is not a host name or address, or a count
+        that is not a decimal integer >= 1.
+    """
+    return _host_counts([host for host, _ in pairs], [count for _, count in pairs], what)
+
+
+def _host_counts(hosts: Sequence[str], texts: Sequence[str], what: str) -> HostSlots:
+    """:func:`host_count_pairs` of the hosts and their counts as two lists."""
+    _checked(hosts, what)
+    joined = "".join(texts)
+    if joined.isascii() and joined.isdigit() and max(map(len, texts)) <= _MAX_DIGITS:
+        counts = list(map(int, texts))  # every count decimal: one pass at C speed
+        if min(counts) >= 1:
+            return _summed(hosts, counts)
+    counts = [_count(count, position, host, what)
+              for position, (host, count) in enumerate(zip(hosts, texts, strict=True), 1)]
+    return _summed(hosts, counts)
+
+
+def word_pairs(text: str, what: str) -> HostSlots:
+    """``"hostA 4 hostB 4"`` (LSF's ``LSB_MCPU_HOSTS``): words taken two by two.
+
+    :raises ValueError: an odd number of words, or as :func:`host_count_pairs`.
+    """
+    words = text.split()
+    if len(words) % 2:
+        raise ValueError(f"{what}: an even number of words (a count after each host), "
+                         f"not {len(words)}")
+    return _host_counts(words[::2], words[1::2], what)
+
+
+#: A ``PE_HOSTFILE`` line as Grid Engine writes it: host, slot count >= 1, other fields. One
+#: match per line for the whole text, without a loop over the lines in Python
+#: (benchmarks/iplists.py, 4096 hosts); any other text is read line by line (:func:`_rows`).
+_ROW = re.compile(r"^(\S+)[ \t]+([1-9][0-9]{0,8})(?:[ \t][^\n]*)?$", re.MULTILINE)
+
+
+def _rows(text: str, what: str) -> list[tuple[str, str]]:
+    """``(host, slot count)`` of every line that is not blank; a malformed line raises."""
+    rows = []
+    for number, line in enumerate(text.split("\n"), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        count = fields[1] if len(fields) > 1 else ""
+        if not (count.isascii() and count.isdigit()) or len(count) > _MAX_DIGITS or int(count) < 1:
+            raise ValueError(f"{what}; line {number} ({line.strip()!r}) has no slot count "
+                             ">= 1 after its host")
+        rows.append((fields[0], count))
+    if not rows:
+        raise ValueError(f"{what}; the file has none")
+    return rows
+
+
+def pe_hostfile(text: str, what: str) -> HostSlots:
+    """Grid Engine's ``PE_HOSTFILE`` (``<host> <slots> <queue> <processors>``, one line per
+    granted queue, exec_job.c; blank lines ignored): the hosts in first-appearance order
+    with their slots summed over their lines.
+
+    :param what: the format, for the message (follows "expected").
+    :raises ValueError: no line, a line without a host and a slot count, a host that is no
+        host name or address, a slot count that is not an integer >= 1.
+    """
+    body = text[:-1] if text.endswith("\n") else text
+    rows = _ROW.findall(body)
+    if not rows or len(rows) != body.count("\n") + 1:  # not every line matched
+        rows = _rows(text, what)
+    listed, counts = zip(*rows, strict=True)
+    allocation = _summed(listed, map(int, counts))
+    bad = check_hosts(allocation.hosts)
+    if bad is not None:
+        raise ValueError(f"{what}; host {bad[1]!r}: {bad[2]}")
+    return allocation

@@ -1,0 +1,188 @@
+"""The one reader of a manager's variables by role, and the kit of the manager modules.
+
+A table line (:data:`derive_env.sources.SOURCES`) may name its variables by role in
+``roles``, a dict literal (no import to see or refuse a manager)::
+
+    roles={"num_nodes": "_CONDOR_NPROCS", "node_rank": "_CONDOR_PROCNO",
+           "job": "_CONDOR_REMOTE_SPOOL_DIR",
+           "why": "the starter sets both for one node (parallel_proc.cpp), so one was set by hand"}
+
+The roles (names as in torch.distributed):
+
+* ``num_nodes`` (>= 1) and ``node_rank`` (>= 0, below ``num_nodes``; without a node count,
+  below ``world_size``: every node runs at least one process);
+* ``world_size``, ``local_world_size`` (>= 1), ``rank``, ``local_rank`` (>= 0): the process
+  layer, all four or none; each rank below its size, the local world size at most the
+  world size;
+* ``hosts``: ``(variable, form)``, the job's hosts in the manager's order (node rank r is
+  the r-th), ``form`` ``ips`` (one per line) or ``comma``: checked and unique
+  (sources/lists.py); the node count is their number (a ``num_nodes`` role must equal it),
+  the master the first;
+* ``job``: a job id every process of the job shares (the port policy's seed, the session);
+* ``same``: ``((variable, role), ...)``: the same fact in another vocabulary the manager
+  also writes, checked when set (Open MPI's ``PMIX_RANK`` beside its own rank);
+* ``note``: for ``--explain``; ``why``: the manager's rule, ending every message about two
+  of its variables (what a contradiction means and what to unset).
+
+:func:`read` checks them with one wording per rule, naming the variable, its value and the
+other variable, and reports each fact with the variable it came from. A manager with rules
+of its own keeps a module (under ``sources/managers/``) and uses the kit here:
+:func:`parsed`, :func:`checked_master`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+from derive_env.errors import TopologyError, describe
+from derive_env.sources.report import Processes, Report
+from derive_env.topology import nodes_of
+from derive_env.validation import parse_int, variable_int
+
+if TYPE_CHECKING:
+    from derive_env.sources import Source
+
+_T = TypeVar("_T")
+
+#: Each integer role: (its minimum, what it is, for messages), in the order they are read.
+INTEGERS = {"world_size": (1, "world size"), "local_world_size": (1, "local world size"),
+            "rank": (0, "global rank"), "local_rank": (0, "local rank"),
+            "num_nodes": (1, "node count"), "node_rank": (0, "node rank")}
+#: ``(role, other role, relation)``: the checks between two roles, in this order; a node
+#: rank without a node count is below the world size (every node runs a process).
+_RELATIONS = (("rank", "world_size", "below"), ("local_rank", "local_world_size", "below"),
+              ("local_world_size", "world_size", "at most"),
+              ("node_rank", "num_nodes", "below"))
+#: The process layer's roles, in :class:`Processes` order.
+PROCESS_ROLES = ("rank", "local_rank", "world_size", "local_world_size")
+
+
+def read(environ: Mapping[str, str], line: Source,
+         files: Mapping[str, str | None] | None = None) -> Report:
+    """What the variables of ``line.roles`` say (module docstring).
+
+    :param environ: the process environment; the line's detect variables are all set.
+    :param line: a table line with ``roles``.
+    :param files: unused (a role names no file).
+    :returns: the node count and rank, the process layer, the job and session when the
+        roles name them, with their variables as ``inputs``.
+    :raises TopologyError: a value that is not a decimal integer of its role's minimum, an
+        index not below its count, a local world size above the world size, or a companion
+        that disagrees (``same``); the message names both variables, with their values.
+    """
+    roles = line.roles
+    why = roles.get("why", "")
+    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})")
+           for role, (minimum, what) in INTEGERS.items() if role in roles}
+    for low, high, relation in _RELATIONS:
+        if low in got and (high in got or (low == "node_rank" and "world_size" in got)):
+            high = high if high in got else "world_size"
+            if got[low] > got[high] or (relation == "below" and got[low] == got[high]):
+                raise TopologyError(describe(
+                    roles[low], environ[roles[low]], f"a {INTEGERS[low][1]} {relation} "
+                    f"{roles[high]}={environ[roles[high]]!r}{_ending(why, ': ')}"))
+    notes = _companions(environ, roles, got, why)
+    hosts = _hosts(environ, roles, got, why) if "hosts" in roles else ()
+    inputs: dict[str, tuple[str, ...]] = {"nodes": (roles["hosts"][0],)} if hosts else {}
+    processes = None
+    if "rank" in got:
+        processes = Processes(*(got[role] for role in PROCESS_ROLES))
+        inputs["processes"] = tuple(roles[role] for role in PROCESS_ROLES)
+        inputs.update((role, (roles[role],)) for role in PROCESS_ROLES)
+    inputs.update((role, (roles[role],)) for role in ("num_nodes", "node_rank") if role in got)
+    if hosts and "num_nodes" in got:
+        del got["num_nodes"]  # the list states it
+    job = environ.get(roles["job"], "").strip() if "job" in roles else ""
+    if job:
+        inputs["ports"] = (roles["job"],)
+    if "num_nodes" in got and "node_rank" in got:
+        notes = (f"node {got['node_rank']} of {got['num_nodes']} ({roles['node_rank']}, "
+                 f"{roles['num_nodes']})" + (f"; {roles['note']}" if "note" in roles else ""),
+                 *notes)
+    return Report(
+        source=line.name, title=line.title, nodes=nodes_of(hosts) if hosts else (),
+        num_nodes=got.get("num_nodes"),
+        node_rank=got.get("node_rank"), processes=processes,
+        job=(line.name, job, "") if job else None, session_id=job or None,
+        inputs=inputs, notes=notes)
+
+
+def _ending(why: str, separator: str) -> str:
+    """The manager's rule after ``separator``, ending a message; nothing without one."""
+    return f"{separator}{why}" if why else ""
+
+
+def _hosts(environ: Mapping[str, str], roles: Mapping[str, object], got: Mapping[str, int],
+           why: str) -> tuple[str, ...]:
+    """The ``hosts`` role's list, checked against the node count and the node rank."""
+    from derive_env.sources.lists import host_list
+
+    name, form = roles["hosts"]
+    ending = _ending(why, "; ")
+    try:
+        hosts = host_list(environ[name], "\n" if form == "ips" else ",")
+    except ValueError as exc:
+        raise TopologyError(describe(name, environ[name], f"{exc}{ending}")) from None
+    count = f"the {len(hosts)} hosts in {name}"
+    if got.get("num_nodes", len(hosts)) != len(hosts):
+        raise TopologyError(describe(roles["num_nodes"], environ[roles["num_nodes"]],
+                                     f"{len(hosts)}, {count}{ending}"))
+    if got.get("node_rank", 0) >= len(hosts):
+        raise TopologyError(describe(roles["node_rank"], environ[roles["node_rank"]],
+                                     f"a node rank below {len(hosts)}, {count}{ending}"))
+    return hosts
+
+
+def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
+                got: Mapping[str, int], why: str) -> tuple[str, ...]:
+    """Notes for the companion variables that are set, each equal to the manager's own
+    (``same``); TopologyError naming both when one is not."""
+    notes = []
+    for companion, role in roles.get("same", ()):
+        value = environ.get(companion)
+        if not value:
+            continue
+        own = roles[role]
+        try:
+            agrees = parse_int(value, minimum=0) == got[role]
+        except ValueError:
+            agrees = False
+        if not agrees:
+            raise TopologyError(describe(
+                companion, value,
+                f"the same {INTEGERS[role][1]} as {own}={environ[own]!r}{_ending(why, ': ')}"))
+        notes.append(f"{companion} agrees with {own}")
+    return tuple(notes)
+
+
+def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
+    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
+    TopologyError naming the variable and its value."""
+    try:
+        return parse(environ[name])
+    except ValueError as exc:
+        raise TopologyError(describe(name, environ[name], str(exc))) from None
+
+
+def checked_master(environ: Mapping[str, str], addr: str, port: str,
+                   fix: str) -> tuple[str, int]:
+    """A master a manager set, checked: ``(environ[addr], environ[port] as a TCP port)``
+    (``MASTER_ADDR``/``MASTER_PORT``, Kubeflow's ``PET_MASTER_*``), for the sources that read
+    one (torchrun, Kubeflow, Azure ML, Ray Train).
+
+    :param fix: ends each message (what to do instead).
+    :raises TopologyError: the host is no host name or address (:func:`derive_env.hosts.
+        host_problem`), or the port is not 1-65535; the message names the variable and value.
+    """
+    from derive_env.hosts import host_problem
+    from derive_env.validation import parse_port
+
+    host = environ[addr]
+    problem = host_problem(host)
+    if problem:
+        raise TopologyError(describe(addr, host, f"{problem}; {fix}"))
+    try:
+        return host, parse_port(environ[port])
+    except ValueError as exc:
+        raise TopologyError(describe(port, environ[port], f"{exc}; {fix}")) from None
