@@ -1115,6 +1115,12 @@ def test_main1_hint_names_the_command_and_the_fix() -> None:
         "node: on-every-node python train.py (docs/backendai.md, \"Only main1 started the job\")")
 
 
+def test_main1_hint_quotes_the_command_it_suggests() -> None:
+    """The fix is pasted as shown: words with spaces or $ stay one word (new-user trial)."""
+    hint = main1_hint(MAIN1, ["sh", "-c", "echo ran NODE_RANK=$NODE_RANK"])
+    assert "Start it on every node: on-every-node sh -c 'echo ran NODE_RANK=$NODE_RANK' (" in hint
+
+
 @pytest.mark.parametrize(("extra", "command"), [
     ({"BACKENDAI_CLUSTER_ROLE": "sub"}, ["python"]),
     ({"BACKENDAI_CLUSTER_IDX": "2"}, ["python"]),

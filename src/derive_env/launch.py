@@ -212,7 +212,9 @@ def main1_hint(environ: Mapping[str, str], command: Sequence[str]) -> str | None
              arg.replace(";", " ").replace("&", " ").replace("|", " ").split()}
     if words & FAN_OUT:
         return None
-    shown = shorten(" ".join(command), 120)
+    import shlex  # only when the hint is given: not on the start path
+
+    shown = shorten(shlex.join(command), 120)  # quoted, so the fix can be pasted as shown
     return (f"only this container (main1 of {int(size)}) runs {shown}: Backend.AI starts "
             "the batch command in main1 alone, so the other containers never join the job. "
             f"Start it on every node: on-every-node {shown} (docs/backendai.md, \"Only main1 "
