@@ -32,11 +32,11 @@ A single-node (non-MNP) Batch job has ``AWS_BATCH_JOB_ID`` only: not this source
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
+from derive_env.hostnet import local_v4, routes_v4
 from derive_env.sources.report import Report
 from derive_env.validation import variable_int
 
@@ -52,12 +52,6 @@ _FIX = ("AWS Batch sets it in every node of a multi-node parallel job (AWS Batch
         "\"Environment variables\" of multi-node parallel jobs); do not set it by hand")
 _SET_BY_HAND = (f"export {MAIN_ADDRESS} on the main node to its private IPv4 address (the "
                 f"address the child nodes get: {MAIN_ADDRESS}=$(hostname -i) derive-env ...)")
-_RTF_UP, _RTF_GATEWAY = 0x1, 0x2
-_TRIE_LEAF = re.compile(r"\s*\|--\s+(\d+\.\d+\.\d+\.\d+)\s*$")
-_TRIE_LOCAL = re.compile(r"\s*/32\s+host\s+LOCAL\s*$")
-
-Route = tuple[ipaddress.IPv4Network, int, str, ipaddress.IPv4Address, bool]
-
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """On the main node of a job of several nodes only: the route and address tables (the
@@ -69,46 +63,10 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     return (LOCAL,) if environ.get(MAIN_ADDRESS) else (ROUTES, LOCAL)
 
 
-def _routes(text: str) -> list[Route]:
-    """``/proc/net/route``: (network, metric, interface, gateway, via a gateway), up only."""
-    routes: list[Route] = []
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 8:
-            continue
-        try:
-            flags = int(fields[3], 16)
-            dest, gateway, mask = (int.from_bytes(bytes.fromhex(f), "little")
-                                   for f in (fields[1], fields[2], fields[7]))
-            net = ipaddress.IPv4Network((dest, bin(mask).count("1")), strict=False)
-            route = (net, int(fields[6]), fields[0], ipaddress.IPv4Address(gateway),
-                     bool(flags & _RTF_GATEWAY))
-        except ValueError:
-            continue
-        if flags & _RTF_UP:
-            routes.append(route)
-    return routes
-
-
 def _local(fib_trie: str) -> list[ipaddress.IPv4Address]:
     """This node's own IPv4 addresses (``/32 host LOCAL`` leaves of ``fib_trie``), in order,
     loopback and link-local left out."""
-    found: list[ipaddress.IPv4Address] = []
-    leaf = None
-    for line in fib_trie.splitlines():
-        match = _TRIE_LEAF.match(line)
-        if match:
-            leaf = match[1]
-        elif leaf is not None and _TRIE_LOCAL.match(line):
-            try:
-                address = ipaddress.IPv4Address(leaf)
-            except ValueError:
-                continue
-            if not (address.is_loopback or address.is_link_local) and address not in found:
-                found.append(address)
-        elif not line.lstrip().startswith("/"):
-            leaf = None
-    return found
+    return [a for a in local_v4(fib_trie) if not (a.is_loopback or a.is_link_local)]
 
 
 def own_address(routes: str, fib_trie: str) -> tuple[str | None, str]:
@@ -119,14 +77,16 @@ def own_address(routes: str, fib_trie: str) -> tuple[str | None, str]:
     :returns: ``(address, how)``: the address (``None`` when it cannot be told) and, for
         messages and ``--explain``, how it was found or why not.
     """
-    table = _routes(routes)
-    defaults = sorted((metric, position, iface, gateway) for position, (net, metric, iface,
-                      gateway, _) in enumerate(table) if net.prefixlen == 0 and iface != "lo")
+    # a route whose gateway field is no 4-byte address is of no use here (gateway None)
+    table = [r for r in routes_v4(routes) if r.gateway is not None]
+    defaults = sorted((r.metric, position, r.interface, r.gateway)
+                      for position, r in enumerate(table)
+                      if r.network.prefixlen == 0 and r.interface != "lo")
     if not defaults:
         return None, f"no default route in {ROUTES}"
     _, _, iface, gateway = defaults[0]
-    subnets = [net for net, _, name, _, via in table
-               if name == iface and not via and net.prefixlen > 0]
+    subnets = [r.network for r in table
+               if r.interface == iface and not r.via_gateway and r.network.prefixlen > 0]
     own = _local(fib_trie)
     candidates = [a for a in own if any(a in net for net in subnets)]
     on_gateway = [a for a in candidates
