@@ -45,8 +45,7 @@ from derive_env.labels import (
 
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
 MAX_INPUT_BYTES = 1 << 20
-#: Largest file a source reads (a 4096-node step's SLURM_HOSTFILE of 8 tasks per node is
-#: about 0.4 MiB).
+#: Largest file a source reads (a 4096-node step's SLURM_HOSTFILE is about 0.4 MiB).
 MAX_SOURCE_FILE_BYTES = 16 << 20
 #: The kernel's ephemeral port range (sysctl ``net.ipv4.ip_local_port_range``), read only
 #: when a port was derived by hash, for the warning of a range that overlaps the window
@@ -54,31 +53,18 @@ MAX_SOURCE_FILE_BYTES = 16 << 20
 PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
-def run(
-    command: Sequence[str],
-    *,
-    dry_run: bool = False,
-    fmt: str = "env",
-    explain: bool = False,
-    all_nodes: bool = False,
-    labels_files: Sequence[str] = (),
-    label_items: Sequence[str] = (),
-    env_file: str | None = None,
-    source: str | None = None,
-    frameworks: str | None = None,
-) -> int:
+def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
+        explain: bool = False, all_nodes: bool = False, labels_files: Sequence[str] = (),
+        label_items: Sequence[str] = (), env_file: str | None = None,
+        source: str | None = None, frameworks: str | None = None) -> int:
     """Do what the command line asked; returns the exit status (or execs and never returns).
-
-    ``frameworks`` (``--frameworks LIST``) is the ``frameworks`` label, after every
-    ``--label`` (contract section 11).
-
+    ``frameworks`` (``--frameworks LIST``) is the ``frameworks`` label, after every ``--label``.
     Errors from input print ``derive-env: error: ...`` and return their exit code without
     running the command; with label ``on-error=warn`` a derivation error prints a warning
     and the command runs with its environment unchanged. ``--explain`` is a dry run (a
     command given is not run, a note says so); on an error it still prints every node's
     view when a topology can be built (:func:`derive_env.cli.formats.picture`), then the
-    error. ``all_nodes``
-    (``--explain --all-nodes``) adds that view to the explanation.
+    error. ``all_nodes`` (``--explain --all-nodes``) adds that view to the explanation.
     """
     environ: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
@@ -297,15 +283,13 @@ def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the p
 
 
 def new_run_id() -> str:
-    """A fresh run id for this start (16 lowercase hex digits, 64 bits from the kernel's
-    random source): ``DERIVE_ENV_RUN_ID`` of a container no manager identifies
-    (:func:`derive_env.merge.run_id`), never guessable from the time of the start."""
+    """This start's fresh run id (:func:`derive_env.merge.run_id`): 16 lowercase hex digits,
+    64 bits from the kernel's random source, never guessable from the time of the start."""
     return os.urandom(8).hex()
 
 
 def read_port_range() -> str | None:
-    """The text of :data:`PORT_RANGE_FILE`, ``None`` when it cannot be read."""
-    return _text_or_none(PORT_RANGE_FILE)
+    return _text_or_none(PORT_RANGE_FILE)  # None when it cannot be read
 
 
 def _text_or_none(path: str) -> str | None:
@@ -424,16 +408,15 @@ def _exec(command: Sequence[str], environ: Mapping[str, str], derivation) -> int
 
     if derivation is None:  # not opted in, or on-error=warn: the environment unchanged
         exec_command(command, environ)
-    # _derive checked these exact argv and environment against the kernel's limits.
-    exec_command(command, {**environ, **derivation.changes()}, limits_checked=True)
+    exec_command(command, {**environ, **derivation.changes()},
+                 limits_checked=True)  # _derive checked this argv and environment
 
 
 # ------------------------------------------------------------------------------ the output
 
 
 def say(kind: str, message: str) -> None:
-    """``derive-env: KIND: MESSAGE`` on stderr, shortened to 4000 characters; a closed or
-    broken stderr must not change what happens next."""
+    """``derive-env: KIND: MESSAGE`` on stderr (4000 characters at most); never fails."""
     if sys.stderr is None:
         return
     try:  # not contextlib.suppress: contextlib stays off the start path
