@@ -159,6 +159,10 @@ elif [ -n "${DERIVE_ENV_RUN_ID-}" ] && derived=$(derived_run_id) &&
     run_id=$DERIVE_ENV_RUN_ID run_id_name=DERIVE_ENV_RUN_ID
 else
     run_id=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') run_id_name=
+    if [ "${#run_id}" -ne 16 ]; then
+        echo "on-every-node: no run id: /dev/urandom could not be read" >&2
+        exit 1
+    fi
 fi
 if ! run_id_ok "$run_id"; then
     echo "on-every-node: $run_id_name='$(printf '%s' "$run_id" | tr -c '[:print:]' '?')':" \
