@@ -19,6 +19,18 @@
 #      must be equal. When one differs, `--format digest-facts` of that node and of this
 #      one are compared and the facts that differ are printed (`name: value`, both nodes).
 #   With one host (a single-container session lists `localhost`) there is nothing to check.
+# - The run id: each invocation is one run, with one DERIVE_ENV_RUN_ID on every node (in
+#   COMMAND's environment and in every digest probe, so the digests cover it), printed in
+#   the start line on stderr (`on-every-node: run ID (DERIVE_ENV_RUN_ID) on N nodes`):
+#   1. ON_EVERY_NODE_RUN_ID when set: the id you chose for this run (e.g. to resume one);
+#   2. else a DERIVE_ENV_RUN_ID you exported yourself: kept. The hook exported one in every
+#      container at its start, derived from the session, the same for every run of the
+#      session: a set value equal to what `derive-env` derives here without it is the
+#      hook's, replaced; so is any set value where derive-env derives none that is stable
+#      (it draws a fresh one at each start: no session id): use ON_EVERY_NODE_RUN_ID there;
+#   3. else a fresh one: 16 lowercase hex digits from /dev/urandom.
+#   Either set value must be 1 to 64 letters, digits, '.', '_', '-', the first a letter or
+#   digit.
 # - This container runs COMMAND itself; each other one over `ssh -tt HOST` (Backend.AI's
 #   ~/.ssh/config gives port 2200 and the cluster key), in the current working directory,
 #   each argument single-quoted for the remote shell, so it arrives byte for byte.
@@ -47,8 +59,9 @@
 #   0     COMMAND exited 0 on every node
 #   N     COMMAND's status on the node named on stderr (fail fast: the first node that
 #         failed; --keep-going: the first non-zero status in canonical order)
-#   2     usage: no COMMAND, an unknown option, or ON_EVERY_NODE_SSH_WAIT (a whole number
-#         of seconds, 1 or more) / ON_EVERY_NODE_GRACE (0 or more) not a number
+#   2     usage: no COMMAND, an unknown option, ON_EVERY_NODE_SSH_WAIT (a whole number
+#         of seconds, 1 or more) / ON_EVERY_NODE_GRACE (0 or more) not a number, or a run
+#         id (ON_EVERY_NODE_RUN_ID, DERIVE_ENV_RUN_ID) that is not one
 #   3     the nodes do not agree (their digests differ); nothing was started
 #   255   a node did not answer over SSH within ON_EVERY_NODE_SSH_WAIT; nothing was started
 #         (after the start, 255 of a node is its ssh client's own failure)
@@ -111,6 +124,57 @@ lookup='if command -v derive-env >/dev/null 2>&1; then d=derive-env;
 elif [ -x /opt/derive-env/bin/derive-env ]; then d=/opt/derive-env/bin/derive-env;
 else echo "derive-env is not installed (not on PATH, no /opt/derive-env/bin/derive-env)" >&2;
 exit 127; fi'
+
+# quote WORD: WORD as one single-quoted shell word ('  becomes  '\'' ).
+quote() {
+    _q_rest=$1 _q_out=
+    while :; do
+        case $_q_rest in
+            *\'*) _q_out="$_q_out${_q_rest%%\'*}'\\''"; _q_rest=${_q_rest#*\'} ;;
+            *) break ;;
+        esac
+    done
+    printf "'%s%s'" "$_q_out" "$_q_rest"
+}
+
+# ---- the run id: one per invocation, the same on every node ----------------------------
+# run_id_ok ID: ID is a run id derive-env keeps (1 to 64 letters, digits, '.', '_', '-',
+# the first a letter or digit).
+run_id_ok() {
+    case $1 in ''|[!A-Za-z0-9]*|*[!A-Za-z0-9._-]*) return 1 ;; esac
+    [ "${#1}" -le 64 ]
+}
+# derived_run_id: the DERIVE_ENV_RUN_ID derive-env derives here when none is set; the
+# Backend.AI hook exported that one (from the session id) in every container at its start.
+derived_run_id() {
+    (unset DERIVE_ENV_RUN_ID; "$derive_env" --dry-run --format digest-facts 2>/dev/null) |
+        sed -n 's/^var\.DERIVE_ENV_RUN_ID: //p'
+}
+if [ -n "${ON_EVERY_NODE_RUN_ID-}" ]; then
+    run_id=$ON_EVERY_NODE_RUN_ID run_id_name=ON_EVERY_NODE_RUN_ID
+elif [ -n "${DERIVE_ENV_RUN_ID-}" ] && derived=$(derived_run_id) &&
+    [ "$DERIVE_ENV_RUN_ID" != "$derived" ] && [ "$derived" = "$(derived_run_id)" ]; then
+    # yours, not the hook's: kept. (Where derive-env draws a fresh id at each start, no
+    # manager naming the job, the two differ: the hook's cannot be told from yours.)
+    run_id=$DERIVE_ENV_RUN_ID run_id_name=DERIVE_ENV_RUN_ID
+else
+    run_id=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') run_id_name=
+    if [ "${#run_id}" -ne 16 ]; then
+        echo "on-every-node: no run id: /dev/urandom could not be read" >&2
+        exit 1
+    fi
+fi
+if ! run_id_ok "$run_id"; then
+    echo "on-every-node: $run_id_name='$(printf '%s' "$run_id" | tr -c '[:print:]' '?')':" \
+        "expected a run id of 1 to 64 characters: letters, digits, '.', '_' or '-', the" \
+        "first a letter or digit" >&2
+    exit 2
+fi
+DERIVE_ENV_RUN_ID=$run_id
+export DERIVE_ENV_RUN_ID
+# the same on a peer: the remote shell's environment has the hook's
+export_run_id="DERIVE_ENV_RUN_ID=$(quote "$run_id"); export DERIVE_ENV_RUN_ID;"
+
 hosts=$("$derive_env" --dry-run --format hosts) || exit
 if [ -z "$hosts" ]; then
     echo "on-every-node: derive-env --dry-run --format hosts listed no host" >&2
@@ -123,18 +187,6 @@ self=$(lower "${BACKENDAI_CLUSTER_HOST:-$(hostname)}")
 is_self() {
     _s=$(lower "$1")
     [ "$_s" = "$self" ] || [ "$_s" = localhost ]
-}
-
-# quote WORD: WORD as one single-quoted shell word ('  becomes  '\'' ).
-quote() {
-    _q_rest=$1 _q_out=
-    while :; do
-        case $_q_rest in
-            *\'*) _q_out="$_q_out${_q_rest%%\'*}'\\''"; _q_rest=${_q_rest#*\'} ;;
-            *) break ;;
-        esac
-    done
-    printf "'%s%s'" "$_q_out" "$_q_rest"
 }
 
 # is_main: true in this script's own process, false in a subshell (a background job or a
@@ -187,7 +239,9 @@ trap 'is_main && stop 143' TERM
 # ---- before the start: every peer answers over SSH and prints the same digest ---------
 
 # remote_derive_env FORMAT: the remote shell command printing `--dry-run --format FORMAT`.
-remote_derive_env() { printf '%s; exec "$d" --dry-run --format %s' "$lookup" "$1"; }
+remote_derive_env() {
+    printf '%s %s; exec "$d" --dry-run --format %s' "$export_run_id" "$lookup" "$1"
+}
 connect_s=$((wait_s < 5 ? wait_s : 5))
 # ssh_to HOST COMMAND: ssh that never asks and gives up connecting after connect_s (the
 # same options as in probe, where it must be the background job itself, not a function).
@@ -336,7 +390,7 @@ export ON_EVERY_NODE
 # Not `exec COMMAND`: on dropbear, a command exec'd as the session's leader with an input
 # other than the terminal is, in about half the runs, reported as killed by a signal (ssh
 # exits 255) however it ended.
-remote="stty -onlcr 2>/dev/null; ON_EVERY_NODE=1; export ON_EVERY_NODE;"
+remote="stty -onlcr 2>/dev/null; ON_EVERY_NODE=1; export ON_EVERY_NODE; $export_run_id"
 remote="$remote cd $(quote "$PWD") || exit; c= h=; trap 'h=1; [ -z \"\$c\" ] ||"
 remote="$remote kill -HUP \"\$c\" 2>/dev/null' HUP;"
 for arg in "$@"; do
@@ -376,6 +430,9 @@ node() {  # a background job already: its traps are its own
 
 rm -f "$tmp"/rc.*
 mkfifo "$tmp/input" || exit
+n=0
+for host in $hosts; do n=$((n + 1)); done
+echo "on-every-node: run $run_id (DERIVE_ENV_RUN_ID) on $n node$([ "$n" -eq 1 ] || echo s)" >&2
 i=0
 for host in $hosts; do
     i=$((i + 1))

@@ -4,9 +4,11 @@ The stand-in ``ssh`` records its arguments and runs the remote command string wi
 in ``/`` (as a remote shell starts in its home), with ``NODE`` set to the host; hosts in
 FAKE_DOWN refuse the connection (status 255), hosts in FAKE_HANG never answer; with
 FAKE_DROPBEAR set it plays dropbear's terminal session: the end of the client's input hangs
-the remote command up (SIGHUP). The stand-in
+the remote command up (SIGHUP); the remote command's DERIVE_ENV_RUN_ID is the session's
+(what the hook exported in each container) unless the command string sets it. The stand-in
 ``derive-env`` lists FAKE_HOSTS, prints a digest of the facts file of its node
-(``facts.<NODE>``, else ``facts``) and those facts. So the probe, the digest comparison,
+(``facts.<NODE>``, else ``facts``) and the run id it sees, and those facts; it records the
+run id of each call in ``run-id.calls``. So the probe, the digest comparison,
 quoting, working directory, order, fail-fast and exit statuses are checked here in seconds,
 under every POSIX shell the script must run in; tests/e2e/test_e2e_fanout.py and
 test_e2e_backendai.py run the real script over Backend.AI's dropbear in real containers,
@@ -16,6 +18,7 @@ tests/e2e/test_e2e_openssh.py over OpenSSH's sshd in simulated ones.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +32,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "docker" / "on-every-node.sh"
 SHELLS = [s for s in ("sh", "dash", "busybox", "bash-posix")
           if shutil.which(s.split("-")[0])]
 HOSTS = ("main1", "sub1", "sub2")
+#: The run id the stand-in derive-env derives from the session (what the hook exported).
+SESSION_RUN_ID = "5e5510115e55101d"
 FACTS = "source: backendai\nnodes: main1,sub1,sub2\nmaster_addr: main1\nmaster_port: 29500\n"
 
 
@@ -39,9 +44,20 @@ def _sh(shell: str) -> list[str]:
 
 FAKE_DERIVE_ENV = """#!/bin/sh
 echo "${NODE-?} $*" >> "$LOG/derive-env.calls"
+echo "${NODE-?} $3 ${DERIVE_ENV_RUN_ID-(unset)}" >> "$LOG/run-id.calls"
 [ "$1 $2" = "--dry-run --format" ] || { echo "unexpected: $*" >&2; exit 9; }
 [ -z "${FAKE_RC-}" ] || { echo "derive-env: error: fake" >&2; exit "$FAKE_RC"; }
+case " ${FAKE_OTHER_RUN_ID-} " in *" $NODE "*) DERIVE_ENV_RUN_ID=0ther ;; esac
 facts="$LOG/facts.$NODE"
+# the run id fact: a set one, else the one derived from the session (the hook's), or with
+# FAKE_NO_SESSION a fresh one at each start
+run_id() {
+    [ -n "${DERIVE_ENV_RUN_ID-}${FAKE_NO_SESSION-}" ] ||
+        DERIVE_ENV_RUN_ID=$SESSION_RUN_ID
+    [ -n "${DERIVE_ENV_RUN_ID-}" ] ||
+        DERIVE_ENV_RUN_ID=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+    echo "var.DERIVE_ENV_RUN_ID: $DERIVE_ENV_RUN_ID"
+}
 [ -f "$facts" ] || facts="$LOG/facts"
 case $3 in
     hosts) printf '%s\\n' ${FAKE_HOSTS-main1 sub1 sub2} ;;
@@ -49,14 +65,16 @@ case $3 in
         case " ${FAKE_FAIL-} " in *" $NODE "*)
             echo "derive-env: error: label x on $NODE" >&2; exit 4 ;;
         esac
-        echo "$(cksum < "$facts" | cut -d' ' -f1) - $NODE" ;;
-    digest-facts) cat "$facts" ;;
+        echo "$({ cat "$facts"; run_id; } | cksum | cut -d' ' -f1) - $NODE" ;;
+    digest-facts) cat "$facts"; run_id ;;
     *) echo "unexpected: $*" >&2; exit 9 ;;
 esac
 """
 # ssh [-tt] [-o X]... HOST COMMAND: log the call, run COMMAND as HOST's remote shell would.
 FAKE_SSH = """#!/bin/sh
 opts=; while [ "$#" -gt 2 ]; do opts="$opts $1"; shift; done
+# a login's environment, not the client's: the run id the hook exported there
+DERIVE_ENV_RUN_ID=$SESSION_RUN_ID; export DERIVE_ENV_RUN_ID
 case $2 in
     *"--format digest-facts"*) kind=facts ;;
     *"--format digest"*) kind=digest ;;
@@ -104,7 +122,7 @@ def _bin(tmp_path: Path) -> Path:
 
 def _env(tmp_path: Path, **fake: str) -> dict[str, str]:
     return {"PATH": f"{_bin(tmp_path)}:/usr/bin:/bin", "BACKENDAI_CLUSTER_HOST": "main1",
-            "LOG": str(tmp_path), "NODE": "main1", **fake}
+            "LOG": str(tmp_path), "NODE": "main1", "SESSION_RUN_ID": SESSION_RUN_ID, **fake}
 
 
 def _run(tmp_path: Path, shell: str, *args: str, **fake: str
@@ -117,6 +135,16 @@ def _run(tmp_path: Path, shell: str, *args: str, **fake: str
 def _calls(tmp_path: Path, name: str = "ssh.calls") -> list[str]:
     path = tmp_path / name
     return sorted(path.read_text().splitlines()) if path.exists() else []
+
+
+def _started(stderr: str, nodes: int = 3) -> tuple[str, list[str]]:
+    """The run id of on-every-node's start line (the first line of ``stderr``, asserted
+    exactly but for the id) and the lines after it."""
+    first, *rest = stderr.splitlines() or [""]
+    match = re.fullmatch(r"on-every-node: run ([0-9a-f]{16}|\S+) \(DERIVE_ENV_RUN_ID\) on "
+                         rf"{nodes} nodes?", first)
+    assert match, stderr
+    return match.group(1), rest
 
 
 def _alive(pid: int) -> bool:
@@ -144,7 +172,7 @@ def test_arguments_byte_for_byte_locally_and_remotely(tmp_path: Path, shell: str
                 'printf %s "$1" > "out.$NODE"; echo "$ON_EVERY_NODE" > "$LOG/oen.$NODE"',
                 "sh", arg)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""
+    assert _started(proc.stderr)[1] == []
     assert {h: (tmp_path / f"out.{h}").read_text() for h in HOSTS} == dict.fromkeys(HOSTS, arg)
     assert {h: (tmp_path / f"oen.{h}").read_text() for h in HOSTS} == dict.fromkeys(HOSTS, "1\n")
     assert _calls(tmp_path) == [f"digest {PROBE} sub1", f"digest {PROBE} sub2",
@@ -161,8 +189,109 @@ def test_the_ssh_clients_input_stays_open_for_dropbear(tmp_path: Path, shell: st
     arrive (with `< /dev/null` the remote commands got SIGHUP after the start: 129)."""
     proc = _run(tmp_path, shell, "sh", "-c", 'sleep 1; echo "done $NODE"; exit 0',
                 FAKE_DROPBEAR="1")
-    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (proc.returncode, _started(proc.stderr)[1]) == (0, [])
     assert sorted(proc.stdout.splitlines()) == ["done main1", "done sub1", "done sub2"]
+
+
+# the command records the run id it sees on its node
+SEE_RUN_ID = ["sh", "-c", 'echo "$DERIVE_ENV_RUN_ID" > "$LOG/id.$NODE"']
+
+
+def _seen(tmp_path: Path) -> dict[str, str]:
+    return {h: (tmp_path / f"id.{h}").read_text().strip() for h in HOSTS}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_each_invocation_has_a_fresh_run_id_every_node_shares(
+        tmp_path: Path, shell: str) -> None:
+    """The hook exported the session's id in every container; each invocation replaces it
+    by a fresh one, the same on every node and in every node's digest probe, printed in
+    the start line; a second invocation gets another."""
+    ids = []
+    for _ in range(2):
+        for log in tmp_path.glob("*.calls"):
+            log.unlink()
+        proc = _run(tmp_path, shell, *SEE_RUN_ID, DERIVE_ENV_RUN_ID=SESSION_RUN_ID)
+        assert proc.returncode == 0, proc.stderr
+        run_id, rest = _started(proc.stderr)
+        assert re.fullmatch("[0-9a-f]{16}", run_id), proc.stderr
+        assert rest == [], proc.stderr
+        assert _seen(tmp_path) == dict.fromkeys(HOSTS, run_id)
+        # the one derivation without it (is the set one the hook's?), then every digest
+        assert _calls(tmp_path, "run-id.calls") == [
+            "main1 digest " + run_id, "main1 digest-facts (unset)", "main1 hosts " + run_id,
+            "sub1 digest " + run_id, "sub2 digest " + run_id]
+        ids.append(run_id)
+    assert ids[0] != ids[1]
+    assert SESSION_RUN_ID not in ids
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_run_id_without_any_set_is_fresh_too(tmp_path: Path, shell: str) -> None:
+    proc = _run(tmp_path, shell, *SEE_RUN_ID)
+    assert proc.returncode == 0, proc.stderr
+    run_id = _started(proc.stderr)[0]
+    assert re.fullmatch("[0-9a-f]{16}", run_id)
+    assert _seen(tmp_path) == dict.fromkeys(HOSTS, run_id)
+    assert "main1 digest-facts (unset)" not in _calls(tmp_path, "run-id.calls")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize(("fake", "kept"), [
+    ({"ON_EVERY_NODE_RUN_ID": "sweep-7.b"}, "sweep-7.b"),
+    # ON_EVERY_NODE_RUN_ID wins, even when it is the session's (the hook's) id
+    ({"ON_EVERY_NODE_RUN_ID": SESSION_RUN_ID, "DERIVE_ENV_RUN_ID": "x"}, SESSION_RUN_ID),
+    # a DERIVE_ENV_RUN_ID other than the one derived from the session: the user's own
+    ({"DERIVE_ENV_RUN_ID": "resume-run-3"}, "resume-run-3")],
+    ids=["on-every-node", "on-every-node-wins", "derive-env"])
+def test_a_run_id_you_chose_is_kept_on_every_node(
+        tmp_path: Path, shell: str, fake: dict[str, str], kept: str) -> None:
+    proc = _run(tmp_path, shell, *SEE_RUN_ID, **fake)
+    assert (proc.returncode, _started(proc.stderr)) == (0, (kept, [])), proc.stderr
+    assert _seen(tmp_path) == dict.fromkeys(HOSTS, kept)
+    assert [c for c in _calls(tmp_path, "run-id.calls") if " digest " in c] == [
+        f"{h} digest {kept}" for h in HOSTS]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_set_run_id_is_replaced_where_derive_env_draws_a_fresh_one(
+        tmp_path: Path, shell: str) -> None:
+    """No session id: derive-env draws a fresh id at each start, so the hook's (random)
+    one cannot be told from yours: replaced, not reused by every run."""
+    proc = _run(tmp_path, shell, *SEE_RUN_ID, DERIVE_ENV_RUN_ID="0123456789abcdef",
+                FAKE_NO_SESSION="1")
+    assert proc.returncode == 0, proc.stderr
+    run_id = _started(proc.stderr)[0]
+    assert re.fullmatch("[0-9a-f]{16}", run_id)
+    assert run_id != "0123456789abcdef"
+    assert _seen(tmp_path) == dict.fromkeys(HOSTS, run_id)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("ON_EVERY_NODE_RUN_ID", "a b", "a b"), ("ON_EVERY_NODE_RUN_ID", "-x", "-x"),
+    ("ON_EVERY_NODE_RUN_ID", "x" * 65, "x" * 65), ("DERIVE_ENV_RUN_ID", "r/\x1b", "r/?")])
+def test_a_bad_run_id_is_one_usage_error_before_anything_starts(
+        tmp_path: Path, shell: str, name: str, value: str, shown: str) -> None:
+    proc = _run(tmp_path, shell, "touch", "ran", **{name: value})
+    assert (proc.returncode, proc.stderr) == (
+        2, f"on-every-node: {name}='{shown}': expected a run id of 1 to 64 characters: "
+        "letters, digits, '.', '_' or '-', the first a letter or digit\n")
+    assert not (tmp_path / "ran").exists()
+    assert not (tmp_path / "ssh.calls").exists()
+
+
+def test_a_peer_seeing_another_run_id_does_not_start(tmp_path: Path) -> None:
+    """The digest covers the run id: a peer whose derive-env sees another one (here: the
+    stand-in on sub2 replaces it) differs from this node in that fact; nothing starts."""
+    proc = _run(tmp_path, "sh", "touch", "ran", ON_EVERY_NODE_RUN_ID="run1",
+                FAKE_OTHER_RUN_ID="sub2")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.splitlines()[1:] == [
+        "on-every-node: sub2 differs from main1 (this node) in:",
+        "on-every-node:     main1: var.DERIVE_ENV_RUN_ID: run1",
+        "on-every-node:     sub2: var.DERIVE_ENV_RUN_ID: 0ther"]
+    assert not (tmp_path / "ran").exists()
 
 
 def test_the_dropbear_stand_in_hangs_up_on_the_end_of_input(tmp_path: Path) -> None:
@@ -189,7 +318,7 @@ def test_keep_going_first_failure_in_canonical_order_and_every_failed_node_named
     proc = _run(tmp_path, shell, "--keep-going", "sh", "-c",
                 'case $NODE in main1) exit 0;; sub1) sleep 1; exit 4;; sub2) exit 3;; esac')
     assert proc.returncode == 4
-    assert proc.stderr.splitlines() == [
+    assert _started(proc.stderr)[1] == [
         "on-every-node: sub1: exit status 4",
         "on-every-node: sub2: exit status 3",
     ]
@@ -206,7 +335,7 @@ def test_first_failure_stops_every_other_node(tmp_path: Path, shell: str) -> Non
     elapsed = time.monotonic() - start
     assert proc.returncode == 7, proc.stderr
     assert elapsed < 10, elapsed
-    assert proc.stderr.splitlines() == [
+    assert _started(proc.stderr)[1] == [
         "on-every-node: sub2: exit status 7; stopping the command on every other node "
         "(SIGTERM, SIGKILL after 10s)",
         "on-every-node: main1: exit status 143 (stopped)",
@@ -230,7 +359,7 @@ def test_a_command_that_ignores_sigterm_gets_sigkill_after_the_grace(
     elapsed = time.monotonic() - start
     assert proc.returncode == 1, proc.stderr
     assert 1 <= elapsed < 8, elapsed
-    assert proc.stderr.splitlines() == [
+    assert _started(proc.stderr)[1] == [
         "on-every-node: sub1: exit status 1; stopping the command on every other node "
         "(SIGTERM, SIGKILL after 1s)",
         "on-every-node: main1: exit status 137 (stopped)",
@@ -273,7 +402,7 @@ def test_a_bad_bound_is_one_error_before_anything_starts(
 @pytest.mark.parametrize("shell", SHELLS)
 def test_bounds_with_leading_zeros_or_empty_are_accepted(tmp_path: Path, shell: str) -> None:
     proc = _run(tmp_path, shell, "true", ON_EVERY_NODE_SSH_WAIT="010", ON_EVERY_NODE_GRACE="")
-    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (proc.returncode, _started(proc.stderr)[1]) == (0, [])
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -392,7 +521,7 @@ def test_a_signal_stops_every_node(tmp_path: Path, shell: str, sig: signal.Signa
     pids = [int((tmp_path / f"pid.{h}").read_text()) for h in HOSTS]
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=20)
-    assert (proc.returncode, err) == (status, "")
+    assert (proc.returncode, _started(err)[1]) == (status, [])
     assert [p for p in pids if _alive(p)] == []
 
 
@@ -430,7 +559,7 @@ def test_single_container_session_runs_locally(tmp_path: Path, shell: str) -> No
     """derive-env lists ``localhost`` for a single-container session: no SSH, no digest."""
     proc = _run(tmp_path, shell, "sh", "-c", 'echo "$NODE $ON_EVERY_NODE" > "$LOG/ran"',
                 FAKE_HOSTS="localhost")
-    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (proc.returncode, _started(proc.stderr, nodes=1)[1]) == (0, [])
     assert (tmp_path / "ran").read_text() == "main1 1\n"
     assert not (tmp_path / "ssh.calls").exists()
     assert _calls(tmp_path, "derive-env.calls") == ["main1 --dry-run --format hosts"]
@@ -442,7 +571,7 @@ def test_this_container_matched_case_insensitively(tmp_path: Path, shell: str) -
     it runs locally, not over SSH to itself."""
     proc = _run(tmp_path, shell, "sh", "-c", 'echo "$NODE" > "$LOG/ran.$NODE"',
                 BACKENDAI_CLUSTER_HOST="Main1", FAKE_HOSTS="main1 SUB1")
-    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (proc.returncode, _started(proc.stderr, nodes=2)[1]) == (0, [])
     assert (tmp_path / "ran.main1").read_text() == "main1\n"
     assert (tmp_path / "ran.SUB1").read_text() == "SUB1\n"
     assert [c.rsplit(" ", 1)[1] for c in _calls(tmp_path)] == ["SUB1", "SUB1"]
@@ -456,7 +585,8 @@ def _isolated_run(isolated: list[str], tmp_path: Path, shell: str, *, fallback: 
     real = bin_dir.parent / "derive-env-fake"
     (bin_dir / "derive-env").rename(real)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "BACKENDAI_CLUSTER_HOST": "main1",
-           "LOG": str(tmp_path), "NODE": "main1", "FALLBACK": fallback and str(real)}
+           "LOG": str(tmp_path), "NODE": "main1", "FALLBACK": fallback and str(real),
+           "SESSION_RUN_ID": SESSION_RUN_ID}
     return subprocess.run(
         [*isolated, *_sh(shell), str(SCRIPT), "sh", "-c", 'echo "$NODE" >> "$LOG/ran"'],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False)
@@ -469,7 +599,7 @@ def test_derive_env_from_opt_when_not_on_path(
     here and (for the digest) on the peers."""
     proc = _isolated_run(isolated, tmp_path, shell, fallback="yes")
     assert proc.returncode not in (90, 91), proc.stderr  # the isolation itself failed
-    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (proc.returncode, _started(proc.stderr)[1]) == (0, [])
     assert sorted((tmp_path / "ran").read_text().splitlines()) == ["main1", "sub1", "sub2"]
     assert _calls(tmp_path, "derive-env.calls") == [
         "main1 --dry-run --format digest", "main1 --dry-run --format hosts",

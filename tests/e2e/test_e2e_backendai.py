@@ -14,6 +14,7 @@ Under CI=true a machine without the engine, the runtime's wheels or root FAILS t
 from __future__ import annotations
 
 import random
+import re
 import shlex
 import signal
 import sys
@@ -113,8 +114,13 @@ def test_on_every_node_output_status_arguments(engine: Engine, image: str) -> No
     assert sorted(line for line in result.main.stdout.splitlines()
                   if line.startswith("out of ")) == [
         "out of main1", "out of sub1", "out of sub2"], result.describe()
-    assert [line for line in result.main.stderr.splitlines()
-            if line.startswith("on-every-node:")] == [
+    lines = [line for line in result.main.stderr.splitlines()
+             if line.startswith("on-every-node:")]
+    # each of the two invocations is a run of its own: a start line with its own run id
+    starts = [re.fullmatch(r"on-every-node: run ([0-9a-f]{16}) \(DERIVE_ENV_RUN_ID\) on 3 "
+                           "nodes", line) for line in lines[:2]]
+    assert all(starts) and starts[0].group(1) != starts[1].group(1), lines
+    assert lines[2:] == [
         "on-every-node: main1: exit status 3",
         "on-every-node: sub1: exit status 4",
         "on-every-node: sub2: exit status 5",

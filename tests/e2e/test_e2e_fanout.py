@@ -19,6 +19,7 @@ without the engine, the runtime's wheels or root FAILS these tests.
 from __future__ import annotations
 
 import random
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -71,6 +72,10 @@ def _port() -> int:
 
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("on-every-node:")]
+
+
+#: on-every-node's start line, its run id in group 1.
+START = re.compile(r"on-every-node: run ([0-9a-f]{16}) \(DERIVE_ENV_RUN_ID\) on 3 nodes")
 
 
 def _started(session: ContainerSession) -> list[str]:
@@ -128,8 +133,10 @@ def test_a_node_with_another_master_port_is_named_and_nothing_starts(engine: Eng
 def test_a_node_that_fails_after_the_start_stops_every_other_node(engine: Engine,
                                                                   image: str) -> None:
     """sub1's command exits 1 three seconds after the start; main1's and sub2's sleep: both
-    are stopped (SIGTERM locally, SIGHUP when dropbear closes the session) within 15 s."""
-    batch = ("on-every-node sh -c 'echo $$ > \"$(hostname).pid\"; "
+    are stopped (SIGTERM locally, SIGHUP when dropbear closes the session) within 15 s.
+    Every node's command has the run id of the start line, not the hook's (the session's)."""
+    batch = ("echo \"$DERIVE_ENV_RUN_ID\" > hook.id; on-every-node sh -c "
+             "'echo \"$DERIVE_ENV_RUN_ID\" > \"$(hostname).id\"; echo $$ > \"$(hostname).pid\"; "
              "[ \"$(hostname)\" = sub1 ] && { sleep 3; exit 1; }; exec sleep 600'")
     with ContainerSession(engine, image, DEFAULT, batch, torch_labels(_port())) as session:
         session.start()
@@ -148,13 +155,21 @@ def test_a_node_that_fails_after_the_start_stops_every_other_node(engine: Engine
         stopped_after = time.monotonic() - failed_at
         alive = {h: p for h, p in pids.items() if session.alive(h, p)}
         result = session.wait(timeout=SHORT_TIMEOUT_S)
+        ids = {h: (session.container_dir(h) / "work" / f"{h}.id").read_text().strip()
+               for h in DEFAULT.hosts}
+        hook_id = (session.container_dir("main1") / "work" / "hook.id").read_text().strip()
     print(f"every other node stopped {stopped_after:.2f}s after sub1 failed "
           f"(bound {STOP_BOUND_S}s)")
     assert alive == {}
     assert stopped_after < STOP_BOUND_S
     assert result.batch_rc == 1, result.describe()
     # main1's command got SIGTERM (143); sub2's ssh client too: ssh's own status 255.
-    assert _lines(result.main.stderr) == [
+    start, *lines = _lines(result.main.stderr)
+    run_id = START.fullmatch(start)
+    assert run_id, result.describe()
+    assert ids == dict.fromkeys(DEFAULT.hosts, run_id.group(1))
+    assert re.fullmatch("[0-9a-f]{16}", hook_id) and hook_id != run_id.group(1)
+    assert lines == [
         "on-every-node: sub1: exit status 1; stopping the command on every other node "
         "(SIGTERM, SIGKILL after 10s)",
         "on-every-node: main1: exit status 143 (stopped)",
