@@ -35,8 +35,9 @@ ARG DERIVE_ENV_WHEELS=source
 # ---- Where torch's wheel comes from, chosen by TORCH_WHEELS:
 # ----   index  (default) PyTorch's index (TORCH_INDEX_URL below);
 # ----   folder the folder torch-wheels/ of the build context first (e.g. made by
-# ----          `pip download --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-# ----          -d torch-wheels`), torch's small dependencies still from TORCH_INDEX_URL.
+# ----          `pip download --no-deps --only-binary=:all: --python-version 3.11 torch==2.13.0
+# ----          --index-url https://download.pytorch.org/whl/cpu -d torch-wheels`: the image's
+# ----          Python), torch's small dependencies still from TORCH_INDEX_URL.
 # ---- Either way the wheels are only bind-mounted into the install step: no layer keeps them.
 ARG TORCH_WHEELS=index
 ARG BASE_IMAGE=python:3.11-slim
