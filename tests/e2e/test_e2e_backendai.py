@@ -50,9 +50,9 @@ TORCH_TIMEOUT_S = 180.0
 SHORT_TIMEOUT_S = 90.0
 #: The warning derive-env gives for a batch command started in main1 alone (exact text).
 MAIN1_HINT = (
-    "derive-env: warning: only this container (main1 of 3) runs sh -c exit 0: Backend.AI "
+    "derive-env: warning: only this container (main1 of 3) runs sh -c 'exit 0': Backend.AI "
     "starts the batch command in main1 alone, so the other containers never join the job. "
-    "Start it on every node: on-every-node sh -c exit 0 (docs/backendai.md, \"Only main1 "
+    "Start it on every node: on-every-node sh -c 'exit 0' (docs/backendai.md, \"Only main1 "
     "started the job\")")
 
 
