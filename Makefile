@@ -68,8 +68,12 @@ engine:
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	  -o DPkg::Lock::Timeout=600 --no-install-recommends $$missing
 
+# The unit tests are CPU-bound and independent: pytest-xdist runs them on both cores. The
+# end-to-end tests (tests/e2e) run one at a time: they start clusters, daemons and containers
+# whose waits have bounds, so they must not compete with each other for the machine.
 test: lint managers
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --ignore=tests/e2e tests
+	$(PY) -m pytest -q tests/e2e
 	$(MAKE) --no-print-directory test-pythons
 
 demo: $(STAMP) managers
@@ -107,7 +111,7 @@ test-py%:
 	fi; \
 	$(MAKE) --no-print-directory .venv-py$*/.installed INTERP="$$interp" \
 	&& echo "== unit and CLI tests on $$(.venv-py$*/bin/python -VV | head -n 1)" \
-	&& .venv-py$*/bin/python -m pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
+	&& .venv-py$*/bin/python -m pytest -q -p no:cacheprovider -n 2 $(UNIT_ONLY) tests
 
 .venv-py%/.installed: pyproject.toml Makefile
 	rm -rf .venv-py$*
@@ -127,7 +131,7 @@ test-lowest:
 	fi; \
 	$(MAKE) --no-print-directory .venv-py3.10-lowest/.installed INTERP="$$interp" \
 	&& echo "== unit and CLI tests on CPython 3.10 with $(LOWEST_DEPS)" \
-	&& .venv-py3.10-lowest/bin/python -m pytest -q -p no:cacheprovider $(UNIT_ONLY) tests
+	&& .venv-py3.10-lowest/bin/python -m pytest -q -p no:cacheprovider -n 2 $(UNIT_ONLY) tests
 
 .venv-py3.10-lowest/.installed: pyproject.toml Makefile
 	rm -rf .venv-py3.10-lowest

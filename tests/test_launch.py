@@ -870,7 +870,7 @@ def _big_env_file(tmp_path: Path, labels: Path, variables: dict[str, str]) -> Pa
 @pytest.mark.parametrize("opted_in", [True, False], ids=["opted-in", "not-opted-in"])
 def test_cli_user_variable_of_200_kib_exits_5(tmp_path: Path, opted_in: bool) -> None:
     labels = write_labels(tmp_path / "labels.json", {FW: "pytorch"} if opted_in else {})
-    env_file = _big_env_file(tmp_path, labels, {"HUGE_USER_VAR": "x" * 204800, "OTHER": "y" * 99})
+    env_file = _big_env_file(tmp_path, labels, {"HUGE_USER_VAR": "x" * 204800, "OTHER": "y" * 999})
     marker = tmp_path / "marker"
     env = {"PATH": os.environ["PATH"], LABELS_VAR: str(labels)}
     result = run([console_script(), "--env-file", str(env_file), "--", "touch", str(marker)], env)
@@ -880,7 +880,7 @@ def test_cli_user_variable_of_200_kib_exits_5(tmp_path: Path, opted_in: bool) ->
     assert err.startswith(
         f"derive-env: error: environment variable HUGE_USER_VAR is {size} bytes as NAME=value; "
         "the kernel refuses any single string over 131072 bytes (128 KiB) at exec. Largest "
-        f"variables: HUGE_USER_VAR ({size} bytes), OTHER (106 bytes), "
+        f"variables: HUGE_USER_VAR ({size} bytes), OTHER (1006 bytes), "
     )
     assert err.endswith("derive-env: note: the command was not run (exit 5)\n")
     assert not marker.exists()
