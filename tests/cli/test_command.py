@@ -152,6 +152,9 @@ def test_help(flag: str) -> None:
     ) in out
     assert "3 bad cluster variables, 4 bad image label, 5 environment too large, 126 command" in out
     assert "executable, 127 not found, 130 interrupted." in out
+    # the wheel carries no docs: --help points at them (the wheel's Documentation URL)
+    assert out.endswith("  Docs, and troubleshooting by message (operator-guide.md):\n"
+                        "  https://github.com/derive-env/derive-env/tree/main/docs\n")
 
 
 def test_help_via_console_script(tmp_path: Path, empty_labels: Path) -> None:
