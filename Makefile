@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml Makefile
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
 
 # Real cluster managers and sshd for the e2e tests, and the shells the hook is tested in
 # (Debian packages, root): only the missing ones.

@@ -178,7 +178,7 @@ def test_the_main1_hint_only_for_the_runners_batch_command(engine: Engine, image
 def test_the_image_script_path() -> None:
     """The batch commands name the all-reduce where docker/pytorch.Dockerfile copies it."""
     dockerfile = (Path(__file__).resolve().parents[2] / "docker" / "pytorch.Dockerfile")
-    assert f"COPY tests/e2e/torch_allreduce.py {IMAGE_SCRIPT}\n" in dockerfile.read_text()
+    assert f"COPY examples/training/torch_allreduce.py {IMAGE_SCRIPT}\n" in dockerfile.read_text()
 
 
 def _docs_loop() -> str:
