@@ -14,8 +14,9 @@ more than a derivation (docs/performance.md):
   :func:`derive_env.cli.options.parse` reads only when click would accept them with the
   same meaning.
 
-Anything else is parsed by the click command (:mod:`derive_env.cli.command`). All end in
-:func:`derive_env.cli.run`.
+Anything else is parsed by the click command (:mod:`derive_env.cli.command`), which also
+answers a shell's completion request (no argument, ``_DERIVE_ENV_COMPLETE`` set: see
+:func:`completion_request`). All end in :func:`derive_env.cli.run`.
 """
 
 from __future__ import annotations
