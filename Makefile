@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml Makefile
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
 
 # Real cluster managers and sshd for the e2e tests, and the shells the hook is tested in
 # (Debian packages, root): only the missing ones.
@@ -88,7 +88,7 @@ clean:
 # venv per interpreter (.venv-py3.10 ...: the package and the test tools, no frameworks).
 # Interpreters come from pyenv (`$(pyenv root)/versions/3.10.*/bin/python3`, newest patch)
 # or from PATH (python3.10). Missing: skipped with a message, but under CI=true it fails.
-.PHONY: test-pythons test-lowest dist wheelhouse
+.PHONY: test-pythons test-lowest dist wheelhouse release
 OTHER_PYTHONS  ?= 3.10 3.12 3.13
 PYENV_VERSIONS := $(shell pyenv root 2>/dev/null || echo "$(HOME)/.pyenv")/versions
 # Everything but the simulated clusters (tests/e2e), the tests that import torch, TensorFlow
@@ -146,13 +146,27 @@ DIST_STAMP := .venv-dist/.installed
 $(DIST_STAMP): Makefile
 	$(PYTHON) -m venv .venv-dist
 	.venv-dist/bin/python -m pip install --quiet --upgrade pip
-	.venv-dist/bin/python -m pip install --quiet 'build>=1.2' 'twine>=5'
+	.venv-dist/bin/python -m pip install --quiet 'build>=1.2' 'twine>=5' 'towncrier>=24'
 	touch $@
 
 dist: $(DIST_STAMP)
 	rm -rf dist
 	.venv-dist/bin/python -m build --outdir dist .
 	.venv-dist/bin/twine check --strict dist/*
+
+# A release (docs/architecture.md, section 7): the changelog entry of __version__ from the
+# fragments in changes/ (towncrier writes docs/CHANGELOG.md and `git rm`s the fragments it
+# used), then the wheel and sdist. The version is passed explicitly: towncrier's own lookup
+# imports derive_env, which may be another checkout's editable install. Stops before writing
+# anything when the changelog has an entry for this version already or no fragment is left.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' src/derive_env/__init__.py)
+release: $(DIST_STAMP)
+	@test -n "$(VERSION)" || { echo "make: no __version__ in src/derive_env/__init__.py" >&2; exit 1; }
+	@! grep -q '^## $(VERSION) ' docs/CHANGELOG.md || { \
+	  echo "make: docs/CHANGELOG.md has an entry for $(VERSION) already: set the new version in src/derive_env/__init__.py first" >&2; exit 1; }
+	@ls changes/*.md >/dev/null 2>&1 || { echo "make: no fragment in changes/: nothing to release" >&2; exit 1; }
+	.venv-dist/bin/towncrier build --yes --version $(VERSION)
+	$(MAKE) --no-print-directory dist
 
 # An offline install for images built without internet: the wheel and every dependency, for
 # one target Python and platform, in wheelhouse/ (`COPY wheelhouse/` + `pip install --no-index`;

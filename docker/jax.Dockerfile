@@ -66,8 +66,8 @@ RUN --mount=type=bind,from=derive-env-wheels,source=/wheelhouse,target=/mnt \
 # The example job: joins the JAX distributed runtime with the coordinator address, process
 # count and id that derive-env sets, then runs two cross-process collectives over gloo on
 # the CPU and prints one JSON line per container. Replace with your own script.
-COPY tests/e2e/jax_worker.py /opt/derive-env/examples/jax_worker.py
-COPY tests/e2e/worker_report.py /opt/derive-env/examples/worker_report.py
+COPY examples/training/jax_worker.py /opt/derive-env/examples/jax_worker.py
+COPY examples/training/worker_report.py /opt/derive-env/examples/worker_report.py
 
 # ---- Labels: one ARG per value, after the heavy layers so that changing a value does
 # ---- not reinstall JAX.

@@ -14,6 +14,10 @@
 #      all peers are tried at once, each again once a second, for at most
 #      ON_EVERY_NODE_SSH_WAIT seconds in all (default 30; each ssh with BatchMode=yes and
 #      ConnectTimeout=min(5, that bound)); an attempt still running at the bound is stopped.
+#      Once a peer's first attempt fails (its sshd not up yet), one line says that the wait
+#      began (`on-every-node: waiting up to 30s for every node's SSH
+#      (ON_EVERY_NODE_SSH_WAIT)`), and each such peer gets one when it answers
+#      (`on-every-node: HOST: SSH answered after Ns`); peers that answer at once print nothing.
 #   2. Agreement: the same ssh round prints each node's `derive-env --dry-run --format
 #      digest` line (`<digest> <node rank> <host>`; this node's too, run here); all digests
 #      must be equal. When one differs, `--format digest-facts` of that node and of this
@@ -265,9 +269,31 @@ probe() {  # a background job already: its traps are its own
         # an attempt cut short by the bound keeps the last whole attempt's message
         mv -f "$tmp/probe.$1.try" "$tmp/probe.$1.err"
         [ "$_p_rc" -eq 255 ] && [ "$(now)" -lt "$deadline" ] || break
+        : >"$tmp/retry.$1"  # for report_waiting: this peer is late
         sleep 1
     done
     echo "$_p_rc" >"$tmp/rc.$1.new" && mv -f "$tmp/rc.$1.new" "$tmp/rc.$1"
+}
+
+# report_waiting: once a peer's first attempt failed (it left $tmp/retry.I), one line that
+# the wait began; then one line for each such peer whose probe ended with an answer. $late
+# holds the indexes already reported.
+report_waiting() {
+    _w_i=0
+    for _w_host in $peers; do
+        _w_i=$((_w_i + 1))
+        [ -f "$tmp/retry.$_w_i" ] || continue
+        if [ -z "$waiting" ]; then
+            waiting=1
+            echo "on-every-node: waiting up to ${wait_s}s for every node's SSH" \
+                "(ON_EVERY_NODE_SSH_WAIT)" >&2
+        fi
+        case $late in *" $_w_i "*) continue ;; esac
+        [ -f "$tmp/rc.$_w_i" ] && read -r _w_rc <"$tmp/rc.$_w_i" && [ "$_w_rc" -ne 255 ] ||
+            continue
+        late="$late$_w_i "
+        echo "on-every-node: $_w_host: SSH answered after $(($(now) - started))s" >&2
+    done
 }
 
 # diff_facts HOST: print the digest facts that differ between this node and HOST.
@@ -316,8 +342,9 @@ if [ -n "$peers" ]; then
         exit "$rc"
     }
     self_digest=${self_line%% *}
-    deadline=$(($(now) + wait_s))
-    probing=1 i=0
+    started=$(now)
+    deadline=$((started + wait_s))
+    probing=1 i=0 waiting= late=' '
     for host in $peers; do
         i=$((i + 1))
         probe "$i" "$host" 2>/dev/null &
@@ -329,12 +356,14 @@ if [ -n "$peers" ]; then
             i=$((i + 1))
             [ -f "$tmp/rc.$i" ] || all=
         done
+        report_waiting
         [ -z "$all" ] || break
         nap
     done
     # shellcheck disable=SC2086 # one word per pid
     kill -TERM $pids 2>/dev/null  # attempts still running at the bound
     wait
+    report_waiting  # the answers of the last poll
     pids= probing=
     status=0 differ= i=0 silent=
     for host in $peers; do

@@ -91,8 +91,8 @@ RUN --mount=type=bind,from=derive-env-wheels,source=/wheelhouse,target=/mnt \
  && ln -s /opt/derive-env/bin/derive-env /usr/local/bin/derive-env
 
 # The example job: the gloo all-reduce that `make demo` runs. Replace with your own script.
-COPY tests/e2e/torch_allreduce.py /opt/derive-env/examples/allreduce.py
-COPY tests/e2e/worker_report.py /opt/derive-env/examples/worker_report.py
+COPY examples/training/torch_allreduce.py /opt/derive-env/examples/allreduce.py
+COPY examples/training/worker_report.py /opt/derive-env/examples/worker_report.py
 
 # ---- Labels: one ARG per value. Declared after the heavy layers, so that changing a
 # ---- value does not rebuild torch.

@@ -228,11 +228,14 @@ def test_the_comparison_can_fail(files: dict[str, str], backendai_env, tmp_path:
 def test_shell_completion_goes_to_click(monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str],
                                         tmp_path: Path) -> None:
-    """click answers completion requests (``_DERIVE_ENV_COMPLETE``) before parsing."""
+    """click answers completion requests (``_DERIVE_ENV_COMPLETE``, no argument); the
+    variable beside a dry run's command line is no request: the fast path parses it."""
     _setup(monkeypatch, tmp_path, {}, {})
     monkeypatch.setenv("_DERIVE_ENV_COMPLETE", "bash_source")
-    _, reached_click = run_main(["--dry-run", "--format", "shell"], monkeypatch, capsys)
+    _, reached_click = run_main([], monkeypatch, capsys)
     assert reached_click
+    outcome, reached_click = run_main(["--dry-run", "--format", "shell"], monkeypatch, capsys)
+    assert (outcome, reached_click) == ((0, "", ""), False)
 
 
 def test_ctrl_c_ends_both_paths_alike(monkeypatch: pytest.MonkeyPatch,

@@ -156,3 +156,71 @@ def test_help_into_a_closed_pipe_is_quiet() -> None:
     proc.stdout.close()
     assert proc.wait(timeout=60) in (0, 1)
     assert b"Traceback" not in proc.stderr.read()
+
+
+# ------------------------------------------------------------------ shell completion (click)
+
+#: The line each shell's script starts with (click.shell_completion's templates).
+COMPLETION_SCRIPTS = {
+    "bash": "_derive_env_completion() {\n",
+    "zsh": "#compdef derive-env\n",
+    "fish": "function _derive_env_completion;\n",
+}
+
+
+def completion(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    from helpers import console_script
+
+    return subprocess.run([console_script()], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], **env})
+
+
+@pytest.mark.parametrize("shell", sorted(COMPLETION_SCRIPTS))
+def test_completion_script_of_each_shell(shell: str) -> None:
+    """``_DERIVE_ENV_COMPLETE={shell}_source derive-env`` prints the script to evaluate."""
+    out = completion({"_DERIVE_ENV_COMPLETE": f"{shell}_source"})
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout.startswith(COMPLETION_SCRIPTS[shell])
+    # the script asks derive-env itself for the candidates, with the same switch
+    assert f"_DERIVE_ENV_COMPLETE={shell}_complete" in out.stdout
+
+
+def test_bash_completion_protocol_offers_dry_run() -> None:
+    """What the bash script runs on Tab: COMP_WORDS/COMP_CWORD in, ``type,value`` lines out."""
+    out = completion({"_DERIVE_ENV_COMPLETE": "bash_complete",
+                      "COMP_WORDS": "derive-env --dr", "COMP_CWORD": "1"})
+    assert (out.returncode, out.stdout, out.stderr) == (0, "plain,--dry-run\n", "")
+    out = completion({"_DERIVE_ENV_COMPLETE": "bash_complete",
+                      "COMP_WORDS": "derive-env --format js", "COMP_CWORD": "2"})
+    assert (out.returncode, out.stdout, out.stderr) == (0, "plain,json\n", "")
+
+
+def test_bash_completes_dry_run_through_the_sourced_script() -> None:
+    """A real bash: the script sourced, its function called as bash's `complete` would."""
+    from helpers import console_script
+
+    script = (
+        'eval "$(_DERIVE_ENV_COMPLETE=bash_source derive-env)" || exit 9\n'
+        "COMP_WORDS=(derive-env --dr); COMP_CWORD=1\n"
+        # bash's `complete -F` passes: the command, the word being completed, the one before
+        "_derive_env_completion derive-env --dr derive-env\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+        "complete -p derive-env\n"
+    )
+    bin_dir = os.path.dirname(console_script())
+    out = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True,
+                         text=True, timeout=60,
+                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert (out.returncode, out.stdout, out.stderr) == (
+        0, "--dry-run\ncomplete -o nosort -F _derive_env_completion derive-env\n", "")
+
+
+@pytest.mark.parametrize("value", ["bash_source", "zsh_complete"])
+def test_completion_variable_beside_a_command_line_changes_nothing(value: str) -> None:
+    """Only a start with no argument is a completion request: a command line runs."""
+    from helpers import console_script
+
+    env = {"PATH": os.environ["PATH"], "_DERIVE_ENV_COMPLETE": value}
+    out = subprocess.run([console_script(), "--", "sh", "-c", "echo ran"], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "ran\n", "")

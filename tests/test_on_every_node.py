@@ -85,6 +85,13 @@ case " ${FAKE_DOWN-} " in *" $1 "*)
     echo "ssh: connect to host $1 port 2200: Connection refused" >&2; exit 255 ;;
 esac
 case " ${FAKE_HANG-} " in *" $1 "*) echo $$ >> "$LOG/hang.pids"; exec sleep 60 ;; esac
+# hosts in FAKE_LATE refuse their first two probes (an sshd not up yet), then answer
+case " ${FAKE_LATE-} " in *" $1 "*)
+    if [ "$kind" = digest ] && [ ! -f "$LOG/late.$1.2" ]; then
+        if [ -f "$LOG/late.$1.1" ]; then : >"$LOG/late.$1.2"; else : >"$LOG/late.$1.1"; fi
+        echo "ssh: connect to host $1 port 2200: Connection refused" >&2; exit 255
+    fi ;;
+esac
 if [ "$kind" = run ]; then
     # the remote shell in a terminal: the end of this ssh client hangs it up (SIGHUP)
     exec 3<&0
@@ -415,6 +422,7 @@ def test_a_peer_whose_ssh_never_answers_starts_nothing_within_the_bound(
     elapsed = time.monotonic() - start
     assert proc.returncode == 255
     assert proc.stderr.splitlines() == [
+        WAITING.format(2),
         "on-every-node: sub2: SSH did not answer within 2s (ssh: connect to host sub2 port "
         "2200: Connection refused)",
         "on-every-node: nothing was started (ON_EVERY_NODE_SSH_WAIT=2)",
@@ -426,6 +434,47 @@ def test_a_peer_whose_ssh_never_answers_starts_nothing_within_the_bound(
     probe = "digest -o BatchMode=yes -o ConnectTimeout=2 -o LogLevel=ERROR"
     assert calls.count(f"{probe} sub2") >= 2, calls
     assert [c for c in calls if not c.endswith("sub2")] == [f"{probe} sub1"]
+
+
+#: The line once a peer's first probe failed (the wait for its sshd began).
+WAITING = ("on-every-node: waiting up to {}s for every node's SSH (ON_EVERY_NODE_SSH_WAIT)")
+
+
+def _late(line: str, host: str) -> int:
+    """The seconds of ``HOST: SSH answered after Ns`` (the rest asserted exactly)."""
+    match = re.fullmatch(rf"on-every-node: {host}: SSH answered after (\d+)s", line)
+    assert match, line
+    return int(match.group(1))
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_late_peer_gets_a_waiting_line_and_one_when_it_answers(
+        tmp_path: Path, shell: str) -> None:
+    """sub2's sshd refuses two probes (about 2 s): one line when the wait begins, one when
+    sub2 answers, then the start as usual; sub1, which answered at once, prints nothing."""
+    proc = _run(tmp_path, shell, "touch", "ran", FAKE_LATE="sub2")
+    assert proc.returncode == 0, proc.stderr
+    waiting, answered, *rest = proc.stderr.splitlines()
+    assert waiting == WAITING.format(30)
+    assert 1 <= _late(answered, "sub2") <= 30
+    assert _started("\n".join(rest))[1] == []
+    assert (tmp_path / "ran").exists()
+    probe = f"digest {PROBE} sub2"
+    assert [c for c in _calls(tmp_path) if c.startswith("digest")] == [
+        f"digest {PROBE} sub1", probe, probe, probe]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_two_late_peers_one_waiting_line_and_one_line_each(tmp_path: Path, shell: str) -> None:
+    proc = _run(tmp_path, shell, "touch", "ran", FAKE_LATE="sub1 sub2")
+    assert proc.returncode == 0, proc.stderr
+    waiting, first, second, *rest = proc.stderr.splitlines()
+    assert waiting == WAITING.format(30)
+    hosts = sorted((first.split()[1], second.split()[1]))
+    assert hosts == ["sub1:", "sub2:"]
+    for line in (first, second):
+        assert 1 <= _late(line, line.split()[1][:-1]) <= 30
+    assert _started("\n".join(rest))[1] == []
 
 
 @pytest.mark.parametrize("shell", SHELLS)

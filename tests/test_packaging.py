@@ -192,6 +192,10 @@ def test_wheel_metadata_lists_exactly_the_runtime_dependencies(dist: dict[str, P
     classifiers = metadata.get_all("Classifier")
     for version in ("3.10", "3.11", "3.12", "3.13"):
         assert f"Programming Language :: Python :: {version}" in classifiers
+    home = "https://github.com/derive-env/derive-env"
+    assert metadata.get_all("Project-URL") == [
+        f"Homepage, {home}", f"Documentation, {home}/tree/main/docs",
+        f"Changelog, {home}/blob/main/docs/CHANGELOG.md", f"Issues, {home}/issues"]
     assert "derive_env/__main__.py" in names
     assert not [n for n in names if n.startswith("tests/")]
 

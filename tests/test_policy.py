@@ -156,10 +156,17 @@ def test_tensorflow_roles(value: str, pairs: tuple[tuple[str, str], ...]) -> Non
     assert ImagePolicy.from_labels(labels).tensorflow_roles == pairs
 
 
-@pytest.mark.parametrize("key", ["masterport", "master_port", "Frameworks", "frameworks ", ""])
-def test_unknown_key_under_prefix(key: str) -> None:
+@pytest.mark.parametrize(("key", "meant"), [
+    ("masterport", "master-port"), ("master_port", "master-port"), ("Frameworks", "frameworks"),
+    ("frameworks ", "frameworks"), ("framework", "frameworks"), ("nproc-per-nod", "nproc-per-node"),
+    ("tensorflow-role", "tensorflow-roles"), ("jax_prot", "jax-port"),
+    ("on-err", "on-error"), ("on", None), ("", None), ("zzz", None),
+])
+def test_unknown_key_under_prefix(key: str, meant: str | None) -> None:
+    """A key within two edits of a known one (after letter case and _ for -) is named."""
+    hint = "" if meant is None else f" (did you mean ai.backend.distributed.{meant}?)"
     assert label_error({FW: "pytorch", PREFIX + key: "1"}) == (
-        f"label ai.backend.distributed.{key}='1': expected a known label; known: {KNOWN}"
+        f"label ai.backend.distributed.{key}='1': expected a known label{hint}; known: {KNOWN}"
     )
 
 
@@ -167,7 +174,7 @@ def test_unknown_key_reported_before_bad_values() -> None:
     # Since issue 7 both are reported, the unknown key first.
     message = label_error({FW: "nope", PREFIX + "typo": "x"})
     assert message.startswith(
-        "2 label problems:\n  1. label ai.backend.distributed.typo='x': expected a known label")
+        "2 label problems:\n  1. label ai.backend.distributed.typo='x': expected a known label;")
     assert message.endswith(
         "\n  2. label ai.backend.distributed.frameworks='nope': expected a comma list of "
         "pytorch, tensorflow, jax; 'nope' is not one")

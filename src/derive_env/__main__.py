@@ -14,8 +14,9 @@ more than a derivation (docs/performance.md):
   :func:`derive_env.cli.options.parse` reads only when click would accept them with the
   same meaning.
 
-Anything else is parsed by the click command (:mod:`derive_env.cli.command`). All end in
-:func:`derive_env.cli.run`.
+Anything else is parsed by the click command (:mod:`derive_env.cli.command`), which also
+answers a shell's completion request (no argument, ``_DERIVE_ENV_COMPLETE`` set: see
+:func:`completion_request`). All end in :func:`derive_env.cli.run`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ import sys
 #: click's shell-completion switch for prog_name ``derive-env`` (click.core, ``complete_var``):
 #: when set, click answers the completion request instead of running the command.
 _COMPLETE_VARIABLE = "_DERIVE_ENV_COMPLETE"
+#: Its values click answers (click.shell_completion: ``{shell}_source`` prints the script a
+#: shell evaluates, ``{shell}_complete`` the candidates for COMP_WORDS/COMP_CWORD).
+_COMPLETE_VALUES = ("bash_source", "bash_complete", "zsh_source", "zsh_complete",
+                    "fish_source", "fish_complete")
 #: The first word that starts the preflight (:mod:`derive_env.cli.check`) instead of a
 #: command: only as the very first word; ``derive-env -- check`` runs a command ``check``.
 CHECK = "check"
@@ -77,7 +82,8 @@ def main() -> None:
         sys.exit(status)
     from derive_env.cli.options import parse
 
-    options = None if os.environ.get(_COMPLETE_VARIABLE) else parse(args)
+    completing = completion_request(args, os.environ.get(_COMPLETE_VARIABLE))
+    options = None if completing else parse(args)
     if options is not None:
         from derive_env.cli import interrupted, run
 
@@ -88,13 +94,26 @@ def main() -> None:
         _exit_now(status)
     from derive_env.cli.command import cli
 
-    # No shell completion: click would take a stray _DERIVE_ENV_COMPLETE in a container's
-    # environment as a completion request (a traceback, or exit 1 without the command);
-    # "=" is no variable name, so the switch can never be set.
+    # Not a completion request: "=" is no variable name, so click's switch stays off and a
+    # stray _DERIVE_ENV_COMPLETE cannot turn a start into a completion answer.
     try:
-        cli(prog_name="derive-env", complete_var="=")
+        cli(prog_name="derive-env", complete_var=_COMPLETE_VARIABLE if completing else "=")
     except OSError as exc:  # --help or --version into a full or closed stdout (ENOSPC, EIO)
         _stdout_failed(exc)
+
+
+def completion_request(args: list[str], value: str | None) -> bool:
+    """Whether this start is a shell asking for completion (click's shell_completion).
+
+    click's scripts run ``derive-env`` with no argument and ``_DERIVE_ENV_COMPLETE`` set to
+    ``{bash,zsh,fish}_{source,complete}`` (the words in COMP_WORDS/COMP_CWORD). Anything
+    else, such as a stray variable in a container's environment beside a command line or
+    with another value, is a normal start: the command runs.
+
+    :param args: the command line after the program name.
+    :param value: ``_DERIVE_ENV_COMPLETE``, or None when unset.
+    """
+    return not args and value in _COMPLETE_VALUES
 
 
 def _stdout_failed(exc: OSError) -> None:

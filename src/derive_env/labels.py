@@ -18,7 +18,7 @@ the file at build time from the same build ``ARG`` as its ``LABEL`` (see docker/
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from derive_env.errors import LabelError, shorten
 
@@ -134,6 +134,18 @@ def _within_two_edits(a: str, b: str, edits: int = 2) -> bool:
             return False
         previous = current
     return previous[-1] <= edits
+
+
+def closest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known label ``key`` (under :data:`PREFIX`) was probably meant to be, for "did you
+    mean": equal to it but for letter case, spaces or ``_`` for ``-``, else the first (sorted)
+    one edit from it, else two; None when none is that close. The rule of the misspelt
+    ``DERIVE_ENV_`` variables (:func:`_within_two_edits`)."""
+    folded, known = key.strip().lower().replace("_", "-"), sorted(known)
+    if folded in known:
+        return folded
+    return next((candidate for edits in (1, 2) for candidate in known
+                 if _within_two_edits(folded, candidate, edits)), None)
 
 
 def label_names() -> tuple[str, ...]:

@@ -51,6 +51,7 @@ from derive_env.frameworks import FRAMEWORKS
 from derive_env.hosts import ROLE_NAME
 from derive_env.labels import (
     PREFIX,
+    closest_key,
     distributed_labels,
     join_problems,
     label_problems,
@@ -223,9 +224,11 @@ class ImagePolicy(BaseModel):
         known = cls.known_labels()
         for key in sorted(labels):
             if key not in known:
+                meant = closest_key(key, known)
+                hint = "" if meant is None else f" (did you mean {meant}?)"
                 problems.append(describe(
                     f"label {key}", labels[key],
-                    "a known label; known: " + ", ".join(sorted(known)),
+                    f"a known label{hint}; known: " + ", ".join(sorted(known)),
                 ))
         fields = {k: v for k, v in labels.items() if k in known and k not in _PORT_LABELS}
         ports = {name: labels[label] for name, label in _LABEL_OF.items() if label in labels}

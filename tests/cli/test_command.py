@@ -152,6 +152,9 @@ def test_help(flag: str) -> None:
     ) in out
     assert "3 bad cluster variables, 4 bad image label, 5 environment too large, 126 command" in out
     assert "executable, 127 not found, 130 interrupted." in out
+    # the wheel carries no docs: --help points at them (the wheel's Documentation URL)
+    assert out.endswith("  Docs, and troubleshooting by message (operator-guide.md):\n"
+                        "  https://github.com/derive-env/derive-env/tree/main/docs\n")
 
 
 def test_help_via_console_script(tmp_path: Path, empty_labels: Path) -> None:
@@ -1086,3 +1089,20 @@ def test_on_error_warn_warning_does_not_advise_on_error_warn(tmp_path: Path,
     assert failed.stderr.rstrip("\n").endswith(
         "or set label ai.backend.distributed.on-error=warn to run the command with the "
         "environment unchanged")
+
+
+def test_misspelt_label_in_the_image_labels_file_gets_did_you_mean(tmp_path: Path) -> None:
+    """A baked labels.json with nproc-per-nod: exit 4, the close key named, nothing run."""
+    labels = write_labels(tmp_path / "labels.json", {
+        "ai.backend.distributed.frameworks": "pytorch",
+        "ai.backend.distributed.nproc-per-nod": "2"})
+    result = run_shim(["--", "sh", "-c", "echo ran"], base_env(labels))
+    assert (result.returncode, text(result.stdout), text(result.stderr)) == (4, "", (
+        "derive-env: error: label ai.backend.distributed.nproc-per-nod='2': expected a known "
+        "label (did you mean ai.backend.distributed.nproc-per-node?); known: "
+        "ai.backend.distributed.frameworks, ai.backend.distributed.jax-port, "
+        "ai.backend.distributed.master-port, ai.backend.distributed.nproc-per-node, "
+        "ai.backend.distributed.on-error, ai.backend.distributed.pytorch-mode, "
+        "ai.backend.distributed.socket-ifname, ai.backend.distributed.tensorflow-port, "
+        "ai.backend.distributed.tensorflow-roles\n"
+        "derive-env: note: the command was not run (exit 4)\n"))

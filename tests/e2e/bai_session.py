@@ -490,7 +490,7 @@ def _read(f: Any) -> str:
 #: The variables derive-env's PyTorch rules give each container (contract section 6).
 TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "PET_NNODES", "PET_NODE_RANK",
                    "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NPROC_PER_NODE")
-TORCH_SCRIPT = HERE / "torch_allreduce.py"
+TORCH_SCRIPT = HERE.parents[1] / "examples" / "training" / "torch_allreduce.py"
 #: main1's batch command, as docs/backendai.md tells users: torchrun with no flags, everywhere.
 TORCH_BATCH = f"on-every-node torchrun {shlex.quote(str(TORCH_SCRIPT))}"
 #: Session variable: seconds for the workers' process group and all-reduce.

@@ -53,7 +53,7 @@ from simcluster import (
 
 HOSTS = ["main1", "sub1", "sub2"]
 NPROC_PER_NODE = 2
-SCRIPT = Path(__file__).resolve().parent / "torch_allreduce.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "training" / "torch_allreduce.py"
 #: Seconds for the whole torchrun phase (torch imports ~4 s per process on 2 shared cores).
 TORCH_TIMEOUT_S = 240.0
 DRY_RUN_TIMEOUT_S = 60.0

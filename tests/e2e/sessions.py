@@ -65,8 +65,11 @@ __all__ = [
 HOSTS = ["main1", "sub1", "sub2"]
 #: Prefix of every image label (contract section 4).
 LABEL = "ai.backend.distributed."
-#: Folder of this file (the worker scripts live next to it).
+#: Folder of this file.
 HERE = Path(__file__).resolve().parent
+#: The training programs the sessions run: the repository's examples/training/ (each imports
+#: worker_report from its own folder).
+EXAMPLES = HERE.parents[1] / "examples" / "training"
 
 #: Variables that every framework container gets on top of the Backend.AI ones: no GPU, quiet
 #: TensorFlow C++ logging, gloo on the container's own interface, unbuffered Python output

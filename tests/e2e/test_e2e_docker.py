@@ -10,7 +10,7 @@ ENTRYPOINT ``tini -- derive-env -- CMD``, and the framework itself proves the se
   docker-compose (v1), the override only making their network internal in 198.19.0.0/24:
   the gloo all-reduce over 6 ranks (PyTorch, no NumPy warning), jax.distributed's
   collectives, MultiWorkerMirroredStrategy built from TF_CONFIG (the image's CMD);
-* ``docker run`` of the TensorFlow image with tests/e2e/tf_worker.py: the strategy's
+* ``docker run`` of the TensorFlow image with examples/training/tf_worker.py: the strategy's
   collectives over the chief and 2 workers.
 
 Then what an image promises its users: tini as PID 1 with the command as its child,
@@ -168,10 +168,11 @@ def test_tensorflow_compose_session(engine: Engine, tmp_path: Path) -> None:
 
 
 def test_tensorflow_job_docker_run(engine: Engine) -> None:
-    """`docker run` of 3 containers (tests/e2e/tf_worker.py mounted): MultiWorkerMirrored-
+    """`docker run` of 3 containers (examples/training/tf_worker.py mounted): MultiWorkerMirrored-
     Strategy's collectives over chief main1 (100) and workers sub1, sub2 (1, 2) give 103."""
     results = run_job(engine, example_image(engine, "tensorflow"), "de-tf",
-                      "python", "/e2e/tf_worker.py", options=("-v", f"{HERE}:/e2e:ro"))
+                      "python", "/e2e/tf_worker.py",
+                      options=("-v", f"{HERE.parents[1] / 'examples' / 'training'}:/e2e:ro"))
 
     all_succeeded(results)
     reports = {h: json_lines(r.out)[-1] for h, r in results.items()}

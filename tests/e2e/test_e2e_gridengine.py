@@ -8,9 +8,9 @@ chooses the master host, so each test reads the job's PE_HOSTFILE (the job scrip
 it to the shared folder) and asserts the exact variables every rank saw against it:
 
 - a PE job of 6 slots whose script runs ``mpirun.openmpi -n 6 derive-env -- python
-  torch_allreduce.py``: Open MPI reads PE_HOSTFILE (ras/gridengine) and starts its daemons
-  with ``qrsh -inherit -V``; every rank gets RANK/WORLD_SIZE/MASTER_ADDR (the master host)
-  and one port, and the gloo all-reduce of 6 ranks is 21;
+  examples/training/torch_allreduce.py``: Open MPI reads PE_HOSTFILE (ras/gridengine) and
+  starts its daemons with ``qrsh -inherit -V``; every rank gets RANK/WORLD_SIZE/MASTER_ADDR
+  (the master host) and one port, and the gloo all-reduce of 6 ranks is 21;
 - a PE job of one slot per host whose script starts ``qrsh -inherit -V <host> derive-env --
   torchrun --nproc-per-node=2 ...`` on every host of PE_HOSTFILE: the node layer (PET_*);
 - ``derive-env -- torchrun`` as the job script of a 3-host job: refused with the fix, the
@@ -44,14 +44,14 @@ from gecluster import (
     leftovers,
 )
 from hpc_jobs import reports
-from sessions import BASE_ENV, HERE, LABEL, require, venv_bin
+from sessions import BASE_ENV, EXAMPLES, LABEL, require, venv_bin
 from simcluster import HostResult
 
 pytestmark = pytest.mark.e2e
 
 #: Seconds a whole job may take (qsub -sync y waits for it; the harness kills qsub later).
 JOB_TIMEOUT_S = 150.0
-TORCH = str(HERE / "torch_allreduce.py")
+TORCH = str(EXAMPLES / "torch_allreduce.py")
 
 
 @pytest.fixture(scope="module")

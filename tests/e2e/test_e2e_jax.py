@@ -19,7 +19,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sessions import HERE, HOSTS, LABEL, random_ports, reports_of, require_frameworks, run_session
+from sessions import (
+    EXAMPLES,
+    HOSTS,
+    LABEL,
+    random_ports,
+    reports_of,
+    require_frameworks,
+    run_session,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +44,7 @@ def test_jax_distributed_processes_agree_and_collectives() -> None:
     (port,) = random_ports(1)
     results, order = run_session(
         {LABEL + "frameworks": "jax", LABEL + "jax-port": str(port)},
-        lambda _host: ["python", str(HERE / "jax_worker.py")],
+        lambda _host: ["python", str(EXAMPLES / "jax_worker.py")],
         SESSION_TIMEOUT_S,
         extra_env=WORKER_ENV,
     )

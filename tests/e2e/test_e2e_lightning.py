@@ -25,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sessions import (
-    HERE,
+    EXAMPLES,
     HOSTS,
     LABEL,
     describe_all,
@@ -56,7 +56,7 @@ def test_lightning_fabric_reads_derived_environment_and_all_reduces() -> None:
     (port,) = random_ports(1)
     results, order = run_session(
         {LABEL + "frameworks": "pytorch", LABEL + "master-port": str(port)},
-        lambda _host: ["python", str(HERE / "lightning_worker.py"), str(len(HOSTS))],
+        lambda _host: ["python", str(EXAMPLES / "lightning_worker.py"), str(len(HOSTS))],
         FABRIC_TIMEOUT_S,
         extra_env={"E2E_PG_TIMEOUT_S": "60"},
     )

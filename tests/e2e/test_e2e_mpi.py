@@ -34,7 +34,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hpc_jobs import HERE, NODES, cluster, job_env, launch, reports, require_hpc, sbatch
+from hpc_jobs import EXAMPLES, NODES, cluster, job_env, launch, reports, require_hpc, sbatch
 from hpc_jobs import write_labels as labels_file
 from slurmcluster import SlurmCluster
 
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.e2e
 
 #: Seconds a whole job may take (the harness kills the launcher after it).
 JOB_TIMEOUT_S = 150.0
-TORCH = str(HERE / "torch_allreduce.py")
+TORCH = str(EXAMPLES / "torch_allreduce.py")
 #: 2 slots per node, for the launches over SSH.
 HOSTS_2 = ",".join(f"{n}:2" for n in NODES)
 #: By-slot placement, 2 per node: the node of every rank.

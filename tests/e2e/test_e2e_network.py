@@ -29,7 +29,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sessions import (
-    HERE,
+    EXAMPLES,
     LABEL,
     random_ports,
     reports_of,
@@ -108,7 +108,7 @@ def test_gloo_all_reduce_over_the_default_overlay_interface() -> None:
     show = ('echo "GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"'
             ' >&2; exec python "$0"')
     results, _ = run_session(
-        labels, lambda host: ["sh", "-c", show, str(HERE / "torch_allreduce.py")], timeout=240,
+        labels, lambda host: ["sh", "-c", show, str(EXAMPLES / "torch_allreduce.py")], timeout=240,
         # The sessions' eth0 hint, emptied: an empty value counts as unset.
         extra_env={"GLOO_SOCKET_IFNAME": "", "E2E_PG_TIMEOUT_S": "120"},
         cluster_options={"interface": "baimulti0", "gwbridge": True},

@@ -35,7 +35,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hpc_jobs import (
-    HERE,
+    EXAMPLES,
     NODES,
     RESV_PORTS,
     STANDIN,
@@ -58,7 +58,7 @@ pytestmark = pytest.mark.e2e
 JOB_TIMEOUT_S = 150.0
 #: srun's own limit on a step (minutes), below JOB_TIMEOUT_S so Slurm cleans up first.
 STEP_TIME = "--time=2"
-TORCH = str(HERE / "torch_allreduce.py")
+TORCH = str(EXAMPLES / "torch_allreduce.py")
 #: Block distribution, 2 tasks per node: the node of every rank.
 BLOCK_HOSTS = [n for n in NODES for _ in range(2)]
 #: Variables torchrun reads as defaults: never set for a per-process job.
@@ -214,7 +214,7 @@ def test_srun_jax_one_process_per_task(slurm: SlurmCluster) -> None:
     # The stand-in's JAX port is its master port + 3 (standin.py).
     res = _srun(slurm, ["-N3", "--ntasks-per-node=2"],
                 [*launch("process", NODES[0], port - 3 if STANDIN else port), "python",
-                 str(HERE / "jax_worker.py")], job_env(labels))
+                 str(EXAMPLES / "jax_worker.py")], job_env(labels))
     got = reports(res, 6, "process_index")
     for rank, r in enumerate(got):
         assert (r["hostname"], r["launcher"]["SLURM_PROCID"]) == (BLOCK_HOSTS[rank], str(rank))
@@ -236,7 +236,7 @@ def test_srun_tensorflow_one_task_per_process(slurm: SlurmCluster) -> None:
     env = job_env(labels, E2E_STANDIN_HOSTS=",".join(BLOCK_HOSTS))
     res = _srun(slurm, ["-N3", "--ntasks-per-node=2"],
                 [*launch("process", NODES[0], port - 1 if STANDIN else port), "python",
-                 str(HERE / "tf_worker.py")], env)
+                 str(EXAMPLES / "tf_worker.py")], env)
     got = reports(res, 6, "task_id")
     workers = [f"{h}:{port + i % 2}" for i, h in enumerate(BLOCK_HOSTS)]
     for rank, r in enumerate(got):

@@ -17,7 +17,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sessions import HERE, HOSTS, LABEL, random_ports, reports_of, require_frameworks, run_session
+from sessions import (
+    EXAMPLES,
+    HOSTS,
+    LABEL,
+    random_ports,
+    reports_of,
+    require_frameworks,
+    run_session,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +40,7 @@ def _run(labels: dict[str, str]) -> tuple[dict[str, dict[str, object]], list[str
     """Run tf_worker.py under derive-env in every container; host -> report, HOSTS order."""
     results, order = run_session(
         labels,
-        lambda _host: ["python", str(HERE / "tf_worker.py")],
+        lambda _host: ["python", str(EXAMPLES / "tf_worker.py")],
         SESSION_TIMEOUT_S,
         extra_env=WORKER_ENV,
     )

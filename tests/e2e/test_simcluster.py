@@ -305,7 +305,7 @@ def test_run_all_timeout_kills_everything(cluster: SimulatedCluster) -> None:
 
 # ---- control experiment: torchrun with explicit flags, no shim ---------------------------------
 
-_ALLREDUCE = Path(__file__).resolve().parent / "torch_allreduce.py"
+_ALLREDUCE = Path(__file__).resolve().parents[2] / "examples" / "training" / "torch_allreduce.py"
 
 
 def _torchrun_all(

@@ -342,7 +342,8 @@ def test_all_bad_labels_are_reported_in_one_run() -> None:
         "ai.backend.distributed.jax-port (the same but for letter case); derive-env reads only "
         "keys starting exactly with ai.backend.distributed., so this label would be ignored. "
         "Rename it",
-        "  2. label ai.backend.distributed.master_port='1': expected a known label; known: "
+        "  2. label ai.backend.distributed.master_port='1': expected a known label (did you "
+        "mean ai.backend.distributed.master-port?); known: "
         "ai.backend.distributed.frameworks, ai.backend.distributed.jax-port, "
         "ai.backend.distributed.master-port, ai.backend.distributed.nproc-per-node, "
         "ai.backend.distributed.on-error, ai.backend.distributed.pytorch-mode, "
@@ -360,7 +361,8 @@ def test_misspelt_label_of_an_opted_in_image_is_an_error() -> None:
     with pytest.raises(LabelError) as info:
         derive({}, {PREFIX + "frameworks": "pytorch", "ai.backend.distributed.master-prot": "1"})
     assert str(info.value).startswith(
-        "label ai.backend.distributed.master-prot='1': expected a known label; known: ")
+        "label ai.backend.distributed.master-prot='1': expected a known label (did you mean "
+        "ai.backend.distributed.master-port?); known: ")
     with pytest.raises(LabelError) as info:
         derive({}, {PREFIX + "frameworks": "pytorch", "ai.backend.master-port": "1"})
     assert str(info.value).startswith(

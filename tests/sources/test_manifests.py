@@ -1,5 +1,8 @@
 """The Kubernetes manifests of docs/ name only fields of their controllers' APIs (issue 16 item 9).
 
+So do those of examples/kubernetes/ (one per controller family; tests/test_examples.py
+checks that each is the docs' manifest, character for character).
+
 Every ```yaml block of every page under docs/ is parsed (all of its documents); each document
 with an ``apiVersion`` and a ``kind`` is a manifest, and every key path in it must be a field
 of that kind's API, read from the controller's own code: the field lists under
@@ -109,6 +112,27 @@ def test_the_docs_show_manifests_of_every_kubernetes_source() -> None:
 @pytest.mark.parametrize("manifest", [m for _, _, m in MANIFESTS],
                          ids=[f"{page}#{n}-{m['kind']}" for page, n, m in MANIFESTS])
 def test_manifest_names_only_fields_of_its_api(manifest: dict) -> None:
+    assert problems(manifest) == []
+
+
+EXAMPLES = DOCS.parent / "examples" / "kubernetes"
+#: (file, document number in it, manifest) for every manifest of examples/kubernetes/.
+EXAMPLE_MANIFESTS = [
+    (path.name, n, document) for path in sorted(EXAMPLES.glob("*.yaml"))
+    for n, document in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8")))]
+
+
+def test_examples_hold_a_manifest_per_controller_family() -> None:
+    assert sorted((name, f"{m['apiVersion']} {m['kind']}") for name, _, m in EXAMPLE_MANIFESTS) == [
+        ("indexed-job.yaml", "batch/v1 Job"), ("indexed-job.yaml", "v1 Service"),
+        ("jobset.yaml", "jobset.x-k8s.io/v1alpha2 JobSet"),
+        ("leaderworkerset.yaml", "leaderworkerset.x-k8s.io/v1 LeaderWorkerSet"),
+        ("pytorchjob.yaml", "kubeflow.org/v1 PyTorchJob")]
+
+
+@pytest.mark.parametrize("manifest", [m for _, _, m in EXAMPLE_MANIFESTS],
+                         ids=[f"{name}#{n}-{m['kind']}" for name, n, m in EXAMPLE_MANIFESTS])
+def test_example_manifest_names_only_fields_of_its_api(manifest: dict) -> None:
     assert problems(manifest) == []
 
 

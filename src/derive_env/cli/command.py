@@ -23,7 +23,8 @@ Exit codes: 0 ok (or the command's own status), 1 dry-run output not written, 2 
 executable, 127 not found, 130 interrupted.
 143 SIGTERM while resolving host names (label socket-ifname=auto); 130 for SIGINT there.
 Preflight on every node before a job: derive-env check (see derive-env check --help).
-Troubleshooting by message: the operator guide (docs/operator-guide.md in the source)."""
+Docs, and troubleshooting by message (operator-guide.md):
+https://github.com/derive-env/derive-env/tree/main/docs"""
 
 
 def _table_options(function):

@@ -1,9 +1,9 @@
-"""The one way an e2e worker script reports: ONE JSON line on stdout, then its exit status.
+"""The one way an example worker reports: ONE JSON line on stdout, then its exit status.
 
-Imported by the worker scripts (run as ``python tests/e2e/<worker>.py``, so this folder is on
-``sys.path``). The line is written with a single write(2): several workers of one container
-can share one stdout, and print() under PYTHONUNBUFFERED writes text and newline separately,
-so their lines would interleave.
+Imported by the workers beside it (run as ``python examples/training/<worker>.py``, so this
+folder is on ``sys.path``). The line is written with a single write(2): several workers of
+one container can share one stdout, and print() under PYTHONUNBUFFERED writes text and
+newline separately, so their lines would interleave.
 """
 
 from __future__ import annotations
