@@ -10,8 +10,13 @@ internal network: derive-env reads the resource config, torchrun starts 2 worker
 and the gloo all-reduce over the 4 ranks gives 1+2+3+4 = 10 in every rank. The same image
 without ``train`` stops with the message that says what SageMaker expects (exit 127).
 
-SageMaker's training toolkit (sagemaker-training, whose own ``train`` runs the entry point and
-its torch_distributed launcher) is not run here: see the report in docs/sources/clouds.md.
+Then the other way: SageMaker's training toolkit (sagemaker-training 5.1.4, its wheel built on
+this host from PyPI's sdist, installed into the image with its dependencies from PyPI), whose
+own ``train`` reads hyperparameters.json and runs the job's entry point, ``launch.sh``
+(``torchrun allreduce.py``), in each host: derive-env, the image's ENTRYPOINT, derived
+torchrun's ``PET_*`` before the toolkit started, and the 4 ranks agree again. The toolkit's
+torch_distributed launcher belongs to the framework containers (sagemaker-pytorch-training's
+``training:main``), not to sagemaker-training: not run here.
 
 Needs the tests' engine (tests/e2e/engine.py); skipped without it, a FAILURE under CI=true.
 """
@@ -19,6 +24,7 @@ Needs the tests' engine (tests/e2e/engine.py); skipped without it, a FAILURE und
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,6 +47,15 @@ DOCKERFILE = ("FROM derive-env-example/pytorch\n"
               "COPY train /usr/local/bin/train\n"
               "RUN chmod 0755 /usr/local/bin/train\n")
 TAG = "derive-env-e2e/sagemaker-byoc"
+TOOLKIT = "sagemaker-training==5.1.4"
+TOOLKIT_TAG = "derive-env-e2e/sagemaker-toolkit"
+#: The toolkit's image: the example image plus sagemaker-training (its ``train`` on PATH).
+TOOLKIT_DOCKERFILE = (
+    "FROM derive-env-example/pytorch\n"
+    "RUN --mount=type=bind,source=wheels,target=/mnt \\\n"
+    "    pip install --no-cache-dir --find-links /mnt sagemaker-training\n")
+#: The job's entry point (the estimator's entry_point), run by the toolkit's train.
+LAUNCH = "#!/bin/sh\nexec torchrun /opt/derive-env/examples/allreduce.py\n"
 TIMEOUT_S = 300.0
 
 
@@ -54,12 +69,13 @@ def resource_config(host: str) -> dict[str, object]:
             "network_interface_name": "eth0"}
 
 
-def config_dir(tmp_path: Path, host: str) -> Path:
-    """A folder standing in for ``host``'s /opt/ml/input/config."""
+def config_dir(tmp_path: Path, host: str, hyperparameters: dict[str, str]) -> Path:
+    """A folder standing in for ``host``'s /opt/ml/input/config (the platform's files)."""
     folder = tmp_path / host / "config"
     folder.mkdir(parents=True)
     (folder / "resourceconfig.json").write_text(json.dumps(resource_config(host)))
-    (folder / "hyperparameters.json").write_text("{}")
+    (folder / "hyperparameters.json").write_text(json.dumps(hyperparameters))
+    (folder / "inputdataconfig.json").write_text("{}")
     return folder
 
 
@@ -71,13 +87,15 @@ def sagemaker_env(host: str) -> dict[str, str]:
             "SM_CURRENT_INSTANCE_GROUP": "homogeneousCluster", "SM_NUM_GPUS": "0"}
 
 
-def run_sagemaker_job(engine: Engine, image: str, name: str,
-                      tmp_path: Path) -> dict[str, Ended]:
+def run_sagemaker_job(engine: Engine, image: str, name: str, tmp_path: Path,
+                      hyperparameters: dict[str, str] | None = None,
+                      options: tuple[str, ...] = ()) -> dict[str, Ended]:
     """algo-1 and algo-2 of ``image`` started as SageMaker does (``docker run IMAGE train``)
     at once on an internal network, until both ended."""
     with engine.network(name) as net:
         ids = {host: engine.run(image, net, host, "train", env=sagemaker_env(host), options=(
-            "-v", f"{config_dir(tmp_path, host)}:/opt/ml/input/config:ro")) for host in HOSTS}
+            "-v", f"{config_dir(tmp_path, host, hyperparameters or {})}:/opt/ml/input/config:ro",
+            *options)) for host in HOSTS}
         codes = {host: engine.wait(cid, TIMEOUT_S) for host, cid in ids.items()}
         logs = {host: engine.docker("logs", cid) for host, cid in ids.items()}
     return {h: Ended(codes[h], logs[h].stdout, logs[h].stderr) for h in HOSTS}
@@ -94,12 +112,24 @@ def byoc_image(engine: Engine, tmp_path: Path) -> str:
     return TAG
 
 
-def test_docker_run_image_train_two_hosts_all_ranks_agree(engine: Engine,
-                                                          tmp_path: Path) -> None:
-    """`docker run IMAGE train` on algo-1 and algo-2: 4 ranks in host order, master algo-1
-    (the first distribution host), every all-reduce 10."""
-    results = run_sagemaker_job(engine, byoc_image(engine, tmp_path), "de-sm", tmp_path)
+def toolkit_image(engine: Engine, tmp_path: Path) -> str:
+    """The example PyTorch image plus SageMaker's training toolkit: its wheel built here
+    (the sdist compiles a small C extension), its dependencies from PyPI in the build."""
+    example_image(engine, "pytorch")
+    context = tmp_path / "toolkit"
+    (context / "wheels").mkdir(parents=True)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                            TOOLKIT, "-w", str(context / "wheels")],
+                           capture_output=True, text=True, timeout=600, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (context / "Dockerfile").write_text(TOOLKIT_DOCKERFILE)
+    engine.docker("build", "--network", "host", "-t", TOOLKIT_TAG, str(context), timeout=1200)
+    return TOOLKIT_TAG
 
+
+def assert_all_ranks_agree(results: dict[str, Ended]) -> None:
+    """4 ranks in host order, master algo-1 (the first distribution host), every
+    all-reduce 1+2+3+4 = 10."""
     assert {h: r.code for h, r in results.items()} == dict.fromkeys(HOSTS, 0), \
         describe(results)
     workers = [w for r in results.values() for w in json_lines(r.out)]
@@ -108,6 +138,32 @@ def test_docker_run_image_train_two_hosts_all_ranks_agree(engine: Engine,
         describe(results)
     assert {(w["master_addr"], w["world_size"], w["result"]) for w in workers} == {
         ("algo-1", 4, 10.0)}
+
+
+def test_docker_run_image_train_two_hosts_all_ranks_agree(engine: Engine,
+                                                          tmp_path: Path) -> None:
+    """`docker run IMAGE train` on algo-1 and algo-2, train being the recipe's script."""
+    assert_all_ranks_agree(run_sagemaker_job(engine, byoc_image(engine, tmp_path), "de-sm",
+                                             tmp_path))
+
+
+def test_training_toolkit_train_runs_the_entry_point_behind_derive_env(
+        engine: Engine, tmp_path: Path) -> None:
+    """The toolkit's own train (hyperparameters as the SageMaker SDK writes them: JSON
+    text) runs launch.sh from /opt/ml/code in each host; its torchrun joins over derive-env's
+    PET_* and MASTER_*; the toolkit reports success (/opt/ml/output/success)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "launch.sh").write_text(LAUNCH)
+    (code / "launch.sh").chmod(0o755)
+    hyperparameters = {"sagemaker_program": json.dumps("launch.sh"),
+                       "sagemaker_submit_directory": json.dumps("/opt/ml/code")}
+    results = run_sagemaker_job(engine, toolkit_image(engine, tmp_path), "de-sm-tk", tmp_path,
+                                hyperparameters, options=("-v", f"{code}:/opt/ml/code"))
+
+    assert_all_ranks_agree(results)
+    assert all("Reporting training SUCCESS" in r.out + r.err for r in results.values()), \
+        describe(results)
 
 
 def test_image_without_train_says_what_sagemaker_expects(engine: Engine,
