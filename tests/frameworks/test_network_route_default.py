@@ -22,8 +22,8 @@ from frameworks.test_network import HEADER, v4, v4_table
 ROUTES = v4_table(v4("eth0", "0.0.0.0/0", gateway="172.30.0.1"), v4("eth0", "172.30.0.0/16"),
                   v4("eth1", "10.20.0.0/24"))
 NAMES = {"main1": ("10.20.0.5",), "sub1": ("10.20.0.6",), "sub2": ("10.20.0.7",)}
-WHY = ("default: no baimulti0 in this Backend.AI container (a session on a project's "
-       "persistent network, or Docker before 28)")
+WHY = ("default: no baimulti0 in this Backend.AI container (a Backend.AI session on a "
+       "project's persistent network, or Docker before 28)")
 CHOSEN = (f"{WHY}: the interface of the route to the master main1 (10.20.0.5), as label "
           "ai.backend.distributed.socket-ifname=auto (label "
           "ai.backend.distributed.socket-ifname=none turns this off)")

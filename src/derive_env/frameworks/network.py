@@ -245,8 +245,8 @@ def _route_default(ctx: Context, facts: HostFacts, out: Contribution) -> None:
     master = ctx.master.addr
     addresses = _addresses(master, {} if _addresses(master, {}) else
                            dict(facts.resolve([master])))
-    why = (f"default: no {OVERLAY} in this Backend.AI container (a session on a project's "
-           "persistent network, or Docker before 28)")
+    why = (f"default: no {OVERLAY} in this Backend.AI container (a Backend.AI session on a "
+           "project's persistent network, or Docker before 28)")
     for address in addresses:
         iface, ties = route_choice(address, facts)
         if iface and iface != LOOPBACK and iface in facts.interfaces:
