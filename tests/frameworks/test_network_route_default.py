@@ -8,6 +8,7 @@ and eth1 the persistent network holding the session's containers.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,25 @@ from derive_env.frameworks import network
 from derive_env.frameworks.context import HostFacts
 from derive_env.pipeline import derive
 from derive_env.render.explain import explain
-from frameworks.test_network import HEADER, v4, v4_table
+
+HEADER = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT"
+
+
+def _le(address: str) -> str:
+    """An IPv4 address as /proc/net/route prints it: host-order (little-endian) hex."""
+    return ipaddress.IPv4Address(address).packed[::-1].hex().upper()
+
+
+def v4(iface: str, network: str, gateway: str = "0.0.0.0") -> str:
+    """One line of /proc/net/route: up, RTF_GATEWAY with a gateway, metric 0."""
+    net = ipaddress.IPv4Network(network)
+    flags = 0x3 if gateway != "0.0.0.0" else 0x1
+    return (f"{iface}\t{_le(str(net.network_address))}\t{_le(gateway)}\t{flags:04X}\t0\t0\t0"
+            f"\t{_le(str(net.netmask))}\t0\t0\t0")
+
+
+def v4_table(*lines: str) -> str:
+    return "\n".join([HEADER, *lines]) + "\n"
 
 ROUTES = v4_table(v4("eth0", "0.0.0.0/0", gateway="172.30.0.1"), v4("eth0", "172.30.0.0/16"),
                   v4("eth1", "10.20.0.0/24"))

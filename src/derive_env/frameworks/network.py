@@ -122,6 +122,11 @@ def connected_subnets(facts: HostFacts) -> dict[str, list[IPNetwork]]:
     return subnets
 
 
+def session_subnets(facts: HostFacts) -> list[IPNetwork]:
+    """The subnets this container reaches directly, every interface's but ``lo``'s."""
+    return [net for nets in connected_subnets(facts).values() for net in nets]
+
+
 def own_interface(address: str, facts: HostFacts) -> str | None:
     """The interface holding ``address`` as one of this container's own addresses.
 
