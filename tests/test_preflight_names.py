@@ -15,7 +15,8 @@ SUBNETS = [ipaddress.ip_network("10.20.0.0/24")]
 SHARED = ("sub1 resolves main1 to 2 addresses (10.20.0.5, 10.20.0.9): several containers "
           "answer to that name, as when Backend.AI sessions share a project's persistent "
           "network and each registers the same main1, sub1 ... names, so gloo and NCCL may "
-          "reach another session's container; start the session on a network of its own")
+          "reach another Backend.AI session's container; start the Backend.AI session on a "
+          "network of its own")
 OUTSIDE = ("sub1 resolves main1 to 172.30.0.5, outside this container's subnets "
            "(10.20.0.0/24): not a container of this Backend.AI session's network")
 
@@ -52,7 +53,7 @@ def test_own_name_shared_is_flagged_too() -> None:
         "sub1 resolves sub1 to 2 addresses (10.20.0.6, 10.20.0.16): several containers answer "
         "to that name, as when Backend.AI sessions share a project's persistent network and "
         "each registers the same main1, sub1 ... names, so gloo and NCCL may reach another "
-        "session's container; start the session on a network of its own"]
+        "Backend.AI session's container; start the Backend.AI session on a network of its own"]
 
 
 def test_every_problem_of_the_row_is_said() -> None:

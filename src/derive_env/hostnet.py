@@ -156,8 +156,9 @@ def name_problem(name: str, host: str, addresses: Sequence[str],
             return (f"{host} resolves {name} to {len(same)} addresses ({', '.join(same)}): "
                     "several containers answer to that name, as when Backend.AI sessions "
                     "share a project's persistent network and each registers the same "
-                    "main1, sub1 ... names, so gloo and NCCL may reach another session's "
-                    "container; start the session on a network of its own")
+                    "main1, sub1 ... names, so gloo and NCCL may reach another Backend.AI "
+                    "session's container; start the Backend.AI session on a network of its "
+                    "own")
     outside = [str(ip) for ip in ips if not ip.is_loopback
                and not any(ip in net for net in subnets)]
     if outside and subnets:
