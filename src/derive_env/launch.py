@@ -109,8 +109,8 @@ def find_command(name: str, path: str | None) -> str:
 #: Variables SageMaker's platform (``TRAINING_JOB_NAME``, ``TRAINING_JOB_ARN``) or its
 #: training toolkit (``SM_CURRENT_HOST``, ``SM_HOSTS``) sets in a training container.
 SAGEMAKER = ("TRAINING_JOB_NAME", "TRAINING_JOB_ARN", "SM_CURRENT_HOST", "SM_HOSTS")
-#: What SageMaker expects when it starts a training image as ``IMAGE train`` (its guide "Use
-#: Your Own Training Algorithms": the container is run as ``docker run IMAGE train``).
+#: What SageMaker expects when it starts a training image as ``docker run IMAGE train`` (its
+#: developer guide, "How Amazon SageMaker Runs Your Training Image").
 SAGEMAKER_TRAIN = (
     "SageMaker starts a training image as 'IMAGE train', so the image needs a program named "
     "train on PATH: your own (e.g. a script that runs torchrun train.py) or the one of "

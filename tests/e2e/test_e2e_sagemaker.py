@@ -1,7 +1,7 @@
 """SageMaker's way to start an image, for real: ``docker run IMAGE train`` in two containers.
 
-SageMaker runs a training image as ``docker run IMAGE train`` ("Use Your Own Training
-Algorithms" in its developer guide) with ``/opt/ml/input/config/resourceconfig.json`` and
+SageMaker runs a training image as ``docker run IMAGE train`` (its developer guide, "How
+Amazon SageMaker Runs Your Training Image") with ``/opt/ml/input/config/resourceconfig.json`` and
 ``hyperparameters.json`` mounted, ``TRAINING_JOB_NAME``/``TRAINING_JOB_ARN`` set, and the
 hosts named algo-1, algo-2, ... on the job's network. Here the example PyTorch image (its
 ENTRYPOINT ``tini -- derive-env --``) gets a ``train`` program on PATH, as
