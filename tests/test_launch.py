@@ -1135,3 +1135,42 @@ def test_main1_hint_quotes_the_command_it_suggests() -> None:
 ])
 def test_no_main1_hint(extra: dict[str, str], command: list[str]) -> None:
     assert main1_hint({**MAIN1, **extra}, command) is None
+
+
+# ---- SageMaker starts a training image as `IMAGE train` ----------------------------------
+SAGEMAKER_TRAIN_MESSAGE = (
+    "train: command not found in PATH={path}; SageMaker starts a training image as "
+    "'IMAGE train', so the image needs a program named train on PATH: your own (e.g. a "
+    "script that runs torchrun train.py) or the one of SageMaker's training toolkit (pip "
+    "install sagemaker-training), which runs the job's entry point (docs/sources/clouds.md, "
+    "\"Amazon SageMaker\")")
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("TRAINING_JOB_NAME", "bert-1"), ("TRAINING_JOB_ARN", "arn:aws:sagemaker:x:1:training-job/b"),
+    ("SM_CURRENT_HOST", "algo-1"), ("SM_HOSTS", '["algo-1"]')])
+def test_train_not_found_under_sagemaker_says_what_sagemaker_expects(
+        tmp_path: Path, variable: str, value: str) -> None:
+    """The image was started as `IMAGE train` (SageMaker's way) without a train program:
+    exit 127, the message says what SageMaker expects; the command was not run."""
+    labels = write_labels(tmp_path / "labels.json", {})
+    env = {"PATH": f"{tmp_path}:/nonexistent", LABELS_VAR: str(labels), variable: value}
+    result = run([console_script(), "--", "train"], env)
+    assert result.returncode == 127
+    assert err_text(result) == (
+        "derive-env: error: " + SAGEMAKER_TRAIN_MESSAGE.format(path=f"{tmp_path}:/nonexistent")
+        + "\nderive-env: note: the command was not run (exit 127)\n")
+
+
+def test_train_not_found_elsewhere_or_another_command_under_sagemaker_no_hint(
+        tmp_path: Path) -> None:
+    """No SageMaker variable, or a command other than train: the plain message."""
+    with pytest.raises(CommandNotFound) as plain:
+        launch.exec_command(["train"], {"PATH": str(tmp_path)})
+    assert str(plain.value) == f"train: command not found in PATH={tmp_path}"
+    with pytest.raises(CommandNotFound) as other:
+        launch.exec_command(["serve"], {"PATH": str(tmp_path), "TRAINING_JOB_NAME": "bert-1"})
+    assert str(other.value) == f"serve: command not found in PATH={tmp_path}"
+    with pytest.raises(CommandNotFound) as hinted:
+        launch.exec_command(["train"], {"PATH": str(tmp_path), "TRAINING_JOB_NAME": "bert-1"})
+    assert str(hinted.value) == SAGEMAKER_TRAIN_MESSAGE.format(path=tmp_path)

@@ -15,6 +15,9 @@ and a main node's own address (AWS Batch). The formats are the kernel's:
 * ``/proc/net/fib_trie``: leaves ``|-- a.b.c.d``, a ``/32 host LOCAL`` line under a leaf
   marking an address of this network namespace (net/ipv4/fib_trie.c, ``fib_trie_seq_show``).
 
+And the problems of a Backend.AI session's names as resolved (:func:`name_problems`), for
+``derive-env check``.
+
 Lines that are malformed (too few fields, not hex, not an address) are skipped; routes that
 are not up (``RTF_UP``) too. Loaded only by the readers above, never on a container start
 that does not ask for them.
@@ -26,6 +29,9 @@ import contextlib
 import ipaddress
 import re
 from collections import namedtuple
+from collections.abc import Mapping, Sequence
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 #: Route flags (linux/route.h).
 RTF_UP, RTF_GATEWAY = 0x1, 0x2
@@ -127,3 +133,36 @@ def local_v4(fib_trie: str) -> tuple[ipaddress.IPv4Address, ...]:
         elif not line.lstrip().startswith("/"):
             leaf = None
     return tuple(found)
+
+
+def name_problems(host: str, names: Sequence[str], resolved: Mapping[str, Sequence[str]],
+                  subnets: Sequence[IPNetwork]) -> list[str]:
+    """:func:`name_problem` of each of ``names`` as ``host`` resolved them (``derive-env
+    check`` in a Backend.AI session: its own name and its peers')."""
+    found = (name_problem(n, host, tuple(resolved.get(n, ())), subnets) for n in names)
+    return [problem for problem in found if problem]
+
+
+def name_problem(name: str, host: str, addresses: Sequence[str],
+                 subnets: Sequence[IPNetwork]) -> str | None:
+    """Why a Backend.AI session's name ``name`` may reach another session's container, as
+    ``host`` resolved it, or ``None``: more than one address of one family (every Backend.AI
+    session on a project's persistent network registers the same aliases main1, sub1 ...:
+    lablup/backend.ai#14133), or an address outside ``subnets`` (``network.session_subnets``)."""
+    ips = [ipaddress.ip_address(a) for a in addresses]
+    for version in (4, 6):
+        same = [str(ip) for ip in ips if ip.version == version]
+        if len(same) > 1:
+            return (f"{host} resolves {name} to {len(same)} addresses ({', '.join(same)}): "
+                    "several containers answer to that name, as when Backend.AI sessions "
+                    "share a project's persistent network and each registers the same "
+                    "main1, sub1 ... names, so gloo and NCCL may reach another Backend.AI "
+                    "session's container; start the Backend.AI session on a network of its "
+                    "own")
+    outside = [str(ip) for ip in ips if not ip.is_loopback
+               and not any(ip in net for net in subnets)]
+    if outside and subnets:
+        return (f"{host} resolves {name} to {outside[0]}, outside this container's subnets "
+                f"({', '.join(map(str, subnets))}): not a container of this Backend.AI "
+                "session's network")
+    return None

@@ -106,6 +106,18 @@ def find_command(name: str, path: str | None) -> str:
     raise CommandNotFound(f"{name}: command not found in PATH={search}")
 
 
+#: Variables SageMaker's platform (``TRAINING_JOB_NAME``, ``TRAINING_JOB_ARN``) or its
+#: training toolkit (``SM_CURRENT_HOST``, ``SM_HOSTS``) sets in a training container.
+SAGEMAKER = ("TRAINING_JOB_NAME", "TRAINING_JOB_ARN", "SM_CURRENT_HOST", "SM_HOSTS")
+#: What SageMaker expects when it starts a training image as ``docker run IMAGE train`` (its
+#: developer guide, "How Amazon SageMaker Runs Your Training Image").
+SAGEMAKER_TRAIN = (
+    "SageMaker starts a training image as 'IMAGE train', so the image needs a program named "
+    "train on PATH: your own (e.g. a script that runs torchrun train.py) or the one of "
+    "SageMaker's training toolkit (pip install sagemaker-training), which runs the job's "
+    "entry point (docs/sources/clouds.md, \"Amazon SageMaker\")")
+
+
 def exec_command(
     argv: Sequence[str], env: Mapping[str, str], *, limits_checked: bool = False
 ) -> NoReturn:
@@ -120,7 +132,12 @@ def exec_command(
     """
     if not limits_checked:
         check_limits(argv, env, os.sysconf("SC_ARG_MAX"))
-    program = find_command(argv[0], env.get("PATH"))
+    try:
+        program = find_command(argv[0], env.get("PATH"))
+    except CommandNotFound as exc:
+        if argv[0] == "train" and any(env.get(name) for name in SAGEMAKER):
+            raise CommandNotFound(f"{exc}; {SAGEMAKER_TRAIN}") from None
+        raise
     for stream in (sys.stdout, sys.stderr):
         # A closed (None) or broken stream must not stop the exec.
         if stream is not None:

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from derive_env.frameworks.context import HostFacts
 from derive_env.frameworks.network import connected_subnets, own_interface, route_choice
-from derive_env.hostnet import local_v4, own_v6
+from derive_env.hostnet import local_v4, name_problems, own_v6
 from derive_env.hosts import is_ip
 from derive_env.topology import ClusterTopology
 
@@ -202,10 +202,11 @@ def check_name(host: str, addresses: Sequence[str], own: Sequence[str],
 
 
 def check_peers(host: str, peers: Sequence[str], resolved: Mapping[str, Sequence[str]],
-                ) -> Cell:
+                subnets: Sequence | None = None) -> Cell:
     """``peers``: every name in ``peers`` resolved on ``host`` to an address that is not
-    loopback (a loopback address would reach ``host`` itself)."""
-    problems = []
+    loopback (a loopback address would reach ``host`` itself); with ``subnets`` (a Backend.AI
+    session's), ``host`` and ``peers`` each checked by :func:`~derive_env.hostnet.name_problems`."""
+    problems = [] if subnets is None else name_problems(host, [host, *peers], resolved, subnets)
     for peer in peers:
         addresses = list(resolved.get(peer, ()))
         if not addresses:

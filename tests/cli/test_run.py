@@ -693,7 +693,7 @@ def warning_session(
     names = {"main1": ("198.18.0.10",), "sub1": ("198.18.0.11",)}
     facts = HostFacts(interfaces=("lo", "eth0"), routes_v4=ROUTE_HEADER, hostname="sub1",
                       resolve=lambda wanted: {n: names.get(n, ()) for n in wanted})
-    monkeypatch.setattr(cli, "gather_facts", lambda full=True: facts)
+    monkeypatch.setattr(cli, "gather_facts", lambda full=True, environ=None: facts)
 
 
 def test_explain_prints_warnings_in_its_output_only(

@@ -92,6 +92,25 @@ def test_torchrun_on_every_node_all_ranks_agree(engine: Engine, image: str, layo
     assert session.leftovers() == []
 
 
+def test_without_baimulti0_the_default_follows_the_route_to_main1(engine: Engine,
+                                                                    image: str) -> None:
+    """No label socket-ifname, and no baimulti0 (the containers join a bridge network, as a
+    Backend.AI session joins a project's persistent network): in Backend.AI's container the
+    hook exports GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME = eth0, the interface of the route
+    to main1, in every container; the job runs (6 ranks, sum 21)."""
+    port = _port()
+    labels = {k: v for k, v in torch_labels(port).items() if not k.endswith("socket-ifname")}
+    with ContainerSession(engine, image, DEFAULT, TORCH_BATCH, labels,
+                          user_env=TORCH_USER_ENV) as session:
+        result = session.run(timeout=TORCH_TIMEOUT_S)
+    problems = torch_problems(result, port)
+    assert problems == [], torch_summary(result, port, problems) + "\n" + result.describe()
+    assert {h: (c.exports.get("GLOO_SOCKET_IFNAME"), c.exports.get("NCCL_SOCKET_IFNAME"))
+            for h, c in result.containers.items()} == dict.fromkeys(DEFAULT.hosts,
+                                                                    ("eth0", "eth0"))
+    assert session.leftovers() == []
+
+
 def test_on_every_node_output_status_arguments(engine: Engine, image: str) -> None:
     """Over dropbear: each node's output arrives, arguments byte for byte, in the same
     directory, with no input to read, ON_EVERY_NODE=1, the hook's NODE_RANK in the SSH

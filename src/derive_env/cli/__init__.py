@@ -261,24 +261,24 @@ def read_files(paths: Sequence[str]) -> dict[str, str | None]:
     return out
 
 
-def gather_facts(full: bool = True):  # -> HostFacts; imported lazily with the pipeline
+def gather_facts(full: bool = True, environ: Mapping[str, str] | None = None):  # -> HostFacts
     """Read this container's facts for the framework rules (frameworks/network.py, ports.py).
 
-    :param full: everything label ``socket-ifname`` uses
-        (:func:`derive_env.cli.hostfacts.network_facts`). ``False`` (no label): only
-        whether ``baimulti0`` exists, one stat.
-        Either way, a reader of the kernel's ephemeral port range (:data:`PORT_RANGE_FILE`),
-        called only when a port was derived by hash.
-    :returns: a ``HostFacts``; unreadable files read as empty (the port range as ``None``).
-    """
-    if full:
+    :param full: everything label ``socket-ifname`` uses (:func:`~derive_env.cli.hostfacts.
+        network_facts`); else whether ``baimulti0`` exists (one stat), and everything when it
+        does not in Backend.AI's container of a session ``environ`` states larger than one.
+    :returns: a ``HostFacts`` (unreadable files read as empty), with a reader of the port
+        range (:data:`PORT_RANGE_FILE`, ``None`` unreadable) called only for a hashed port."""
+    from derive_env.frameworks.network import BACKENDAI_MARKER, OVERLAY, route_default_wanted
+
+    present = os.path.exists(f"/sys/class/net/{OVERLAY}")
+    if full or (not present and environ is not None and route_default_wanted(environ)
+                and os.path.exists(BACKENDAI_MARKER)):
         from derive_env.cli.hostfacts import network_facts
 
         return network_facts(read_port_range)
     from derive_env.frameworks.context import HostFacts
-    from derive_env.frameworks.network import OVERLAY
 
-    present = os.path.exists(f"/sys/class/net/{OVERLAY}")
     return HostFacts(interfaces=(OVERLAY,) if present else (), port_range=read_port_range)
 
 
@@ -353,7 +353,7 @@ def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str |
     if env_file is not None:
         return Inputs(environ, labels, _job_files, None, source)
     full = PREFIX + "socket-ifname" in labels
-    return Inputs(environ, labels, read_files, lambda: gather_facts(full), source,
+    return Inputs(environ, labels, read_files, lambda: gather_facts(full, environ), source,
                   new_run_id())
 
 

@@ -110,7 +110,7 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
     from derive_env.cli.hostfacts import Resolver
     from derive_env.errors import DeriveEnvError
     from derive_env.frameworks.context import RESOLVE_SECONDS
-    from derive_env.frameworks.network import VARIABLES
+    from derive_env.frameworks.network import VARIABLES, session_subnets
     from derive_env.labels import PREFIX
     from derive_env.pipeline import derive_from
     from derive_env.preflight import check_iface, check_name, check_peers, own_addresses, plan_of
@@ -146,7 +146,8 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
         name = check_name(facts.hostname, resolved.get(facts.hostname, ()), list(own), single)
     settings = {v: job[v] for v in VARIABLES if job.get(v)}
     peers = [(p, addresses[p][0]) for p in plan.peers if addresses[p]]
-    cells = {"name": name, "peers": check_peers(plan.host, plan.peers, addresses),
+    subnets = session_subnets(facts) if derivation.topology.source == "backendai" else None
+    cells = {"name": name, "peers": check_peers(plan.host, plan.peers, addresses, subnets),
              "iface": check_iface(settings, facts, (plan.host, addresses[plan.host]), peers)}
     mine = Mine(plan, cells, resolved, tuple(own))
     if plan.is_master(list(own), addresses[plan.master]):

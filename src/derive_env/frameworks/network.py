@@ -10,7 +10,9 @@ Rules, in order (docs/operator-guide.md, "socket-ifname"):
 * label ``ai.backend.distributed.socket-ifname=none``: nothing is set.
 * no label, a session of more than one node, neither variable set by the user, and the
   container has ``baimulti0`` (Backend.AI's multi-node overlay interface, Docker 28+): both
-  are set to it. Only one stat of ``/sys/class/net/baimulti0``, no name resolution.
+  are set to it. Only one stat of ``/sys/class/net/baimulti0``, no name resolution. Without
+  ``baimulti0`` in Backend.AI's own container (its ``/home/config/environ.txt``), a
+  Backend.AI session: the interface of the route to the master (:func:`_route_default`).
 * an interface name: used as is; it must exist in the container, and ``lo`` is an error in
   a session of more than one node (gloo would advertise 127.0.0.1 to the other nodes).
 * ``auto``: the first candidate that is usable: ``baimulti0``; the interface holding the
@@ -31,6 +33,7 @@ in all by :data:`derive_env.frameworks.context.RESOLVE_SECONDS`.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 
 from derive_env.errors import LabelError, describe
 from derive_env.frameworks.context import (
@@ -119,6 +122,11 @@ def connected_subnets(facts: HostFacts) -> dict[str, list[IPNetwork]]:
     return subnets
 
 
+def session_subnets(facts: HostFacts) -> list[IPNetwork]:
+    """The subnets this container reaches directly, every interface's but ``lo``'s."""
+    return [net for nets in connected_subnets(facts).values() for net in nets]
+
+
 def own_interface(address: str, facts: HostFacts) -> str | None:
     """The interface holding ``address`` as one of this container's own addresses.
 
@@ -201,7 +209,8 @@ def _set(out: Contribution, iface: str, source: str) -> None:
 
 
 def _overlay_default(ctx: Context, out: Contribution) -> None:
-    """No label: ``baimulti0`` in a session of more than one node, when the user set none."""
+    """No label: ``baimulti0`` in a session of more than one node, when the user set none;
+    without it, in Backend.AI's container, the interface of the route to the master."""
     if not ctx.topology.multi_node or any(ctx.environ.get(name) for name in VARIABLES):
         return
     facts = ctx.facts
@@ -212,6 +221,53 @@ def _overlay_default(ctx: Context, out: Contribution) -> None:
             f"default: {OVERLAY}, Backend.AI's multi-node overlay interface, is present "
             f"(label {LABEL}=none turns this off)"
         ))
+    elif facts is not None and facts.routes_v4 and ctx.topology.source == "backendai":
+        _route_default(ctx, facts, out)
+
+
+def route_default_wanted(environ: Mapping[str, str]) -> bool:
+    """Whether the edge reads the routes for :func:`_route_default` (when ``baimulti0`` is
+    missing and :data:`BACKENDAI_MARKER` exists): a Backend.AI session of more than one
+    container (``BACKENDAI_CLUSTER_SIZE`` > 1), the user having set no interface."""
+    size = environ.get("BACKENDAI_CLUSTER_SIZE", "").strip()
+    return (size.isascii() and size.isdigit() and int(size) > 1
+            and not any(environ.get(name) for name in VARIABLES))
+
+
+#: The file Backend.AI's agent mounts into every container of a session, Docker and
+#: Kubernetes backends alike (``/home/config``: ai/backend/agent/docker/agent.py,
+#: kubernetes/agent.py ``get_intrinsic_mounts``); Docker or Compose running the same image
+#: with the same variables have no such file.
+BACKENDAI_MARKER = "/home/config/environ.txt"
+
+
+def _route_default(ctx: Context, facts: HostFacts, out: Contribution) -> None:
+    """No ``baimulti0`` in Backend.AI's container (a session on a project's persistent
+    network joins it in bridge mode, lablup/backend.ai#14133; Docker before 28 names the
+    overlay ``ethN``): the interface the kernel routes to the master through, as label
+    ``socket-ifname=auto``'s route rule (never ``lo``), so NCCL does not pick a gateway
+    bridge. Unresolved master or no route: a warning, nothing set."""
+    master = ctx.master.addr
+    addresses = _addresses(master, {} if _addresses(master, {}) else
+                           dict(facts.resolve([master])))
+    why = (f"default: no {OVERLAY} in this Backend.AI container (a Backend.AI session on a "
+           "project's persistent network, or Docker before 28)")
+    for address in addresses:
+        iface, ties = route_choice(address, facts)
+        if iface and iface != LOOPBACK and iface in facts.interfaces:
+            _set(out, iface, f"{why}: the interface of the route to the master {master} "
+                             f"({address}), as label {LABEL}=auto (label {LABEL}=none turns "
+                             "this off)")
+            if ties:
+                out.warnings.append(
+                    f"{why}: the routes to the master {master} through {iface} and "
+                    f"{', '.join(ties)} have the same prefix and metric; took {iface}, the "
+                    f"first in the routing table; name the interface in label {LABEL}")
+            return
+    out.warnings.append(
+        f"{why}: no route to the master {master!r} (resolved: "
+        f"{', '.join(addresses) or f'nothing within {RESOLVE_SECONDS:g} s'}); {_NOT_SET}, "
+        f"so NCCL may choose another bridge: name the interface in label {LABEL}")
 
 
 def _addresses(name: str, resolved: dict[str, tuple[str, ...]]) -> tuple[str, ...]:

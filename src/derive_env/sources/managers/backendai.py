@@ -405,6 +405,9 @@ def read(environ: Mapping[str, str], line: Source,
     """
     facts = _facts(environ)
     stated = "nodes" in facts["inputs"]
+    if stated and len(facts["nodes"]) > 1 and environ.get(KUBERNETES):
+        hosts = [n.host for n in facts["nodes"]]
+        raise TopologyError(_ON_KUBERNETES.format(size=len(hosts), hosts=listing(hosts, 3)))
     return Report(
         source="backendai", title=line.title,
         nodes=facts["nodes"] if stated else (),
@@ -414,6 +417,16 @@ def read(environ: Mapping[str, str], line: Source,
         notes=facts["notes"], warnings=facts["warnings"],
     )
 
+
+#: Set by the kubelet in every container: beside Backend.AI's variables, Backend.AI's Kubernetes
+#: agent backend (no session network: ``apply_network`` does nothing, agent/kubernetes/agent.py).
+KUBERNETES = "KUBERNETES_SERVICE_HOST"
+_ON_KUBERNETES = (
+    "BACKENDAI_CLUSTER_SIZE={size} with KUBERNETES_SERVICE_HOST set: a session of {size} "
+    "containers on Backend.AI's Kubernetes agent backend, which gives its pods no session "
+    "network, so no pod answers to the names {hosts} and the nodes cannot reach each "
+    "other; run multi-container sessions on Backend.AI's Docker agents (docs/backendai.md, "
+    "\"The Kubernetes agent backend\")")
 
 #: Variables Backend.AI sets per container: a bad one stops this container alone.
 _PER_CONTAINER = frozenset({HOST, ROLE, IDX, LOCAL_RANK, GPU_COUNT, N_GPUS})
