@@ -56,6 +56,9 @@ class Source:
     :ivar detect: its complete set of variables, every one non-empty.
     :ivar depth: its place in the launch: 0 torchrun, 1 an MPI launcher, 2 an srun step, 3
         a Slurm allocation, 4 a node-level manager (Backend.AI, Kubeflow).
+    :ivar daemons: its tasks are started by daemons of its own (Flux's brokers) that an
+        outer launcher may start as a step of one task per node (``srun -N4 flux start``):
+        that step is its daemon step, as an MPI launcher's (sources/compose.py).
     :ivar unless: variables whose presence means another context (a Slurm step, not the
         batch script): the line is then neither seen nor refused.
     :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
@@ -89,9 +92,9 @@ class Source:
     """
 
     # Not a named tuple, whose constructor eval() costs every start 0.8M instructions.
-    __slots__ = ("any_of", "counts", "depth", "detect", "fallback", "fix", "marker", "module",
-                 "name", "part_of", "partial", "pass_env", "prefix", "roles", "size", "sized",
-                 "states", "title", "unit", "unless")
+    __slots__ = ("any_of", "counts", "daemons", "depth", "detect", "fallback", "fix", "marker",
+                 "module", "name", "part_of", "partial", "pass_env", "prefix", "roles", "size",
+                 "sized", "states", "title", "unit", "unless")
 
     def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
                  depth: int, unless: tuple[str, ...] = (), fallback: bool = False,
@@ -99,14 +102,14 @@ class Source:
                  states: tuple | None = None, partial: bool = True, sized: bool = True,
                  unit: str = "process", size: str | None = None, part_of: str | None = None,
                  fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
-                 roles: dict | None = None) -> None:
+                 roles: dict | None = None, daemons: bool = False) -> None:
         self.name, self.title, self.module, self.detect, self.depth, self.unless = (
             name, title, module, detect, depth, unless)
         self.fallback, self.any_of, self.prefix, self.marker, self.states, self.partial = (
             fallback, any_of, prefix, marker, states, partial)
         self.sized, self.unit, self.size, self.part_of, self.fix, self.pass_env = (
             sized, unit, size, part_of, fix, pass_env)
-        self.counts, self.roles = counts, roles
+        self.counts, self.roles, self.daemons = counts, roles, daemons
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
@@ -214,8 +217,9 @@ SOURCES: tuple[Source, ...] = (
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"), 4, unit="node",
            unless=("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "NODE_RANK", "PET_NODE_RANK",
                    "PET_NNODES", "AZUREML_RUN_ID"), fallback=True, counts=("WORLD_SIZE",)),
+    # Inside `srun -N4 flux start` that step is its brokers' (daemons: seen_sources).
     Source("flux", "Flux", "managers.flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
-           pass_env="flux run --env={name}={value}",
+           pass_env="flux run --env={name}={value}", daemons=True,
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
     Source("jsrun", "LSF jsrun", "managers.lsf",
            ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "LSB_JOBID", "LSB_DJOB_RANKFILE"), 2,
@@ -432,11 +436,13 @@ def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
 
 def seen_sources(environ: Mapping[str, str]) -> list[Source]:
     """The lines read whose complete set of variables is set, innermost first: one lookup
-    per variable of each line, no module imported to learn that its variables are absent."""
+    per variable of each line, no module imported to learn that its variables are absent.
+    At one depth, a launcher whose own daemons start its tasks (``daemons``: Flux) is inside
+    the other (the ``srun`` step that started its brokers)."""
     seen = [s for s in _READ if _is_seen(s, environ)]
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
-    return sorted(seen, key=lambda s: s.depth)
+    return sorted(seen, key=lambda s: (s.depth, not s.daemons))
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:
