@@ -181,14 +181,17 @@ SOURCES: tuple[Source, ...] = (
             "SLURM_LOCALID", "SLURM_NODEID"), 2,
            states=(("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1),
                    ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0))),
+    # Not in a SkyPilot task: its own line states that job's nodes (sky/skylet/executor/
+    # slurm.py runs it in an srun step whose step variables newer releases unset).
     Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)",
            "managers.slurm",
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3, unit="node",
-           counts=("SLURM_JOB_NUM_NODES",)),
+           unless=("SKYPILOT_NODE_RANK",), counts=("SLURM_JOB_NUM_NODES",)),
     # The allocation's variables outside a step, when another source was chosen.
     Source("slurm-batch", "a Slurm batch script or salloc shell", None,
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3,
-           unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST"), part_of="slurm-allocation",
+           unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SKYPILOT_NODE_RANK"),
+           part_of="slurm-allocation",
            states=(("SLURM_JOB_NUM_NODES", 1), ("SLURM_NNODES", 1)), partial=False,
            unit="node"),
     Source("backendai", "a Backend.AI session", "managers.backendai",
@@ -270,6 +273,7 @@ SOURCES: tuple[Source, ...] = (
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
            marker=("SKYPILOT_NODE_IPS",), roles={"hosts": ("SKYPILOT_NODE_IPS", "ips")},
+           pass_env="sky launch --env {name}={value}",
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
     Source("dstack", "a dstack task", "managers.launchtools",
