@@ -133,7 +133,8 @@ def test_the_refusals_keep_the_launchers_order() -> None:
         "an Azure ML MPI job (Azure Batch multi-instance)", "a Determined trial",
         "a Kubeflow TrainJob (JAX runtime)", "a Kubeflow JAXJob (v1)",
         "a Kubeflow TrainJob (XGBoost runtime)", "an HTCondor parallel-universe job",
-        "an OpenPBS/Torque job", "an LSF job", "a Grid Engine parallel job",
+        "an OpenPBS/Torque job", "a Torque TM task (pbsdsh)", "an LSF job",
+        "a Grid Engine parallel job",
         "a Grid Engine task (qrsh -inherit)", "a Kubeflow MPIJob launcher", "a Ray Train worker",
         "an Azure ML PyTorch-distribution process"]
 

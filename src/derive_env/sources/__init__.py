@@ -358,6 +358,12 @@ SOURCES: tuple[Source, ...] = (
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    # A Torque pbsdsh task on a sister host: no node file there (sources/managers/pbs.py).
+    Source("torque-task", "a Torque TM task (pbsdsh)", "managers.pbs",
+           ("PBS_JOBID", "PBS_NODENUM", "PBS_TASKNUM", "PBS_VNODENUM"), 3,
+           unless=("PBS_NODEFILE",), unit="node", partial=False,
+           states=(("PBS_NUM_NODES", 1), ("PBS_NODENUM", 0)),
+           pass_env="pbsdsh -u -e {name}={value}"),
     # In a jsrun task, the jsrun line gives the compute hosts (without the launch node).
     Source("lsf", "an LSF job", "managers.lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
            unless=("JSM_NAMESPACE_RANK",), marker=("LSB_MCPU_HOSTS",),
