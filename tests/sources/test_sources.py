@@ -121,7 +121,8 @@ def test_every_module_reads_a_line() -> None:
 def test_the_refusals_keep_the_launchers_order() -> None:
     """The first line that states more than one process is named: innermost first."""
     assert [line.title for line in SOURCES if states_of(line) or has_size(line)] == [
-        "torchrun (torchelastic)", "Open MPI (mpirun)", "MVAPICH2 (mpirun_rsh)",
+        "torchrun (torchelastic)", "DeepSpeed's launcher (deepspeed)", "Open MPI (mpirun)",
+        "MVAPICH2 (mpirun_rsh)",
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
         "a Slurm step (srun)", "a Slurm batch script or salloc shell", "Flux", "LSF jsrun",

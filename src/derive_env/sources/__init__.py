@@ -128,6 +128,16 @@ SOURCES: tuple[Source, ...] = (
            marker=("TORCHELASTIC_RUN_ID",),
            states=(("GROUP_WORLD_SIZE", 1), ("GROUP_RANK", 0), ("WORLD_SIZE", 1), ("RANK", 0),
                    ("LOCAL_WORLD_SIZE", 1)), partial=False),
+    # DeepSpeed's per-node launcher (sources/managers/deepspeed.py): like torchrun, no host list.
+    Source("deepspeed", "DeepSpeed's launcher (deepspeed)", "managers.deepspeed",
+           ("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT"), 0, unless=("TORCHELASTIC_RUN_ID",),
+           marker=("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"), partial=False,
+           roles={"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+                  "local_world_size": "LOCAL_SIZE", "num_nodes": "CROSS_SIZE",
+                  "node_rank": "CROSS_RANK",
+                  "why": "DeepSpeed's launcher sets both for each process "
+                         "(deepspeed/launcher/launch.py), so one was changed after it"}),
     # The MPI launchers: the process layer in their own four variables, no host list; what
     # is deliberately not read (OMPI_COMM_WORLD_NODE_RANK ...), docs/sources/mpi.md. Only a
     # launcher's own second vocabulary must agree ("same"). Open MPI: docs/tuning-apps/
