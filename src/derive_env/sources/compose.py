@@ -6,8 +6,8 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * Process layer: from the innermost source that launched processes (torchrun > an MPI
   launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
 * The daemon step, recognised by what it is: a Slurm step of one task on each of its nodes
-  around an MPI launcher's ranks (mpirun's orted, Hydra's proxies: one srun task per node;
-  recordings ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
+  around an MPI launcher's or a ``daemons`` line's ranks (orted, Hydra's proxies, Flux's
+  brokers; recorded ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
   sizes; its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
   layer whose world size or rank differs from the inner one's is shadowed too (``srun
   --ntasks-per-node=1 torchrun``: its agents); equal layers confirm each other.
