@@ -247,9 +247,15 @@ def test_other_launcher_topology_without_cluster_variables(name: str, value: str
 
 
 def closest(name: str) -> str:
-    """The hint naming the source line that has ``name`` (alone) among its variables."""
+    """The hint naming the source line that has ``name`` (alone) among its variables; for a
+    name several lines share (torch's own), the hint names no launcher (issue 24: a
+    hand-set NODE_RANK was answered "closest: an Azure ML PyTorch-distribution process")."""
     from derive_env.sources import SOURCES
 
+    if sum(name in source.detect for source in SOURCES) > 1:
+        return (f" ({name}: a name several launchers set, and no variable of one of them is "
+                "here: set by hand (the image's ENV, an env file, a wrapper) or by a launcher "
+                "derive-env has no source for)")
     for source in SOURCES:
         if name in source.detect and not source.any_of and source.module is not None:
             rest = ", ".join(n for n in source.detect if n != name)

@@ -131,7 +131,8 @@ WITHOUT_BUILDER = frozenset({
     "torchrun", "openmpi", "mvapich2", "hydra", "pals", "slurm-allocation", "kubeflow-elastic",
     "kubeflow-pytorchjob-classic", "jsrun", "jobset", "sagemaker", "aws-batch",
     "sagemaker-platform", "vertex", "gke-tpu", "determined", "kubeflow-jax", "kubeflow-jaxjob",
-    "kubeflow-xgboost", "pbs", "lsf", "gridengine", "mpi-operator-launcher", "ray-train"})
+    "kubeflow-xgboost", "pbs", "torque-task", "lsf", "gridengine", "mpi-operator-launcher",
+    "ray-train"})
 
 
 def test_every_line_has_a_builder_or_is_listed_without_one() -> None:

@@ -174,3 +174,42 @@ def test_no_job_of_several_nodes_derives_one_node(nodes: int, data: st.DataObjec
         assert exc.exit_code == 3
         return
     assert derivation is not None and derivation.topology.multi_node
+
+
+def test_a_flux_task_of_an_instance_started_by_srun_is_read_as_flux() -> None:
+    """``srun -N3 flux start ./script``: the initial program runs on broker 0 with the srun
+    step's task-0 variables (a step of one task per node: the recorded ``ompi-in-salloc``
+    daemon step, task 0 on gpu-a100-09), and ``flux run -N3`` copies that environment into
+    every task (flux-run(1): the submitter's environment is the job's). The step is Flux's
+    daemon step; Slurm's per-task values (``SLURM_NODEID=0``) are copies, never the node.
+    Before: refused on tasks 1 and 2 ("a Slurm step (srun) and Flux both state this
+    process's rank, and differently"); with the step only shadowed, NODE_RANK=0 on all."""
+    from support.recorded import FIXTURES, load_fixture
+
+    _, step0 = load_fixture(FIXTURES / "ompi-in-salloc" / "rank0.env")
+    broker0 = {k: v for k, v in step0.items() if k.startswith(("SLURM", "SLURMD"))}
+    values = []
+    for rank in range(3):
+        env = {**broker0, **task(rank, 0, 3, 3)}
+        assert [s.name for s in seen_sources(env)] == ["flux", "slurm-step", "slurm-allocation"]
+        derivation = derive(env, {PREFIX + "frameworks": "pytorch"})
+        got = {v.name: v.value for v in derivation.variables}
+        values.append((got["NODE_RANK"], got["MASTER_ADDR"], got["PET_NNODES"]))
+        assert derivation.topology.layers[3] == (
+            "shadowed: slurm-step (a Slurm step (srun)): one task on each of its nodes around "
+            "flux's ranks: Flux's daemon step, not the ranks")
+    assert values == [(str(r), "gpu-a100-09", "3") for r in range(3)]
+
+
+def test_flux_in_part_of_the_allocation_is_checked_against_slurms_nodes() -> None:
+    """A Flux job of 2 nodes in the 3-node allocation: Flux states no host list, and the
+    allocation's list is not its nodes: refused naming both, never a job of 3."""
+    from support.recorded import FIXTURES, load_fixture
+
+    _, step0 = load_fixture(FIXTURES / "ompi-in-salloc" / "rank0.env")
+    env = {**{k: v for k, v in step0.items() if k.startswith("SLURM")}, **task(1, 0, 2, 2)}
+    with pytest.raises(TopologyError) as info:
+        derive(env, {PREFIX + "frameworks": "pytorch"})
+    assert str(info.value).startswith(
+        "Flux and a Slurm allocation (batch script or salloc shell) disagree on the number of "
+        "nodes: FLUX_JOB_NNODES say 2, SLURM_JOB_NODELIST + SLURM_JOB_NUM_NODES say 3.")

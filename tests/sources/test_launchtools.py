@@ -293,3 +293,86 @@ def test_dstack_hostfile_unreadable_or_even_is_only_a_note() -> None:
     even = dstack_with_hostfile(0, 8, "10.0.0.1 slots=8\n10.0.0.2 slots=8\n10.0.0.3 slots=8\n")
     assert not any("uneven" in note for note in even.notes)
     assert launchtools.files_needed({"DSTACK_MPI_HOSTFILE": "/x"}, "skypilot") == ()
+
+
+# -- SkyPilot on Slurm: the job's IPs, the step's count (sky/skylet/executor/slurm.py) -------
+
+def slurm_task(job: list[str], step: list[str], rank: int, step_vars: bool) -> dict:
+    """A task of SkyPilot's Slurm executor (``srun --ntasks-per-node=1 ... -m
+    sky.skylet.executor.slurm``): ``SKYPILOT_NODE_IPS`` from the job's hosts
+    (``_get_job_node_ips``: SLURM_JOB_NODELIST), ``SKYPILOT_NUM_NODES`` = SLURM_NNODES (the
+    step's), ``SKYPILOT_NODE_RANK`` = SLURM_PROCID; ``step_vars`` False: a release whose
+    executor unsets the step-scoped SLURM_* before the run commands
+    (``UNSET_STEP_SCOPED_SLURM_ENV``)."""
+    ip = {host: f"10.0.1.{number}" for number, host in enumerate(job, 11)}
+    env = {"SLURM_JOB_ID": "31", "SLURM_JOBID": "31", "SLURM_JOB_NODELIST": ",".join(job),
+           "SLURM_NODELIST": ",".join(job), "SLURM_JOB_NUM_NODES": str(len(job)),
+           "SLURM_NNODES": str(len(step)), "SLURMD_NODENAME": step[rank],
+           "SKYPILOT_NODE_IPS": "\n".join(ip[h] for h in job), "SKYPILOT_NODE_RANK": str(rank),
+           "SKYPILOT_NUM_NODES": str(len(step)), "SKYPILOT_TASK_ID": "sky-2026-12-05_c_3",
+           "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
+    if step_vars:
+        env.update(SLURM_STEP_ID="3", SLURM_STEPID="3", SLURM_STEP_NODELIST=",".join(step),
+                   SLURM_STEP_NUM_NODES=str(len(step)), SLURM_STEP_NUM_TASKS=str(len(step)),
+                   SLURM_STEP_TASKS_PER_NODE=f"1(x{len(step)})", SLURM_PROCID=str(rank),
+                   SLURM_LOCALID="0", SLURM_NODEID=str(rank), SLURM_NTASKS=str(len(step)),
+                   SLURM_TASKS_PER_NODE=f"1(x{len(step)})")
+    return env
+
+
+JOB = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+
+
+@pytest.mark.parametrize("step_vars", [True, False])
+def test_skypilot_on_slurm_a_task_on_every_node_of_the_job(step_vars: bool) -> None:
+    """The IP list is the task's nodes: one job, node rank = SLURM_PROCID. Before, without
+    the step variables: refused as a batch script ("SLURM_JOB_NUM_NODES='4': expected 1
+    here: a batch script or salloc shell runs on one node")."""
+    got = []
+    for rank in range(4):
+        derivation = derive(slurm_task(JOB, JOB, rank, step_vars), {PREFIX + "frameworks":
+                                                                     "pytorch"})
+        values = {v.name: v.value for v in derivation.variables}
+        got.append((values["NODE_RANK"], values["MASTER_ADDR"], values["PET_NNODES"]))
+    master = "gpu-01" if step_vars else "10.0.1.11"  # the step's host names, or the IPs
+    assert got == [(str(r), master, "4") for r in range(4)]
+
+
+def test_skypilot_on_slurm_a_task_on_part_of_the_job_takes_the_steps_hosts() -> None:
+    """A 2-node task on a 4-node SkyPilot cluster: the IP list is the job's 4, the count the
+    step's 2. Before: "SKYPILOT_NUM_NODES='2': expected the number of lines of
+    SKYPILOT_NODE_IPS (4): both count the task's nodes; ... do not set it"."""
+    step = ["gpu-03", "gpu-04"]
+    got = []
+    for rank in range(2):
+        env = slurm_task(JOB, step, rank, step_vars=True)
+        derivation = derive(env, {PREFIX + "frameworks": "pytorch"})
+        values = {v.name: v.value for v in derivation.variables}
+        got.append((values["NODE_RANK"], values["MASTER_ADDR"], values["PET_NNODES"]))
+    assert got == [("0", "gpu-03", "2"), ("1", "gpu-03", "2")]
+    report = read(slurm_task(JOB, step, 1, step_vars=True), "skypilot")
+    assert (report.nodes, report.num_nodes, report.node_rank) == ((), 2, 1)
+
+
+def test_skypilot_on_slurm_part_of_the_job_without_step_variables_asks_for_the_master() -> None:
+    """Without the step's host list nothing says which IP is node 0's (SkyPilot's own
+    ``head -n1`` would name gpu-01, which runs no task): refused, naming what to set."""
+    with pytest.raises(TopologyError) as info:
+        derive(slurm_task(JOB, ["gpu-03", "gpu-04"], 0, step_vars=False),
+               {PREFIX + "frameworks": "pytorch"})
+    assert str(info.value) == (
+        "MASTER_ADDR='': expected the host of rank 0 (it also gives JAX's coordinator): a "
+        "SkyPilot task states no host list, so the host of rank 0 is unknown: set MASTER_ADDR "
+        "to it (the same value for every process, e.g. sky launch --env MASTER_ADDR=<host of "
+        "rank 0>), or run the launcher inside a job whose manager states the hosts (Slurm, "
+        "PBS, LSF, Grid Engine)")
+
+
+def test_skypilot_on_slurm_more_nodes_than_the_jobs_list_is_refused_with_the_reason() -> None:
+    env = {**slurm_task(JOB, JOB, 0, step_vars=False), "SKYPILOT_NUM_NODES": "5"}
+    with pytest.raises(TopologyError) as info:
+        read(env, "skypilot")
+    assert str(info.value) == (
+        "SKYPILOT_NUM_NODES='5': expected the number of lines of SKYPILOT_NODE_IPS (4): on "
+        "Slurm SkyPilot lists the job's nodes (SLURM_JOB_NODELIST) and counts the task's "
+        f"(SLURM_NNODES), never more; {SKY_FIX}")

@@ -242,3 +242,70 @@ def test_every_rank_of_mpirun_in_a_pbs_job_derives_one_job(hosts: list[str],
     assert first["MASTER_ADDR"] == hosts[0]
     assert sorted(int(v["RANK"]) for v in values) == list(range(world))
     assert sorted(int(v["JAX_PROCESS_ID"]) for v in values) == list(range(world))
+
+
+# -- Torque: pbsdsh tasks (adaptivecomputing/torque src/resmom/start_exec.c InitUserEnv) ------
+
+TORQUE_FILE = "/var/spool/torque/aux/77.head"
+
+
+def torque(node: int, task: int, vnode: int, nodefile: bool, **extra: str) -> dict[str, str]:
+    """A Torque job's process, TYPED from InitUserEnv: ``PBS_NODENUM`` = ``"%d"`` of
+    ``ji_nodeid``, ``PBS_TASKNUM`` = ``"%d"`` of ``ti_task`` (1: the batch script), the job's
+    ``nodes=3:ppn=2`` as ``PBS_NUM_NODES``/``PBS_NUM_PPN``, ``PBS_NODEFILE`` only where the
+    MoM wrote it (MOM_HAS_NODEFILE: the mother superior); ``PBS_VNODENUM`` = tm_spawn's node
+    (mom_comm.c) or 0 in the batch script."""
+    env = {"PBS_JOBID": "77.head", "PBS_JOBNAME": "t", "PBS_QUEUE": "batch",
+           "PBS_MOMPORT": "15003", "PBS_NUM_NODES": "3", "PBS_NUM_PPN": "2",
+           "PBS_VERSION": "TORQUE-6.1.3", "PBS_ENVIRONMENT": "PBS_BATCH",
+           "ENVIRONMENT": "BATCH", "PBS_NODENUM": str(node), "PBS_TASKNUM": str(task),
+           "PBS_VNODENUM": str(vnode), **extra}
+    if nodefile:
+        env["PBS_NODEFILE"] = TORQUE_FILE
+    return env
+
+
+TORQUE_LINES = "n1\nn1\nn2\nn2\nn3\nn3\n"
+
+
+def torque_derive(env: dict[str, str]) -> dict[str, str]:
+    derivation = derive(env, {PREFIX + "frameworks": "pytorch"},
+                        files=lambda paths: {p: TORQUE_LINES if p == TORQUE_FILE else None
+                                             for p in paths})
+    return {v.name: v.value for v in derivation.variables}
+
+
+def test_a_torque_pbsdsh_task_on_the_mother_superior_is_node_0() -> None:
+    """Before: refused as "a batch script runs on the first only; ... or with pbsdsh -u",
+    which is what started it (PBS_TASKNUM is decimal in Torque's TM tasks)."""
+    values = torque_derive(torque(0, 2, 0, nodefile=True))
+    assert (values["NODE_RANK"], values["MASTER_ADDR"], values["PET_NNODES"]) == ("0", "n1", "3")
+
+
+def test_torques_batch_script_is_still_refused_beyond_one_host() -> None:
+    with pytest.raises(TopologyError, match=r"a batch script runs on the first only"):
+        torque_derive(torque(0, 1, 0, nodefile=True, PBS_NP="6"))
+
+
+def test_a_torque_pbsdsh_task_on_a_sister_host_asks_for_the_master() -> None:
+    """No node file on a sister. Before: no source seen, MASTER_ADDR=127.0.0.1, one node
+    (and with MASTER_ADDR passed, NODE_RANK=0 of 1)."""
+    env = torque(1, 3, 2, nodefile=False)
+    assert [s.name for s in seen_sources(env)] == ["torque-task"]
+    with pytest.raises(TopologyError) as info:
+        torque_derive(env)
+    assert str(info.value) == (
+        "a Torque TM task (pbsdsh) on node PBS_NODENUM=1 of PBS_NUM_NODES=3: Torque writes "
+        "PBS_NODEFILE on the mother superior only (src/resmom/start_exec.c InitUserEnv, "
+        "MOM_HAS_NODEFILE), so the job's first host, the master, is not known here; pass it "
+        "to every task: pbsdsh -u -e MASTER_ADDR=$(head -n1 $PBS_NODEFILE) derive-env -- "
+        "torchrun ..., from the batch script")
+
+
+def test_torques_pbsdsh_tasks_with_the_master_passed_are_one_job() -> None:
+    """``pbsdsh -u -e MASTER_ADDR=n1``: every host's task, the mother superior's from the
+    node file, the sisters' from PBS_NODENUM and PBS_NUM_NODES."""
+    got = [torque_derive(torque(node, 2 + node, 2 * node, nodefile=node == 0,
+                                MASTER_ADDR="n1")) for node in range(3)]
+    assert [(v["NODE_RANK"], v["MASTER_ADDR"], v["PET_NNODES"]) for v in got] == [
+        ("0", "n1", "3"), ("1", "n1", "3"), ("2", "n1", "3")]

@@ -244,3 +244,99 @@ def test_a_resource_config_nested_too_deep_is_an_error_not_a_traceback() -> None
     with pytest.raises(TopologyError, match=r"^SM_HOSTS="):
         sagemaker.read({"SM_HOSTS": "[" * 50000, "SM_CURRENT_HOST": "algo-1"},
                        BY_NAME["sagemaker"], {})
+
+
+# -- the toolkit's MPI mode: SM_* copied to every rank by mpirun -x -------------------------
+
+def rank_environments(command: list[str], envs: dict[str, dict[str, str]]) -> list[dict]:
+    """Every rank's environment as Open MPI builds it from the toolkit's ``command``: ranks
+    placed by ``--host h:n,... -map-by slot`` (block, in host order), each with its host's
+    environment (the worker's through sshd: its /etc/environment, which the toolkit's
+    ``WorkerRunner`` writes from its own ``os.environ``), then every ``-x NAME`` with
+    mpirun's (the master's) value and every ``-x NAME=VALUE``, then OMPI_COMM_WORLD_*."""
+    assert command[0] == "mpirun" and command[command.index("-map-by") + 1] == "slot"
+    hosts = [h.partition(":") for h in command[command.index("--host") + 1].split(",")]
+    size = int(command[command.index("-np") + 1])
+    master = envs[hosts[0][0]]
+    exported = [command[i + 1] for i, word in enumerate(command) if word == "-x"]
+    copied = {name: value for item in exported
+              for name, _, value in (item.partition("="),)
+              if value or name in master}
+    copied = {name: value or master[name] for name, value in copied.items()}
+    ranks = []
+    for host, _, slots in hosts:
+        local = int(slots or 1)
+        for local_rank in range(local):
+            ranks.append({**envs[host], **copied, "OMPI_COMM_WORLD_RANK": str(len(ranks)),
+                          "OMPI_COMM_WORLD_SIZE": str(size),
+                          "OMPI_COMM_WORLD_LOCAL_RANK": str(local_rank),
+                          "OMPI_COMM_WORLD_LOCAL_SIZE": str(local), "_HOST": host})
+    assert len(ranks) == size
+    return ranks
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("with_file", [True, False])
+def test_mpi_mode_the_toolkits_own_command_line_never_gives_two_hosts_one_node_rank(
+        with_file: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command the toolkit's own mpi.py builds (``MasterRunner._create_command``: ``-x``
+    every SM_*) for a 2-host job, 2 processes per host. Before: NODE_RANK=0 on all four
+    ranks (SM_CURRENT_HOST='algo-1', the master's, on algo-2 too), and with the resource
+    config algo-2's ranks refused ("SM_CURRENT_HOST='algo-1': expected current_host of
+    ... ('algo-2')"). Now the host is the resource config's current_host (per host, never
+    copied); without the file NODE_RANK is not set."""
+    try:
+        from sagemaker_training import environment, mpi
+    except ImportError:
+        require(False, "sagemaker-training is not installed (make venv installs it)")
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the toolkit writes os.environ
+    flags = {"sagemaker_mpi_enabled": True}
+    texts, envs = {}, {}
+    for host in ("algo-1", "algo-2"):
+        texts[host] = config(host)
+        toolkit = environment.Environment(resource_config=json.loads(texts[host]),
+                                          input_data_config={"train": {}}, hyperparameters=flags)
+        envs[host] = {**PLATFORM, **toolkit.to_env_vars()}
+        if host == "algo-1":
+            runner = mpi.MasterRunner("train.py", [], toolkit.to_env_vars(), 2,
+                                      toolkit.master_hostname, toolkit.distribution_hosts, "",
+                                      "eth0")
+    command = runner._create_command()
+    assert command[command.index("SM_CURRENT_HOST") - 1:][:2] == ["-x", "SM_CURRENT_HOST"]
+    got = []
+    for env in rank_environments(command, envs):
+        assert env["SM_CURRENT_HOST"] == "algo-1"  # the copy, on algo-2 as well
+        text = texts[env.pop("_HOST")] if with_file else None
+        files = {SAGEMAKER_CONFIG: text, HYPERPARAMETERS: None}
+        derivation = derive(env, {PREFIX + "frameworks": "pytorch"},
+                            files=lambda paths, f=files: {p: f.get(p) for p in paths})
+        values = {v.name: v.value for v in derivation.variables}
+        got.append((values["RANK"], values.get("NODE_RANK"), values["MASTER_ADDR"]))
+    node_ranks = ["0", "0", "1", "1"] if with_file else [None] * 4
+    assert got == [(str(r), n, "algo-1") for r, n in enumerate(node_ranks)]
+
+
+def test_mpi_mode_the_copied_values_are_checked_not_taken() -> None:
+    """In an MPI rank, SM_CURRENT_HOST must be one of the hosts and SM_HOSTS the resource
+    config's; this host is current_host."""
+    mpi = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    env = {**PLATFORM, **mpi, "SM_HOSTS": '["algo-1", "algo-2"]', "SM_CURRENT_HOST": "algo-1"}
+    report = read(env, config("algo-2"))
+    assert (report.node_rank, report.notes[1]) == (1, (
+        "SM_CURRENT_HOST=algo-1 is the value mpirun copied to every rank "
+        "(OMPI_COMM_WORLD_RANK set): not this host"))
+    with pytest.raises(TopologyError) as info:
+        read({**env, "SM_CURRENT_HOST": "algo-7"}, config("algo-2"))
+    assert str(info.value) == (
+        "SM_CURRENT_HOST='algo-7': expected one of the hosts [\"algo-1\", \"algo-2\"]: in an "
+        "MPI rank (OMPI_COMM_WORLD_RANK set) it is the value mpirun copied from the host that "
+        "ran it (mpirun -x, the training toolkit's mpi.py); SageMaker writes it for every "
+        "host of the training job; run derive-env in the training container SageMaker starts")
+    with pytest.raises(TopologyError, match=r"^SM_HOSTS='\[\"algo-1\", \"algo-3\"\]': "
+                       r"expected the hosts of /opt/ml/input/config/resourceconfig.json, "):
+        read({**env, "SM_HOSTS": '["algo-1", "algo-3"]'}, config("algo-2"))
+    alone = sagemaker.read({k: v for k, v in env.items() if not k.startswith("TRAINING")},
+                           BY_NAME["sagemaker"], {})
+    assert (alone.node_rank, "node_rank" in alone.inputs, alone.nodes[0].host) == (
+        None, False, "algo-1")

@@ -121,7 +121,8 @@ def test_every_module_reads_a_line() -> None:
 def test_the_refusals_keep_the_launchers_order() -> None:
     """The first line that states more than one process is named: innermost first."""
     assert [line.title for line in SOURCES if states_of(line) or has_size(line)] == [
-        "torchrun (torchelastic)", "Open MPI (mpirun)", "MVAPICH2 (mpirun_rsh)",
+        "torchrun (torchelastic)", "DeepSpeed's launcher (deepspeed)", "Open MPI (mpirun)",
+        "MVAPICH2 (mpirun_rsh)",
         "Cray PALS (mpiexec)", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)",
         "a PMIx launcher (srun --mpi=pmix, prterun without Open MPI's variables)",
         "a Slurm step (srun)", "a Slurm batch script or salloc shell", "Flux", "LSF jsrun",
@@ -133,7 +134,8 @@ def test_the_refusals_keep_the_launchers_order() -> None:
         "an Azure ML MPI job (Azure Batch multi-instance)", "a Determined trial",
         "a Kubeflow TrainJob (JAX runtime)", "a Kubeflow JAXJob (v1)",
         "a Kubeflow TrainJob (XGBoost runtime)", "an HTCondor parallel-universe job",
-        "an OpenPBS/Torque job", "an LSF job", "a Grid Engine parallel job",
+        "an OpenPBS/Torque job", "a Torque TM task (pbsdsh)", "an LSF job",
+        "a Grid Engine parallel job",
         "a Grid Engine task (qrsh -inherit)", "a Kubeflow MPIJob launcher", "a Ray Train worker",
         "an Azure ML PyTorch-distribution process"]
 

@@ -251,3 +251,38 @@ def test_every_vertex_training_replica_derives_one_job(workers: int, servers: in
             with pytest.raises(TopologyError, match="is not a training node"):
                 derive({"CLUSTER_SPEC": vertex(pools, pool, index), "CLOUD_ML_JOB_ID": "7"},
                        {PREFIX + "frameworks": "pytorch"})
+
+
+def torchrun_worker(node: int, local: int, nodes: int, per_node: int, master: str) -> dict:
+    """What torchrun's agent (static rendezvous, ``--nnodes=$WORLD_SIZE --node-rank=$RANK
+    --master-addr=$MASTER_ADDR``) sets for a worker: the variables of the recorded
+    ``torchrun-static`` workers, over the replica's own (torch/distributed/elastic/agent/
+    server/local_elastic_agent.py, ``_start_workers``)."""
+    rank = node * per_node + local
+    return {"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(nodes * per_node),
+            "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(node),
+            "GROUP_WORLD_SIZE": str(nodes), "ROLE_RANK": str(rank), "ROLE_NAME": "default",
+            "ROLE_WORLD_SIZE": str(nodes * per_node), "MASTER_ADDR": master,
+            "MASTER_PORT": "3333"}
+
+
+def test_a_torchrun_worker_inside_a_vertex_replica_is_read_not_refused() -> None:
+    """torchrun started in every replica from Vertex AI's node values overwrote RANK (the
+    node's index) with its global rank: the worker is torchrun's process inside the cluster
+    spec's node layer. Before: refused, ``RANK='3': expected '1': Vertex AI sets it per
+    node from CLUSTER_SPEC ...; it is not Vertex AI's, unset it``."""
+    master = "cmle-training-workerpool0-ab12-0"
+    replicas = [(0, 0), (1, 0), (1, 1)]
+    seen = []
+    for node, (pool, index) in enumerate(replicas):
+        for local in range(2):
+            env = {"CLUSTER_SPEC": vertex([1, 2], pool, index), "CLOUD_ML_JOB_ID": "42",
+                   **torchrun_worker(node, local, 3, 2, master)}
+            derivation = derive(env, {PREFIX + "frameworks": "pytorch"})
+            values = {v.name: v.value for v in derivation.variables}
+            seen.append((values["RANK"], values["NODE_RANK"], values["MASTER_ADDR"]))
+            assert [s.name for s in seen_sources(env)] == ["torchrun", "vertex"]
+    assert seen == [(str(r), str(r // 2), master) for r in range(6)]
+

@@ -164,6 +164,27 @@ def _flux(draw) -> Job:
     return [({**flux_task(r, 0, nodes, nodes), "MASTER_ADDR": "node0"}, {}) for r in range(nodes)]
 
 
+def deepspeed_process(rank: int, sizes: list[int], node: int, master: str = "10.2.0.7",
+                      **extra: str) -> dict[str, str]:
+    """What DeepSpeed's launch.py (``main``) sets for global rank ``rank`` on ``node`` of a
+    job whose nodes run ``sizes`` processes (host-major ranks, LOCAL_RANK = RANK % LOCAL_SIZE)."""
+    return {"MASTER_ADDR": master, "MASTER_PORT": "29500", "WORLD_SIZE": str(sum(sizes)),
+            "CROSS_RANK": str(node), "CROSS_SIZE": str(len(sizes)),
+            "LOCAL_SIZE": str(sizes[node]), "RANK": str(rank),
+            "LOCAL_RANK": str(rank % sizes[node]), **extra}
+
+
+@st.composite
+def _deepspeed(draw) -> Job:
+    # two processes or more: one process alone is a single container (its run id is the
+    # start's fresh one, drawn at the edge)
+    sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=6).filter(
+        lambda s: sum(s) > 1))
+    first = [sum(sizes[:n]) for n in range(len(sizes))]
+    return [(deepspeed_process(first[n] + local, sizes, n), {})
+            for n in range(len(sizes)) for local in range(sizes[n])]
+
+
 @st.composite
 def _azureml(draw, kind: str) -> Job:
     # AZ_BATCH_MASTER_NODE is set for more than one node only
@@ -191,6 +212,7 @@ JOBS = {
     "volcano": _volcano(),
     "htcondor": _htcondor(),
     "flux": _flux(),
+    "deepspeed": _deepspeed(),
     "azureml-mpi": _azureml("mpi"),
     "azureml-pytorch": _azureml("pytorch"),
     "skypilot": _launchtools("skypilot"),

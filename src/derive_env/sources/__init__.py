@@ -56,6 +56,9 @@ class Source:
     :ivar detect: its complete set of variables, every one non-empty.
     :ivar depth: its place in the launch: 0 torchrun, 1 an MPI launcher, 2 an srun step, 3
         a Slurm allocation, 4 a node-level manager (Backend.AI, Kubeflow).
+    :ivar daemons: its tasks are started by daemons of its own (Flux's brokers) that an
+        outer launcher may start as a step of one task per node (``srun -N4 flux start``):
+        that step is its daemon step, as an MPI launcher's (sources/compose.py).
     :ivar unless: variables whose presence means another context (a Slurm step, not the
         batch script): the line is then neither seen nor refused.
     :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
@@ -89,9 +92,9 @@ class Source:
     """
 
     # Not a named tuple, whose constructor eval() costs every start 0.8M instructions.
-    __slots__ = ("any_of", "counts", "depth", "detect", "fallback", "fix", "marker", "module",
-                 "name", "part_of", "partial", "pass_env", "prefix", "roles", "size", "sized",
-                 "states", "title", "unit", "unless")
+    __slots__ = ("any_of", "counts", "daemons", "depth", "detect", "fallback", "fix", "marker",
+                 "module", "name", "part_of", "partial", "pass_env", "prefix", "roles", "size",
+                 "sized", "states", "title", "unit", "unless")
 
     def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
                  depth: int, unless: tuple[str, ...] = (), fallback: bool = False,
@@ -99,14 +102,14 @@ class Source:
                  states: tuple | None = None, partial: bool = True, sized: bool = True,
                  unit: str = "process", size: str | None = None, part_of: str | None = None,
                  fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
-                 roles: dict | None = None) -> None:
+                 roles: dict | None = None, daemons: bool = False) -> None:
         self.name, self.title, self.module, self.detect, self.depth, self.unless = (
             name, title, module, detect, depth, unless)
         self.fallback, self.any_of, self.prefix, self.marker, self.states, self.partial = (
             fallback, any_of, prefix, marker, states, partial)
         self.sized, self.unit, self.size, self.part_of, self.fix, self.pass_env = (
             sized, unit, size, part_of, fix, pass_env)
-        self.counts, self.roles = counts, roles
+        self.counts, self.roles, self.daemons = counts, roles, daemons
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
@@ -125,6 +128,16 @@ SOURCES: tuple[Source, ...] = (
            marker=("TORCHELASTIC_RUN_ID",),
            states=(("GROUP_WORLD_SIZE", 1), ("GROUP_RANK", 0), ("WORLD_SIZE", 1), ("RANK", 0),
                    ("LOCAL_WORLD_SIZE", 1)), partial=False),
+    # DeepSpeed's per-node launcher (sources/managers/deepspeed.py): like torchrun, no host list.
+    Source("deepspeed", "DeepSpeed's launcher (deepspeed)", "managers.deepspeed",
+           ("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT"), 0, unless=("TORCHELASTIC_RUN_ID",),
+           marker=("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"), partial=False,
+           roles={"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+                  "local_world_size": "LOCAL_SIZE", "num_nodes": "CROSS_SIZE",
+                  "node_rank": "CROSS_RANK",
+                  "why": "DeepSpeed's launcher sets both for each process "
+                         "(deepspeed/launcher/launch.py), so one was changed after it"}),
     # The MPI launchers: the process layer in their own four variables, no host list; what
     # is deliberately not read (OMPI_COMM_WORLD_NODE_RANK ...), docs/sources/mpi.md. Only a
     # launcher's own second vocabulary must agree ("same"). Open MPI: docs/tuning-apps/
@@ -178,14 +191,17 @@ SOURCES: tuple[Source, ...] = (
             "SLURM_LOCALID", "SLURM_NODEID"), 2,
            states=(("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1),
                    ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0))),
+    # Not in a SkyPilot task: its own line states that job's nodes (sky/skylet/executor/
+    # slurm.py runs it in an srun step whose step variables newer releases unset).
     Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)",
            "managers.slurm",
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3, unit="node",
-           counts=("SLURM_JOB_NUM_NODES",)),
+           unless=("SKYPILOT_NODE_RANK",), counts=("SLURM_JOB_NUM_NODES",)),
     # The allocation's variables outside a step, when another source was chosen.
     Source("slurm-batch", "a Slurm batch script or salloc shell", None,
            ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"), 3,
-           unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST"), part_of="slurm-allocation",
+           unless=("SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SKYPILOT_NODE_RANK"),
+           part_of="slurm-allocation",
            states=(("SLURM_JOB_NUM_NODES", 1), ("SLURM_NNODES", 1)), partial=False,
            unit="node"),
     Source("backendai", "a Backend.AI session", "managers.backendai",
@@ -214,8 +230,9 @@ SOURCES: tuple[Source, ...] = (
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"), 4, unit="node",
            unless=("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "NODE_RANK", "PET_NODE_RANK",
                    "PET_NNODES", "AZUREML_RUN_ID"), fallback=True, counts=("WORLD_SIZE",)),
+    # Inside `srun -N4 flux start` that step is its brokers' (daemons: seen_sources).
     Source("flux", "Flux", "managers.flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
-           pass_env="flux run --env={name}={value}",
+           pass_env="flux run --env={name}={value}", daemons=True,
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
     Source("jsrun", "LSF jsrun", "managers.lsf",
            ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "LSB_JOBID", "LSB_DJOB_RANKFILE"), 2,
@@ -266,6 +283,7 @@ SOURCES: tuple[Source, ...] = (
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
            marker=("SKYPILOT_NODE_IPS",), roles={"hosts": ("SKYPILOT_NODE_IPS", "ips")},
+           pass_env="sky launch --env {name}={value}",
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
     Source("dstack", "a dstack task", "managers.launchtools",
@@ -350,6 +368,12 @@ SOURCES: tuple[Source, ...] = (
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
+    # A Torque pbsdsh task on a sister host: no node file there (sources/managers/pbs.py).
+    Source("torque-task", "a Torque TM task (pbsdsh)", "managers.pbs",
+           ("PBS_JOBID", "PBS_NODENUM", "PBS_TASKNUM", "PBS_VNODENUM"), 3,
+           unless=("PBS_NODEFILE",), unit="node", partial=False,
+           states=(("PBS_NUM_NODES", 1), ("PBS_NODENUM", 0)),
+           pass_env="pbsdsh -u -e {name}={value}"),
     # In a jsrun task, the jsrun line gives the compute hosts (without the launch node).
     Source("lsf", "an LSF job", "managers.lsf", ("LSB_JOBID", "LSB_MCPU_HOSTS"), 3, unit="host",
            unless=("JSM_NAMESPACE_RANK",), marker=("LSB_MCPU_HOSTS",),
@@ -432,11 +456,13 @@ def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
 
 def seen_sources(environ: Mapping[str, str]) -> list[Source]:
     """The lines read whose complete set of variables is set, innermost first: one lookup
-    per variable of each line, no module imported to learn that its variables are absent."""
+    per variable of each line, no module imported to learn that its variables are absent.
+    At one depth, a launcher whose own daemons start its tasks (``daemons``: Flux) is inside
+    the other (the ``srun`` step that started its brokers)."""
     seen = [s for s in _READ if _is_seen(s, environ)]
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
-    return sorted(seen, key=lambda s: s.depth)
+    return sorted(seen, key=lambda s: (s.depth, not s.daemons))
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:

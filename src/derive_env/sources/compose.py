@@ -6,8 +6,8 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * Process layer: from the innermost source that launched processes (torchrun > an MPI
   launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
 * The daemon step, recognised by what it is: a Slurm step of one task on each of its nodes
-  around an MPI launcher's ranks (mpirun's orted, Hydra's proxies: one srun task per node;
-  recordings ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
+  around an MPI launcher's or a ``daemons`` line's ranks (orted, Hydra's proxies, Flux's
+  brokers; recorded ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
   sizes; its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
   layer whose world size or rank differs from the inner one's is shadowed too (``srun
   --ntasks-per-node=1 torchrun``: its agents); equal layers confirm each other.
@@ -164,8 +164,8 @@ def _daemon_step(owner: Report, report: Report) -> bool:
     """``report`` is ``owner``'s daemon step (module docstring): an outer step of one task
     on each of its nodes around an MPI launcher's ranks."""
     tasks = report.processes.tasks_per_node if report.processes else ()
-    return (_DEPTH.get(owner.source) == _MPI and _DEPTH.get(report.source, 0) > _MPI
-            and bool(tasks) and max(tasks) == 1)
+    return ((_DEPTH.get(owner.source) == _MPI or BY_NAME[owner.source].daemons)
+            and _DEPTH.get(report.source, 0) > _MPI and bool(tasks) and max(tasks) == 1)
 
 
 def _shadowed(
@@ -210,11 +210,11 @@ _FACTS = {"num_nodes": "number of nodes", "node_rank": "node rank of this proces
 
 
 def _agree(inner: Report, outer: Report, fact: str, values: tuple[object, object]) -> None:
-    a, b = values  # inner's, outer's
+    (a, b), by = values, [" + ".join(r.inputs.get(fact) or r.inputs.get("nodes", ("?",)))
+                          for r in (inner, outer)]
     raise TopologyError(
         f"{inner.title} and {outer.title} disagree on the {_FACTS.get(fact, fact)}: "
-        f"{' + '.join(inner.inputs.get(fact, ('?',)))} say {a}, "
-        f"{' + '.join(outer.inputs.get(fact, ('?',)))} say {b}. derive-env does not "
+        f"{by[0]} say {a}, {by[1]} say {b}. derive-env does not "
         "guess which one is right: run the launcher inside the allocation it belongs to, "
         "or choose one with --source NAME (or DERIVE_ENV_SOURCE)")
 

@@ -269,18 +269,32 @@ def check_single_container(environ: Mapping[str, str]) -> None:
 
 def _closest_partial(environ: Mapping[str, str]) -> str:
     """``" (closest: torchrun, not set: X)"``: the line with a module with the most of its
-    variables set, when some but not all are (a value left empty, a launcher's copy)."""
+    variables set, when some but not all are (a value left empty, a launcher's copy).
+
+    Only a variable of one line's alone names that launcher: ``NODE_RANK``, ``RANK`` ...
+    are several launchers' (and torch's own names, often set by hand), so with only such
+    names set the hint names none and says who sets them: the user, or a launcher without
+    a source."""
+    seen: dict[str, int] = {}
+    for source in SOURCES:
+        for name in source.detect:
+            seen[name] = seen.get(name, 0) + 1
     best, missing = None, ()
     count = 0
     for source in SOURCES:
         if source.any_of or source.module is None:
             continue
         present = [n for n in source.detect if environ.get(n)]
-        if present and len(present) > count:
+        named = any(seen[n] == 1 for n in present) or len(present) == len(source.detect)
+        if named and len(present) > count:
             best, count = source, len(present)
             missing = tuple(n for n in source.detect if not environ.get(n))
     if best is None:
-        return ""
+        shared = [n for n, times in seen.items() if times > 1 and environ.get(n)]
+        what = "a name" if len(shared) == 1 else "names"
+        return (f" ({', '.join(shared)}: {what} several launchers set, and no variable of "
+                "one of them is here: set by hand (the image's ENV, an env file, a wrapper) "
+                "or by a launcher derive-env has no source for)") if shared else ""
     if not missing:  # all set, but a variable of another launcher makes it step aside
         unless = [n for n in best.unless if environ.get(n)]
         return f" (closest: {best.title}, not read beside {', '.join(unless)})"

@@ -25,6 +25,14 @@ master = the first IP (node rank 0's).
   this node's count is checked against it. The file is read in cli/ when the variable is
   set; unreadable, it is left out (a note says so).
 
+- **SkyPilot on Slurm** (``sky/skylet/executor/slurm.py``, run in each task of ``srun
+  --ntasks-per-node=1``): ``SKYPILOT_NODE_IPS`` = the IPs of the JOB's nodes
+  (``SLURM_JOB_NODELIST``, ``_get_job_node_ips``), ``SKYPILOT_NUM_NODES`` = the STEP's
+  (``SLURM_NNODES``), ``SKYPILOT_NODE_RANK`` = ``SLURM_PROCID``. A task on fewer nodes than
+  the job (the SkyPilot cluster) is valid: the list is then not the task's nodes, and
+  which line is each node's is not stated, so only the count and rank are reported (the
+  srun step's host list, when its variables are there, gives the hosts).
+
 User env overrides both tools' variables (sources-cloud.md 24, pitfall 6): every count,
 rank and list is checked against the others, never trusted alone.
 """
@@ -110,6 +118,27 @@ def _gpus(environ: Mapping[str, str], tool: _Tool, notes: list[str]) -> int | No
     return gpus
 
 
+#: The Slurm job's host list, from which SkyPilot's Slurm executor writes its IP list.
+SLURM_JOB_HOSTS = "SLURM_JOB_NODELIST"
+
+
+def _part_of_the_job(environ: Mapping[str, str], line: Source, tool: _Tool, count: int,
+                     rank: int, listed: int) -> Report:
+    """A SkyPilot task on ``count`` of the Slurm job's ``listed`` nodes (module docstring):
+    its node count and rank, no host list and no master."""
+    notes = [f"node {rank} of {count} ({tool.rank}, {tool.count}); {tool.ips} lists the "
+             f"Slurm job's {listed} nodes ({SLURM_JOB_HOSTS}: SkyPilot's Slurm executor), "
+             f"not this task's {count}: which line is each node's is not stated, so it is "
+             "not used (nor its first line as the master)"]
+    gpus = _gpus(environ, tool, notes)
+    inputs = {"node_rank": (tool.rank,), "num_nodes": (tool.count,),
+              "ports": (tool.job_id, tool.ips), **({"gpus": (tool.gpus,)} if gpus else {})}
+    return Report(source=line.name, title=line.title, num_nodes=count, node_rank=rank,
+                  gpus=gpus, session_id=environ.get(tool.job_id) or None,
+                  job=(line.name, environ.get(tool.job_id, ""), environ[tool.ips]),
+                  inputs=inputs, notes=tuple(notes))
+
+
 #: The variable naming dstack's MPI hostfile (executor.go ``execJob``).
 DSTACK_HOSTFILE = "DSTACK_MPI_HOSTFILE"
 
@@ -192,17 +221,22 @@ def read(environ: Mapping[str, str], line: Source,
     tool = _TOOLS[line.name]
     ips = _ips(environ, tool)
     count = variable_int(environ, tool.count, 1, f"; {tool.fix}")
-    if count != len(ips):
+    on_slurm = line.name == "skypilot" and bool(environ.get(SLURM_JOB_HOSTS))
+    if count > len(ips) or (count < len(ips) and not on_slurm):
         raise TopologyError(describe(
             tool.count, environ[tool.count],
-            f"the number of lines of {tool.ips} ({len(ips)}): both count the task's nodes; "
-            f"{tool.fix}"))
+            f"the number of lines of {tool.ips} ({len(ips)}): " + (
+                f"on Slurm SkyPilot lists the job's nodes ({SLURM_JOB_HOSTS}) and counts the "
+                "task's (SLURM_NNODES), never more" if on_slurm else
+                "both count the task's nodes") + f"; {tool.fix}"))
     rank = variable_int(environ, tool.rank, 0, f"; {tool.fix}")
     if rank >= count:
         raise TopologyError(describe(
             tool.rank, environ[tool.rank],
             f"a node rank below {tool.count}={environ[tool.count]!r} (nodes are numbered from "
             f"0); {tool.fix}"))
+    if count < len(ips):
+        return _part_of_the_job(environ, line, tool, count, rank, len(ips))
     inputs = {"nodes": (tool.ips,), "node_rank": (tool.rank,), "num_nodes": (tool.count,),
               "master": (tool.master or tool.ips,), "ports": (tool.job_id, tool.ips)}
     if tool.master is not None and environ[tool.master].strip() != ips[0]:

@@ -20,6 +20,20 @@ The node layer only, as for a Slurm allocation (sources/managers/slurm.py ``read
   cannot be read, :attr:`Report.problem` says so (an inner launcher's ranks then need
   ``MASTER_ADDR``, as any launcher without a host list).
 
+**Torque** (adaptivecomputing/torque ``src/resmom/start_exec.c`` ``InitUserEnv``, used for
+the batch script and for a TM task's ``start_process`` alike) writes ``PBS_TASKNUM`` in
+decimal (``"%d"`` of ``ti_task``) for both: the batch script is the job's first task
+(``ji_taskid`` starts at 1, ``mom_job_func.c``; ``pbs_task_create``), a ``pbsdsh`` task a
+later one (the mother superior numbers them, ``mom_comm.c``). Torque also sets
+``PBS_VNODENUM`` (``tm_spawn``'s node, ``mom_comm.c``; 0 in the batch script),
+``PBS_NODENUM`` = this MoM's ``ji_nodeid`` and ``PBS_NUM_NODES`` on every host, but
+``PBS_NODEFILE`` only where the MoM wrote the file (``MOM_HAS_NODEFILE``: the mother
+superior). So a decimal ``PBS_TASKNUM`` other than 1 beside ``PBS_VNODENUM`` is a Torque TM
+task on node ``PBS_NODENUM``; on a sister host (line ``torque-task``, no node file) its node
+count is ``PBS_NUM_NODES`` and the master only what the task was given (``pbsdsh -u -e
+MASTER_ADDR=...``): without it, refused naming what to pass (``pbsdsh`` passes no variable
+of the batch script unless told, ``src/cmds/pbsdsh.c``).
+
 A batch script of a job of more than one host: :attr:`Report.problem` (raised when no inner
 source, an MPI launcher started from the script, is seen): only ``mpiexec`` or ``pbsdsh``
 start processes on the other hosts. Torque's ``PBS_NUM_NODES`` and ``PBS_NP`` (also set by
@@ -79,11 +93,20 @@ def _torque_counts(environ: Mapping[str, str], listed: HostSlots,
             inputs["num_nodes"] = (*inputs.get("num_nodes", ()), name)
 
 
+def torque_task(environ: Mapping[str, str]) -> bool:
+    """Whether this process is a Torque TM task (``pbsdsh``): a decimal ``PBS_TASKNUM``
+    other than the batch script's 1, beside Torque's ``PBS_VNODENUM`` (module docstring)."""
+    task = environ.get("PBS_TASKNUM", "").strip()
+    return bool(environ.get("PBS_VNODENUM")) and task.isascii() and task.isdigit() and \
+        int(task) > 1
+
+
 def _node_rank(environ: Mapping[str, str], count: int | None,
                inputs: dict[str, tuple[str, ...]], notes: list[str]) -> int | None:
     """This process's node, where a TM task's MoM wrote it (module docstring)."""
     task = environ.get("PBS_TASKNUM", "")
-    if not _TM_TASK.match(task):
+    torque = torque_task(environ)
+    if not _TM_TASK.match(task) and not torque:
         if task:
             notes.append(f"PBS_TASKNUM={task!r} (decimal): the batch script's environment, "
                          "here or copied by a launcher; PBS_NODENUM is not this process's node")
@@ -100,8 +123,41 @@ def _node_rank(environ: Mapping[str, str], count: int | None,
             "job's hosts from 0 in the file's order; was the file or the variable copied "
             "from another job?"))
     inputs["node_rank"] = ("PBS_NODENUM", "PBS_TASKNUM")
-    notes.append(f"a TM task (PBS_TASKNUM={task!r}, hexadecimal) on node PBS_NODENUM={node}")
+    notes.append(f"a TM task (PBS_TASKNUM={task!r}, " + (
+        "decimal, beside PBS_VNODENUM: Torque's" if torque else "hexadecimal")
+        + f") on node PBS_NODENUM={node}")
     return node
+
+
+#: What a Torque TM task on a sister host is told to pass (module docstring).
+PASS_MASTER = ("pbsdsh -u -e MASTER_ADDR=$(head -n1 $PBS_NODEFILE) derive-env -- torchrun "
+               "..., from the batch script")
+
+
+def _sister(environ: Mapping[str, str], line: Source) -> Report:
+    """A Torque TM task without the node file (line ``torque-task``): its node and the
+    node count, the master only from ``MASTER_ADDR`` (module docstring)."""
+    job = environ["PBS_JOBID"].strip()
+    inputs: dict[str, tuple[str, ...]] = {"ports": ("PBS_JOBID",)}
+    notes: list[str] = []
+    count = variable_int(environ, "PBS_NUM_NODES", 1) if environ.get("PBS_NUM_NODES") else None
+    node = _node_rank(environ, count, inputs, notes)
+    if count is not None:
+        inputs["num_nodes"] = ("PBS_NUM_NODES",)
+    why = ("Torque writes PBS_NODEFILE on the mother superior only (src/resmom/start_exec.c "
+           "InitUserEnv, MOM_HAS_NODEFILE)")
+    master, problem = environ.get("MASTER_ADDR", "").strip() or None, None
+    if master is not None:
+        inputs["master"] = ("MASTER_ADDR",)
+        notes.append(f"{why}: the master is MASTER_ADDR, passed to the task")
+    elif node is None or count is None or count > 1:
+        problem = (f"{line.title} on node PBS_NODENUM={environ.get('PBS_NODENUM')} of "
+                   f"PBS_NUM_NODES={environ.get('PBS_NUM_NODES', '?')}: {why}, so the job's "
+                   "first host, the master, is not known here; pass it to every task: "
+                   + PASS_MASTER)
+    return Report(source=line.name, title=line.title, num_nodes=count, node_rank=node,
+                  master=master, job=("pbs", job, "allocation"), session_id=job,
+                  inputs=inputs, notes=tuple(notes), problem=problem)
 
 
 def read(environ: Mapping[str, str], line: Source,
@@ -118,6 +174,8 @@ def read(environ: Mapping[str, str], line: Source,
     :raises TopologyError: a malformed node file, ``PBS_NODENUM`` beyond its hosts, Torque's
         counts that contradict it, a TM task without ``PBS_NODENUM``.
     """
+    if line.name == "torque-task":
+        return _sister(environ, line)
     job = environ["PBS_JOBID"].strip()
     path = environ["PBS_NODEFILE"]
     text = (files or {}).get(path)

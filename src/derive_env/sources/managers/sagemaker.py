@@ -24,6 +24,16 @@ training toolkit exports for the script it starts), sources-cloud.md 8.
   sorted), ``SM_CURRENT_INSTANCE_GROUP`` and ``SM_INSTANCE_GROUPS_DICT`` (``to_env_vars``,
   ``mapping.py``: ``SM_`` + the key upper-cased, JSON for what is not a string).
 - **GPUs**: ``SM_NUM_GPUS`` (the toolkit's ``num_gpus``: lines of ``nvidia-smi --list-gpus``).
+- **An MPI rank** (the toolkit's MPI and smdistributed runners, ``mpi.py``
+  ``MasterRunner._create_command``, ``smdataparallel.py``): only the master runs ``mpirun
+  --host algo-1:N,algo-2:N ... -x SM_HOSTS -x SM_CURRENT_HOST ...``, one ``-x`` per ``SM_*``,
+  so every rank on every host gets the master's ``SM_CURRENT_HOST``
+  (aws/sagemaker-training-toolkit#158). In a process an MPI launcher started (its rank
+  variable set: ``OMPI_COMM_WORLD_RANK`` ...), ``SM_CURRENT_HOST`` and ``SM_HOSTS`` are
+  copied values: checked (one of the hosts; the resource config's hosts), never this
+  host's identity. The host is the resource config's ``current_host`` (the platform writes
+  the file on each host; the toolkit's ``gethostname`` preload reads it too); without the
+  file, this rank's node is not stated (the MPI launcher gives the ranks, not the node).
 """
 
 from __future__ import annotations
@@ -174,6 +184,38 @@ def _config(environ: Mapping[str, str], line: Source,
     return _config_from_sm(environ), "SM_HOSTS/SM_CURRENT_HOST", "SM_HOSTS"
 
 
+def mpi_rank(environ: Mapping[str, str]) -> str | None:
+    """The rank variable of the MPI launcher that started this process (the table's MPI
+    lines: ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` ...), or ``None``."""
+    from derive_env.sources import SOURCES
+
+    for other in SOURCES:
+        if other.depth == 1:
+            name = other.roles["rank"] if other.roles else other.detect[0]
+            if environ.get(name):
+                return name
+    return None
+
+
+def _copied(environ: Mapping[str, str], config: Mapping[str, object], where: str,
+            rank: str) -> str:
+    """Check the ``SM_*`` an MPI launcher copied from the master (module docstring) and
+    say so: ``SM_CURRENT_HOST`` one of the hosts, ``SM_HOSTS`` the resource config's."""
+    hosts = list(config["hosts"])  # a list of names: _checked
+    copied = environ.get("SM_CURRENT_HOST", "")
+    why = (f"in an MPI rank ({rank} set) it is the value mpirun copied from the host that "
+           "ran it (mpirun -x, the training toolkit's mpi.py)")
+    if copied and copied not in hosts:
+        raise TopologyError(describe("SM_CURRENT_HOST", copied,
+                                     f"one of the hosts {json.dumps(hosts)}: {why}; {_FIX}"))
+    listed = json_value(environ.get("SM_HOSTS")) if environ.get("SM_HOSTS") else hosts
+    if listed != hosts:
+        raise TopologyError(describe("SM_HOSTS", environ["SM_HOSTS"],
+                                     f"the hosts of {where}, {json.dumps(hosts)}: {why}; {_FIX}"))
+    return (f"SM_CURRENT_HOST={copied} is the value mpirun copied to every rank ({rank} "
+            "set): not this host" if copied else f"an MPI rank ({rank} set)")
+
+
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a SageMaker training container's resource config (or ``SM_*``) says.
@@ -195,7 +237,14 @@ def read(environ: Mapping[str, str], line: Source,
     hyper = (files or {}).get(hyperparameters_path(environ)) if rule != "SM_HOSTS" else None
     groups, named_by = _distribution_groups(environ, group, hyper)
     nodes, group_of = _distribution_hosts(config, groups, where)
-    if environ.get("SM_CURRENT_HOST") and environ["SM_CURRENT_HOST"] != current:
+    rank = mpi_rank(environ)
+    copy_note = _copied(environ, config, where, rank) if rank else None
+    if copy_note and rule == "SM_HOSTS":  # no file: nothing states this rank's host
+        return _report(environ, line, nodes, None, rule, (
+            f"{copy_note}; without {config_path(environ)} ({CONFIG_VARIABLE}) no variable "
+            "states this rank's host: the MPI launcher gives the ranks",))
+    if not copy_note and environ.get("SM_CURRENT_HOST") and \
+            environ["SM_CURRENT_HOST"] != current:
         raise TopologyError(describe(
             "SM_CURRENT_HOST", environ["SM_CURRENT_HOST"],
             f"current_host of {where} ({current!r}): the training toolkit copies it; {_FIX}"))
@@ -206,11 +255,18 @@ def read(environ: Mapping[str, str], line: Source,
             f"({', '.join(groups)}): this host is not part of the training job; "
             + _OUTSIDE_FIX)
     notes = [f"host {current} (current_host), group {group!r}; distribution groups: "
-             f"{', '.join(groups)} ({named_by})"]
+             f"{', '.join(groups)} ({named_by})", *([copy_note] if copy_note else [])]
+    return _report(environ, line, nodes, nodes.index(current), rule, tuple(notes))
+
+
+def _report(environ: Mapping[str, str], line: Source, nodes: list[str], node_rank: int | None,
+            rule: str, notes: tuple[str, ...]) -> Report:
+    """The report of :func:`read`: ``node_rank`` ``None`` when no variable states it."""
     gpus = variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)") \
         if environ.get("SM_NUM_GPUS") else None
-    inputs = {"nodes": (rule,), "node_rank": (rule,), "num_nodes": (rule,),
-              "master": (rule,), "ports": ("TRAINING_JOB_NAME", rule)}
+    inputs = {"nodes": (rule,), "num_nodes": (rule,), "master": (rule,),
+              "ports": ("TRAINING_JOB_NAME", rule),
+              **({"node_rank": (rule,)} if node_rank is not None else {})}
     if gpus:
         inputs["gpus"] = ("SM_NUM_GPUS",)
     job_name = environ.get("TRAINING_JOB_NAME", "")
@@ -218,12 +274,12 @@ def read(environ: Mapping[str, str], line: Source,
         source=line.name,
         title=line.title,
         nodes=nodes_of(nodes),
-        node_rank=nodes.index(current),
+        node_rank=node_rank,
         gpus=gpus or None,
         session_id=job_name or None,
         job=("sagemaker", job_name, nodes[0]),
         inputs=inputs,
         order="the distribution instance groups' hosts in file order (the training "
               "toolkit's get_distribution_hosts)",
-        notes=tuple(notes),
+        notes=notes,
     )

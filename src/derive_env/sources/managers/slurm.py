@@ -327,6 +327,10 @@ _nodes = lru_cache(maxsize=4)(nodes_of)
 # -- slurm-allocation --------------------------------------------------------------------------
 
 
+#: Set by Flux's job shell for each task it starts (flux-core src/shell/task.c).
+FLUX_TASK = "FLUX_TASK_RANK"
+
+
 def _allocation_node(
     environ: Mapping[str, str], hosts: tuple[str, ...], in_step: bool,
     inputs: dict[str, tuple[str, ...]],
@@ -337,7 +341,13 @@ def _allocation_node(
     node_rank: int | None = None
     notes: list[str] = []
     gpus: int | None = None
-    if environ.get("SLURM_STEP_NODELIST") and environ.get("SLURM_NODEID"):
+    if environ.get(FLUX_TASK):
+        # flux run copies the submitter's environment into every task (flux-run(1), --env):
+        # SLURM_NODEID is the node of the process that submitted the Flux job, not this one.
+        notes.append(f"a Flux task ({FLUX_TASK} set): Slurm's per-task variables (SLURM_NODEID, "
+                     "SLURM_PROCID) were copied by flux run from the process that submitted "
+                     "the job, so they are not this task's node")
+    elif environ.get("SLURM_STEP_NODELIST") and environ.get("SLURM_NODEID"):
         if not environ.get("SLURM_STEP_NUM_NODES"):
             raise TopologyError(describe(
                 "SLURM_STEP_NODELIST", environ["SLURM_STEP_NODELIST"],
@@ -378,7 +388,9 @@ def read_allocation(environ: Mapping[str, str], title: str) -> Report:
     * outside any step, in a batch script (``ENVIRONMENT=BATCH``, env.c
       ``env_array_for_batch_job``) whose ``SLURMD_NODENAME`` is the job's first host: 0
       (the batch script runs on the first node, sbatch.1);
-    * else ``None`` (an salloc shell runs where salloc runs, often a login node).
+    * else ``None`` (an salloc shell runs where salloc runs, often a login node), and in a
+      Flux task (``srun -N4 flux start``: ``flux run`` copies the submitter's ``SLURM_*``
+      into every task, so ``SLURM_NODEID`` is not its node).
 
     A job of one node: that host, node rank 0. A job of more nodes: :attr:`Report.problem`
     says that only srun starts the other nodes (the resolver raises it when no inner

@@ -134,11 +134,25 @@ def _refuse_task(variable: str, shown: str, own: str, sparse: bool) -> TopologyE
 VERTEX_TORCH = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
 
 
+#: Set by torchrun's agent for each worker (torch/distributed/run.py, config_from_args):
+#: in a torchrun worker, Vertex AI's node-level variables were overwritten by torchrun's.
+TORCHRUN = "TORCHELASTIC_RUN_ID"
+
+
 def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> int | None:
     """Vertex AI's PyTorch variables, when set: checked against the cluster spec (node
-    values, never process ranks); ``MASTER_PORT`` as the master port."""
+    values, never process ranks); ``MASTER_PORT`` as the master port.
+
+    In a worker that a torchrun inside the replica started (``TORCHELASTIC_RUN_ID`` set),
+    the four are torchrun's own (its agent overwrote ``RANK`` with the global rank,
+    local_elastic_agent.py ``_start_workers``): the torchrun line reads and checks them
+    (its ``GROUP_RANK`` against this node rank), so they are neither checked nor taken
+    here, and the cluster spec stays the node layer.
+    """
     from derive_env.validation import parse_port
 
+    if environ.get(TORCHRUN):
+        return None
     for name, expected in (("RANK", str(rank)), ("WORLD_SIZE", str(len(hosts))),
                            ("MASTER_ADDR", hosts[0])):
         value = environ.get(name)
@@ -201,7 +215,8 @@ def read(environ: Mapping[str, str], line: Source,
         job=(line.name, addresses[0], str(len(hosts))),
         master_port=port,
         preset=frozenset(n for n in ("TF_CONFIG", *(VERTEX_TORCH if variable == "CLUSTER_SPEC"
-                                                    else ())) if environ.get(n)),
+                                                    and not environ.get(TORCHRUN) else ()))
+                         if environ.get(n)),
         inputs={"nodes": (variable,), "node_rank": (variable,), "num_nodes": (variable,),
                 "master": (variable,), "ports": (variable,)},
         order=f"the chief, then the workers in index order{pools}",

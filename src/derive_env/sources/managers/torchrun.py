@@ -192,7 +192,10 @@ def read(environ: Mapping[str, str], line: Source,
                      "(TORCHELASTIC_USE_AGENT_STORE=True): other frameworks get other ports")
     return Report(
         source=line.name,
-        title=line.title,
+        # accelerate launch runs torchrun's launch in-process (accelerate utils/launch.py,
+        # prepare_multi_gpu_env): name what the user ran
+        title=(f"accelerate launch ({line.title})" if environ.get("ACCELERATE_MIXED_PRECISION")
+               else line.title),
         node_rank=group_rank,
         num_nodes=groups,
         processes=Processes(rank, local_rank, world, local_world),
