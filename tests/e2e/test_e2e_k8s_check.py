@@ -92,13 +92,15 @@ def _elapsed(result: HostResult) -> float:
 
 def _pytorchjob(port: int) -> dict[str, dict[str, str]]:
     """The training operator's variables of each pod (pkg/controller.v1/pytorch/envvar.go):
-    3 pods, one process each, the master's Service ``bert-1-master-0``."""
+    3 pods, one process each; the master pod gets ``localhost``, the others the master's
+    Service ``bert-1-master-0``."""
     pods = ["bert-1-master-0", "bert-1-worker-0", "bert-1-worker-1"]
-    return {pod: {"MASTER_ADDR": pods[0], "MASTER_PORT": str(port), "RANK": str(rank),
+    return {pod: {"MASTER_ADDR": master, "MASTER_PORT": str(port), "RANK": str(rank),
                   "WORLD_SIZE": "3", "PET_NODE_RANK": str(rank), "PET_NNODES": "3",
-                  "PET_NPROC_PER_NODE": "1", "PET_MASTER_ADDR": pods[0],
+                  "PET_NPROC_PER_NODE": "1", "PET_MASTER_ADDR": master,
                   "PET_MASTER_PORT": str(port)}
-            for rank, pod in enumerate(pods)}
+            for rank, pod in enumerate(pods)
+            for master in ["localhost" if rank == 0 else pods[0]]}
 
 
 def _indexed_job(port: int) -> dict[str, dict[str, str]]:
