@@ -7,8 +7,9 @@ publishes not-ready addresses). Every pod runs ``derive-env check --timeout 30``
 environment its controller gives it, as the init container of docs/operator-guide.md
 section 8 does; nothing connects but the check itself (no SSH, no launcher):
 
-- a Kubeflow PyTorchJob of 3 pods, an image that did not opt in: the master pod starts 3 s
-  after the workers (pods start apart), every check passes;
+- a Kubeflow PyTorchJob of 3 pods, an image that did not opt in, the check as the first step
+  of the trainer's container (the operator's variables reach no init container): the master
+  pod (``MASTER_ADDR=localhost``) starts 3 s after the workers, every check passes;
 - an Indexed Job of 3 pods, opted in by the manifest (``DERIVE_ENV_FRAMEWORKS``): passes;
 - the same Indexed Job with pod 2 never started (its name unknown to the DNS): the master's
   check fails within the bound naming node 2, the others fail with the master's verdict.
@@ -111,7 +112,7 @@ def _indexed_job(port: int) -> dict[str, dict[str, str]]:
             for i in range(3)}
 
 
-def test_pytorchjob_every_pod_checks_in_its_init_container() -> None:
+def test_pytorchjob_every_pod_checks_before_its_trainer() -> None:
     require_frameworks()
     port = _port()
     envs = _pytorchjob(port)
