@@ -11,6 +11,9 @@ section 8 does; nothing connects but the check itself (no SSH, no launcher):
   of the trainer's container (the operator's variables reach no init container): the master
   pod (``MASTER_ADDR=localhost``) starts 3 s after the workers, every check passes;
 - an Indexed Job of 3 pods, opted in by the manifest (``DERIVE_ENV_FRAMEWORKS``): passes;
+- a JobSet of 3 pods with the light env (``JOBSET_NAME``, ``JOBSET_COORDINATOR`` and
+  ``DERIVE_ENV_REPLICATED_JOBS``; the rest from the hostname), the coordinator the master:
+  passes;
 - the same Indexed Job with pod 2 never started (its name unknown to the DNS): the master's
   check fails within the bound naming node 2, the others fail with the master's verdict.
 
@@ -200,3 +203,37 @@ def test_a_pod_that_never_starts_is_named_by_the_master_within_the_bound() -> No
     assert BOUND_S * 0.8 < _elapsed(master) < BOUND_S + SLACK_S, master.describe()
     assert _elapsed(worker) < BOUND_S + SLACK_S, worker.describe()
     print("pod 2 missing, seconds per pod:", {h: _elapsed(r) for h, r in results.items()})
+
+
+def test_jobset_with_one_downward_entry_checks_in_its_init_containers() -> None:
+    """JobSet pt: workers (1 job of 2 pods), then leader (1 of 1), spec.coordinator
+    leader/0/0. The Job controller's JOB_COMPLETION_INDEX and hostname, the manifest's
+    JOBSET_NAME, JOBSET_COORDINATOR (downward API) and DERIVE_ENV_REPLICATED_JOBS only."""
+    require_frameworks()
+    port = _port()
+    fqdn = "pt.default.svc.cluster.local"
+    pods = {"pt-workers-0-0": "0", "pt-workers-0-1": "1", "pt-leader-0-0": "0"}
+    envs = {host: {"JOB_COMPLETION_INDEX": index, "HOSTNAME": host, "JOBSET_NAME": "pt",
+                   "JOBSET_COORDINATOR": "pt-leader-0-0.pt",
+                   "DERIVE_ENV_REPLICATED_JOBS": "workers:1x2,leader:1x1",
+                   "DERIVE_ENV_FRAMEWORKS": "pytorch", "DERIVE_ENV_MASTER_PORT": str(port)}
+            for host, index in pods.items()}
+    with SimulatedCluster(list(envs), prefix=_prefix()) as cluster:
+        _dns(cluster, {h: f"{h}.{fqdn}" for h in envs}, "pt")
+        results = _run(cluster, envs, {"pt-leader-0-0": 2.0})
+    master = results["pt-leader-0-0"]
+    assert master.returncode == 0, master.describe()
+    # the coordinator first (node rank 0), named as the kubelet names the pods
+    assert master.stdout.startswith(
+        f"derive-env check: 3 nodes, master pt-leader-0-0.{fqdn}:{port}, within 30 s\n"
+        "node  host                                         name         peers  port       "
+        "iface\n"
+        f"0     pt-leader-0-0.{fqdn}   198.18.0.12  ok     listening  eth0\n"
+        f"1     pt-workers-0-0.{fqdn}  198.18.0.10  ok     connected  eth0\n"
+        f"2     pt-workers-0-1.{fqdn}  198.18.0.11  ok     connected  eth0\n"
+        "all checks pass on 3 nodes\n"), master.describe()
+    for pod in ("pt-workers-0-0", "pt-workers-0-1"):
+        assert results[pod].returncode == 0, results[pod].describe()
+        assert (f"master pt-leader-0-0.{fqdn}: all checks pass on 3 nodes\n"
+                in results[pod].stdout), results[pod].describe()
+    print("JobSet, seconds per pod:", {h: _elapsed(r) for h, r in results.items()})
