@@ -731,8 +731,8 @@ POD_NOT_READY = (
     "label ai.backend.distributed.socket-ifname=auto: llama-0.llama.default, "
     "llama-0-1.llama.default did not resolve within 0.3 s: on Kubernetes a pod's name resolves "
     "only once the pod is ready, so the subnet rule was not checked; not an error, the peers "
-    "may still be starting (derive-env check waits for every name, bounded: on-every-node "
-    "derive-env check)"
+    "may still be starting (derive-env check, as an init container of every pod, waits for "
+    "every name within its bound)"
 )
 POD_NO_ROUTE = (
     "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
