@@ -79,7 +79,8 @@ def main(args: Sequence[str]) -> None:
     def check(timeout: float, label_items: tuple[str, ...], labels_files: tuple[str, ...],
               frameworks: str | None, source: str | None) -> None:
         """Check what a rendezvous needs, on every node at once (on-every-node derive-env
-        check, or srun/mpirun derive-env check): names resolve, the master port is free on
+        check, srun/mpirun derive-env check, or a Kubernetes init container in every pod;
+        no SSH between nodes): names resolve, the master port is free on
         the master and reachable from every node, gloo's and NCCL's interfaces reach the
         peers. The master prints the table node x check; exit 0 when every check passes,
         else 1."""
