@@ -153,9 +153,8 @@ def plan_of(topology: ClusterTopology, environ: Mapping[str, str], hostname: str
     me = topology.this_node
     host = me.host if me is not None else (hostname or "?")
     if topology.source.startswith("kubeflow-") and is_loopback(master) and host != "?":
-        # The training operator gives the master pod localhost and every other pod the
-        # master's Service, named as the pod (sources/managers/kubeflow.py): the master pod
-        # is the master, under the name the others know it by.
+        # The master pod's is localhost, the others' its Service, named as the pod
+        # (sources/managers/kubeflow.py): it is the master, under the others' name.
         master = host
     nodes = [n.host for n in topology.nodes]
     processes = topology.processes
