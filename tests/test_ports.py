@@ -28,6 +28,7 @@ from derive_env.ports import (
     port_order,
     port_seed,
 )
+from derive_env.topology import ClusterTopology
 from helpers import value_error
 
 
@@ -355,3 +356,31 @@ def test_a_job_id_of_undecodable_bytes_seeds_by_its_bytes() -> None:
     """os.environ gives undecodable bytes as surrogate escapes (AWS_BATCH_JOB_ID=$'j\\xff'):
     the seed is the CRC of the bytes, not a UnicodeEncodeError (adversarial trial)."""
     assert port_seed("aws-batch", "j\udcff", "2") == binascii.crc32(b"aws-batch/j\xff/2")
+
+
+@pytest.mark.parametrize(("job", "words"), [
+    (("slurm", "10", "0"), "slurm job 10 step 0"),
+    (("sagemaker", "bert-1", "algo-4"), "SageMaker training job bert-1"),
+    (("kubeflow-pytorchjob", "23456", "3"), "the PyTorchJob of master port 23456, 3 nodes"),
+    (("kubeflow-pytorchjob", "el-worker-0:23456", "2:4"),
+     "the PyTorchJob of rendezvous el-worker-0:23456, 2:4 nodes"),
+    (("kubeflow-trainjob", "llama-node-0-0.llama", "29500"),
+     "the TrainJob of master llama-node-0-0.llama:29500"),
+    (("jobset", "t-w-0-0.t", "4"), "the JobSet of 4 pods, first pod t-w-0-0.t"),
+    (("lws", "llama-0.llama.default", "3"),
+     "the LeaderWorkerSet group of 3 pods, leader llama-0.llama.default"),
+    (("volcano", "pt-master-0.pt", "4"), "the Volcano Job of 4 pods, first pod pt-master-0.pt"),
+    (("kubernetes-indexed-job", "train-0.train", "4"),
+     "the Indexed Job of 4 pods, first pod train-0.train"),
+    (("gke-tpu", "tpu-0.tpu", "2x2"), "the TPU job of 2x2 (slices x hosts), first host tpu-0.tpu"),
+    (("openmpi", "102957057", ""), "openmpi job 102957057"),
+])
+def test_a_hashed_port_speaks_its_platforms_words(job: tuple[str, str, str], words: str) -> None:
+    """Issue 25: the provenance of a hashed port names the job as its platform does, never
+    Slurm's "job ... step ..." on SageMaker or Kubernetes."""
+    from derive_env.ports import job_ports_of
+
+    topology = ClusterTopology(source=job[0], job=job, nodes=[], node_rank=None)
+    _port, provenance, kind = job_ports_of(topology)["tensorflow"]
+    assert (provenance, kind) == (
+        f"derived from {words} (hash into 61000-65535: docs/ports.md)", "hashed")

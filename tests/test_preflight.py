@@ -288,3 +288,23 @@ def test_the_plan_of_an_mpirun_rank_without_a_host_list() -> None:
     assert (plan.per_task, plan.label, plan.host, plan.peers, plan.names, plan.leader) == (
         True, "2", "h2", ("h0",), ("h2", "h0"), False)
     assert plan.expected == (("0", "rank 0"), ("1", "rank 1"), ("2", "h2"), ("3", "rank 3"))
+
+
+def test_the_master_pod_of_a_pytorchjob_is_the_master_under_its_services_name() -> None:
+    """The training operator gives the master pod MASTER_ADDR=localhost and the workers the
+    master's Service (bert-1-master-0, the pod's name): the master pod listens, and every
+    pod's check carries the same key (issue 25, the init container)."""
+    labels = {"ai.backend.distributed.frameworks": "pytorch"}
+    plans = {}
+    for rank, (host, master) in enumerate((("bert-1-master-0", "localhost"),
+                                           ("bert-1-worker-0", "bert-1-master-0"))):
+        env = {"MASTER_ADDR": master, "MASTER_PORT": "23456", "RANK": str(rank),
+               "WORLD_SIZE": "4", "PET_NODE_RANK": str(rank), "PET_NNODES": "2",
+               "PET_NPROC_PER_NODE": "2"}
+        derivation = derive(env, labels)
+        plans[host] = plan_of(derivation.topology, {**env, **derivation.changes()}, host)
+    main, worker = plans["bert-1-master-0"], plans["bert-1-worker-0"]
+    assert (main.master, main.leader, main.peers) == ("bert-1-master-0", True, ())
+    assert (worker.master, worker.leader, worker.peers) == (
+        "bert-1-master-0", None, ("bert-1-master-0",))
+    assert main.key == worker.key

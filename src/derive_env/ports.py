@@ -134,11 +134,45 @@ def job_ports_of(topology: ClusterTopology) -> dict[str, tuple[int, str, str]] |
         if k < len(dict.fromkeys(granted)):
             out[framework] = (port, f"{held}: port {k + 1} reserved for the step", "reserved")
         else:
-            step = f" step {step_id}" if step_id else ""
             out[framework] = (port, (
-                f"derived from {manager} job {job_id}{step} (hash into 61000-65535: "
+                f"derived from {job_words(manager, job_id, step_id)} (hash into 61000-65535: "
                 "docs/ports.md)"), "hashed")
     return out
+
+
+#: How each platform names what its port is hashed from, in its own words: ``{job}`` and
+#: ``{step}`` are the parts of the source's ``job`` (sources/managers/<its module>.py).
+#: A manager not here: ``NAME job JOB step STEP`` (Slurm's words).
+_WORDS = {
+    "sagemaker": "SageMaker training job {job}",
+    "kubeflow-trainjob": "the TrainJob of master {job}:{step}",
+    "kubeflow-jax": "the TrainJob (JAX) of coordinator {job}, {step} nodes",
+    "kubeflow-jaxjob": "the JAXJob of coordinator {job}:{step}",
+    "kubeflow-xgboost": "the TrainJob (XGBoost) of tracker {job}:{step}",
+    "jobset": "the JobSet of {step} pods, first pod {job}",
+    "kubernetes-indexed-job": "the Indexed Job of {step} pods, first pod {job}",
+    "lws": "the LeaderWorkerSet group of {step} pods, leader {job}",
+    "volcano": "the Volcano Job of {step} pods, first pod {job}",
+    "gke-tpu": "the TPU job of {step} (slices x hosts), first host {job}",
+    "tf-config": "the TF_CONFIG of {step} tasks, first {job}",
+    "vertex": "the Vertex AI custom job of {step} tasks, first {job}",
+    "mpi-operator": "the MPIJob of {step} workers, first {job}",
+}
+
+
+def job_words(manager: str, job_id: str, step_id: str) -> str:
+    """What a hashed port is derived from, in the platform's words: ``SageMaker training job
+    bert-1``, ``the PyTorchJob of master port 23456, 3 nodes``, ``slurm job 10 step 0``.
+
+    :param manager: / :param job_id: / :param step_id: the topology's ``job``.
+    """
+    if manager == "kubeflow-pytorchjob":  # kubeflow.py: (port, nodes), elastic (endpoint, nodes)
+        where = f"rendezvous {job_id}" if ":" in job_id else f"master port {job_id}"
+        return f"the PyTorchJob of {where}, {step_id} nodes"
+    words = _WORDS.get(manager)
+    if words is not None:
+        return words.format(job=job_id, step=step_id)
+    return f"{manager} job {job_id}" + (f" step {step_id}" if step_id else "")
 
 
 def place(claims: list[Claim]) -> dict[str, tuple[int, str]]:

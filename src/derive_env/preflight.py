@@ -29,7 +29,7 @@ from typing import NamedTuple
 from derive_env.frameworks.context import HostFacts
 from derive_env.frameworks.network import connected_subnets, own_interface, route_choice
 from derive_env.hostnet import local_v4, name_problems, own_v6
-from derive_env.hosts import is_ip
+from derive_env.hosts import is_ip, is_loopback
 from derive_env.topology import ClusterTopology
 
 #: The checks, in table order (contract section 8, "Preflight").
@@ -152,6 +152,10 @@ def plan_of(topology: ClusterTopology, environ: Mapping[str, str], hostname: str
     master, port = environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
     me = topology.this_node
     host = me.host if me is not None else (hostname or "?")
+    if topology.source.startswith("kubeflow-") and is_loopback(master) and host != "?":
+        # The master pod's is localhost, the others' its Service, named as the pod
+        # (sources/managers/kubeflow.py): it is the master, under the others' name.
+        master = host
     nodes = [n.host for n in topology.nodes]
     processes = topology.processes
     # A launcher's tasks without a host list (mpirun over SSH): tasks too, even one per node.

@@ -731,8 +731,8 @@ POD_NOT_READY = (
     "label ai.backend.distributed.socket-ifname=auto: llama-0.llama.default, "
     "llama-0-1.llama.default did not resolve within 0.3 s: on Kubernetes a pod's name resolves "
     "only once the pod is ready, so the subnet rule was not checked; not an error, the peers "
-    "may still be starting (derive-env check waits for every name, bounded: on-every-node "
-    "derive-env check)"
+    "may still be starting (derive-env check, as an init container of every pod, waits for "
+    "every name within its bound)"
 )
 POD_NO_ROUTE = (
     "label ai.backend.distributed.socket-ifname=auto: no interface routes to the master "
@@ -1245,6 +1245,57 @@ def test_the_not_opted_in_note_on_both_paths(no_default_labels: Path, capsys, fa
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "SKYPILOT_NUM_NODES": "1"})
     assert run([], dry_run=True, fmt="shell") == 0
     assert capsys.readouterr() == ("", "")
+
+
+#: A Kubeflow PyTorchJob's worker pod of 3 pods x 2 processes, as the training operator sets
+#: it (training-operator pkg/controller.v1/pytorch/envvar.go setPodEnv).
+PYTORCHJOB_WORKER = {"PATH": "/usr/bin", "MASTER_ADDR": "bert-1-master-0", "MASTER_PORT": "23456",
+                     "RANK": "2", "WORLD_SIZE": "6", "PET_NODE_RANK": "2", "PET_NNODES": "3",
+                     "PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "bert-1-master-0",
+                     "PET_MASTER_PORT": "23456"}
+
+
+@pytest.mark.parametrize("environ", [
+    PYTORCHJOB_WORKER,
+    # TrainJob v2 (kubeflow/trainer plugins/torch/torch.go): no RANK.
+    {"PATH": "/usr/bin", "PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "1",
+     "PET_MASTER_ADDR": "llm-node-0-0.llm", "PET_MASTER_PORT": "29500"},
+    # a TFJob's TF_CONFIG of 2 workers, which TensorFlow reads itself
+    {"PATH": "/usr/bin", "TF_CONFIG": json.dumps({
+        "cluster": {"worker": ["tf-worker-0:2222", "tf-worker-1:2222"]},
+        "task": {"type": "worker", "index": 1}})},
+    # torchrun's workers: torch reads them
+    {"PATH": "/usr/bin", "TORCHELASTIC_RUN_ID": "r", "RANK": "1", "LOCAL_RANK": "1",
+     "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
+     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+], ids=["pytorchjob", "trainjob", "tfjob", "torchrun"])
+def test_no_note_where_the_managers_variables_configure_the_launcher(
+        no_default_labels: Path, capsys, fake_exec, monkeypatch: pytest.MonkeyPatch,
+        environ: dict[str, str]) -> None:
+    """Issue 25: an image that did not opt in under a Kubeflow PyTorchJob (TrainJob, TFJob,
+    torchrun) is not alone: torchrun, torch and TensorFlow read the operator's variables. No
+    "every node runs the command as a job of its own", on either path; the environment is
+    passed on unchanged."""
+    monkeypatch.setattr(os, "environ", dict(environ))
+    assert run([], dry_run=True, fmt="shell") == 0
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(Execed):
+        run_command(["true"])
+    assert capsys.readouterr().err == ""
+
+
+def test_the_note_still_comes_where_no_launcher_is_configured(
+        no_default_labels: Path, capsys, fake_exec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Volcano Job's pod sets no variable torch reads: the note stays (issue 25)."""
+    from helpers import not_opted_in_note
+
+    monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "VC_TASK_INDEX": "1",
+                                        "VC_WORKER_NUM": "2",
+                                        "VC_WORKER_HOSTS": "vj-worker-0.vj,vj-worker-1.vj"})
+    with pytest.raises(Execed):
+        run_command(["true"])
+    assert capsys.readouterr().err == not_opted_in_note(
+        "a Volcano Job states a job of more than one pod (VC_WORKER_NUM='2')")
 
 
 def test_messages_on_stderr_are_escaped(capsys) -> None:

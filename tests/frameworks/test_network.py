@@ -704,7 +704,8 @@ def not_ready(late: str, checked: str) -> str:
     return (f"label ai.backend.distributed.socket-ifname=auto: {late} did not resolve within "
             "5 s: on Kubernetes a pod's name resolves only once the pod is ready, so the "
             f"subnet rule was {checked}; not an error, the peers may still be starting "
-            "(derive-env check waits for every name, bounded: on-every-node derive-env check)")
+            "(derive-env check, as an init container of every pod, waits for every name "
+            "within its bound)")
 
 
 def pod_facts(names: dict[str, tuple[str, ...]]) -> HostFacts:

@@ -198,33 +198,73 @@ def test_the_coordinators_subdomain_is_no_subdomain_of_the_pods() -> None:
             "coordinator-example-workers-0-1.<subdomain>... in /etc/hosts: ")
 
 
-def test_without_the_downward_api_lines_every_pod_is_refused_alike() -> None:
-    for env in pods("train", [("workers", 2, 2)], subdomain="train"):
+def test_without_the_downward_api_lines_the_hostname_places_every_pod() -> None:
+    """Issue 25: JOBSET_NAME and the layout suffice: the Job controller's hostname
+    <jobset>-<rjob>-<jobIndex>-<podIndex> gives the replicated job and the job index."""
+    groups = [("driver", 1, 1), ("workers", 2, 2)]
+    full = [read(env) for env in pods("train", groups, subdomain="train")]
+    light = []
+    for env in pods("train", groups, subdomain="train", checks=False):
         for name in ("JOBSET_REPLICATED_JOB_NAME", "JOBSET_JOB_INDEX"):
             del env[name]
-        assert error(env) == (
-            "JOBSET_REPLICATED_JOB_NAME='': expected the pod label "
-            "jobset.sigs.k8s.io/replicatedjob-name: add to every replicated job's container "
-            "env: `- {name: JOBSET_REPLICATED_JOB_NAME, valueFrom: {fieldRef: {fieldPath: "
-            "\"metadata.labels['jobset.sigs.k8s.io/replicatedjob-name']\"}}}` `- {name: "
-            "JOBSET_JOB_INDEX, valueFrom: {fieldRef: {fieldPath: \"metadata.labels["
-            "'jobset.sigs.k8s.io/job-index']\"}}}`. JobSet sets labels, no environment "
-            "variable (kubernetes-sigs/jobset pkg/controllers/jobset_controller.go, "
-            "labelAndAnnotateObject)")
+        light.append(read(env))
+    assert [(r.node_rank, r.nodes, r.master, r.job) for r in light] == [
+        (r.node_rank, r.nodes, r.master, r.job) for r in full]
+    assert [r.node_rank for r in light] == [0, 1, 2, 3, 4]
+    assert light[3].inputs["node_rank"] == (
+        "HOSTNAME", "JOB_COMPLETION_INDEX", "DERIVE_ENV_REPLICATED_JOBS")
+    assert light[3].notes == (
+        "pod 0 of job 1 of replicated job workers (job 2 of the JobSet; HOSTNAME, "
+        "JOB_COMPLETION_INDEX, DERIVE_ENV_REPLICATED_JOBS); labels checked: none set",)
 
 
-LAYOUT_FIX = (
-    "every replicated job of JobSet train in spec.replicatedJobs order, "
-    "`<name>:<replicas>x<pods per job>` comma-separated (pods per job: the template's "
-    "completions, equal to its parallelism), the same value in every replicated job's "
-    "container env: `- {name: DERIVE_ENV_REPLICATED_JOBS, value: \"workers:2x4\"}` (the pods "
-    "of a child Job are on no label)")
+def test_a_hostname_of_no_jobset_pod_asks_for_the_labels() -> None:
+    """hostNetwork: the node's hostname; then the two labels are needed."""
+    env = pod("train", [("workers", 2, 2)], "workers", 1, 1, subdomain="train",
+              HOSTNAME="gpu-node-a")
+    for name in ("JOBSET_REPLICATED_JOB_NAME", "JOBSET_JOB_INDEX"):
+        del env[name]
+    assert error(env) == (
+        "HOSTNAME='gpu-node-a': expected train-<replicated job>-<job index>-<pod index> (the "
+        "Job controller's name for a pod of JobSet train, JOBSET_NAME), or, with hostNetwork, "
+        "the pod labels in every replicated job's container env: `- {name: "
+        "JOBSET_REPLICATED_JOB_NAME, valueFrom: {fieldRef: {fieldPath: \"metadata.labels["
+        "'jobset.sigs.k8s.io/replicatedjob-name']\"}}}` `- {name: JOBSET_JOB_INDEX, "
+        "valueFrom: {fieldRef: {fieldPath: \"metadata.labels['jobset.sigs.k8s.io/job-index']"
+        "\"}}}`. JobSet sets labels, no environment variable (kubernetes-sigs/jobset "
+        "pkg/controllers/jobset_controller.go, labelAndAnnotateObject)")
 
 
-def test_without_the_layout_every_pod_is_refused_alike() -> None:
-    for env in pods("train", [("driver", 1, 1), ("workers", 2, 2)], subdomain="train"):
+def layout_fix(example: str, others: str = "") -> str:
+    """The fix of a bad DERIVE_ENV_REPLICATED_JOBS of JobSet train: its example is the pod's
+    own replicated job (issue 25: never another JobSet's ``workers:2x4``)."""
+    return (
+        "every replicated job of JobSet train in spec.replicatedJobs order, "
+        "`<name>:<replicas>x<pods per job>` comma-separated (pods per job: the template's "
+        "completions, equal to its parallelism), the same value in every replicated job's "
+        f"container env: `- {{name: DERIVE_ENV_REPLICATED_JOBS, value: \"{example}\"}}`"
+        f"{others} (the pods of a child Job are on no label)")
+
+
+LAYOUT_FIX = layout_fix("workers:2x<completions>")
+
+
+def test_without_the_layout_every_pod_is_refused_naming_its_own_group() -> None:
+    groups = [("driver", 1, 1), ("trainers", 2, 2)]
+    for env in pods("train", groups, subdomain="train"):
         del env["DERIVE_ENV_REPLICATED_JOBS"]
-        assert error(env) == f"DERIVE_ENV_REPLICATED_JOBS='': expected {LAYOUT_FIX}"
+        rjob, replicas = env["JOBSET_REPLICATED_JOB_NAME"], env["JOBSET_REPLICATED_JOB_REPLICAS"]
+        more = 3 - int(replicas)
+        assert error(env) == "DERIVE_ENV_REPLICATED_JOBS='': expected " + layout_fix(
+            f"{rjob}:{replicas}x<completions>", ", then the other replicated jobs in spec "
+            f"order (JOBSET_GLOBAL_REPLICAS=3: {more} more job{'s' if more > 1 else ''})")
+    # without the optional labels: the group's name from the hostname, the rest to fill in
+    env = pod("train", groups, "trainers", 1, 0, subdomain="train", checks=False)
+    for name in ("DERIVE_ENV_REPLICATED_JOBS", "JOBSET_REPLICATED_JOB_NAME", "JOBSET_JOB_INDEX"):
+        del env[name]
+    assert error(env) == "DERIVE_ENV_REPLICATED_JOBS='': expected " + layout_fix(
+        "trainers:<replicas>x<completions>",
+        ", with the JobSet's other replicated jobs, if any, in spec order")
 
 
 @pytest.mark.parametrize(("value", "shown"), [
@@ -234,8 +274,7 @@ def test_without_the_layout_every_pod_is_refused_alike() -> None:
     ("workers:2x2,driver:1x1,driver:1x1", f"each replicated job 'driver' once: {LAYOUT_FIX}"),
     ("workers:300x300", f"each replicated job at most 65536 pods in all, not 90000: "
                         f"{LAYOUT_FIX}"),
-    ("driver:1x1", "a list naming this pod's replicated job "
-                   f"JOBSET_REPLICATED_JOB_NAME='workers': {LAYOUT_FIX}"),
+    ("driver:1x1", f"a list naming this pod's replicated job 'workers': {LAYOUT_FIX}"),
 ])
 def test_a_bad_layout_is_refused(value: str, shown: str) -> None:
     env = pod("train", [("workers", 2, 2)], "workers", 1, 1, subdomain="train",
@@ -243,22 +282,25 @@ def test_a_bad_layout_is_refused(value: str, shown: str) -> None:
     assert error(env) == f"DERIVE_ENV_REPLICATED_JOBS={value!r}: expected {shown}"
 
 
-@pytest.mark.parametrize(("name", "value", "shown"), [
+@pytest.mark.parametrize(("name", "value", "shown", "fix"), [
     ("JOBSET_REPLICATED_JOB_REPLICAS", "3", "2, the replicas of workers in "
-     "DERIVE_ENV_REPLICATED_JOBS"),
+     "DERIVE_ENV_REPLICATED_JOBS", layout_fix("workers:3x<completions>")),
     ("JOBSET_GLOBAL_REPLICAS", "4", "3, the sum of the replicas in DERIVE_ENV_REPLICATED_JOBS "
-     "(globalReplicas)"),
+     "(globalReplicas)", layout_fix("workers:2x<completions>", ", then the other replicated "
+                                    "jobs in spec order (JOBSET_GLOBAL_REPLICAS=4: 2 more jobs)")),
     ("JOBSET_JOB_GLOBAL_INDEX", "1", "2, the replicas before workers in "
-     "DERIVE_ENV_REPLICATED_JOBS plus JOBSET_JOB_INDEX=1 (globalJobIndex)"),
+     "DERIVE_ENV_REPLICATED_JOBS plus JOBSET_JOB_INDEX=1 (globalJobIndex)",
+     layout_fix("workers:2x<completions>", ", then the other replicated jobs in spec order "
+                "(JOBSET_GLOBAL_REPLICAS=3: 1 more job)")),
 ])
 def test_a_label_that_disagrees_with_the_layout_is_refused(name: str, value: str,
-                                                           shown: str) -> None:
+                                                           shown: str, fix: str) -> None:
     """A layout typed in another order, or with other sizes, than spec.replicatedJobs."""
     env = pod("train", [("driver", 1, 1), ("workers", 2, 2)], "workers", 1, 0,
               subdomain="train", **{name: value})
     assert error(env) == (
         f"{name}={value!r}: expected {shown}: the label and DERIVE_ENV_REPLICATED_JOBS="
-        f"'driver:1x1,workers:2x2' disagree; {LAYOUT_FIX}")
+        f"'driver:1x1,workers:2x2' disagree; {fix}")
 
 
 def test_the_checks_are_optional() -> None:
@@ -323,7 +365,8 @@ def test_a_63_character_hostname_is_read_and_longer_is_not() -> None:
 
 @pytest.mark.parametrize(("name", "value", "shown"), [
     ("JOBSET_JOB_INDEX", "-1", "an integer >= 0, the pod label jobset.sigs.k8s.io/job-index"),
-    ("JOBSET_JOB_INDEX", "2", "below 2, the replicas of workers in DERIVE_ENV_REPLICATED_JOBS"),
+    ("JOBSET_JOB_INDEX", "2", "a job index below 2, the replicas of workers in "
+                              "DERIVE_ENV_REPLICATED_JOBS"),
     ("JOBSET_NAME", "Train", "a DNS-1035 label, the pod label jobset.sigs.k8s.io/jobset-name"),
     ("JOB_COMPLETION_INDEX", "x", "an integer >= 0 (the pod's completion index"),
     ("DERIVE_ENV_SUBDOMAIN", "a_b", "the JobSet's spec.network.subdomain, or its name 'train' "
@@ -390,11 +433,19 @@ def test_the_docs_manifest_names_only_the_apis_fields_and_is_what_the_tests_type
         assert set(rjob) <= REPLICATED_JOB
         job = rjob["template"]["spec"]
         assert job["completions"] == job["parallelism"]
-        env = {e["name"]: e for c in job["template"]["spec"]["containers"] for e in c["env"]}
+        pod = job["template"]["spec"]
+        containers = pod["containers"] + pod.get("initContainers", [])
+        envs = [{e["name"]: e for e in c["env"]} for c in containers]
+        assert all(env == envs[0] for env in envs)  # the init container's too
+        env = envs[0]
         assert env["DERIVE_ENV_REPLICATED_JOBS"]["value"] == expected
+        assert env["DERIVE_ENV_FRAMEWORKS"]["value"] == "pytorch"
+        # issue 25: the name, and the coordinator with spec.coordinator; nothing more
+        assert {v for v in jobset.LABELS if v in env} == {"JOBSET_NAME", "JOBSET_COORDINATOR"}
         for variable, label in jobset.LABELS.items():
-            assert env[variable]["valueFrom"] == {
-                "fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}
+            if variable in env:
+                assert env[variable]["valueFrom"] == {
+                    "fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}
 
 
 # -- properties ---------------------------------------------------------------------------

@@ -79,7 +79,8 @@ def main(args: Sequence[str]) -> None:
     def check(timeout: float, label_items: tuple[str, ...], labels_files: tuple[str, ...],
               frameworks: str | None, source: str | None) -> None:
         """Check what a rendezvous needs, on every node at once (on-every-node derive-env
-        check, or srun/mpirun derive-env check): names resolve, the master port is free on
+        check, srun/mpirun derive-env check, or a Kubernetes init container in every pod;
+        no SSH between nodes): names resolve, the master port is free on
         the master and reachable from every node, gloo's and NCCL's interfaces reach the
         peers. The master prints the table node x check; exit 0 when every check passes,
         else 1."""
@@ -109,7 +110,6 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
     """The check of this node (or task); returns the exit status."""
     from derive_env.cli.hostfacts import Resolver
     from derive_env.errors import DeriveEnvError
-    from derive_env.frameworks.context import RESOLVE_SECONDS
     from derive_env.frameworks.network import VARIABLES, session_subnets
     from derive_env.labels import PREFIX
     from derive_env.pipeline import derive_from
@@ -126,8 +126,7 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
             if not wanted:
                 say("note", f"this image did not opt in (label {PREFIX}frameworks): checked "
                             "as if frameworks=pytorch")
-        facts = gather_facts(True)._replace(
-            resolve=Resolver(min(RESOLVE_SECONDS, timeout * 0.3)))
+        facts = gather_facts(True)._replace(resolve=Resolver(names_seconds(timeout)))
         derivation = derive_from(Inputs(environ, labels, read_files, facts, source))
         assert derivation is not None  # opted in above
     except DeriveEnvError as exc:
@@ -153,6 +152,15 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
     if plan.is_master(list(own), addresses[plan.master]):
         return _Master(mine, bound).run()
     return _client(mine, addresses[plan.master], bound)
+
+
+def names_seconds(timeout: float) -> float:
+    """Seconds the job's names may take to resolve: 30% of the bound. Pods start apart and a
+    pod's name appears in the cluster's DNS only once the pod has an address, so an init
+    container's check with ``--timeout 300`` waits up to 90 s for its peers' names; the
+    default bound (15 s) gives them 4.5 s, as a start's 5 s (a name still unknown then is
+    a failed check, named in the table)."""
+    return timeout * 0.3
 
 
 def _margin(timeout: float) -> float:

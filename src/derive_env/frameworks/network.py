@@ -329,8 +329,8 @@ def _not_ready(late: list[str], some: bool) -> str:
     return (f"label {LABEL}=auto: {', '.join(late)} did not resolve within "
             f"{RESOLVE_SECONDS:g} s: on Kubernetes a pod's name resolves only once the pod "
             f"is ready, so the subnet rule was {checked}; not an error, the peers may still be "
-            "starting (derive-env check waits for every name, bounded: on-every-node "
-            "derive-env check)")
+            "starting (derive-env check, as an init container of every pod, waits for every "
+            "name within its bound)")
 
 
 def _peers(ctx: Context) -> list[str]:

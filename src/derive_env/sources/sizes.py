@@ -25,6 +25,18 @@ from derive_env.sources import SOURCES, Source, file_path, has_size, states_of
 #: The answer when the job's size cannot be told.
 UNKNOWN = "unknown"
 
+#: The lines whose own variables configure the framework's launcher without derive-env: an
+#: image that did not opt in is not alone there, so it is not told so. torch.distributed's
+#: ``env://`` and torchrun read ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``
+#: and ``PET_*`` (torch/distributed/run.py ``env`` defaults, rendezvous.py
+#: ``_env_rendezvous_handler``), which torchrun and the Kubeflow operators set
+#: (training-operator pkg/controller.v1/pytorch/envvar.go, trainer plugins/torch/torch.go);
+#: TensorFlow reads ``TF_CONFIG`` (TFConfigClusterResolver); JAX reads the TPU's
+#: ``TPU_WORKER_*`` (its cloud_tpu_cluster); Ray Train sets every torch variable itself.
+CONFIGURED = frozenset({"torchrun", "kubeflow-pytorchjob", "kubeflow-trainjob",
+                        "kubeflow-elastic", "kubeflow-pytorchjob-classic", "tf-config",
+                        "gke-tpu", "ray-train"})
+
 #: Reads the files a line names: paths -> contents (``None``: unreadable).
 Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
@@ -140,8 +152,15 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
     asked only when its marker is complete. Here, not in the table's module, because only
     an image that did not opt in asks it.
 
+    A line whose variables are all set and configure the launcher itself
+    (:data:`CONFIGURED`: a Kubeflow PyTorchJob's pod) answers ``None``: its framework runs
+    the whole job without derive-env.
+
     :param files: reads the files a ``size`` needs (cli/), as for the refusals.
     """
+    if any(line.name in CONFIGURED and all(environ.get(name) for name in line.detect)
+           and not any(environ.get(name) for name in line.unless) for line in SOURCES):
+        return None
     for line in SOURCES:
         if any(environ.get(name) for name in line.unless):
             continue

@@ -64,8 +64,10 @@ LABELS = {NAME: "jobset.sigs.k8s.io/jobset-name",
           GLOBAL_INDEX: "jobset.sigs.k8s.io/job-global-index",
           GLOBAL_REPLICAS: "jobset.sigs.k8s.io/global-replicas",
           COORDINATOR: "jobset.sigs.k8s.io/coordinator"}
-#: Without these three the pod cannot place itself; the others are checked when set.
-REQUIRED = (NAME, RJOB, JOB_INDEX)
+#: Without it the pod is no JobSet's (the table line); the replicated job and the job index
+#: are read from the labels when passed, else from ``HOSTNAME``; the others are checked when
+#: set.
+REQUIRED = (NAME,)
 #: Every replicated job, in spec order: ``<rjob>:<replicas>x<pods per job>``, comma-separated
 #: (not a label: labels.NOT_LABELS).
 LAYOUT = "DERIVE_ENV_REPLICATED_JOBS"
@@ -102,34 +104,59 @@ def downward(variable: str) -> str:
             f"['{LABELS[variable]}']\"}}}}}}`")
 
 
-def _layout_fix(js: str) -> str:
+def _layout_fix(js: str, rjob: str | None = None,
+                environ: Mapping[str, str] | None = None) -> str:
+    """What :data:`LAYOUT` must hold, its example built from this pod's own replicated job
+    ``rjob`` (and its replicas, when the label is passed), not from another JobSet's."""
+    env = environ or {}
+    replicas = env.get(RJOB_REPLICAS, "").strip()
+    replicas = replicas if replicas.isascii() and replicas.isdigit() else "<replicas>"
+    example = f"{rjob or '<name>'}:{replicas}x<completions>"
+    total = env.get(GLOBAL_REPLICAS, "").strip()
+    others = ""
+    if total.isascii() and total.isdigit() and replicas.isdigit():
+        more = int(total) - int(replicas)
+        others = (f", then the other replicated jobs in spec order ({GLOBAL_REPLICAS}={total}: "
+                  f"{more} more job{'s' if more > 1 else ''})") if more > 0 else ""
+    elif rjob:
+        others = ", with the JobSet's other replicated jobs, if any, in spec order"
     return (f"every replicated job of JobSet {shorten(js, 80)} in spec.replicatedJobs order, "
             "`<name>:<replicas>x<pods per job>` comma-separated (pods per job: the template's "
             "completions, equal to its parallelism), the same value in every replicated "
-            f"job's container env: `- {{name: {LAYOUT}, value: \"workers:2x4\"}}` (the pods "
-            "of a child Job are on no label)")
+            f"job's container env: `- {{name: {LAYOUT}, value: \"{shorten(example, 120)}\"}}`"
+            f"{others} (the pods of a child Job are on no label)")
 
 
-def _identity(environ: Mapping[str, str]) -> tuple[str, str, int]:
-    """``(jobset, replicated job, job index)`` from the downward-API variables."""
-    missing = [v for v in REQUIRED if not environ.get(v)]
-    if missing:
-        lines = " ".join(downward(v) for v in missing)
-        raise TopologyError(describe(
-            missing[0], "", f"the pod label {LABELS[missing[0]]}: add to every replicated "
-            f"job's container env: {lines}. {_NO_ENV}"))
-    js, rjob, host = environ[NAME], environ[RJOB], environ.get("HOSTNAME", "")
+def _identity(environ: Mapping[str, str]) -> tuple[str, str, int, tuple[str, ...]]:
+    """``(jobset, replicated job, job index, their inputs)``: the replicated job and the job
+    index from the downward-API variables when set, else from ``HOSTNAME``, which the Job
+    controller sets to ``<jobset>-<rjob>-<jobIndex>-<podIndex>`` (the last two parts are
+    always the indices, so the split is exact once the JobSet's name is known)."""
+    js, host = environ[NAME], environ.get("HOSTNAME", "")
     if len(host) > MAX_HOSTNAME:
         raise TopologyError(describe(
             "HOSTNAME", host, f"at most {MAX_HOSTNAME} characters (a pod hostname is one DNS "
             "label, pkg/apis/batch/validation, kubernetes-sigs/jobset#408): the Job controller "
             "names the pod's host <jobset>-<rjob>-<jobIndex>-<index>"))
-    for variable, value in ((NAME, js), (RJOB, rjob)):
-        if not _LABEL.fullmatch(value):
-            raise TopologyError(describe(
-                variable, value, f"a DNS-1035 label, the pod label {LABELS[variable]}: "
-                f"{downward(variable)}"))
-    return js, rjob, _number(environ, JOB_INDEX, 0)
+    if not _LABEL.fullmatch(js):
+        raise TopologyError(describe(NAME, js, f"a DNS-1035 label, the pod label "
+                                     f"{LABELS[NAME]}: {downward(NAME)}"))
+    parsed = _POD.fullmatch(host[len(js) + 1:]) if host.startswith(js + "-") else None
+    missing = [v for v in (RJOB, JOB_INDEX) if not environ.get(v)]
+    if missing and parsed is None:
+        lines = " ".join(downward(v) for v in missing)
+        raise TopologyError(describe(
+            "HOSTNAME", host, f"{js}-<replicated job>-<job index>-<pod index> (the Job "
+            f"controller's name for a pod of JobSet {shorten(js, 80)}, {NAME}), or, with "
+            f"hostNetwork, the pod labels in every replicated job's container env: {lines}. "
+            f"{_NO_ENV}"))
+    rjob = environ.get(RJOB) or (parsed["rjob"] if parsed else "")
+    if not _LABEL.fullmatch(rjob):
+        raise TopologyError(describe(
+            RJOB, rjob, f"a DNS-1035 label, the pod label {LABELS[RJOB]}: {downward(RJOB)}"))
+    job = _number(environ, JOB_INDEX, 0) if environ.get(JOB_INDEX) else int(parsed["job"])
+    inputs = tuple(v for v in (RJOB, JOB_INDEX) if environ.get(v)) or ("HOSTNAME",)
+    return js, rjob, job, inputs
 
 
 def _number(environ: Mapping[str, str], variable: str, minimum: int) -> int:
@@ -141,27 +168,29 @@ def _number(environ: Mapping[str, str], variable: str, minimum: int) -> int:
             f"{downward(variable)}; do not set it by hand")) from None
 
 
-def layout(environ: Mapping[str, str], js: str) -> tuple[Group, ...]:
-    """:data:`LAYOUT` read: the replicated jobs in spec order.
+def layout(environ: Mapping[str, str], js: str, rjob: str | None = None) -> tuple[Group, ...]:
+    """:data:`LAYOUT` read: the replicated jobs in spec order; ``rjob``, this pod's
+    replicated job, for the example of an error.
 
     :raises TopologyError: unset, malformed, a name twice or not a DNS-1035 label, no pod,
         more than :data:`MAX_NODES` pods, or a pod hostname longer than 63 characters.
     """
     value = environ.get(LAYOUT, "")
+    fix = _layout_fix(js, rjob, environ)
     groups: list[Group] = []
     for entry in value.split(",") if value else ():
         found = _ENTRY.fullmatch(entry.strip())
         if found is None or not _LABEL.fullmatch(found["name"]):
-            raise TopologyError(describe(LAYOUT, value, f"{_layout_fix(js)}; "
+            raise TopologyError(describe(LAYOUT, value, f"{fix}; "
                                          f"{shorten(entry.strip(), 80)!r} is not one"))
         try:
             replicas = parse_int(found["replicas"], minimum=0)
             pods = parse_int(found["pods"], minimum=1, what="pods per job >= 1")
         except ValueError as exc:
-            raise TopologyError(describe(LAYOUT, value, f"{exc}: {_layout_fix(js)}")) from None
+            raise TopologyError(describe(LAYOUT, value, f"{exc}: {fix}")) from None
         groups.append(Group(found["name"], replicas, pods))
     if not groups:
-        raise TopologyError(describe(LAYOUT, value, _layout_fix(js)))
+        raise TopologyError(describe(LAYOUT, value, fix))
     names = [g.name for g in groups]
     total = sum(g.replicas * g.pods for g in groups)
     twice = [n for n in names if names.count(n) > 1]
@@ -174,8 +203,7 @@ def layout(environ: Mapping[str, str], js: str) -> tuple[Group, ...]:
                        "(the Job API refuses it: pkg/apis/batch/validation, kubernetes-sigs/"
                        "jobset#408), so a size is wrong")
     if problem is not None:
-        raise TopologyError(describe(LAYOUT, value, f"each replicated job {problem}: "
-                                     f"{_layout_fix(js)}"))
+        raise TopologyError(describe(LAYOUT, value, f"each replicated job {problem}: {fix}"))
     return tuple(groups)
 
 
@@ -183,10 +211,11 @@ def _place(environ: Mapping[str, str], groups: tuple[Group, ...], rjob: str,
            job: int) -> tuple[Group, int]:
     """This pod's group and the jobs before its job, checked against the optional labels."""
     names = [g.name for g in groups]
+    fix = _layout_fix(environ[NAME], rjob, environ)
     if rjob not in names:
         raise TopologyError(describe(
-            LAYOUT, environ[LAYOUT], f"a list naming this pod's replicated job {RJOB}="
-            f"{rjob!r}: {_layout_fix(environ[NAME])}"))
+            LAYOUT, environ[LAYOUT], f"a list naming this pod's replicated job {rjob!r}: "
+            f"{fix}"))
     at = names.index(rjob)
     group, before = groups[at], sum(g.replicas for g in groups[:at])
     checks = ((RJOB_REPLICAS, group.replicas, f"the replicas of {rjob} in {LAYOUT}"),
@@ -198,12 +227,12 @@ def _place(environ: Mapping[str, str], groups: tuple[Group, ...], rjob: str,
         if environ.get(variable) and _number(environ, variable, 0) != expected:
             raise TopologyError(describe(
                 variable, environ[variable], f"{expected}, {what}: the label and "
-                f"{LAYOUT}={shorten(environ[LAYOUT], 120)!r} disagree; "
-                + _layout_fix(environ[NAME])))
+                f"{LAYOUT}={shorten(environ[LAYOUT], 120)!r} disagree; " + fix))
     if job >= group.replicas:
         raise TopologyError(describe(
-            JOB_INDEX, environ[JOB_INDEX], f"below {group.replicas}, the replicas of {rjob} in "
-            f"{LAYOUT}: {_layout_fix(environ[NAME])}"))
+            JOB_INDEX if environ.get(JOB_INDEX) else "HOSTNAME",
+            environ.get(JOB_INDEX) or environ.get("HOSTNAME", ""), f"a job index below "
+            f"{group.replicas}, the replicas of {rjob} in {LAYOUT}: {fix}"))
     return group, before
 
 
@@ -235,7 +264,7 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
     if index >= group.pods:
         raise TopologyError(describe(
             "JOB_COMPLETION_INDEX", raw, f"below {group.pods}, the pods per job of "
-            f"{group.name} in {LAYOUT}: {_layout_fix(js)}"))
+            f"{group.name} in {LAYOUT}: {_layout_fix(js, group.name, environ)}"))
     return index, host
 
 
@@ -306,8 +335,8 @@ def read(environ: Mapping[str, str], line: Source,
         :data:`LAYOUT`, the hostname is not ``<jobset>-<rjob>-<j>-<JOB_COMPLETION_INDEX>``
         (a user-set index, another pod's labels), or a value is malformed.
     """
-    js, rjob, job = _identity(environ)
-    groups = layout(environ, js)
+    js, rjob, job, placed = _identity(environ)
+    groups = layout(environ, js, rjob)
     group, before = _place(environ, groups, rjob, job)
     index, host = _index(environ, js, group, job)
     suffix, where = _suffix(environ, files, js, host)
@@ -326,12 +355,12 @@ def read(environ: Mapping[str, str], line: Source,
         master=nodes[coordinator].host if coordinator else None,
         job=(line.name, nodes[0].host, str(len(nodes))),
         inputs={"nodes": spread, "num_nodes": (LAYOUT,),
-                "node_rank": (RJOB, JOB_INDEX, "JOB_COMPLETION_INDEX", LAYOUT),
+                "node_rank": (*placed, "JOB_COMPLETION_INDEX", LAYOUT),
                 "master": (COORDINATOR, *spread) if coordinator is not None else spread,
                 "ports": spread},
         order="the replicated jobs in spec order, their jobs by index, each job's pods by "
               "completion index",
         notes=(f"pod {index} of job {job} of replicated job {shorten(rjob, 80)} (job "
-               f"{before + job} of the JobSet; {RJOB}, {JOB_INDEX}, JOB_COMPLETION_INDEX, "
+               f"{before + job} of the JobSet; {', '.join(placed)}, JOB_COMPLETION_INDEX, "
                f"{LAYOUT}); labels checked: {', '.join(checked) or 'none set'}",),
     )
