@@ -291,7 +291,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
         preset=frozenset().union(*(report.preset for report in used)), inputs=inputs,
         order=order, notes=tuple(notes),
         warnings=tuple(warning for report in used for warning in report.warnings),
-        layers=(*layer_lines(reports, used, shadowed, (owner, node_src, hosts_src)), *told),
+        layers=_with(layer_lines(reports, used, shadowed, (owner, node_src, hosts_src)), told),
         sized=sized,
         missing=None if nodes or master else missing_master(owner, node_src),
     )
@@ -300,6 +300,11 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     except ValueError as exc:  # a host twice, a loopback master: never a traceback
         from derive_env.sources.refusals import invalid_topology
         raise invalid_topology(exc, inputs) from None
+
+
+def _with(lines: tuple[str, ...], told: tuple[str, ...]) -> tuple[str, ...]:
+    """The --explain lines of the layers, the command's after the node layer's."""
+    return (*lines[:3], *told, *lines[3:])
 
 
 def _node_layer(

@@ -360,9 +360,8 @@ def node_launcher_refused(owner: Report, command: str, per_node: str, many: str)
 #: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
 _MPI, _ALLOCATION = 1, 3
 #: What each outcome of :func:`_mode` derives, for --explain.
-_OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE "
-                   "of the launcher's task)",
-             False: "the node layer (NODE_RANK, PET_*): it starts the node's workers"}
+_OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
+             False: "the node layer (NODE_RANK, PET_*)"}
 
 
 def command_decides(owner: Report, processes: Processes,
@@ -394,14 +393,14 @@ def command_decides(owner: Report, processes: Processes,
         return True if kind[0] == SCRIPT else workers
 
     def said(result: bool | str) -> str:
-        return _OUTCOMES[result] if isinstance(result, bool) else "refused (exit 3): " + (
-            "each would start a job of its own")
+        return _OUTCOMES[result] if isinstance(result, bool) else (
+            "refused (exit 3), each would start a job of its own")
 
     if kind is None:
         return workers, (
-            f"command: none given (the hook's path, or a dry run without one): {said(workers)}"
-            f"; with `-- torchrun ...`: {said(outcome((NODE_LAUNCHER, 'torchrun')))}; with "
-            f"`-- python train.py`: {said(outcome((SCRIPT, 'python')))}",)
+            f"command: none (the hook's path): {said(workers)}; `-- torchrun ...`: "
+            f"{said(outcome((NODE_LAUNCHER, 'torchrun')))}; `-- python train.py`: "
+            f"{said(outcome((SCRIPT, 'python')))}",)
     result = outcome(kind)
     if isinstance(result, str):
         raise TopologyError(result)
