@@ -345,14 +345,16 @@ def node_launcher_refused(owner: Report, command: str, per_node: str, many: str)
     :param many: the variables that state them.
     """
     line = BY_NAME.get(owner.source)
-    one, per_gpu = line.per_node if line is not None else ("one task per node",
-                                                           "one task per GPU")
-    launcher = one.split(" --")[0].split(" -")[0] if line is not None and line.per_node != (
-        "one task per node", "one task per GPU") else "the launcher"
-    return (f"{command} (the command) under {owner.title}, which starts {per_node} ({many}): "
-            f"each {command} would start a job of its own, and every task would train alone. "
-            f"Start one task per node for {command} ({one} derive-env -- {command} ...), or "
-            f"drop {command} and let {launcher} start one task per GPU ({per_gpu} "
+    one, per_gpu = line.per_node if line is not None else ("", "")
+    start = (f"{command} (the command) under {owner.title}, which starts {per_node} "
+             f"({many}): each {command} would start a job of its own, and every task would "
+             "train alone. ")
+    if line is None or line.per_node == ("one task per node", "one task per GPU"):
+        return (start + f"Start {command} once per node, or drop {command} and run the "
+                "training script as the launcher's process (derive-env -- python train.py)")
+    launcher = one.split(" --")[0].split(" -")[0]
+    return (start + f"Start one task per node for {command} ({one} derive-env -- {command} "
+            f"...), or drop {command} and let {launcher} start one task per GPU ({per_gpu} "
             "derive-env -- python train.py)")
 
 
@@ -380,12 +382,16 @@ def command_decides(owner: Report, processes: Processes,
     depth = depths.get(owner.source, _MPI + 1)
     per_node = max(tasks or (processes.local_world_size,))
     workers = depth <= _MPI or per_node > 1  # the variables alone
-    if depth == 0 or depth > _ALLOCATION:  # a worker already, or a node-level manager
+    if depth > _ALLOCATION:  # a node-level manager: its pods are the nodes
         return workers, ()
     src = " + ".join(owner.inputs.get("local_world_size", owner.inputs.get("processes", ())))
-    many = (f"{per_node} tasks on a node" if per_node > 1 else
-            f"{processes.world_size} processes on {num_nodes} nodes"
-            if num_nodes is not None and processes.world_size > num_nodes else None)
+    world = processes.world_size
+    # One task per node, proven: by every node's count, or by as many processes as nodes
+    # (a launcher that states only this node's count, MPI, may place more on another).
+    many = (f"{per_node} tasks on a node" if per_node > 1 else None if tasks else
+            f"{world} processes on nodes it does not count" if num_nodes is None and world > 1
+            else f"{world} processes on {num_nodes} nodes" if num_nodes is not None
+            and world > num_nodes else None)
 
     def outcome(kind: tuple[str, str]) -> bool | str:
         if kind[0] == NODE_LAUNCHER:
