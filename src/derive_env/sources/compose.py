@@ -5,17 +5,25 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * Every seen source is read (:func:`seen_sources`); each reports only what it saw.
 * Process layer: from the innermost source that launched processes (torchrun > an MPI
   launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
-* The daemon step, recognised by what it is: a Slurm step of one task on each of its nodes
-  around an MPI launcher's ranks (mpirun's orted, Hydra's proxies: one srun task per node;
-  recordings ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
-  sizes; its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
+* Layers: for each layer the launcher closest to the process decides; an outer one's
+  values copied into every process are checked against it, never this process's identity.
+* The daemon step, recognised by one rule from the table: a launcher whose line names its
+  ``daemons`` (MPI's orted and Hydra's proxies, Flux's brokers, Ray's raylets) starts its
+  processes through one daemon per node, which an outer launcher may start as a step of
+  one task on each of its nodes (recordings ``ompi-in-*``, ``mpich-in-*``). That step is
+  shadowed, facts and all, whatever its sizes; its node list can miss mpirun's own node
+  (``ompi-in-sbatch``), its host names Ray's node IPs. Another outer process
   layer whose world size or rank differs from the inner one's is shadowed too (``srun
   --ntasks-per-node=1 torchrun``: its agents); equal layers confirm each other.
-* Mode: the processes are the job's workers, each with its own rank (``per_process``),
-  when their launcher starts the workers itself (torchrun, an MPI launcher: depth 0 and 1
-  of the table) or a node runs more than one of them; one process per node of an srun step
-  or a Kubeflow pod is the node layer (it may start torchrun). Never decided from the world
-  size and the node count, which packed ranks can match.
+* Mode: the processes are the job's workers (``per_process``) when their launcher starts
+  the workers itself (torchrun, MPI: depth 0, 1) or a node runs more than one of them; one
+  process per node of an srun step is the node layer (it may start torchrun). Never
+  decided from the world size and the node count, which packed ranks can match.
+* The command (``Inputs.command``, :func:`~derive_env.sources.command_kind`) decides where
+  the variables cannot: a node launcher (torchrun, deepspeed, accelerate launch) makes a
+  launcher's tasks the node layer when one task per node is proven (every node's count,
+  or as many processes as nodes), else it is refused naming both; a python script makes
+  a launcher's task a worker (``RANK`` = the task's rank). The hook has no command.
 * Node layer: the innermost source that states node facts gives the node count and this
   node's rank; the innermost source with a host list gives the hosts. Where both state the
   count, the master and the node rank, they must agree (an error naming both). A source
@@ -76,10 +84,8 @@ def topology_from(
     hosts_only: bool = False,
     command: Sequence[str] | None = None,
 ) -> ClusterTopology:
-    """The topology composed from every source seen in ``environ``.
-
-    With none seen, a single-container topology (contract section 5: no cluster variables
-    at all is a single-container session).
+    """The topology composed from every source seen in ``environ``; with none seen, a
+    single-container topology (no cluster variables at all is a single-container session).
 
     :param choice: ``--source`` (a source name, ``auto`` or ``none``); ``None``: the
         ``DERIVE_ENV_SOURCE`` variable, else ``auto``.
@@ -135,8 +141,8 @@ def resolve(
         start ``deepspeed`` or ``horovodrun`` with the allocation's hosts).
     :param choice: ``auto`` (detect), ``none`` (a single container, no source read) or a
         source name (only that source is read; its variables must be set).
-    :param files: reads files a source needs (``SLURM_HOSTFILE``): paths -> contents, None
-        for one that could not be read; ``None`` here: none can be read (``--env-file``).
+    :param files: reads files a source needs (``SLURM_HOSTFILE``): paths -> contents (None:
+        unreadable); ``None`` here: none can be read (``--env-file``). ``command``: as compose.
     :returns: the topology and the reports it was composed from (innermost first), for
         ``--explain``. With no source seen, a single-container topology and no report.
     :raises TopologyError: a source's variables are bad, the layers disagree, or a seen
@@ -244,10 +250,8 @@ def _first(reports: Sequence[Report | None], field: str) -> Report | None:
 def compose(reports: Sequence[Report], hosts_only: bool = False,
             command: Sequence[str] | None = None) -> ClusterTopology:
     """The topology from reports ordered innermost first (see the module docstring);
-    ``command``: the argv derive-env execs, ``None`` for none (the hook).
-
-    :raises TopologyError: as :func:`resolve`.
-    """
+    ``command``: the argv derive-env execs, ``None`` for none (the hook). Raises as
+    :func:`resolve`."""
     used, shadowed = _shadowed(reports)
     innermost = reports[0]
     if innermost.problem and not hosts_only:  # innermost only: an inner one uses its facts
@@ -268,6 +272,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     layout, told = _layout(owner if processes is not None else None, tasks, num_nodes,
                            node_rank, command)
     check_rank_zero(layout, nodes, node_rank, inputs)
+    lines = layer_lines(reports, used, shadowed, (owner, node_src, hosts_src))
     gpus_src, port_src, resv_src, job_src = (
         _first(used, field) for field in ("gpus", "master_port", "reserved_ports", "job"))
     for name, src in (("gpus", gpus_src), ("master_port", port_src), ("ports", resv_src)):
@@ -291,7 +296,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
         preset=frozenset().union(*(report.preset for report in used)), inputs=inputs,
         order=order, notes=tuple(notes),
         warnings=tuple(warning for report in used for warning in report.warnings),
-        layers=_with(layer_lines(reports, used, shadowed, (owner, node_src, hosts_src)), told),
+        layers=(*lines[:3], *told, *lines[3:]),  # the command's after the node layer's
         sized=sized,
         missing=None if nodes or master else missing_master(owner, node_src),
     )
@@ -300,11 +305,6 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     except ValueError as exc:  # a host twice, a loopback master: never a traceback
         from derive_env.sources.refusals import invalid_topology
         raise invalid_topology(exc, inputs) from None
-
-
-def _with(lines: tuple[str, ...], told: tuple[str, ...]) -> tuple[str, ...]:
-    """The --explain lines of the layers, the command's after the node layer's."""
-    return (*lines[:3], *told, *lines[3:])
 
 
 def _node_layer(
