@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -269,9 +270,14 @@ def test_torchrun_under_mpi_one_rank_per_node_is_the_node_layer() -> None:
 def test_the_raylets_step_is_ray_s_daemon_step() -> None:
     """One Ray worker per node, Ray's node order Slurm's: the raylets' srun step has the
     same world size and ranks as Ray's workers, yet it is Ray's daemon step (the line's
-    ``daemons``), not a confirming layer whose host names would contradict Ray's master IP."""
-    check_job(ray_job([1, 1, 1], [0, 1, 2]), ("python", "train.py"))
-    check_job(ray_job([1, 1, 1], [0, 1, 2]), None)
+    ``daemons``), shadowed, not a layer that confirms Ray's (whose node count would then
+    let a torchrun on one worker pass while another is refused)."""
+    job = ray_job([1, 1, 1], [0, 1, 2])
+    check_job(job, ("python", "train.py"))
+    check_job(job, None)
+    assert topology_from(job[1][0]).layers[-1] == (
+        "shadowed: slurm-step (a Slurm step (srun)): one task on each of its nodes around "
+        "ray-train's ranks: a Ray Train worker's daemon step, not the ranks")
 
 
 def test_torchrun_where_the_launcher_does_not_count_nodes_is_refused_everywhere() -> None:
@@ -279,3 +285,24 @@ def test_torchrun_where_the_launcher_does_not_count_nodes_is_refused_everywhere(
     cannot know that another node has two, so torchrun is refused on each of them."""
     check_job(ray_job([2, 1], [1, 0]), ("torchrun", "train.py"))
     check_job(ray_job([1, 1], [0, 1]), ("torchrun", "train.py"))
+
+
+@pytest.mark.parametrize(("argv", "kind"), [
+    (None, None), ((), None),
+    (("torchrun", "--nproc-per-node=2", "t.py"), (NODE_LAUNCHER, "torchrun")),
+    (("/opt/venv/bin/torchrun", "t.py"), (NODE_LAUNCHER, "torchrun")),
+    (("python3.11", "-u", "-m", "torch.distributed.run", "t.py"), (NODE_LAUNCHER, "torchrun")),
+    (("python", "-mtorch.distributed.launch", "t.py"), (NODE_LAUNCHER, "torchrun")),
+    (("deepspeed", "--num_gpus=2", "t.py"), (NODE_LAUNCHER, "deepspeed")),
+    (("accelerate", "launch", "t.py"), (NODE_LAUNCHER, "accelerate launch")),
+    (("accelerate", "config"), ("other", "accelerate")),
+    (("python", "-X", "dev", "train.py"), ("script", "python train.py")),
+    (("python3", "-m", "lightning_app"), ("script", "python3 lightning_app")),
+    (("python", "-c", "import x"), ("script", "python -c")),
+    (("mpirun.openmpi", "-np", "2", "python"), ("launcher", "mpirun.openmpi")),
+    (("srun", "python"), ("launcher", "srun")),
+    (("bash", "run.sh"), ("other", "bash")),
+    (("pythonista",), ("other", "pythonista")),
+])
+def test_command_kind(argv, kind) -> None:
+    assert command_kind(argv) == kind
