@@ -306,3 +306,28 @@ def test_torchrun_where_the_launcher_does_not_count_nodes_is_refused_everywhere(
 ])
 def test_command_kind(argv, kind) -> None:
     assert command_kind(argv) == kind
+
+
+def test_the_exec_path_reads_the_command_from_argv(tmp_path) -> None:
+    """The real program: ``derive-env -- torchrun ...`` in task 3 of ``srun -N3
+    --ntasks-per-node=2`` (recorded) exits 3 without running torchrun; ``-- python3 -c``
+    in the same task runs, with the task's RANK."""
+    import subprocess
+
+    from helpers import console_script
+    from support.recorded import FIXTURES, load_fixture
+
+    _ran_on, env = load_fixture(FIXTURES / "srun-block" / "task3.env")
+    labels = tmp_path / "labels.json"
+    labels.write_text('{"ai.backend.distributed.frameworks": "pytorch"}')
+    env = {**env, "PATH": "/usr/bin:/bin", "DERIVE_ENV_LABELS_FILE": str(labels)}
+    refused = subprocess.run([console_script(), "--", "torchrun", "train.py"], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 3
+    assert refused.stderr.startswith(
+        "derive-env: error: torchrun (the command) under a Slurm step (srun), which starts 2 "
+        "tasks on a node")
+    script = subprocess.run([console_script(), "--", "python3", "-c",
+                             "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'])"],
+                            env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert (script.returncode, script.stdout) == (0, "3 6\n"), script.stderr
