@@ -94,7 +94,7 @@ def derive_from(inputs: Inputs) -> Derivation | None:
     if not is_opted_in(labels):
         return None
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
-    topology = topology_from(environ, inputs.choice, inputs.files)
+    topology = topology_from(environ, inputs.choice, inputs.files, command=inputs.command)
     ctx = Context(topology=topology, policy=policy, environ=environ, host=inputs.facts,
                   fresh_run_id=inputs.fresh_run_id)
     part = contributions(ctx)

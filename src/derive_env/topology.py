@@ -226,8 +226,8 @@ class ClusterTopology(BaseModel):
         return " + ".join(found or ()) or "(none)"
 
 
-class Inputs(namedtuple("Inputs", "environ labels files facts choice fresh_run_id",
-                        defaults=(None, None, None, None))):
+class Inputs(namedtuple("Inputs", "environ labels files facts choice fresh_run_id command",
+                        defaults=(None, None, None, None, None))):
     """What the edge (cli/) read for one derivation, handed to the pure stages as one value
     (as torch's ``RendezvousParameters`` is one value for a rendezvous).
 
@@ -243,6 +243,9 @@ class Inputs(namedtuple("Inputs", "environ labels files facts choice fresh_run_i
     :ivar fresh_run_id: a random id drawn at the edge for this start, the run id when no
         manager identifies the job (:func:`derive_env.merge.run_id`); ``None``: not this
         container's start (``--env-file``, the API).
+    :ivar command: the argv derive-env execs (after ``--``), a fact the composer reads
+        where the variables cannot decide (``torchrun`` under ``srun --ntasks-per-node=2``:
+        :func:`derive_env.sources.command_kind`); ``None``: none (the hook, a dry run).
     """
 
     # collections.namedtuple, not typing.NamedTuple: no annotation to evaluate on every
@@ -256,6 +259,7 @@ class Inputs(namedtuple("Inputs", "environ labels files facts choice fresh_run_i
         facts: HostFacts | Callable[[], HostFacts] | None
         choice: str | None
         fresh_run_id: str | None
+        command: tuple[str, ...] | None
 
 
 def nodes_of(hosts: Iterable[str], roles: Iterable[str] | None = None,

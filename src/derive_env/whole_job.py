@@ -96,7 +96,7 @@ def job_view(inputs: Inputs, own: Derivation | None = None) -> JobView:
     """
     environ = inputs.environ
     policy = ImagePolicy.from_labels(inputs.labels)
-    topology = topology_from(environ, inputs.choice, inputs.files)
+    topology = topology_from(environ, inputs.choice, inputs.files, command=inputs.command)
     count = topology.num_nodes
     view = JobView(source=topology.source, num_nodes=count, own_rank=topology.node_rank)
     if count is None:

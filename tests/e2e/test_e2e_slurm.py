@@ -283,3 +283,50 @@ def test_sbatch_three_node_script_stops_with_the_fix(slurm: SlurmCluster) -> Non
         "derive-env -- torchrun ...)",
         "derive-env: note: the command was not run (exit 3)",
     ]
+
+
+# -- nested launches (issue 24): the command decides where Slurm's variables cannot ----------
+
+#: The start of the refusal every task of ``srun --ntasks-per-node=2 derive-env -- torchrun``
+#: prints (docs/sources/slurm.md, "Nested launches").
+TORCHRUN_REFUSED = (
+    "derive-env: error: torchrun (the command) under a Slurm step (srun), which starts 2 tasks "
+    "on a node (SLURM_STEP_TASKS_PER_NODE + SLURM_NODEID): each torchrun would start a job of "
+    "its own, and every task would train alone. Start one task per node for torchrun (srun "
+    "--ntasks-per-node=1 derive-env -- torchrun ...), or drop torchrun and let srun start one "
+    "task per GPU (srun --ntasks-per-node=<GPUs per node> derive-env -- python train.py)")
+
+
+def test_srun_two_tasks_per_node_torchrun_is_refused_on_every_task(slurm: SlurmCluster) -> None:
+    """srun -N2 --ntasks-per-node=2 derive-env -- torchrun: each of the 4 torchruns would be
+    rank 0 of a job of its own (exit 0, every task training alone); instead every task
+    exits 3 with the message naming both layers and the fix, torchrun never runs."""
+    if STANDIN:
+        pytest.skip("derive-env's own refusal: nothing for the stand-in to show")
+    labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(_port())})
+    res = _srun(slurm, ["-N2", "--ntasks-per-node=2"],
+                [*launch("node", "", 0), "torchrun", "--nproc-per-node=1", TORCH],
+                job_env(labels))
+    assert (res.returncode, res.timed_out) == (3, False), res.describe(tail=4000)
+    errors = [line for line in res.stderr.splitlines() if "derive-env: error:" in line]
+    assert errors == [TORCHRUN_REFUSED] * 4, res.describe(tail=4000)
+    assert res.stderr.count("derive-env: note: the command was not run (exit 3)") == 4
+    assert '"ok"' not in res.stdout  # no worker started
+
+
+def test_srun_one_task_per_node_python_script_gets_its_rank(slurm: SlurmCluster) -> None:
+    """srun -N2 --ntasks-per-node=1 derive-env -- python torch_allreduce.py: the script is
+    the launcher's task, so each task gets RANK = SLURM_PROCID, WORLD_SIZE 2, LOCAL_RANK 0,
+    LOCAL_WORLD_SIZE 1 (no PET_*): torch's env:// joins and the all-reduce sums to 3."""
+    port = _port()
+    labels = labels_file(slurm, {"frameworks": "pytorch", "master-port": str(port)})
+    res = _srun(slurm, ["-N2", "--ntasks-per-node=1"],
+                [*launch("process", NODES[0], port), "python", TORCH], job_env(labels))
+    got = reports(res, 2, "rank")
+    assert [(r["hostname"], r["launcher"]["SLURM_PROCID"]) for r in got] == [
+        (NODES[0], "0"), (NODES[1], "1")]
+    for rank, r in enumerate(got):  # exactly these (so no PET_*)
+        assert r["env"] == {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+                            "LOCAL_WORLD_SIZE": "1", "NODE_RANK": str(rank),
+                            "MASTER_ADDR": NODES[0], "MASTER_PORT": str(port)}, r
+    assert {r["result"] for r in got} == {3.0}

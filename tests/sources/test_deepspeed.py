@@ -80,5 +80,5 @@ def test_an_accelerate_launch_worker_is_torchruns_named_accelerate() -> None:
     _, worker = load_fixture(FIXTURES / "torchrun-static" / "rank1.env")
     env = {**worker, "MASTER_ADDR": "10.2.0.7", "ACCELERATE_MIXED_PRECISION": "bf16"}
     topology = derive(env, LABELS).topology
-    assert topology.layers == ("source seen: torchrun (accelerate launch (torchrun "
-                               "(torchelastic))), for the process layer and the node layer",)
+    assert topology.layers[0] == ("source seen: torchrun (accelerate launch (torchrun "
+                                  "(torchelastic))), for the process layer and the node layer")

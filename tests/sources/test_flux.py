@@ -195,7 +195,7 @@ def test_a_flux_task_of_an_instance_started_by_srun_is_read_as_flux() -> None:
         derivation = derive(env, {PREFIX + "frameworks": "pytorch"})
         got = {v.name: v.value for v in derivation.variables}
         values.append((got["NODE_RANK"], got["MASTER_ADDR"], got["PET_NNODES"]))
-        assert derivation.topology.layers[3] == (
+        assert derivation.topology.layers[4] == (  # after the command's line
             "shadowed: slurm-step (a Slurm step (srun)): one task on each of its nodes around "
             "flux's ranks: Flux's daemon step, not the ranks")
     assert values == [(str(r), "gpu-a100-09", "3") for r in range(3)]

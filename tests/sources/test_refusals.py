@@ -169,6 +169,10 @@ def test_mpirun_inside_a_backendai_session_takes_ranks_from_mpirun(backendai_env
         "session)",
         "process layer: openmpi",
         "node layer: node count and rank from backendai; hosts from backendai",
+        # the hook's path: no command; torchrun under 2 ranks per node would be refused
+        "command: none (the hook's path): one worker per process (RANK, LOCAL_RANK, "
+        "WORLD_SIZE ...); `-- torchrun ...`: refused (exit 3), each would start a job of its "
+        "own; `-- python train.py`: one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
     )
     rank0 = {**environ, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
     assert error(rank0, torch_jax).startswith(

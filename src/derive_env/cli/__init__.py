@@ -90,7 +90,7 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
         if not opted_in:
             _note_larger_job(environ)
             return _print(None, fmt, explain) if dry_run else _exec(command, environ, None)
-        inputs = _inputs(environ, labels, source, env_file)
+        inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
         derivation = _derive(inputs, command, dry_run, explain)
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")

@@ -11,7 +11,7 @@ line (plus a module for rules of its own).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from derive_env.errors import ON_ERROR_WARN as _ON_ERROR_WARN
 from derive_env.errors import TopologyError, UsageError, describe
@@ -35,6 +35,8 @@ def _start_torchrun(how: str) -> str:
             + ON_ERROR_WARN)
 
 
+#: How a launcher is told one task per node, one task per GPU (a line's ``per_node``).
+_PER_NODE = ("one task per node", "one task per GPU")
 #: How a variable reaches every process of a launcher by default (Open MPI's ``-x``).
 PASS_ENV = "mpirun -x {name}={value}"
 #: The rule of an MPI launcher's variables (after the launcher's name), ending its messages.
@@ -56,9 +58,6 @@ class Source:
     :ivar detect: its complete set of variables, every one non-empty.
     :ivar depth: its place in the launch: 0 torchrun, 1 an MPI launcher, 2 an srun step, 3
         a Slurm allocation, 4 a node-level manager (Backend.AI, Kubeflow).
-    :ivar daemons: its tasks are started by daemons of its own (Flux's brokers) that an
-        outer launcher may start as a step of one task per node (``srun -N4 flux start``):
-        that step is its daemon step, as an MPI launcher's (sources/compose.py).
     :ivar unless: variables whose presence means another context (a Slurm step, not the
         batch script): the line is then neither seen nor refused.
     :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
@@ -89,12 +88,21 @@ class Source:
         that started this process without saying the job's size.
     :ivar pass_env: how a user gives one variable to every process this launcher starts
         (``{name}``, ``{value}`` filled in), for the fix of a partial topology.
+
+    The composition (sources/compose.py, "Layers"):
+
+    :ivar daemons: what starts this launcher's processes on each node (Open MPI's orted,
+        Hydra's proxies, Flux's brokers): an outer launcher's step of one task on each of
+        its nodes around them is their daemon step, not the job (``srun -N4 flux start``);
+        at one depth the line with daemons is the inner one; ``None``: none.
+    :ivar per_node: how this launcher is told to start one task per node, and one task per
+        GPU, for the fix of a node launcher (torchrun) it started several times per node.
     """
 
     # Not a named tuple, whose constructor eval() costs every start 0.8M instructions.
     __slots__ = ("any_of", "counts", "daemons", "depth", "detect", "fallback", "fix", "marker",
-                 "module", "name", "part_of", "partial", "pass_env", "prefix", "roles", "size",
-                 "sized", "states", "title", "unit", "unless")
+                 "module", "name", "part_of", "partial", "pass_env", "per_node", "prefix",
+                 "roles", "size", "sized", "states", "title", "unit", "unless")
 
     def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
                  depth: int, unless: tuple[str, ...] = (), fallback: bool = False,
@@ -102,14 +110,15 @@ class Source:
                  states: tuple | None = None, partial: bool = True, sized: bool = True,
                  unit: str = "process", size: str | None = None, part_of: str | None = None,
                  fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
-                 roles: dict | None = None, daemons: bool = False) -> None:
+                 roles: dict | None = None, daemons: str | None = None,
+                 per_node: tuple[str, str] = _PER_NODE) -> None:
         self.name, self.title, self.module, self.detect, self.depth, self.unless = (
             name, title, module, detect, depth, unless)
         self.fallback, self.any_of, self.prefix, self.marker, self.states, self.partial = (
             fallback, any_of, prefix, marker, states, partial)
         self.sized, self.unit, self.size, self.part_of, self.fix, self.pass_env = (
             sized, unit, size, part_of, fix, pass_env)
-        self.counts, self.roles, self.daemons = counts, roles, daemons
+        self.counts, self.roles, self.daemons, self.per_node = counts, roles, daemons, per_node
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
@@ -148,7 +157,9 @@ SOURCES: tuple[Source, ...] = (
            roles={"rank": "OMPI_COMM_WORLD_RANK", "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
                   "world_size": "OMPI_COMM_WORLD_SIZE",
                   "local_world_size": "OMPI_COMM_WORLD_LOCAL_SIZE", "job": "PMIX_NAMESPACE",
-                  "same": (("PMIX_RANK", "rank"),), "why": "mpirun " + _MPI_WHY}),
+                  "same": (("PMIX_RANK", "rank"),), "why": "mpirun " + _MPI_WHY},
+           daemons="Open MPI's daemons (orted, prted)",
+           per_node=("mpirun --map-by ppr:1:node", "mpirun --map-by ppr:<GPUs per node>:node")),
     # MVAPICH2 2.3 user guide; mpispawn.c also sets PMI_ID and MPIRUN_NPROCS.
     Source("mvapich2", "MVAPICH2 (mpirun_rsh)", "roles",
            ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
@@ -158,14 +169,18 @@ SOURCES: tuple[Source, ...] = (
                   "local_world_size": "MV2_COMM_WORLD_LOCAL_SIZE",
                   "same": (("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
                            ("MPIRUN_NPROCS", "world_size")),
-                  "why": "mpirun_rsh " + _MPI_WHY}),
+                  "why": "mpirun_rsh " + _MPI_WHY},
+           daemons="MVAPICH2's mpispawn", per_node=(
+               "mpirun_rsh with each host once", "mpirun_rsh with each host once per GPU")),
     # mpich pmip_cb.c launch_procs (recorded: mpich-*), Intel MPI's the same; no job id.
     # Its states are the pmi line's (a partial set is refused as a PMI launcher's).
     Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "roles",
            ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"), 1, states=(),
            pass_env="mpiexec -genv {name} {value}",
            roles={"rank": "PMI_RANK", "local_rank": "MPI_LOCALRANKID", "world_size": "PMI_SIZE",
-                  "local_world_size": "MPI_LOCALNRANKS", "why": "mpiexec " + _MPI_WHY}),
+                  "local_world_size": "MPI_LOCALNRANKS", "why": "mpiexec " + _MPI_WHY},
+           daemons="Hydra's proxies (hydra_pmi_proxy)",
+           per_node=("mpiexec -ppn 1", "mpiexec -ppn <GPUs per node>")),
     # HPE Cray PALS (ALCF user guides): PALS_* and Cray PMI's PMI_* (PMI_SIZE: the pmi line's).
     Source("pals", "Cray PALS (mpiexec)", "roles",
            ("PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", "PALS_NODEID",
@@ -176,7 +191,8 @@ SOURCES: tuple[Source, ...] = (
                   "node_rank": "PALS_NODEID", "job": "PALS_APID",
                   "same": (("PMI_RANK", "rank"), ("PMI_LOCAL_RANK", "local_rank"),
                            ("PMI_LOCAL_SIZE", "local_world_size")),
-                  "why": "PALS's mpiexec " + _MPI_WHY}),
+                  "why": "PALS's mpiexec " + _MPI_WHY},
+           daemons="PALS's daemons", per_node=("mpiexec --ppn 1", "mpiexec --ppn <GPUs per node>")),
     Source("pmi", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, Flux)", None,
            ("PMI_RANK", "PMI_SIZE"), 1, part_of="hydra",
            states=(("PMI_SIZE", 1), ("PMI_RANK", 0), ("PMI_LOCAL_SIZE", 1),
@@ -190,7 +206,8 @@ SOURCES: tuple[Source, ...] = (
             "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID",
             "SLURM_LOCALID", "SLURM_NODEID"), 2,
            states=(("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1),
-                   ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0))),
+                   ("SLURM_PROCID", 0), ("SLURM_NODEID", 0), ("SLURM_LOCALID", 0)),
+           per_node=("srun --ntasks-per-node=1", "srun --ntasks-per-node=<GPUs per node>")),
     # Not in a SkyPilot task: its own line states that job's nodes (sky/skylet/executor/
     # slurm.py runs it in an srun step whose step variables newer releases unset).
     Source("slurm-allocation", "a Slurm allocation (batch script or salloc shell)",
@@ -232,12 +249,15 @@ SOURCES: tuple[Source, ...] = (
                    "PET_NNODES", "AZUREML_RUN_ID"), fallback=True, counts=("WORLD_SIZE",)),
     # Inside `srun -N4 flux start` that step is its brokers' (daemons: seen_sources).
     Source("flux", "Flux", "managers.flux", ("FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"), 2,
-           pass_env="flux run --env={name}={value}", daemons=True,
+           pass_env="flux run --env={name}={value}", daemons="Flux's brokers",
+           per_node=("flux run --tasks-per-node=1", "flux run --tasks-per-node=<GPUs per node>"),
            states=(("FLUX_JOB_SIZE", 1), ("FLUX_TASK_RANK", 0), ("FLUX_JOB_NNODES", 1))),
     Source("jsrun", "LSF jsrun", "managers.lsf",
            ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "LSB_JOBID", "LSB_DJOB_RANKFILE"), 2,
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
-                   ("JSM_NAMESPACE_LOCAL_RANK", 0))),
+                   ("JSM_NAMESPACE_LOCAL_RANK", 0)),
+           per_node=("jsrun --rs_per_host 1 --tasks_per_rs 1",
+                     "jsrun --rs_per_host 1 --tasks_per_rs <GPUs per node>")),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
     # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
     Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.indexed_job",
@@ -398,7 +418,7 @@ SOURCES: tuple[Source, ...] = (
     Source("ray-train", "a Ray Train worker", "managers.ray_train",
            ("RAY_RAYLET_PID", "ACCELERATE_TORCH_DEVICE", "NODE_RANK", "RANK", "WORLD_SIZE"), 0,
            marker=("ACCELERATE_TORCH_DEVICE", "NODE_RANK"), partial=False,
-           states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
+           states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)), daemons="Ray's raylets",
            fix="Ray Train set every torch variable of this worker itself: run the command "
                f"without derive-env in Ray workers; {ON_ERROR_WARN}"),
     Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "managers.azureml",
@@ -500,3 +520,65 @@ def forced_source(name: str, environ: Mapping[str, str]) -> Source:
             f"{', '.join(source.detect)}; not set: {', '.join(missing)}"))
     return source
 
+
+
+# -- the command (a fact of the exec path) ------------------------------------------------------
+
+#: The command's kinds (:func:`command_kind`), for the composer's rule and --explain.
+NODE_LAUNCHER, SCRIPT, LAUNCHER, OTHER = "node launcher", "script", "launcher", "other"
+#: Commands that start one node's workers themselves, so each node runs one of them (by
+#: program name, or ``python -m`` module): torchrun, DeepSpeed's and accelerate's launchers.
+_NODE_LAUNCHERS = {"torchrun": "torchrun", "torch.distributed.run": "torchrun",
+                   "torch.distributed.launch": "torchrun", "deepspeed": "deepspeed",
+                   "deepspeed.launcher.runner": "deepspeed",
+                   "accelerate.commands.launch": "accelerate launch"}
+#: Launchers of processes: derive-env belongs inside the processes they start.
+_LAUNCHERS = frozenset(("mpirun", "mpiexec", "orterun", "prterun", "mpirun_rsh", "srun",
+                        "flux", "jsrun", "aprun", "horovodrun"))
+#: Python's options that take a value (``python -X dev -m mod``).
+_PY_VALUED = frozenset(("-X", "-W", "-Q"))
+
+
+def _python_target(argv: Sequence[str]) -> str | None:
+    """``-m MODULE`` or the script of a ``python`` argv; ``None``: ``-c`` code or nothing."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, None)
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:]
+        if arg in _PY_VALUED:
+            next(args, None)
+        elif arg == "-c" or arg.startswith("-c"):
+            return None
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
+    """What the command derive-env execs is, and its name for messages.
+
+    :param argv: the command after ``--``; ``None`` or empty: no command (the hook's path).
+    :returns: ``(kind, name)``: :data:`NODE_LAUNCHER` (``torchrun``, ``python -m
+        torch.distributed.run``, ``deepspeed``, ``accelerate launch``), :data:`SCRIPT` (a
+        ``python`` script or module: one worker), :data:`LAUNCHER` (``mpirun``, ``srun``
+        ...) or :data:`OTHER` (a shell script: derive-env cannot tell); ``None``: none.
+    """
+    if not argv:
+        return None
+    program = argv[0].rsplit("/", 1)[-1]
+    base = program.split(".", 1)[0]
+    if program in _NODE_LAUNCHERS:
+        return NODE_LAUNCHER, _NODE_LAUNCHERS[program]
+    if program == "accelerate" and list(argv[1:2]) == ["launch"]:
+        return NODE_LAUNCHER, "accelerate launch"
+    if base in _LAUNCHERS:
+        return LAUNCHER, program
+    version = program[6:].replace(".", "")
+    if program.startswith("python") and (not version or version.isdigit()):
+        target = _python_target(argv)
+        if target in _NODE_LAUNCHERS:
+            return NODE_LAUNCHER, _NODE_LAUNCHERS[target]
+        return SCRIPT, f"{program} {target or '-c'}"
+    return OTHER, program

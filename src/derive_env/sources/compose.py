@@ -5,17 +5,24 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * Every seen source is read (:func:`seen_sources`); each reports only what it saw.
 * Process layer: from the innermost source that launched processes (torchrun > an MPI
   launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
-* The daemon step, recognised by what it is: a Slurm step of one task on each of its nodes
-  around an MPI launcher's or a ``daemons`` line's ranks (orted, Hydra's proxies, Flux's
-  brokers; recorded ``ompi-in-*``, ``mpich-in-*``). It is shadowed, facts and all, whatever its
-  sizes; its node list can miss mpirun's own node (``ompi-in-sbatch``). Another outer process
-  layer whose world size or rank differs from the inner one's is shadowed too (``srun
-  --ntasks-per-node=1 torchrun``: its agents); equal layers confirm each other.
-* Mode: the processes are the job's workers, each with its own rank (``per_process``),
-  when their launcher starts the workers itself (torchrun, an MPI launcher: depth 0 and 1
-  of the table) or a node runs more than one of them; one process per node of an srun step
-  or a Kubeflow pod is the node layer (it may start torchrun). Never decided from the world
-  size and the node count, which packed ranks can match.
+* Layers: for each layer the launcher closest to the process decides; an outer one's
+  values copied into every process are checked against it, never this process's identity.
+* The daemon step, one rule from the table: a line's ``daemons`` (orted, Hydra's proxies,
+  Flux's brokers, Ray's raylets) start its processes, one per node, which an outer launcher
+  may start as a step of one task on each of its nodes (``ompi-in-*``, ``mpich-in-*``,
+  ``srun -N4 flux start``). That step is shadowed, facts and all, whatever its sizes (its
+  node list can miss mpirun's own node). Another outer process layer whose world size or
+  rank differs from the inner one's is shadowed too (``srun --ntasks-per-node=1
+  torchrun``: its agents); equal layers confirm each other.
+* Mode: the processes are the job's workers (``per_process``) when their launcher starts
+  the workers itself (torchrun, MPI: depth 0, 1) or a node runs more than one of them; one
+  process per node of an srun step is the node layer (it may start torchrun). Never
+  decided from the world size and the node count, which packed ranks can match.
+* The command (``Inputs.command``, :func:`~derive_env.sources.command_kind`) decides where
+  the variables cannot: a node launcher (torchrun, deepspeed, accelerate launch) makes a
+  launcher's tasks the node layer when one task per node is proven (every node's count,
+  or as many processes as nodes), else it is refused naming both; a python script makes
+  a launcher's task a worker (``RANK`` = the task's rank). The hook has no command.
 * Node layer: the innermost source that states node facts gives the node count and this
   node's rank; the innermost source with a host list gives the hosts. Where both state the
   count, the master and the node rank, they must agree (an error naming both). A source
@@ -27,8 +34,8 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * Checks between the layers: the process counts per node sum to the world size and have
   one entry per node; this node's entry is its local world size; rank 0 is on node rank 0
   (only rank 0 can check it: its failing stops the job under an MPI launcher or srun).
-* A seen source's ``Report.problem`` (a Slurm batch script of a multi-node job, a Slurm
-  step self-check) is raised only when no inner source was seen.
+* A seen source's ``Report.problem`` (a multi-node Slurm batch script, a step self-check)
+  is raised only when no inner source was seen.
 * Then the refusals (sources/refusals.py): another launcher's variables stating more.
 
 Raises ``TopologyError`` (exit 3) on any disagreement, naming the variables of both sides.
@@ -45,15 +52,23 @@ from derive_env.sources import (
     AUTO,
     BY_NAME,
     NONE,
-    PASS_ENV,
     SOURCE_VARIABLE,
     SOURCES,
     Source,
     choice_of,
+    command_kind,
     forced_source,
     seen_sources,
 )
-from derive_env.sources.refusals import Seen, check_single_container, launcher_problem, none_chosen
+from derive_env.sources.refusals import (
+    Seen,
+    check_rank_zero,
+    check_single_container,
+    command_decides,
+    launcher_problem,
+    missing_master,
+    none_chosen,
+)
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
 
@@ -66,16 +81,16 @@ def topology_from(
     choice: str | None = None,
     files: Files | None = None,
     hosts_only: bool = False,
+    command: Sequence[str] | None = None,
 ) -> ClusterTopology:
-    """The topology composed from every source seen in ``environ``.
-
-    With none seen, a single-container topology (contract section 5: no cluster variables
-    at all is a single-container session).
+    """The topology composed from every source seen in ``environ``; with none seen, a
+    single-container topology (no cluster variables at all is a single-container session).
 
     :param choice: ``--source`` (a source name, ``auto`` or ``none``); ``None``: the
         ``DERIVE_ENV_SOURCE`` variable, else ``auto``.
     :param files: reads the files a source needs (see :func:`resolve`).
     :param hosts_only: for the host lists: see :func:`resolve`.
+    :param command: the command derive-env execs (module docstring, "The command").
     :raises TopologyError: a seen source's variables are bad or the layers disagree; or no
         source was seen while the environment states another topology (``WORLD_SIZE=4``,
         ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
@@ -84,7 +99,7 @@ def topology_from(
     :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
     """
     chosen = choice_of(environ, choice)
-    topology, reports = resolve(environ, chosen, files, hosts_only)
+    topology, reports = resolve(environ, chosen, files, hosts_only, command)
     if chosen == NONE:
         return none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
@@ -116,6 +131,7 @@ def resolve(
     choice: str = AUTO,
     files: Files | None = None,
     hosts_only: bool = False,
+    command: Sequence[str] | None = None,
 ) -> tuple[ClusterTopology, list[Report]]:
     """Compose the topology of this process from every source seen in ``environ``.
 
@@ -124,8 +140,8 @@ def resolve(
         start ``deepspeed`` or ``horovodrun`` with the allocation's hosts).
     :param choice: ``auto`` (detect), ``none`` (a single container, no source read) or a
         source name (only that source is read; its variables must be set).
-    :param files: reads files a source needs (``SLURM_HOSTFILE``): paths -> contents, None
-        for one that could not be read; ``None`` here: none can be read (``--env-file``).
+    :param files: reads files a source needs (``SLURM_HOSTFILE``): paths -> contents (None:
+        unreadable); ``None`` here: none can be read (``--env-file``). ``command``: as compose.
     :returns: the topology and the reports it was composed from (innermost first), for
         ``--explain``. With no source seen, a single-container topology and no report.
     :raises TopologyError: a source's variables are bad, the layers disagree, or a seen
@@ -136,13 +152,13 @@ def resolve(
         if not sources:
             return single_node_topology(), []
         reports = [_read(s, environ, files) for s in sources]
-        return compose(reports, hosts_only), reports
+        return compose(reports, hosts_only, command), reports
     ignored = [s.name for s in seen_sources(environ) if s.name != choice]
     if choice == NONE:
         topology, reports = single_node_topology(), []
     else:
         reports = [_read(forced_source(choice, environ), environ, files)]
-        topology = compose(reports, hosts_only)
+        topology = compose(reports, hosts_only, command)
     if ignored:  # the operator's choice wins, but not silently
         topology = topology.model_copy(update={"warnings": (*topology.warnings, (
             f"source {choice} chosen (--source or {SOURCE_VARIABLE}): "
@@ -152,8 +168,9 @@ def resolve(
 
 # -- composing ---------------------------------------------------------------------------------
 
-#: Each line's depth; up to :data:`_MPI` (torchrun 0, MPI 1) the launcher starts the workers.
-_DEPTH, _MPI = {line.name: line.depth for line in SOURCES}, 1
+#: Each line's depth; up to :data:`_MPI` (torchrun 0, MPI 1) the launcher starts the workers;
+#: up to :data:`_ALLOCATION` a launcher's task, which the command may make a worker.
+_DEPTH, _MPI, _ALLOCATION = {line.name: line.depth for line in SOURCES}, 1, 3
 
 
 def _src(report: Report) -> str:
@@ -161,11 +178,15 @@ def _src(report: Report) -> str:
 
 
 def _daemon_step(owner: Report, report: Report) -> bool:
-    """``report`` is ``owner``'s daemon step (module docstring): an outer step of one task
-    on each of its nodes around an MPI launcher's ranks."""
+    """``report`` is ``owner``'s daemon step (module docstring, "Layers"): the launcher
+    ``owner`` starts its processes through daemons (its line's ``daemons``), and ``report``
+    is a launcher farther out (deeper, or as deep and without daemons: ``srun -N4 flux
+    start``) with one task on each of its nodes."""
+    line, outer = BY_NAME.get(owner.source), BY_NAME.get(report.source)
     tasks = report.processes.tasks_per_node if report.processes else ()
-    return ((_DEPTH.get(owner.source) == _MPI or BY_NAME[owner.source].daemons)
-            and _DEPTH.get(report.source, 0) > _MPI and bool(tasks) and max(tasks) == 1)
+    return (line is not None and line.daemons is not None and outer is not None
+            and (outer.depth > line.depth or (outer.depth == line.depth and not outer.daemons))
+            and bool(tasks) and max(tasks) == 1)
 
 
 def _shadowed(
@@ -227,11 +248,11 @@ def _first(reports: Sequence[Report | None], field: str) -> Report | None:
     return None
 
 
-def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopology:
-    """The topology from reports ordered innermost first (see the module docstring).
-
-    :raises TopologyError: as :func:`resolve`.
-    """
+def compose(reports: Sequence[Report], hosts_only: bool = False,
+            command: Sequence[str] | None = None) -> ClusterTopology:
+    """The topology from reports ordered innermost first (see the module docstring);
+    ``command``: the argv derive-env execs, ``None`` for none (the hook). Raises as
+    :func:`resolve`."""
     used, shadowed = _shadowed(reports)
     innermost = reports[0]
     if innermost.problem and not hosts_only:  # innermost only: an inner one uses its facts
@@ -249,8 +270,10 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
     if master_src is not None:
         master, (nodes, tasks, node_rank, order) = _master_first(
             master_src, hosts_src, (nodes, tasks, node_rank, order), inputs)
-    layout = _layout(owner if processes is not None else None, tasks, num_nodes, node_rank)
-    _check_rank_zero(layout, nodes, node_rank, inputs)
+    layout, told = _layout(owner if processes is not None else None, tasks, num_nodes,
+                           node_rank, command)
+    check_rank_zero(layout, nodes, node_rank, inputs)
+    lines = layer_lines(reports, used, shadowed, (owner, node_src, hosts_src))
     gpus_src, port_src, resv_src, job_src = (
         _first(used, field) for field in ("gpus", "master_port", "reserved_ports", "job"))
     for name, src in (("gpus", gpus_src), ("master_port", port_src), ("ports", resv_src)):
@@ -274,8 +297,9 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         preset=frozenset().union(*(report.preset for report in used)), inputs=inputs,
         order=order, notes=tuple(notes),
         warnings=tuple(warning for report in used for warning in report.warnings),
-        layers=layer_lines(reports, used, shadowed, (owner, node_src, hosts_src)), sized=sized,
-        missing=None if nodes or master else _missing(owner, node_src),
+        layers=(*lines[:3], *told, *lines[3:]),  # the command's after the node layer's
+        sized=sized,
+        missing=None if nodes or master else missing_master(owner, node_src),
     )
     try:
         return ClusterTopology(**fields)
@@ -389,26 +413,14 @@ def _master_first(
 _Placed = tuple[tuple[Node, ...], tuple[int, ...], "int | None", "str | None"]
 
 
-def _check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
-                     node_rank: int | None, inputs: Mapping[str, tuple[str, ...]]) -> None:
-    """Rank 0 must run on node rank 0, the master (a check only rank 0 can make)."""
-    if layout is None or layout.rank != 0 or node_rank in (None, 0):
-        return
-    here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else f"node rank {node_rank}"
-    raise TopologyError(
-        f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here} (checked there only), but "
-        f"every framework needs it on node rank 0 ({nodes[0].host if nodes else 'the master'}). "
-        "The launcher's node order differs from derive-env's: give it derive-env's, `derive-env "
-        "--dry-run --format openmpi-hostfile > hosts; mpirun --hostfile hosts ...` (MPICH, "
-        "Intel MPI: --format mpich-hostfile, mpiexec -f hosts)")
-
-
 def _layout(owner: Report | None, tasks: tuple[int, ...], num_nodes: int | None,
-            node_rank: int | None) -> ProcessLayout | None:
-    """``owner``'s process layer (the innermost launcher's), checked against the nodes."""
+            node_rank: int | None, command: Sequence[str] | None,
+            ) -> tuple[ProcessLayout | None, tuple[str, ...]]:
+    """``owner``'s process layer (the innermost launcher's), checked against the nodes, and
+    the --explain lines of what the command decides (:func:`command_decides`)."""
     processes = owner.processes if owner is not None else None
     if processes is None or owner is None:
-        return None
+        return None, ()
     src = " + ".join(owner.inputs.get("processes", ()))
     if tasks:
         if num_nodes is not None and len(tasks) != num_nodes:
@@ -424,27 +436,16 @@ def _layout(owner: Report | None, tasks: tuple[int, ...], num_nodes: int | None,
                 f"{owner.title}: node rank {node_rank} has {tasks[node_rank]} process(es) "
                 f"by the list of processes per node, but its local world size is "
                 f"{processes.local_world_size} ({src})")
-    # Mode (module docstring): from the launcher and the counts per node it states.
-    workers = (_DEPTH.get(owner.source, _MPI + 1) <= _MPI
-               or max(tasks or (processes.local_world_size,)) > 1)
+    workers, told = command_decides(owner, processes, (tasks, num_nodes, _DEPTH),
+                                    command_kind(command))
     try:
         return ProcessLayout(
             rank=processes.rank, local_rank=processes.local_rank,
             world_size=processes.world_size, local_world_size=processes.local_world_size,
             tasks_per_node=tasks or None, workers=workers,
-        )
+        ), told
     except ValueError:
         raise TopologyError(
             f"{owner.title}: rank {processes.rank} / local rank {processes.local_rank} are "
             f"not below world size {processes.world_size} / local world size "
             f"{processes.local_world_size} ({src})") from None
-
-
-def _missing(owner: Report | None, node_src: Report | None) -> str:
-    who = owner or node_src
-    line = BY_NAME.get(who.source) if who is not None else None
-    title, template = (who.title, line.pass_env) if line else ("the launcher", PASS_ENV)
-    how = template.format(name="MASTER_ADDR", value="<host of rank 0>")
-    return (f"{title} states no host list, so the host of rank 0 is unknown: set "
-            f"MASTER_ADDR to it (the same value for every process, e.g. {how}), or run the "
-            "launcher inside a job whose manager states the hosts (Slurm, PBS, LSF, Grid Engine)")

@@ -20,14 +20,20 @@ from collections.abc import Callable, Mapping, Sequence
 from derive_env.errors import TopologyError, describe
 from derive_env.sources import (
     BY_NAME,
+    LAUNCHER,
+    NODE_LAUNCHER,
     ON_ERROR_WARN,
+    OTHER,
+    PASS_ENV,
+    SCRIPT,
     SOURCES,
     Source,
     has_size,
     seen_sources,
     states_of,
 )
-from derive_env.topology import ClusterTopology
+from derive_env.sources.report import Processes, Report
+from derive_env.topology import ClusterTopology, Node, ProcessLayout
 from derive_env.validation import static_count
 
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
@@ -313,3 +319,111 @@ def invalid_topology(error: ValueError, inputs: Mapping[str, Sequence[str]]) -> 
     names = " + ".join(inputs.get("nodes", ())) or "the node list"
     return TopologyError(f"{names}: expected every node once, and a master the other nodes "
                          f"can reach: {why}")
+
+
+def check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
+                    node_rank: int | None, inputs: Mapping[str, tuple[str, ...]]) -> None:
+    """Rank 0 must run on node rank 0, the master (a check only rank 0 can make)."""
+    if layout is None or layout.rank != 0 or node_rank in (None, 0):
+        return
+    here = f"{nodes[node_rank].host}, node rank {node_rank}" if nodes else f"node rank {node_rank}"
+    raise TopologyError(
+        f"rank 0 ({' + '.join(inputs['processes'])}) runs on {here} (checked there only), but "
+        f"every framework needs it on node rank 0 ({nodes[0].host if nodes else 'the master'}). "
+        "The launcher's node order differs from derive-env's: give it derive-env's, `derive-env "
+        "--dry-run --format openmpi-hostfile > hosts; mpirun --hostfile hosts ...` (MPICH, "
+        "Intel MPI: --format mpich-hostfile, mpiexec -f hosts)")
+
+
+
+def missing_master(owner: Report | None, node_src: Report | None) -> str:
+    """Why the host of rank 0 is unknown, and how to give it with the launcher's own way
+    (``mpirun -x``, ``flux run --env``)."""
+    who = owner or node_src
+    line = BY_NAME.get(who.source) if who is not None else None
+    title, template = (who.title, line.pass_env) if line else ("the launcher", PASS_ENV)
+    how = template.format(name="MASTER_ADDR", value="<host of rank 0>")
+    return (f"{title} states no host list, so the host of rank 0 is unknown: set "
+            f"MASTER_ADDR to it (the same value for every process, e.g. {how}), or run the "
+            "launcher inside a job whose manager states the hosts (Slurm, PBS, LSF, Grid Engine)")
+
+
+def node_launcher_refused(owner: Report, command: str, per_node: str, many: str) -> str:
+    """The refusal of a node launcher (torchrun, deepspeed, accelerate launch) that an outer
+    launcher started more than once on a node: each would form a job of its own, and every
+    task would train alone, exit 0 (torch/distributed/run.py: its defaults are one node).
+
+    :param owner: the outer launcher's report (its line's ``per_node`` spells the fix).
+    :param command: the node launcher's name.
+    :param per_node: ``per process`` facts for a person (``2 tasks on this node``).
+    :param many: the variables that state them.
+    """
+    line = BY_NAME.get(owner.source)
+    one, per_gpu = line.per_node if line is not None else ("", "")
+    start = (f"{command} (the command) under {owner.title}, which starts {per_node} "
+             f"({many}): each {command} would start a job of its own, and every task would "
+             "train alone. ")
+    if line is None or line.per_node == ("one task per node", "one task per GPU"):
+        return (start + f"Start {command} once per node, or drop {command} and run the "
+                "training script as the launcher's process (derive-env -- python train.py)")
+    launcher = one.split(" --")[0].split(" -")[0]
+    return (start + f"Start one task per node for {command} ({one} derive-env -- {command} "
+            f"...), or drop {command} and let {launcher} start one task per GPU ({per_gpu} "
+            "derive-env -- python train.py)")
+
+
+#: The depths of the table (sources/__init__.py): up to 1 the launcher starts the workers
+#: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
+_MPI, _ALLOCATION = 1, 3
+#: What each outcome of :func:`_mode` derives, for --explain.
+_OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
+             False: "the node layer (NODE_RANK, PET_*)"}
+
+
+def command_decides(owner: Report, processes: Processes,
+                    where: tuple[tuple[int, ...], int | None, Mapping[str, int]],
+                    kind: tuple[str, str] | None) -> tuple[bool, tuple[str, ...]]:
+    """Whether ``owner``'s processes are the job's workers (sources/compose.py, "Mode", "The
+    command"), and the --explain line of the command's part.
+
+    :param where: every node's task count (empty: unknown), the node count (``None``:
+        unknown) and each table line's depth.
+    :param kind: :func:`~derive_env.sources.command_kind` of the command; ``None``: none.
+    :raises TopologyError: a node launcher (torchrun ...) that ``owner`` starts more than
+        once on a node (:func:`node_launcher_refused`).
+    """
+    tasks, num_nodes, depths = where
+    depth = depths.get(owner.source, _MPI + 1)
+    per_node = max(tasks or (processes.local_world_size,))
+    workers = depth <= _MPI or per_node > 1  # the variables alone
+    if depth > _ALLOCATION:  # a node-level manager: its pods are the nodes
+        return workers, ()
+    src = " + ".join(owner.inputs.get("local_world_size", owner.inputs.get("processes", ())))
+    world = processes.world_size
+    # One task per node, proven: by every node's count, or by as many processes as nodes
+    # (a launcher that states only this node's count, MPI, may place more on another).
+    many = (f"{per_node} tasks on a node" if per_node > 1 else None if tasks else
+            f"{world} processes on nodes it does not count" if num_nodes is None and world > 1
+            else f"{world} processes on {num_nodes} nodes" if num_nodes is not None
+            and world > num_nodes else None)
+
+    def outcome(kind: tuple[str, str]) -> bool | str:
+        if kind[0] == NODE_LAUNCHER:
+            return node_launcher_refused(owner, kind[1], many, src) if many else False
+        return True if kind[0] == SCRIPT else workers
+
+    def said(result: bool | str) -> str:
+        return _OUTCOMES[result] if isinstance(result, bool) else (
+            "refused (exit 3), each would start a job of its own")
+
+    if kind is None:
+        return workers, (
+            f"command: none (the hook's path): {said(workers)}; `-- torchrun ...`: "
+            f"{said(outcome((NODE_LAUNCHER, 'torchrun')))}; `-- python train.py`: "
+            f"{said(outcome((SCRIPT, 'python')))}",)
+    result = outcome(kind)
+    if isinstance(result, str):
+        raise TopologyError(result)
+    why = {OTHER: ", which derive-env cannot tell (a shell script?): the variables decide",
+           LAUNCHER: ": a launcher; run derive-env inside the processes it starts"}
+    return result, (f"command: {kind[1]} ({kind[0]}{why.get(kind[0], '')}): {said(result)}",)
