@@ -37,7 +37,6 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * A seen source's ``Report.problem`` (a multi-node Slurm batch script, a step self-check)
   is raised only when no inner source was seen.
 * Then the refusals (sources/refusals.py): another launcher's variables stating more.
-
 Raises ``TopologyError`` (exit 3) on any disagreement, naming the variables of both sides.
 """
 
