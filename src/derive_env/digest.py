@@ -46,6 +46,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 
+from derive_env.errors import TopologyError
 from derive_env.frameworks import FRAMEWORKS
 from derive_env.frameworks.context import (
     ADDRESS,
@@ -57,6 +58,7 @@ from derive_env.frameworks.context import (
     NODE,
     SHARED,
     DerivedVariable,
+    node_rank_of,
 )
 from derive_env.hosts import is_loopback
 from derive_env.labels import PREFIX
@@ -238,8 +240,9 @@ def digest_of(facts: list[Fact]) -> str:
 
 
 def render_digest(topology: ClusterTopology, derivation: Derivation | None, fmt: str) -> str:
-    """``--format digest`` (``<digest> <node_rank> <host>``, one line; ``-`` for a node
-    rank or host no source states) or ``--format digest-facts``.
+    """``--format digest`` (``<digest> <node_rank> <host>``, one line; the node rank is the
+    one exported as ``NODE_RANK``; ``-`` for a node rank or host no source states) or
+    ``--format digest-facts``.
 
     :raises ValueError: ``fmt`` is not one of
         :data:`derive_env.render.DIGEST_FORMATS`.
@@ -250,8 +253,17 @@ def render_digest(topology: ClusterTopology, derivation: Derivation | None, fmt:
     if fmt != "digest":
         raise ValueError(f"unknown digest format {fmt!r}")
     me = topology.this_node
-    rank = "-" if topology.node_rank is None else str(topology.node_rank)
-    return f"{digest_of(facts)} {rank} {me.host if me is not None else '-'}\n"
+    return f"{digest_of(facts)} {_node_rank_text(topology)} {me.host if me is not None else '-'}\n"
+
+
+def _node_rank_text(topology: ClusterTopology) -> str:
+    """The node rank the frameworks export as ``NODE_RANK`` (:func:`node_rank_of`: the
+    topology's, or the rank of a launcher's one task per node, as a Flux job's
+    ``FLUX_TASK_RANK`` with ``FLUX_JOB_SIZE`` = ``FLUX_JOB_NNODES``), ``-`` when none."""
+    try:
+        return str(node_rank_of(topology)[0])
+    except TopologyError:
+        return "-"
 
 
 def explain_lines(derivation: Derivation) -> list[str]:
