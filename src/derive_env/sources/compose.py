@@ -251,8 +251,8 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
             master_src, hosts_src, (nodes, tasks, node_rank, order), inputs)
     layout = _layout(owner if processes is not None else None, tasks, num_nodes, node_rank)
     _check_rank_zero(layout, nodes, node_rank, inputs)
-    gpus_src, port_src, resv_src, job_src = (
-        _first(used, field) for field in ("gpus", "master_port", "reserved_ports", "job"))
+    gpus_src, port_src, resv_src, job_src, srv_src = (_first(used, field) for field in (
+        "gpus", "master_port", "reserved_ports", "job", "server_ports"))
     for name, src in (("gpus", gpus_src), ("master_port", port_src), ("ports", resv_src)):
         if src is not None and name in src.inputs:
             inputs[name] = src.inputs[name]
@@ -269,7 +269,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
         gpus_per_node=gpus_src.gpus if gpus_src else None,
         master_port=port_src.master_port if port_src else None,
         reserved_ports=resv_src.reserved_ports if resv_src else (),
-        job=job_src.job if job_src else None,
+        job=job_src.job if job_src else None, server_ports=srv_src.server_ports if srv_src else (),
         session_id=session_src.session_id if session_src else None, processes=layout,
         preset=frozenset().union(*(report.preset for report in used)), inputs=inputs,
         order=order, notes=tuple(notes),
