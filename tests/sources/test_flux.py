@@ -146,6 +146,17 @@ def test_every_node_of_a_job_derives_one_job(nodes: int, job: int, ascii_id: boo
     assert len({digest_of(facts_of(d.topology, d)) for d in derivations}) == 1
 
 
+def test_a_node_count_beyond_the_bound_is_refused_before_the_list() -> None:
+    """One task per node builds a per-node list: 10^8 nodes took minutes and gigabytes."""
+    env = {**task(1, 0, 100_000_000, 100_000_000), "MASTER_ADDR": "n1"}
+    with pytest.raises(TopologyError) as err:
+        flux.read(env, BY_NAME["flux"])
+    assert str(err.value) == (
+        "FLUX_JOB_NNODES='100000000': expected at most 65536 nodes (the largest job "
+        "derive-env builds from a count); the Flux shell sets it for every task "
+        "(src/shell/shell.c): it was exported by hand or inherited")
+
+
 @pytest.mark.parametrize("opted_in", [True, False])
 def test_the_digest_line_shows_the_node_rank_the_json_exports(opted_in: bool) -> None:
     """A task of one task per node: the digest line's rank is its NODE_RANK (it was "-")."""
