@@ -51,6 +51,7 @@ from derive_env.sources import (
     Source,
     choice_of,
     forced_source,
+    refusals,
     seen_sources,
 )
 from derive_env.sources.refusals import Seen, check_single_container, launcher_problem, none_chosen
@@ -233,6 +234,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
     :raises TopologyError: as :func:`resolve`.
     """
     used, shadowed = _shadowed(reports)
+    refusals.managers_agree(used)  # every pair of node-level managers, alike
     innermost = reports[0]
     if innermost.problem and not hosts_only:  # innermost only: an inner one uses its facts
         raise TopologyError(innermost.problem)
