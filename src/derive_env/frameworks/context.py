@@ -377,9 +377,8 @@ def framework_port(ctx: Context, framework: str) -> tuple[int, str]:
 
 def _own_port(ctx: Context, framework: str) -> tuple[int, str, str]:
     """A framework's port as the manager declared it (``topology.server_ports``: a JAXJob's
-    ``COORDINATOR_PORT``, the one port its Service and network policies open), its label,
-    the manager's policy or its default give it, with provenance and kind
-    (:class:`derive_env.ports.Claim`)."""
+    ``COORDINATOR_PORT``), its label, the manager's policy or its default give it, with
+    provenance and kind (:class:`derive_env.ports.Claim`)."""
     for name, port, variable_name in ctx.topology.server_ports:
         if name == framework:
             return port, f"{variable_name} (the manager's port for it)", "set"

@@ -54,7 +54,6 @@ from derive_env.sources import (
     refusals,
     seen_sources,
 )
-from derive_env.sources.refusals import Seen, check_single_container, launcher_problem, none_chosen
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
 
@@ -81,24 +80,24 @@ def topology_from(
         source was seen while the environment states another topology (``WORLD_SIZE=4``,
         ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
         container would contradict it, and nothing is guessed; or another launcher's
-        variables state more than one process (:func:`launcher_problem`).
+        variables state more than one process (:func:`refusals.launcher_problem`).
     :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
     """
     chosen = choice_of(environ, choice)
     topology, reports = resolve(environ, chosen, files, hosts_only)
     if chosen == NONE:
-        return none_chosen(topology, environ, files)
+        return refusals.none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
                                 or topology.node_count is not None or not topology.sized)
     # Launchers first: their message names the launcher and the fix.
-    problem = launcher_problem(environ, Seen(
+    problem = refusals.launcher_problem(environ, refusals.Seen(
         f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
         frozenset(r.source for r in reports), topology.processes is not None,
         topology.num_nodes if stated else 1), files)
     if problem:
         raise TopologyError(problem)
     if not stated:
-        check_single_container(environ)
+        refusals.check_single_container(environ)
     return topology
 
 
@@ -282,8 +281,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False) -> ClusterTopol
     try:
         return ClusterTopology(**fields)
     except ValueError as exc:  # a host twice, a loopback master: never a traceback
-        from derive_env.sources.refusals import invalid_topology
-        raise invalid_topology(exc, inputs) from None
+        raise refusals.invalid_topology(exc, inputs) from None
 
 
 def _node_layer(
