@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from derive_env import cli
 from derive_env.digest import (
+    ADDRESS,
+    HOST,
     canonical,
     digest_of,
     escape,
@@ -395,15 +397,26 @@ def test_the_facts_of_a_slurm_step_exactly() -> None:
 
 @given(workers=st.integers(1, 8), nproc=NPROC)
 @SETTINGS
-def test_later_operator_workers_agree_and_the_master_pod_cannot(workers: int, nproc: str) -> None:
-    """The later training operator gives the master pod MASTER_ADDR=localhost: it cannot
-    state the name the workers reach it by, so its digest differs from theirs (a known
-    limit, docs/operator-guide.md); the workers agree among themselves."""
+def test_a_master_pod_with_localhost_gives_the_workers_digest(workers: int, nproc: str) -> None:
+    """The master pod of a PyTorchJob given MASTER_ADDR=localhost (training-operator up to
+    v1.3, pytorch.go setPodEnv) names the master by its own pod name, the workers'
+    <job>-master-0: one digest on every pod."""
     envs = [pytorchjob_pod("job-1", workers, pod, nproc, later=True)
             for pod in range(workers + 1)]
-    workers_digests = digests(envs[1:], {FW: "pytorch"})
-    assert len(workers_digests) == 1
-    assert digests(envs[:1], {FW: "pytorch"}) != workers_digests
+    assert len(digests(envs, {FW: "pytorch,jax"})) == 1
+
+
+def test_a_loopback_master_address_is_rewritten_only_on_the_master_node() -> None:
+    from derive_env.digest import _master_for_loopback, _own_master
+    from derive_env.topology import ClusterTopology, Node
+
+    nodes = (Node(host="m-0"), Node(host="w-0"))
+    assert _own_master(ClusterTopology(source="x", nodes=nodes, node_rank=0)) == "m-0"
+    assert _own_master(ClusterTopology(source="x", nodes=nodes, node_rank=1)) is None
+    assert _master_for_loopback(ADDRESS, "[::1]:1234", "m-0") == "m-0:1234"
+    assert _master_for_loopback(ADDRESS, "127.0.0.1:1234", "m-0") == "m-0:1234"
+    assert _master_for_loopback(HOST, "localhost", "m-0") == "m-0"
+    assert _master_for_loopback(HOST, "n1", "m-0") == "n1"
 
 
 def test_explain_shows_at_most_16_node_lines(backendai_env) -> None:

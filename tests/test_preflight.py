@@ -245,6 +245,24 @@ def test_the_plan_of_every_node_of_a_session(backendai_env) -> None:
     assert sub1.is_master(["198.18.0.10"], ["198.18.0.10"]) is True
 
 
+def test_a_pytorchjob_master_pod_given_localhost_has_the_workers_key() -> None:
+    """The training operator (up to v1.3, pytorch.go setPodEnv) gives the master pod
+    MASTER_ADDR=localhost and the workers <job>-master-0: one key, the master pod leads."""
+    labels = {"ai.backend.distributed.frameworks": "pytorch"}
+    plans = []
+    for pod in range(3):
+        host = "j-master-0" if pod == 0 else f"j-worker-{pod - 1}"
+        env = {"MASTER_PORT": "23456", "MASTER_ADDR": "localhost" if pod == 0 else "j-master-0",
+               "WORLD_SIZE": "3", "RANK": str(pod), "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+               "HOSTNAME": host}
+        derivation = derive(env, labels)
+        plans.append(plan_of(derivation.topology, {**env, **derivation.changes()}, host))
+    assert len({p.key for p in plans}) == 1
+    assert {p.master for p in plans} == {"j-master-0"}
+    assert [p.leader for p in plans] == [True, False, False]
+    assert plans[0].peers == ()
+
+
 def test_the_plan_of_a_task_of_two_per_node() -> None:
     env = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3", "SLURM_LOCALID": "1",
            "SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_NODEID": "1",

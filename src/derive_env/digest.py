@@ -27,8 +27,12 @@ The facts, in this order (docs/operator-guide.md, "The job digest"):
   its GPU count) is left out.
 
 Values are written as the variable's comparison reads them (``01`` as ``1``, a host name
-in lower case), so two nodes that state one fact alike agree. Nothing node-local is in the
-digest: this node's rank, local rank, interfaces, GPU ids, ``TF_CONFIG``'s task.
+in lower case), so two nodes that state one fact alike agree. On the master node (node
+rank 0) a loopback host in a host or ``host:port`` variable is the master itself, written as
+the topology's master (a classic Kubeflow PyTorchJob gives its master pod
+``MASTER_ADDR=localhost``, the others ``<job>-master-0``: one job, one digest). Nothing
+node-local is in the digest: this node's rank, local rank, interfaces, GPU ids,
+``TF_CONFIG``'s task.
 
 The digest is the first 32 hex digits (128 bits) of the SHA-256 of the ``digest-facts``
 text, UTF-8: ``derive-env --dry-run --format digest-facts | sha256sum | cut -c1-32``.
@@ -42,6 +46,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 
+from derive_env.errors import TopologyError
 from derive_env.frameworks import FRAMEWORKS
 from derive_env.frameworks.context import (
     ADDRESS,
@@ -53,7 +58,9 @@ from derive_env.frameworks.context import (
     NODE,
     SHARED,
     DerivedVariable,
+    node_rank_of,
 )
+from derive_env.hosts import is_loopback
 from derive_env.labels import PREFIX
 
 TYPE_CHECKING = False
@@ -90,9 +97,19 @@ def facts_of(topology: ClusterTopology, derivation: Derivation | None = None) ->
         facts.append(("label.frameworks", "-"))
         return facts
     facts += _label_facts(derivation.policy)
+    master = _own_master(topology)
     for var in derivation.variables:
-        facts += _variable_facts(var)
+        facts += _variable_facts(var, master)
     return facts
+
+
+def _own_master(topo: ClusterTopology) -> str | None:
+    """The master's name that replaces a loopback host on the master node itself (node
+    rank 0 with a master that is not loopback), else None (nothing replaced)."""
+    master = topo.master_addr
+    if topo.node_rank == 0 and master is not None and not is_loopback(master):
+        return master.lower()
+    return None
 
 
 def _text(value: object) -> str:
@@ -132,17 +149,22 @@ def _label_facts(policy: ImagePolicy) -> Iterator[Fact]:
             yield f"label.{info.alias[len(PREFIX):]}", _text(getattr(policy, field))
 
 
-def _variable_facts(var: DerivedVariable) -> list[Fact]:
+def _variable_facts(var: DerivedVariable, own_master: str | None = None) -> list[Fact]:
     """A job-wide variable's fact; a NODE one's job-wide part (a JSON document's keys but
     its ``task``); nothing for any other, nor for what a node decides alone
-    (``node_decided``: its interfaces, its GPU count, which may differ from node to node)."""
+    (``node_decided``: its interfaces, its GPU count, which may differ from node to node).
+    ``own_master`` (:func:`_own_master`) replaces a loopback host of a ``HOST`` or
+    ``ADDRESS`` value."""
     if var.node_decided:
         return []
     if var.scope in _JOB_WIDE:
         # JOB and FOLLOWS values are kept only when they equal the derived one: the derived
         # one is the canonical spelling. A SHARED user-set value wins: it is the fact.
         value = var.derived if var.kept and var.scope != SHARED and var.derived else var.value
-        return [(f"var.{var.name}", canonical(var.compare, value))]
+        text = canonical(var.compare, value)
+        if own_master is not None and var.compare in (HOST, ADDRESS):
+            text = _master_for_loopback(var.compare, text, own_master)
+        return [(f"var.{var.name}", text)]
     if var.scope == NODE and var.compare == JSON:
         try:
             document = json.loads(var.value)
@@ -153,6 +175,17 @@ def _variable_facts(var: DerivedVariable) -> list[Fact]:
                      json.dumps(document[key], sort_keys=True, separators=(",", ":")))
                     for key in sorted(document) if key != "task"]
     return []
+
+
+def _master_for_loopback(compare: str, text: str, master: str) -> str:
+    """``text`` (canonical) with a loopback host written as ``master``."""
+    if compare == HOST:
+        return master if is_loopback(text) else text
+    host, colon, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if colon and is_loopback(host):
+        return f"{master}:{port}"
+    return text
 
 
 def canonical(compare: str, value: str) -> str:
@@ -207,8 +240,9 @@ def digest_of(facts: list[Fact]) -> str:
 
 
 def render_digest(topology: ClusterTopology, derivation: Derivation | None, fmt: str) -> str:
-    """``--format digest`` (``<digest> <node_rank> <host>``, one line; ``-`` for a node
-    rank or host no source states) or ``--format digest-facts``.
+    """``--format digest`` (``<digest> <node_rank> <host>``, one line; the node rank is the
+    one exported as ``NODE_RANK``; ``-`` for a node rank or host no source states) or
+    ``--format digest-facts``.
 
     :raises ValueError: ``fmt`` is not one of
         :data:`derive_env.render.DIGEST_FORMATS`.
@@ -219,8 +253,17 @@ def render_digest(topology: ClusterTopology, derivation: Derivation | None, fmt:
     if fmt != "digest":
         raise ValueError(f"unknown digest format {fmt!r}")
     me = topology.this_node
-    rank = "-" if topology.node_rank is None else str(topology.node_rank)
-    return f"{digest_of(facts)} {rank} {me.host if me is not None else '-'}\n"
+    return f"{digest_of(facts)} {_node_rank_text(topology)} {me.host if me is not None else '-'}\n"
+
+
+def _node_rank_text(topology: ClusterTopology) -> str:
+    """The node rank the frameworks export as ``NODE_RANK`` (:func:`node_rank_of`: the
+    topology's, or the rank of a launcher's one task per node, as a Flux job's
+    ``FLUX_TASK_RANK`` with ``FLUX_JOB_SIZE`` = ``FLUX_JOB_NNODES``), ``-`` when none."""
+    try:
+        return str(node_rank_of(topology)[0])
+    except TopologyError:
+        return "-"
 
 
 def explain_lines(derivation: Derivation) -> list[str]:

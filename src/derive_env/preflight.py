@@ -150,6 +150,9 @@ def plan_of(topology: ClusterTopology, environ: Mapping[str, str], hostname: str
     :param hostname: this node's host name (``gethostname()``).
     """
     master, port = environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
+    own = topology.master_addr  # a loopback MASTER_ADDR on node rank 0 is this node (a
+    if topology.node_rank == 0 and is_loopback(master) and own and not is_loopback(own):
+        master = own  # PyTorchJob's master pod): named as the workers name it, one key
     me = topology.this_node
     host = me.host if me is not None else (hostname or "?")
     if topology.source.startswith("kubeflow-") and is_loopback(master) and host != "?":

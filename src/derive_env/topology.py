@@ -102,6 +102,8 @@ class ClusterTopology(BaseModel):
         (torchrun's ``MASTER_ADDR``).
     :ivar reserved_ports: TCP ports the manager reserved for this step
         (``SLURM_STEP_RESV_PORTS``), in order: PyTorch's, TensorFlow's, JAX's.
+    :ivar server_ports: ``(framework, TCP port, variable)``: a framework server's port the
+        manager declared (a Kubeflow JAXJob's ``COORDINATOR_PORT`` for ``jax``).
     :ivar job: ``(manager, job id, step id)`` for the deterministic ports of
         :func:`derive_env.ports.job_ports`.
     :ivar preset: framework variables a launcher already set (torchrun's): never rewritten.
@@ -135,6 +137,7 @@ class ClusterTopology(BaseModel):
     master: str | None = None
     reserved_ports: tuple[int, ...] = ()
     job: tuple[str, str, str] | None = None
+    server_ports: tuple[tuple[str, int, str], ...] = ()
     preset: frozenset[str] = frozenset()
     layers: tuple[str, ...] = ()
     missing: str | None = None

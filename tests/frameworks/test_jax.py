@@ -191,12 +191,36 @@ def test_no_gpu_known_sets_nothing() -> None:
     assert "JAX_LOCAL_DEVICE_IDS" not in result.changes()
 
 
-def test_uneven_share_is_a_note() -> None:
+def test_uneven_share_is_a_warning() -> None:
     result = derive(srun_task(3, 2, CUDA_VISIBLE_DEVICES="0,1,2"), JAX)
     assert result is not None
     assert "JAX_LOCAL_DEVICE_IDS" not in result.changes()
-    assert ("JAX_LOCAL_DEVICE_IDS not set: 3 GPU(s) do not divide among the 2 processes of "
-            "this node (CUDA_VISIBLE_DEVICES)") in result.notes
+    assert result.warnings == (
+        "JAX_LOCAL_DEVICE_IDS not set: 3 GPU(s) do not divide among the 2 processes of this "
+        "node (CUDA_VISIBLE_DEVICES): JAX's Slurm and Open MPI detection then binds device "
+        "[local rank] (one GPU per process, 1 of them idle), and without it every process "
+        "takes every visible GPU. Start a number of processes per node that divides the 3 "
+        "GPU(s) (one per GPU: srun --ntasks-per-node=3, or --gpus-per-task=1), or pass "
+        "local_device_ids to jax.distributed.initialize",)
+
+
+@pytest.mark.parametrize("local_rank", [0, 5, 7])
+def test_eight_tasks_sharing_four_gpus_are_warned_on_every_task(local_rank: int) -> None:
+    """8 tasks of a node sharing its 4 GPUs: JAX's Slurm detection
+    (jax/_src/clusters/slurm_cluster.py: SLURM_LOCALID; cluster.py binds [local rank])
+    would bind ordinals 4..7 of 4 visible devices: every task is warned, with the fix."""
+    env = srun_task(8 + local_rank, 8, CUDA_VISIBLE_DEVICES="0,1,2,3", SLURM_GPUS_ON_NODE="4")
+    assert env["SLURM_LOCALID"] == str(local_rank)
+    result = derive(env, JAX)
+    assert result is not None
+    assert "JAX_LOCAL_DEVICE_IDS" not in result.changes()
+    assert result.warnings == (
+        "JAX_LOCAL_DEVICE_IDS not set: 4 GPU(s) do not divide among the 8 processes of this "
+        "node (CUDA_VISIBLE_DEVICES): JAX's Slurm and Open MPI detection then binds device "
+        "[local rank] (an invalid device for local ranks 4-7), and without it every process "
+        "takes every visible GPU. Start a number of processes per node that divides the 4 "
+        "GPU(s) (one per GPU: srun --ntasks-per-node=4, or --gpus-per-task=1), or pass "
+        "local_device_ids to jax.distributed.initialize",)
 
 
 # --- JAX's own code reads derive-env's exports (no GPU needed) ----------------------------

@@ -146,6 +146,39 @@ def test_every_node_of_a_job_derives_one_job(nodes: int, job: int, ascii_id: boo
     assert len({digest_of(facts_of(d.topology, d)) for d in derivations}) == 1
 
 
+def test_a_node_count_beyond_the_bound_is_refused_before_the_list() -> None:
+    """One task per node builds a per-node list: 10^8 nodes took minutes and gigabytes."""
+    env = {**task(1, 0, 100_000_000, 100_000_000), "MASTER_ADDR": "n1"}
+    with pytest.raises(TopologyError) as err:
+        flux.read(env, BY_NAME["flux"])
+    assert str(err.value) == (
+        "FLUX_JOB_NNODES='100000000': expected at most 65536 nodes (the largest job "
+        "derive-env builds from a count); the Flux shell sets it for every task "
+        "(src/shell/shell.c): it was exported by hand or inherited")
+
+
+@pytest.mark.parametrize("opted_in", [True, False])
+def test_the_digest_line_shows_the_node_rank_the_json_exports(opted_in: bool) -> None:
+    """A task of one task per node: the digest line's rank is its NODE_RANK (it was "-")."""
+    import json
+
+    from derive_env.digest import render_digest
+    from derive_env.render import render
+
+    env = {**task(1, 0, 2, 2, "f2Ab3"), "MASTER_ADDR": "n1"}
+    derivation = derive(env, LABELS if opted_in else {})
+    topology = topology_from(env) if derivation is None else derivation.topology
+    line = render_digest(topology, derivation, "digest").split()
+    assert line[1:] == ["1", "-"]
+    if opted_in:
+        assert json.loads(render(derivation, "json"))["NODE_RANK"] == "1"
+    # the second task of a job of one node: node rank 0 in both
+    one = task(1, 1, 2, 1, "f2Ab3")
+    derivation = derive(one, LABELS)
+    assert render_digest(derivation.topology, derivation, "digest").split()[1] == "0"
+    assert json.loads(render(derivation, "json"))["NODE_RANK"] == "0"
+
+
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
     ["0", "1", "2", "4", "-1", "ƒ1", "f2", "ƒuZZybuNNy", "0x10", ""])
 NAMES = ["FLUX_JOB_ID", "FLUX_JOB_SIZE", "FLUX_JOB_NNODES", "FLUX_TASK_RANK",

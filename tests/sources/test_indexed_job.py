@@ -127,6 +127,29 @@ def test_bad_values_name_the_variable(name: str, value: str, shown: str) -> None
     assert error(env).startswith(f"{name}={value!r}: expected {shown}")
 
 
+@pytest.mark.parametrize("count", [100_001, 100_000_000])
+def test_more_pods_than_kubernetes_allows_is_refused_before_the_list(count: int) -> None:
+    """An Indexed Job runs at most 100000 pods at once (pkg/apis/batch/validation,
+    maxParallelismForIndexedJob): a larger count is refused at once (it took minutes and
+    gigabytes to build the node list), exit 3."""
+    with pytest.raises(TopologyError) as err:
+        read(pod("train", 2, count, "train"))
+    assert err.value.exit_code == 3
+    assert str(err.value) == (
+        f"DERIVE_ENV_NNODES='{count}': expected at most 100000 pods: Kubernetes caps an "
+        "Indexed Job's parallelism at 100000 (pkg/apis/batch/validation, "
+        "maxParallelismForIndexedJob), and every pod of a training job runs at once; the "
+        "Job's spec.completions, set in the pod template's container env: `- name: "
+        "DERIVE_ENV_NNODES` `value: \"<spec.completions of train>\"` (a Kubernetes Indexed "
+        "Job does not put its pod count in the pod's environment)")
+
+
+def test_the_largest_indexed_job_is_read() -> None:
+    report = read(pod("t", 99_999, 100_000, "t"))
+    assert (len(report.nodes), report.node_rank, report.nodes[-1].host) == (
+        100_000, 99_999, "t-99999.t")
+
+
 @pytest.mark.parametrize("other", ["LWS_WORKER_INDEX", "VC_TASK_INDEX", "PET_NNODES",
                                    "JAX_PROCESS_ID", "DMLC_TASK_ID", "TPU_WORKER_ID"])
 def test_the_more_specific_kubernetes_pods_are_not_this_source(other: str) -> None:

@@ -60,13 +60,17 @@ def test_pytorchjob_nproc_2(pod: int) -> None:
 
 
 @pytest.mark.parametrize("pod", [0, 1, 2])
-def test_pytorchjob_later_operator_master_pod_is_localhost(pod: int) -> None:
+def test_pytorchjob_master_pod_with_localhost_names_its_service(pod: int) -> None:
     report = read(pytorchjob_pod("bert", 2, pod, "2", later=True), "kubeflow-pytorchjob")
-    assert report.master == ("localhost" if pod == 0 else "bert-master-0")
+    assert report.master == "bert-master-0"  # the master pod's own name (HOSTNAME)
     assert report.job == ("kubeflow-pytorchjob", "23456", "3")  # the same on every pod
     assert {"PET_MASTER_ADDR", "PET_MASTER_PORT"} <= report.preset
+    assert report.inputs["master"] == (("MASTER_ADDR", "HOSTNAME") if pod == 0
+                                       else ("MASTER_ADDR",))
     assert (("MASTER_ADDR='localhost': this is the master pod (the operator gives it "
-             "localhost, the other pods its service name)") in report.notes) == (pod == 0)
+             "localhost, the other pods its service name): the master is bert-master-0 "
+             "(HOSTNAME) for every pod, and MASTER_ADDR='localhost' is kept")
+            in report.notes) == (pod == 0)
 
 
 def test_pytorchjob_nproc_1_is_a_process_layer() -> None:
@@ -217,8 +221,7 @@ def test_every_pytorchjob_pod_agrees(workers: int, nproc: str, port: int, later:
                     "kubeflow-pytorchjob") for pod in range(pods)]
     assert {(r.num_nodes, r.master_port, r.job) for r in reports} == {
         (pods, port, ("kubeflow-pytorchjob", str(port), str(pods)))}
-    assert {r.master for r in reports[1:]} <= {"job-1-master-0"}
-    assert reports[0].master == ("localhost" if later else "job-1-master-0")
+    assert {r.master for r in reports} == {"job-1-master-0"}
     assert [r.node_rank for r in reports] == list(range(pods))
     if nproc == "1":
         assert [r.processes for r in reports] == [Processes(p, 0, pods, 1) for p in range(pods)]
@@ -303,12 +306,14 @@ def test_an_elastic_pytorchjob_is_a_job_of_unknown_size_never_one_node() -> None
 
 def classic_pod(job: str, workers: int, pod: int, port: int = 23456) -> dict[str, str]:
     """One pod of a PyTorchJob of kubeflow/pytorch-operator (before PET_*), as its
-    pkg/controller.v1/pytorch/pod.go ``setClusterSpec`` sets it: the master pod's
-    MASTER_ADDR is ``localhost``, the workers' ``<job>-master-0``; WORLD_SIZE = the pods
-    (totalReplicas), RANK = 0 on the master, worker i: i + 1; PYTHONUNBUFFERED=0."""
+    pkg/controller.v1/pytorch/pod.go ``setClusterSpec`` (training-operator up to v1.3,
+    pytorch.go ``setPodEnv``) sets it: the master pod's MASTER_ADDR is ``localhost``, the
+    workers' ``<job>-master-0``; WORLD_SIZE = the pods (totalReplicas), RANK = 0 on the
+    master, worker i: i + 1; PYTHONUNBUFFERED=0; HOSTNAME the pod's name (the kubelet's)."""
     return {"MASTER_PORT": str(port), "MASTER_ADDR": "localhost" if pod == 0 else
             f"{job}-master-0", "WORLD_SIZE": str(workers + 1), "RANK": str(pod),
-            "PYTHONUNBUFFERED": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+            "PYTHONUNBUFFERED": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+            "HOSTNAME": f"{job}-master-0" if pod == 0 else f"{job}-worker-{pod - 1}"}
 
 
 @pytest.mark.parametrize("pod", [0, 1, 2])
@@ -321,7 +326,7 @@ def test_classic_v1_pod_is_read_as_node_values(pod: int) -> None:
     report = read(env, "kubeflow-pytorchjob-classic")
     assert (report.node_rank, report.num_nodes, report.processes) == (
         pod, 3, Processes(pod, 0, 3, 1))
-    assert report.master == ("localhost" if pod == 0 else "bert-master-0")
+    assert report.master == "bert-master-0"  # on the master pod: its HOSTNAME
     assert report.job == ("kubeflow-pytorchjob", "23456", "3")
     assert report.warnings == ()
     derivation = derive(env, {"ai.backend.distributed.frameworks": "pytorch"})
@@ -373,13 +378,25 @@ def test_every_classic_pod_derives_one_job(workers: int, port: int) -> None:
                for pod in range(workers + 1)]
     assert [d.topology.node_rank for d in derived] == list(range(workers + 1))
     assert {d.topology.num_nodes for d in derived} == {workers + 1}
-    # The workers agree; the master pod differs only where the operator gave it localhost
-    # (pod.go: the master reaches itself there; the digest shows the asymmetry).
-    assert len({digest_of(facts_of(d.topology, d)) for d in derived[1:]}) == 1
-    master, worker = (dict(facts_of(d.topology, d)) for d in derived[:2])
-    assert {k for k in master if master[k] != worker[k]} == {
-        "master", "var.MASTER_ADDR", "var.PET_MASTER_ADDR", "var.JAX_COORDINATOR_ADDRESS"}
-    assert master["master"] == "localhost"
+    # One digest on every pod, the master pod's (MASTER_ADDR=localhost) included: its
+    # loopback address is written as its own name, the workers' <job>-master-0.
+    assert len({digest_of(facts_of(d.topology, d)) for d in derived}) == 1
+    master = dict(facts_of(derived[0].topology, derived[0]))
+    assert (master["master"], master["var.MASTER_ADDR"]) == ("j-master-0", "j-master-0")
+    # ... while what the master pod exports stays what works there
+    exported = {v.name: v.value for v in derived[0].variables}
+    assert (exported["MASTER_ADDR"], exported["PET_MASTER_ADDR"]) == ("localhost", "localhost")
+    assert "MASTER_ADDR" not in derived[0].changes()  # the operator's value, kept
+
+
+def test_classic_master_pod_without_its_pod_name_keeps_localhost() -> None:
+    env = {k: v for k, v in classic_pod("bert", 2, 0).items() if k != "HOSTNAME"}
+    report = read(env, "kubeflow-pytorchjob-classic")
+    assert report.master == "localhost"
+    assert report.notes[-1] == (
+        "MASTER_ADDR='localhost': this is the master pod (the operator gives it localhost, "
+        "the other pods its service name), but HOSTNAME is not <job>-master-0: this pod's "
+        "job digest names the master as localhost, not as the other pods do")
 
 
 # -- an elastic PyTorchJob without a Master: torchrun's own rendezvous -------------------

@@ -74,6 +74,7 @@ def test_jax_trainjob_node_is_read_and_its_values_kept() -> None:
     assert (changes["NODE_RANK"], changes["PET_NNODES"]) == ("2", "4")
     assert changes["MASTER_PORT"] != "29500"  # JAX's coordinator holds 29500 on node 0
     assert 61000 <= int(changes["MASTER_PORT"]) <= 65535
+    assert report.server_ports == (("jax", 29500, "JAX_COORDINATOR_ADDRESS"),)
 
 
 def test_jaxjob_v1_pod_gives_jax_its_own_names() -> None:
@@ -85,8 +86,29 @@ def test_jaxjob_v1_pod_gives_jax_its_own_names() -> None:
     assert derivation is not None
     changes = derivation.changes()
     assert (changes["JAX_NUM_PROCESSES"], changes["JAX_PROCESS_ID"]) == ("3", "1")
-    assert changes["JAX_COORDINATOR_ADDRESS"].startswith("mnist-worker-0:")
+    assert changes["JAX_COORDINATOR_ADDRESS"] == "mnist-worker-0:6666"  # COORDINATOR_PORT
     assert "NUM_PROCESSES" not in changes  # the operator's own names are never rewritten
+    assert report.server_ports == (("jax", 6666, "COORDINATOR_PORT"),)
+
+
+@pytest.mark.parametrize("labels", [JAX, {**BOTH, "ai.backend.distributed.jax-port": "7777"}])
+def test_the_jaxjobs_declared_port_is_the_coordinators(labels: dict[str, str]) -> None:
+    """The operator's COORDINATOR_PORT (the container port jaxjob-port, envvar.go
+    getPortFromJAXJob) is the port the job's Service and network policies open: JAX's
+    coordinator uses it, never a hashed one, and a label does not move it."""
+    derivation = derive(jaxjob_pod("mnist", 3, 2, port=12345), labels)
+    assert derivation is not None
+    changes = derivation.changes()
+    assert changes["JAX_COORDINATOR_ADDRESS"] == "mnist-worker-0:12345"
+    assert changes.get("MASTER_PORT") != "12345"  # PyTorch's master (with pytorch) elsewhere
+
+
+def test_a_master_port_on_the_jaxjobs_declared_port_is_refused() -> None:
+    env = {**jaxjob_pod("mnist", 3, 1), "MASTER_PORT": "6666"}
+    with pytest.raises(TopologyError) as err:
+        derive(env, BOTH)
+    assert "COORDINATOR_PORT (the manager's port for it)" in str(err.value)
+    assert "MASTER_PORT (already set)" in str(err.value)
 
 
 @pytest.mark.parametrize("gpus", [1, 4])

@@ -11,7 +11,7 @@ Pitfall, what it is on Kubernetes, and the tests (``here``: this file):
 1. Asymmetric views: each pod sees only its own /etc/hosts line; PyTorchJob's master pod gets
    ``localhost``, the others its service; mpi-operator's hostfile is the launcher's only.
    - sources/test_indexed_job.py::test_every_pod_of_a_job_derives_one_job
-   - sources/test_kubeflow.py::test_pytorchjob_later_operator_master_pod_is_localhost
+   - sources/test_kubeflow.py::test_pytorchjob_master_pod_with_localhost_names_its_service
    - here::test_1_every_pod_derives_the_same_master
 2. The size is not in the env (Indexed Job: ``parallelism``; LWS: the number of groups, which
    is not needed: a group is one job).

@@ -4,15 +4,17 @@ by their source; never a traceback (sources.md 3, contract section 7)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import DeriveEnvError, TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
-from derive_env.sources import BY_NAME, SOURCES, has_size, states_of
+from derive_env.sources import BY_NAME, SOURCES, has_size, seen_sources, states_of
 from derive_env.sources.compose import topology_from
 from helpers import SRUN_TASK_3
+from support.jobs import JOBS
+from support.k8s import lws_pod
 
 ALL = {PREFIX + "frameworks": "pytorch,tensorflow,jax"}
 HOSTS = ["sub1", "main1", "sub2"]  # HOSTS order of the session; canonical: main1, sub1, sub2
@@ -705,3 +707,96 @@ def test_a_host_list_alone_states_its_size(environ, files, shown, single, title,
     if shown in ("SKYPILOT_NODE_IPS", "DSTACK_NODES_IPS"):  # one line: one node
         one = {name: value.split("\n")[0] for name, value in environ.items()}
         assert derive(one, ALL).topology.num_nodes == 1
+
+
+# -- two complete node-level managers: one rule for every pair ------------------------------
+
+#: Every node-level line (depth 4) that a job builder of the conformance suite covers, but
+#: those seen only alone (``fallback``: TF_CONFIG is also what derive-env exports).
+_NODE_LEVEL = sorted(name for name in JOBS
+                     if BY_NAME[name].depth == 4 and not BY_NAME[name].fallback)
+_PAIRS = [(a, b) for i, a in enumerate(_NODE_LEVEL) for b in _NODE_LEVEL[i + 1:]]
+
+
+def _facts(name: str, env: dict[str, str], files: dict) -> tuple:
+    """``(node count, node rank, hosts)`` that line alone states for this node."""
+    from derive_env.sources.compose import _read
+
+    report = _read(BY_NAME[name], env, lambda paths: {p: files.get(p) for p in paths})
+    return (report.count(), report.node_rank,
+            tuple(n.host.lower() for n in report.nodes) or None)
+
+
+@pytest.mark.parametrize(("first", "second"), _PAIRS)
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_every_pair_of_node_level_managers_is_refused_alike(first: str, second: str,
+                                                            data) -> None:
+    """Both managers' variables in one container (one set left over from another job, or
+    two managers of one job): when they state different node counts, node ranks or host
+    lists, the container is refused naming both (SkyPilot and dstack were settled silently
+    while LeaderWorkerSet and AWS Batch were refused); when they state the same job, no
+    refusal of that rule."""
+    a_job, b_job = data.draw(JOBS[first]), data.draw(JOBS[second])
+    (a_env, a_files) = data.draw(st.sampled_from(a_job))
+    (b_env, b_files) = data.draw(st.sampled_from(b_job))
+    env, files = {**b_env, **a_env}, {**b_files, **a_files}
+    seen = {s.name for s in seen_sources(env)}
+    assume({first, second} <= seen)
+    read = lambda paths: {p: files.get(p) for p in paths}  # noqa: E731
+    try:
+        a, b = _facts(first, env, files), _facts(second, env, files)
+    except TopologyError:  # one refuses the mixture on its own (a variable both set)
+        with pytest.raises(TopologyError):
+            topology_from(env, files=read)
+        return
+    differ = [k for k in range(3) if None not in (a[k], b[k]) and a[k] != b[k]]
+    try:
+        topology_from(env, files=read)
+    except TopologyError as err:
+        if differ:  # refused by this rule, naming both, whichever the pair
+            text, titles = str(err), (BY_NAME[first].title, BY_NAME[second].title)
+            assert any(text.startswith(f"{x} and {y} state two different jobs: they disagree "
+                                       "on the ") for x, y in (titles, titles[::-1])), text
+        return  # the same job as far as both state it: another rule may still refuse
+    assert not differ, (first, second, a, b)
+
+
+def test_skypilot_and_dstack_that_state_two_jobs_are_refused_naming_both() -> None:
+    """They were settled silently (SkyPilot's list used), while LWS and AWS Batch were
+    refused: now both pairs by the same rule and words."""
+    from support.jobs import dstack_node, ipv4s, skypilot_node
+
+    env = {**skypilot_node(ipv4s(4), 1), **dstack_node(ipv4s(2), 0)}
+    with pytest.raises(TopologyError) as err:
+        topology_from(env)
+    assert str(err.value) == (
+        "a SkyPilot task and a dstack task state two different jobs: they disagree on the "
+        "number of nodes: SKYPILOT_NUM_NODES say 4, DSTACK_NODES_NUM say 2. derive-env does "
+        "not guess which one is right: the variables of one are left over from another job "
+        "(an image's ENV, a wrapper's export); unset them, or choose the manager with "
+        "--source NAME (or DERIVE_ENV_SOURCE)")
+    same_count = {**skypilot_node(ipv4s(4), 1), **dstack_node(ipv4s(4)[::-1], 1)}
+    with pytest.raises(TopologyError) as err:
+        topology_from(same_count)
+    assert "they disagree on the hosts (in node order): SKYPILOT_NODE_IPS say 10.0.0.1," in (
+        str(err.value))
+    aws = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1",
+           "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_ID": "j#1",
+           "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.1"}
+    with pytest.raises(TopologyError) as err:
+        topology_from({**lws_pod("set", 0, 1, 4, "ns"), **aws})
+    assert str(err.value).startswith(
+        "an AWS Batch multi-node parallel job and a LeaderWorkerSet group state two different "
+        "jobs: they disagree on the number of nodes: AWS_BATCH_JOB_NUM_NODES say 2, "
+        "LWS_GROUP_SIZE say 4. ")
+
+
+def test_skypilot_and_dstack_that_state_one_job_agree() -> None:
+    from support.jobs import dstack_node, ipv4s, skypilot_node
+
+    topology = topology_from({**skypilot_node(ipv4s(4), 2), **dstack_node(ipv4s(4), 2)})
+    assert (topology.source, topology.node_rank, topology.nodes[0].host) == (
+        "skypilot", 2, "10.0.0.1")

@@ -361,7 +361,8 @@ def port_label(framework: str) -> str:
 
 
 def framework_port(ctx: Context, framework: str) -> tuple[int, str]:
-    """A framework's server port and its provenance: label > the manager's port policy
+    """A framework's server port and its provenance: the manager's declared port
+    (``topology.server_ports``) > label > the manager's port policy
     (:attr:`Context.job_ports`) > the default (its FRAMEWORKS line's), clear of the other
     servers of the job (:attr:`Context.ports`).
 
@@ -375,8 +376,12 @@ def framework_port(ctx: Context, framework: str) -> tuple[int, str]:
 
 
 def _own_port(ctx: Context, framework: str) -> tuple[int, str, str]:
-    """A framework's port as its label, the manager's policy or its default give it, with
+    """A framework's port as the manager declared it (``topology.server_ports``: a JAXJob's
+    ``COORDINATOR_PORT``), its label, the manager's policy or its default give it, with
     provenance and kind (:class:`derive_env.ports.Claim`)."""
+    for name, port, variable_name in ctx.topology.server_ports:
+        if name == framework:
+            return port, f"{variable_name} (the manager's port for it)", "set"
     source = ctx.policy.port_provenance(framework)
     if source != "default":
         return ctx.policy.ports[framework], source, "label"

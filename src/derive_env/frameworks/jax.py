@@ -28,7 +28,13 @@ source's GPU count of the node, ``SLURM_GPUS_ON_NODE``, Backend.AI's ``GPU_COUNT
   GPUs, while ``SLURM_GPUS_ON_NODE`` counts the step's on the node): already narrowed by
   the launcher, ``0..m-1``;
 * several processes sharing the list: ``k = m // local world size`` each, ordinals
-  ``local_rank*k .. (local_rank+1)*k - 1``; not set when ``m`` does not divide (a note).
+  ``local_rank*k .. (local_rank+1)*k - 1``; not set when ``m`` does not divide, with a
+  warning naming both counts and the fix: JAX's Slurm and Open MPI detection
+  (jax/_src/clusters/slurm_cluster.py ``SLURM_LOCALID``, ompi_cluster.py
+  ``OMPI_COMM_WORLD_LOCAL_RANK``, read by cluster.py ``auto_detect_unset_distributed_params``)
+  then binds ``[local rank]``: an invalid device for every local rank >= ``m`` (8 tasks
+  sharing 4 GPUs: local ranks 4-7), GPUs left idle otherwise; without a detected cluster
+  every process takes every visible GPU.
 
 Never the values of ``CUDA_VISIBLE_DEVICES``. An entry that is not a device number (ASCII
 digits) or UUID (``GPU-...``, ``MIG-...``), ``-1`` or ``²`` included, leaves it unset
@@ -165,7 +171,7 @@ def _local_devices(ctx: Context, out: Contribution) -> None:
         return  # no GPU known: JAX uses what it finds (CPU)
     got = device_ordinals(visible, topo.gpus_per_node, local, local_rank)
     if isinstance(got, str):
-        out.notes.append(f"JAX_LOCAL_DEVICE_IDS not set: {got} ({src})")
+        out.warnings.append(_unshared(got, src, visible, local))
         return
     own, why = got
     gpus = f", node's GPUs from {topo.inputs_of('gpus')}" if topo.gpus_per_node else ""
@@ -174,6 +180,21 @@ def _local_devices(ctx: Context, out: Contribution) -> None:
         f"{src}: {visible} visible device(s){gpus}; ordinals within them, {why}",
         scope=NODE, what="this process's devices (ordinals within the visible ones)",
         node_decided=True))
+
+
+def _unshared(why: str, src: str, visible: int, local: int) -> str:
+    """The warning of ``visible`` devices that do not divide among ``local`` processes:
+    what JAX then binds (module docstring) and the fix."""
+    if visible < local:
+        binds = (f"an invalid device for local ranks {visible}-{local - 1}"
+                 if local - visible > 1 else f"an invalid device for local rank {visible}")
+    else:
+        binds = f"one GPU per process, {visible - local} of them idle"
+    return (f"JAX_LOCAL_DEVICE_IDS not set: {why} ({src}): JAX's Slurm and Open MPI "
+            f"detection then binds device [local rank] ({binds}), and without it every "
+            f"process takes every visible GPU. Start a number of processes per node that "
+            f"divides the {visible} GPU(s) (one per GPU: srun --ntasks-per-node={visible}, or "
+            "--gpus-per-task=1), or pass local_device_ids to jax.distributed.initialize")
 
 
 def _is_device(entry: str) -> bool:

@@ -57,16 +57,13 @@ from derive_env.sources import (
     choice_of,
     command_kind,
     forced_source,
+    refusals,
     seen_sources,
 )
 from derive_env.sources.refusals import (
-    Seen,
     check_rank_zero,
-    check_single_container,
     command_decides,
-    launcher_problem,
     missing_master,
-    none_chosen,
 )
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
 from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
@@ -94,24 +91,24 @@ def topology_from(
         source was seen while the environment states another topology (``WORLD_SIZE=4``,
         ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
         container would contradict it, and nothing is guessed; or another launcher's
-        variables state more than one process (:func:`launcher_problem`).
+        variables state more than one process (:func:`refusals.launcher_problem`).
     :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
     """
     chosen = choice_of(environ, choice)
     topology, reports = resolve(environ, chosen, files, hosts_only, command)
     if chosen == NONE:
-        return none_chosen(topology, environ, files)
+        return refusals.none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
                                 or topology.node_count is not None or not topology.sized)
     # Launchers first: their message names the launcher and the fix.
-    problem = launcher_problem(environ, Seen(
+    problem = refusals.launcher_problem(environ, refusals.Seen(
         f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
         frozenset(r.source for r in reports), topology.processes is not None,
         topology.num_nodes if stated else 1), files)
     if problem:
         raise TopologyError(problem)
     if not stated:
-        check_single_container(environ)
+        refusals.check_single_container(environ)
     return topology
 
 
@@ -253,6 +250,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     ``command``: the argv derive-env execs, ``None`` for none (the hook). Raises as
     :func:`resolve`."""
     used, shadowed = _shadowed(reports)
+    refusals.managers_agree(used)  # every pair of node-level managers, alike
     innermost = reports[0]
     if innermost.problem and not hosts_only:  # innermost only: an inner one uses its facts
         raise TopologyError(innermost.problem)
@@ -273,8 +271,8 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
                            node_rank, command)
     check_rank_zero(layout, nodes, node_rank, inputs)
     lines = layer_lines(reports, used, shadowed, (owner, node_src, hosts_src))
-    gpus_src, port_src, resv_src, job_src = (
-        _first(used, field) for field in ("gpus", "master_port", "reserved_ports", "job"))
+    gpus_src, port_src, resv_src, job_src, srv_src = (_first(used, field) for field in (
+        "gpus", "master_port", "reserved_ports", "job", "server_ports"))
     for name, src in (("gpus", gpus_src), ("master_port", port_src), ("ports", resv_src)):
         if src is not None and name in src.inputs:
             inputs[name] = src.inputs[name]
@@ -291,7 +289,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
         gpus_per_node=gpus_src.gpus if gpus_src else None,
         master_port=port_src.master_port if port_src else None,
         reserved_ports=resv_src.reserved_ports if resv_src else (),
-        job=job_src.job if job_src else None,
+        job=job_src.job if job_src else None, server_ports=srv_src.server_ports if srv_src else (),
         session_id=session_src.session_id if session_src else None, processes=layout,
         preset=frozenset().union(*(report.preset for report in used)), inputs=inputs,
         order=order, notes=tuple(notes),
@@ -303,8 +301,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     try:
         return ClusterTopology(**fields)
     except ValueError as exc:  # a host twice, a loopback master: never a traceback
-        from derive_env.sources.refusals import invalid_topology
-        raise invalid_topology(exc, inputs) from None
+        raise refusals.invalid_topology(exc, inputs) from None
 
 
 def _node_layer(

@@ -34,6 +34,11 @@ from derive_env.hosts import check_hosts, host_key, repeated_host
 #: A pod hostname is one DNS label: at most 63 characters (pkg/apis/batch/validation,
 #: kubernetes-sigs/jobset#408; the kubelet cuts a longer pod name: :func:`pod_hostname`).
 MAX_HOSTNAME = 63
+#: The most nodes a source builds from a count alone when its manager states no limit of its
+#: own (LeaderWorkerSet's ``size`` and Flux's node count are any int32/uint32): Slurm's
+#: ``MAX_SLURM_NODES`` (65536, slurm_hostlist), the largest job derive-env knows a manager to
+#: name. A larger count is a typing error, refused before a list of that length is built.
+MAX_COUNTED_NODES = 65536
 #: The headless Service's name (the pod template's ``subdomain``), when ``/etc/hosts`` has no
 #: FQDN line (``hostNetwork``) or cannot be read (``--env-file``): Kubernetes Indexed Jobs
 #: and JobSets.

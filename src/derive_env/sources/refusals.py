@@ -10,14 +10,19 @@ derive-env refuses (exit 3) rather than describe one process of a larger job (so
   never selects a source: it may be left over from another job);
 * a launcher that started this process without saying the job's size (PMIx alone);
 * no source seen while another launcher's ``WORLD_SIZE``, ``RANK`` ... state more than a
-  single container (:func:`check_single_container`).
+  single container (:func:`check_single_container`);
+* two complete node-level managers (depth 4 of the table: SkyPilot and dstack, a
+  LeaderWorkerSet group and an AWS Batch job ...) that state different jobs: a different
+  node count, node rank or host list (:func:`managers_agree`), one rule for every pair.
+  Two that state the same job agree, and the composer uses the first in table order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from derive_env.errors import TopologyError, describe
+from derive_env.errors import TopologyError, describe, shorten
+from derive_env.hosts import host_key
 from derive_env.sources import (
     BY_NAME,
     LAUNCHER,
@@ -427,3 +432,50 @@ def command_decides(owner: Report, processes: Processes,
     why = {OTHER: ", which derive-env cannot tell (a shell script?): the variables decide",
            LAUNCHER: ": a launcher; run derive-env inside the processes it starts"}
     return result, (f"command: {kind[1]} ({kind[0]}{why.get(kind[0], '')}): {said(result)}",)
+
+
+#: The depth of the table's node-level managers (:attr:`derive_env.sources.Source.depth`).
+_NODE_LEVEL = 4
+
+
+def managers_agree(reports: Sequence[Report]) -> None:
+    """Every pair of node-level managers among ``reports`` (the composer's, innermost
+    first) states one job: the same node count, node rank and, when both list the hosts,
+    the same hosts in the same order (compared as DNS does, case-insensitively). Facts one
+    of the two does not state are not compared.
+
+    :raises TopologyError: (exit 3) the first pair, in table order, that differs, naming
+        both managers, the fact, each one's variables and values, and the fix.
+    """
+    managers = [r for r in reports if r.source in BY_NAME
+                and BY_NAME[r.source].depth == _NODE_LEVEL
+                and (r.nodes or r.count() is not None or r.node_rank is not None)]
+    for i, first in enumerate(managers):
+        for other in managers[i + 1:]:
+            for fact, what, values in _facts(first, other):
+                if None not in values and values[0] != values[1]:
+                    raise TopologyError(_two_jobs(first, other, fact, what, values))
+
+
+def _facts(a: Report, b: Report):
+    """``(inputs key, what it is, (a's value, b's value))`` for each fact compared."""
+    yield ("num_nodes", "number of nodes", (a.count(), b.count()))
+    yield ("node_rank", "node rank of this process", (a.node_rank, b.node_rank))
+    yield ("nodes", "hosts (in node order)",
+           tuple(tuple(host_key(n.host) for n in r.nodes) or None for r in (a, b)))
+
+
+def _two_jobs(a: Report, b: Report, fact: str, what: str, values: tuple) -> str:
+    def names(report: Report) -> str:
+        keys = (fact,) if fact != "num_nodes" else ("num_nodes", "nodes")
+        found = next((report.inputs[k] for k in keys if report.inputs.get(k)), ("?",))
+        return " + ".join(found)
+
+    def shown(value: object) -> str:
+        return shorten(",".join(value), 120) if isinstance(value, tuple) else str(value)
+
+    return (f"{a.title} and {b.title} state two different jobs: they disagree on the "
+            f"{what}: {names(a)} say {shown(values[0])}, {names(b)} say {shown(values[1])}. "
+            "derive-env does not guess which one is right: the variables of one are left over "
+            "from another job (an image's ENV, a wrapper's export); unset them, or choose the "
+            "manager with --source NAME (or DERIVE_ENV_SOURCE)")

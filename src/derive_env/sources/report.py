@@ -57,6 +57,9 @@ class Report(NamedTuple):
         ``BACKENDAI_DIST_MASTER_PORT``, torchrun's ``MASTER_PORT``: its agent's store).
     :ivar reserved_ports: TCP ports the manager reserved for this step, in order
         (``SLURM_STEP_RESV_PORTS``).
+    :ivar server_ports: ``(framework, TCP port, variable)`` for each framework server whose
+        port the manager declared (a Kubeflow JAXJob's ``COORDINATOR_PORT``, the port its
+        Service and network policies open): that framework's port on every node.
     :ivar job: ``(manager, job id, step id)`` for the deterministic port policy
         (:func:`derive_env.ports.job_ports`), when the manager gives no port.
     :ivar gpus: devices of this node (``SLURM_GPUS_ON_NODE``, Backend.AI's ``GPU_COUNT``).
@@ -90,6 +93,7 @@ class Report(NamedTuple):
     master_port: int | None = None
     reserved_ports: tuple[int, ...] = ()
     job: tuple[str, str, str] | None = None
+    server_ports: tuple[tuple[str, int, str], ...] = ()
     gpus: int | None = None
     session_id: str | None = None
     preset: frozenset[str] = frozenset()

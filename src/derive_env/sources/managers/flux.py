@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
+from derive_env.sources.lists import MAX_COUNTED_NODES
 from derive_env.sources.report import Processes, Report
 from derive_env.validation import parse_int, variable_int
 
@@ -97,6 +98,11 @@ def read(environ: Mapping[str, str], line: Source,
                 "task.c); run derive-env in the command flux run starts"))
     size = variable_int(environ, "FLUX_JOB_SIZE", 1)
     nodes = variable_int(environ, "FLUX_JOB_NNODES", 1)
+    if nodes > MAX_COUNTED_NODES:  # before a per-node list of that length is built
+        raise TopologyError(describe(
+            "FLUX_JOB_NNODES", environ["FLUX_JOB_NNODES"], f"at most {MAX_COUNTED_NODES} "
+            "nodes (the largest job derive-env builds from a count); the Flux shell sets it "
+            "for every task (src/shell/shell.c): it was exported by hand or inherited"))
     rank = variable_int(environ, "FLUX_TASK_RANK", 0)
     local = variable_int(environ, "FLUX_TASK_LOCAL_ID", 0)
     for name, value, relation in (("FLUX_TASK_RANK", rank, "below"),

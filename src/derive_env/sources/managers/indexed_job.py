@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 
 #: The pod count, set in the manifest to ``spec.completions`` (not a label: labels.NOT_LABELS).
 NNODES = "DERIVE_ENV_NNODES"
+#: Kubernetes caps an Indexed Job's parallelism (kubernetes/kubernetes
+#: ``pkg/apis/batch/validation/validation.go``, ``maxParallelismForIndexedJob``); the pods of
+#: a training job all run at once, so its completions are at most its parallelism.
+MAX_PARALLELISM = 100_000
 
 _HOSTNAME = re.compile(r"(?P<job>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-(?P<index>0|[1-9][0-9]*)")
 _CONTROLLER = ("the Job controller names the pod's host <job>-<index> (kubernetes/kubernetes "
@@ -97,7 +101,8 @@ def _index_and_job(environ: Mapping[str, str]) -> tuple[int, str, str]:
 
 
 def _count(environ: Mapping[str, str], job: str, index: int) -> int:
-    """:data:`NNODES`, >= 1 and above ``index``; unset: the refusal with the manifest lines."""
+    """:data:`NNODES`, >= 1, above ``index`` and at most :data:`MAX_PARALLELISM` (checked
+    before the node list is built); unset: the refusal with the manifest lines."""
     value = environ.get(NNODES, "")
     fix = (f"the Job's spec.completions, set in the pod template's container env: `- name: "
            f"{NNODES}` `value: \"<spec.completions of {job}>\"` (a Kubernetes Indexed Job "
@@ -112,6 +117,12 @@ def _count(environ: Mapping[str, str], job: str, index: int) -> int:
         raise TopologyError(describe(
             NNODES, value, f"more than JOB_COMPLETION_INDEX={index} (indexes run 0.."
             f"completions-1): {fix}"))
+    if count > MAX_PARALLELISM:
+        raise TopologyError(describe(
+            NNODES, value, f"at most {MAX_PARALLELISM} pods: Kubernetes caps an Indexed "
+            f"Job's parallelism at {MAX_PARALLELISM} (pkg/apis/batch/validation, "
+            "maxParallelismForIndexedJob), and every pod of a training job runs at once; "
+            + fix))
     return count
 
 

@@ -6,9 +6,10 @@ derive-env reads the node layer from them and never rewrites them (``preset``).
 
 - **PyTorchJob v1** (kubeflow/training-operator ``pkg/controller.v1/pytorch/envvar.go``
   ``setPodEnv``, ``master.go``): ``MASTER_ADDR`` = the master replica's service
-  (``<job>-master-0``; later operators give the master pod itself ``localhost`` and a worker
-  with an init container the master pod's IP, and copy both into ``PET_MASTER_ADDR`` /
-  ``PET_MASTER_PORT``), ``MASTER_PORT`` = its container port, ``RANK`` = ``PET_NODE_RANK`` =
+  (``<job>-master-0``, copied into ``PET_MASTER_ADDR`` / ``PET_MASTER_PORT``; operators up to
+  v1.3 gave the master pod itself ``localhost``: ``pkg/controller.v1/pytorch/pytorch.go``
+  ``setPodEnv``, ``masterAddr = "localhost"`` for the master replica), ``MASTER_PORT`` = its
+  container port, ``RANK`` = ``PET_NODE_RANK`` =
   the POD's rank (master 0, worker i -> i + 1), ``WORLD_SIZE`` = pods x nproc per node (pods
   when ``PET_NPROC_PER_NODE`` is not an integer, ``getNprocPerNodeInt``), ``PET_NNODES`` =
   pods, or ``MIN:MAX`` with an elastic policy (``elastic.go``). ``RANK`` and ``WORLD_SIZE``
@@ -112,7 +113,7 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
     master, port = _pod_master(environ, node_rank, fix)
     one = nproc == 1  # only then are RANK / WORLD_SIZE this process's (training-operator#1790)
     inputs = {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
-              "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
+              "master": _master_inputs(environ, master), "master_port": ("MASTER_PORT",),
               "ports": ("MASTER_PORT", "PET_NNODES")}
     if one:
         inputs.update(processes=("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE"), rank=("RANK",),
@@ -163,15 +164,52 @@ def _pod_master(environ: Mapping[str, str], node_rank: int, fix: str) -> tuple[s
             "MASTER_ADDR", master,
             f"the master's service or address on pod {node_rank} (PET_NODE_RANK): only the "
             f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
-    return master, port
+    return master_service(environ, master), port
+
+
+def master_service(environ: Mapping[str, str], master: str) -> str:
+    """The master as the other pods name it, for a master pod whose ``MASTER_ADDR`` is
+    loopback (training-operator up to v1.3, ``pkg/controller.v1/pytorch/pytorch.go``
+    ``setPodEnv``: ``masterAddr = "localhost"`` for the master replica, ``<job>-master-0``
+    for the workers): its own pod name, ``HOSTNAME`` = ``<job>-master-0``, which is also its
+    service's name (kubeflow/common ``GenGeneralName`` names both). So every pod's topology
+    (and job digest) names one master; the ``MASTER_ADDR`` the operator gave is kept as it
+    is (``localhost`` works on the master pod). Any other ``master`` is returned as it is,
+    so is a loopback one without such a ``HOSTNAME`` (a pod name of 63 characters or more
+    may have been cut by the kubelet, kubelet_pods.go ``truncatePodHostnameIfNeeded``).
+    """
+    if not is_loopback(master):
+        return master
+    hostname = environ.get("HOSTNAME", "")
+    job, sep, index = hostname.rpartition("-master-")
+    if sep and job and index == "0" and len(hostname) < MAX_HOSTNAME:
+        return hostname
+    return master
+
+
+def _master_inputs(environ: Mapping[str, str], master: str) -> tuple[str, ...]:
+    return ("MASTER_ADDR",) if master == environ["MASTER_ADDR"] else ("MASTER_ADDR", "HOSTNAME")
+
+
+def _master_pod_note(environ: Mapping[str, str], master: str) -> tuple[str, ...]:
+    """The note of a master pod whose ``MASTER_ADDR`` is loopback (:func:`master_service`)."""
+    given = environ["MASTER_ADDR"]
+    if not is_loopback(given):
+        return ()
+    if master != given:
+        return (f"MASTER_ADDR={given!r}: this is the master pod (the operator gives it "
+                f"localhost, the other pods its service name): the master is {master} "
+                f"(HOSTNAME) for every pod, and MASTER_ADDR={given!r} is kept",)
+    return (f"MASTER_ADDR={given!r}: this is the master pod (the operator gives it "
+            "localhost, the other pods its service name), but HOSTNAME is not "
+            "<job>-master-0: this pod's job digest names the master as localhost, not as "
+            "the other pods do",)
 
 
 def _pod_notes(environ: Mapping[str, str], node_rank: int, nodes: int | None, master: str,
                one: bool) -> tuple[str, ...]:
-    notes = [f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)"]
-    if is_loopback(master):
-        notes.append(f"MASTER_ADDR={master!r}: this is the master pod (the operator gives it "
-                     "localhost, the other pods its service name)")
+    notes = [f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)",
+             *_master_pod_note(environ, master)]
     if nodes is None:
         notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
                      "rendezvous decides the node count")
@@ -233,6 +271,7 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
         raise TopologyError(describe(
             "MASTER_ADDR", master, f"the master's service or address on pod {rank} (RANK): "
             f"only the master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    master = master_service(environ, master)
     warnings = () if environ.get("KUBERNETES_SERVICE_HOST") else (
         f"RANK={environ['RANK']!r} and WORLD_SIZE={environ['WORLD_SIZE']!r} without a "
         "launcher's marker (LOCAL_RANK, TORCHELASTIC_RUN_ID) nor a Kubernetes pod's: read "
@@ -245,12 +284,12 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
         job=("kubeflow-pytorchjob", str(port), str(world)),
         preset=frozenset(("MASTER_ADDR", "MASTER_PORT", *names)),
         inputs={"node_rank": ("RANK",), "num_nodes": ("WORLD_SIZE",),
-                "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
+                "master": _master_inputs(environ, master), "master_port": ("MASTER_PORT",),
                 "ports": ("MASTER_PORT", "WORLD_SIZE"), "processes": names, "rank": ("RANK",),
                 "world_size": ("WORLD_SIZE",)},
         order="the operator's pod rank (master 0, worker i: i + 1)",
         notes=(f"pod {rank} of {world} (RANK, WORLD_SIZE: the operator's pod rank and pod "
-               "count, one process per pod; no PET_*)",),
+               "count, one process per pod; no PET_*)", *_master_pod_note(environ, master)),
         warnings=warnings,
     )
 

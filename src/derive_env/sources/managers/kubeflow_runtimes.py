@@ -24,6 +24,10 @@ keeps them and derives the other frameworks' (PyTorch's ``MASTER_ADDR``, ``NODE_
 
 The controller's coordinator/tracker port is held by JAX's coordinator or XGBoost's tracker
 on node 0: never PyTorch's master port (the port policy gives the others, docs/ports.md).
+The coordinator port a controller declares (JAXJob's ``COORDINATOR_PORT``, the port of
+``JAX_COORDINATOR_ADDRESS``) is the one JAX's coordinator uses (``server_ports``): it is the
+port the job's Service and network policies open, so a port of derive-env's own choosing
+would not be reachable.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
     return Report(
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
         job=(line.name, environ["JAX_COORDINATOR_ADDRESS"], str(nodes)),
+        server_ports=(("jax", port, "JAX_COORDINATOR_ADDRESS"),),
         # JAX_PROCESS_ID differs per node: the trainer's authority, never checked; the two
         # job-wide values are kept as set and equal what every node derives (the other
         # nodes' view, --all-nodes, shows them too).
@@ -143,7 +148,7 @@ def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
             f"{hostname!r} ({job}-worker-<PROCESS_ID>, envvar.go setPodEnv); {fix}"))
     return Report(
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
-        job=(line.name, host, str(port)),
+        job=(line.name, host, str(port)), server_ports=(("jax", port, "COORDINATOR_PORT"),),
         preset=frozenset(("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES",
                           "PROCESS_ID")),
         inputs={"node_rank": ("PROCESS_ID",), "num_nodes": ("NUM_PROCESSES",),

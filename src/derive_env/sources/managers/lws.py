@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem
-from derive_env.sources.lists import pod_hostname
+from derive_env.sources.lists import MAX_COUNTED_NODES, pod_hostname
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
@@ -130,6 +130,12 @@ def read(environ: Mapping[str, str], line: Source,
         its value and the fix.
     """
     size = variable_int(environ, "LWS_GROUP_SIZE", 1, f"; {_FIX}")
+    if size > MAX_COUNTED_NODES:
+        # LWS states no limit (its size is an int32): refused before the names are built
+        raise TopologyError(describe(
+            "LWS_GROUP_SIZE", environ["LWS_GROUP_SIZE"],
+            f"at most {MAX_COUNTED_NODES} pods in a group (the largest job derive-env "
+            f"builds from a count); {_FIX}"))
     index = variable_int(environ, "LWS_WORKER_INDEX", 0, f"; {_FIX}")
     if index >= size:
         raise TopologyError(describe(
