@@ -247,9 +247,11 @@ SOURCES: tuple[Source, ...] = (
                                "$SM_HOSTS>")),
     Source("aws-batch", "an AWS Batch multi-node parallel job", "managers.aws_batch",
            ("AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX",
-            "AWS_BATCH_JOB_MAIN_NODE_INDEX"), 4, unit="node",
-           states=(("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0)),
-           counts=("AWS_BATCH_JOB_NUM_NODES",),
+            "AWS_BATCH_JOB_MAIN_NODE_INDEX"), 4, unit="node", counts=("AWS_BATCH_JOB_NUM_NODES",),
+           roles={"num_nodes": "AWS_BATCH_JOB_NUM_NODES", "node_rank": "AWS_BATCH_JOB_NODE_INDEX",
+                  "why": "AWS Batch sets it in every node of a multi-node parallel job (AWS "
+                         "Batch User Guide, \"Environment variables\" of multi-node parallel "
+                         "jobs); do not set it by hand"},
            fix=_start_torchrun("--nnodes=$AWS_BATCH_JOB_NUM_NODES --node-rank="
                                "$AWS_BATCH_JOB_NODE_INDEX --master-addr=<the main node's "
                                "address>")),
@@ -278,7 +280,10 @@ SOURCES: tuple[Source, ...] = (
     Source("lws", "a LeaderWorkerSet group", "managers.lws",  # a TPU group: its slice (gke-tpu)
            ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
            unless=("TPU_WORKER_ID",),
-           states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
+           roles={"num_nodes": "LWS_GROUP_SIZE", "node_rank": "LWS_WORKER_INDEX",
+                  "why": "the LeaderWorkerSet controller sets it in every container (kubernetes-"
+                         "sigs/lws pkg/utils/pod/pod_utils.go, AddLWSVariables); do not set it "
+                         "in the template's env"},
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
                                "--master-addr=$LWS_LEADER_ADDRESS")),
     # Seen by its env plugin's index; the svc plugin's task lists are checked by the module.

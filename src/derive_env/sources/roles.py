@@ -73,15 +73,7 @@ def read(environ: Mapping[str, str], line: Source,
     """
     roles = line.roles
     why = roles.get("why", "")
-    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})")
-           for role, (minimum, what) in INTEGERS.items() if role in roles}
-    for low, high, relation in _RELATIONS:
-        if low in got and (high in got or (low == "node_rank" and "world_size" in got)):
-            high = high if high in got else "world_size"
-            if got[low] > got[high] or (relation == "below" and got[low] == got[high]):
-                raise TopologyError(describe(
-                    roles[low], environ[roles[low]], f"a {INTEGERS[low][1]} {relation} "
-                    f"{roles[high]}={environ[roles[high]]!r}{_ending(why, ': ')}"))
+    got = numbers(environ, roles)
     notes = _companions(environ, roles, got, why)
     hosts = _hosts(environ, roles, got, why) if "hosts" in roles else ()
     inputs: dict[str, tuple[str, ...]] = {"nodes": (roles["hosts"][0],)} if hosts else {}
@@ -106,6 +98,36 @@ def read(environ: Mapping[str, str], line: Source,
         node_rank=got.get("node_rank"), processes=processes,
         job=(line.name, job, "") if job else None, session_id=job or None,
         inputs=inputs, notes=notes)
+
+
+def numbers(environ: Mapping[str, str], roles: Mapping[str, object]) -> dict[str, int]:
+    """The integer roles of ``roles`` (:data:`INTEGERS`), each index below its count and the
+    local world size at most the world size (:data:`_RELATIONS`), by role: the first half
+    of :func:`read`, for a manager module whose line names them.
+
+    :raises TopologyError: as :func:`read`, naming both variables and ending with ``why``.
+    """
+    why = roles.get("why", "")
+    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})")
+           for role, (minimum, what) in INTEGERS.items() if role in roles}
+    for low, high, relation in _RELATIONS:
+        if low in got and (high in got or (low == "node_rank" and "world_size" in got)):
+            high = high if high in got else "world_size"
+            if got[low] > got[high] or (relation == "below" and got[low] == got[high]):
+                raise TopologyError(describe(
+                    roles[low], environ[roles[low]], f"a {INTEGERS[low][1]} {relation} "
+                    f"{roles[high]}={environ[roles[high]]!r}{_ending(why, ': ')}"))
+    return got
+
+
+def index(environ: Mapping[str, str], name: str, count: str, why: str) -> int:
+    """``environ[name]``, an index (>= 0) below the count ``environ[count]`` (already read),
+    for an index no role names (AWS Batch's main node index); messages as :func:`read`'s."""
+    value = variable_int(environ, name, 0, " (an index)")
+    if value >= int(environ[count]):
+        raise TopologyError(describe(name, environ[name], f"an index below {count}="
+                                     f"{environ[count]!r}{_ending(why, ': ')}"))
+    return value
 
 
 def _ending(why: str, separator: str) -> str:

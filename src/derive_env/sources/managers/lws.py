@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem
+from derive_env.sources import BY_NAME
 from derive_env.sources.lists import pod_hostname
 from derive_env.sources.report import Report
+from derive_env.sources.roles import numbers
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-_FIX = ("the LeaderWorkerSet controller sets it in every container (kubernetes-sigs/lws "
-        "pkg/utils/pod/pod_utils.go, AddLWSVariables); do not set it in the template's env")
+_FIX = BY_NAME["lws"].roles["why"]
 
 
 def _leader(environ: Mapping[str, str]) -> tuple[str, str]:
@@ -129,13 +129,8 @@ def read(environ: Mapping[str, str], line: Source,
         pod's index (:func:`_check_tpu`); the message names the variable,
         its value and the fix.
     """
-    size = variable_int(environ, "LWS_GROUP_SIZE", 1, f"; {_FIX}")
-    index = variable_int(environ, "LWS_WORKER_INDEX", 0, f"; {_FIX}")
-    if index >= size:
-        raise TopologyError(describe(
-            "LWS_WORKER_INDEX", environ["LWS_WORKER_INDEX"],
-            f"an index below LWS_GROUP_SIZE={environ['LWS_GROUP_SIZE']!r} (the leader is 0, "
-            f"workers 1 .. size - 1; the size counts the leader); {_FIX}"))
+    got = numbers(environ, line.roles)
+    size, index = got["num_nodes"], got["node_rank"]
     pod, domain = _leader(environ)
     names = [pod] + [f"{pod}-{i}" for i in range(1, size)]
     _check_hostname(environ, names[index], index)
