@@ -380,6 +380,12 @@ SOURCES: tuple[Source, ...] = (
            ("RAY_RAYLET_PID", "ACCELERATE_TORCH_DEVICE", "NODE_RANK", "RANK", "WORLD_SIZE"), 0,
            marker=("ACCELERATE_TORCH_DEVICE", "NODE_RANK"), partial=False,
            states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)),
+           roles={"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+                  "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "NODE_RANK",
+                  "why": "Ray Train sets it in each worker (ray/train/torch/config.py, "
+                         "_TorchBackend.on_start and _set_torch_distributed_env_vars); "
+                         "something changed it after Ray set it: do not set Ray Train's "
+                         "variables yourself"},
            fix="Ray Train set every torch variable of this worker itself: run the command "
                f"without derive-env in Ray workers; {ON_ERROR_WARN}"),
     Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "managers.azureml",
