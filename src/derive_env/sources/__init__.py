@@ -326,16 +326,25 @@ SOURCES: tuple[Source, ...] = (
     # derive-env's own output, COORDINATOR_* / NUM_PROCESSES generic names: fallback.
     Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", "managers.kubeflow_runtimes",
            ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"), 4, unit="node",
-           states=(("JAX_NUM_PROCESSES", 1), ("JAX_PROCESS_ID", 0)), partial=False,
-           fallback=True),
+           partial=False, fallback=True,
+           roles={"num_nodes": "JAX_NUM_PROCESSES", "node_rank": "JAX_PROCESS_ID",
+                  "why": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
+                         "framework/plugins/jax/jax.go); do not set it in the TrainJob's or "
+                         "runtime's env"}),
     Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "managers.kubeflow_runtimes",
            ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID"), 4,
-           states=(("NUM_PROCESSES", 1), ("PROCESS_ID", 0)), partial=False, unit="node",
-           fallback=True),
+           partial=False, unit="node", fallback=True,
+           roles={"num_nodes": "NUM_PROCESSES", "node_rank": "PROCESS_ID",
+                  "why": "the training operator sets it for every pod (kubeflow/training-"
+                         "operator pkg/controller.v1/jax/envvar.go); do not set it in the pod "
+                         "template's env"}),
     Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)",
            "managers.kubeflow_runtimes",
            ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
-           states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node"),
+           states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node",
+           roles={"why": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
+                         "framework/plugins/xgboost/xgboost.go); do not set it in the "
+                         "TrainJob's or runtime's env"}),
     # parallel_proc.cpp ParallelProc::addEnvVars: no host list, no master (condor_chirp).
     Source("htcondor", "an HTCondor parallel-universe job", "roles",
            ("_CONDOR_PROCNO", "_CONDOR_NPROCS"), 4, unit="node",
