@@ -50,8 +50,6 @@ _CONTROLLER = ("the Job controller names the pod's host <job>-<index> (kubernete
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """``/etc/hosts`` unless :data:`SUBDOMAIN` is set.
 
-    :param environ: the pod's environment.
-    :param name: the table line's name (``kubernetes-indexed-job``).
     :returns: the paths cli/ reads and hands to :func:`read` as ``files``.
     """
     return () if environ.get(SUBDOMAIN) else (HOSTS_FILE,)
@@ -141,7 +139,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :param environ: the pod's environment; ``JOB_COMPLETION_INDEX`` and
         ``KUBERNETES_SERVICE_HOST`` are set (the table line).
-    :param line: ``kubernetes-indexed-job``.
     :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
         is unset (:func:`files_needed`).
     :returns: the nodes ``<job>-0.<suffix>`` .. ``<job>-<n-1>.<suffix>`` in index order (n =

@@ -90,8 +90,6 @@ class Group(NamedTuple):
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """``/etc/hosts`` (the pod's FQDN, for the subdomain) unless :data:`SUBDOMAIN` is set.
 
-    :param environ: the pod's environment.
-    :param name: the table line's name (``jobset``).
     """
     return () if environ.get(SUBDOMAIN) else (HOSTS_FILE,)
 
@@ -294,7 +292,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :param environ: the pod's environment; ``JOB_COMPLETION_INDEX``,
         ``KUBERNETES_SERVICE_HOST`` and ``JOBSET_NAME`` are set (the table line).
-    :param line: ``jobset``.
     :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
         is unset (:func:`files_needed`).
     :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (module

@@ -181,9 +181,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Kubeflow JAX or XGBoost pod's environment says (module docstring).
 
-    :param environ: the pod's environment; every detect variable of ``line`` is set.
-    :param line: ``kubeflow-jax``, ``kubeflow-jaxjob`` or ``kubeflow-xgboost``.
-    :param files: unused (the controllers state no file).
     :returns: ``node_rank`` (the process id / task id: one process per pod), ``num_nodes``
         (the process count; XGBoost: ``DERIVE_ENV_NNODES``, else ``None``: unknown),
         ``master`` (the coordinator's or tracker's host), ``job`` (what every pod shares,

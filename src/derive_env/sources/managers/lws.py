@@ -116,8 +116,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :param environ: the pod's environment; ``LWS_LEADER_ADDRESS``, ``LWS_GROUP_SIZE`` and
         ``LWS_WORKER_INDEX`` are set (the table line); ``HOSTNAME`` is cross-checked when set.
-    :param line: the ``lws`` table line.
-    :param files: unused (the controller states no file).
     :returns: ``nodes``: the leader address, then ``<leader>-<i>.<subdomain>.<namespace>``
         for i = 1 .. ``LWS_GROUP_SIZE`` - 1 (module docstring); ``node_rank`` =
         ``LWS_WORKER_INDEX``; ``job`` = ``("lws", LWS_LEADER_ADDRESS, LWS_GROUP_SIZE)``,

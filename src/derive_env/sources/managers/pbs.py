@@ -108,8 +108,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a PBS job states: the node layer of its node file (module docstring).
 
-    :param environ: the process environment; ``PBS_JOBID`` and ``PBS_NODEFILE`` are set.
-    :param line: the ``pbs`` table line.
     :param files: ``PBS_NODEFILE``'s path -> its content (``None``: unreadable), read in cli/.
     :returns: ``nodes`` (when the file is readable), ``node_rank`` (a TM task, or a job of
         one host), ``job`` = ``("pbs", PBS_JOBID, "allocation")`` for every process of the

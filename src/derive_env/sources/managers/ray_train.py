@@ -65,9 +65,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Ray Train worker's environment says: Ray's values, passed through.
 
-    :param environ: the worker process's environment; the line's detect variables are set.
-    :param line: the ``ray-train`` table line.
-    :param files: unused (Ray states no file).
     :returns: the process layer (``RANK`` ...), ``node_rank`` = ``NODE_RANK``, ``num_nodes``
         = 1 only when every worker is on this node (else unknown), ``master`` =
         ``MASTER_ADDR``, ``master_port`` = ``MASTER_PORT``, ``job`` = ``("ray-train",

@@ -173,8 +173,6 @@ def read(environ: Mapping[str, str], line: Source,
     :param environ: the container's environment; ``TPU_WORKER_ID`` and
         ``TPU_WORKER_HOSTNAMES`` are set (the table line); ``TPU_PROCESS_ADDRESSES``,
         ``MEGASCALE_*``, ``LWS_*`` and ``HOSTNAME`` are checked when set.
-    :param line: the ``gke-tpu`` table line.
-    :param files: unused (GKE's metadata server is not read: JAX reads the env first).
     :returns: one slice: ``nodes`` = ``TPU_WORKER_HOSTNAMES`` in order, ``node_rank`` =
         ``TPU_WORKER_ID``; several: ``num_nodes`` = hosts x slices, ``node_rank`` =
         ``MEGASCALE_SLICE_ID`` x hosts + ``TPU_WORKER_ID`` (slice-major), ``master`` = the

@@ -64,8 +64,6 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """The ``.host`` files of the tasks whose ``VC_<TASK>_HOSTS`` is not set
     (``--inject-hosts-env=false`` drops it; the files remain).
 
-    :param environ: the pod's environment.
-    :param name: the table line's name (``volcano``).
     """
     return tuple(host_file(t) for t in _tasks(environ) if not environ.get(f"VC_{t}_HOSTS"))
 
@@ -177,7 +175,6 @@ def read(environ: Mapping[str, str], line: Source,
     """What a Volcano Job pod's environment (and ``/etc/volcano``) says.
 
     :param environ: the pod's environment; ``VC_TASK_INDEX`` is set (the table line).
-    :param line: ``volcano``.
     :param files: ``/etc/volcano/<task>.host`` -> text (``None``: unreadable), for the tasks
         without ``VC_<TASK>_HOSTS`` (:func:`files_needed`).
     :returns: the nodes in canonical order (role = the task, index 1-based in it),
