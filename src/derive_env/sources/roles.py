@@ -120,13 +120,18 @@ def numbers(environ: Mapping[str, str], roles: Mapping[str, object]) -> dict[str
     return got
 
 
-def index(environ: Mapping[str, str], name: str, count: str, why: str) -> int:
-    """``environ[name]``, an index (>= 0) below the count ``environ[count]`` (already read),
-    for an index no role names (AWS Batch's main node index); messages as :func:`read`'s."""
-    value = variable_int(environ, name, 0, " (an index)")
-    if value >= int(environ[count]):
-        raise TopologyError(describe(name, environ[name], f"an index below {count}="
-                                     f"{environ[count]!r}{_ending(why, ': ')}"))
+def index(environ: Mapping[str, str], name: str, count: str | tuple[int, str],
+          why: str) -> int:
+    """``environ[name]``, an index (>= 0) below a count no role names: a variable already
+    read (AWS Batch's main node index below ``AWS_BATCH_JOB_NUM_NODES``) or ``(count, what
+    it counts)`` (``(3, "the 3 hosts of PBS_NODEFILE")``); one wording, ending with ``why``.
+    """
+    value = variable_int(environ, name, 0, f" (an index){_ending(why, '; ')}")
+    bound, what = ((int(environ[count]), f"{count}={environ[count]!r}")
+                   if isinstance(count, str) else count)
+    if value >= bound:
+        raise TopologyError(describe(name, environ[name],
+                                     f"an index below {what}{_ending(why, ': ')}"))
     return value
 
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, host_problem, is_ip, repeated_host
 from derive_env.sources.report import Report
+from derive_env.sources.roles import index
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_int
 
@@ -182,11 +183,8 @@ def read(environ: Mapping[str, str], line: Source,
         the fix.
     """
     hosts = _hosts(environ)
-    worker = variable_int(environ, "TPU_WORKER_ID", 0, f"; {_FIX}")
-    if worker >= len(hosts):
-        raise TopologyError(describe("TPU_WORKER_ID", environ["TPU_WORKER_ID"], (
-            f"an index into TPU_WORKER_HOSTNAMES, below {len(hosts)} (hosts are numbered from "
-            f"0); {_FIX}")))
+    worker = index(environ, "TPU_WORKER_ID",
+                   (len(hosts), f"the {len(hosts)} hosts of TPU_WORKER_HOSTNAMES"), _FIX)
     _check_hostname(environ, hosts, worker)
     slices, slice_id, coordinator = _slices(environ)
     warnings = _lws(environ, len(hosts), worker)
