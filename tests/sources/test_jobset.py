@@ -298,7 +298,7 @@ def test_an_index_beyond_the_pods_per_job_is_refused() -> None:
     env = pod("train", [("workers", 2, 4)], "workers", 1, 3, subdomain="train",
               DERIVE_ENV_REPLICATED_JOBS="workers:2x3")
     assert error(env) == (
-        "JOB_COMPLETION_INDEX='3': expected below 3, the pods per job of workers in "
+        "JOB_COMPLETION_INDEX='3': expected an index below 3, the pods per job of workers in "
         f"DERIVE_ENV_REPLICATED_JOBS: {LAYOUT_FIX}")
 
 
@@ -323,7 +323,8 @@ def test_a_63_character_hostname_is_read_and_longer_is_not() -> None:
 
 @pytest.mark.parametrize(("name", "value", "shown"), [
     ("JOBSET_JOB_INDEX", "-1", "an integer >= 0, the pod label jobset.sigs.k8s.io/job-index"),
-    ("JOBSET_JOB_INDEX", "2", "below 2, the replicas of workers in DERIVE_ENV_REPLICATED_JOBS"),
+    ("JOBSET_JOB_INDEX", "2",
+     "an index below 2, the replicas of workers in DERIVE_ENV_REPLICATED_JOBS"),
     ("JOBSET_NAME", "Train", "a DNS-1035 label, the pod label jobset.sigs.k8s.io/jobset-name"),
     ("JOB_COMPLETION_INDEX", "x", "an integer >= 0 (the pod's completion index"),
     ("DERIVE_ENV_SUBDOMAIN", "a_b", "the JobSet's spec.network.subdomain, or its name 'train' "

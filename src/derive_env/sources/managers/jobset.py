@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
-from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix
+from derive_env.sources import roles
+from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix, pod_files
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from derive_env.validation import parse_int
@@ -87,11 +88,8 @@ class Group(NamedTuple):
     pods: int
 
 
-def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """``/etc/hosts`` (the pod's FQDN, for the subdomain) unless :data:`SUBDOMAIN` is set.
-
-    """
-    return () if environ.get(SUBDOMAIN) else (HOSTS_FILE,)
+#: ``/etc/hosts`` unless the subdomain is given (sources/lists.py).
+files_needed = pod_files
 
 
 def downward(variable: str) -> str:
@@ -198,10 +196,8 @@ def _place(environ: Mapping[str, str], groups: tuple[Group, ...], rjob: str,
                 variable, environ[variable], f"{expected}, {what}: the label and "
                 f"{LAYOUT}={shorten(environ[LAYOUT], 120)!r} disagree; "
                 + _layout_fix(environ[NAME])))
-    if job >= group.replicas:
-        raise TopologyError(describe(
-            JOB_INDEX, environ[JOB_INDEX], f"below {group.replicas}, the replicas of {rjob} in "
-            f"{LAYOUT}: {_layout_fix(environ[NAME])}"))
+    roles.index(environ, JOB_INDEX, (group.replicas, f"{group.replicas}, the replicas of {rjob} in "
+                                     f"{LAYOUT}"), _layout_fix(environ[NAME]))
     return group, before
 
 
@@ -230,11 +226,8 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
             f"HOSTNAME={host!r} ({controller}): a JOB_COMPLETION_INDEX set in the pod "
             "template's env wins over the controller's (indexed_job_utils.go, "
             "addCompletionIndexEnvVariable); remove it"))
-    if index >= group.pods:
-        raise TopologyError(describe(
-            "JOB_COMPLETION_INDEX", raw, f"below {group.pods}, the pods per job of "
-            f"{group.name} in {LAYOUT}: {_layout_fix(js)}"))
-    return index, host
+    return roles.index(environ, "JOB_COMPLETION_INDEX", (group.pods, f"{group.pods}, the "
+                       f"pods per job of {group.name} in {LAYOUT}"), _layout_fix(js)), host
 
 
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,
