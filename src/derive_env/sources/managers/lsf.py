@@ -170,4 +170,4 @@ def _jsrun(environ: Mapping[str, str], line: Source,
         nodes=nodes_of(listed.hosts), job=("lsf", job, "allocation"), session_id=job,
         inputs={"nodes": ("LSB_DJOB_RANKFILE",), **base.inputs, "ports": ("LSB_JOBID",)},
         order=_JSRUN_ORDER, notes=(f"the launch node (the rank file's first line) runs no "
-                                   f"task; {len(listed.hosts)} compute host(s)", *base.notes))
+                                   f"task; {len(listed.hosts)} compute host(s)",))
