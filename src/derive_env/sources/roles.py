@@ -27,7 +27,8 @@ The roles (names as in torch.distributed):
 :func:`read` checks them with one wording per rule, naming the variable, its value and the
 other variable, and reports each fact with the variable it came from. A manager with rules
 of its own keeps a module (under ``sources/managers/``) and uses the kit here:
-:func:`parsed`, :func:`checked_master`.
+:func:`numbers` (the integer roles of its line, checked), :func:`index` (an index below a
+count no role names), :func:`parsed`, :func:`checked_master`.
 """
 
 from __future__ import annotations
