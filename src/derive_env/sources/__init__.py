@@ -221,17 +221,11 @@ SOURCES: tuple[Source, ...] = (
            ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "LSB_JOBID", "LSB_DJOB_RANKFILE"), 2,
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0)),
-           # Spectrum MPI (Open MPI) states the same facts in a task jsrun started.
            roles={"rank": "JSM_NAMESPACE_RANK", "local_rank": "JSM_NAMESPACE_LOCAL_RANK",
                   "world_size": "JSM_NAMESPACE_SIZE",
                   "local_world_size": "JSM_NAMESPACE_LOCAL_SIZE",
-                  "same": (("OMPI_COMM_WORLD_RANK", "rank"),
-                           ("OMPI_COMM_WORLD_LOCAL_RANK", "local_rank"),
-                           ("OMPI_COMM_WORLD_SIZE", "world_size"),
-                           ("OMPI_COMM_WORLD_LOCAL_SIZE", "local_world_size")),
-                  "why": "jsrun sets both for each task (Spectrum MPI's ranks are jsrun's "
-                         "tasks), so one was exported by hand or inherited: unset the stale "
-                         "one"}),
+                  "why": "jsrun sets both for each task, so one was exported by hand or "
+                         "inherited: unset the stale one"}),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
     # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
     Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.indexed_job",

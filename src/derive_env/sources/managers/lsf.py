@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.lists import HostSlots, one_per_slot, word_pairs
-from derive_env.sources.report import Report
+from derive_env.sources.report import PROCESS_FACTS, Report
 from derive_env.sources.roles import read as read_roles
 from derive_env.topology import nodes_of
 
@@ -47,6 +47,9 @@ _START = ("start the processes from the batch script with jsrun or mpirun (jsrun
           "derive-env -- python train.py), so that derive-env runs in each rank")
 _JSM = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE",
         "JSM_NAMESPACE_LOCAL_SIZE")
+#: The same facts as Spectrum MPI (Open MPI) states them in a task jsrun started.
+_SPECTRUM = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -130,7 +133,16 @@ def _processes(environ: Mapping[str, str], line: Source) -> Report:
         raise TopologyError(describe(
             missing[0], "", f"jsrun's value: jsrun sets all of {', '.join(_JSM)} for each "
             f"task; run derive-env in the command jsrun starts"))
-    return read_roles(environ, line)
+    base = read_roles(environ, line)
+    # Compared as text (not the roles' "same", which reads integers): a stale " 1" is fine.
+    for own, companion, fact in zip(_JSM, _SPECTRUM, PROCESS_FACTS, strict=True):
+        value = environ.get(companion)
+        if value and value.strip() != str(getattr(base.processes, fact)):
+            raise TopologyError(describe(
+                companion, value, f"the same value as {own}={environ[own]!r}: under jsrun, "
+                "Spectrum MPI's ranks are jsrun's tasks, so one of them was exported by hand "
+                f"or inherited; unset {companion} or {own}, whichever is stale"))
+    return base
 
 
 def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) -> HostSlots:
