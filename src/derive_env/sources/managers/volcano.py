@@ -155,11 +155,7 @@ def _plugin_checks(environ: Mapping[str, str], count: int, rank: int) -> int:
     for name, expected, what in (("WORLD_SIZE", count, "the pods of the master and worker "
                                   "tasks"), ("RANK", rank, "this pod's node rank (master 0, "
                                              "worker i: i + 1)")):
-        try:
-            value = parse_int(environ[name], minimum=0)
-        except ValueError:
-            value = -1
-        if value != expected:
+        if _int(environ[name]) != expected:
             raise TopologyError(describe(
                 name, environ[name], f"{expected}, {what}: the pytorch plugin sets pod "
                 f"values, not process ranks (pytorch.go OnPodCreate); {_FIX}"))
