@@ -100,13 +100,27 @@ class Source:
                  unit: str = "process", size: str | None = None, part_of: str | None = None,
                  fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
                  roles: dict | None = None) -> None:
-        self.name, self.title, self.module, self.detect, self.depth, self.unless = (
-            name, title, module, detect, depth, unless)
-        self.fallback, self.any_of, self.prefix, self.marker, self.states, self.partial = (
-            fallback, any_of, prefix, marker, states, partial)
-        self.sized, self.unit, self.size, self.part_of, self.fix, self.pass_env = (
-            sized, unit, size, part_of, fix, pass_env)
-        self.counts, self.roles = counts, roles
+        # One store per slot: a tuple packed and unpacked costs more on every start.
+        self.name = name
+        self.title = title
+        self.module = module
+        self.detect = detect
+        self.depth = depth
+        self.unless = unless
+        self.fallback = fallback
+        self.any_of = any_of
+        self.prefix = prefix
+        self.marker = marker
+        self.states = states
+        self.partial = partial
+        self.sized = sized
+        self.unit = unit
+        self.size = size
+        self.part_of = part_of
+        self.fix = fix
+        self.pass_env = pass_env
+        self.counts = counts
+        self.roles = roles
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
