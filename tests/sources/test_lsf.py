@@ -154,9 +154,8 @@ def test_bad_allocations_are_refused_exactly(env: dict[str, str], message: str) 
      "JSM_NAMESPACE_RANK, JSM_NAMESPACE_LOCAL_RANK, JSM_NAMESPACE_SIZE, "
      "JSM_NAMESPACE_LOCAL_SIZE for each task; run derive-env in the command jsrun starts"),
     ({**jsrun_task(0, 2, 3), "JSM_NAMESPACE_RANK": "6"}, rankfile(COMPUTE, 2),
-     "JSM_NAMESPACE_RANK='6': expected a global rank below JSM_NAMESPACE_SIZE='6': "
-     "jsrun sets both for each task, so one was exported by hand or inherited: unset the "
-     "stale one"),
+     "JSM_NAMESPACE_RANK='6': expected a value below JSM_NAMESPACE_SIZE='6': LSF jsrun sets "
+     "both for one task, so one was exported by hand"),
 ])
 def test_bad_jsrun_tasks_are_refused_exactly(env: dict[str, str], text: str | None,
                                              message: str) -> None:

@@ -234,12 +234,7 @@ SOURCES: tuple[Source, ...] = (
     Source("jsrun", "LSF jsrun", "managers.lsf",
            ("JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "LSB_JOBID", "LSB_DJOB_RANKFILE"), 2,
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
-                   ("JSM_NAMESPACE_LOCAL_RANK", 0)),
-           roles={"rank": "JSM_NAMESPACE_RANK", "local_rank": "JSM_NAMESPACE_LOCAL_RANK",
-                  "world_size": "JSM_NAMESPACE_SIZE",
-                  "local_world_size": "JSM_NAMESPACE_LOCAL_SIZE",
-                  "why": "jsrun sets both for each task, so one was exported by hand or "
-                         "inherited: unset the stale one"}),
+                   ("JSM_NAMESPACE_LOCAL_RANK", 0))),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
     # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
     Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.indexed_job",

@@ -27,8 +27,9 @@ The roles (names as in torch.distributed):
 :func:`read` checks them with one wording per rule, naming the variable, its value and the
 other variable, and reports each fact with the variable it came from. A manager with rules
 of its own keeps a module (under ``sources/managers/``) and uses the kit here:
-:func:`numbers` (the integer roles of its line, checked), :func:`index` (an index below a
-count no role names), :func:`parsed`, :func:`checked_master`.
+:func:`numbers` (the integer roles of its line, checked), :func:`parsed`,
+:func:`checked_master`; an index below a count no role names: :func:`derive_env.validation.
+variable_index`.
 """
 
 from __future__ import annotations
@@ -119,21 +120,6 @@ def numbers(environ: Mapping[str, str], roles: Mapping[str, object]) -> dict[str
                     roles[low], environ[roles[low]], f"a {INTEGERS[low][1]} {relation} "
                     f"{roles[high]}={environ[roles[high]]!r}{_ending(why, ': ')}"))
     return got
-
-
-def index(environ: Mapping[str, str], name: str, count: str | tuple[int, str],
-          why: str) -> int:
-    """``environ[name]``, an index (>= 0) below a count no role names: a variable already
-    read (AWS Batch's main node index below ``AWS_BATCH_JOB_NUM_NODES``) or ``(count, what
-    it counts)`` (``(3, "the 3 hosts of PBS_NODEFILE")``); one wording, ending with ``why``.
-    """
-    value = variable_int(environ, name, 0, f" (an index){_ending(why, '; ')}")
-    bound, what = ((int(environ[count]), f"{count}={environ[count]!r}")
-                   if isinstance(count, str) else count)
-    if value >= bound:
-        raise TopologyError(describe(name, environ[name],
-                                     f"an index below {what}{_ending(why, ': ')}"))
-    return value
 
 
 def _ending(why: str, separator: str) -> str:

@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hostnet import local_v4, routes_v4
-from derive_env.sources import BY_NAME, roles
+from derive_env.sources import BY_NAME
 from derive_env.sources.report import Report
 from derive_env.sources.roles import numbers
+from derive_env.validation import variable_index
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -178,7 +179,7 @@ def read(environ: Mapping[str, str], line: Source,
     """
     got = numbers(environ, line.roles)
     count, index = got["num_nodes"], got["node_rank"]
-    main = roles.index(environ, "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES",
+    main = variable_index(environ, "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES",
                        _FIX)
     job_id = _job_id(environ, index)
     rank = (index - main) % count

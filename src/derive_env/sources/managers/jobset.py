@@ -41,11 +41,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
-from derive_env.sources import roles
 from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix, pod_files
 from derive_env.sources.report import Report
 from derive_env.topology import Node
-from derive_env.validation import parse_int
+from derive_env.validation import parse_int, variable_index
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -196,8 +195,8 @@ def _place(environ: Mapping[str, str], groups: tuple[Group, ...], rjob: str,
                 variable, environ[variable], f"{expected}, {what}: the label and "
                 f"{LAYOUT}={shorten(environ[LAYOUT], 120)!r} disagree; "
                 + _layout_fix(environ[NAME])))
-    roles.index(environ, JOB_INDEX, (group.replicas, f"{group.replicas}, the replicas of {rjob} in "
-                                     f"{LAYOUT}"), _layout_fix(environ[NAME]))
+    variable_index(environ, JOB_INDEX, (group.replicas, f"{group.replicas}, the replicas of "
+                                        f"{rjob} in {LAYOUT}"), _layout_fix(environ[NAME]))
     return group, before
 
 
@@ -226,8 +225,8 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
             f"HOSTNAME={host!r} ({controller}): a JOB_COMPLETION_INDEX set in the pod "
             "template's env wins over the controller's (indexed_job_utils.go, "
             "addCompletionIndexEnvVariable); remove it"))
-    return roles.index(environ, "JOB_COMPLETION_INDEX", (group.pods, f"{group.pods}, the "
-                       f"pods per job of {group.name} in {LAYOUT}"), _layout_fix(js)), host
+    return variable_index(environ, "JOB_COMPLETION_INDEX", (group.pods, f"{group.pods}, the "
+                          f"pods per job of {group.name} in {LAYOUT}"), _layout_fix(js)), host
 
 
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,

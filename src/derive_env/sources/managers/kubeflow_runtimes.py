@@ -35,8 +35,8 @@ from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem, is_loopback
 from derive_env.sources.lists import pod_hostname
 from derive_env.sources.report import Report
-from derive_env.sources.roles import index, numbers
-from derive_env.validation import parse_port, variable_int
+from derive_env.sources.roles import numbers
+from derive_env.validation import parse_port, variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -151,7 +151,7 @@ def _xgboost(environ: Mapping[str, str], line: Source) -> Report:
             raise TopologyError(describe(
                 NNODES, environ[NNODES], f"a divisor of DMLC_NUM_WORKER={workers} (nodes x "
                 "workers per node, xgboost.go): the TrainJob's spec.trainer.numNodes"))
-    rank = _completion(environ, "DMLC_TASK_ID", index(environ, "DMLC_TASK_ID", NNODES, fix)
+    rank = _completion(environ, "DMLC_TASK_ID", variable_index(environ, "DMLC_TASK_ID", NNODES, fix)
                        if nodes else variable_int(environ, "DMLC_TASK_ID", 0, f"; {fix}"), fix)
     host = _host(environ, ("DMLC_TRACKER_URI", environ["DMLC_TRACKER_URI"]), nodes, fix)
     try:

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.lists import HostSlots, one_per_slot, word_pairs
-from derive_env.sources.report import PROCESS_FACTS, Report
-from derive_env.sources.roles import read as read_roles
+from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
+from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -50,6 +50,7 @@ _JSM = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE",
 #: The same facts as Spectrum MPI (Open MPI) states them in a task jsrun started.
 _SPECTRUM = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
              "OMPI_COMM_WORLD_LOCAL_SIZE")
+_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -126,23 +127,34 @@ def _allocation(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
-def _processes(environ: Mapping[str, str], line: Source) -> Report:
-    """The process layer of jsrun's ``JSM_NAMESPACE_*`` (its line's roles), all four set."""
+def _processes(environ: Mapping[str, str], title: str) -> Processes:
     missing = [name for name in _JSM if not environ.get(name)]
     if missing:
         raise TopologyError(describe(
             missing[0], "", f"jsrun's value: jsrun sets all of {', '.join(_JSM)} for each "
             f"task; run derive-env in the command jsrun starts"))
-    base = read_roles(environ, line)
-    # Compared as text (not the roles' "same", which reads integers): a stale " 1" is fine.
-    for own, companion, fact in zip(_JSM, _SPECTRUM, PROCESS_FACTS, strict=True):
+    rank, local, world, local_world = (variable_int(environ, name, minimum)
+                                       for name, minimum in zip(_JSM, (0, 0, 1, 1),
+                                                                strict=True))
+    for low, high, value, bound in ((_JSM[0], _JSM[2], rank, world),
+                                    (_JSM[1], _JSM[3], local, local_world)):
+        if value >= bound:
+            raise TopologyError(describe(
+                low, environ[low], f"a value below {high}={environ[high]!r}: {title} sets "
+                "both for one task, so one was exported by hand"))
+    if local_world > world:
+        raise TopologyError(describe(
+            _JSM[3], environ[_JSM[3]], f"at most {_JSM[2]}={environ[_JSM[2]]!r}: {title} "
+            "sets both for one task, so one was exported by hand"))
+    processes = Processes(rank, local, world, local_world)
+    for own, companion in zip(_JSM, _SPECTRUM, strict=True):
         value = environ.get(companion)
-        if value and value.strip() != str(getattr(base.processes, fact)):
+        if value and value.strip() != str(getattr(processes, _FACTS[_JSM.index(own)])):
             raise TopologyError(describe(
                 companion, value, f"the same value as {own}={environ[own]!r}: under jsrun, "
                 "Spectrum MPI's ranks are jsrun's tasks, so one of them was exported by hand "
                 f"or inherited; unset {companion} or {own}, whichever is stale"))
-    return base
+    return processes
 
 
 def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) -> HostSlots:
@@ -169,8 +181,7 @@ def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) 
 def _jsrun(environ: Mapping[str, str], line: Source,
            files: Mapping[str, str | None]) -> Report:
     job = _job(environ)
-    base = _processes(environ, line)
-    processes = base.processes
+    processes = _processes(environ, line.title)
     listed = _compute_hosts(environ, files)
     if len(listed.hosts) > processes.world_size:
         raise TopologyError(describe(
@@ -178,8 +189,13 @@ def _jsrun(environ: Mapping[str, str], line: Source,
             f"at least the {len(listed.hosts)} compute host(s) of LSB_DJOB_RANKFILE: jsrun "
             "runs this job's tasks on them; a jsrun of fewer tasks than hosts (jsrun -n) "
             "leaves hosts without a task, and derive-env cannot tell which"))
-    return base._replace(
-        nodes=nodes_of(listed.hosts), job=("lsf", job, "allocation"), session_id=job,
-        inputs={"nodes": ("LSB_DJOB_RANKFILE",), **base.inputs, "ports": ("LSB_JOBID",)},
-        order=_JSRUN_ORDER, notes=(f"the launch node (the rank file's first line) runs no "
-                                   f"task; {len(listed.hosts)} compute host(s)",))
+    inputs = {"nodes": ("LSB_DJOB_RANKFILE",), "processes": _JSM,
+              **{fact: (name,) for fact, name in zip(_FACTS, _JSM, strict=True)},
+              "ports": ("LSB_JOBID",)}
+    return Report(
+        source=line.name, title=line.title, nodes=nodes_of(listed.hosts),
+        processes=processes, job=("lsf", job, "allocation"), session_id=job,
+        inputs=inputs, order=_JSRUN_ORDER,
+        notes=(f"the launch node (the rank file's first line) runs no task; "
+               f"{len(listed.hosts)} compute host(s)",),
+    )

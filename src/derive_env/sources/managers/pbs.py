@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.lists import HostSlots, one_per_slot
 from derive_env.sources.report import Report
-from derive_env.sources.roles import index
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
+from derive_env.validation import variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -93,7 +92,7 @@ def _node_rank(environ: Mapping[str, str], count: int | None,
         raise TopologyError(describe(
             "PBS_TASKNUM", task, "PBS_NODENUM to be set as well: the MoM sets both for a TM "
             "task (src/resmom/start_exec.c start_process)"))
-    node = variable_int(environ, "PBS_NODENUM", 0) if count is None else index(
+    node = variable_int(environ, "PBS_NODENUM", 0) if count is None else variable_index(
         environ, "PBS_NODENUM", (count, f"the {count} host(s) of PBS_NODEFILE"), "the MoM "
         "numbers the job's hosts from 0 in the file's order; was the file or the variable "
         "copied from another job?")

@@ -44,9 +44,8 @@ from typing import TYPE_CHECKING
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, host_problem, is_ip, repeated_host
 from derive_env.sources.report import Report
-from derive_env.sources.roles import index
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
+from derive_env.validation import variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -183,7 +182,7 @@ def read(environ: Mapping[str, str], line: Source,
         the fix.
     """
     hosts = _hosts(environ)
-    worker = index(environ, "TPU_WORKER_ID",
+    worker = variable_index(environ, "TPU_WORKER_ID",
                    (len(hosts), f"the {len(hosts)} hosts of TPU_WORKER_HOSTNAMES"), _FIX)
     _check_hostname(environ, hosts, worker)
     slices, slice_id, coordinator = _slices(environ)
