@@ -124,7 +124,13 @@ def test_a_manager_with_rules_of_its_own_is_one_module_more(tmp_path: Path) -> N
                  "SOURCES: tuple[Source, ...] = (",
                  "**Write `src/derive_env/sources/managers/example.py`**",
                  "**Name it on its line**")
-    _check_example_manager(src, "EXAMPLE_NODE_RANK='3': expected a node rank below 3")
+    _check_example_manager(src, "EXAMPLE_NODE_RANK='3': expected a node rank below 3, the 3 "
+                                "hosts in EXAMPLE_HOSTS; the example manager sets both for "
+                                "every node")
+    # the module's own rule, beside the roles
+    env = {"EXAMPLE_HOSTS": "n1,n2", "EXAMPLE_NODE_RANK": "1", "EXAMPLE_MASTER": "n2"}
+    assert _derive(src, env, {"ai.backend.distributed.frameworks": "pytorch"}) == {
+        "error": "EXAMPLE_MASTER='n2': expected n1, the first host of EXAMPLE_HOSTS"}
 
 
 def test_add_a_framework_is_one_file_plus_one_line(tmp_path: Path, backendai_env) -> None:

@@ -97,3 +97,21 @@ def variable_int(environ: Mapping[str, str], name: str, minimum: int, tail: str 
         return parse_int(value, minimum=minimum)
     except ValueError as exc:
         raise TopologyError(describe(name, value, f"{exc}{tail}")) from None
+
+
+def variable_index(environ: Mapping[str, str], name: str, count: str | tuple[int, str],
+                   why: str) -> int:
+    """``environ[name]``, an index (>= 0) below a count no role of its line names: a variable
+    already read (AWS Batch's main node index below ``AWS_BATCH_JOB_NUM_NODES``) or ``(count,
+    what it counts)`` (``(3, "the 3 hosts of PBS_NODEFILE")``); one wording, ending with
+    ``why`` (the manager's fix). Here, beside :func:`variable_int`, so that a source needs no
+    other module for it.
+    """
+    from derive_env.errors import TopologyError
+
+    value = variable_int(environ, name, 0, f" (an index); {why}")
+    bound, what = ((int(environ[count]), f"{count}={environ[count]!r}")
+                   if isinstance(count, str) else count)
+    if value >= bound:
+        raise TopologyError(describe(name, environ[name], f"an index below {what}: {why}"))
+    return value

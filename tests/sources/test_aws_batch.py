@@ -248,13 +248,13 @@ def test_two_default_routes_take_the_lowest_metric_and_the_gateways_subnet() -> 
      "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS='127.0.0.1': expected the main node's "
      "private IPv4 address, not a loopback one: the child nodes connect to it"),
     ({"AWS_BATCH_JOB_NODE_INDEX": "2", "AWS_BATCH_JOB_ID": f"{JOB}#2"},
-     "AWS_BATCH_JOB_NODE_INDEX='2': expected an index below AWS_BATCH_JOB_NUM_NODES='2' "
-     f"(nodes are numbered from 0); {FIX}"),
+     "AWS_BATCH_JOB_NODE_INDEX='2': expected a node rank below AWS_BATCH_JOB_NUM_NODES='2'"
+     f": {FIX}"),
     ({"AWS_BATCH_JOB_MAIN_NODE_INDEX": "5"},
-     "AWS_BATCH_JOB_MAIN_NODE_INDEX='5': expected an index below AWS_BATCH_JOB_NUM_NODES='2' "
-     f"(nodes are numbered from 0); {FIX}"),
+     "AWS_BATCH_JOB_MAIN_NODE_INDEX='5': expected an index below AWS_BATCH_JOB_NUM_NODES='2'"
+     f": {FIX}"),
     ({"AWS_BATCH_JOB_NUM_NODES": "two"},
-     f"AWS_BATCH_JOB_NUM_NODES='two': expected an integer >= 1; {FIX}"),
+     "AWS_BATCH_JOB_NUM_NODES='two': expected an integer >= 1 (the node count)"),
 ], ids=["missing", "name", "loopback", "index", "main-index", "count"])
 def test_bad_variables_name_the_variable_value_and_fix(change, message) -> None:
     with pytest.raises(TopologyError) as info:

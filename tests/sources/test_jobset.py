@@ -340,7 +340,7 @@ def test_an_index_beyond_the_pods_per_job_is_refused() -> None:
     env = pod("train", [("workers", 2, 4)], "workers", 1, 3, subdomain="train",
               DERIVE_ENV_REPLICATED_JOBS="workers:2x3")
     assert error(env) == (
-        "JOB_COMPLETION_INDEX='3': expected below 3, the pods per job of workers in "
+        "JOB_COMPLETION_INDEX='3': expected an index below 3, the pods per job of workers in "
         f"DERIVE_ENV_REPLICATED_JOBS: {LAYOUT_FIX}")
 
 

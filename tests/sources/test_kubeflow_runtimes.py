@@ -141,12 +141,13 @@ def test_xgboost_without_the_node_count_is_a_job_of_unknown_size() -> None:
         "per node (GPUs); set DERIVE_ENV_NNODES to spec.trainer.numNodes for the node count")
 
 
-FIX = {name: kubeflow_runtimes._FIX[name] for name in kubeflow_runtimes._FIX}
+FIX = {name: BY_NAME[name].roles["why"]
+       for name in ("kubeflow-jax", "kubeflow-jaxjob", "kubeflow-xgboost")}
 
 
 @pytest.mark.parametrize(("name", "env", "changes", "message"), [
     ("kubeflow-jax", jax_node("t", 2, 1), {"JAX_PROCESS_ID": "2", "JOB_COMPLETION_INDEX": "2"},
-     "JAX_PROCESS_ID='2': expected an index below JAX_NUM_PROCESSES='2' (numbered from 0); "),
+     "JAX_PROCESS_ID='2': expected a node rank below JAX_NUM_PROCESSES='2': "),
     ("kubeflow-jax", jax_node("t", 2, 1), {"JOB_COMPLETION_INDEX": "0"},
      "JAX_PROCESS_ID='1': expected JOB_COMPLETION_INDEX='0': the controller sets JAX_PROCESS_ID "
      "to the pod's Job completion index; "),

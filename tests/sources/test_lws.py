@@ -114,13 +114,12 @@ def test_without_hostname_no_cross_check() -> None:
     # pod_utils_test.go "Worker pod, group 1": worker index 3 of a group of size 2 (the test's
     # pod is hand-made; a real group has none).
     ({"LWS_WORKER_INDEX": "3", "HOSTNAME": "test-sample-1-3"},
-     "LWS_WORKER_INDEX='3': expected an index below LWS_GROUP_SIZE='2' (the leader is 0, "
-     f"workers 1 .. size - 1; the size counts the leader); {FIX}"),
-    ({"LWS_GROUP_SIZE": "0"}, f"LWS_GROUP_SIZE='0': expected an integer >= 1; {FIX}"),
+     f"LWS_WORKER_INDEX='3': expected a node rank below LWS_GROUP_SIZE='2': {FIX}"),
+    ({"LWS_GROUP_SIZE": "0"}, "LWS_GROUP_SIZE='0': expected an integer >= 1 (the node count)"),
+    ({"LWS_WORKER_INDEX": "-1"}, "LWS_WORKER_INDEX='-1': expected an integer >= 0 (the node rank)"),
     # LWS states no size limit (an int32): refused before 10^8 names are built
     ({"LWS_GROUP_SIZE": "100000000"}, "LWS_GROUP_SIZE='100000000': expected at most 65536 "
      f"pods in a group (the largest job derive-env builds from a count); {FIX}"),
-    ({"LWS_WORKER_INDEX": "-1"}, f"LWS_WORKER_INDEX='-1': expected an integer >= 0; {FIX}"),
     ({"LWS_LEADER_ADDRESS": "leader"},
      "LWS_LEADER_ADDRESS='leader': expected <lws>-<group>.<subdomain>.<namespace>, the leader "
      f"pod's DNS name (pod_utils.go, AddLWSVariables); {FIX}"),

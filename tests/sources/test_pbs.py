@@ -127,7 +127,7 @@ def test_a_sister_without_the_node_file_is_refused_with_the_fix() -> None:
 
 
 @pytest.mark.parametrize(("env", "text", "message"), [
-    (tm_task(3, 1), LINES, "PBS_NODENUM='3': expected a node index below the 3 host(s) of "
+    (tm_task(3, 1), LINES, "PBS_NODENUM='3': expected an index below the 3 host(s) of "
      "PBS_NODEFILE: the MoM numbers the job's hosts from 0 in the file's order; was the file "
      "or the variable copied from another job?"),
     ({**tm_task(0, 1), "PBS_NODENUM": ""}, LINES, "PBS_TASKNUM='00000001': expected "

@@ -139,14 +139,11 @@ def test_without_the_raylets_marker_it_is_refused_as_a_partial_set() -> None:
      f"MASTER_PORT='70000': expected a port number 1-65535; {FIX}"),
     ({"LOCAL_WORLD_SIZE": ""}, f"LOCAL_WORLD_SIZE='': expected set: {FIX}"),
     ({"RANK": "4"},
-     "RANK='4': expected a value below WORLD_SIZE='4' (Ray numbers from 0: worker_group.py, "
-     f"_assign_worker_ranks); {FIX}"),
+     f"RANK='4': expected a global rank below WORLD_SIZE='4': {FIX}"),
     ({"LOCAL_RANK": "2"},
-     "LOCAL_RANK='2': expected a value below LOCAL_WORLD_SIZE='2' (Ray numbers from 0: "
-     f"worker_group.py, _assign_worker_ranks); {FIX}"),
+     f"LOCAL_RANK='2': expected a local rank below LOCAL_WORLD_SIZE='2': {FIX}"),
     ({"LOCAL_WORLD_SIZE": "5"},
-     "LOCAL_WORLD_SIZE='5': expected at most WORLD_SIZE='4' (this node's workers are part of "
-     f"the job's); {FIX}"),
+     f"LOCAL_WORLD_SIZE='5': expected a local world size at most WORLD_SIZE='4': {FIX}"),
     ({"NODE_RANK": "3"},
      "NODE_RANK='3': expected at most RANK - LOCAL_RANK = 2 (Ray groups each node's workers "
      f"after the earlier nodes', each of at least one worker: _assign_worker_ranks); {FIX}"),
@@ -154,7 +151,7 @@ def test_without_the_raylets_marker_it_is_refused_as_a_partial_set() -> None:
      "NODE_RANK='1': expected at most RANK - LOCAL_RANK = 1 (Ray groups each node's workers "
      "after the earlier nodes', each of at least one worker: _assign_worker_ranks), and 0 "
      f"when every worker is on this node; {FIX}"),
-    ({"RANK": "x"}, f"RANK='x': expected an integer >= 0; {FIX}"),
+    ({"RANK": "x"}, "RANK='x': expected an integer >= 0 (the global rank)"),
 ])
 def test_bad_values_are_refused_naming_them(change: dict[str, str], message: str) -> None:
     env = {**workers([2, 2])[2], **change}  # rank 2: node 1, local rank 0

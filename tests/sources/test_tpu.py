@@ -253,9 +253,9 @@ def test_a_tpu_host_derives_no_process_count_from_gpus() -> None:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"TPU_WORKER_ID": "2"}, f"TPU_WORKER_ID='2': expected an index into TPU_WORKER_HOSTNAMES, "
-     f"below 2 (hosts are numbered from 0); {FIX}"),
-    ({"TPU_WORKER_ID": "x"}, f"TPU_WORKER_ID='x': expected an integer >= 0; {FIX}"),
+    ({"TPU_WORKER_ID": "2"}, "TPU_WORKER_ID='2': expected an index below the 2 hosts of "
+     f"TPU_WORKER_HOSTNAMES: {FIX}"),
+    ({"TPU_WORKER_ID": "x"}, f"TPU_WORKER_ID='x': expected an integer >= 0 (an index); {FIX}"),
     ({"TPU_WORKER_HOSTNAMES": "a:8476,b"}, "TPU_WORKER_HOSTNAMES='a:8476,b': expected the "
      "slice's hosts joined by ',': entry 1 ('a:8476') is not a host name or IPv4 address "
      f"without ':' (JAX cuts an entry at its first ':'); {FIX}"),

@@ -112,13 +112,29 @@ class Source:
                  fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
                  roles: dict | None = None, daemons: str | None = None,
                  per_node: tuple[str, str] = _PER_NODE) -> None:
-        self.name, self.title, self.module, self.detect, self.depth, self.unless = (
-            name, title, module, detect, depth, unless)
-        self.fallback, self.any_of, self.prefix, self.marker, self.states, self.partial = (
-            fallback, any_of, prefix, marker, states, partial)
-        self.sized, self.unit, self.size, self.part_of, self.fix, self.pass_env = (
-            sized, unit, size, part_of, fix, pass_env)
-        self.counts, self.roles, self.daemons, self.per_node = counts, roles, daemons, per_node
+        # One store per slot: a tuple packed and unpacked costs more on every start.
+        self.name = name
+        self.title = title
+        self.module = module
+        self.detect = detect
+        self.depth = depth
+        self.unless = unless
+        self.fallback = fallback
+        self.any_of = any_of
+        self.prefix = prefix
+        self.marker = marker
+        self.states = states
+        self.partial = partial
+        self.sized = sized
+        self.unit = unit
+        self.size = size
+        self.part_of = part_of
+        self.fix = fix
+        self.pass_env = pass_env
+        self.counts = counts
+        self.roles = roles
+        self.daemons = daemons
+        self.per_node = per_node
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
@@ -284,9 +300,11 @@ SOURCES: tuple[Source, ...] = (
                                "$SM_HOSTS>")),
     Source("aws-batch", "an AWS Batch multi-node parallel job", "managers.aws_batch",
            ("AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX",
-            "AWS_BATCH_JOB_MAIN_NODE_INDEX"), 4, unit="node",
-           states=(("AWS_BATCH_JOB_NUM_NODES", 1), ("AWS_BATCH_JOB_NODE_INDEX", 0)),
-           counts=("AWS_BATCH_JOB_NUM_NODES",),
+            "AWS_BATCH_JOB_MAIN_NODE_INDEX"), 4, unit="node", counts=("AWS_BATCH_JOB_NUM_NODES",),
+           roles={"num_nodes": "AWS_BATCH_JOB_NUM_NODES", "node_rank": "AWS_BATCH_JOB_NODE_INDEX",
+                  "why": "AWS Batch sets it in every node of a multi-node parallel job (AWS "
+                         "Batch User Guide, \"Environment variables\" of multi-node parallel "
+                         "jobs); do not set it by hand"},
            fix=_start_torchrun("--nnodes=$AWS_BATCH_JOB_NUM_NODES --node-rank="
                                "$AWS_BATCH_JOB_NODE_INDEX --master-addr=<the main node's "
                                "address>")),
@@ -316,7 +334,10 @@ SOURCES: tuple[Source, ...] = (
     Source("lws", "a LeaderWorkerSet group", "managers.lws",  # a TPU group: its slice (gke-tpu)
            ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"), 4, unit="node",
            unless=("TPU_WORKER_ID",),
-           states=(("LWS_GROUP_SIZE", 1), ("LWS_WORKER_INDEX", 0)),
+           roles={"num_nodes": "LWS_GROUP_SIZE", "node_rank": "LWS_WORKER_INDEX",
+                  "why": "the LeaderWorkerSet controller sets it in every container (kubernetes-"
+                         "sigs/lws pkg/utils/pod/pod_utils.go, AddLWSVariables); do not set it "
+                         "in the template's env"},
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
                                "--master-addr=$LWS_LEADER_ADDRESS")),
     # Seen by its env plugin's index; the svc plugin's task lists are checked by the module.
@@ -359,16 +380,25 @@ SOURCES: tuple[Source, ...] = (
     # derive-env's own output, COORDINATOR_* / NUM_PROCESSES generic names: fallback.
     Source("kubeflow-jax", "a Kubeflow TrainJob (JAX runtime)", "managers.kubeflow_runtimes",
            ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"), 4, unit="node",
-           states=(("JAX_NUM_PROCESSES", 1), ("JAX_PROCESS_ID", 0)), partial=False,
-           fallback=True),
+           partial=False, fallback=True,
+           roles={"num_nodes": "JAX_NUM_PROCESSES", "node_rank": "JAX_PROCESS_ID",
+                  "why": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
+                         "framework/plugins/jax/jax.go); do not set it in the TrainJob's or "
+                         "runtime's env"}),
     Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "managers.kubeflow_runtimes",
            ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID"), 4,
-           states=(("NUM_PROCESSES", 1), ("PROCESS_ID", 0)), partial=False, unit="node",
-           fallback=True),
+           partial=False, unit="node", fallback=True,
+           roles={"num_nodes": "NUM_PROCESSES", "node_rank": "PROCESS_ID",
+                  "why": "the training operator sets it for every pod (kubeflow/training-"
+                         "operator pkg/controller.v1/jax/envvar.go); do not set it in the pod "
+                         "template's env"}),
     Source("kubeflow-xgboost", "a Kubeflow TrainJob (XGBoost runtime)",
            "managers.kubeflow_runtimes",
            ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"), 4,
-           states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node"),
+           states=(("DMLC_NUM_WORKER", 1), ("DMLC_TASK_ID", 0)), partial=False, unit="node",
+           roles={"why": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
+                         "framework/plugins/xgboost/xgboost.go); do not set it in the "
+                         "TrainJob's or runtime's env"}),
     # parallel_proc.cpp ParallelProc::addEnvVars: no host list, no master (condor_chirp).
     Source("htcondor", "an HTCondor parallel-universe job", "roles",
            ("_CONDOR_PROCNO", "_CONDOR_NPROCS"), 4, unit="node",
@@ -419,6 +449,12 @@ SOURCES: tuple[Source, ...] = (
            ("RAY_RAYLET_PID", "ACCELERATE_TORCH_DEVICE", "NODE_RANK", "RANK", "WORLD_SIZE"), 0,
            marker=("ACCELERATE_TORCH_DEVICE", "NODE_RANK"), partial=False,
            states=(("WORLD_SIZE", 1), ("RANK", 0), ("NODE_RANK", 0)), daemons="Ray's raylets",
+           roles={"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+                  "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "NODE_RANK",
+                  "why": "Ray Train sets it in each worker (ray/train/torch/config.py, "
+                         "_TorchBackend.on_start and _set_torch_distributed_env_vars); "
+                         "something changed it after Ray set it: do not set Ray Train's "
+                         "variables yourself"},
            fix="Ray Train set every torch variable of this worker itself: run the command "
                f"without derive-env in Ray workers; {ON_ERROR_WARN}"),
     Source("azureml-pytorch", "an Azure ML PyTorch-distribution process", "managers.azureml",

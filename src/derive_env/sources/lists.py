@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from derive_env.hosts import check_hosts, host_key, repeated_host
@@ -45,6 +45,12 @@ MAX_COUNTED_NODES = 65536
 SUBDOMAIN = "DERIVE_ENV_SUBDOMAIN"
 #: Where the kubelet writes the pod's FQDN.
 HOSTS_FILE = "/etc/hosts"
+
+
+def pod_files(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """The ``files_needed`` of a Kubernetes pod's source (Indexed Job, JobSet): ``/etc/hosts``
+    (the pod's FQDN, for the subdomain) unless :data:`SUBDOMAIN` is set."""
+    return () if environ.get(SUBDOMAIN) else (HOSTS_FILE,)
 
 
 def pod_hostname(name: str) -> str:

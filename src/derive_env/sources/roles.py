@@ -27,7 +27,9 @@ The roles (names as in torch.distributed):
 :func:`read` checks them with one wording per rule, naming the variable, its value and the
 other variable, and reports each fact with the variable it came from. A manager with rules
 of its own keeps a module (under ``sources/managers/``) and uses the kit here:
-:func:`parsed`, :func:`checked_master`.
+:func:`numbers` (the integer roles of its line, checked), :func:`parsed`,
+:func:`checked_master`; an index below a count no role names: :func:`derive_env.validation.
+variable_index`.
 """
 
 from __future__ import annotations
@@ -73,15 +75,7 @@ def read(environ: Mapping[str, str], line: Source,
     """
     roles = line.roles
     why = roles.get("why", "")
-    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})")
-           for role, (minimum, what) in INTEGERS.items() if role in roles}
-    for low, high, relation in _RELATIONS:
-        if low in got and (high in got or (low == "node_rank" and "world_size" in got)):
-            high = high if high in got else "world_size"
-            if got[low] > got[high] or (relation == "below" and got[low] == got[high]):
-                raise TopologyError(describe(
-                    roles[low], environ[roles[low]], f"a {INTEGERS[low][1]} {relation} "
-                    f"{roles[high]}={environ[roles[high]]!r}{_ending(why, ': ')}"))
+    got = numbers(environ, roles)
     notes = _companions(environ, roles, got, why)
     hosts = _hosts(environ, roles, got, why) if "hosts" in roles else ()
     inputs: dict[str, tuple[str, ...]] = {"nodes": (roles["hosts"][0],)} if hosts else {}
@@ -106,6 +100,26 @@ def read(environ: Mapping[str, str], line: Source,
         node_rank=got.get("node_rank"), processes=processes,
         job=(line.name, job, "") if job else None, session_id=job or None,
         inputs=inputs, notes=notes)
+
+
+def numbers(environ: Mapping[str, str], roles: Mapping[str, object]) -> dict[str, int]:
+    """The integer roles of ``roles`` (:data:`INTEGERS`), each index below its count and the
+    local world size at most the world size (:data:`_RELATIONS`), by role: the first half
+    of :func:`read`, for a manager module whose line names them.
+
+    :raises TopologyError: as :func:`read`, naming both variables and ending with ``why``.
+    """
+    why = roles.get("why", "")
+    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})")
+           for role, (minimum, what) in INTEGERS.items() if role in roles}
+    for low, high, relation in _RELATIONS:
+        if low in got and (high in got or (low == "node_rank" and "world_size" in got)):
+            high = high if high in got else "world_size"
+            if got[low] > got[high] or (relation == "below" and got[low] == got[high]):
+                raise TopologyError(describe(
+                    roles[low], environ[roles[low]], f"a {INTEGERS[low][1]} {relation} "
+                    f"{roles[high]}={environ[roles[high]]!r}{_ending(why, ': ')}"))
+    return got
 
 
 def _ending(why: str, separator: str) -> str:

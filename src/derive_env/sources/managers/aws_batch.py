@@ -37,8 +37,10 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hostnet import local_v4, routes_v4
+from derive_env.sources import BY_NAME
 from derive_env.sources.report import Report
-from derive_env.validation import variable_int
+from derive_env.sources.roles import numbers
+from derive_env.validation import variable_index
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -48,8 +50,7 @@ MAIN_ADDRESS = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
 #: The kernel's IPv4 routes and local addresses: the main node's own address.
 ROUTES, LOCAL = "/proc/net/route", "/proc/net/fib_trie"
 
-_FIX = ("AWS Batch sets it in every node of a multi-node parallel job (AWS Batch User Guide, "
-        "\"Environment variables\" of multi-node parallel jobs); do not set it by hand")
+_FIX = BY_NAME["aws-batch"].roles["why"]
 _SET_BY_HAND = (f"export {MAIN_ADDRESS} on the main node to its private IPv4 address (the "
                 f"address the child nodes get: {MAIN_ADDRESS}=$(hostname -i) derive-env ...)")
 
@@ -164,7 +165,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :param environ: the node's environment; ``AWS_BATCH_JOB_ID``, ``AWS_BATCH_JOB_NUM_NODES``,
         ``AWS_BATCH_JOB_NODE_INDEX``, ``AWS_BATCH_JOB_MAIN_NODE_INDEX`` are set (the line).
-    :param line: the ``aws-batch`` table line.
     :param files: on the main node, the texts of ``/proc/net/route`` and
         ``/proc/net/fib_trie`` (:func:`files_needed`; ``None``: unreadable).
     :returns: ``num_nodes`` = ``AWS_BATCH_JOB_NUM_NODES``, ``node_rank`` = ``(NODE_INDEX -
@@ -177,15 +177,10 @@ def read(environ: Mapping[str, str], line: Source,
         IPv4 address, or the main node's own address cannot be told (the message says what
         to set).
     """
-    count = variable_int(environ, "AWS_BATCH_JOB_NUM_NODES", 1, f"; {_FIX}")
-    index = variable_int(environ, "AWS_BATCH_JOB_NODE_INDEX", 0, f"; {_FIX}")
-    main = variable_int(environ, "AWS_BATCH_JOB_MAIN_NODE_INDEX", 0, f"; {_FIX}")
-    for name, value in (("AWS_BATCH_JOB_NODE_INDEX", index),
-                        ("AWS_BATCH_JOB_MAIN_NODE_INDEX", main)):
-        if value >= count:
-            raise TopologyError(describe(
-                name, environ[name], f"an index below AWS_BATCH_JOB_NUM_NODES="
-                f"{environ['AWS_BATCH_JOB_NUM_NODES']!r} (nodes are numbered from 0); {_FIX}"))
+    got = numbers(environ, line.roles)
+    count, index = got["num_nodes"], got["node_rank"]
+    main = variable_index(environ, "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES",
+                       _FIX)
     job_id = _job_id(environ, index)
     rank = (index - main) % count
     notes = [f"node index {index} of {count}, main node index {main}: node rank {rank} (the "

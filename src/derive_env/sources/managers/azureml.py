@@ -195,9 +195,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What an Azure ML process's environment says.
 
-    :param environ: the process's environment; the detect variables of ``line`` are set.
-    :param line: ``azureml-mpi`` or ``azureml-pytorch`` (sources/__init__.py).
-    :param files: unused (Azure ML states no file).
     :returns: ``azureml-mpi``: ``master`` = the host part of ``AZ_BATCH_MASTER_NODE``,
         ``num_nodes`` from ``AZUREML_NODE_COUNT`` / ``AZ_BATCH_HOST_LIST`` when set, ``job`` =
         ``(line, AZUREML_RUN_ID, AZ_BATCH_MASTER_NODE)``; the ranks come from the ``openmpi``

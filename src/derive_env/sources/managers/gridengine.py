@@ -59,8 +59,6 @@ _TASK_SPOOL = re.compile(r"/active_jobs/[0-9]+\.[0-9]+/[^/]+/?\Z")
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """The file :func:`read` needs: ``PE_HOSTFILE``'s path.
 
-    :param environ: the process environment.
-    :param name: the table line's name (``gridengine``).
     :returns: the path for the edge (cli/) to read and hand to :func:`read` as ``files``.
     """
     path = environ.get("PE_HOSTFILE", "")
@@ -174,7 +172,6 @@ def read(environ: Mapping[str, str], line: Source,
     :param environ: the process environment (``JOB_ID``, ``PE_HOSTFILE``, ``NHOSTS`` set;
         ``NSLOTS``, ``SGE_TASK_ID``, ``HOSTNAME``, ``SGE_JOB_SPOOL_DIR``,
         ``SGE_PE_TASK_ID`` read when set).
-    :param line: the table line.
     :param files: ``PE_HOSTFILE``'s path -> its text (``None``: unreadable).
     :returns: ``nodes`` = the file's hosts in first-appearance order (the master host
         first), ``node_rank`` = ``HOSTNAME``'s position, ``job`` = ("gridengine", JOB_ID,

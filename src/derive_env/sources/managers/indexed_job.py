@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
-from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix
+from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix, pod_files
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from derive_env.validation import parse_int
@@ -51,14 +51,8 @@ _CONTROLLER = ("the Job controller names the pod's host <job>-<index> (kubernete
                "pkg/controller/job/job_controller.go, manageJob)")
 
 
-def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """``/etc/hosts`` unless :data:`SUBDOMAIN` is set.
-
-    :param environ: the pod's environment.
-    :param name: the table line's name (``kubernetes-indexed-job``).
-    :returns: the paths cli/ reads and hands to :func:`read` as ``files``.
-    """
-    return () if environ.get(SUBDOMAIN) else (HOSTS_FILE,)
+#: ``/etc/hosts`` unless the subdomain is given (sources/lists.py).
+files_needed = pod_files
 
 
 def _manifest(job: str) -> str:
@@ -152,7 +146,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :param environ: the pod's environment; ``JOB_COMPLETION_INDEX`` and
         ``KUBERNETES_SERVICE_HOST`` are set (the table line).
-    :param line: ``kubernetes-indexed-job``.
     :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
         is unset (:func:`files_needed`).
     :returns: the nodes ``<job>-0.<suffix>`` .. ``<job>-<n-1>.<suffix>`` in index order (n =

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
-from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix
+from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix, pod_files
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from derive_env.validation import parse_int
@@ -89,13 +89,8 @@ class Group(NamedTuple):
     pods: int
 
 
-def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """``/etc/hosts`` (the pod's FQDN, for the subdomain) unless :data:`SUBDOMAIN` is set.
-
-    :param environ: the pod's environment.
-    :param name: the table line's name (``jobset``).
-    """
-    return () if environ.get(SUBDOMAIN) else (HOSTS_FILE,)
+#: ``/etc/hosts`` unless the subdomain is given (sources/lists.py).
+files_needed = pod_files
 
 
 def downward(variable: str) -> str:
@@ -263,7 +258,7 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
             "addCompletionIndexEnvVariable); remove it"))
     if index >= group.pods:
         raise TopologyError(describe(
-            "JOB_COMPLETION_INDEX", raw, f"below {group.pods}, the pods per job of "
+            "JOB_COMPLETION_INDEX", raw, f"an index below {group.pods}, the pods per job of "
             f"{group.name} in {LAYOUT}: {_layout_fix(js, group.name, environ)}"))
     return index, host
 
@@ -323,7 +318,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :param environ: the pod's environment; ``JOB_COMPLETION_INDEX``,
         ``KUBERNETES_SERVICE_HOST`` and ``JOBSET_NAME`` are set (the table line).
-    :param line: ``jobset``.
     :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
         is unset (:func:`files_needed`).
     :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (module

@@ -39,7 +39,8 @@ from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem, is_loopback
 from derive_env.sources.lists import pod_hostname
 from derive_env.sources.report import Report
-from derive_env.validation import parse_port, variable_int
+from derive_env.sources.roles import numbers
+from derive_env.validation import parse_port, variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -47,14 +48,6 @@ if TYPE_CHECKING:
 #: The variable that gives an XGBoost TrainJob's node count (spec.trainer.numNodes).
 NNODES = "DERIVE_ENV_NNODES"
 
-_FIX = {
-    "kubeflow-jax": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
-    "framework/plugins/jax/jax.go); do not set it in the TrainJob's or runtime's env",
-    "kubeflow-jaxjob": "the training operator sets it for every pod (kubeflow/training-"
-    "operator pkg/controller.v1/jax/envvar.go); do not set it in the pod template's env",
-    "kubeflow-xgboost": "the trainer sets it for every node (kubeflow/trainer pkg/runtime/"
-    "framework/plugins/xgboost/xgboost.go); do not set it in the TrainJob's or runtime's env",
-}
 
 
 def _host(environ: Mapping[str, str], given: tuple[str, str], nodes: int | None,
@@ -87,15 +80,8 @@ def _host_port(environ: Mapping[str, str], name: str, nodes: int, fix: str) -> t
     return _host(environ, (name, host), nodes, fix), number
 
 
-def _index(environ: Mapping[str, str], names: tuple[str, str], count: int | None,
-           fix: str) -> int:
-    """The index variable of ``names`` (``(index, count)``), below ``count`` when known."""
-    name, count_name = names
-    index = variable_int(environ, name, 0, f"; {fix}")
-    if count is not None and index >= count:
-        raise TopologyError(describe(
-            name, environ[name], f"an index below {count_name}={environ[count_name]!r} "
-            f"(numbered from 0); {fix}"))
+def _completion(environ: Mapping[str, str], name: str, index: int, fix: str) -> int:
+    """``index`` (of variable ``name``), which must equal ``JOB_COMPLETION_INDEX`` when set."""
     completion = environ.get("JOB_COMPLETION_INDEX")
     if completion and completion.strip() != str(index):
         raise TopologyError(describe(
@@ -105,9 +91,9 @@ def _index(environ: Mapping[str, str], names: tuple[str, str], count: int | None
 
 
 def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
-    fix = _FIX[line.name]
-    nodes = variable_int(environ, "JAX_NUM_PROCESSES", 1, f"; {fix}")
-    rank = _index(environ, ("JAX_PROCESS_ID", "JAX_NUM_PROCESSES"), nodes, fix)
+    fix, got = line.roles["why"], numbers(environ, line.roles)
+    nodes = got["num_nodes"]
+    rank = _completion(environ, "JAX_PROCESS_ID", got["node_rank"], fix)
     host, port = _host_port(environ, "JAX_COORDINATOR_ADDRESS", nodes, fix)
     return Report(
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
@@ -129,9 +115,9 @@ def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
 
 
 def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
-    fix = _FIX[line.name]
-    nodes = variable_int(environ, "NUM_PROCESSES", 1, f"; {fix}")
-    rank = _index(environ, ("PROCESS_ID", "NUM_PROCESSES"), nodes, fix)
+    fix, got = line.roles["why"], numbers(environ, line.roles)
+    nodes = got["num_nodes"]
+    rank = _completion(environ, "PROCESS_ID", got["node_rank"], fix)
     host = _host(environ, ("COORDINATOR_ADDRESS", environ["COORDINATOR_ADDRESS"]), nodes, fix)
     try:
         port = parse_port(environ["COORDINATOR_PORT"])
@@ -161,7 +147,7 @@ def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
 
 
 def _xgboost(environ: Mapping[str, str], line: Source) -> Report:
-    fix = _FIX[line.name]
+    fix = line.roles["why"]
     workers = variable_int(environ, "DMLC_NUM_WORKER", 1, f"; {fix}")
     nodes = None
     if environ.get(NNODES):
@@ -170,7 +156,8 @@ def _xgboost(environ: Mapping[str, str], line: Source) -> Report:
             raise TopologyError(describe(
                 NNODES, environ[NNODES], f"a divisor of DMLC_NUM_WORKER={workers} (nodes x "
                 "workers per node, xgboost.go): the TrainJob's spec.trainer.numNodes"))
-    rank = _index(environ, ("DMLC_TASK_ID", NNODES), nodes, fix)
+    rank = _completion(environ, "DMLC_TASK_ID", variable_index(environ, "DMLC_TASK_ID", NNODES, fix)
+                       if nodes else variable_int(environ, "DMLC_TASK_ID", 0, f"; {fix}"), fix)
     host = _host(environ, ("DMLC_TRACKER_URI", environ["DMLC_TRACKER_URI"]), nodes, fix)
     try:
         port = parse_port(environ.get("DMLC_TRACKER_PORT", ""))
@@ -199,9 +186,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Kubeflow JAX or XGBoost pod's environment says (module docstring).
 
-    :param environ: the pod's environment; every detect variable of ``line`` is set.
-    :param line: ``kubeflow-jax``, ``kubeflow-jaxjob`` or ``kubeflow-xgboost``.
-    :param files: unused (the controllers state no file).
     :returns: ``node_rank`` (the process id / task id: one process per pod), ``num_nodes``
         (the process count; XGBoost: ``DERIVE_ENV_NNODES``, else ``None``: unknown),
         ``master`` (the coordinator's or tracker's host), ``job`` (what every pod shares,

@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem
+from derive_env.sources import BY_NAME
 from derive_env.sources.lists import MAX_COUNTED_NODES, pod_hostname
 from derive_env.sources.report import Report
+from derive_env.sources.roles import numbers
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-_FIX = ("the LeaderWorkerSet controller sets it in every container (kubernetes-sigs/lws "
-        "pkg/utils/pod/pod_utils.go, AddLWSVariables); do not set it in the template's env")
+_FIX = BY_NAME["lws"].roles["why"]
 
 
 def _leader(environ: Mapping[str, str]) -> tuple[str, str]:
@@ -116,8 +116,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :param environ: the pod's environment; ``LWS_LEADER_ADDRESS``, ``LWS_GROUP_SIZE`` and
         ``LWS_WORKER_INDEX`` are set (the table line); ``HOSTNAME`` is cross-checked when set.
-    :param line: the ``lws`` table line.
-    :param files: unused (the controller states no file).
     :returns: ``nodes``: the leader address, then ``<leader>-<i>.<subdomain>.<namespace>``
         for i = 1 .. ``LWS_GROUP_SIZE`` - 1 (module docstring); ``node_rank`` =
         ``LWS_WORKER_INDEX``; ``job`` = ``("lws", LWS_LEADER_ADDRESS, LWS_GROUP_SIZE)``,
@@ -129,19 +127,14 @@ def read(environ: Mapping[str, str], line: Source,
         pod's index (:func:`_check_tpu`); the message names the variable,
         its value and the fix.
     """
-    size = variable_int(environ, "LWS_GROUP_SIZE", 1, f"; {_FIX}")
+    got = numbers(environ, line.roles)
+    size, index = got["num_nodes"], got["node_rank"]
     if size > MAX_COUNTED_NODES:
         # LWS states no limit (its size is an int32): refused before the names are built
         raise TopologyError(describe(
             "LWS_GROUP_SIZE", environ["LWS_GROUP_SIZE"],
             f"at most {MAX_COUNTED_NODES} pods in a group (the largest job derive-env "
             f"builds from a count); {_FIX}"))
-    index = variable_int(environ, "LWS_WORKER_INDEX", 0, f"; {_FIX}")
-    if index >= size:
-        raise TopologyError(describe(
-            "LWS_WORKER_INDEX", environ["LWS_WORKER_INDEX"],
-            f"an index below LWS_GROUP_SIZE={environ['LWS_GROUP_SIZE']!r} (the leader is 0, "
-            f"workers 1 .. size - 1; the size counts the leader); {_FIX}"))
     pod, domain = _leader(environ)
     names = [pod] + [f"{pod}-{i}" for i in range(1, size)]
     _check_hostname(environ, names[index], index)

@@ -63,8 +63,6 @@ def _is_rank(environ: Mapping[str, str]) -> bool:
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """The hostfile, for a rank only (the launcher process is refused without it).
 
-    :param environ: the process's environment.
-    :param name: the table line's name (``mpi-operator-launcher``).
     """
     variable = _hostfile_variable(environ)
     return (environ[variable],) if variable and _is_rank(environ) else ()
@@ -92,7 +90,6 @@ def read(environ: Mapping[str, str], line: Source,
     :param environ: the process's environment; ``K_MPI_JOB_ROLE`` is set; the hostfile is
         the one ``OMPI_MCA_orte_default_hostfile``, ``I_MPI_HYDRA_HOST_FILE`` or
         ``HYDRA_HOST_FILE`` names.
-    :param line: the table line ``mpi-operator-launcher``.
     :param files: the hostfile's text by path (``None``: unreadable), read in cli/.
     :returns: for the launcher process (``K_MPI_JOB_ROLE=launcher``, no rank), a report
         whose ``problem`` refuses it; another role without a rank, or a rank without a

@@ -50,7 +50,7 @@ from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.lists import HostSlots, one_per_slot
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
+from derive_env.validation import variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -115,13 +115,10 @@ def _node_rank(environ: Mapping[str, str], count: int | None,
         raise TopologyError(describe(
             "PBS_TASKNUM", task, "PBS_NODENUM to be set as well: the MoM sets both for a TM "
             "task (src/resmom/start_exec.c start_process)"))
-    node = variable_int(environ, "PBS_NODENUM", 0)
-    if count is not None and node >= count:
-        raise TopologyError(describe(
-            "PBS_NODENUM", environ["PBS_NODENUM"],
-            f"a node index below the {count} host(s) of PBS_NODEFILE: the MoM numbers the "
-            "job's hosts from 0 in the file's order; was the file or the variable copied "
-            "from another job?"))
+    node = variable_int(environ, "PBS_NODENUM", 0) if count is None else variable_index(
+        environ, "PBS_NODENUM", (count, f"the {count} host(s) of PBS_NODEFILE"), "the MoM "
+        "numbers the job's hosts from 0 in the file's order; was the file or the variable "
+        "copied from another job?")
     inputs["node_rank"] = ("PBS_NODENUM", "PBS_TASKNUM")
     notes.append(f"a TM task (PBS_TASKNUM={task!r}, " + (
         "decimal, beside PBS_VNODENUM: Torque's" if torque else "hexadecimal")
@@ -164,8 +161,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a PBS job states: the node layer of its node file (module docstring).
 
-    :param environ: the process environment; ``PBS_JOBID`` and ``PBS_NODEFILE`` are set.
-    :param line: the ``pbs`` table line.
     :param files: ``PBS_NODEFILE``'s path -> its content (``None``: unreadable), read in cli/.
     :returns: ``nodes`` (when the file is readable), ``node_rank`` (a TM task, or a job of
         one host), ``job`` = ``("pbs", PBS_JOBID, "allocation")`` for every process of the

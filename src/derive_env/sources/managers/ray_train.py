@@ -34,9 +34,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report
+from derive_env.sources import BY_NAME
+from derive_env.sources.report import Report
 from derive_env.sources.roles import checked_master
-from derive_env.validation import variable_int
+from derive_env.sources.roles import read as read_roles
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -44,23 +45,7 @@ if TYPE_CHECKING:
 #: What Ray Train sets in a worker (config.py, module docstring), all kept as they are.
 WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
                     "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_TORCH_DEVICE")
-_PROCESSES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
-FIX = ("Ray Train sets it in each worker (ray/train/torch/config.py, _TorchBackend.on_start "
-       "and _set_torch_distributed_env_vars); something changed it after Ray set it: do not "
-       "set Ray Train's variables yourself")
-
-
-def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
-    if not environ.get(name):
-        raise TopologyError(describe(name, "", f"set: {FIX}"))
-    return variable_int(environ, name, minimum, f"; {FIX}")
-
-
-def _below(environ: Mapping[str, str], name: str, bound: str) -> None:
-    if int(environ[name]) >= int(environ[bound]):
-        raise TopologyError(describe(
-            name, environ[name], f"a value below {bound}={environ[bound]!r} (Ray numbers "
-            f"from 0: worker_group.py, _assign_worker_ranks); {FIX}"))
+FIX = BY_NAME["ray-train"].roles["why"]
 
 
 def _master(environ: Mapping[str, str]) -> tuple[str, int]:
@@ -80,9 +65,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Ray Train worker's environment says: Ray's values, passed through.
 
-    :param environ: the worker process's environment; the line's detect variables are set.
-    :param line: the ``ray-train`` table line.
-    :param files: unused (Ray states no file).
     :returns: the process layer (``RANK`` ...), ``node_rank`` = ``NODE_RANK``, ``num_nodes``
         = 1 only when every worker is on this node (else unknown), ``master`` =
         ``MASTER_ADDR``, ``master_port`` = ``MASTER_PORT``, ``job`` = ``("ray-train",
@@ -92,16 +74,13 @@ def read(environ: Mapping[str, str], line: Source,
         node rank on a job of one node that is not 0; ``MASTER_ADDR``/``MASTER_PORT`` unset
         (``init_method="tcp"``) or bad. The message names the variable and the fix.
     """
-    rank, local_rank = _int(environ, "RANK", 0), _int(environ, "LOCAL_RANK", 0)
-    world, local_world = _int(environ, "WORLD_SIZE", 1), _int(environ, "LOCAL_WORLD_SIZE", 1)
-    node_rank = _int(environ, "NODE_RANK", 0)
-    _below(environ, "RANK", "WORLD_SIZE")
-    _below(environ, "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-    if local_world > world:
-        raise TopologyError(describe(
-            "LOCAL_WORLD_SIZE", environ["LOCAL_WORLD_SIZE"],
-            f"at most WORLD_SIZE={environ['WORLD_SIZE']!r} (this node's workers are part of "
-            f"the job's); {FIX}"))
+    unset = next((name for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if not environ.get(name)),
+                 None)
+    if unset:
+        raise TopologyError(describe(unset, "", f"set: {FIX}"))
+    base = read_roles(environ, line)
+    rank, local_rank, world, local_world, _ = base.processes
+    node_rank = base.node_rank
     one_node = world == local_world
     if node_rank > rank - local_rank or (one_node and node_rank):
         raise TopologyError(describe(
@@ -113,22 +92,15 @@ def read(environ: Mapping[str, str], line: Source,
     job_id = environ.get("RAY_JOB_ID") or None
     counted = (f"{world} worker(s), all on this node: one node" if one_node else
                f"{world} workers, {local_world} on this node: the node count is not stated")
-    return Report(
-        source=line.name, title=line.title, node_rank=node_rank,
-        num_nodes=1 if one_node else None,
-        processes=Processes(rank, local_rank, world, local_world),
-        master=master, master_port=port,
+    return base._replace(
+        num_nodes=1 if one_node else None, master=master, master_port=port,
         job=("ray-train", job_id or master, str(port)), session_id=job_id,
-        preset=frozenset(n for n in WORKER_VARIABLES if n in environ),
-        renumbers=True,
-        inputs={
-            "node_rank": ("NODE_RANK",),
-            **({"num_nodes": ("WORLD_SIZE", "LOCAL_WORLD_SIZE")} if one_node else {}),
-            "processes": _PROCESSES,
-            **{fact: (name,) for fact, name in zip(PROCESS_FACTS, _PROCESSES, strict=True)},
-            "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
-            "ports": ("RAY_JOB_ID", "MASTER_PORT") if job_id else ("MASTER_ADDR",
-                                                                   "MASTER_PORT")},
+        preset=frozenset(n for n in WORKER_VARIABLES if n in environ), renumbers=True,
+        inputs={**base.inputs,
+                **({"num_nodes": ("WORLD_SIZE", "LOCAL_WORLD_SIZE")} if one_node else {}),
+                "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
+                "ports": ("RAY_JOB_ID", "MASTER_PORT") if job_id else ("MASTER_ADDR",
+                                                                       "MASTER_PORT")},
         order="Ray Train's worker order (NODE_RANK: nodes as its workers are sorted)",
         notes=(f"Ray Train set RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, "
                f"MASTER_ADDR and MASTER_PORT in this worker (ray/train/torch/config.py): kept "

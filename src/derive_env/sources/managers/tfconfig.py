@@ -174,9 +174,6 @@ def read(environ: Mapping[str, str], line: Source,
     """The node layer a manager's ``TF_CONFIG`` (line ``tf-config``) or Vertex AI's
     ``CLUSTER_SPEC`` (line ``vertex``) states.
 
-    :param environ: the environment; the line's variables are set.
-    :param line: ``tf-config`` or ``vertex``.
-    :param files: unused.
     :returns: ``nodes`` the chief then the workers, in index order, with their task type as
         role and index (1-based within the type); ``node_rank`` this task's place among
         them; ``job`` = ``(line, node 0's host:port, node count)``, the same in every task;

@@ -45,7 +45,7 @@ from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, host_problem, is_ip, repeated_host
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
+from derive_env.validation import variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -173,8 +173,6 @@ def read(environ: Mapping[str, str], line: Source,
     :param environ: the container's environment; ``TPU_WORKER_ID`` and
         ``TPU_WORKER_HOSTNAMES`` are set (the table line); ``TPU_PROCESS_ADDRESSES``,
         ``MEGASCALE_*``, ``LWS_*`` and ``HOSTNAME`` are checked when set.
-    :param line: the ``gke-tpu`` table line.
-    :param files: unused (GKE's metadata server is not read: JAX reads the env first).
     :returns: one slice: ``nodes`` = ``TPU_WORKER_HOSTNAMES`` in order, ``node_rank`` =
         ``TPU_WORKER_ID``; several: ``num_nodes`` = hosts x slices, ``node_rank`` =
         ``MEGASCALE_SLICE_ID`` x hosts + ``TPU_WORKER_ID`` (slice-major), ``master`` = the
@@ -184,11 +182,8 @@ def read(environ: Mapping[str, str], line: Source,
         the fix.
     """
     hosts = _hosts(environ)
-    worker = variable_int(environ, "TPU_WORKER_ID", 0, f"; {_FIX}")
-    if worker >= len(hosts):
-        raise TopologyError(describe("TPU_WORKER_ID", environ["TPU_WORKER_ID"], (
-            f"an index into TPU_WORKER_HOSTNAMES, below {len(hosts)} (hosts are numbered from "
-            f"0); {_FIX}")))
+    worker = variable_index(environ, "TPU_WORKER_ID",
+                   (len(hosts), f"the {len(hosts)} hosts of TPU_WORKER_HOSTNAMES"), _FIX)
     _check_hostname(environ, hosts, worker)
     slices, slice_id, coordinator = _slices(environ)
     warnings = _lws(environ, len(hosts), worker)

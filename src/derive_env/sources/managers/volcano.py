@@ -64,8 +64,6 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """The ``.host`` files of the tasks whose ``VC_<TASK>_HOSTS`` is not set
     (``--inject-hosts-env=false`` drops it; the files remain).
 
-    :param environ: the pod's environment.
-    :param name: the table line's name (``volcano``).
     """
     return tuple(host_file(t) for t in _tasks(environ) if not environ.get(f"VC_{t}_HOSTS"))
 
@@ -157,11 +155,7 @@ def _plugin_checks(environ: Mapping[str, str], count: int, rank: int) -> int:
     for name, expected, what in (("WORLD_SIZE", count, "the pods of the master and worker "
                                   "tasks"), ("RANK", rank, "this pod's node rank (master 0, "
                                              "worker i: i + 1)")):
-        try:
-            value = parse_int(environ[name], minimum=0)
-        except ValueError:
-            value = -1
-        if value != expected:
+        if _int(environ[name]) != expected:
             raise TopologyError(describe(
                 name, environ[name], f"{expected}, {what}: the pytorch plugin sets pod "
                 f"values, not process ranks (pytorch.go OnPodCreate); {_FIX}"))
@@ -177,7 +171,6 @@ def read(environ: Mapping[str, str], line: Source,
     """What a Volcano Job pod's environment (and ``/etc/volcano``) says.
 
     :param environ: the pod's environment; ``VC_TASK_INDEX`` is set (the table line).
-    :param line: ``volcano``.
     :param files: ``/etc/volcano/<task>.host`` -> text (``None``: unreadable), for the tasks
         without ``VC_<TASK>_HOSTS`` (:func:`files_needed`).
     :returns: the nodes in canonical order (role = the task, index 1-based in it),
