@@ -24,11 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sessions import BASE_ENV, HERE, LABEL, json_lines, require, venv_bin
+from sessions import BASE_ENV, EXAMPLES, HERE, LABEL, json_lines, require, venv_bin
 from simcluster import HostResult
 from slurmcluster import NODES, SlurmCluster, can_run_slurm, find_program, leftovers
 
 __all__ = [
+    "EXAMPLES",
     "HERE",
     "LABEL",
     "NODES",
