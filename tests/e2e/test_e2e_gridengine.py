@@ -151,8 +151,10 @@ def test_job_script_of_three_hosts_refuses_with_the_fix(ge: GridEngineCluster) -
         'echo "exit=$?"', {"frameworks": "pytorch"})
     assert res.ok, res.describe() + output
     assert len(hosts) == 3, output
-    assert "derive-env: error: NHOSTS='3': expected 1 here: a Grid Engine job script runs " \
-        "on the master host only" in output, output
+    assert "derive-env: error: run derive-env inside mpirun or qrsh -inherit, after it: " \
+        "mpirun derive-env -- python train.py" in output, output
+    assert "which runs on the master host only, the first of PE_HOSTFILE's NHOSTS='3'" \
+        in output, output
     assert "qrsh -inherit -V <host> derive-env -- torchrun" in output
     assert output.rstrip().endswith("exit=3"), output
     assert '"rank"' not in output

@@ -274,13 +274,14 @@ def test_sbatch_three_node_script_stops_with_the_fix(slurm: SlurmCluster) -> Non
                                           "--nproc-per-node=2", TORCH], job_env(labels),
                          JOB_TIMEOUT_S)
     assert (res.returncode, res.timed_out) == (3, False), res.describe() + output
-    # The variable and its value, then the text docs/operator-guide.md and
+    # What to do first, then the variable and its value: the text docs/operator-guide.md and
     # docs/sources/slurm.md section 2 document.
     assert output.splitlines() == [
-        "derive-env: error: SLURM_JOB_NUM_NODES='3': expected 1 here: "
-        "a batch script or salloc shell runs on one node; only srun starts "
-        "the others: run derive-env inside an srun step instead (srun --ntasks-per-node=1 "
-        "derive-env -- torchrun ...)",
+        "derive-env: error: run derive-env inside srun, after it: srun --ntasks-per-node=1 "
+        "derive-env -- torchrun ..., or one task per GPU: srun --ntasks-per-node=<GPUs per "
+        "node> derive-env -- python train.py. Here it runs in a batch script or salloc shell "
+        "(no srun step; derive-env -- srun ... runs it there too), one process on one node of "
+        "the job's SLURM_JOB_NUM_NODES='3': only srun starts processes on the others",
         "derive-env: note: the command was not run (exit 3)",
     ]
 

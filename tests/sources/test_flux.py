@@ -94,11 +94,10 @@ def test_more_tasks_than_nodes_is_refused_with_the_fix() -> None:
     with pytest.raises(TopologyError) as caught:
         topology_from(task(5, 1, 8, 2))
     assert str(caught.value) == (
-        "FLUX_JOB_SIZE='8': expected one task per node (FLUX_JOB_NNODES=2) or a job of one "
-        "node: Flux does not state in the environment how many of the 8 tasks run on this "
-        "node; start one task per node (flux run -N <nodes> --tasks-per-node=1 derive-env -- "
-        "torchrun --nproc-per-node=<GPUs> ...), or the ranks with an MPI launcher derive-env "
-        "reads")
+        "start one task per node: flux run -N <nodes> --tasks-per-node=1 derive-env -- "
+        "torchrun --nproc-per-node=<GPUs> ..., or the ranks with an MPI launcher derive-env "
+        "reads. Here derive-env runs in one of FLUX_JOB_SIZE='8' tasks on FLUX_JOB_NNODES=2 "
+        "nodes, and Flux does not state in the environment how many of them run on this node")
 
 
 @pytest.mark.parametrize(("env", "message"), [

@@ -88,11 +88,11 @@ def test_the_job_script_of_three_hosts_refuses_with_the_fix() -> None:
     assert (report.nodes, report.node_rank, report.job, report.session_id) == (
         tuple(Node(h) for h in HOSTS), 0, ("gridengine", "1", ""), "1")
     assert report.problem == (
-        "NHOSTS='3': expected 1 here: a Grid Engine job script runs on the master host only "
-        "(the first host of PE_HOSTFILE), and Grid Engine starts nothing on the other hosts: "
-        "start one process per slot with mpirun inside the job (Open MPI reads PE_HOSTFILE: "
-        "mpirun derive-env -- python train.py), or one task per host with qrsh -inherit -V "
-        "<host> derive-env -- torchrun ... (-V passes PE_HOSTFILE on)")
+        "run derive-env inside mpirun or qrsh -inherit, after it: mpirun derive-env -- python "
+        "train.py (Open MPI reads PE_HOSTFILE), or one task per host: qrsh -inherit -V <host> "
+        "derive-env -- torchrun ... (-V passes PE_HOSTFILE on). Here it runs in the job script "
+        "(derive-env -- mpirun ... runs it there too), which runs on the master host only, the "
+        "first of PE_HOSTFILE's NHOSTS='3', and Grid Engine starts nothing on the others")
     with pytest.raises(TopologyError) as caught:
         derive(env, PYTORCH, files=reader("master-task"))
     assert str(caught.value) == report.problem

@@ -103,10 +103,9 @@ def test_the_batch_script_exactly_and_refused_beyond_one_host() -> None:
     with pytest.raises(TopologyError) as caught:
         topology_from(batch())
     assert str(caught.value) == (
-        f"LSB_MCPU_HOSTS={MCPU!r}: "
-        "expected a job of one host here: this job has 4 hosts, and a batch script runs on "
-        "the first only; start the processes from the batch script with jsrun or mpirun "
-        "(jsrun ... derive-env -- python train.py), so that derive-env runs in each rank")
+        "run derive-env inside jsrun or mpirun, after it: jsrun ... derive-env -- python "
+        "train.py. Here it runs in the batch script (derive-env -- jsrun ... runs it there "
+        f"too), which runs on the first of the job's 4 hosts only (LSB_MCPU_HOSTS={MCPU!r})")
 
 
 def test_a_batch_script_of_one_host_is_node_zero() -> None:

@@ -91,10 +91,10 @@ def test_the_batch_script_of_several_hosts_is_refused_with_the_fix() -> None:
     with pytest.raises(TopologyError) as caught:
         topology_from(env, files=files())
     assert str(caught.value) == (
-        f"PBS_NODEFILE={NODEFILE!r}: expected a job of one host here: this job has 3 hosts, "
-        "and a batch script runs on the first only; start the processes on every host from "
-        "the batch script with an MPI launcher (mpiexec ... derive-env -- python train.py) "
-        "or with pbsdsh -u (pbsdsh -u derive-env -- torchrun ...)")
+        "run derive-env inside the launcher, after it: pbsdsh -u derive-env -- torchrun ... "
+        "(one task per host), or mpiexec ... derive-env -- python train.py. Here it runs in "
+        "the batch script (derive-env -- mpiexec ... runs it there too), which runs on the "
+        f"first of the job's 3 hosts only (PBS_NODEFILE={NODEFILE!r})")
 
 
 def test_the_batch_script_of_one_host_is_node_zero() -> None:

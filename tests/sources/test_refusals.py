@@ -65,9 +65,11 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str,
              "SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE, SLURM_LOCALID, SLURM_NODEID")),
     ({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2",
       "SLURM_NTASKS": "2", "ENVIRONMENT": "BATCH"},
-     "SLURM_JOB_NUM_NODES='2': expected 1 here: a batch script or salloc shell runs on one "
-     "node; only srun starts the others: run derive-env inside an srun step instead (srun "
-     "--ntasks-per-node=1 derive-env -- torchrun ...)"),
+     "run derive-env inside srun, after it: srun --ntasks-per-node=1 derive-env -- torchrun "
+     "..., or one task per GPU: srun --ntasks-per-node=<GPUs per node> derive-env -- python "
+     "train.py. Here it runs in a batch script or salloc shell (no srun step; derive-env -- "
+     "srun ... runs it there too), one process on one node of the job's "
+     "SLURM_JOB_NUM_NODES='2': only srun starts processes on the others"),
     ({"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1"},
      partial("PMI_SIZE", "4", "1", "a PMI launcher (MPICH Hydra, Intel MPI, srun --mpi=pmi2, "
              "Flux)", "MPI_LOCALNRANKS")),
@@ -344,10 +346,10 @@ NO_HOST_LIST = {"ray-train", "aws-batch", "azure-mpi", "azureml-pytorch"}
 #: sources/managers/lsf.py),
 #: a node whose master no variable states (htcondor, its roles), -> the message's start.
 READ_AND_REFUSED = {
-    "pbs": "PBS_NODEFILE='/var/spool/pbs/aux/7.pbs': expected a job of one host here: this "
-           "job has 2 hosts, and a batch script runs on the first only; start the processes",
-    "lsf": "LSB_MCPU_HOSTS='hostA 4 hostB 4': expected a job of one host here: this job has "
-           "2 hosts, and a batch script runs on the first only; start the processes",
+    "pbs": "run derive-env inside the launcher, after it: pbsdsh -u derive-env -- torchrun "
+           "... (one task per host), or mpiexec ... derive-env -- python train.py. Here",
+    "lsf": "run derive-env inside jsrun or mpirun, after it: jsrun ... derive-env -- python "
+           "train.py. Here it runs in the batch script",
     "htcondor": "MASTER_ADDR='': expected the host of rank 0 (it also gives JAX's "
                 "coordinator): an HTCondor parallel-universe job states no host list",
 }

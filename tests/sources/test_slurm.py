@@ -142,10 +142,11 @@ def test_allocation_facts_of_every_recorded_task(scenario: str) -> None:
 
 def test_the_multi_node_allocation_problem_prints_the_fix() -> None:
     assert alloc(tasks("sbatch-3node")["batch"][1]).problem == (
-        "SLURM_JOB_NUM_NODES='3': expected 1 here: "
-        "a batch script or salloc shell runs on one node; only srun starts the others: run "
-        "derive-env inside an srun step instead (srun --ntasks-per-node=1 derive-env -- "
-        "torchrun ...)")
+        "run derive-env inside srun, after it: srun --ntasks-per-node=1 derive-env -- "
+        "torchrun ..., or one task per GPU: srun --ntasks-per-node=<GPUs per node> derive-env "
+        "-- python train.py. Here it runs in a batch script or salloc shell (no srun step; "
+        "derive-env -- srun ... runs it there too), one process on one node of the job's "
+        "SLURM_JOB_NUM_NODES='3': only srun starts processes on the others")
 
 
 def test_salloc_shell_is_not_a_step_and_has_no_node() -> None:

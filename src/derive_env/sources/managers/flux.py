@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from derive_env.errors import TopologyError, describe
+from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.lists import MAX_COUNTED_NODES
 from derive_env.sources.report import Processes, Report
 from derive_env.validation import parse_int, variable_int
@@ -42,8 +42,9 @@ _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _B58_VALUE = {char: value for value, char in enumerate(_B58)}
 #: fluid.c ``f58_prefix`` / ``f58_alt_prefix``; ``MAX_B58_STRLEN``.
 _PREFIXES, _MAX_B58 = ("\u0192", "f"), 12
-_FIX = ("start one task per node (flux run -N <nodes> --tasks-per-node=1 derive-env -- "
-        "torchrun --nproc-per-node=<GPUs> ...), or the ranks with an MPI launcher "
+#: What to do, first: derive-env in tasks whose count per node Flux does not state.
+_FIX = ("start one task per node: flux run -N <nodes> --tasks-per-node=1 derive-env -- "
+        "torchrun --nproc-per-node=<GPUs> ..., or the ranks with an MPI launcher "
         "derive-env reads")
 
 
@@ -134,11 +135,10 @@ def read(environ: Mapping[str, str], line: Source,
             node_rank = 0
             inputs["node_rank"] = ("FLUX_JOB_NNODES",)
     else:
-        problem = describe(
-            "FLUX_JOB_SIZE", environ["FLUX_JOB_SIZE"],
-            f"one task per node (FLUX_JOB_NNODES={nodes}) or a job of one node: Flux does "
-            f"not state in the environment how many of the {size} tasks run on this node; "
-            + _FIX)
+        problem = (
+            f"{_FIX}. Here derive-env runs in one of FLUX_JOB_SIZE="
+            f"{shorten(environ['FLUX_JOB_SIZE'])!r} tasks on FLUX_JOB_NNODES={nodes} nodes, "
+            "and Flux does not state in the environment how many of them run on this node")
     return Report(
         source=line.name, title=line.title, num_nodes=nodes, node_rank=node_rank,
         processes=processes, job=("flux", job, ""), session_id=job, inputs=inputs,

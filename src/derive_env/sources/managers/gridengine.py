@@ -48,9 +48,10 @@ _ORDER = ("PE_HOSTFILE order: the job's granted queues, the master queue's host 
           "at its first line, its slots summed over its queues")
 _FORMAT = "one line per granted queue: <host> <slots> <queue> <processors>"
 #: How one process per host or per slot starts on every host of the job.
-_HOW = ("start one process per slot with mpirun inside the job (Open MPI reads "
-        "PE_HOSTFILE: mpirun derive-env -- python train.py), or one task per host with "
-        "qrsh -inherit -V <host> derive-env -- torchrun ... (-V passes PE_HOSTFILE on)")
+#: What to do, first: derive-env in the wrong place (the job script, or around mpirun).
+_HOW = ("run derive-env inside mpirun or qrsh -inherit, after it: mpirun derive-env -- python "
+        "train.py (Open MPI reads PE_HOSTFILE), or one task per host: qrsh -inherit -V <host> "
+        "derive-env -- torchrun ... (-V passes PE_HOSTFILE on)")
 #: A task's spool folder: ``active_jobs/<job>.<array task>/<pe task id>`` (exec_job.c
 #: ``sge_get_active_job_file_path`` with a PE task); the master task's has no third part.
 _TASK_SPOOL = re.compile(r"/active_jobs/[0-9]+\.[0-9]+/[^/]+/?\Z")
@@ -206,10 +207,10 @@ def read(environ: Mapping[str, str], line: Source,
         inputs["node_rank"] = ("PE_HOSTFILE",)
     problem = None
     if len(hosts) > 1 and not task:
-        problem = describe(
-            "NHOSTS", environ["NHOSTS"],
-            "1 here: a Grid Engine job script runs on the master host only (the first "
-            f"host of PE_HOSTFILE), and Grid Engine starts nothing on the other hosts: {_HOW}")
+        problem = (
+            f"{_HOW}. Here it runs in the job script (derive-env -- mpirun ... runs it there "
+            "too), which runs on the master host only, the first of PE_HOSTFILE's "
+            f"NHOSTS={shorten(environ['NHOSTS'])!r}, and Grid Engine starts nothing on the others")
     return Report(
         source=line.name,
         title=line.title,

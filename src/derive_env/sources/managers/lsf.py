@@ -43,8 +43,9 @@ _ALLOC_ORDER = ("LSB_MCPU_HOSTS order: the execution hosts by first appearance, 
                 "script's host first")
 _JSRUN_ORDER = ("LSB_DJOB_RANKFILE order without its first line (the launch node): the "
                 "compute hosts by first appearance")
-_START = ("start the processes from the batch script with jsrun or mpirun (jsrun ... "
-          "derive-env -- python train.py), so that derive-env runs in each rank")
+#: What to do, first: derive-env in the wrong place (the batch script, or around jsrun).
+_START = ("run derive-env inside jsrun or mpirun, after it: jsrun ... derive-env -- python "
+          "train.py")
 _JSM = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE",
         "JSM_NAMESPACE_LOCAL_SIZE")
 #: The same facts as Spectrum MPI (Open MPI) states them in a task jsrun started.
@@ -120,10 +121,10 @@ def _allocation(environ: Mapping[str, str], line: Source) -> Report:
         source=line.name, title=line.title, nodes=nodes_of(listed.hosts),
         node_rank=node_rank, job=("lsf", job, "allocation"), session_id=job,
         inputs=inputs, order=_ALLOC_ORDER, notes=tuple(notes),
-        problem=None if count == 1 else describe(
-            "LSB_MCPU_HOSTS", environ["LSB_MCPU_HOSTS"],
-            f"a job of one host here: this job has {count} hosts, and a batch script runs "
-            f"on the first only; {_START}"),
+        problem=None if count == 1 else (
+            f"{_START}. Here it runs in the batch script (derive-env -- jsrun ... runs it "
+            f"there too), which runs on the first of the job's {count} hosts only "
+            f"(LSB_MCPU_HOSTS={shorten(environ['LSB_MCPU_HOSTS'])!r})"),
     )
 
 

@@ -59,9 +59,9 @@ if TYPE_CHECKING:
 _TM_TASK = re.compile(r"[0-9A-F]{8}\Z")
 _ORDER = ("PBS_NODEFILE order: the hosts by first appearance, the mother superior first "
           "(src/resmom/start_exec.c generate_pbs_nodefile, add_mom_to_job)")
-_START = ("start the processes on every host from the batch script with an MPI launcher "
-          "(mpiexec ... derive-env -- python train.py) or with pbsdsh -u (pbsdsh -u "
-          "derive-env -- torchrun ...)")
+#: What to do, first: derive-env in the wrong place (the batch script, or around mpiexec).
+_START = ("run derive-env inside the launcher, after it: pbsdsh -u derive-env -- torchrun ... "
+          "(one task per host), or mpiexec ... derive-env -- python train.py")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -198,10 +198,10 @@ def read(environ: Mapping[str, str], line: Source,
             node_rank = 0
             inputs.setdefault("node_rank", ("PBS_NODEFILE",))
         elif node_rank is None:
-            problem = describe(
-                "PBS_NODEFILE", path,
-                f"a job of one host here: this job has {count} hosts, and a batch script "
-                f"runs on the first only; {_START}")
+            problem = (
+                f"{_START}. Here it runs in the batch script (derive-env -- mpiexec ... runs "
+                f"it there too), which runs on the first of the job's {count} hosts only "
+                f"(PBS_NODEFILE={shorten(path)!r})")
     return Report(
         source=line.name,
         title=line.title,

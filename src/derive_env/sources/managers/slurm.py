@@ -52,9 +52,10 @@ from derive_env.validation import parse_int, variable_int
 _COPIED = ("this task's own Slurm variables contradict the step it names, as when a "
            "launcher inside the step (MPICH's mpiexec) copied them from another process; "
            "run derive-env directly under srun, or under an MPI launcher derive-env reads")
-_ALLOC_PROBLEM = ("a batch script or salloc shell runs on one node; only srun starts the "
-                  "others: run derive-env inside an srun step instead "
-                  "(srun --ntasks-per-node=1 derive-env -- torchrun ...)")
+#: What to do, first: derive-env in the wrong place (the batch script, or around srun).
+RUN_IN_SRUN = ("run derive-env inside srun, after it: srun --ntasks-per-node=1 derive-env -- "
+               "torchrun ..., or one task per GPU: srun --ntasks-per-node=<GPUs per node> "
+               "derive-env -- python train.py")
 
 
 def alloc_problem(value: str, step: str | None = None) -> str:
@@ -67,7 +68,9 @@ def alloc_problem(value: str, step: str | None = None) -> str:
             f"{shorten(step, 40)} (SLURM_STEP_ID), and the step, not the allocation, states "
             "the nodes that run the job's processes. Read the step: --source slurm-step (or "
             "DERIVE_ENV_SOURCE=slurm-step), or no --source")
-    return describe("SLURM_JOB_NUM_NODES", value, "1 here: " + _ALLOC_PROBLEM)
+    return (f"{RUN_IN_SRUN}. Here it runs in a batch script or salloc shell (no srun step; "
+            "derive-env -- srun ... runs it there too), one process on one node of the job's "
+            f"SLURM_JOB_NUM_NODES={shorten(value)!r}: only srun starts processes on the others")
 
 
 _STEP_ORDER = ("SLURM_STEP_NODELIST order: Slurm's node index in the step, as SLURM_NODEID "
