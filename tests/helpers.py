@@ -111,9 +111,16 @@ def made(values: dict[str, str], kept: dict[str, str] | None = None):
     )
 
 
-def not_opted_in_note(job: str) -> str:
+def not_opted_in_note(job: str, image: bool = True) -> str:
     """The stderr line of an image that did not opt in inside a larger job (contract section
-    11, cli._note_larger_job): ``job`` is what states it (``a Backend.AI session states ...``)."""
+    11, cli._note_larger_job): ``job`` is what states it (``a Backend.AI session states ...``);
+    ``image=False``: no labels file was read (bare metal), the job's options come first."""
+    if not image:
+        return (
+            "derive-env: warning: nothing derived: the job did not opt in (no --frameworks, "
+            f"no DERIVE_ENV_FRAMEWORKS, no labels file), but {job}, so every node runs the "
+            "command as a job of its own. To opt in, run derive-env --frameworks pytorch (or "
+            "tensorflow, jax), or export DERIVE_ENV_FRAMEWORKS=pytorch for the job\n")
     return (
         "derive-env: warning: nothing derived: the image did not opt in (label "
         f"ai.backend.distributed.frameworks is not set), but {job}, so every node runs the "

@@ -256,3 +256,14 @@ def test_shapes_that_are_not_no_labels(text: str, expected: str) -> None:
                                   '{"Config": {}}', '{"Labels": {}}'])
 def test_shapes_of_an_image_without_labels(text: str) -> None:
     assert parse_labels_document(text, "labels.json") == {}
+
+
+@pytest.mark.parametrize(("files", "image"), [({}, False), ({"/etc/l.json": "{}"}, True)])
+def test_labels_know_whether_a_labels_file_was_read(files: dict[str, str], image: bool) -> None:
+    """The fact "there is an image" is whether the default labels file exists (read at the
+    edge): the messages of a start that did not opt in follow it."""
+    from derive_env.labels import gather
+
+    labels = gather({}, None, (), (), lambda path, what, missing: files.get(path),
+                    "/etc/l.json")
+    assert (dict(labels), labels.image) == ({}, image)

@@ -54,11 +54,14 @@ class Labels(dict):  # type: ignore[type-arg]
 
     :ivar variables: label -> the ``DERIVE_ENV_<NAME>`` variable it came from (contract
         section 9), for ``--explain``'s provenance and the opt-in rule.
+    :ivar image: a labels file (the default or ``$DERIVE_ENV_LABELS_FILE``) was read, so
+        messages may speak of "the image"; else (bare metal) they speak of the job.
     """
 
     def __init__(self, *args: object, **kwargs: str) -> None:
         super().__init__(*args, **kwargs)
         self.variables: dict[str, str] = {}
+        self.image = False
 
 
 def variable_of(label: str) -> str:
@@ -415,17 +418,19 @@ def gather(
     labels = Labels()
     problems: list[str] = []
 
-    def read_one(path: str, what: str, missing_ok: bool = False) -> None:
+    def read_one(path: str, what: str, missing_ok: bool = False) -> bool:
         try:
             text = read(path, what, missing_ok)
             if text is not None or not missing_ok:
                 labels.update(parse_labels_document(text or "", "stdin" if path == "-" else path))
+            return text is not None
         except LabelError as exc:
             problems.append(str(exc))
+            return True
 
     baked = environ.get(LABELS_FILE_VARIABLE) or own_labels_file or None
-    read_one(baked or default_file,
-             f"labels file (${LABELS_FILE_VARIABLE})" if baked else "labels file", baked is None)
+    labels.image = read_one(baked or default_file, f"labels file (${LABELS_FILE_VARIABLE})"
+                            if baked else "labels file", baked is None)
     for labels_file in labels_files:
         read_one(labels_file, "--labels-file")
     from_session, near = session_labels(environ)

@@ -62,8 +62,9 @@ def test_an_image_that_did_not_opt_in_is_checked_as_pytorch(tmp_path: Path) -> N
     empty.write_text("{}")
     result = _run(["check", "--timeout", "5"], tmp_path, DERIVE_ENV_LABELS_FILE=str(empty))
     assert result.returncode == 0, result.stderr
-    assert result.stderr == ("derive-env: note: this image did not opt in (label "
-                             "ai.backend.distributed.frameworks): checked as if "
+    assert result.stderr == ("derive-env: note: not opted in (label "
+                             "ai.backend.distributed.frameworks: --frameworks, "
+                             "DERIVE_ENV_FRAMEWORKS or the image's label): checked as if "
                              "frameworks=pytorch\n")
 
 

@@ -36,6 +36,12 @@ NOT_OPTED_IN = (
     "not opted in: the image has no label ai.backend.distributed.frameworks\n"
     "nothing is derived; the command runs with the environment unchanged\n"
 )
+#: The same without a labels file (bare metal): the job's options, no image.
+NOT_OPTED_IN_JOB = (
+    "not opted in: the job gives no frameworks (derive-env --frameworks pytorch, or "
+    "DERIVE_ENV_FRAMEWORKS=pytorch)\n"
+    "nothing is derived; the command runs with the environment unchanged\n"
+)
 HOSTS_ORDER = "sub2,main1,sub1"  # Backend.AI does not order HOSTS
 CANONICAL = ["main1", "sub1", "sub2"]
 
@@ -584,7 +590,7 @@ def test_default_labels_path_missing_means_not_opted_in(
     monkeypatch.setattr(
         derive_env.cli, "DEFAULT_LABELS_FILE", str(tmp_path / "etc" / "labels.json")
     )
-    for mode, output in ((["--format", "json"], "{}\n"), (["--explain"], NOT_OPTED_IN)):
+    for mode, output in ((["--format", "json"], "{}\n"), (["--explain"], NOT_OPTED_IN_JOB)):
         result = invoke(["--dry-run", *mode])
         assert (result.exit_code, result.stdout, result.stderr) == (0, output, "")
 
@@ -593,7 +599,8 @@ def test_default_labels_path_missing_subprocess(tmp_path: Path) -> None:
     if Path("/etc/derive-env/labels.json").exists():
         pytest.skip("this machine has /etc/derive-env/labels.json")
     env = {"PATH": os.environ["PATH"], **node_env("sub1")}
-    note = not_opted_in_note(backendai_job(3)).encode()  # a session of 3 nodes
+    # a session of 3 nodes, no labels file: the job's options, no image named
+    note = not_opted_in_note(backendai_job(3), image=False).encode()
     result = run_shim(["--dry-run", "--format", "json"], env)
     assert (result.returncode, result.stdout, result.stderr) == (0, b"{}\n", note)
     result = run_shim(["sh", "-c", 'test -z "$MASTER_ADDR" && echo "$BACKENDAI_CLUSTER_HOST"'], env)

@@ -1237,10 +1237,10 @@ def test_the_not_opted_in_note_on_both_paths(no_default_labels: Path, capsys, fa
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "SKYPILOT_NUM_NODES": "2",
                                         "SKYPILOT_NODE_RANK": "1"})
     assert run([], dry_run=True, fmt="shell") == 0
-    assert capsys.readouterr() == ("", not_opted_in_note(job))
+    assert capsys.readouterr() == ("", not_opted_in_note(job, image=False))
     with pytest.raises(Execed):
         run_command(["true"])
-    assert capsys.readouterr().err == not_opted_in_note(job)
+    assert capsys.readouterr().err == not_opted_in_note(job, image=False)
     # A job of one: nothing said.
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "SKYPILOT_NUM_NODES": "1"})
     assert run([], dry_run=True, fmt="shell") == 0

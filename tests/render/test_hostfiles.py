@@ -57,11 +57,12 @@ NO_N_OPTED_IN = (
     "for it ({gpus})"
 )
 NO_N_NOT_OPTED_IN = (
-    "--format {fmt} needs the number of processes per node, and the container's GPU count "
-    "cannot give it ({gpus}); the image did not opt in (ai.backend.distributed.frameworks is "
-    "not set), so the label ai.backend.distributed.nproc-per-node cannot give it either: opt "
-    "the image in and set ai.backend.distributed.nproc-per-node, or use --format hosts and "
-    "give the launcher the process count yourself"
+    "--format {fmt} needs the number of processes per node, and the GPU count cannot give it "
+    "({gpus}); derive-env is not opted in (ai.backend.distributed.frameworks is not set: "
+    "--frameworks, DERIVE_ENV_FRAMEWORKS or the image's label), so "
+    "ai.backend.distributed.nproc-per-node cannot give it either: opt in and set "
+    "ai.backend.distributed.nproc-per-node, or use --format hosts and give the launcher the "
+    "process count yourself"
 )
 NO_GPU_COUNT = "the cluster manager gave no GPU count"
 

@@ -40,7 +40,6 @@ from derive_env.labels import (
     gather,
     is_opted_in,
     on_error_of,
-    variable_of,
 )
 
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
@@ -88,8 +87,9 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
 
             return _write(digest(_inputs(environ, labels, source, env_file), fmt))
         if not opted_in:
-            _note_larger_job(environ)
-            return _print(None, fmt, explain) if dry_run else _exec(command, environ, None)
+            _note_larger_job(environ, getattr(labels, "image", True))
+            return _print(None, fmt, explain, getattr(labels, "image", True)) if dry_run \
+                else _exec(command, environ, None)
         inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
         derivation = _derive(inputs, command, dry_run, explain)
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
@@ -313,20 +313,15 @@ def _check_not_opted_in(labels: Mapping[str, str]) -> None:
         say("warning", str(exc))
 
 
-def _note_larger_job(environ: Mapping[str, str]) -> None:
+def _note_larger_job(environ: Mapping[str, str], image: bool) -> None:
     """Not opted in, inside a job a source states as more than one node or process: one
     line on stderr, on every path, so that nodes each training alone do not look healthy
-    (contract section 11). The source table and its sizes only: no source's module."""
-    from derive_env.sources.sizes import larger_job
+    (:func:`derive_env.sources.sizes.not_opted_in`; ``image``: a labels file was read)."""
+    from derive_env.sources.sizes import not_opted_in
 
-    job = larger_job(environ, read_files)
-    if job is not None:
-        say("warning", (
-            f"nothing derived: the image did not opt in (label {OPT_IN} is not set), but "
-            f"{shorten(job, 300)}, so every node runs the command as a job of its own. To "
-            f"opt in, set the label {OPT_IN}=pytorch (or tensorflow, jax) in the image, "
-            f"{variable_of(OPT_IN)}=pytorch for the job, or derive-env --frameworks "
-            "pytorch"))
+    warning = not_opted_in(environ, image, read_files)
+    if warning is not None:
+        say("warning", warning)
 
 
 def _is_host_format(fmt: str) -> bool:
@@ -387,12 +382,13 @@ def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool):
     return derivation
 
 
-def _print(derivation, fmt: str, explain: bool) -> int:
-    """The dry run's output: ``--explain``'s, else the format's."""
+def _print(derivation, fmt: str, explain: bool, image: bool = True) -> int:
+    """The dry run's output: ``--explain``'s, else the format's; ``image``: a labels file
+    was read (the not-opted-in explanation names the image's label or the job's options)."""
     if explain:
         from derive_env.render.explain import explain as for_a_person
 
-        return _write(for_a_person(derivation))
+        return _write(for_a_person(derivation, image=image))
     from derive_env.render import render
 
     return _write(render(derivation, fmt))

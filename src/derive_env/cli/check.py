@@ -124,8 +124,9 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
         if "pytorch" not in wanted.replace(" ", "").split(","):
             labels[PREFIX + "frameworks"] = ",".join(filter(None, [wanted, "pytorch"]))
             if not wanted:
-                say("note", f"this image did not opt in (label {PREFIX}frameworks): checked "
-                            "as if frameworks=pytorch")
+                say("note", f"not opted in (label {PREFIX}frameworks: --frameworks, "
+                            "DERIVE_ENV_FRAMEWORKS or the image's label): checked as if "
+                            "frameworks=pytorch")
         facts = gather_facts(True)._replace(resolve=Resolver(names_seconds(timeout)))
         derivation = derive_from(Inputs(environ, labels, read_files, facts, source))
         assert derivation is not None  # opted in above

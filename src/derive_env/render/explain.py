@@ -28,7 +28,7 @@ BACKENDAI_WORD = "session"
 _NODES_SHOWN = 16
 
 
-def explain(derivation: Derivation | None) -> str:
+def explain(derivation: Derivation | None, *, image: bool = True) -> str:
     """For a person: the topology, then each variable with its value and where it came from.
 
     The topology part: source, session, node count; the nodes in canonical order under a
@@ -36,12 +36,17 @@ def explain(derivation: Derivation | None) -> str:
     notes (``ClusterTopology.notes``, e.g. a Backend.AI LOCAL_RANK that differs from the
     node rank). Warnings (the source's first) close the text.
 
-    :param derivation: the derivation, ``None`` when the image did not opt in.
+    :param derivation: the derivation, ``None`` when not opted in.
+    :param image: a labels file was read (an image's); without one (bare metal) the
+        not-opted-in line names the job's options instead of the image's label.
     :returns: the text to print, ending in a newline.
     """
     if derivation is None:
+        why = (f"the image has no label {OPT_IN}" if image else
+               "the job gives no frameworks (derive-env --frameworks pytorch, or "
+               "DERIVE_ENV_FRAMEWORKS=pytorch)")
         return (
-            f"not opted in: the image has no label {OPT_IN}\n"
+            f"not opted in: {why}\n"
             "nothing is derived; the command runs with the environment unchanged\n"
         )
     topo, policy = derivation.topology, derivation.policy

@@ -139,10 +139,10 @@ def slots_per_node(
             f"{NPROC_LABEL}=2); the container's GPU count cannot stand in for it ({gpus})"
         )
     raise LabelError(
-        f"{needs}, and the container's GPU count cannot give it ({gpus}); the image did not "
-        f"opt in ({OPT_IN} is not set), so the label {NPROC_LABEL} cannot give it either: opt "
-        f"the image in and set {NPROC_LABEL}, or use --format hosts and give the launcher the "
-        "process count yourself"
+        f"{needs}, and the GPU count cannot give it ({gpus}); derive-env is not opted in "
+        f"({OPT_IN} is not set: --frameworks, DERIVE_ENV_FRAMEWORKS or the image's label), so "
+        f"{NPROC_LABEL} cannot give it either: opt in and set {NPROC_LABEL}, or use --format "
+        "hosts and give the launcher the process count yourself"
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from derive_env.errors import shorten
 from derive_env.sources import SOURCES, Source, file_path, has_size, states_of
 
 #: The answer when the job's size cannot be told.
@@ -178,3 +179,30 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
                 return (f"{line.title} states a job of more than one {line.unit} "
                         f"({stated[0]}={(environ.get(stated[0]) or stated[1])!r})")
     return None
+
+
+def not_opted_in(environ: Mapping[str, str], image: bool, files=None) -> str | None:
+    """The warning of a start that did not opt in inside a larger job (:func:`larger_job`),
+    or ``None``.
+
+    :param image: a labels file was read (``Labels.image``, decided at the edge): the
+        image's label is named first; without one (bare metal, an image that ships no
+        labels file) there is no image to speak of, and the job's own opt-in
+        (``--frameworks``, ``DERIVE_ENV_FRAMEWORKS``) is named first.
+    """
+    from derive_env.labels import OPT_IN, variable_of
+
+    job = larger_job(environ, files)
+    if job is None:
+        return None
+    job = shorten(job, 300)
+    if image:
+        return (f"nothing derived: the image did not opt in (label {OPT_IN} is not set), "
+                f"but {job}, so every node runs the command as a job of its own. To opt in, "
+                f"set the label {OPT_IN}=pytorch (or tensorflow, jax) in the image, "
+                f"{variable_of(OPT_IN)}=pytorch for the job, or derive-env --frameworks "
+                "pytorch")
+    return (f"nothing derived: the job did not opt in (no --frameworks, no "
+            f"{variable_of(OPT_IN)}, no labels file), but {job}, so every node runs the "
+            "command as a job of its own. To opt in, run derive-env --frameworks pytorch "
+            f"(or tensorflow, jax), or export {variable_of(OPT_IN)}=pytorch for the job")
