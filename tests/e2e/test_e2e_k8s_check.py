@@ -132,9 +132,9 @@ def test_pytorchjob_every_pod_checks_before_its_trainer() -> None:
         "2     bert-1-worker-1  198.18.0.12  ok     connected  eth0\n"
         "all checks pass on 3 tasks\n"), master.describe()
     # The image did not opt in: checked as pytorch, and said so.
-    assert master.stderr == ("derive-env: note: this image did not opt in (label "
-            "ai.backend.distributed.frameworks): checked as if frameworks=pytorch\n"
-            ), master.describe()
+    assert master.stderr == ("derive-env: note: not opted in (label "
+            "ai.backend.distributed.frameworks: --frameworks, DERIVE_ENV_FRAMEWORKS or the "
+            "image's label): checked as if frameworks=pytorch\n"), master.describe()
     for rank, pod in ((1, "bert-1-worker-0"), (2, "bert-1-worker-1")):
         worker = results[pod]
         assert worker.returncode == 0, worker.describe()
