@@ -51,10 +51,10 @@ THREE_NODES_N2 = {
 SLOT_FORMATS = tuple(f for f in HOST_FORMATS if f != "hosts")
 
 NO_N_OPTED_IN = (
-    "--format {fmt} needs the number of processes per node: set the image label "
+    "--format {fmt} needs the number of processes per node: set the label "
     "ai.backend.distributed.nproc-per-node (for example --label "
-    "ai.backend.distributed.nproc-per-node=2); the container's GPU count cannot stand in "
-    "for it ({gpus})"
+    "ai.backend.distributed.nproc-per-node=2, or DERIVE_ENV_NPROC_PER_NODE=2 for the job); "
+    "the GPU count cannot stand in for it ({gpus})"
 )
 NO_N_NOT_OPTED_IN = (
     "--format {fmt} needs the number of processes per node, and the GPU count cannot give it "

@@ -135,8 +135,9 @@ def slots_per_node(
     needs = f"--format {fmt} needs the number of processes per node"
     if opted_in:
         raise LabelError(
-            f"{needs}: set the image label {NPROC_LABEL} (for example --label "
-            f"{NPROC_LABEL}=2); the container's GPU count cannot stand in for it ({gpus})"
+            f"{needs}: set the label {NPROC_LABEL} (for example --label "
+            f"{NPROC_LABEL}=2, or DERIVE_ENV_NPROC_PER_NODE=2 for the job); the GPU count "
+            f"cannot stand in for it ({gpus})"
         )
     raise LabelError(
         f"{needs}, and the GPU count cannot give it ({gpus}); derive-env is not opted in "
