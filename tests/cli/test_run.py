@@ -1295,7 +1295,7 @@ def test_the_note_still_comes_where_no_launcher_is_configured(
     with pytest.raises(Execed):
         run_command(["true"])
     assert capsys.readouterr().err == not_opted_in_note(
-        "a Volcano Job states a job of more than one pod (VC_WORKER_NUM='2')")
+        "a Volcano Job states a job of more than one pod (VC_WORKER_NUM='2')", image=False)
 
 
 def test_messages_on_stderr_are_escaped(capsys) -> None:

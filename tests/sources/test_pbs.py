@@ -283,7 +283,8 @@ def test_a_torque_pbsdsh_task_on_the_mother_superior_is_node_0() -> None:
 
 
 def test_torques_batch_script_is_still_refused_beyond_one_host() -> None:
-    with pytest.raises(TopologyError, match=r"a batch script runs on the first only"):
+    with pytest.raises(TopologyError, match=r"^run derive-env inside the launcher, after it: "
+                       r".* which runs on the first of the job's 3 hosts only"):
         torque_derive(torque(0, 1, 0, nodefile=True, PBS_NP="6"))
 
 

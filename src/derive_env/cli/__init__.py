@@ -40,6 +40,7 @@ from derive_env.labels import (
     gather,
     is_opted_in,
     on_error_of,
+    variable_of,
 )
 
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
@@ -319,7 +320,7 @@ def _note_larger_job(environ: Mapping[str, str], image: bool) -> None:
     (:func:`derive_env.sources.sizes.not_opted_in`; ``image``: a labels file was read)."""
     from derive_env.sources.sizes import not_opted_in
 
-    warning = not_opted_in(environ, image, read_files)
+    warning = not_opted_in(environ, image, OPT_IN, variable_of(OPT_IN), read_files)
     if warning is not None:
         say("warning", warning)
 

@@ -181,7 +181,8 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
     return None
 
 
-def not_opted_in(environ: Mapping[str, str], image: bool, files=None) -> str | None:
+def not_opted_in(environ: Mapping[str, str], image: bool, label: str, variable: str,
+                 files=None) -> str | None:
     """The warning of a start that did not opt in inside a larger job (:func:`larger_job`),
     or ``None``.
 
@@ -189,20 +190,20 @@ def not_opted_in(environ: Mapping[str, str], image: bool, files=None) -> str | N
         image's label is named first; without one (bare metal, an image that ships no
         labels file) there is no image to speak of, and the job's own opt-in
         (``--frameworks``, ``DERIVE_ENV_FRAMEWORKS``) is named first.
+    :param label: the opt-in label's name; ``variable``: its ``DERIVE_ENV_<NAME>`` variable
+        (given by the edge, so that this module needs no label module).
     """
-    from derive_env.labels import OPT_IN, variable_of
-
     job = larger_job(environ, files)
     if job is None:
         return None
     job = shorten(job, 300)
     if image:
-        return (f"nothing derived: the image did not opt in (label {OPT_IN} is not set), "
+        return (f"nothing derived: the image did not opt in (label {label} is not set), "
                 f"but {job}, so every node runs the command as a job of its own. To opt in, "
-                f"set the label {OPT_IN}=pytorch (or tensorflow, jax) in the image, "
-                f"{variable_of(OPT_IN)}=pytorch for the job, or derive-env --frameworks "
+                f"set the label {label}=pytorch (or tensorflow, jax) in the image, "
+                f"{variable}=pytorch for the job, or derive-env --frameworks "
                 "pytorch")
     return (f"nothing derived: the job did not opt in (no --frameworks, no "
-            f"{variable_of(OPT_IN)}, no labels file), but {job}, so every node runs the "
+            f"{variable}, no labels file), but {job}, so every node runs the "
             "command as a job of its own. To opt in, run derive-env --frameworks pytorch "
-            f"(or tensorflow, jax), or export {variable_of(OPT_IN)}=pytorch for the job")
+            f"(or tensorflow, jax), or export {variable}=pytorch for the job")
