@@ -44,6 +44,7 @@ managers:
 	command -v sge_qmaster >/dev/null || missing="$$missing gridengine-master"; \
 	command -v sge_execd >/dev/null || missing="$$missing gridengine-exec"; \
 	command -v qsub >/dev/null || missing="$$missing gridengine-client"; \
+	[ -e /usr/share/lmod/lmod/init/sh ] || missing="$$missing lmod"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 	@$(MAKE) --no-print-directory engine
