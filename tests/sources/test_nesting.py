@@ -43,7 +43,9 @@ COMMANDS = st.sampled_from([None, ("torchrun", "--nproc-per-node=2", "train.py")
                             ("python3", "-u", "train.py"), ("deepspeed", "train.py"),
                             ("accelerate", "launch", "train.py"),
                             ("python", "-m", "torch.distributed.run", "train.py"),
-                            ("bash", "run.sh")])
+                            ("bash", "run.sh"),
+                            ("apptainer", "exec", "--nv", "img.sif", "torchrun", "train.py"),
+                            ("bash", "-c", "exec torchrun --nproc-per-node=2 train.py")])
 #: A job: every process's (environment, files it may read).
 Job = list[tuple[dict[str, str], dict[str, str]]]
 PER_NODE = st.lists(st.integers(1, 4), min_size=1, max_size=5)
@@ -303,9 +305,67 @@ def test_torchrun_where_the_launcher_does_not_count_nodes_is_refused_everywhere(
     (("srun", "python"), ("launcher", "srun")),
     (("bash", "run.sh"), ("other", "bash")),
     (("pythonista",), ("other", "pythonista")),
+    (("env", "FOO=1", "python", "t.py"), ("script", "python t.py")),
+    (("apptainer", "exec", "img.sif", "./run.sh"), ("other", "run.sh")),
+    (("apptainer", "build", "img.sif", "def"), ("other", "apptainer")),
+    (("uv", "pip", "install", "torch"), ("other", "uv")),
+    (("env",), ("other", "env")),
+    (("bash", "-x", "run.sh"), ("other", "bash")),
+    (("bash", "-c", "cd /w; torchrun t.py"), ("other", "bash")),
+    (("sh", "-c", "torchrun 't.py"), ("other", "sh")),
+    (("singularity", "exec", "img.sif", "mpirun", "python"), ("launcher", "mpirun")),
 ])
 def test_command_kind(argv, kind) -> None:
     assert command_kind(argv) == kind
+
+
+#: Wrapped node launchers (issue 24): a wrapper starts its command once per start.
+WRAPPED = [
+    (("apptainer", "exec", "img.sif", "torchrun", "--nproc-per-node=8", "train.py"),
+     "torchrun"),
+    (("singularity", "exec", "--nv", "-B", "/data:/data", "img.sif", "torchrun", "t.py"),
+     "torchrun"),
+    (("apptainer", "run", "--env", "A=1", "img.sif", "deepspeed", "t.py"), "deepspeed"),
+    (("env", "FOO=1", "-u", "BAR", "torchrun", "t.py"), "torchrun"),
+    (("uv", "run", "--with", "x", "torchrun", "t.py"), "torchrun"),
+    (("uv", "run", "--", "python", "-m", "torch.distributed.run", "t.py"), "torchrun"),
+    (("conda", "run", "-n", "X", "torchrun", "t.py"), "torchrun"),
+    (("conda", "run", "-p", "/opt/env", "--no-capture-output", "torchrun", "t.py"),
+     "torchrun"),
+    (("pixi", "run", "-e", "cuda", "torchrun", "t.py"), "torchrun"),
+    (("poetry", "run", "accelerate", "launch", "t.py"), "accelerate launch"),
+    (("bash", "-c", "torchrun train.py"), "torchrun"),
+    (("sh", "-c", "exec torchrun --nproc-per-node=8 train.py"), "torchrun"),
+    (("bash", "-lc", "NCCL_DEBUG=INFO exec torchrun t.py"), "torchrun"),
+    (("nice", "-n", "5", "torchrun", "t.py"), "torchrun"),
+    (("ionice", "-c", "2", "-n", "0", "torchrun", "t.py"), "torchrun"),
+    (("numactl", "--cpunodebind=0", "-m", "0", "torchrun", "t.py"), "torchrun"),
+    (("taskset", "-c", "0-15", "torchrun", "t.py"), "torchrun"),
+    (("stdbuf", "-oL", "-e", "L", "torchrun", "t.py"), "torchrun"),
+    (("/usr/bin/time", "-v", "torchrun", "t.py"), "torchrun"),
+    (("chrt", "-f", "10", "torchrun", "t.py"), "torchrun"),
+    (("nohup", "torchrun", "t.py"), "torchrun"),
+    (("accelerate-launch", "t.py"), "accelerate launch"),
+    (("deepspeed.pt", "t.py"), "deepspeed"),
+]
+
+
+@pytest.mark.parametrize(("argv", "name"), WRAPPED)
+def test_a_wrapped_node_launcher_is_one_and_refused_under_two_tasks_per_node(
+        argv, name) -> None:
+    """The wrapper's command decides: ``srun --ntasks-per-node=2 derive-env -- apptainer
+    exec img.sif torchrun ...`` (recorded task 3 of srun-block) exits 3 as plain torchrun
+    does, instead of every task training alone."""
+    from support.recorded import FIXTURES, load_fixture
+
+    assert command_kind(argv) == (NODE_LAUNCHER, name)
+    _ran_on, env = load_fixture(FIXTURES / "srun-block" / "task3.env")
+    with pytest.raises(TopologyError) as caught:
+        derive_from(Inputs(env, LABELS, None, None, None, None, argv))
+    assert caught.value.exit_code == 3
+    assert str(caught.value).startswith(
+        f"{name} (the command) under a Slurm step (srun), which starts 2 tasks on a node "
+        "(SLURM_STEP_TASKS_PER_NODE + SLURM_NODEID): each")
 
 
 def test_the_exec_path_reads_the_command_from_argv(tmp_path) -> None:
