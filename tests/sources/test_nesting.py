@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from derive_env.digest import digest_of, facts_of
@@ -43,7 +43,9 @@ COMMANDS = st.sampled_from([None, ("torchrun", "--nproc-per-node=2", "train.py")
                             ("python3", "-u", "train.py"), ("deepspeed", "train.py"),
                             ("accelerate", "launch", "train.py"),
                             ("python", "-m", "torch.distributed.run", "train.py"),
-                            ("bash", "run.sh")])
+                            ("bash", "run.sh"),
+                            ("apptainer", "exec", "--nv", "img.sif", "torchrun", "train.py"),
+                            ("bash", "-c", "exec torchrun --nproc-per-node=2 train.py")])
 #: A job: every process's (environment, files it may read).
 Job = list[tuple[dict[str, str], dict[str, str]]]
 PER_NODE = st.lists(st.integers(1, 4), min_size=1, max_size=5)
@@ -66,12 +68,22 @@ def srun_steps(draw) -> Job:
 @st.composite
 def mpi_in_slurm(draw) -> Job:
     """Open MPI's or Hydra's ranks (packed by slot) in a Slurm allocation, its daemon step
-    over the nodes (or, in a batch script, over the others: ``ompi-in-sbatch``)."""
+    over the nodes (or, in a batch script, over the others: ``ompi-in-sbatch``); the ranks
+    on all of the allocation's nodes or on some (``mpirun --host``: 0-2 nodes left idle,
+    anywhere after the batch node). Not generated: ranks packed on a part of the allocation
+    as many as its nodes (1 + 2 ranks on 2 of 3 nodes), where a rank alone on mpirun's
+    node (no step variables) cannot tell them from one rank per node (known gap)."""
     per_node = draw(PER_NODE)
     kind = draw(st.sampled_from(["ompi-in-sbatch", "ompi-in-salloc", "mpich-in-salloc",
                                  "mpich-in-sbatch"]))
     hosts = [f"n{i:02d}" for i in range(1, len(per_node) + 1)]
-    envs = with_mpi(mpi_in_allocation(hosts, per_node, kind), per_node, kind)
+    allocation = list(hosts)
+    for spare in range(draw(st.integers(0, 2))):
+        allocation.insert(draw(st.integers(1, len(allocation))), f"s{spare:02d}")
+    assume(len(allocation) == len(hosts) or max(per_node) == 1
+           or sum(per_node) != len(allocation))
+    envs = with_mpi(mpi_in_allocation(hosts, per_node, kind, allocation=allocation),
+                    per_node, kind)
     return [(env, {}) for _host, env in envs]
 
 
@@ -303,9 +315,67 @@ def test_torchrun_where_the_launcher_does_not_count_nodes_is_refused_everywhere(
     (("srun", "python"), ("launcher", "srun")),
     (("bash", "run.sh"), ("other", "bash")),
     (("pythonista",), ("other", "pythonista")),
+    (("env", "FOO=1", "python", "t.py"), ("script", "python t.py")),
+    (("apptainer", "exec", "img.sif", "./run.sh"), ("other", "run.sh")),
+    (("apptainer", "build", "img.sif", "def"), ("other", "apptainer")),
+    (("uv", "pip", "install", "torch"), ("other", "uv")),
+    (("env",), ("other", "env")),
+    (("bash", "-x", "run.sh"), ("other", "bash")),
+    (("bash", "-c", "cd /w; torchrun t.py"), ("other", "bash")),
+    (("sh", "-c", "torchrun 't.py"), ("other", "sh")),
+    (("singularity", "exec", "img.sif", "mpirun", "python"), ("launcher", "mpirun")),
 ])
 def test_command_kind(argv, kind) -> None:
     assert command_kind(argv) == kind
+
+
+#: Wrapped node launchers (issue 24): a wrapper starts its command once per start.
+WRAPPED = [
+    (("apptainer", "exec", "img.sif", "torchrun", "--nproc-per-node=8", "train.py"),
+     "torchrun"),
+    (("singularity", "exec", "--nv", "-B", "/data:/data", "img.sif", "torchrun", "t.py"),
+     "torchrun"),
+    (("apptainer", "run", "--env", "A=1", "img.sif", "deepspeed", "t.py"), "deepspeed"),
+    (("env", "FOO=1", "-u", "BAR", "torchrun", "t.py"), "torchrun"),
+    (("uv", "run", "--with", "x", "torchrun", "t.py"), "torchrun"),
+    (("uv", "run", "--", "python", "-m", "torch.distributed.run", "t.py"), "torchrun"),
+    (("conda", "run", "-n", "X", "torchrun", "t.py"), "torchrun"),
+    (("conda", "run", "-p", "/opt/env", "--no-capture-output", "torchrun", "t.py"),
+     "torchrun"),
+    (("pixi", "run", "-e", "cuda", "torchrun", "t.py"), "torchrun"),
+    (("poetry", "run", "accelerate", "launch", "t.py"), "accelerate launch"),
+    (("bash", "-c", "torchrun train.py"), "torchrun"),
+    (("sh", "-c", "exec torchrun --nproc-per-node=8 train.py"), "torchrun"),
+    (("bash", "-lc", "NCCL_DEBUG=INFO exec torchrun t.py"), "torchrun"),
+    (("nice", "-n", "5", "torchrun", "t.py"), "torchrun"),
+    (("ionice", "-c", "2", "-n", "0", "torchrun", "t.py"), "torchrun"),
+    (("numactl", "--cpunodebind=0", "-m", "0", "torchrun", "t.py"), "torchrun"),
+    (("taskset", "-c", "0-15", "torchrun", "t.py"), "torchrun"),
+    (("stdbuf", "-oL", "-e", "L", "torchrun", "t.py"), "torchrun"),
+    (("/usr/bin/time", "-v", "torchrun", "t.py"), "torchrun"),
+    (("chrt", "-f", "10", "torchrun", "t.py"), "torchrun"),
+    (("nohup", "torchrun", "t.py"), "torchrun"),
+    (("accelerate-launch", "t.py"), "accelerate launch"),
+    (("deepspeed.pt", "t.py"), "deepspeed"),
+]
+
+
+@pytest.mark.parametrize(("argv", "name"), WRAPPED)
+def test_a_wrapped_node_launcher_is_one_and_refused_under_two_tasks_per_node(
+        argv, name) -> None:
+    """The wrapper's command decides: ``srun --ntasks-per-node=2 derive-env -- apptainer
+    exec img.sif torchrun ...`` (recorded task 3 of srun-block) exits 3 as plain torchrun
+    does, instead of every task training alone."""
+    from support.recorded import FIXTURES, load_fixture
+
+    assert command_kind(argv) == (NODE_LAUNCHER, name)
+    _ran_on, env = load_fixture(FIXTURES / "srun-block" / "task3.env")
+    with pytest.raises(TopologyError) as caught:
+        derive_from(Inputs(env, LABELS, None, None, None, None, argv))
+    assert caught.value.exit_code == 3
+    assert str(caught.value).startswith(
+        f"{name} (the command) under a Slurm step (srun), which starts 2 tasks on a node "
+        "(SLURM_STEP_TASKS_PER_NODE + SLURM_NODEID): each")
 
 
 def test_the_exec_path_reads_the_command_from_argv(tmp_path) -> None:
@@ -331,3 +401,31 @@ def test_the_exec_path_reads_the_command_from_argv(tmp_path) -> None:
                              "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'])"],
                             env=env, capture_output=True, text=True, timeout=60, check=False)
     assert (script.returncode, script.stdout) == (0, "3 6\n"), script.stderr
+
+
+def test_torchrun_under_mpi_on_a_part_of_the_allocation_is_refused_naming_both_counts() -> None:
+    """``mpirun --host n1,n2 --map-by ppr:1:node derive-env -- torchrun`` in an allocation
+    of n[1-3]: two torchrun agents start, so PET_NNODES=3 (the allocation's count, the
+    daemon step being shadowed) would wait forever; every rank exits 3 naming both counts.
+    ``-- python t.py`` in the same ranks runs, each a worker of 2."""
+    envs = [{"SLURM_JOB_ID": "10", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_NUM_NODES": "3",
+             "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_NUM_NODES": "2",
+             "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+             "SLURM_PROCID": str(r), "SLURM_LOCALID": "0", "SLURM_NODEID": str(r),
+             "OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": "2",
+             "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}
+            for r in (0, 1)]
+    for env in envs:
+        with pytest.raises(TopologyError) as caught:
+            derive_from(Inputs(env, LABELS, None, None, None, None, ("torchrun", "t.py")))
+        assert str(caught.value) == (
+            "torchrun (the command) under Open MPI (mpirun), which starts it on 2 process(es) "
+            "(OMPI_COMM_WORLD_SIZE), one per node, in a job of 3 nodes (SLURM_JOB_NODELIST + "
+            "SLURM_JOB_NUM_NODES): each torchrun would wait for every node of the job, and the "
+            "others never start it. Start one task on every node of the job (mpirun --map-by "
+            "ppr:1:node derive-env -- torchrun ..., with no host list narrower than the job), "
+            "or run the job on as many nodes as start it")
+        changes = derive_from(Inputs(env, LABELS, None, None, None, None,
+                                     ("python", "t.py"))).changes()
+        assert (changes["RANK"], changes["WORLD_SIZE"], changes.get("PET_NNODES")) == (
+            env["OMPI_COMM_WORLD_RANK"], "2", None)

@@ -133,8 +133,13 @@ def slurm_jobs(draw):
 
 
 def mpi_in_allocation(hosts: list[str], per_node: list[int], kind: str,
-                      job: str = "42") -> list[tuple[str, dict[str, str]]]:
+                      job: str = "42", allocation: list[str] | None = None,
+                      ) -> list[tuple[str, dict[str, str]]]:
     """Every MPI rank's Slurm variables, as the recordings show them (README there).
+
+    ``allocation``: the job's nodes when MPI runs on only some of them (``mpirun --host``),
+    ``hosts`` (the nodes with ranks) then in its order; in a batch script its first node is
+    ``hosts[0]`` (the batch node, where mpirun runs). Default: ``hosts``.
 
     ``ompi-in-sbatch``: ranks on the batch node are mpirun's children (the batch script's
     variables), the others are in orted's step over the other nodes. ``mpich-in-sbatch``:
@@ -142,8 +147,9 @@ def mpi_in_allocation(hosts: list[str], per_node: list[int], kind: str,
     copied into every rank. ``*-in-salloc``: the daemon step spans every node.
     """
     batch = kind.endswith("sbatch")
-    base = {"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": ",".join(hosts),
-            "SLURM_JOB_NUM_NODES": str(len(hosts)), "SLURM_NNODES": str(len(hosts))}
+    job_nodes = allocation or hosts
+    base = {"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": ",".join(job_nodes),
+            "SLURM_JOB_NUM_NODES": str(len(job_nodes)), "SLURM_NNODES": str(len(job_nodes))}
     if batch:
         base["ENVIRONMENT"] = "BATCH"
     daemons = hosts[1:] if kind == "ompi-in-sbatch" else hosts

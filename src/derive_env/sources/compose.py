@@ -267,8 +267,9 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     if master_src is not None:
         master, (nodes, tasks, node_rank, order) = _master_first(
             master_src, hosts_src, (nodes, tasks, node_rank, order), inputs)
-    layout, told = _layout(owner if processes is not None else None, tasks, num_nodes,
-                           node_rank, command)
+    counted = " + ".join(inputs.get("num_nodes") or inputs.get("nodes", ()))
+    layout, told = _layout(owner if processes is not None else None, tasks,
+                           (num_nodes, counted), node_rank, command)
     check_rank_zero(layout, nodes, node_rank, inputs)
     lines = layer_lines(reports, used, shadowed, (owner, node_src, hosts_src))
     gpus_src, port_src, resv_src, job_src, srv_src = (_first(used, field) for field in (
@@ -409,11 +410,13 @@ def _master_first(
 _Placed = tuple[tuple[Node, ...], tuple[int, ...], "int | None", "str | None"]
 
 
-def _layout(owner: Report | None, tasks: tuple[int, ...], num_nodes: int | None,
+def _layout(owner: Report | None, tasks: tuple[int, ...], counted: tuple[int | None, str],
             node_rank: int | None, command: Sequence[str] | None,
             ) -> tuple[ProcessLayout | None, tuple[str, ...]]:
-    """``owner``'s process layer (the innermost launcher's), checked against the nodes, and
-    the --explain lines of what the command decides (:func:`command_decides`)."""
+    """``owner``'s process layer (the innermost launcher's), checked against the nodes
+    (``counted``: their count and its variables), and the --explain lines of what the
+    command decides (:func:`command_decides`)."""
+    num_nodes = counted[0]
     processes = owner.processes if owner is not None else None
     if processes is None or owner is None:
         return None, ()
@@ -432,7 +435,7 @@ def _layout(owner: Report | None, tasks: tuple[int, ...], num_nodes: int | None,
                 f"{owner.title}: node rank {node_rank} has {tasks[node_rank]} process(es) "
                 f"by the list of processes per node, but its local world size is "
                 f"{processes.local_world_size} ({src})")
-    workers, told = command_decides(owner, processes, (tasks, num_nodes, _DEPTH),
+    workers, told = command_decides(owner, processes, (tasks, counted, _DEPTH),
                                     command_kind(command))
     try:
         return ProcessLayout(

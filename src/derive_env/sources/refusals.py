@@ -377,6 +377,26 @@ def node_launcher_refused(owner: Report, command: str, per_node: str, many: str)
             "derive-env -- python train.py)")
 
 
+def node_launcher_short(owner: Report, command: str, world: str, counted: str) -> str:
+    """The refusal of a node launcher started once on each of fewer nodes than the job's
+    node layer counts (``mpirun --host n1,n2`` in an allocation of 3): each would wait for
+    every node's agent in its rendezvous, and the missing ones never start (torchrun's
+    ``--nnodes`` is the node count, torch/distributed/run.py).
+
+    :param world: the processes that start it, one per node, and their variables.
+    :param counted: the node layer's count and its variables.
+    """
+    line = BY_NAME.get(owner.source)
+    one = line.per_node[0] if line is not None else "one task per node"
+    how = (f"{command} once on every node" if one == "one task per node" else
+           f"one task on every node of the job ({one} derive-env -- {command} ..., with no "
+           "host list narrower than the job)")
+    return (f"{command} (the command) under {owner.title}, which starts it on {world}, one "
+            f"per node, in a job of {counted}: each {command} would wait for every node of "
+            f"the job, and the others never start it. Start {how}, or run the job on as "
+            "many nodes as start it")
+
+
 #: The depths of the table (sources/__init__.py): up to 1 the launcher starts the workers
 #: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
 _MPI, _ALLOCATION = 1, 3
@@ -392,12 +412,13 @@ def command_decides(owner: Report, processes: Processes,
     command"), and the --explain line of the command's part.
 
     :param where: every node's task count (empty: unknown), the node count (``None``:
-        unknown) and each table line's depth.
+        unknown) with the variables that state it, and each table line's depth.
     :param kind: :func:`~derive_env.sources.command_kind` of the command; ``None``: none.
     :raises TopologyError: a node launcher (torchrun ...) that ``owner`` starts more than
-        once on a node (:func:`node_launcher_refused`).
+        once on a node (:func:`node_launcher_refused`), or once on fewer nodes than the
+        node layer counts (:func:`node_launcher_short`).
     """
-    tasks, num_nodes, depths = where
+    tasks, (num_nodes, counted), depths = where
     depth = depths.get(owner.source, _MPI + 1)
     per_node = max(tasks or (processes.local_world_size,))
     workers = depth <= _MPI or per_node > 1  # the variables alone
@@ -412,14 +433,23 @@ def command_decides(owner: Report, processes: Processes,
             else f"{world} processes on {num_nodes} nodes" if num_nodes is not None
             and world > num_nodes else None)
 
+    # A node launcher's node count is the number of processes that start it, one per
+    # node: a node layer of more nodes (mpirun on a part of the allocation) never joins.
+    short = not many and num_nodes is not None and world < num_nodes
+    sized = " + ".join(owner.inputs.get("world_size", owner.inputs.get("processes", ())))
+
     def outcome(kind: tuple[str, str]) -> bool | str:
+        if kind[0] == NODE_LAUNCHER and short:
+            return node_launcher_short(owner, kind[1], f"{world} process(es) ({sized})",
+                                       f"{num_nodes} nodes ({counted})")
         if kind[0] == NODE_LAUNCHER:
             return node_launcher_refused(owner, kind[1], many, src) if many else False
         return True if kind[0] == SCRIPT else workers
 
     def said(result: bool | str) -> str:
         return _OUTCOMES[result] if isinstance(result, bool) else (
-            "refused (exit 3), each would start a job of its own")
+            "refused (exit 3), each would wait for nodes that never start it" if short
+            else "refused (exit 3), each would start a job of its own")
 
     if kind is None:
         return workers, (
