@@ -14,7 +14,7 @@ label                                            value (default)
                                                  ``tensorflow-port`` (2222), ``jax-port``
                                                  (1234, the port of JAX's docs)
 ``ai.backend.distributed.pytorch-mode``          ``torchrun`` | ``process-per-container``
-``ai.backend.distributed.nproc-per-node``        integer >= 1 (the GPU count, when > 0)
+``ai.backend.distributed.nproc-per-node``        integer 1-1024 (the GPU count, when > 0)
 ``ai.backend.distributed.tensorflow-roles``      ``role:type`` pairs, type one of chief,
                                                  worker, ps, evaluator; role ``*``: every
                                                  role not listed (every node a worker)
