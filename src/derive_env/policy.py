@@ -14,7 +14,7 @@ label                                            value (default)
                                                  ``tensorflow-port`` (2222), ``jax-port``
                                                  (1234, the port of JAX's docs)
 ``ai.backend.distributed.pytorch-mode``          ``torchrun`` | ``process-per-container``
-``ai.backend.distributed.nproc-per-node``        integer >= 1 (the GPU count, when > 0)
+``ai.backend.distributed.nproc-per-node``        integer 1-1024 (the GPU count, when > 0)
 ``ai.backend.distributed.tensorflow-roles``      ``role:type`` pairs, type one of chief,
                                                  worker, ps, evaluator; role ``*``: every
                                                  role not listed (every node a worker)
@@ -56,7 +56,7 @@ from derive_env.labels import (
     join_problems,
     label_problems,
 )
-from derive_env.validation import errors_of, parse_int, parse_port
+from derive_env.validation import errors_of, parse_int, parse_per_node, parse_port
 
 TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 #: The names the frameworks label accepts, in FRAMEWORKS order.
@@ -125,6 +125,11 @@ def _positive(value: object) -> int:
     return parse_int(value, minimum=1, what="an integer >= 1")
 
 
+def _per_node(value: object) -> int:
+    """The ``nproc-per-node`` label: 1 to validation.MAX_PER_NODE (a process per GPU)."""
+    return parse_per_node(value, minimum=1)
+
+
 def _choice(*choices: str) -> BeforeValidator:
     def parse(value: object) -> str:
         if not isinstance(value, str) or value.lower() not in choices:
@@ -191,7 +196,7 @@ class ImagePolicy(BaseModel):
         Literal["torchrun", "process-per-container"],
         _choice("torchrun", "process-per-container"),
     ] = Field("torchrun", alias=PREFIX + "pytorch-mode")
-    nproc_per_node: Annotated[int | None, BeforeValidator(_positive)] = Field(
+    nproc_per_node: Annotated[int | None, BeforeValidator(_per_node)] = Field(
         None, alias=PREFIX + "nproc-per-node"
     )
     tensorflow_roles: Annotated[tuple[tuple[str, str], ...] | None, BeforeValidator(_tf_roles)] = (

@@ -18,6 +18,16 @@ from derive_env.errors import describe
 
 _DIGITS = re.compile(r"[0-9]+\Z")
 
+#: The most GPUs, or processes, derive-env accepts on one node (a manager's GPU count, the
+#: ``nproc-per-node`` label): no node has more GPUs than this, and each would become a
+#: process (``PET_NPROC_PER_NODE``) and a device ordinal (JAX's local devices), so a larger
+#: count is a corrupted value (``4294967296`` is 2**32, a wrapped counter), refused before
+#: anything is built from it.
+MAX_PER_NODE = 1024
+#: Ends the expectation of a count past :data:`MAX_PER_NODE`.
+PER_NODE = (MAX_PER_NODE, "GPUs or processes on a node (no node has more GPUs; a larger "
+                          "count is a corrupted value)")
+
 
 def parse_int(value: object, *, minimum: int, what: str | None = None) -> int:
     """Parse a decimal integer ``>= minimum`` (digits only: no sign, blanks or ``_``)."""
@@ -32,6 +42,24 @@ def parse_int(value: object, *, minimum: int, what: str | None = None) -> int:
         raise ValueError(expected)
     if number < minimum:
         raise ValueError(expected)
+    return number
+
+
+def at_most(name: str, value: str, number: int, bound: tuple[int, str]) -> int:
+    """``number`` (read from ``name=value``) when it is at most ``bound[0]``; else a
+    ``TopologyError`` (exit 3): ``NAME='value': expected at most N <bound[1]>``."""
+    if number > bound[0]:
+        from derive_env.errors import TopologyError
+
+        raise TopologyError(describe(name, value, f"at most {bound[0]} {bound[1]}"))
+    return number
+
+
+def parse_per_node(value: object, *, minimum: int) -> int:
+    """:func:`parse_int`, at most :data:`MAX_PER_NODE` (for a model's field or a label)."""
+    number = parse_int(value, minimum=minimum)
+    if number > MAX_PER_NODE:
+        raise ValueError(f"at most {MAX_PER_NODE} {PER_NODE[1]}")
     return number
 
 
@@ -82,11 +110,13 @@ def first_error(exc: ValidationError, kind: str = "") -> str:
     return errors_of(exc, kind)[0]
 
 
-def variable_int(environ: Mapping[str, str], name: str, minimum: int, tail: str = "") -> int:
+def variable_int(environ: Mapping[str, str], name: str, minimum: int, tail: str = "",
+                 maximum: tuple[int, str] | None = None) -> int:
     """``environ[name]`` as a decimal integer >= ``minimum`` (:func:`parse_int`): the one
     integer reader of the sources. A bad value is a ``TopologyError`` (exit 3) naming the
     variable and its value, ``tail`` ending the expectation (``" (the world size)"``,
-    ``"; the fix"``).
+    ``"; the fix"``); ``maximum``: ``(bound, what)`` for :func:`at_most` (:data:`PER_NODE`,
+    a node count).
 
     :raises KeyError: ``name`` is not in ``environ`` (the caller checks what is optional).
     """
@@ -94,9 +124,10 @@ def variable_int(environ: Mapping[str, str], name: str, minimum: int, tail: str 
 
     value = environ[name]
     try:
-        return parse_int(value, minimum=minimum)
+        number = parse_int(value, minimum=minimum)
     except ValueError as exc:
         raise TopologyError(describe(name, value, f"{exc}{tail}")) from None
+    return number if maximum is None else at_most(name, value, number, maximum)
 
 
 def variable_index(environ: Mapping[str, str], name: str, count: str | tuple[int, str],

@@ -119,7 +119,8 @@ def test_without_hostname_no_cross_check() -> None:
     ({"LWS_WORKER_INDEX": "-1"}, "LWS_WORKER_INDEX='-1': expected an integer >= 0 (the node rank)"),
     # LWS states no size limit (an int32): refused before 10^8 names are built
     ({"LWS_GROUP_SIZE": "100000000"}, "LWS_GROUP_SIZE='100000000': expected at most 65536 "
-     f"pods in a group (the largest job derive-env builds from a count); {FIX}"),
+     "nodes (the largest job a manager is known to name: Slurm's MAX_SLURM_NODES); "
+     f"{FIX}"),
     ({"LWS_LEADER_ADDRESS": "leader"},
      "LWS_LEADER_ADDRESS='leader': expected <lws>-<group>.<subdomain>.<namespace>, the leader "
      f"pod's DNS name (pod_utils.go, AddLWSVariables); {FIX}"),

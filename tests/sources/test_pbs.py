@@ -24,6 +24,7 @@ from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
+from derive_env.preflight import plan_of
 from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.compose import topology_from
 from derive_env.sources.managers import pbs
@@ -275,11 +276,47 @@ def torque_derive(env: dict[str, str]) -> dict[str, str]:
     return {v.name: v.value for v in derivation.variables}
 
 
-def test_a_torque_pbsdsh_task_on_the_mother_superior_is_node_0() -> None:
-    """Before: refused as "a batch script runs on the first only; ... or with pbsdsh -u",
-    which is what started it (PBS_TASKNUM is decimal in Torque's TM tasks)."""
-    values = torque_derive(torque(0, 2, 0, nodefile=True))
-    assert (values["NODE_RANK"], values["MASTER_ADDR"], values["PET_NNODES"]) == ("0", "n1", "3")
+def test_a_torque_pbsdsh_task_on_the_mother_superior_needs_the_master_as_its_sisters() -> None:
+    """Read as its sisters' tasks are (torque-task): the node file is not a source of the
+    master there, or the mother superior alone would state a job its sisters cannot."""
+    with pytest.raises(TopologyError) as info:
+        torque_derive(torque(0, 2, 0, nodefile=True))
+    assert str(info.value) == (
+        "a Torque TM task (pbsdsh) on node PBS_NODENUM=0 of PBS_NUM_NODES=3: Torque writes "
+        "PBS_NODEFILE on the mother superior only (src/resmom/start_exec.c InitUserEnv, "
+        "MOM_HAS_NODEFILE), so the job's first host, the master, is not known on the sister "
+        "hosts (here, n1); pass it to every task: pbsdsh -u -e MASTER_ADDR=$(head -n1 "
+        "$PBS_NODEFILE) derive-env -- torchrun ..., from the batch script")
+
+
+def test_the_mother_superiors_node_file_is_cross_checked() -> None:
+    with pytest.raises(TopologyError) as info:
+        torque_derive(torque(0, 2, 0, nodefile=True, MASTER_ADDR="n1", PBS_NUM_NODES="2"))
+    assert str(info.value).startswith(
+        "PBS_NUM_NODES='2': expected the number of distinct hosts of "
+        f"PBS_NODEFILE={TORQUE_FILE!r} (3)")
+    with pytest.raises(TopologyError, match=r"^PBS_NODENUM='5': expected "):
+        torque_derive(torque(5, 2, 0, nodefile=True, MASTER_ADDR="n1"))
+
+
+def test_torques_pbsdsh_tasks_state_one_digest_and_one_job_key_on_every_host() -> None:
+    """Before: the mother superior's ``521d8c05... 0 n1`` (source pbs, node.* from its node
+    file) against the sisters' ``e128c87c... 1 -`` (source torque-task): one job, two
+    digests and two check keys."""
+    derivations = [
+        derive(torque(node, 2 + node, 2 * node, nodefile=node == 0, MASTER_ADDR="n1"),
+               {PREFIX + "frameworks": "pytorch"},
+               files=lambda paths: {p: TORQUE_LINES if p == TORQUE_FILE else None
+                                    for p in paths})
+        for node in range(3)]
+    assert [d.topology.source for d in derivations] == ["torque-task"] * 3
+    assert [d.topology.node_rank for d in derivations] == [0, 1, 2]
+    assert len({digest_of(facts_of(d.topology, d)) for d in derivations}) == 1
+    keys = set()
+    for d in derivations:
+        env = {v.name: v.value for v in d.variables}
+        keys.add(plan_of(d.topology, env, f"n{d.topology.node_rank + 1}").key)
+    assert len(keys) == 1
 
 
 def test_torques_batch_script_is_still_refused_beyond_one_host() -> None:

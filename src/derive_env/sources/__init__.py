@@ -418,7 +418,8 @@ SOURCES: tuple[Source, ...] = (
            fix="Start the processes with an MPI launcher (mpiexec ... derive-env -- python "
                "train.py) and run derive-env in each rank; or, for a job of one node, choose "
                f"--source none (or DERIVE_ENV_SOURCE=none); {ON_ERROR_WARN}"),
-    # A Torque pbsdsh task on a sister host: no node file there (sources/managers/pbs.py).
+    # A Torque pbsdsh task on a sister host: no node file there. The mother superior's is
+    # seen as pbs and read as this line too: one job, one digest (sources/managers/pbs.py).
     Source("torque-task", "a Torque TM task (pbsdsh)", "managers.pbs",
            ("PBS_JOBID", "PBS_NODENUM", "PBS_TASKNUM", "PBS_VNODENUM"), 3,
            unless=("PBS_NODEFILE",), unit="node", partial=False,

@@ -100,10 +100,13 @@ def topology_from(
         return refusals.none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
                                 or topology.node_count is not None or not topology.sized)
-    # Launchers first: their message names the launcher and the fix.
+    # Launchers first: their message names the launcher and the fix. A line read is seen
+    # even when its report names another line (Torque's mother superior reads a pbsdsh
+    # task as torque-task, sources/managers/pbs.py).
+    read = {s.name for s in seen_sources(environ)} if chosen == AUTO else {chosen}
     problem = refusals.launcher_problem(environ, refusals.Seen(
         f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
-        frozenset(r.source for r in reports), topology.processes is not None,
+        frozenset(r.source for r in reports) | read, topology.processes is not None,
         topology.num_nodes if stated else 1), files)
     if problem:
         raise TopologyError(problem)

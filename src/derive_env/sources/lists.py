@@ -39,6 +39,9 @@ MAX_HOSTNAME = 63
 #: ``MAX_SLURM_NODES`` (65536, slurm_hostlist), the largest job derive-env knows a manager to
 #: name. A larger count is a typing error, refused before a list of that length is built.
 MAX_COUNTED_NODES = 65536
+#: :data:`MAX_COUNTED_NODES` as a bound of ``validation.variable_int``, for a count-only source.
+NODE_COUNT = (MAX_COUNTED_NODES, "nodes (the largest job a manager is known to name: Slurm's "
+                                 "MAX_SLURM_NODES)")
 #: The headless Service's name (the pod template's ``subdomain``), when ``/etc/hosts`` has no
 #: FQDN line (``hostNetwork``) or cannot be read (``--env-file``): Kubernetes Indexed Jobs
 #: and JobSets.

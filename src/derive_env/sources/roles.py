@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from derive_env.errors import TopologyError, describe
+from derive_env.sources.lists import NODE_COUNT
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
 from derive_env.validation import parse_int, variable_int
@@ -110,7 +111,10 @@ def numbers(environ: Mapping[str, str], roles: Mapping[str, object]) -> dict[str
     :raises TopologyError: as :func:`read`, naming both variables and ending with ``why``.
     """
     why = roles.get("why", "")
-    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})")
+    # A count-only source builds its nodes from the count: bounded (lists.MAX_COUNTED_NODES).
+    bound = (NODE_COUNT[0], NODE_COUNT[1] + (f"; {why}" if why else ""))
+    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})",
+                              bound if role == "num_nodes" else None)
            for role, (minimum, what) in INTEGERS.items() if role in roles}
     for low, high, relation in _RELATIONS:
         if low in got and (high in got or (low == "node_rank" and "world_size" in got)):

@@ -45,7 +45,7 @@ from derive_env.errors import TopologyError, describe, listing, shorten
 from derive_env.hosts import ROLE_INDEX, ROLE_NAME, check_hosts, host_problem, repeated_host
 from derive_env.sources.report import Report
 from derive_env.topology import Node
-from derive_env.validation import first_error, parse_int, parse_port
+from derive_env.validation import first_error, parse_int, parse_per_node, parse_port
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -121,8 +121,9 @@ def _parse_role(value: object) -> str:
     return value
 
 
-#: A count variable: an integer >= 0, or >= 1 (:func:`derive_env.validation.parse_int`).
-_COUNT, _POSITIVE = (BeforeValidator(partial(parse_int, minimum=m)) for m in (0, 1))
+#: A count variable: an integer >= 0, or >= 1 (:mod:`derive_env.validation`); a GPU count <= 1024.
+_COUNT, _POSITIVE, _GPUS = (BeforeValidator(partial(f, minimum=m)) for f, m in (
+    (parse_int, 0), (parse_int, 1), (parse_per_node, 0)))
 
 
 class BackendAIVariables(BaseModel):
@@ -147,11 +148,9 @@ class BackendAIVariables(BaseModel):
         Field(None, alias=REPLICAS)
     )
     session_id: str | None = Field(None, alias=SESSION_ID)
-    gpu_count: Annotated[int | None, _COUNT] = Field(None, alias=GPU_COUNT)
-    n_gpus: Annotated[int | None, _COUNT] = Field(None, alias=N_GPUS)
-    master_port: Annotated[int | None, BeforeValidator(parse_port)] = Field(
-        None, alias=MASTER_PORT
-    )
+    gpu_count: Annotated[int | None, _GPUS] = Field(None, alias=GPU_COUNT)
+    n_gpus: Annotated[int | None, _GPUS] = Field(None, alias=N_GPUS)
+    master_port: Annotated[int | None, BeforeValidator(parse_port)] = Field(None, alias=MASTER_PORT)
 
 
 def possible_local_ranks(own_index: int, other_counts: Sequence[int], size: int) -> list[int]:

@@ -42,13 +42,13 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from derive_env.errors import TopologyError, describe
+from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import check_hosts, repeated_host
 from derive_env.sources import DETERMINED_VARIABLE as PATH_VARIABLE
 from derive_env.sources.lists import all_ipv4
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from derive_env.validation import parse_port
+from derive_env.validation import PER_NODE, at_most, parse_port
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -90,7 +90,7 @@ def _slot_ids(environ: Mapping[str, str]) -> int:
         raise TopologyError(describe(
             "DET_SLOT_IDS", value, "a JSON list of this container's slot ids, such as [0,1] "
             "(Determined's agent sets it: agent/internal/containers/spec.go, containerEnv)"))
-    return len(ids)
+    return at_most("DET_SLOT_IDS", shorten(value), len(ids), PER_NODE)
 
 
 def _document(text: str | None, path: str) -> dict[str, object]:

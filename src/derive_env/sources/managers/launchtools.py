@@ -47,7 +47,7 @@ from derive_env.hosts import check_hosts, repeated_host
 from derive_env.sources.lists import all_ipv4
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
+from derive_env.validation import PER_NODE, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -110,7 +110,7 @@ def _gpus(environ: Mapping[str, str], tool: _Tool, notes: list[str]) -> int | No
     for an accelerator that is no GPU; the frameworks count the devices)."""
     if not environ.get(tool.gpus):
         return None
-    gpus = variable_int(environ, tool.gpus, 0, f"; {tool.fix}")
+    gpus = variable_int(environ, tool.gpus, 0, f"; {tool.fix}", PER_NODE)
     if gpus == 0:
         notes.append(f"{tool.gpus}='0': no GPU (a CPU node, or an accelerator that is no "
                      "GPU: TPU, Trainium); not a process count, the devices are counted")

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem
 from derive_env.sources import BY_NAME
-from derive_env.sources.lists import MAX_COUNTED_NODES, pod_hostname
+from derive_env.sources.lists import pod_hostname
 from derive_env.sources.report import Report
 from derive_env.sources.roles import numbers
 from derive_env.topology import nodes_of
@@ -129,12 +129,8 @@ def read(environ: Mapping[str, str], line: Source,
     """
     got = numbers(environ, line.roles)
     size, index = got["num_nodes"], got["node_rank"]
-    if size > MAX_COUNTED_NODES:
-        # LWS states no limit (its size is an int32): refused before the names are built
-        raise TopologyError(describe(
-            "LWS_GROUP_SIZE", environ["LWS_GROUP_SIZE"],
-            f"at most {MAX_COUNTED_NODES} pods in a group (the largest job derive-env "
-            f"builds from a count); {_FIX}"))
+    # LWS states no limit (its size is an int32): numbers() bounds it (MAX_COUNTED_NODES)
+    # before the names are built.
     pod, domain = _leader(environ)
     names = [pod] + [f"{pod}-{i}" for i in range(1, size)]
     _check_hostname(environ, names[index], index)

@@ -29,10 +29,15 @@ later one (the mother superior numbers them, ``mom_comm.c``). Torque also sets
 ``PBS_NODENUM`` = this MoM's ``ji_nodeid`` and ``PBS_NUM_NODES`` on every host, but
 ``PBS_NODEFILE`` only where the MoM wrote the file (``MOM_HAS_NODEFILE``: the mother
 superior). So a decimal ``PBS_TASKNUM`` other than 1 beside ``PBS_VNODENUM`` is a Torque TM
-task on node ``PBS_NODENUM``; on a sister host (line ``torque-task``, no node file) its node
-count is ``PBS_NUM_NODES`` and the master only what the task was given (``pbsdsh -u -e
-MASTER_ADDR=...``): without it, refused naming what to pass (``pbsdsh`` passes no variable
-of the batch script unless told, ``src/cmds/pbsdsh.c``).
+task on node ``PBS_NODENUM``, read as line ``torque-task`` on EVERY host, the mother
+superior's included: its node count is ``PBS_NUM_NODES`` and the master only what the task
+was given (``pbsdsh -u -e MASTER_ADDR=...``); without it, refused naming what to pass
+(``pbsdsh`` passes no variable of the batch script unless told, ``src/cmds/pbsdsh.c``).
+Where the node file is readable (the mother superior) it is only cross-checked
+(``PBS_NUM_NODES`` and ``PBS_NP`` against its hosts and lines, ``PBS_NODENUM`` within its
+hosts), never a source of facts: the tasks of one ``pbsdsh`` must state the same job facts
+(source, node count, master, no host list) on every host, so that their job digest and the
+check's job key agree; facts only the mother superior can state would set it apart.
 
 A batch script of a job of more than one host: :attr:`Report.problem` (raised when no inner
 source, an MPI launcher started from the script, is seen): only ``mpiexec`` or ``pbsdsh``
@@ -47,6 +52,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
+from derive_env.sources import BY_NAME
 from derive_env.sources.lists import HostSlots, one_per_slot
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
@@ -131,14 +137,25 @@ PASS_MASTER = ("pbsdsh -u -e MASTER_ADDR=$(head -n1 $PBS_NODEFILE) derive-env --
                "..., from the batch script")
 
 
-def _sister(environ: Mapping[str, str], line: Source) -> Report:
-    """A Torque TM task without the node file (line ``torque-task``): its node and the
-    node count, the master only from ``MASTER_ADDR`` (module docstring)."""
+def _sister(environ: Mapping[str, str], line: Source,
+            listed: HostSlots | None = None) -> Report:
+    """A Torque TM task (line ``torque-task``) on any host: its node and the node count,
+    the master only from ``MASTER_ADDR`` (module docstring).
+
+    :param listed: the node file's hosts where this host can read it (the mother
+        superior): cross-checked only, so that every host's task states the same facts.
+    :raises TopologyError: ``PBS_NUM_NODES`` or ``PBS_NP`` against the node file,
+        ``PBS_NODENUM`` beyond its hosts (or beyond ``PBS_NUM_NODES``).
+    """
     job = environ["PBS_JOBID"].strip()
     inputs: dict[str, tuple[str, ...]] = {"ports": ("PBS_JOBID",)}
     notes: list[str] = []
     count = variable_int(environ, "PBS_NUM_NODES", 1) if environ.get("PBS_NUM_NODES") else None
-    node = _node_rank(environ, count, inputs, notes)
+    if listed is not None:
+        _torque_counts(environ, listed, {})
+        notes.append(f"PBS_NODEFILE ({len(listed.hosts)} hosts, first {listed.hosts[0]}) "
+                     "cross-checked only: the sister hosts' tasks cannot read it")
+    node = _node_rank(environ, count if listed is None else len(listed.hosts), inputs, notes)
     if count is not None:
         inputs["num_nodes"] = ("PBS_NUM_NODES",)
     why = ("Torque writes PBS_NODEFILE on the mother superior only (src/resmom/start_exec.c "
@@ -150,7 +167,10 @@ def _sister(environ: Mapping[str, str], line: Source) -> Report:
     elif node is None or count is None or count > 1:
         problem = (f"{line.title} on node PBS_NODENUM={environ.get('PBS_NODENUM')} of "
                    f"PBS_NUM_NODES={environ.get('PBS_NUM_NODES', '?')}: {why}, so the job's "
-                   "first host, the master, is not known here; pass it to every task: "
+                   "first host, the master, is not known "
+                   + ("here" if listed is None else
+                      f"on the sister hosts (here, {listed.hosts[0]})")
+                   + "; pass it to every task: "
                    + PASS_MASTER)
     return Report(source=line.name, title=line.title, num_nodes=count, node_rank=node,
                   master=master, job=("pbs", job, "allocation"), session_id=job,
@@ -174,9 +194,12 @@ def read(environ: Mapping[str, str], line: Source,
     job = environ["PBS_JOBID"].strip()
     path = environ["PBS_NODEFILE"]
     text = (files or {}).get(path)
+    listed = _hosts(path, text) if text is not None else None
+    if torque_task(environ):
+        # The mother superior's pbsdsh task: the same line as its sisters' (docstring).
+        return _sister(environ, BY_NAME["torque-task"], listed)
     inputs: dict[str, tuple[str, ...]] = {"ports": ("PBS_JOBID",)}
     notes: list[str] = []
-    listed = _hosts(path, text) if text is not None else None
     count = len(listed.hosts) if listed is not None else None
     node_rank = _node_rank(environ, count, inputs, notes)
     problem = None

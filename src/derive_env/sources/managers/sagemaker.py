@@ -48,7 +48,7 @@ from derive_env.sources import SAGEMAKER_CONFIG_VARIABLE as CONFIG_VARIABLE
 from derive_env.sources.lists import json_value
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
+from derive_env.validation import PER_NODE, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -262,7 +262,8 @@ def read(environ: Mapping[str, str], line: Source,
 def _report(environ: Mapping[str, str], line: Source, nodes: list[str], node_rank: int | None,
             rule: str, notes: tuple[str, ...]) -> Report:
     """The report of :func:`read`: ``node_rank`` ``None`` when no variable states it."""
-    gpus = variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)") \
+    gpus = variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)",
+                        PER_NODE) \
         if environ.get("SM_NUM_GPUS") else None
     inputs = {"nodes": (rule,), "num_nodes": (rule,), "master": (rule,),
               "ports": ("TRAINING_JOB_NAME", rule),

@@ -19,7 +19,7 @@ from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
 from derive_env.sources.managers.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 from derive_env.sources.report import Processes
-from derive_env.validation import variable_int
+from derive_env.validation import PER_NODE, variable_int
 
 _T = TypeVar("_T")
 
@@ -106,7 +106,8 @@ def gpus_on_node(environ: Mapping[str, str]) -> tuple[int | None, tuple[str, ...
     (``a100:4``, sources.md 3.1 "GPUs")."""
     if not environ.get("SLURM_GPUS_ON_NODE"):
         return None, ()
-    return variable_int(environ, "SLURM_GPUS_ON_NODE", 0), ("SLURM_GPUS_ON_NODE",)
+    return (variable_int(environ, "SLURM_GPUS_ON_NODE", 0, maximum=PER_NODE),
+            ("SLURM_GPUS_ON_NODE",))
 
 
 class Step:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, host_problem, is_ip, repeated_host
+from derive_env.sources.lists import NODE_COUNT
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import variable_index, variable_int
@@ -89,10 +90,14 @@ def _hosts(environ: Mapping[str, str]) -> list[str]:
     return hosts
 
 
+#: Each slice is one host or more: at most lists.MAX_COUNTED_NODES of them.
+_SLICES = (NODE_COUNT[0], "slices (each of one host or more; " + NODE_COUNT[1] + ")")
+
+
 def _slices(environ: Mapping[str, str]) -> tuple[int, int, str | None]:
     """``(slices, this slice's id, the coordinator host)`` as JAX reads them
     (``_get_num_slices``, ``_get_slice_id``, ``get_coordinator_address``)."""
-    slices = (variable_int(environ, "MEGASCALE_NUM_SLICES", 1)
+    slices = (variable_int(environ, "MEGASCALE_NUM_SLICES", 1, maximum=_SLICES)
               if environ.get("MEGASCALE_NUM_SLICES") else 1)
     slice_id = (variable_int(environ, "MEGASCALE_SLICE_ID", 0)
                 if environ.get("MEGASCALE_SLICE_ID") else 0)
