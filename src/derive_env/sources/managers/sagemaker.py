@@ -34,6 +34,10 @@ training toolkit exports for the script it starts), sources-cloud.md 8.
   host's identity. The host is the resource config's ``current_host`` (the platform writes
   the file on each host; the toolkit's ``gethostname`` preload reads it too); without the
   file, this rank's node is not stated (the MPI launcher gives the ranks, not the node).
+  The ranks on the other hosts get only the ``SM_*`` (the toolkit's line, ``sagemaker``),
+  those on mpirun's host keep ``TRAINING_JOB_NAME`` too (the platform's line): so that all
+  state one job (source, master port, digest), an MPI rank with ``SM_HOSTS`` reports the
+  toolkit's line, its job named by the first host, and both lines read the file.
 """
 
 from __future__ import annotations
