@@ -361,6 +361,7 @@ def test_a_job_id_of_undecodable_bytes_seeds_by_its_bytes() -> None:
 @pytest.mark.parametrize(("job", "words"), [
     (("slurm", "10", "0"), "slurm job 10 step 0"),
     (("sagemaker", "bert-1", "algo-4"), "SageMaker training job bert-1"),
+    (("sagemaker", "", "algo-1"), "the SageMaker job of first host algo-1"),
     (("kubeflow-pytorchjob", "23456", "3"), "the PyTorchJob of master port 23456, 3 nodes"),
     (("kubeflow-pytorchjob", "el-worker-0:23456", "2:4"),
      "the PyTorchJob of rendezvous el-worker-0:23456, 2:4 nodes"),

@@ -169,6 +169,8 @@ def job_words(manager: str, job_id: str, step_id: str) -> str:
     if manager == "kubeflow-pytorchjob":  # kubeflow.py: (port, nodes), elastic (endpoint, nodes)
         where = f"rendezvous {job_id}" if ":" in job_id else f"master port {job_id}"
         return f"the PyTorchJob of {where}, {step_id} nodes"
+    if manager == "sagemaker" and not job_id:  # sagemaker.py: SM_* only, or an MPI rank
+        return f"the SageMaker job of first host {step_id}"
     words = _WORDS.get(manager)
     if words is not None:
         return words.format(job=job_id, step=step_id)

@@ -275,21 +275,16 @@ def rank_environments(command: list[str], envs: dict[str, dict[str, str]]) -> li
     return ranks
 
 
-@pytest.mark.frameworks
-@pytest.mark.parametrize("with_file", [True, False])
-def test_mpi_mode_the_toolkits_own_command_line_never_gives_two_hosts_one_node_rank(
-        with_file: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The command the toolkit's own mpi.py builds (``MasterRunner._create_command``: ``-x``
-    every SM_*) for a 2-host job, 2 processes per host. Before: NODE_RANK=0 on all four
-    ranks (SM_CURRENT_HOST='algo-1', the master's, on algo-2 too), and with the resource
-    config algo-2's ranks refused ("SM_CURRENT_HOST='algo-1': expected current_host of
-    ... ('algo-2')"). Now the host is the resource config's current_host (per host, never
-    copied); without the file NODE_RANK is not set."""
+def toolkit_job(remote_env: bool) -> tuple[list[str], dict[str, str], dict[str, dict]]:
+    """The toolkit's own MPI job of 2 hosts, 2 processes each: the command its ``mpi.py``
+    builds on algo-1 (``MasterRunner._create_command``: ``-x`` every SM_*), each host's
+    resource config text and each host's environment: the platform's variables plus the
+    toolkit's ``to_env_vars``. ``remote_env`` False: algo-2's ranks get none of its own
+    (sshd without /etc/environment), only what mpirun copies."""
     try:
         from sagemaker_training import environment, mpi
     except ImportError:
         require(False, "sagemaker-training is not installed (make venv installs it)")
-    monkeypatch.setattr(os, "environ", dict(os.environ))  # the toolkit writes os.environ
     flags = {"sagemaker_mpi_enabled": True}
     texts, envs = {}, {}
     for host in ("algo-1", "algo-2"):
@@ -301,19 +296,69 @@ def test_mpi_mode_the_toolkits_own_command_line_never_gives_two_hosts_one_node_r
             runner = mpi.MasterRunner("train.py", [], toolkit.to_env_vars(), 2,
                                       toolkit.master_hostname, toolkit.distribution_hosts, "",
                                       "eth0")
+    if not remote_env:
+        envs["algo-2"] = {}
     command = runner._create_command()
     assert command[command.index("SM_CURRENT_HOST") - 1:][:2] == ["-x", "SM_CURRENT_HOST"]
-    got = []
+    return command, texts, envs
+
+
+def derive_ranks(with_file: bool, remote_env: bool) -> list:
+    """Every rank's derivation of :func:`toolkit_job`, with its host's resource config when
+    ``with_file``."""
+    command, texts, envs = toolkit_job(remote_env)
+    derivations = []
     for env in rank_environments(command, envs):
         assert env["SM_CURRENT_HOST"] == "algo-1"  # the copy, on algo-2 as well
         text = texts[env.pop("_HOST")] if with_file else None
         files = {SAGEMAKER_CONFIG: text, HYPERPARAMETERS: None}
-        derivation = derive(env, {PREFIX + "frameworks": "pytorch"},
-                            files=lambda paths, f=files: {p: f.get(p) for p in paths})
+        derivations.append(derive(env, {PREFIX + "frameworks": "pytorch"},
+                                  files=lambda paths, f=files: {p: f.get(p) for p in paths}))
+    return derivations
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("with_file", [True, False])
+def test_mpi_mode_the_toolkits_own_command_line_never_gives_two_hosts_one_node_rank(
+        with_file: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command the toolkit's own mpi.py builds for a 2-host job, 2 processes per host.
+    Before: NODE_RANK=0 on all four ranks (SM_CURRENT_HOST='algo-1', the master's, on
+    algo-2 too), and with the resource config algo-2's ranks refused ("SM_CURRENT_HOST=
+    'algo-1': expected current_host of ... ('algo-2')"). Now the host is the resource
+    config's current_host (per host, never copied); without the file NODE_RANK is not set."""
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the toolkit writes os.environ
+    got = []
+    for derivation in derive_ranks(with_file, remote_env=True):
         values = {v.name: v.value for v in derivation.variables}
         got.append((values["RANK"], values.get("NODE_RANK"), values["MASTER_ADDR"]))
     node_ranks = ["0", "0", "1", "1"] if with_file else [None] * 4
     assert got == [(str(r), n, "algo-1") for r, n in enumerate(node_ranks)]
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("remote_env", [True, False])
+@pytest.mark.parametrize("with_file", [True, False])
+def test_mpi_mode_every_rank_derives_one_job(with_file: bool, remote_env: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """mpirun -x gives algo-2's ranks only the SM_* (without /etc/environment: no
+    TRAINING_JOB_NAME/ARN), algo-1's ranks keep the whole environment. Before: algo-1's
+    ranks read sagemaker-platform and hashed MASTER_PORT from TRAINING_JOB_NAME (61xxx),
+    algo-2's read sagemaker and hashed it from the first host: two ports, two digests,
+    exit 0, and ranks 2-3 connected to a port nobody listened on. Now every rank reads the
+    job from what they all have: one source, master, port and digest."""
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the toolkit writes os.environ
+    derivations = derive_ranks(with_file, remote_env)
+    values = [{v.name: v.value for v in d.variables} for d in derivations]
+    assert [v["RANK"] for v in values] == ["0", "1", "2", "3"]
+    assert [v.get("NODE_RANK") for v in values] == (
+        ["0", "0", "1", "1"] if with_file else [None] * 4)
+    assert {(d.topology.source, d.topology.job, d.topology.session_id)
+            for d in derivations} == {("sagemaker", ("sagemaker", "", "algo-1"), None)}
+    assert {(v["MASTER_ADDR"], v["MASTER_PORT"]) for v in values} == {("algo-1", "62347")}
+    assert len({digest_of(facts_of(d.topology, d)) for d in derivations}) == 1
+    assert derivations[0].topology.notes[-1].startswith(
+        "TRAINING_JOB_NAME is not this job's name in an MPI rank: mpirun copies only the "
+        "SM_* to the ranks on the other hosts")
 
 
 def test_mpi_mode_the_copied_values_are_checked_not_taken() -> None:

@@ -34,6 +34,10 @@ training toolkit exports for the script it starts), sources-cloud.md 8.
   host's identity. The host is the resource config's ``current_host`` (the platform writes
   the file on each host; the toolkit's ``gethostname`` preload reads it too); without the
   file, this rank's node is not stated (the MPI launcher gives the ranks, not the node).
+  The ranks on the other hosts get only the ``SM_*`` (the toolkit's line, ``sagemaker``),
+  those on mpirun's host keep ``TRAINING_JOB_NAME`` too (the platform's line): so that all
+  state one job (source, master port, digest), an MPI rank with ``SM_HOSTS`` reports the
+  toolkit's line, its job named by the first host, and both lines read the file.
 """
 
 from __future__ import annotations
@@ -81,8 +85,10 @@ def hyperparameters_path(environ: Mapping[str, str]) -> str:
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """The files :func:`read` needs for table line ``name``: the resource config and the
-    hyperparameters for the platform's line, none for the toolkit's ``SM_*`` line."""
-    if name != "sagemaker-platform":
+    hyperparameters for the platform's line, and for the toolkit's ``SM_*`` line in an MPI
+    rank (a rank on another host than mpirun's has only the ``SM_*``: its host is the
+    file's); none for the toolkit's line otherwise."""
+    if name != "sagemaker-platform" and not mpi_rank(environ):
         return ()
     return config_path(environ), hyperparameters_path(environ)
 
@@ -169,13 +175,15 @@ def _checked(config: object, where: str) -> tuple[str, list[str]]:
 
 def _config(environ: Mapping[str, str], line: Source,
             files: Mapping[str, str | None] | None) -> tuple[object, str, str]:
-    """The resource config, where it came from (for messages) and the rule's name."""
-    if line.name == "sagemaker-platform":
+    """The resource config, where it came from (for messages) and the rule's name: the
+    file for the platform's line and for an MPI rank (:func:`files_needed`), else ``SM_*``."""
+    if line.name == "sagemaker-platform" or mpi_rank(environ):
         path = config_path(environ)
         text = (files or {}).get(path)
         if text is not None:
             return json_value(text), path, path
-        if not (environ.get("SM_HOSTS") and environ.get("SM_CURRENT_HOST")):
+        if line.name == "sagemaker-platform" and not (
+                environ.get("SM_HOSTS") and environ.get("SM_CURRENT_HOST")):
             raise TopologyError(describe(
                 "TRAINING_JOB_NAME", environ["TRAINING_JOB_NAME"],
                 f"SageMaker's resource config at {path} (readable JSON; another path: "
@@ -225,7 +233,9 @@ def read(environ: Mapping[str, str], line: Source,
     :param files: path -> content (``None``: unreadable) for :func:`files_needed`'s path.
     :returns: ``nodes`` = the distribution hosts in file order, ``node_rank`` = the place
         of ``current_host`` among them, master = the first, ``gpus`` = ``SM_NUM_GPUS`` (None
-        when unset or 0), ``job`` = ``("sagemaker", TRAINING_JOB_NAME, first host)``.
+        when unset or 0), ``job`` = ``("sagemaker", TRAINING_JOB_NAME, first host)``; in an
+        MPI rank with ``SM_HOSTS`` (the toolkit's MPI mode) source ``sagemaker`` and ``job``
+        = ``("sagemaker", "", first host)`` on every rank (:func:`_report`).
     :raises TopologyError: neither the file nor ``SM_HOSTS``/``SM_CURRENT_HOST``; a file
         that is not a resource config, ``current_host`` not in ``hosts``, a repeated or bad
         host; ``SM_CURRENT_HOST`` not ``current_host``; a host outside the distribution
@@ -239,10 +249,11 @@ def read(environ: Mapping[str, str], line: Source,
     nodes, group_of = _distribution_hosts(config, groups, where)
     rank = mpi_rank(environ)
     copy_note = _copied(environ, config, where, rank) if rank else None
+    shared = bool(copy_note and environ.get("SM_HOSTS"))  # the toolkit's MPI mode
     if copy_note and rule == "SM_HOSTS":  # no file: nothing states this rank's host
         return _report(environ, line, nodes, None, rule, (
             f"{copy_note}; without {config_path(environ)} ({CONFIG_VARIABLE}) no variable "
-            "states this rank's host: the MPI launcher gives the ranks",))
+            "states this rank's host: the MPI launcher gives the ranks",), shared)
     if not copy_note and environ.get("SM_CURRENT_HOST") and \
             environ["SM_CURRENT_HOST"] != current:
         raise TopologyError(describe(
@@ -256,21 +267,37 @@ def read(environ: Mapping[str, str], line: Source,
             + _OUTSIDE_FIX)
     notes = [f"host {current} (current_host), group {group!r}; distribution groups: "
              f"{', '.join(groups)} ({named_by})", *([copy_note] if copy_note else [])]
-    return _report(environ, line, nodes, nodes.index(current), rule, tuple(notes))
+    return _report(environ, line, nodes, nodes.index(current), rule, tuple(notes), shared)
 
 
 def _report(environ: Mapping[str, str], line: Source, nodes: list[str], node_rank: int | None,
-            rule: str, notes: tuple[str, ...]) -> Report:
-    """The report of :func:`read`: ``node_rank`` ``None`` when no variable states it."""
+            rule: str, notes: tuple[str, ...], shared: bool) -> Report:
+    """The report of :func:`read`: ``node_rank`` ``None`` when no variable states it.
+
+    ``shared``: an MPI rank with the ``SM_HOSTS`` mpirun copied (the training toolkit's MPI
+    mode, ``mpi.py``). ``mpirun -x`` gives the ranks on the other hosts only the ``SM_*``;
+    the ranks on mpirun's own host keep ``TRAINING_JOB_NAME`` / ``TRAINING_JOB_ARN`` too. So
+    that every rank states one job (one source, master port and digest), the job is then
+    what they all have: the toolkit's line (``sagemaker``), named by its first host, never
+    by ``TRAINING_JOB_NAME``.
+    """
     gpus = variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)",
                         PER_NODE) \
         if environ.get("SM_NUM_GPUS") else None
+    job_name = "" if shared else environ.get("TRAINING_JOB_NAME", "")
     inputs = {"nodes": (rule,), "num_nodes": (rule,), "master": (rule,),
-              "ports": ("TRAINING_JOB_NAME", rule),
+              "ports": ("TRAINING_JOB_NAME", rule) if job_name else (rule,),
               **({"node_rank": (rule,)} if node_rank is not None else {})}
     if gpus:
         inputs["gpus"] = ("SM_NUM_GPUS",)
-    job_name = environ.get("TRAINING_JOB_NAME", "")
+    if shared and line.name != "sagemaker":
+        from derive_env.sources import BY_NAME
+
+        line = BY_NAME["sagemaker"]
+        notes = (*notes, "TRAINING_JOB_NAME is not this job's name in an MPI rank: mpirun "
+                 "copies only the SM_* to the ranks on the other hosts (the training "
+                 "toolkit's mpi.py), so every rank names the job by its first host "
+                 f"({nodes[0]}), as source sagemaker")
     return Report(
         source=line.name,
         title=line.title,
