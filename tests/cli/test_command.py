@@ -431,7 +431,7 @@ def test_explain_names_topology_and_sources(sub1_env: Path) -> None:
         "canonical order"
     )
     at = lines.index("PET_NPROC_PER_NODE = 2")
-    assert lines[at + 1].strip() == "source: GPU_COUNT: GPU count of this container"
+    assert lines[at + 1].strip() == "source: GPU_COUNT: GPU count of this node"
 
 
 # --------------------------------------------------------------------------- not opted in

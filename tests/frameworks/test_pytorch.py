@@ -131,7 +131,7 @@ def test_nproc_sources(backendai_env, opt_in) -> None:
     src = {v.name: v.provenance for v in by_label.variables}
     assert src["PET_NPROC_PER_NODE"] == "label ai.backend.distributed.nproc-per-node"
     src = {v.name: v.provenance for v in by_gpus.variables}
-    assert src["PET_NPROC_PER_NODE"] == "GPU_COUNT: GPU count of this container"
+    assert src["PET_NPROC_PER_NODE"] == "GPU_COUNT: GPU count of this node"
 
 
 def test_pytorch_module_directly(backendai_env) -> None:

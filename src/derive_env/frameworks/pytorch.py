@@ -97,7 +97,7 @@ def derive(ctx: Context) -> Contribution:
     elif topo.gpus_per_node:
         out.variables.append(var(
             "PET_NPROC_PER_NODE", topo.gpus_per_node,
-            f"{topo.inputs_of('gpus')}: GPU count of this container", scope=SHARED,
+            f"{topo.inputs_of('gpus')}: GPU count of this node", scope=SHARED,
             node_decided=True))
     elif not ctx.environ.get("PET_NPROC_PER_NODE"):
         out.notes.append(
