@@ -1,22 +1,18 @@
-"""``derive-env check``, the pure part: who checks what, each check's verdict, the table.
-
-The preflight of contract section 8: every node (or, under ``srun``/``mpirun`` with several
-tasks per node, every task) checks
+"""``derive-env check``, the pure part: every node (or, under ``srun``/``mpirun`` with
+several tasks per node, every task) checks
 
 * ``name``: its own name resolves to an address that is not loopback and that it holds;
 * ``peers``: every peer's name resolves (a task of a launcher: the master's name only), and,
   on the master, every node resolves every name as the others do;
 * ``port``: the master binds and listens on the master port for the check's duration; every
   other node (task) connects to it and is greeted by the check of the same job;
-* ``iface``: the interfaces chosen for gloo and NCCL (``GLOO_SOCKET_IFNAME``,
-  ``NCCL_SOCKET_IFNAME``; none set: the one holding the host name's address, which gloo
-  binds) exist, hold an address, and reach every peer's address directly (a subnet of the
-  interface holds it) or by the route the kernel takes for it.
+* ``iface``: gloo's and NCCL's interfaces (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``;
+  none set: the one holding the host name's address) exist, hold an address, and reach
+  every peer's address directly or by the route the kernel takes for it.
 
 The edge (:mod:`derive_env.cli.check`) reads the host, resolves names, listens and
-connects; everything it decides with is here, over plain values, so the table and every
-message are tested exactly (tests/test_preflight.py). Rows travel between nodes as JSON
-objects (:func:`row_to_wire`, :func:`row_from_wire`).
+connects; everything it decides with is here, over plain values (tests/test_preflight.py).
+Rows travel between nodes as JSON objects (:func:`row_to_wire`, :func:`row_from_wire`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The composer: the reports of every seen source -> one :class:`ClusterTopology`.
-
-Rules (architecture.md, "Sources compose"; sources.md 3.13):
+"""The composer: the reports of every seen source -> one :class:`ClusterTopology`. Rules
+(docs/architecture.md, "Sources compose"):
 
 * Every seen source is read (:func:`seen_sources`); each reports only what it saw.
 * Process layer: from the innermost source that launched processes (torchrun > an MPI
@@ -34,10 +33,8 @@ Rules (architecture.md, "Sources compose"; sources.md 3.13):
 * Checks between the layers: the process counts per node sum to the world size and have
   one entry per node; this node's entry is its local world size; rank 0 is on node rank 0
   (only rank 0 can check it: its failing stops the job under an MPI launcher or srun).
-* A seen source's ``Report.problem`` (a multi-node Slurm batch script, a step self-check)
-  is raised only when no inner source was seen.
-* Then the refusals (sources/refusals.py): another launcher's variables stating more.
-Raises ``TopologyError`` (exit 3) on any disagreement, naming the variables of both sides.
+* A seen source's ``Report.problem`` is raised only when no inner source was seen.
+* Then the refusals (sources/refusals.py). ``TopologyError`` (exit 3) names both sides.
 """
 
 from __future__ import annotations
