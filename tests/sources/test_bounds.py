@@ -91,6 +91,16 @@ def test_tpu_slices_past_the_bound() -> None:
                                f"slices (each of one host or more; {NODES})")
 
 
+
+def test_tpu_slices_times_their_hosts_past_the_bound() -> None:
+    """Each slice within the bound, the job's hosts (slices x hosts per slice) not."""
+    with pytest.raises(TopologyError) as info:
+        values({**TPU, "MEGASCALE_NUM_SLICES": "32769"}, "jax")
+    assert str(info.value) == ("MEGASCALE_NUM_SLICES='32769': expected at most 32768 slices "
+                               f"of 2 hosts (TPU_WORKER_HOSTNAMES): at most 65536 {NODES}")
+    assert values({**TPU, "MEGASCALE_NUM_SLICES": "32768"}, "jax")
+
+
 COUNTS = st.integers(0, 2**70) | st.sampled_from(
     [0, 1, 1023, 1024, 1025, 65536, 65537, 2**31, 2**32, 2**63, 10**18, 10**19])
 CASES = [(BACKENDAI, "N_GPUS"), (BACKENDAI, "GPU_COUNT"), (SLURM, "SLURM_GPUS_ON_NODE"),

@@ -191,6 +191,10 @@ def read(environ: Mapping[str, str], line: Source,
                    (len(hosts), f"the {len(hosts)} hosts of TPU_WORKER_HOSTNAMES"), _FIX)
     _check_hostname(environ, hosts, worker)
     slices, slice_id, coordinator = _slices(environ)
+    if slices * len(hosts) > NODE_COUNT[0]:  # the job's hosts, not the slices alone
+        raise TopologyError(describe("MEGASCALE_NUM_SLICES", environ["MEGASCALE_NUM_SLICES"], (
+            f"at most {NODE_COUNT[0] // len(hosts)} slices of {len(hosts)} hosts "
+            f"(TPU_WORKER_HOSTNAMES): at most {NODE_COUNT[0]} {NODE_COUNT[1]}")))
     warnings = _lws(environ, len(hosts), worker)
     master = coordinator or hosts[0]
     if coordinator and slice_id == 0 and _label(coordinator) != _label(hosts[0]) and not (
