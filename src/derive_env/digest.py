@@ -1,4 +1,4 @@
-"""The job digest (contract section 8): the job-wide facts of a derivation, and their hash.
+"""The job digest (docs/behaviour.md section 8): the job-wide facts of a derivation, and their hash.
 
 Every node of one job must agree on these facts; a node that differs in one of them would
 wait at a rendezvous no other node comes to. ``derive-env --dry-run --format digest``

@@ -119,7 +119,7 @@ def repeated_host(hosts: Sequence[str]) -> str | None:
     """The first entry of a host list that repeats an earlier one, or ``None``.
 
     Names are compared case-insensitively, as DNS compares them (RFC 4343): ``sub1`` and
-    ``SUB1`` are one node (contract section 5).
+    ``SUB1`` are one node (docs/behaviour.md section 5).
 
     :returns: the second occurrence, spelled as the list spells it.
     """

@@ -1,7 +1,7 @@
 """Image labels: where they come from and how they are read, without pydantic.
 
 This module gathers the raw ``ai.backend.distributed.*`` labels into a flat
-``{label: value}`` dict (contract section 4), and also keeps the near misses of a
+``{label: value}`` dict (docs/behaviour.md section 4), and also keeps the near misses of a
 derive-env label (a wrong letter case or prefix, :func:`near_miss`) and reports them
 (:func:`label_problems`), so that a misspelt opt-in label is an error, not a silent
 opt-out; :mod:`derive_env.policy` validates the labels into an
@@ -10,7 +10,7 @@ not-opted-in path (no ``frameworks`` label) can exec the command without importi
 
 Sources, later wins: the labels file baked into the image (default
 ``/etc/derive-env/labels.json`` or ``$DERIVE_ENV_LABELS_FILE``), ``--labels-file``, the
-session's ``DERIVE_ENV_<NAME>`` variables (contract section 9, :func:`session_labels`),
+session's ``DERIVE_ENV_<NAME>`` variables (docs/behaviour.md section 9, :func:`session_labels`),
 ``--label KEY=VALUE``. A container cannot read its own image's labels, so the image writes
 the file at build time from the same build ``ARG`` as its ``LABEL`` (see docker/).
 """
@@ -72,7 +72,7 @@ def variable_of(label: str) -> str:
 
 
 def session_labels(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The labels the session gives as ``DERIVE_ENV_<NAME>`` variables (contract section 9),
+    """The labels the session gives as ``DERIVE_ENV_<NAME>`` variables (docs/behaviour.md section 9),
     and the near misses of such a name (``DERIVE_ENV_TENSORFLOW_ROLE``) or of one of
     :data:`NOT_LABELS` (``DERIVE_ENV_SOURCES``): one message each.
 
@@ -217,7 +217,7 @@ def label_problems(labels: Mapping[str, str]) -> list[str]:
 def parse_labels_document(text: str, origin: str) -> dict[str, str]:
     """Parse a labels file into the ``ai.backend.distributed.*`` labels it holds.
 
-    Accepted shapes (the formats of contract section 4):
+    Accepted shapes (the formats of docs/behaviour.md section 4):
 
     * a flat JSON object ``{"ai.backend.distributed.frameworks": "pytorch", ...}``, as
       also printed by ``docker image inspect --format '{{json .Config.Labels}}'``;
@@ -350,7 +350,7 @@ def check_not_opted_in(labels: Mapping[str, str]) -> None:
 
     Another ``ai.backend.distributed.*`` label without ``frameworks`` is almost always a
     misspelt ``frameworks`` (``framework``, ``Frameworks``): a typo must not silently turn
-    distribution off (contract section 4).
+    distribution off (docs/behaviour.md section 4).
 
     Also a near miss of a derive-env key (:func:`label_problems`), such as
     ``ai.backend.distibuted.frameworks``: that is how a misspelt opt-in label looks.
@@ -358,7 +358,7 @@ def check_not_opted_in(labels: Mapping[str, str]) -> None:
     :raises LabelError: naming the near misses and the first stray label, in one message.
     """
     problems = label_problems(labels)
-    # A session variable never opts an image in by itself (contract section 9): the
+    # A session variable never opts an image in by itself (docs/behaviour.md section 9): the
     # session's DERIVE_ENV_MASTER_PORT reaches images that did not opt in too.
     given = getattr(labels, "variables", {})
     stray = sorted(k for k in labels if k.startswith(PREFIX) and k not in given)
@@ -401,7 +401,7 @@ def gather(
     default_file: str = DEFAULT_LABELS_FILE,
 ) -> Labels:
     """Gather the image's labels, later wins: labels file, ``--labels-file``s, the session's
-    ``DERIVE_ENV_<NAME>`` variables (contract section 9), ``--label``s.
+    ``DERIVE_ENV_<NAME>`` variables (docs/behaviour.md section 9), ``--label``s.
 
     The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from ``environ``, else
     ``own_labels_file``, this process's) or ``default_file`` (``/etc/derive-env/labels.json``);

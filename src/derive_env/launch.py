@@ -1,6 +1,6 @@
 """Exec: replace this process with the user's command (the only ``os.exec*`` of derive-env).
 
-Rules (contract section 3): same PID (``execve``), so ``docker stop``'s SIGTERM reaches the
+Rules (docs/behaviour.md section 3): same PID (``execve``), so ``docker stop``'s SIGTERM reaches the
 user's program and its exit status is the container's; stdout/stderr flushed first;
 SIGPIPE and SIGXFSZ reset to their default disposition (CPython ignores them, and an
 ignored signal survives exec); each ``NAME=value`` checked against the kernel's per-string

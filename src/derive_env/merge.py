@@ -1,6 +1,6 @@
 """Merge: derived variables against the environment they will be added to.
 
-Rules (contract section 6). A cluster manager copies a session's user-defined variables
+Rules (docs/behaviour.md section 6). A cluster manager copies a session's user-defined variables
 unchanged into EVERY container (Backend.AI's launcher spreads the session environment into
 each container's), so a value already in the environment is the same on every node. Each
 variable states its scope where its framework builds it

@@ -1,6 +1,6 @@
 """ImagePolicy: the image's ``ai.backend.distributed.*`` labels, validated.
 
-Label reference (contract section 4; docs/operator-guide.md has the table). The framework
+Label reference (docs/behaviour.md section 4; docs/operator-guide.md has the table). The framework
 names and the port labels are those of :data:`derive_env.frameworks.FRAMEWORKS`:
 
 ===============================================  ===========================================
@@ -167,7 +167,7 @@ def _by_label(exc: ValidationError) -> ValidationError:
 
 def _named_by_variable(problem: str, variables: tuple[tuple[str, str], ...]) -> str:
     """``problem`` (``label <key>='abc': expected ...``) naming the ``DERIVE_ENV_<NAME>``
-    variable the value came from, when a variable gave it (contract section 9): the user
+    variable the value came from, when a variable gave it (docs/behaviour.md section 9): the user
     set the variable, not the label."""
     for label, variable in variables:
         if problem.startswith(f"label {label}="):
@@ -210,7 +210,7 @@ class ImagePolicy(BaseModel):
     )
     #: the labels that were set, for provenance (``label ... = value``).
     given: tuple[str, ...] = Field(default=(), exclude=True)
-    #: ``(label, variable)`` for the labels a session variable gave (contract section 9).
+    #: ``(label, variable)`` for the labels a session variable gave (docs/behaviour.md section 9).
     variables: tuple[tuple[str, str], ...] = Field(default=(), exclude=True)
 
     @classmethod

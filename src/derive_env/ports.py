@@ -1,6 +1,6 @@
 """The port policy: one window on every node, and the ports of one job clear of each other.
 
-Rules (contract section 10; sources.md 3.1 "Port" and 3.13.5; docs/ports.md is the user's
+Rules (docs/behaviour.md section 10; docs/sources/README.md; docs/ports.md is the user's
 page):
 
 1. Ports the manager reserved for the step come first: Slurm's ``SLURM_STEP_RESV_PORTS``
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from derive_env.topology import ClusterTopology
 
-#: The window of derived ports, the same on every node (contract section 10).
+#: The window of derived ports, the same on every node (docs/behaviour.md section 10).
 WINDOW = (61000, 65535)
 _SIZE = WINDOW[1] - WINDOW[0] + 1
 
@@ -114,7 +114,7 @@ def job_ports(manager: str, job_id: str, step_id: str,
 def job_ports_of(topology: ClusterTopology) -> dict[str, tuple[int, str, str]] | None:
     """The manager's ports per framework: reserved ones first, then derived.
 
-    Follows :func:`job_ports` (contract section 10, sources.md 3.1 "Port",
+    Follows :func:`job_ports` (docs/behaviour.md section 10, docs/sources/README.md,
     3.13.5): the step's reserved ports in :data:`~derive_env.frameworks.FRAMEWORKS` order
     (PyTorch, TensorFlow, JAX), the others a deterministic hash of ``(manager, job id,
     step id)`` into 61000-65535, the same on every node. Labels and user-set values win

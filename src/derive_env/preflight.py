@@ -28,7 +28,7 @@ from derive_env.hostnet import local_v4, name_problems, own_v6
 from derive_env.hosts import is_ip, is_loopback
 from derive_env.topology import ClusterTopology
 
-#: The checks, in table order (contract section 8, "Preflight").
+#: The checks, in table order (docs/behaviour.md section 8, "Preflight").
 CHECKS = ("name", "peers", "port", "iface")
 #: The greeting's protocol name and version: a listener that does not say it is foreign.
 PROTOCOL = "derive-env-check/1"

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     #: for one that cannot be read.
     FileReader = Callable[[Sequence[str]], Mapping[str, str | None]]
 
-#: Address used as master in a single-container session (contract section 6).
+#: Address used as master in a single-container session (docs/behaviour.md section 6).
 SINGLE_NODE_MASTER = "127.0.0.1"
 
 _Count = Annotated[int, Field(ge=0)]
@@ -173,7 +173,7 @@ class ClusterTopology(BaseModel):
                 f"{layout.local_world_size} run on this node: the others run on nodes the "
                 "host list does not name")
         if len(self.nodes) > 1 and is_loopback(self.nodes[0].host):
-            # contract section 6: the other nodes would connect to their own loopback
+            # docs/behaviour.md section 6: the other nodes would connect to their own loopback
             raise ValueError(f"the master {self.nodes[0].host} is a loopback address, which "
                              f"the other {len(self.nodes) - 1} node(s) cannot reach")
         return self

@@ -1,4 +1,4 @@
-"""``derive-env check [--timeout SECONDS]``: the preflight, the edge (contract section 8).
+"""``derive-env check [--timeout SECONDS]``: the preflight, the edge (docs/behaviour.md section 8).
 
 Loaded only when ``check`` is the first word of the command line (:mod:`derive_env.__main__`);
 ``derive-env -- check`` still runs a command named ``check``. Reads this node's facts,
@@ -26,7 +26,7 @@ from derive_env.cli import gather_facts, load_labels, read_environment, read_fil
 from derive_env.cli.checknet import connect_once, listen, read_line
 from derive_env.hosts import host_port
 
-#: Seconds of the whole run when --timeout is not given (contract section 8).
+#: Seconds of the whole run when --timeout is not given (docs/behaviour.md section 8).
 DEFAULT_TIMEOUT = 15.0
 #: Seconds left for the output and the exit after the last wait.
 EXIT_SLACK = 0.3

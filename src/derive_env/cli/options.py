@@ -143,7 +143,7 @@ def check(values: Mapping[str, Any]) -> str | None:
     elif values["explain"] and values["fmt"] is not None:
         return "--explain prints for a person; drop --format."
     elif values["command"] and not values["explain"]:
-        # contract section 2: the first non-option word is the command; --explain explains
+        # docs/behaviour.md section 2: the first non-option word is the command; --explain explains
         # it and runs nothing (a note says so), a bare --dry-run cannot have meant one
         shown = " ".join(values["command"][:3]) + (" ..." if len(values["command"]) > 3 else "")
         return (f"--dry-run prints the variables and runs no command, but a command was "

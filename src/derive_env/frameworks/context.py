@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 MASTER_FRAMEWORK = "pytorch"  # its server port is the master port (MASTER_PORT)
 
-# Scopes: how a user-set value of a variable is judged (contract section 6, merge.py).
+# Scopes: how a user-set value of a variable is judged (docs/behaviour.md section 6, merge.py).
 #: Session-wide, the same on every node: a user-set value wins.
 SHARED = "shared"
 #: Derived from a session-wide leader (``leader``): a user-set value must equal the leader's.

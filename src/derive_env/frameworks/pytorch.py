@@ -65,7 +65,7 @@ _WHAT = {
 
 
 def derive(ctx: Context) -> Contribution:
-    """The PyTorch variables of this container (contract section 6), or of this process
+    """The PyTorch variables of this container (docs/behaviour.md section 6), or of this process
     when the launcher started several per node (module docstring).
 
     :raises TopologyError: no source states the host of rank 0 and ``MASTER_ADDR`` is not

@@ -65,7 +65,7 @@ def task_types(topology: ClusterTopology, roles: tuple[tuple[str, str], ...] | N
     """The TF task type of each node, in canonical order.
 
     :param roles: the parsed ``tensorflow-roles`` label, or ``None`` for all workers; role
-        ``*`` maps every role not listed (contract section 9).
+        ``*`` maps every role not listed (docs/behaviour.md section 9).
     :param given: where the label came from (``label ...`` or ``variable
         DERIVE_ENV_TENSORFLOW_ROLES``), for messages.
     :raises LabelError: a node's role is not mapped (the message gives the line that maps

@@ -32,7 +32,7 @@ __all__ = ["DIGEST_FORMATS", "FORMATS", "HOST_FORMATS", "render"]
 HOST_FORMATS: tuple[str, ...] = (
     "hosts", "openmpi-hostfile", "mpich-hostfile", "deepspeed-hostfile", "horovod-hosts",
 )
-#: The job digest's formats (:mod:`derive_env.digest`, contract section 8): one line
+#: The job digest's formats (:mod:`derive_env.digest`, docs/behaviour.md section 8): one line
 #: ``<digest> <node_rank> <host>``, and the facts it covers; names fixed (on-every-node).
 DIGEST_FORMATS: tuple[str, ...] = ("digest", "digest-facts")
 #: Every ``--format`` choice: the variable formats (``env``, the default, first), then the

@@ -57,7 +57,7 @@ def explain(derivation: Derivation | None, *, image: bool = True) -> str:
     if mode and topo.per_process:
         mode = f" (mode {policy.pytorch_mode} not used: one worker per process)"
     lines.append(f"frameworks: {', '.join(policy.frameworks)}{mode}")
-    # The labels a session variable gave (contract section 9), named as their source.
+    # The labels a session variable gave (docs/behaviour.md section 9), named as their source.
     lines += [f"label {label} from variable {variable}" for label, variable in policy.variables]
     lines.append("")
     lines += _variable_lines(derivation)

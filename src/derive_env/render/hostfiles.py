@@ -46,7 +46,7 @@ A single-container session lists ``localhost``: Open MPI (``hostfile.c`` maps
 ``localhost`` to this node) and Hydra start the processes without SSH (both checked with
 the real launchers, tests/render/test_hostfiles.py), as ``horovodrun`` does for hosts that
 resolve to a local address (horovod/runner/util/network.py ``filter_local_addresses``); it matches
-``MASTER_ADDR=127.0.0.1`` (contract section 6).
+``MASTER_ADDR=127.0.0.1`` (docs/behaviour.md section 6).
 
 The topology and N come from :func:`derive_env.pipeline.host_list`; this module only
 prints them. It imports neither pydantic, click nor typing, and only ``--format`` with a

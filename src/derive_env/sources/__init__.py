@@ -46,7 +46,7 @@ _MPI_WHY = ("sets both for each process, so one of them was exported by hand (a 
 
 class Source:
     """One line of the source table: how to see a manager or launcher without importing
-    anything, and how it states a job of more than one process (sources.md 3, 3.13).
+    anything, and how it states a job of more than one process (docs/sources/README.md).
 
     Detection:
 
@@ -63,7 +63,7 @@ class Source:
     :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
         derive-env itself exports).
     :ivar any_of: seen when ANY of ``detect`` (or a variable starting with ``prefix``) is
-        set: the source names what is missing itself (Backend.AI, contract section 5).
+        set: the source names what is missing itself (Backend.AI, docs/behaviour.md section 5).
     :ivar prefix: see ``any_of``.
     :ivar roles: its variables by role, a dict literal (sources/roles.py); ``hosts``:
         ``(where, form[, key])``, a variable or a file (``$VARIABLE[:default]``: sizes.py).
@@ -257,7 +257,7 @@ SOURCES: tuple[Source, ...] = (
            "managers.kubeflow",
            ("PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES"), 4, unit="node",
            unless=("TORCHELASTIC_RUN_ID", "PET_NODE_RANK"), fallback=True),
-    # The v1 set of operators before PET_* (one process per pod; sources-cloud.md 23).
+    # The v1 set of operators before PET_* (one process per pod; docs/sources/README.md).
     Source("kubeflow-pytorchjob-classic", "a Kubeflow PyTorchJob (v1, no PET_*)",
            "managers.kubeflow",
            ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"), 4, unit="node",
@@ -316,7 +316,7 @@ SOURCES: tuple[Source, ...] = (
                                f"current_host in hosts, {SAGEMAKER_CONFIG}> "
                                "--master-addr=<first of hosts>")),
     # The launch tools: a node layer from an IP list (sources/managers/launchtools.py). After them,
-    # the managers of sources-cloud.md section 25 that no module reads yet: refused.
+    # the managers of docs/sources/README.md that no module reads yet: refused.
     Source("skypilot", "a SkyPilot task", "managers.launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),

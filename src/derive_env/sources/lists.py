@@ -6,8 +6,8 @@ The IP lists (SkyPilot, dstack, Azure Batch, Determined) are checked by one matc
 whole list (:func:`all_ipv4`), at C speed for 4096 nodes (benchmarks/iplists.py). The
 scheduler sources (PBS, LSF, Grid Engine's ``PE_HOSTFILE``) each state their allocation as
 a list of *slots* (a host once per slot, or a host with a slot count, possibly several
-times), never as a list of nodes. The rule is the same for all of them (sources-cloud.md
-19, 20, 22):
+times), never as a list of nodes. The rule is the same for all of them (docs/sources/schedulers.md
+and gridengine.md):
 
 * the nodes are the distinct hosts in the order of their first appearance (the first one
   is where the scheduler runs the batch script: PBS's mother superior, LSF's first

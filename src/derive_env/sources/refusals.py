@@ -44,12 +44,12 @@ from derive_env.validation import static_count
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
 #: multi-node or multi-process topology, with the value a single container has. Checked only
 #: when no cluster manager stated the nodes: inside a session they are user values
-#: (contract section 6, :mod:`derive_env.merge`).
+#: (docs/behaviour.md section 6, :mod:`derive_env.merge`).
 _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "PET_NODE_RANK": 0, "GROUP_RANK": 0, "JAX_PROCESS_ID": 0,
                   "DMLC_TASK_ID": 0, "TPU_WORKER_ID": 0,
                   # an index of a job whose size no variable states: never a single
-                  # container, whatever the index (contract section 7: every index alike)
+                  # container, whatever the index (docs/behaviour.md section 7: every index alike)
                   "JOB_COMPLETION_INDEX": None}
 
 _NO_SOURCE = "derive-env cannot read its job from these variables"
@@ -113,10 +113,10 @@ def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
     derive-env refuses rather than describe one process under a multi-process launcher it
     cannot read (every process of such a job would derive a job of one): a line without a
     module, or one whose variables are only partly set (a partial set never selects a
-    source, sources.md 3.13). The lines are checked in table order; the first that states
+    source, docs/sources/README.md). The lines are checked in table order; the first that states
     more than one process is named. A launcher that does not say the job's size (a lone
     ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike, index 0
-    included (contract section 7).
+    included (docs/behaviour.md section 7).
 
     :param seen: what the seen sources state (:class:`Seen`).
     :param files: reads the files a line's host list needs (cli/); ``None``: none readable.
@@ -242,7 +242,7 @@ def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
 def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
                 files: Files | None = None) -> ClusterTopology:
     """``topology`` (a single container: ``--source none``) with a warning when a manager
-    or launcher that no seen source reads states a larger job (contract section 11): the
+    or launcher that no seen source reads states a larger job (docs/behaviour.md section 11): the
     operator's choice wins, but every node of such a job would train alone."""
     seen = Seen(names=frozenset(line.name for line in seen_sources(environ)))
     found = refused_line(environ, seen, files)

@@ -10,7 +10,7 @@ more and what a job of one would hold (``(what, value, expected)`` for a file's 
 :data:`UNKNOWN` when the size cannot be told (then the manager is refused as one that does
 not say it).
 
-The rules come from sources-cloud.md (section per manager): TF_CONFIG's and Vertex AI's
+The rules come from the docs/sources pages: TF_CONFIG's and Vertex AI's
 ``cluster`` (sections 7 and 11; the TFJob's sparse ``{"index": "host:port"}`` form counts
 too), Volcano's ``VC_<TASK>_NUM`` (section 5), the mpi-operator's launcher pod (section 6);
 the host lists are the lines' own (sources/lists.py reads each form in full).
@@ -146,7 +146,7 @@ def _more_than(value: str, single: int | None) -> bool:
 
 def larger_job(environ: Mapping[str, str], files=None) -> str | None:
     """What states a job of more than one node or process, for an image that did not opt in
-    (contract section 11): ``"a Backend.AI session states a job of more than one node
+    (docs/behaviour.md section 11): ``"a Backend.AI session states a job of more than one node
     (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None``.
 
     The table only, by dictionary lookups (``states`` and ``counts``); a line's ``size`` is

@@ -1,6 +1,6 @@
 """The AWS Batch source: one node of a multi-node parallel (MNP) job.
 
-Table line ``aws-batch`` (sources-cloud.md section 9). What AWS Batch sets in every node's
+Table line ``aws-batch`` (docs/sources/clouds.md). What AWS Batch sets in every node's
 container (AWS Batch User Guide, "Multi-node parallel jobs", "Environment variables":
 awsdocs/aws-batch-user-guide ``doc_source/multi-node-parallel-jobs.md``):
 
@@ -16,7 +16,7 @@ awsdocs/aws-batch-user-guide ``doc_source/multi-node-parallel-jobs.md``):
 
 MNP containers use the ``awsvpc`` network mode: each gets its own network interface and
 primary private IP, the address the children are given. No host list, no GPU count, no
-names. So the views differ (sources-cloud.md 24, pitfall 1): a child reads the master from
+names. So the views differ (docs/sources/clouds.md): a child reads the master from
 the variable; the main node has none and uses its own address, the source address of its
 default route (``/proc/net/route`` and ``/proc/net/fib_trie``, read at the edge, cli/), never
 loopback: the same address on every node, so the digest agrees. An address exported by hand

@@ -1,6 +1,6 @@
 """The Azure Machine Learning sources: its MPI distribution and its PyTorch distribution.
 
-Table lines ``azureml-mpi`` and ``azureml-pytorch`` (sources-cloud.md section 10). The Azure
+Table lines ``azureml-mpi`` and ``azureml-pytorch`` (docs/sources/clouds.md). The Azure
 ML runtime is closed source: what it sets is read from Microsoft's documentation and from
 the code that reads it (each test fixture cites its source):
 

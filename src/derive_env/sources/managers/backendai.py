@@ -1,6 +1,6 @@
 """Backend.AI: ``BACKENDAI_CLUSTER_*`` variables -> :class:`ClusterTopology`.
 
-Rules (contract section 5), from lablup/backend.ai's own code (paths in that repository):
+Rules (docs/behaviour.md section 5), from lablup/backend.ai's own code (paths in that repository):
 
 * Who sets what: the scheduler's launcher
   (``src/ai/backend/manager/sokovan/scheduler/launcher/launcher.py``) gives every container
@@ -25,7 +25,7 @@ Rules (contract section 5), from lablup/backend.ai's own code (paths in that rep
   template may list workers before main): ``offset(own role) + IDX - 1``. It never decides
   the node rank. A value no order of the role groups can give is an error naming this
   container; a possible value that differs from the node rank is an ``--explain`` note, no
-  warning (contract section 5, revised).
+  warning (docs/behaviour.md section 5, revised).
 * ``BACKENDAI_DIST_MASTER_PORT`` is NOT set by Backend.AI: a session variable a user may set
   to choose the master port (read by an unmerged Backend.AI proposal, PR #10726); honoured.
 
@@ -184,7 +184,7 @@ def _check_local_rank(
     :param own_index: this container's index within its role (1 for a single container).
     :param groups: every role's ``(role, count)``; empty for a single container; ``None``
         when unknown (then only the range 0..size-1 is checked).
-    :returns: (warnings, notes): no warning (contract section 5: a valid cluster-template
+    :returns: (warnings, notes): no warning (docs/behaviour.md section 5: a valid cluster-template
         session starts without a message); when LOCAL_RANK differs from the node rank, the
         ``--explain`` lines showing both values.
     :raises TopologyError: no order of the role groups gives ``local_rank``; the message
@@ -295,7 +295,7 @@ def _validated(environ: Mapping[str, str]) -> tuple[dict[str, str], BackendAIVar
     """The set variables of this source and the model of them, each variable parsed.
 
     :raises TopologyError: the first malformed variable, naming this container when the
-        variable is one of its own (contract section 7).
+        variable is one of its own (docs/behaviour.md section 7).
     """
     present = {name: environ[name] for name in _NAMES if environ.get(name)}
     try:
@@ -309,7 +309,7 @@ def _validated(environ: Mapping[str, str]) -> tuple[dict[str, str], BackendAIVar
 
 def _own_host(variables: BackendAIVariables, present: Mapping[str, str]) -> str:
     """This container's host name, after checking SIZE, HOSTS and REPLICAS against each
-    other (contract section 5, "Validation"); ``localhost`` without HOSTS and HOST."""
+    other (docs/behaviour.md section 5, "Validation"); ``localhost`` without HOSTS and HOST."""
     size, hosts = variables.size, variables.hosts
     if hosts is None and size is not None and size > 1:
         raise TopologyError(describe(

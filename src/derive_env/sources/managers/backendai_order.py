@@ -1,4 +1,4 @@
-"""Backend.AI's canonical node order (contract section 5), for a session of several nodes.
+"""Backend.AI's canonical node order (docs/behaviour.md section 5), for a session of several nodes.
 
 The same in every container, whatever order ``BACKENDAI_CLUSTER_HOSTS`` has: role ``main``
 first, then the other roles in REPLICAS order, each role's hosts ``{role}1..{role}{count}``,

@@ -1,7 +1,7 @@
 """The Determined source: a container of a Determined trial, from its rendezvous file.
 
 Table line ``determined`` (``DET_MASTER``, ``DET_ALLOCATION_ID``, ``DET_SLOT_IDS``;
-sources-cloud.md section 16). Read from determined-ai/determined@c1e9c6d:
+docs/sources/launchers.md). Read from determined-ai/determined@c1e9c6d:
 
 - **The file** ``/run/determined/info/rendezvous.json`` (path overridable by
   ``DERIVE_ENV_DETERMINED_RENDEZVOUS``; read in cli/, handed in): ``harness/determined/

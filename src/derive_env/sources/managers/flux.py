@@ -1,6 +1,6 @@
 """The Flux source: a task the Flux job shell started (a partial topology, as for MPI).
 
-Table line ``flux`` (sources-cloud.md 21; flux-framework/flux-core@4a5e79f). The shell sets
+Table line ``flux`` (docs/sources/schedulers.md; flux-framework/flux-core@4a5e79f). The shell sets
 for every task of a job (``src/shell/shell.c`` ``shell_setup_environment``):
 ``FLUX_JOB_ID`` (F58), ``FLUX_JOB_SIZE`` (its tasks), ``FLUX_JOB_NNODES`` (its shells, one
 per node), and per task (``src/shell/task.c`` ``shell_task_create``) ``FLUX_TASK_RANK`` and

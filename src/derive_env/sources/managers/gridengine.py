@@ -1,5 +1,5 @@
 """The Grid Engine source: a parallel-environment (PE) job of Son of Grid Engine or Open
-Cluster Scheduler (sources-cloud.md 22).
+Cluster Scheduler (docs/sources/gridengine.md).
 
 Table line ``gridengine`` (sources/__init__.py): ``JOB_ID``, ``PE_HOSTFILE`` and ``NHOSTS``
 set. What ``sge_execd`` sets (hpc-gridware/clusterscheduler

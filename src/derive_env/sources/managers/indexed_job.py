@@ -1,6 +1,6 @@
 """The Kubernetes Indexed Job source: one pod per completion index, one node per pod.
 
-Table line ``kubernetes-indexed-job`` (sources-cloud.md section 2). What the controller sets
+Table line ``kubernetes-indexed-job`` (docs/sources/kubernetes.md). What the controller sets
 (kubernetes/kubernetes ``pkg/controller/job``):
 
 - ``JOB_COMPLETION_INDEX``: the pod's index, 0-based (``indexed_job_utils.go``,

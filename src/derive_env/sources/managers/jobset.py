@@ -1,6 +1,6 @@
 """The JobSet source: a pod of a JobSet (kubernetes-sigs/jobset), one node per pod.
 
-Table line ``jobset`` (sources-cloud.md section 3). What the controllers set, read from
+Table line ``jobset`` (docs/sources/kubernetes.md). What the controllers set, read from
 kubernetes-sigs/jobset@08dfbdf:
 
 - **No environment variable.** ``pkg/controllers/jobset_controller.go``

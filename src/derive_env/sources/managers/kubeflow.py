@@ -1,6 +1,6 @@
 """The Kubeflow sources: a PyTorchJob pod (v1 training-operator) or a TrainJob node (v2 trainer).
 
-Table lines ``kubeflow-pytorchjob`` and ``kubeflow-trainjob`` (sources.md 3.10). Both operators
+Table lines ``kubeflow-pytorchjob`` and ``kubeflow-trainjob`` (docs/sources/kubeflow.md). Both operators
 set torchrun's ``PET_*`` defaults per pod, so torchrun, started in the pod, runs the workers;
 derive-env reads the node layer from them and never rewrites them (``preset``).
 
@@ -258,7 +258,7 @@ def _trainjob(environ: Mapping[str, str], line: Source) -> Report:
 
 def _classic(environ: Mapping[str, str], line: Source) -> Report:
     """The v1 set without ``PET_*`` (an operator before ``PET_*``, or one process per pod):
-    ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods (sources-cloud.md section 23)."""
+    ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods (docs/sources/kubeflow.md)."""
     fix = _FIX["kubeflow-pytorchjob"]
     world = _int(environ, "WORLD_SIZE", 1, fix)
     rank = _int(environ, "RANK", 0, fix)

@@ -1,6 +1,6 @@
 """The cloud launch tools: a SkyPilot task node or a dstack task node.
 
-Table lines ``skypilot`` and ``dstack`` (sources-cloud.md 13, 14). Both start the user's
+Table lines ``skypilot`` and ``dstack`` (docs/sources/clouds.md). Both start the user's
 commands once per node with the job's internal IPs, this node's rank and the node count;
 neither starts the processes (torchrun or mpirun does, started by the user's commands),
 so both give the node layer: the IP list in the tool's order, node rank r = line r, the
@@ -33,7 +33,7 @@ master = the first IP (node rank 0's).
   which line is each node's is not stated, so only the count and rank are reported (the
   srun step's host list, when its variables are there, gives the hosts).
 
-User env overrides both tools' variables (sources-cloud.md 24, pitfall 6): every count,
+User env overrides both tools' variables (docs/sources/clouds.md): every count,
 rank and list is checked against the others, never trusted alone.
 """
 

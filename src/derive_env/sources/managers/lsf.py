@@ -1,6 +1,6 @@
 """The IBM LSF source: a job's hosts (batch script) and a jsrun task.
 
-Two table lines share this module (sources-cloud.md 20; IBM Spectrum LSF documentation,
+Two table lines share this module (docs/sources/schedulers.md; IBM Spectrum LSF documentation,
 "Environment variables set for job execution"):
 
 * ``lsf`` (an allocation, as sources/managers/slurm.py ``read_allocation``): ``nodes`` = the hosts

@@ -1,6 +1,6 @@
 """The LeaderWorkerSet source: one group of a LeaderWorkerSet (kubernetes-sigs/lws).
 
-Table line ``lws`` (sources-cloud.md section 4). What the controller sets, read from
+Table line ``lws`` (docs/sources/kubernetes.md). What the controller sets, read from
 kubernetes-sigs/lws@060ab4d:
 
 - ``pkg/utils/pod/pod_utils.go`` ``AddLWSVariables``, in every container and init container:
@@ -24,7 +24,7 @@ So one group is one job: node rank = ``LWS_WORKER_INDEX``, nodes = ``LWS_GROUP_S
 master = the leader. The host list is built exactly from that scheme (the names are the
 controller's own, not a guess), so TensorFlow's ``TF_CONFIG`` can be built too. Groups are
 separate jobs (each its own leader): the number of groups is not read. The controller's
-variables may be re-used by hand in another manifest (sources-cloud.md pitfall 6), so the
+variables may be re-used by hand in another manifest (docs/sources/kubernetes.md), so the
 pod's ``HOSTNAME`` (its pod name) is checked against the scheme: ``<leader>`` for index 0,
 ``<leader>-<i>`` for worker ``i`` (a name longer than 63 characters cut to 63 as the kubelet
 cuts a hostname, ``GeneratePodHostNameAndDomain``).

@@ -1,6 +1,6 @@
 """The Kubeflow MPIJob's hostfile: the node layer of the ranks its launcher's mpirun starts.
 
-Table line ``mpi-operator-launcher`` (sources-cloud.md section 6). The launcher pod (kubeflow/
+Table line ``mpi-operator-launcher`` (docs/sources/kubeflow.md). The launcher pod (kubeflow/
 mpi-operator ``pkg/controller/mpi_job_controller.go`` ``newLauncherPodTemplate``; kubeflow/
 trainer ``pkg/runtime/framework/plugins/mpi/mpi.go`` ``EnforceMLPolicy``) has
 ``K_MPI_JOB_ROLE=launcher`` and ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile``, the

@@ -1,6 +1,6 @@
 """The Ray Train source: a worker process that Ray Train already set up for torch.
 
-Table line ``ray-train`` (sources-cloud.md section 15). Ray Train's torch backend sets every
+Table line ``ray-train`` (docs/sources/launchers.md). Ray Train's torch backend sets every
 torch variable in each worker actor's own process, after any container entrypoint (read
 from ray 2.60.0, ``python/ray/train/torch/config.py``):
 

@@ -2,7 +2,7 @@
 
 Table lines ``sagemaker-platform`` (``TRAINING_JOB_NAME``, ``TRAINING_JOB_ARN``: the
 platform's own variables) and ``sagemaker`` (``SM_HOSTS``, ``SM_CURRENT_HOST``: what the
-training toolkit exports for the script it starts), sources-cloud.md 8.
+training toolkit exports for the script it starts), docs/sources/clouds.md.
 
 - **The platform's file** ``/opt/ml/input/config/resourceconfig.json`` (path overridable by
   ``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG``; read in cli/, handed in): ``current_host``,

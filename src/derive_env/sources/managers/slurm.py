@@ -2,14 +2,14 @@
 
 Two table lines share this module (sources/__init__.py ``SOURCES``):
 
-* ``slurm-step`` (sources.md 3.1): a task ``srun`` started. Both layers: the step's nodes
+* ``slurm-step`` (docs/sources/slurm.md): a task ``srun`` started. Both layers: the step's nodes
   in Slurm's order, this task's node, its rank, local rank and the step's sizes.
-* ``slurm-allocation`` (sources.md 3.2): the job's allocation. The node layer at most: the
+* ``slurm-allocation`` (docs/sources/slurm.md): the job's allocation. The node layer at most: the
   job's hosts, and this process's node only when it is proven (module docstring of
   :func:`read_allocation`).
 
 Every rule names the Slurm file it follows (SchedMD/slurm; recorded behaviour of Slurm
-22.05 in tests/fixtures/recorded/README.md wins over the design notes where they differ).
+22.05 in tests/fixtures/recorded/README.md wins over any written description where they differ).
 Pure: reads only the mapping it is given, plus the content of ``SLURM_HOSTFILE`` that the
 command line read for it (:func:`files_needed`).
 
@@ -59,7 +59,7 @@ RUN_IN_SRUN = ("run derive-env inside srun, after it: srun --ntasks-per-node=1 d
 
 
 def alloc_problem(value: str, step: str | None = None) -> str:
-    """The message for a batch script or salloc shell of a multi-node job (sources.md 3.2);
+    """The message for a batch script or salloc shell of a multi-node job (docs/sources/slurm.md);
     inside srun step ``step`` (the allocation line chosen alone, ``--source``), the step's."""
     if step is not None:
         return describe(
@@ -262,7 +262,7 @@ def _pty_notes(environ: Mapping[str, str], world: int,
 
 def read_step(environ: Mapping[str, str], title: str,
               files: Mapping[str, str | None] = {}) -> Report:
-    """The ``slurm-step`` line: a task of an ``srun`` step (sources.md 3.1).
+    """The ``slurm-step`` line: a task of an ``srun`` step (docs/sources/slurm.md).
 
     Facts: ``nodes`` = ``SLURM_STEP_NODELIST`` expanded; ``node_rank`` = ``SLURM_NODEID``
     (an index into the step's list, task.c); processes = (``SLURM_PROCID``,
@@ -379,7 +379,7 @@ def _allocation_node(
 
 
 def read_allocation(environ: Mapping[str, str], title: str) -> Report:
-    """The ``slurm-allocation`` line: the job's allocation (sources.md 3.2).
+    """The ``slurm-allocation`` line: the job's allocation (docs/sources/slurm.md).
 
     Facts: ``nodes`` = ``SLURM_JOB_NODELIST`` expanded, checked against
     ``SLURM_JOB_NUM_NODES`` (and ``SLURM_NNODES`` outside a step, where srun rewrites it to

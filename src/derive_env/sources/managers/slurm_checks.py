@@ -1,4 +1,4 @@
-"""The consistency rules of Slurm's variables (sources.md 3.1 "Consistency"), shared by both
+"""The consistency rules of Slurm's variables (docs/sources/slurm.md), shared by both
 lines of sources/managers/slurm.py: a value that is wrong whatever runs inside the step raises
 :class:`TopologyError`, naming the variable, its value and the Slurm file that writes it.
 
@@ -103,7 +103,7 @@ def refuse_het(environ: Mapping[str, str]) -> None:
 def gpus_on_node(environ: Mapping[str, str]) -> tuple[int | None, tuple[str, ...]]:
     """``SLURM_GPUS_ON_NODE``: the GPUs allocated on this node, an integer (srun.1 and
     sbatch.1, OUTPUT ENVIRONMENT VARIABLES); never ``SLURM_GPUS_PER_NODE``, the request
-    (``a100:4``, sources.md 3.1 "GPUs")."""
+    (``a100:4``, docs/sources/slurm.md)."""
     if not environ.get("SLURM_GPUS_ON_NODE"):
         return None, ()
     return (variable_int(environ, "SLURM_GPUS_ON_NODE", 0, maximum=PER_NODE),
@@ -112,7 +112,7 @@ def gpus_on_node(environ: Mapping[str, str]) -> tuple[int | None, tuple[str, ...
 
 class Step:
     """The step's node variables, validated against each other and against the job's host
-    list ``job_hosts`` when set (sources.md 3.1 "Consistency").
+    list ``job_hosts`` when set (docs/sources/slurm.md).
 
     :ivar hosts: ``SLURM_STEP_NODELIST`` expanded; :ivar node_id: ``SLURM_NODEID``, this
         task's index in it; :ivar num_nodes: ``SLURM_STEP_NUM_NODES``.

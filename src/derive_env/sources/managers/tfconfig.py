@@ -2,7 +2,7 @@
 any platform), and Vertex AI's ``CLUSTER_SPEC``, read as the node layer.
 
 Table lines ``tf-config`` (fallback: derive-env writes ``TF_CONFIG`` itself, so it is read
-only when no other source is seen) and ``vertex`` (sources-cloud.md sections 7 and 11).
+only when no other source is seen) and ``vertex`` (docs/sources/kubernetes.md).
 
 - **TFJob** (kubeflow/trainer ``pkg/controller.v1/tensorflow/tensorflow.go``,
   ``genTFConfigJSONStr``, ``genClusterSpec``): ``{"cluster": {<type>: ["<job>-<type>-<i>.<ns>
@@ -18,7 +18,7 @@ only when no other source is seen) and ``vertex`` (sources-cloud.md sections 7 a
 
 Training nodes for PyTorch and JAX: the chief (or TFJob's deprecated ``master``; pool 0),
 then the workers (pool 1) in index order. Parameter servers and evaluators (pools 2 and 3)
-are not training nodes (sources-cloud.md pitfall 9); a ps or evaluator task is refused with
+are not training nodes (docs/sources/kubernetes.md); a ps or evaluator task is refused with
 that reason (its TensorFlow reads the TF_CONFIG itself: run it without derive-env). Node rank:
 the chief 0, worker i: i + 1 (i without a chief). The master is node 0's host; its TF port is
 TensorFlow's own, so PyTorch and JAX get their ports from the port policy. The given
@@ -130,7 +130,7 @@ def _refuse_task(variable: str, shown: str, own: str, sparse: bool) -> TopologyE
 
 
 #: What Vertex AI's PyTorch containers also set, node-level (docs: RANK the node's index,
-#: WORLD_SIZE the nodes, MASTER_ADDR workerpool0's host; sources-cloud.md 11, 23).
+#: WORLD_SIZE the nodes, MASTER_ADDR workerpool0's host; docs/sources/kubernetes.md).
 VERTEX_TORCH = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
 
 

@@ -1,6 +1,6 @@
 """The TPU slice source: a host of a multi-host TPU slice, or of several (multislice).
 
-Table line ``gke-tpu`` (sources-cloud.md section 12). Who sets the variables:
+Table line ``gke-tpu`` (docs/sources/kubernetes.md). Who sets the variables:
 
 - the GKE TPU webhook (closed; GKE's docs): ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES`` in
   each container of a multi-host slice (a JobSet or Job of TPU pods);
@@ -27,7 +27,7 @@ that coordinator host. PyTorch/XLA (pytorch/xla ``torch_xla/_internal/tpu.py``) 
 same host list and ``TPU_WORKER_ID`` as its host index: it gets the same node layer. The
 hosts of the other slices are in no variable: a multislice job has a node count and a master,
 no host list. A TPU host states no GPU (the chips are libtpu's): no GPU count, so no
-``nproc_per_node`` is derived from it, never 0 (sources-cloud.md pitfall 8).
+``nproc_per_node`` is derived from it, never 0 (docs/sources/kubernetes.md).
 
 Refused, never guessed: a list JAX would read otherwise (an entry with ``:``, a host twice:
 one entry per TPU container, several processes per host), ``TPU_PROCESS_ADDRESSES`` naming

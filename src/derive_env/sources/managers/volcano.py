@@ -1,6 +1,6 @@
 """The Volcano Job source: a pod of a Volcano Job (vcjob), one node per pod.
 
-Table line ``volcano`` (sources-cloud.md section 5). What the job plugins set
+Table line ``volcano`` (docs/sources/kubernetes.md). What the job plugins set
 (volcano-sh/volcano ``pkg/controllers/job/plugins/``):
 
 - ``env`` (``env/env.go``, ``OnPodCreate``): ``VC_TASK_INDEX`` and ``VK_TASK_INDEX`` = the
@@ -15,7 +15,7 @@ Table line ``volcano`` (sources-cloud.md section 5). What the job plugins set
 - ``pytorch`` (``distributed-framework/pytorch/pytorch.go``, ``OnPodCreate``):
   ``MASTER_ADDR`` = the master task's first host, ``MASTER_PORT`` (default 23456),
   ``WORLD_SIZE`` = the master and worker tasks' replicas (PODS), ``RANK`` = 0 on the master,
-  worker index + 1: node values, never process ranks (sources-cloud.md section 23).
+  worker index + 1: node values, never process ranks (docs/sources/kubernetes.md).
 
 Every pod gets the same task lists, so every pod derives the same nodes: the master task
 first (the task whose first host is ``MASTER_ADDR`` with the pytorch plugin, else the task
