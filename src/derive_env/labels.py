@@ -72,7 +72,8 @@ def variable_of(label: str) -> str:
 
 
 def session_labels(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The labels the session gives as ``DERIVE_ENV_<NAME>`` variables (docs/behaviour.md section 9),
+    """The labels the session gives as ``DERIVE_ENV_<NAME>`` variables
+    (docs/behaviour.md section 9),
     and the near misses of such a name (``DERIVE_ENV_TENSORFLOW_ROLE``) or of one of
     :data:`NOT_LABELS` (``DERIVE_ENV_SOURCES``): one message each.
 

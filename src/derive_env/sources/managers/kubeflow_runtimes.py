@@ -1,7 +1,8 @@
 """The Kubeflow JAX and XGBoost sources: a JAXJob pod (v1 training-operator) or a TrainJob node
 of the JAX or XGBoost runtime (v2 trainer). One node per pod, one JAX/XGBoost process per pod.
 
-Table lines ``kubeflow-jax``, ``kubeflow-jaxjob``, ``kubeflow-xgboost`` (docs/sources/kubeflow.md). The controllers' variables are read, never overwritten (``preset``): derive-env
+Table lines ``kubeflow-jax``, ``kubeflow-jaxjob``, ``kubeflow-xgboost`` (docs/sources/kubeflow.md).
+The controllers' variables are read, never overwritten (``preset``): derive-env
 keeps them and derives the other frameworks' (PyTorch's ``MASTER_ADDR``, ``NODE_RANK``,
 ``PET_*``) from the same facts, so both agree.
 

@@ -1,6 +1,7 @@
 """The OpenPBS / Torque source: a job's node file, from the batch script or a TM task.
 
-Table line ``pbs`` (docs/sources/schedulers.md; openpbs/openpbs@cd7ab5e ``src/resmom/start_exec.c``).
+Table line ``pbs`` (docs/sources/schedulers.md; openpbs/openpbs@cd7ab5e
+``src/resmom/start_exec.c``).
 The node layer only, as for a Slurm allocation (sources/managers/slurm.py ``read_allocation``):
 
 * ``nodes`` = the hosts of ``PBS_NODEFILE`` in the order of their first appearance, each

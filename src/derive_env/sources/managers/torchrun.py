@@ -1,4 +1,5 @@
-"""The torchrun source: a worker that torchrun (torchelastic) already started (docs/sources/torchrun.md).
+"""The torchrun source: a worker that torchrun (torchelastic) already started
+(docs/sources/torchrun.md).
 
 Table line ``torchrun``. torchrun's agent sets every worker's variables itself
 (torch/distributed/elastic/agent/server/local_elastic_agent.py, ``_start_workers``): the
