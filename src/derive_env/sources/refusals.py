@@ -1,7 +1,8 @@
 """The refusals: a launcher derive-env cannot read, or a single container it contradicts.
 
-derive-env refuses (exit 3) rather than describe one process of a larger job (docs/sources/README.md): every process of such a job would derive a job of one. The data is the table's
-(:data:`derive_env.sources.SOURCES`: ``marker``, ``states``, ``size``, ``part_of`` ...):
+derive-env refuses (exit 3) rather than describe one process of a larger job
+(docs/sources/README.md): every process of such a job would derive a job of one. The data is
+the table's (:data:`derive_env.sources.SOURCES`: ``marker``, ``states``, ``size``, ``part_of`` ...):
 
 * a line without a module (a Grid Engine task of ``qrsh -inherit`` without ``-V``) whose
   variables state more than one process;

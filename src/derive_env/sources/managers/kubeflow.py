@@ -1,8 +1,8 @@
 """The Kubeflow sources: a PyTorchJob pod (v1 training-operator) or a TrainJob node (v2 trainer).
 
 Table lines ``kubeflow-pytorchjob`` and ``kubeflow-trainjob`` (docs/sources/kubeflow.md). Both
-operators set torchrun's ``PET_*`` defaults per pod, so torchrun, started in the pod, runs the workers;
-derive-env reads the node layer from them and never rewrites them (``preset``).
+operators set torchrun's ``PET_*`` defaults per pod, so torchrun, started in the pod, runs the
+workers; derive-env reads the node layer from them and never rewrites them (``preset``).
 
 - **PyTorchJob v1** (kubeflow/training-operator ``pkg/controller.v1/pytorch/envvar.go``
   ``setPodEnv``, ``master.go``): ``MASTER_ADDR`` = the master replica's service
