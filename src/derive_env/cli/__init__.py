@@ -92,7 +92,7 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
             return _print(None, fmt, explain, getattr(labels, "image", True)) if dry_run \
                 else _exec(command, environ, None)
         inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
-        derivation = _derive(inputs, command, dry_run, explain)
+        derivation = _derive(inputs, command, dry_run, explain, label_items)
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
         if dry_run and explain and all_nodes:
@@ -108,10 +108,21 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
 
             # this machine's files, also for an --env-file (as the picture has always read)
             _write(picture(_inputs(environ, labels, source, None), None))
-        say("error", str(exc))
+        say("error", _with_opt_in(str(exc), labels, label_items))
         if command and not dry_run:
             say("note", f"the command was not run (exit {exc.exit_code})")
         return exc.exit_code
+
+
+def _with_opt_in(message: str, labels: Mapping[str, str] | None,
+                 label_items: Sequence[str]) -> str:
+    """``message`` with its fixes' ``derive-env -- CMD`` given this start's opt-in
+    (:func:`derive_env.render.fixes.with_opt_in`; ``labels`` ``None``: not read)."""
+    if labels is None or "derive-env -- " not in message:
+        return message
+    from derive_env.render.fixes import opt_in_of, with_opt_in
+
+    return with_opt_in(message, *opt_in_of(labels, label_items))
 
 
 def run_command(command: Sequence[str]) -> int:
@@ -353,7 +364,8 @@ def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str |
                   new_run_id())
 
 
-def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool):
+def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool,
+            label_items: Sequence[str] = ()):
     """This container's derivation, its warnings said (not for ``--explain``, which prints
     them), the exec's limits checked; ``None`` after an error with ``on-error=warn``."""
     from derive_env.errors import EnvironmentTooLarge
@@ -372,7 +384,7 @@ def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool):
             check_limits(command, environ, arg_max)
         if on_error_of(labels) != "warn":
             raise
-        say("warning", without_waiver(str(exc)))
+        say("warning", _with_opt_in(without_waiver(str(exc)), labels, label_items))
         say("warning", "on-error=warn: " + (
             "nothing derived" if dry_run else "running the command with the environment unchanged"
         ))
