@@ -3,8 +3,9 @@
 The topology first (source, session, nodes, processes, the source's notes, every layer
 seen), then the frameworks, then each variable with its value and where it came from, then
 the job digest of a job of several nodes (:func:`derive_env.digest.explain_lines`: one
-line; ``--format digest-facts`` lists its facts), then the notes and warnings. Only derived variables are printed (the input environment can hold
-access keys), and every value with control characters escaped.
+line; ``--format digest-facts`` lists its facts), then the notes and warnings. Only
+derived variables are printed (the input environment can hold access keys), and every value
+with control characters escaped.
 
 Imported only for ``--explain``.
 """
