@@ -71,6 +71,8 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
     if explain and command:
         say("note", "--explain is a dry run: the command was not run")
         dry_run = True
+    elif dry_run and command:
+        say("note", "--dry-run prints the variables the command would get: it was not run")
     try:
         environ = read_environment(env_file)
         if frameworks is not None:
@@ -82,11 +84,13 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
         if dry_run and not explain and _is_host_format(fmt):
             from derive_env.cli.formats import host_list
 
-            return _write(host_list(_inputs(environ, labels, source, env_file), fmt))
+            return _write(host_list(_inputs(environ, labels, source, env_file)._replace(
+                command=tuple(command)), fmt))
         if dry_run and not explain and _is_digest_format(fmt):
             from derive_env.cli.formats import digest
 
-            return _write(digest(_inputs(environ, labels, source, env_file), fmt))
+            return _write(digest(_inputs(environ, labels, source, env_file)._replace(
+                command=tuple(command)), fmt))
         if not opted_in:
             _note_larger_job(environ, getattr(labels, "image", True))
             return _print(None, fmt, explain, getattr(labels, "image", True)) if dry_run \
