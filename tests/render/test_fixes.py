@@ -11,6 +11,7 @@ from derive_env.render.fixes import (
     OPTION,
     PLACEHOLDER,
     VARIABLE,
+    fixed,
     opt_in_of,
     with_opt_in,
 )
@@ -76,3 +77,9 @@ def test_a_message_without_a_recipe_is_unchanged() -> None:
 def test_how_this_start_opted_in(labels: Labels, items: tuple[str, ...],
                                  expected: tuple[str, str]) -> None:
     assert opt_in_of(labels, items) == expected
+
+
+def test_fixed_reads_the_opt_in_from_the_labels_and_leaves_unread_labels_alone() -> None:
+    assert fixed(FIX, None, (f"{OPT_IN}=jax",)) == FIX  # the labels could not be read
+    assert fixed(FIX, labels_of({OPT_IN: "jax"}), (f"{OPT_IN}=jax",)) == with_opt_in(
+        FIX, OPTION, "jax")

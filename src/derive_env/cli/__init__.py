@@ -68,11 +68,10 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
     """
     environ: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
-    if explain and command:
-        say("note", "--explain is a dry run: the command was not run")
+    if command and (dry_run or explain):  # what the command would get, printed, not run
+        say("note", "--explain is a dry run: the command was not run" if explain else
+                    "--dry-run prints the variables the command would get: it was not run")
         dry_run = True
-    elif dry_run and command:
-        say("note", "--dry-run prints the variables the command would get: it was not run")
     try:
         environ = read_environment(env_file)
         if frameworks is not None:
@@ -81,16 +80,12 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
-        if dry_run and not explain and _is_host_format(fmt):
-            from derive_env.cli.formats import host_list
+        if dry_run and not explain and (_is_host_format(fmt) or _is_digest_format(fmt)):
+            from derive_env.cli import formats
 
-            return _write(host_list(_inputs(environ, labels, source, env_file)._replace(
-                command=tuple(command)), fmt))
-        if dry_run and not explain and _is_digest_format(fmt):
-            from derive_env.cli.formats import digest
-
-            return _write(digest(_inputs(environ, labels, source, env_file)._replace(
-                command=tuple(command)), fmt))
+            inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
+            return _write((formats.host_list if _is_host_format(fmt) else formats.digest)(
+                inputs, fmt))
         if not opted_in:
             _note_larger_job(environ, getattr(labels, "image", True))
             return _print(None, fmt, explain, getattr(labels, "image", True)) if dry_run \
@@ -112,21 +107,11 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
 
             # this machine's files, also for an --env-file (as the picture has always read)
             _write(picture(_inputs(environ, labels, source, None), None))
-        say("error", _with_opt_in(str(exc), labels, label_items))
+        from derive_env.render.fixes import fixed  # the opt-in in the message's fixes
+        say("error", fixed(str(exc), labels, label_items))
         if command and not dry_run:
             say("note", f"the command was not run (exit {exc.exit_code})")
         return exc.exit_code
-
-
-def _with_opt_in(message: str, labels: Mapping[str, str] | None,
-                 label_items: Sequence[str]) -> str:
-    """``message`` with its fixes' ``derive-env -- CMD`` given this start's opt-in
-    (:func:`derive_env.render.fixes.with_opt_in`; ``labels`` ``None``: not read)."""
-    if labels is None or "derive-env -- " not in message:
-        return message
-    from derive_env.render.fixes import opt_in_of, with_opt_in
-
-    return with_opt_in(message, *opt_in_of(labels, label_items))
 
 
 def run_command(command: Sequence[str]) -> int:
@@ -388,7 +373,8 @@ def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool,
             check_limits(command, environ, arg_max)
         if on_error_of(labels) != "warn":
             raise
-        say("warning", _with_opt_in(without_waiver(str(exc)), labels, label_items))
+        from derive_env.render.fixes import fixed  # the opt-in in the message's fixes
+        say("warning", fixed(without_waiver(str(exc)), labels, label_items))
         say("warning", "on-error=warn: " + (
             "nothing derived" if dry_run else "running the command with the environment unchanged"
         ))

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from derive_env.errors import LabelError
 from derive_env.labels import OPT_IN, parse_label_option, variable_of
 
-__all__ = ["FILE", "NONE", "OPTION", "VARIABLE", "opt_in_of", "with_opt_in"]
+__all__ = ["FILE", "NONE", "OPTION", "VARIABLE", "fixed", "opt_in_of", "with_opt_in"]
 
 #: How the frameworks label reached this start: a labels file of the image (nothing to add:
 #: every node's image has it), an option (``--frameworks``, ``--label``, a ``--labels-file``
@@ -58,6 +58,14 @@ def opt_in_of(labels: Mapping[str, str], label_items: Sequence[str]) -> tuple[st
     if OPT_IN in getattr(labels, "variables", {}):
         return VARIABLE, value
     return (FILE if getattr(labels, "image", True) else OPTION), value
+
+
+def fixed(message: str, labels: Mapping[str, str] | None, label_items: Sequence[str]) -> str:
+    """:func:`with_opt_in` for the labels this start gathered (``None``: not read, the
+    message unchanged) and its ``--label`` items (:func:`opt_in_of`)."""
+    if labels is None or _FIX not in message:
+        return message
+    return with_opt_in(message, *opt_in_of(labels, label_items))
 
 
 def with_opt_in(message: str, how: str, value: str) -> str:
