@@ -109,7 +109,7 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
             f"rank (envvar.go, setPodEnv); {fix}"))
     nproc = _nproc(environ, fix)
     world = _int(environ, "WORLD_SIZE", 1, fix)
-    _check_world(environ, nodes, nproc, world, fix)
+    _check_world(environ, nodes, nproc, world)
     master, port = _pod_master(environ, node_rank, fix)
     one = nproc == 1  # only then are RANK / WORLD_SIZE this process's (training-operator#1790)
     inputs = {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
@@ -134,12 +134,13 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
                          + [n for n in environ if n.startswith("PET_")]),
         inputs=inputs,
         order="the operator's pod rank (master 0, worker i: i + 1)",
-        notes=_pod_notes(environ, node_rank, nodes, master, one),
+        notes=(f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)",
+               *_pod_notes(environ, nodes, master, one)),
     )
 
 
 def _check_world(environ: Mapping[str, str], nodes: int | None, nproc: int | None,
-                 world: int, fix: str) -> None:
+                 world: int) -> None:
     """``WORLD_SIZE`` = pods x nproc per node (pods when nproc is a word; envvar.go)."""
     if nodes is not None and world != nodes * (nproc or 1):
         per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
@@ -147,7 +148,8 @@ def _check_world(environ: Mapping[str, str], nodes: int | None, nproc: int | Non
                "not a number)")
         raise TopologyError(describe(
             "WORLD_SIZE", environ["WORLD_SIZE"],
-            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
+            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); "
+            f"{_FIX['kubeflow-pytorchjob']}"))
 
 
 def _pod_master(environ: Mapping[str, str], node_rank: int, fix: str) -> tuple[str, int]:
@@ -159,12 +161,17 @@ def _pod_master(environ: Mapping[str, str], node_rank: int, fix: str) -> tuple[s
                 pet, environ[pet],
                 f"{name}={environ[name]!r}: the operator sets both to the same value "
                 f"(master.go); {fix}"))
-    if node_rank != 0 and is_loopback(master):
+    _master_pod_only(master, node_rank, "PET_NODE_RANK", fix)
+    return master_service(environ, master), port
+
+
+def _master_pod_only(master: str, pod: int, rank_name: str, fix: str) -> None:
+    """TopologyError when pod ``pod`` (not the master pod, 0) has a loopback ``MASTER_ADDR``."""
+    if pod != 0 and is_loopback(master):
         raise TopologyError(describe(
             "MASTER_ADDR", master,
-            f"the master's service or address on pod {node_rank} (PET_NODE_RANK): only the "
+            f"the master's service or address on pod {pod} ({rank_name}): only the "
             f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
-    return master_service(environ, master), port
 
 
 def master_service(environ: Mapping[str, str], master: str) -> str:
@@ -206,10 +213,11 @@ def _master_pod_note(environ: Mapping[str, str], master: str) -> tuple[str, ...]
             "the other pods do",)
 
 
-def _pod_notes(environ: Mapping[str, str], node_rank: int, nodes: int | None, master: str,
+def _pod_notes(environ: Mapping[str, str], nodes: int | None, master: str,
                one: bool) -> tuple[str, ...]:
-    notes = [f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)",
-             *_master_pod_note(environ, master)]
+    """A PyTorchJob pod's notes after its rank's: the master pod's, an elastic range's, and
+    what RANK and WORLD_SIZE count unless one process per pod (``one``)."""
+    notes = list(_master_pod_note(environ, master))
     if nodes is None:
         notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
                      "rendezvous decides the node count")
@@ -267,10 +275,7 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
             "RANK", environ["RANK"], f"a pod rank below WORLD_SIZE={environ['WORLD_SIZE']!r} "
             f"(master 0, worker i: i + 1; envvar.go, setPodEnv); {fix}"))
     master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
-    if rank != 0 and is_loopback(master):
-        raise TopologyError(describe(
-            "MASTER_ADDR", master, f"the master's service or address on pod {rank} (RANK): "
-            f"only the master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    _master_pod_only(master, rank, "RANK", fix)
     master = master_service(environ, master)
     warnings = () if environ.get("KUBERNETES_SERVICE_HOST") else (
         f"RANK={environ['RANK']!r} and WORLD_SIZE={environ['WORLD_SIZE']!r} without a "
