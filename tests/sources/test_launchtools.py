@@ -123,8 +123,7 @@ def test_dstack_empty_ip_list_is_refused_not_a_single_node() -> None:
      "SKYPILOT_NUM_NODES='2': expected the number of lines of SKYPILOT_NODE_IPS (3): both "
      f"count the task's nodes; {SKY_FIX}"),
     ("skypilot", {**skypilot_node(IPS, 1), "SKYPILOT_NODE_RANK": "3"},
-     "SKYPILOT_NODE_RANK='3': expected a node rank below SKYPILOT_NUM_NODES='3' (nodes are "
-     f"numbered from 0); {SKY_FIX}"),
+     f"SKYPILOT_NODE_RANK='3': expected an index below SKYPILOT_NUM_NODES='3': {SKY_FIX}"),
     ("skypilot", skypilot_node(["10.0.0.1", "10.0.0.1"], 1),
      "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.1': expected distinct hosts, one per node: "
      f"'10.0.0.1' is listed twice; {SKY_FIX}"),

@@ -46,7 +46,7 @@ from derive_env.errors import TopologyError, describe
 from derive_env.sources.lists import host_list
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from derive_env.validation import PER_NODE, variable_int
+from derive_env.validation import PER_NODE, variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -216,12 +216,7 @@ def read(environ: Mapping[str, str], line: Source,
                 f"on Slurm SkyPilot lists the job's nodes ({SLURM_JOB_HOSTS}) and counts the "
                 "task's (SLURM_NNODES), never more" if on_slurm else
                 "both count the task's nodes") + f"; {tool.fix}"))
-    rank = variable_int(environ, tool.rank, 0, f"; {tool.fix}")
-    if rank >= count:
-        raise TopologyError(describe(
-            tool.rank, environ[tool.rank],
-            f"a node rank below {tool.count}={environ[tool.count]!r} (nodes are numbered from "
-            f"0); {tool.fix}"))
+    rank = variable_index(environ, tool.rank, tool.count, tool.fix)
     if count < len(ips):
         return _part_of_the_job(environ, line, count, rank)
     inputs = {"nodes": (tool.ips,), "node_rank": (tool.rank,), "num_nodes": (tool.count,),
