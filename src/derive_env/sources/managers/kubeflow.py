@@ -35,7 +35,7 @@ from derive_env.hosts import is_loopback
 from derive_env.sources.lists import MAX_HOSTNAME
 from derive_env.sources.report import Processes, Report
 from derive_env.sources.roles import checked_master
-from derive_env.validation import parse_int, variable_int
+from derive_env.validation import parse_int, variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -88,13 +88,12 @@ def _nnodes(environ: Mapping[str, str], fix: str, elastic: bool) -> int | None:
 
 
 def _node_rank(environ: Mapping[str, str], nodes: int | None, fix: str) -> int:
-    rank = _int(environ, "PET_NODE_RANK", 0, fix)
-    if nodes is not None and rank >= nodes:
-        raise TopologyError(describe(
-            "PET_NODE_RANK", environ["PET_NODE_RANK"],
-            f"a node rank below PET_NNODES={environ['PET_NNODES']!r} (pods are numbered from "
-            f"0); {fix}"))
-    return rank
+    """``PET_NODE_RANK``, below ``PET_NNODES`` unless that is an elastic range (``nodes``
+    None)."""
+    if nodes is None:
+        return _int(environ, "PET_NODE_RANK", 0, fix)
+    return variable_index(environ, "PET_NODE_RANK", (nodes, f"PET_NNODES="
+                                                     f"{environ['PET_NNODES']!r}"), fix)
 
 
 def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
@@ -269,11 +268,7 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
     ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods (docs/sources/kubeflow.md)."""
     fix = _FIX["kubeflow-pytorchjob"]
     world = _int(environ, "WORLD_SIZE", 1, fix)
-    rank = _int(environ, "RANK", 0, fix)
-    if rank >= world:
-        raise TopologyError(describe(
-            "RANK", environ["RANK"], f"a pod rank below WORLD_SIZE={environ['WORLD_SIZE']!r} "
-            f"(master 0, worker i: i + 1; envvar.go, setPodEnv); {fix}"))
+    rank = variable_index(environ, "RANK", "WORLD_SIZE", fix)  # master 0, worker i: i + 1
     master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
     _master_pod_only(master, rank, "RANK", fix)
     master = master_service(environ, master)
