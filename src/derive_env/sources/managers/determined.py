@@ -156,7 +156,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Determined trial container's rendezvous file (and ``DET_*``) says.
 
-    :param files: path -> content (``None``: unreadable) for :func:`files_needed`'s path.
     :returns: node rank = ``container_rank``, ``len(container_addrs)`` nodes, master = the
         first address; the addresses as the host list when they are in rank order (module
         docstring); ``master_port`` = ``C10D_PORT``; ``gpus`` = ``len(DET_SLOT_IDS)`` (None

@@ -78,10 +78,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Flux task's environment says (module docstring).
 
-    :param environ: the task's environment; ``FLUX_JOB_ID``, ``FLUX_JOB_SIZE`` and
-        ``FLUX_TASK_RANK`` are set.
-    :param line: the ``flux`` table line.
-    :param files: unused.
     :returns: ``num_nodes`` = ``FLUX_JOB_NNODES``; ``processes`` when the tasks per node
         are known; ``node_rank`` 0 on one node; ``job`` = ``("flux", <decoded id>, "")``.
     :raises TopologyError: a malformed value, a rank not below its size, more nodes than

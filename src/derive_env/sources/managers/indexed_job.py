@@ -144,8 +144,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What an Indexed Job pod's environment (and ``/etc/hosts``) says.
 
-    :param environ: the pod's environment; ``JOB_COMPLETION_INDEX`` and
-        ``KUBERNETES_SERVICE_HOST`` are set (the table line).
     :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
         is unset (:func:`files_needed`).
     :returns: the nodes ``<job>-0.<suffix>`` .. ``<job>-<n-1>.<suffix>`` in index order (n =

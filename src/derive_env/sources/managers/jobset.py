@@ -316,8 +316,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a JobSet pod's environment (its labels, passed by the downward API) says.
 
-    :param environ: the pod's environment; ``JOB_COMPLETION_INDEX``,
-        ``KUBERNETES_SERVICE_HOST`` and ``JOBSET_NAME`` are set (the table line).
     :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
         is unset (:func:`files_needed`).
     :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (module

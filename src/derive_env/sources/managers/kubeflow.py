@@ -351,13 +351,10 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Kubeflow pod's environment says.
 
-    :param environ: the pod's environment; every detect variable of the table line ``line``
-        is set (sources/__init__.py).
     :param line: ``kubeflow-pytorchjob``, ``kubeflow-trainjob`` or
         ``kubeflow-pytorchjob-classic`` (the v1 set ``MASTER_ADDR``, ``MASTER_PORT``,
         ``RANK``, ``WORLD_SIZE`` without ``PET_*``: node rank = ``RANK``, nodes =
         ``WORLD_SIZE``, one process per pod; outside Kubernetes a warning says so).
-    :param files: unused (the operators state no file).
     :returns: ``num_nodes`` (``PET_NNODES``; None for a v1 elastic range ``MIN:MAX``),
         ``node_rank`` (``PET_NODE_RANK``), ``master`` and ``master_port`` (a TCP port: v1
         ``MASTER_*``, v2 ``PET_MASTER_*``), ``job``: what every pod of the job shares (v1

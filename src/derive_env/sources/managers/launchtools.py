@@ -190,7 +190,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a SkyPilot or dstack node's environment says.
 
-    :param environ: the node's environment; every detect variable of ``line`` is set.
     :param line: ``skypilot`` or ``dstack`` (sources/__init__.py).
     :param files: dstack's MPI hostfile (:func:`files_needed`): path -> text, ``None``
         when unreadable; unused for SkyPilot.

@@ -228,9 +228,7 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a SageMaker training container's resource config (or ``SM_*``) says.
 
-    :param environ: the container's environment; the detect variables of ``line`` are set.
     :param line: ``sagemaker-platform`` or ``sagemaker`` (sources/__init__.py).
-    :param files: path -> content (``None``: unreadable) for :func:`files_needed`'s path.
     :returns: ``nodes`` = the distribution hosts in file order, ``node_rank`` = the place
         of ``current_host`` among them, master = the first, ``gpus`` = ``SM_NUM_GPUS`` (None
         when unset or 0), ``job`` = ``("sagemaker", TRAINING_JOB_NAME, first host)``; in an

@@ -146,10 +146,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a torchrun worker's environment says.
 
-    :param environ: the worker's environment; every detect variable of the ``torchrun``
-        table line is set (sources/__init__.py).
-    :param line: the table line.
-    :param files: unused (torchrun states no file).
     :returns: the process layer (``RANK`` ...), ``num_nodes`` = ``GROUP_WORLD_SIZE``,
         ``node_rank`` = ``GROUP_RANK``, ``master`` = ``MASTER_ADDR``, ``master_port`` =
         ``MASTER_PORT`` (a TCP port: the agent's store when

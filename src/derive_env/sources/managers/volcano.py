@@ -170,7 +170,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Volcano Job pod's environment (and ``/etc/volcano``) says.
 
-    :param environ: the pod's environment; ``VC_TASK_INDEX`` is set (the table line).
     :param files: ``/etc/volcano/<task>.host`` -> text (``None``: unreadable), for the tasks
         without ``VC_<TASK>_HOSTS`` (:func:`files_needed`).
     :returns: the nodes in canonical order (role = the task, index 1-based in it),
