@@ -110,13 +110,10 @@ def test_a_job_submitted_from_a_step_keeps_that_steps_variables() -> None:
      "SLURM_STEP_NUM_TASKS=6, not 5"),
     ("SLURM_STEP_TASKS_PER_NODE", "2(x0)",
      "SLURM_STEP_TASKS_PER_NODE='2(x0)': expected items N or N(xK) with K >= 1, not '2(x0)'"),
-    ("SLURM_PROCID", "6", "SLURM_PROCID='6': expected an index below SLURM_STEP_NUM_TASKS='6':"
-     " srun sets it for every task of the step: it was set by hand or inherited"),
-    ("SLURM_PROCID", "-1", "SLURM_PROCID='-1': expected an integer >= 0 (an index); srun sets "
-     "it for every task of the step: it was set by hand or inherited"),
-    ("SLURM_NODEID", "3", "SLURM_NODEID='3': expected an index below "
-     "SLURM_STEP_NUM_NODES='3': srun sets it for every task of the step: it was set by hand "
-     "or inherited"),
+    ("SLURM_PROCID", "6", "SLURM_PROCID='6': expected a rank below SLURM_STEP_NUM_TASKS=6"),
+    ("SLURM_PROCID", "-1", "SLURM_PROCID='-1': expected an integer >= 0"),
+    ("SLURM_NODEID", "3", "SLURM_NODEID='3': expected a node index below "
+     "SLURM_STEP_NUM_NODES=3"),
     ("SLURM_LOCALID", "2", "SLURM_LOCALID='2': expected a local rank below 2, the task count "
      "of node SLURM_NODEID=1 in SLURM_STEP_TASKS_PER_NODE='2(x3)'"),
     ("SLURM_STEP_NODELIST", "gpu-a100-[11-09]",
@@ -152,8 +149,7 @@ def test_integers_are_read_by_the_shared_reader() -> None:
     env = block()
     env["SLURM_PROCID"] = "1" * 19
     assert raises(env) == (
-        f"SLURM_PROCID='{'1' * 19}': expected an integer >= 0 of at most 18 digits (an index); "
-        "srun sets it for every task of the step: it was set by hand or inherited")
+        f"SLURM_PROCID='{'1' * 19}': expected an integer >= 0 of at most 18 digits")
 
 
 def test_world_size_never_from_the_jobs_task_count() -> None:

@@ -19,7 +19,7 @@ from derive_env.errors import TopologyError, describe
 from derive_env.hosts import check_hosts, repeated_host
 from derive_env.sources.managers.slurm_hostlist import expand_hostlist, expand_tasks_per_node
 from derive_env.sources.report import Processes
-from derive_env.validation import PER_NODE, variable_index, variable_int
+from derive_env.validation import PER_NODE, variable_int
 
 _T = TypeVar("_T")
 
@@ -110,13 +110,6 @@ def gpus_on_node(environ: Mapping[str, str]) -> tuple[int | None, tuple[str, ...
             ("SLURM_GPUS_ON_NODE",))
 
 
-#: Ends a message about a step's variable that disagrees with another.
-_SRUN = ("srun writes both for one step (src/common/env.c env_array_for_step), so one was set "
-         "by hand or inherited")
-#: Ends a message about a task's index (src/common/env.c env_array_for_step).
-_TASK = "srun sets it for every task of the step: it was set by hand or inherited"
-
-
 class Step:
     """The step's node variables, validated against each other and against the job's host
     list ``job_hosts`` when set (docs/sources/slurm.md).
@@ -129,7 +122,7 @@ class Step:
 
     def __init__(self, environ: Mapping[str, str], job_hosts: tuple[str, ...] | None) -> None:
         self.num_nodes = variable_int(environ, "SLURM_STEP_NUM_NODES", 1)
-        self.node_id = variable_index(environ, "SLURM_NODEID", "SLURM_STEP_NUM_NODES", _TASK)
+        self.node_id = variable_int(environ, "SLURM_NODEID", 0)
         same_list = environ.get("SLURM_JOB_NODELIST") == environ["SLURM_STEP_NODELIST"]
         self.hosts = job_hosts if same_list and job_hosts else hosts_of(
             environ, "SLURM_STEP_NODELIST")
@@ -137,7 +130,12 @@ class Step:
             raise TopologyError(describe(
                 "SLURM_STEP_NUM_NODES", environ["SLURM_STEP_NUM_NODES"],
                 f"the number of nodes in SLURM_STEP_NODELIST={environ['SLURM_STEP_NODELIST']!r}"
-                f" ({len(self.hosts)}); {_SRUN}"))
+                f" ({len(self.hosts)}); srun writes both for one step (src/common/env.c "
+                "env_array_for_step), so one was set by hand or inherited"))
+        if self.node_id >= self.num_nodes:
+            raise TopologyError(describe(
+                "SLURM_NODEID", environ["SLURM_NODEID"],
+                f"a node index below SLURM_STEP_NUM_NODES={self.num_nodes}"))
         if job_hosts is not None and not same_list:
             outside = set(self.hosts).difference(job_hosts)
             if outside:
@@ -197,7 +195,7 @@ def step_tasks(environ: Mapping[str, str], info: Step) -> Processes:
     """The step's process layer: ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_STEP_NUM_TASKS``
     and ``SLURM_STEP_TASKS_PER_NODE``, checked against each other and the step's nodes."""
     world = variable_int(environ, "SLURM_STEP_NUM_TASKS", 1)
-    rank = variable_index(environ, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", _TASK)
+    rank = variable_int(environ, "SLURM_PROCID", 0)
     local_rank = variable_int(environ, "SLURM_LOCALID", 0)
     tasks_per_node = parsed(environ, "SLURM_STEP_TASKS_PER_NODE", expand_tasks_per_node)
     if len(tasks_per_node) != info.num_nodes:
@@ -209,6 +207,10 @@ def step_tasks(environ: Mapping[str, str], info: Step) -> Processes:
         raise TopologyError(describe(
             "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"],
             f"task counts adding up to SLURM_STEP_NUM_TASKS={world}, not {sum(tasks_per_node)}"))
+    if rank >= world:
+        raise TopologyError(describe(
+            "SLURM_PROCID", environ["SLURM_PROCID"],
+            f"a rank below SLURM_STEP_NUM_TASKS={world}"))
     local_world = tasks_per_node[info.node_id]
     if local_rank >= local_world:
         raise TopologyError(describe(
