@@ -23,7 +23,7 @@ from derive_env.frameworks.context import (
 from derive_env.labels import is_opted_in
 from derive_env.merge import changes, check_user_values, merge, run_id
 from derive_env.policy import ImagePolicy
-from derive_env.sources.compose import topology_from
+from derive_env.sources.compose import topology_of
 from derive_env.topology import ClusterTopology, Inputs
 from derive_env.validation import count_of
 
@@ -87,14 +87,14 @@ def derive_from(inputs: Inputs) -> Derivation | None:
     :raises LabelError: bad labels, near misses included (exit 4).
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
         ``MASTER_ADDR`` / ``MASTER_PORT`` (exit 3); another launcher's multi-process
-        topology (:func:`derive_env.sources.topology_from`); a user-set value that
+        topology (:func:`derive_env.sources.compose.topology_of`); a user-set value that
         contradicts the derived one (:func:`derive_env.merge.check_user_values`).
     """
     environ, labels = inputs.environ, inputs.labels
     if not is_opted_in(labels):
         return None
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
-    topology = topology_from(environ, inputs.choice, inputs.files, command=inputs.command)
+    topology = topology_of(inputs)
     ctx = Context(topology=topology, policy=policy, environ=environ, host=inputs.facts,
                   fresh_run_id=inputs.fresh_run_id)
     part = contributions(ctx)
@@ -145,7 +145,7 @@ def host_list(inputs: Inputs) -> tuple[ClusterTopology, int | None, bool]:
         must already have been checked: the command line does), ``--source`` and the file
         reader, as for :func:`derive_from`; no host facts are read.
     :returns: ``(topology, nproc, opted_in)``: the topology, with the host list of a batch
-        script's allocation too (``hosts_only``, :func:`derive_env.sources.topology_from`);
+        script's allocation too (``hosts_only``, :func:`derive_env.sources.compose.topology_of`);
         ``nproc``, the merged ``PET_NPROC_PER_NODE`` when it is an integer >= 1 (a user-set
         value wins over the label, so torchrun starts that many), else the label
         ``nproc-per-node``, ``None`` when neither or not opted in; whether the image opted in.
@@ -159,8 +159,7 @@ def host_list(inputs: Inputs) -> tuple[ClusterTopology, int | None, bool]:
         # All labels go to ImagePolicy: it reports near misses (ai.backend.distibuted....) as
         # every other path does, instead of silently dropping them.
         nproc = _nproc_per_node(environ, ImagePolicy.from_labels(labels).nproc_per_node)
-    return (topology_from(environ, inputs.choice, inputs.files, hosts_only=True), nproc,
-            opted_in)
+    return topology_of(inputs, hosts_only=True), nproc, opted_in
 
 
 def _nproc_per_node(environ: Mapping[str, str], label: int | None) -> int | None:

@@ -30,7 +30,7 @@ from derive_env.frameworks.context import JSON, NODE, SHARED, Context, DerivedVa
 from derive_env.merge import merge, same_value
 from derive_env.pipeline import Derivation, contributions
 from derive_env.policy import ImagePolicy
-from derive_env.sources.compose import topology_from
+from derive_env.sources.compose import topology_of
 from derive_env.topology import ClusterTopology, Inputs, ProcessLayout
 
 #: At most this many nodes get a row: the first ones, this node and the last one.
@@ -96,7 +96,7 @@ def job_view(inputs: Inputs, own: Derivation | None = None) -> JobView:
     """
     environ = inputs.environ
     policy = ImagePolicy.from_labels(inputs.labels)
-    topology = topology_from(environ, inputs.choice, inputs.files, command=inputs.command)
+    topology = topology_of(inputs)
     count = topology.num_nodes
     view = JobView(source=topology.source, num_nodes=count, own_rank=topology.node_rank)
     if count is None:

@@ -17,7 +17,7 @@ from derive_env.frameworks.context import Context
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import compose, resolve
 from derive_env.sources.report import Processes, Report
-from derive_env.topology import Node, ProcessLayout
+from derive_env.topology import Inputs, Node, ProcessLayout
 
 HOSTS = ("gpu-a100-09", "gpu-a100-10", "gpu-a100-11")
 NODES = tuple(Node(host=h) for h in HOSTS)
@@ -199,13 +199,13 @@ def test_a_problem_is_raised_only_for_the_innermost_source() -> None:
 
 def test_a_named_source_needs_its_variables() -> None:
     with pytest.raises(TopologyError) as caught:
-        resolve({"OMPI_COMM_WORLD_SIZE": "2"}, "openmpi")
+        resolve(Inputs({"OMPI_COMM_WORLD_SIZE": "2"}, {}, choice="openmpi"))
     assert str(caught.value) == (
         "--source (or DERIVE_ENV_SOURCE)='openmpi': expected a source whose variables are set: "
         "Open MPI (mpirun) needs all of OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
         "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE; not set: OMPI_COMM_WORLD_RANK, "
         "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE")
-    topo, reports = resolve({"OMPI_COMM_WORLD_SIZE": "2"}, "none")
+    topo, reports = resolve(Inputs({"OMPI_COMM_WORLD_SIZE": "2"}, {}, choice="none"))
     assert (topo.num_nodes, reports) == (1, [])
 
 
@@ -300,13 +300,13 @@ def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
 def test_a_forced_source_names_the_sources_it_ignores() -> None:
     environ = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
                "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
-    topo, reports = resolve(environ, "none")
+    topo, reports = resolve(Inputs(environ, {}, choice="none"))
     assert (topo.num_nodes, reports) == (1, [])
     assert topo.warnings == (
         "source none chosen (--source or DERIVE_ENV_SOURCE): the variables of openmpi are set "
         "and ignored; if they describe this job, every process may derive another job than "
         "its launcher started",)
-    assert resolve(environ, "openmpi")[0].warnings == ()
+    assert resolve(Inputs(environ, {}, choice="openmpi"))[0].warnings == ()
 
 
 def test_two_mpi_launchers_that_disagree_are_an_error() -> None:

@@ -482,9 +482,9 @@ def managers_agree(reports: Sequence[Report]) -> None:
                 and (r.nodes or r.count() is not None or r.node_rank is not None)]
     for i, first in enumerate(managers):
         for other in managers[i + 1:]:
-            for fact, what, values in _facts(first, other):
-                if None not in values and values[0] != values[1]:
-                    raise TopologyError(_two_jobs(first, other, fact, what, values))
+            for fact in _facts(first, other):
+                if None not in fact[2] and fact[2][0] != fact[2][1]:
+                    raise TopologyError(_two_jobs(first, other, fact))
 
 
 def _facts(a: Report, b: Report):
@@ -495,7 +495,10 @@ def _facts(a: Report, b: Report):
            tuple(tuple(host_key(n.host) for n in r.nodes) or None for r in (a, b)))
 
 
-def _two_jobs(a: Report, b: Report, fact: str, what: str, values: tuple) -> str:
+def _two_jobs(a: Report, b: Report, compared: tuple[str, str, tuple]) -> str:
+    """The message of two managers that disagree on ``compared`` (one of :func:`_facts`)."""
+    fact, what, values = compared
+
     def names(report: Report) -> str:
         keys = (fact,) if fact != "num_nodes" else ("num_nodes", "nodes")
         found = next((report.inputs[k] for k in keys if report.inputs.get(k)), ("?",))
