@@ -95,8 +95,7 @@ def derive_from(inputs: Inputs) -> Derivation | None:
         return None
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
     topology = topology_of(inputs)
-    ctx = Context(topology=topology, policy=policy, environ=environ, host=inputs.facts,
-                  fresh_run_id=inputs.fresh_run_id)
+    ctx = Context(topology, policy, inputs)
     part = contributions(ctx)
     merged = merge(environ, part.variables, part.checks)
     # the source's warnings first: they concern the input
