@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from importlib import import_module
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from derive_env.frameworks import FRAMEWORKS
 from derive_env.frameworks.context import (
@@ -26,9 +26,6 @@ from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import topology_of
 from derive_env.topology import ClusterTopology, Inputs
 from derive_env.validation import count_of
-
-if TYPE_CHECKING:
-    from derive_env.topology import FileReader
 
 
 class Derivation(NamedTuple):
@@ -50,17 +47,11 @@ class Derivation(NamedTuple):
         return changes(self.variables)
 
 
-def derive(
-    environ: Mapping[str, str],
-    labels: Mapping[str, str],
-    facts: HostFacts | Callable[[], HostFacts] | None = None,
-    source: str | None = None,
-    files: FileReader | None = None,
-    fresh_run_id: str | None = None,
-) -> Derivation | None:
+def derive(environ: Mapping[str, str], labels: Mapping[str, str],
+           facts: HostFacts | Callable[[], HostFacts] | None = None,
+           **given: object) -> Derivation | None:
     """Derive the framework variables of one container: the public API's form of
-    :func:`derive_from` (each :class:`~derive_env.topology.Inputs` field by name;
-    ``source`` is its ``choice``).
+    :func:`derive_from`, the :class:`~derive_env.topology.Inputs` fields by name.
 
     :param environ: the container's environment (cluster manager's and user's variables).
     :param labels: the image's labels. Keys under other prefixes are ignored, except near
@@ -69,15 +60,16 @@ def derive(
     :param facts: host facts, or a function that reads them, called at most once and only
         when a rule needs them (the ``socket-ifname`` label; the ``baimulti0`` default of a
         session of more than one node). ``None``: not this container (``--env-file``).
-    :param source: ``--source`` (a source name, ``auto``, ``none``); ``None``: the
-        ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
-    :param files: reads the files a source needs (``SLURM_HOSTFILE``): paths -> contents
-        (``None`` for one that cannot be read); ``None``: no file can be read.
-    :param fresh_run_id: a random id drawn at the edge for this start, the run id when no
-        manager identifies the job (:func:`derive_env.merge.run_id`).
-    :returns: and :raises: as :func:`derive_from`.
+    :param given: the other fields by keyword: ``source`` (``--source``: a source name,
+        ``auto``, ``none``; the ``choice`` field; unset: the ``DERIVE_ENV_SOURCE`` variable,
+        else auto-detection); ``files`` (reads the files a source needs, ``SLURM_HOSTFILE``:
+        paths -> contents, ``None`` for one that cannot be read; unset: none can be read);
+        ``fresh_run_id`` (a random id drawn at the edge for this start, the run id when no
+        manager identifies the job: :func:`derive_env.merge.run_id`); ``command``.
+    :returns: and :raises: as :func:`derive_from`; ``TypeError`` for another keyword.
     """
-    return derive_from(Inputs(environ, labels, files, facts, source, fresh_run_id))
+    choice = given.pop("source", None)
+    return derive_from(Inputs(environ, labels, facts=facts, choice=choice, **given))
 
 
 def derive_from(inputs: Inputs) -> Derivation | None:
