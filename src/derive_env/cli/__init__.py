@@ -320,7 +320,7 @@ def _note_larger_job(environ: Mapping[str, str], image: bool) -> None:
     (:func:`derive_env.sources.sizes.not_opted_in`; ``image``: a labels file was read)."""
     from derive_env.sources.sizes import not_opted_in
 
-    warning = not_opted_in(environ, image, OPT_IN, variable_of(OPT_IN), read_files)
+    warning = not_opted_in(environ, image, (OPT_IN, variable_of(OPT_IN)), read_files)
     if warning is not None:
         say("warning", warning)
 

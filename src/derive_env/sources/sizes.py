@@ -181,7 +181,7 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
     return None
 
 
-def not_opted_in(environ: Mapping[str, str], image: bool, label: str, variable: str,
+def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str],
                  files=None) -> str | None:
     """The warning of a start that did not opt in inside a larger job (:func:`larger_job`),
     or ``None``.
@@ -190,9 +190,10 @@ def not_opted_in(environ: Mapping[str, str], image: bool, label: str, variable: 
         image's label is named first; without one (bare metal, an image that ships no
         labels file) there is no image to speak of, and the job's own opt-in
         (``--frameworks``, ``DERIVE_ENV_FRAMEWORKS``) is named first.
-    :param label: the opt-in label's name; ``variable``: its ``DERIVE_ENV_<NAME>`` variable
-        (given by the edge, so that this module needs no label module).
+    :param opt_in: the opt-in label's name and its ``DERIVE_ENV_<NAME>`` variable (given
+        by the edge, so that this module needs no label module).
     """
+    label, variable = opt_in
     job = larger_job(environ, files)
     if job is None:
         return None
