@@ -43,6 +43,10 @@ from derive_env.labels import (
     variable_of,
 )
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (every start)
+if TYPE_CHECKING:
+    from typing import Any
+
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
 MAX_INPUT_BYTES = 1 << 20
 #: Largest file a source reads (a 4096-node step's SLURM_HOSTFILE is about 0.4 MiB).
@@ -53,11 +57,16 @@ MAX_SOURCE_FILE_BYTES = 16 << 20
 PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
-def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
-        explain: bool = False, all_nodes: bool = False, labels_files: Sequence[str] = (),
-        label_items: Sequence[str] = (), env_file: str | None = None,
-        source: str | None = None, frameworks: str | None = None) -> int:
+#: :func:`run`'s options (the option table's keywords, :func:`derive_env.cli.options.keywords`)
+#: with the value of each one not given.
+RUN_OPTIONS = {"dry_run": False, "fmt": "env", "explain": False, "all_nodes": False,
+               "labels_files": (), "label_items": (), "env_file": None, "source": None,
+               "frameworks": None}
+
+
+def run(command: Sequence[str], **options: Any) -> int:
     """Do what the command line asked; returns the exit status (or execs and never returns).
+    ``options``: by keyword, those of :data:`RUN_OPTIONS` (``TypeError`` for another);
     ``frameworks`` (``--frameworks LIST``) is the ``frameworks`` label, after every ``--label``.
     Errors from input print ``derive-env: error: ...`` and return their exit code without
     running the command; with label ``on-error=warn`` a derivation error prints a warning
@@ -66,6 +75,11 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
     view when a topology can be built (:func:`derive_env.cli.formats.picture`), then the
     error. ``all_nodes`` (``--explain --all-nodes``) adds that view to the explanation.
     """
+    if not options.keys() <= RUN_OPTIONS.keys():
+        raise TypeError(f"run() got other options: {sorted(options.keys() - RUN_OPTIONS.keys())}")
+    given = {**RUN_OPTIONS, **options}
+    dry_run, fmt, explain, source, env_file = (given[k] for k in (
+        "dry_run", "fmt", "explain", "source", "env_file"))
     environ: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
     if explain and command:
@@ -73,9 +87,10 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
         dry_run = True
     try:
         environ = read_environment(env_file)
-        if frameworks is not None:
-            label_items = (*label_items, f"{OPT_IN}={frameworks}")
-        labels = load_labels(environ, labels_files, label_items)
+        label_items = given["label_items"]
+        if given["frameworks"] is not None:
+            label_items = (*label_items, f"{OPT_IN}={given['frameworks']}")
+        labels = load_labels(environ, given["labels_files"], label_items)
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
@@ -95,7 +110,7 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
         derivation = _derive(inputs, command, dry_run, explain)
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
-        if dry_run and explain and all_nodes:
+        if dry_run and explain and given["all_nodes"]:
             from derive_env.cli.formats import picture
             from derive_env.render.explain import explain as for_a_person
 
