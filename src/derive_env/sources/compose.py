@@ -17,7 +17,7 @@
   the workers itself (torchrun, MPI: depth 0, 1) or a node runs more than one of them; one
   process per node of an srun step is the node layer (it may start torchrun). Never
   decided from the world size and the node count, which packed ranks can match.
-* The command (``Inputs.command``, :func:`~derive_env.sources.command_kind`) decides where
+* The command (``Inputs.command``, :func:`~derive_env.sources.report.command_kind`) decides where
   the variables cannot: a node launcher (torchrun, deepspeed, accelerate launch) makes a
   launcher's tasks the node layer when one task per node is proven (every node's count,
   or as many processes as nodes), else it is refused naming both; a python script makes
@@ -52,24 +52,13 @@ from derive_env.sources import (
     SOURCES,
     Source,
     choice_of,
-    command_kind,
     forced_source,
     refusals,
     seen_sources,
 )
-from derive_env.sources.refusals import (
-    check_rank_zero,
-    command_decides,
-    missing_master,
-)
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
-from derive_env.topology import (
-    ClusterTopology,
-    Inputs,
-    Node,
-    ProcessLayout,
-    single_node_topology,
-)
+from derive_env.sources.refusals import check_rank_zero, command_decides, missing_master
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report, command_kind, layer_lines
+from derive_env.topology import ClusterTopology, Inputs, Node, ProcessLayout, single_node_topology
 
 #: Reads the files a source needs: paths -> contents (``None``: unreadable).
 Files = Callable[[Sequence[str]], Mapping[str, str | None]]

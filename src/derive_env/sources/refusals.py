@@ -25,19 +25,15 @@ from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_key
 from derive_env.sources import (
     BY_NAME,
-    LAUNCHER,
-    NODE_LAUNCHER,
     ON_ERROR_WARN,
-    OTHER,
     PASS_ENV,
-    SCRIPT,
     SOURCES,
     Source,
     has_size,
     seen_sources,
     states_of,
 )
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import LAUNCHER, NODE_LAUNCHER, OTHER, SCRIPT, Processes, Report
 from derive_env.topology import ClusterTopology, Node, ProcessLayout
 from derive_env.validation import static_count
 
@@ -413,7 +409,7 @@ def command_decides(owner: Report, processes: Processes,
 
     :param where: every node's task count (empty: unknown), the node count (``None``:
         unknown) with the variables that state it, and each table line's depth.
-    :param kind: :func:`~derive_env.sources.command_kind` of the command; ``None``: none.
+    :param kind: :func:`~derive_env.sources.report.command_kind` of the command; ``None``: none.
     :raises TopologyError: a node launcher (torchrun ...) that ``owner`` starts more than
         once on a node (:func:`node_launcher_refused`), or once on fewer nodes than the
         node layer counts (:func:`node_launcher_short`).
