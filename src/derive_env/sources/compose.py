@@ -56,8 +56,15 @@ from derive_env.sources import (
     refusals,
     seen_sources,
 )
-from derive_env.sources.refusals import check_rank_zero, command_decides, missing_master
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report, command_kind, layer_lines
+from derive_env.sources.refusals import check_rank_zero, missing_master
+from derive_env.sources.report import (
+    PROCESS_FACTS,
+    Processes,
+    Report,
+    command_decides,
+    command_kind,
+    layer_lines,
+)
 from derive_env.topology import ClusterTopology, Inputs, Node, ProcessLayout, single_node_topology
 
 #: Reads the files a source needs: paths -> contents (``None``: unreadable).
@@ -158,9 +165,8 @@ def resolve(inputs: Inputs, hosts_only: bool = False) -> tuple[ClusterTopology, 
 
 # -- composing ---------------------------------------------------------------------------------
 
-#: Each line's depth; up to :data:`_MPI` (torchrun 0, MPI 1) the launcher starts the workers;
-#: up to :data:`_ALLOCATION` a launcher's task, which the command may make a worker.
-_DEPTH, _MPI, _ALLOCATION = {line.name: line.depth for line in SOURCES}, 1, 3
+#: Each line's depth (torchrun 0, MPI 1, ..., a node-level manager 4).
+_DEPTH = {line.name: line.depth for line in SOURCES}
 
 
 def _src(report: Report) -> str:
@@ -428,7 +434,7 @@ def _layout(owner: Report | None, placed: _Placed, counted: tuple[int | None, st
                 f"{owner.title}: node rank {node_rank} has {tasks[node_rank]} process(es) "
                 f"by the list of processes per node, but its local world size is "
                 f"{processes.local_world_size} ({src})")
-    workers, told = command_decides(owner, processes, (tasks, counted, _DEPTH),
+    workers, told = command_decides(owner, processes, (tasks, counted),
                                     command_kind(command))
     try:
         return ProcessLayout(

@@ -6,7 +6,8 @@ the variables it came from. Every fact is optional: an MPI launcher knows ranks 
 host list, a Slurm batch script knows the allocation's hosts and no process of its own.
 :func:`layer_lines` says, for ``--explain``, how the composer used the reports. Beside the
 reports the composer reads one fact of the exec path: what the command is
-(:func:`command_kind`: a node launcher, a script, a launcher).
+(:func:`command_kind`: a node launcher, a script, a launcher), and what it decides where
+the variables cannot (:func:`command_decides`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
+from derive_env.errors import TopologyError
+from derive_env.sources import BY_NAME
 from derive_env.topology import Node
 
 _NONE: Mapping[str, tuple[str, ...]] = MappingProxyType({})
@@ -306,3 +309,115 @@ def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
             return NODE_LAUNCHER, _NODE_LAUNCHERS[target]
         return SCRIPT, f"{program} {target or '-c'}"
     return OTHER, program
+
+
+def node_launcher_refused(owner: Report, command: str, per_node: str, many: str) -> str:
+    """The refusal of a node launcher (torchrun, deepspeed, accelerate launch) that an outer
+    launcher started more than once on a node: each would form a job of its own, and every
+    task would train alone, exit 0 (torch/distributed/run.py: its defaults are one node).
+
+    :param owner: the outer launcher's report (its line's ``per_node`` spells the fix).
+    :param command: the node launcher's name.
+    :param per_node: ``per process`` facts for a person (``2 tasks on this node``).
+    :param many: the variables that state them.
+    """
+    line = BY_NAME.get(owner.source)
+    one, per_gpu = line.per_node if line is not None else ("", "")
+    start = (f"{command} (the command) under {owner.title}, which starts {per_node} "
+             f"({many}): each {command} would start a job of its own, and every task would "
+             "train alone. ")
+    if line is None or line.per_node == ("one task per node", "one task per GPU"):
+        return (start + f"Start {command} once per node, or drop {command} and run the "
+                "training script as the launcher's process (derive-env -- python train.py)")
+    launcher = one.split(" --")[0].split(" -")[0]
+    return (start + f"Start one task per node for {command} ({one} derive-env -- {command} "
+            f"...), or drop {command} and let {launcher} start one task per GPU ({per_gpu} "
+            "derive-env -- python train.py)")
+
+
+def node_launcher_short(owner: Report, command: str, world: str, counted: str) -> str:
+    """The refusal of a node launcher started once on each of fewer nodes than the job's
+    node layer counts (``mpirun --host n1,n2`` in an allocation of 3): each would wait for
+    every node's agent in its rendezvous, and the missing ones never start (torchrun's
+    ``--nnodes`` is the node count, torch/distributed/run.py).
+
+    :param world: the processes that start it, one per node, and their variables.
+    :param counted: the node layer's count and its variables.
+    """
+    line = BY_NAME.get(owner.source)
+    one = line.per_node[0] if line is not None else "one task per node"
+    how = (f"{command} once on every node" if one == "one task per node" else
+           f"one task on every node of the job ({one} derive-env -- {command} ..., with no "
+           "host list narrower than the job)")
+    return (f"{command} (the command) under {owner.title}, which starts it on {world}, one "
+            f"per node, in a job of {counted}: each {command} would wait for every node of "
+            f"the job, and the others never start it. Start {how}, or run the job on as "
+            "many nodes as start it")
+
+
+#: The depths of the table (sources/__init__.py): up to 1 the launcher starts the workers
+#: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
+_MPI, _ALLOCATION = 1, 3
+#: What each outcome of :func:`_mode` derives, for --explain.
+_OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
+             False: "the node layer (NODE_RANK, PET_*)"}
+
+
+def command_decides(owner: Report, processes: Processes,
+                    where: tuple[tuple[int, ...], tuple[int | None, str]],
+                    kind: tuple[str, str] | None) -> tuple[bool, tuple[str, ...]]:
+    """Whether ``owner``'s processes are the job's workers (sources/compose.py, "Mode", "The
+    command"), and the --explain line of the command's part.
+
+    :param where: every node's task count (empty: unknown), and the node count (``None``:
+        unknown) with the variables that state it.
+    :param kind: :func:`~derive_env.sources.report.command_kind` of the command; ``None``: none.
+    :raises TopologyError: a node launcher (torchrun ...) that ``owner`` starts more than
+        once on a node (:func:`node_launcher_refused`), or once on fewer nodes than the
+        node layer counts (:func:`node_launcher_short`).
+    """
+    tasks, (num_nodes, counted) = where
+    line = BY_NAME.get(owner.source)
+    depth = line.depth if line is not None else _MPI + 1
+    per_node = max(tasks or (processes.local_world_size,))
+    workers = depth <= _MPI or per_node > 1  # the variables alone
+    if depth > _ALLOCATION:  # a node-level manager: its pods are the nodes
+        return workers, ()
+    src = " + ".join(owner.inputs.get("local_world_size", owner.inputs.get("processes", ())))
+    world = processes.world_size
+    # One task per node, proven: by every node's count, or by as many processes as nodes
+    # (a launcher that states only this node's count, MPI, may place more on another).
+    many = (f"{per_node} tasks on a node" if per_node > 1 else None if tasks else
+            f"{world} processes on nodes it does not count" if num_nodes is None and world > 1
+            else f"{world} processes on {num_nodes} nodes" if num_nodes is not None
+            and world > num_nodes else None)
+
+    # A node launcher's node count is the number of processes that start it, one per
+    # node: a node layer of more nodes (mpirun on a part of the allocation) never joins.
+    short = not many and num_nodes is not None and world < num_nodes
+    sized = " + ".join(owner.inputs.get("world_size", owner.inputs.get("processes", ())))
+
+    def outcome(kind: tuple[str, str]) -> bool | str:
+        if kind[0] == NODE_LAUNCHER and short:
+            return node_launcher_short(owner, kind[1], f"{world} process(es) ({sized})",
+                                       f"{num_nodes} nodes ({counted})")
+        if kind[0] == NODE_LAUNCHER:
+            return node_launcher_refused(owner, kind[1], many, src) if many else False
+        return True if kind[0] == SCRIPT else workers
+
+    def said(result: bool | str) -> str:
+        return _OUTCOMES[result] if isinstance(result, bool) else (
+            "refused (exit 3), each would wait for nodes that never start it" if short
+            else "refused (exit 3), each would start a job of its own")
+
+    if kind is None:
+        return workers, (
+            f"command: none (the hook's path): {said(workers)}; `-- torchrun ...`: "
+            f"{said(outcome((NODE_LAUNCHER, 'torchrun')))}; `-- python train.py`: "
+            f"{said(outcome((SCRIPT, 'python')))}",)
+    result = outcome(kind)
+    if isinstance(result, str):
+        raise TopologyError(result)
+    why = {OTHER: ", which derive-env cannot tell (a shell script?): the variables decide",
+           LAUNCHER: ": a launcher; run derive-env inside the processes it starts"}
+    return result, (f"command: {kind[1]} ({kind[0]}{why.get(kind[0], '')}): {said(result)}",)
