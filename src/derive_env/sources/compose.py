@@ -39,8 +39,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError
 from derive_env.hosts import host_key
@@ -67,14 +68,13 @@ from derive_env.sources.report import (
 )
 from derive_env.topology import ClusterTopology, Inputs, Node, ProcessLayout, single_node_topology
 
-#: Reads the files a source needs: paths -> contents (``None``: unreadable).
-Files = Callable[[Sequence[str]], Mapping[str, str | None]]
+if TYPE_CHECKING:
+    from derive_env.topology import FileReader
 
 
 def topology_from(environ: Mapping[str, str], choice: str | None = None,
-                  files: Files | None = None) -> ClusterTopology:
-    """:func:`topology_of` ``environ`` alone (no command, every fact): the API's and the
-    tests' form. ``choice``, ``files``: as the :class:`Inputs` fields."""
+                  files: FileReader | None = None) -> ClusterTopology:
+    """:func:`topology_of` ``environ`` with no command (``choice``, ``files``: Inputs')."""
     return topology_of(Inputs(environ, {}, files, None, choice))
 
 
@@ -116,7 +116,7 @@ def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
     return topology
 
 
-def _read(source: Source, environ: Mapping[str, str], files: Files | None) -> Report:
+def _read(source: Source, environ: Mapping[str, str], files: FileReader | None) -> Report:
     module = import_module(f"derive_env.sources.{source.module}")
     needed = getattr(module, "files_needed", None)
     paths = needed(environ, source.name) if needed is not None else ()
@@ -378,6 +378,7 @@ def _master_first(
     master_src: Report, hosts_src: Report | None, placed: _Placed,
     inputs: dict[str, tuple[str, ...]],
 ) -> tuple[str | None, _Placed]:
+
     """``(master, (nodes, tasks, node rank, order))`` with the node of rank 0 first (module
     docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
     stays set only when no host list places it."""

@@ -19,7 +19,8 @@ the table's (:data:`derive_env.sources.SOURCES`: ``marker``, ``states``, ``size`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_key
@@ -37,6 +38,9 @@ from derive_env.sources.report import Report
 from derive_env.topology import ClusterTopology, Node, ProcessLayout
 from derive_env.validation import static_count
 
+if TYPE_CHECKING:
+    from derive_env.topology import FileReader
+
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
 #: multi-node or multi-process topology, with the value a single container has. Checked only
 #: when no cluster manager stated the nodes: inside a session they are user values
@@ -49,9 +53,6 @@ _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "JOB_COMPLETION_INDEX": None}
 
 _NO_SOURCE = "derive-env cannot read its job from these variables"
-
-#: Reads the files a line's ``size`` needs: paths -> contents (``None``: unreadable).
-Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
 #: The lines that can state a job of more than one process, in table order.
 #: Each with its ``states`` (derived once here) and whether a host list or a size rule
@@ -103,7 +104,7 @@ NOTHING_SEEN = Seen()
 
 
 def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
-                     files: Files | None = None) -> str | None:
+                     files: FileReader | None = None) -> str | None:
     """Say which launcher started more than one process without a usable source, or ``None``.
 
     derive-env refuses rather than describe one process under a multi-process launcher it
@@ -123,7 +124,7 @@ def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
 
 
 def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
-                 files: Files | None = None) -> tuple[Source, str] | None:
+                 files: FileReader | None = None) -> tuple[Source, str] | None:
     """:func:`launcher_problem` with the line it names: ``(line, message)`` or ``None``."""
     unsized: Source | None = None  # a launcher that started us without saying the size
     sized = False  # some launcher's complete marker states the size (one process)
@@ -182,7 +183,7 @@ def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
 
 
 def _stated(line: Source, environ: Mapping[str, str], sized: bool,
-            files: Files | None) -> tuple[str, str, str] | None:
+            files: FileReader | None) -> tuple[str, str, str] | None:
     """``(variable, value, single value)`` of the first variable of ``line`` that states
     more than one process, :data:`UNSIZED`, or ``None``; ``sized``: the line's marker is
     complete and its host list or size rule is asked."""
@@ -236,7 +237,7 @@ def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
 
 
 def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
-                files: Files | None = None) -> ClusterTopology:
+                files: FileReader | None = None) -> ClusterTopology:
     """``topology`` (a single container: ``--source none``) with a warning when a manager
     or launcher that no seen source reads states a larger job (docs/behaviour.md section 11): the
     operator's choice wins, but every node of such a job would train alone."""
