@@ -382,6 +382,8 @@ def test_a_variable_without_a_scope_cannot_be_built() -> None:
     var = variable("pytorch")
     with pytest.raises(TypeError, match="scope"):
         var("NODE_RANK", 1, "test")
+    with pytest.raises(TypeError, match="a field the maker does not take"):
+        var("NODE_RANK", 1, "test", scope=SHARED, kept=True)  # the merge's, not the maker's
     with pytest.raises(TypeError, match="scope"):
         DerivedVariable(name="NODE_RANK", value="1", provenance="test",  # type: ignore[call-arg]
                         framework="pytorch")
