@@ -188,10 +188,11 @@ def load_labels(
 
     :raises LabelError: as :func:`derive_env.labels.gather`.
     """
-    return gather(environ, os.environ.get(LABELS_FILE_VARIABLE), labels_files, label_items,
+    return gather(environ, (os.environ.get(LABELS_FILE_VARIABLE),
+                            DEFAULT_LABELS_FILE),  # a module global: tests point it elsewhere
+                  (labels_files, label_items),
                   lambda path, what, missing_ok: read_text(path, what, LabelError,
-                                                           missing_ok=missing_ok),
-                  DEFAULT_LABELS_FILE)  # a module global: tests point it elsewhere
+                                                           missing_ok=missing_ok))
 
 
 def read_text(
