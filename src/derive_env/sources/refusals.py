@@ -105,15 +105,11 @@ NOTHING_SEEN = Seen()
 
 def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
                      files: FileReader | None = None) -> str | None:
-    """Say which launcher started more than one process without a usable source, or ``None``.
-
-    derive-env refuses rather than describe one process under a multi-process launcher it
-    cannot read (every process of such a job would derive a job of one): a line without a
-    module, or one whose variables are only partly set (a partial set never selects a
-    source, docs/sources/README.md). The lines are checked in table order; the first that states
-    more than one process is named. A launcher that does not say the job's size (a lone
-    ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike, index 0
-    included (docs/behaviour.md section 7).
+    """Say which launcher started more than one process without a usable source (the
+    module docstring's cases), or ``None``. The lines are checked in table order; the first
+    that states more than one process is named. A launcher that does not say the job's size
+    (a lone ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike,
+    index 0 included (docs/behaviour.md section 7).
 
     :param seen: what the seen sources state (:class:`Seen`).
     :param files: reads the files a line's host list needs (cli/); ``None``: none readable.
