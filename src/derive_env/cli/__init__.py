@@ -43,10 +43,6 @@ from derive_env.labels import (
     variable_of,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (every start)
-if TYPE_CHECKING:
-    from typing import Any
-
 #: Largest labels or env file read, in bytes: real ones are a few KiB; /dev/zero is not one.
 MAX_INPUT_BYTES = 1 << 20
 #: Largest file a source reads (a 4096-node step's SLURM_HOSTFILE is about 0.4 MiB).
@@ -57,56 +53,51 @@ MAX_SOURCE_FILE_BYTES = 16 << 20
 PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
-#: :func:`run`'s options (the option table's keywords, :func:`derive_env.cli.options.keywords`)
-#: with the value of each one not given.
+#: :func:`run`'s options, the option table's keywords (cli/options.py), when not given.
 RUN_OPTIONS = {"dry_run": False, "fmt": "env", "explain": False, "all_nodes": False,
                "labels_files": (), "label_items": (), "env_file": None, "source": None,
                "frameworks": None}
 
 
-def run(command: Sequence[str], **options: Any) -> int:
-    """Do what the command line asked; returns the exit status (or execs and never returns).
-    ``options``: by keyword, those of :data:`RUN_OPTIONS` (``TypeError`` for another);
-    ``frameworks`` (``--frameworks LIST``) is the ``frameworks`` label, after every ``--label``.
-    Errors from input print ``derive-env: error: ...`` and return their exit code without
-    running the command; with label ``on-error=warn`` a derivation error prints a warning
-    and the command runs with its environment unchanged. ``--explain`` is a dry run (a
-    command given is not run, a note says so); on an error it still prints every node's
-    view when a topology can be built (:func:`derive_env.cli.formats.picture`), then the
-    error. ``all_nodes`` (``--explain --all-nodes``) adds that view to the explanation.
-    """
-    if not options.keys() <= RUN_OPTIONS.keys():
-        raise TypeError(f"run() got other options: {sorted(options.keys() - RUN_OPTIONS.keys())}")
+def run(command: Sequence[str], **options: object) -> int:
+    """Do what the command line asked (``options``: :data:`RUN_OPTIONS` by keyword, another
+    is a ``TypeError``); returns the exit status (or execs and never returns). ``frameworks``
+    (``--frameworks LIST``) is the ``frameworks`` label, after every ``--label``. Errors from
+    input print ``derive-env: error: ...`` and return their exit code without running the
+    command; with label ``on-error=warn`` a derivation error prints a warning and the command
+    runs with its environment unchanged. ``--explain`` is a dry run (a command given is not
+    run, a note says so); on an error it still prints every node's view when a topology can
+    be built (:func:`derive_env.cli.formats.picture`), then the error. ``all_nodes``
+    (``--explain --all-nodes``) adds that view to the explanation."""
     given = {**RUN_OPTIONS, **options}
-    dry_run, fmt, explain, source, env_file = (given[k] for k in (
-        "dry_run", "fmt", "explain", "source", "env_file"))
+    if len(given) > len(RUN_OPTIONS):
+        raise TypeError(f"run() got other options: {sorted(given.keys() - RUN_OPTIONS.keys())}")
+    dry_run, fmt, explain = given["dry_run"], given["fmt"], given["explain"]
     environ: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
     if explain and command:
         say("note", "--explain is a dry run: the command was not run")
         dry_run = True
     try:
-        environ = read_environment(env_file)
-        label_items = given["label_items"]
-        if given["frameworks"] is not None:
-            label_items = (*label_items, f"{OPT_IN}={given['frameworks']}")
-        labels = load_labels(environ, given["labels_files"], label_items)
+        environ = read_environment(given["env_file"])
+        frameworks = () if given["frameworks"] is None else (f"{OPT_IN}={given['frameworks']}",)
+        labels = load_labels(environ, given["labels_files"], (*given["label_items"], *frameworks))
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
         if dry_run and not explain and _is_host_format(fmt):
             from derive_env.cli.formats import host_list
 
-            return _write(host_list(_inputs(environ, labels, source, env_file), fmt))
+            return _write(host_list(_inputs(environ, labels, given), fmt))
         if dry_run and not explain and _is_digest_format(fmt):
             from derive_env.cli.formats import digest
 
-            return _write(digest(_inputs(environ, labels, source, env_file), fmt))
+            return _write(digest(_inputs(environ, labels, given), fmt))
         if not opted_in:
             _note_larger_job(environ, getattr(labels, "image", True))
             return _print(None, fmt, explain, getattr(labels, "image", True)) if dry_run \
                 else _exec(command, environ, None)
-        inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
+        inputs = _inputs(environ, labels, given)._replace(command=tuple(command))
         derivation = _derive(inputs, command, dry_run, explain)
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
@@ -122,7 +113,7 @@ def run(command: Sequence[str], **options: Any) -> int:
             from derive_env.cli.formats import picture
 
             # this machine's files, also for an --env-file (as the picture has always read)
-            _write(picture(_inputs(environ, labels, source, None), None))
+            _write(picture(_inputs(environ, labels, {**given, "env_file": None}), None))
         say("error", str(exc))
         if command and not dry_run:
             say("note", f"the command was not run (exit {exc.exit_code})")
@@ -176,11 +167,8 @@ def read_environment(env_file: str | None) -> dict[str, str]:
     return environ
 
 
-def load_labels(
-    environ: Mapping[str, str],
-    labels_files: Sequence[str] = (),
-    label_items: Sequence[str] = (),
-) -> dict[str, str]:
+def load_labels(environ: Mapping[str, str], labels_files: Sequence[str] = (),
+                label_items: Sequence[str] = ()) -> dict[str, str]:
     """The image's labels (:func:`derive_env.labels.gather`: labels file, ``--labels-file``s,
     ``DERIVE_ENV_<NAME>`` variables, ``--label``s, later wins), the files read here with
     :func:`read_text`; ``$DERIVE_ENV_LABELS_FILE`` from the input environment, else from
@@ -188,11 +176,10 @@ def load_labels(
 
     :raises LabelError: as :func:`derive_env.labels.gather`.
     """
-    return gather(environ, (os.environ.get(LABELS_FILE_VARIABLE),
-                            DEFAULT_LABELS_FILE),  # a module global: tests point it elsewhere
-                  (labels_files, label_items),
-                  lambda path, what, missing_ok: read_text(path, what, LabelError,
-                                                           missing_ok=missing_ok))
+    # DEFAULT_LABELS_FILE: a module global, which tests point elsewhere
+    return gather(environ, (os.environ.get(LABELS_FILE_VARIABLE), DEFAULT_LABELS_FILE),
+                  (labels_files, label_items), lambda path, what, missing_ok: read_text(
+                      path, what, LabelError, missing_ok=missing_ok))
 
 
 def read_text(
@@ -353,8 +340,8 @@ def _is_digest_format(fmt: str) -> bool:
     return fmt in DIGEST_FORMATS
 
 
-def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str | None,
-            env_file: str | None):  # -> Inputs; imported lazily with the pipeline
+def _inputs(environ: Mapping[str, str], labels: Mapping[str, str],
+            given: Mapping[str, object]):  # -> Inputs; imported lazily with the pipeline
     """The :class:`~derive_env.topology.Inputs` of a derivation: the files a source names
     (``SLURM_HOSTFILE``) are read for ``--env-file`` too (they sit on a shared file system
     where the operator runs the dry run, as in the job), but not this machine's (its routes,
@@ -362,11 +349,11 @@ def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str |
     only if a rule asks, everything only with label ``socket-ifname``)."""
     from derive_env.topology import Inputs
 
-    if env_file is not None:
-        return Inputs(environ, labels, _job_files, None, source)
+    if given["env_file"] is not None:
+        return Inputs(environ, labels, _job_files, None, given["source"])
     full = PREFIX + "socket-ifname" in labels
-    return Inputs(environ, labels, read_files, lambda: gather_facts(full, environ), source,
-                  new_run_id())
+    return Inputs(environ, labels, read_files, lambda: gather_facts(full, environ),
+                  given["source"], new_run_id())
 
 
 def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool):
