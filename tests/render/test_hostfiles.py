@@ -216,7 +216,7 @@ def test_ipv6_hosts_are_refused_by_the_hostfiles(fmt: str) -> None:
         render_hosts(topology, fmt, None)
     assert str(info.value) == (
         f"--format {fmt}: node 2001:db8::2 (node rank 1, from TEST_HOSTS) is an IPv6 "
-        f"address, and {IPV6_REASONS[fmt]}; give the containers host names, or use "
+        f"address, and {IPV6_REASONS[fmt]}; give the nodes host names, or use "
         "--format hosts"
     )
     assert info.value.exit_code == 3

@@ -8,9 +8,8 @@ uses; the others are loaded by the option or label that needs them:
 * :mod:`derive_env.cli.options`: the option table and its checks, and the click-free parser
   of the dry-run forms (the hook's ``--dry-run --format shell``);
 * :mod:`derive_env.cli.command`: the click command, for every other command line;
-* :mod:`derive_env.cli.envfile`: ``--env-file``;
-* :mod:`derive_env.cli.hostfacts`: the network facts and the bounded resolver of label
-  ``socket-ifname``.
+* :mod:`derive_env.cli.envfile`: ``--env-file``; :mod:`derive_env.cli.hostfacts`: the
+  network facts and the bounded resolver of label ``socket-ifname``.
 
 It imports neither pydantic nor click at module level: the ENTRYPOINT path
 ``derive-env -- CMD`` of an image that did not opt in reads one small JSON file, then execs.
@@ -93,10 +92,10 @@ def run(command: Sequence[str], **options: object) -> int:
             inputs = _inputs(environ, labels, given)._replace(command=tuple(command))
             return _write((formats.host_list if _is_host_format(fmt) else formats.digest)(
                 inputs, fmt))
+        image = getattr(labels, "image", True)  # a labels file: speak of the image
         if not opted_in:
-            _note_larger_job(environ, getattr(labels, "image", True))
-            return _print(None, fmt, explain, getattr(labels, "image", True)) if dry_run \
-                else _exec(command, environ, None)
+            _note_larger_job(environ, image)
+            return _print(None, fmt, explain, image) if dry_run else _exec(command, environ)
         inputs = _inputs(environ, labels, given)._replace(command=tuple(command))
         derivation = _derive(inputs, dry_run, explain, given["label_items"])
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
@@ -105,13 +104,13 @@ def run(command: Sequence[str], **options: object) -> int:
             from derive_env.cli.formats import picture
             from derive_env.render.explain import explain as for_a_person
 
-            return _write(for_a_person(derivation) + "\n" + picture(inputs, derivation))
-        return _print(derivation, fmt, explain) if dry_run else _exec(command, environ, derivation)
+            return _write(f"{for_a_person(derivation, image=image)}\n{picture(inputs, derivation)}")
+        return (_print(derivation, fmt, explain, image) if dry_run
+                else _exec(command, environ, derivation))
     except DeriveEnvError as exc:
         if explain and environ is not None and labels is not None and is_opted_in(labels):
-            from derive_env.cli.formats import picture
+            from derive_env.cli.formats import picture  # this machine's files, --env-file too
 
-            # this machine's files, also for an --env-file (as the picture has always read)
             _write(picture(_inputs(environ, labels, {**given, "env_file": None}), None))
         from derive_env.render.fixes import fixed  # the opt-in in the message's fixes
         say("error", fixed(str(exc), labels, given["label_items"]))
@@ -388,7 +387,8 @@ def _derive(inputs, dry_run: bool, explain: bool, label_items: Sequence[str] = (
 
 def _print(derivation, fmt: str, explain: bool, image: bool = True) -> int:
     """The dry run's output: ``--explain``'s, else the format's; ``image``: a labels file
-    was read (the not-opted-in explanation names the image's label or the job's options)."""
+    was read (``--explain`` names the image's label or the job's options, containers or
+    nodes: :func:`derive_env.render.explain.explain`)."""
     if explain:
         from derive_env.render.explain import explain as for_a_person
 
@@ -398,7 +398,7 @@ def _print(derivation, fmt: str, explain: bool, image: bool = True) -> int:
     return _write(render(derivation, fmt))
 
 
-def _exec(command: Sequence[str], environ: Mapping[str, str], derivation) -> int:
+def _exec(command: Sequence[str], environ: Mapping[str, str], derivation=None) -> int:
     """Exec ``command`` with the derived variables (none: the environment unchanged)."""
     from derive_env.launch import exec_command, main1_hint
 

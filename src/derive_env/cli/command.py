@@ -122,14 +122,15 @@ def cli(**values: Any) -> None:
     set (Backend.AI, Slurm, PBS, LSF, Flux, Grid Engine, HTCondor, MPI launchers, torchrun,
     Kubernetes: Kubeflow, JobSet, LeaderWorkerSet, Volcano, Indexed Jobs, TPU slices;
     SageMaker, AWS Batch, Azure ML, Vertex AI, SkyPilot, dstack, Determined, Ray Train: the
-    list is --source's) and the image's ai.backend.distributed.* labels (or --label),
-    sets MASTER_ADDR, RANK..., torchrun's PET_* defaults, TF_CONFIG or JAX's coordinator
-    address, and replaces itself with COMMAND (same PID). Without the
-    ai.backend.distributed.frameworks label the environment is passed unchanged.
+    list is --source's) and the opt-in (--frameworks, DERIVE_ENV_FRAMEWORKS or the image's
+    ai.backend.distributed.* labels), sets MASTER_ADDR, RANK..., torchrun's PET_* defaults,
+    TF_CONFIG or JAX's coordinator address, and replaces itself with COMMAND (same PID).
+    Not opted in (no ai.backend.distributed.frameworks label) the environment is passed
+    unchanged.
 
     \b
       derive-env -- torchrun train.py
-      srun --ntasks-per-node=2 derive-env -- python train.py
+      srun --ntasks-per-node=2 derive-env --frameworks pytorch -- python train.py
       derive-env --dry-run --explain
       exports=$(derive-env --dry-run --format shell) && eval "$exports"
 

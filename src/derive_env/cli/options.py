@@ -81,7 +81,8 @@ OPTIONS = (
     ),
     Option(
         "--label", "label_items", REPEATABLE, metavar="KEY=VALUE",
-        help="An image label (repeatable); wins over the labels files.",
+        help="A label, as an image's labels file would set it (repeatable); wins over the "
+             "labels files.",
     ),
     Option(
         "--frameworks", "frameworks", VALUE, metavar="LIST",
@@ -106,7 +107,7 @@ OPTIONS = (
     Option(
         "--source", "source", VALUE, metavar="NAME",
         help="Which source states the topology: auto (default: detect), none (a single "
-             "container), or a source name ({sources}). "
+             "node), or a source name ({sources}). "
              "Default: the DERIVE_ENV_SOURCE variable, else auto.",
     ),
 )

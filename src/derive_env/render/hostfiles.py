@@ -180,7 +180,7 @@ def render_hosts(
             raise TopologyError(
                 f"--format {fmt}: node {host} (node rank {rank}, from "
                 f"{topology.inputs_of('nodes')}) is an IPv6 address, and {no_ipv6}; "
-                "give the containers host names, or use --format hosts"
+                "give the nodes host names, or use --format hosts"
             )
     return separator.join(
         entry.format(host=h, n=n) for h, n in zip(hosts, counts, strict=True)) + "\n"
