@@ -125,3 +125,64 @@ def test_a_broken_link_is_reported(tmp_path: Path) -> None:
         "missing.md: no such file missing.md",
         "there.md#nowhere: no heading #nowhere in there.md",
     ]
+
+
+# ----------------------------------------------- Markdown files named in prose or code
+
+#: A Markdown file's name as a page or a docstring writes it: ``docs/ports.md``,
+#: ``../operator-guide.md``, ``README.md`` (a URL is recognised by its ``://`` and skipped).
+_MD_NAME = re.compile(r"[A-Za-z0-9_.:/~-]*[A-Za-z0-9_-]\.md\b")
+#: A design note's section cited instead of a file: "contract section 8", "contract, section 9".
+_NOTE_SECTION = re.compile(r"\bcontract,? sections? \d", re.IGNORECASE)
+SOURCES = sorted(p for p in (REPO / "src").rglob("*.py"))
+NAMED_IN = PAGES + SOURCES
+
+
+def _repo_basenames(root: Path) -> set[str]:
+    return {p.name for p in root.rglob("*.md")
+            if not any(part.startswith(".") or part == "node_modules"
+                       for part in p.relative_to(root).parts)}
+
+
+def missing_md_names(path: Path, root: Path = REPO) -> list[str]:
+    """The ``*.md`` names in ``path`` (prose, code spans, code blocks, docstrings) that name
+    no file of the repository, and every design-note section cited, each as ``line: name``.
+
+    A name is found when it is a path from the file's own folder, from the repository's
+    root, from its docs/ folder, or from the repository's copy named ``derive-env/`` (the
+    build context of docs/backendai.md's image); a bare name (no ``/``) is also found when
+    any file of the repository has that name. ``https://...`` addresses are not followed.
+    """
+    basenames = _repo_basenames(root)
+    problems = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for match in _MD_NAME.finditer(line):
+            name = match.group(0)
+            if "://" in name or line[max(0, match.start() - 3):match.start()] == "://":
+                continue
+            bare = name.split("#", 1)[0]
+            inside = bare.removeprefix("derive-env/")
+            places = [path.parent / bare, root / inside, root / "docs" / bare]
+            if any(p.exists() for p in places) or ("/" not in bare and bare in basenames):
+                continue
+            problems.append(f"{number}: {name}")
+        problems += [f"{number}: {m.group(0)}" for m in _NOTE_SECTION.finditer(line)]
+    return problems
+
+
+@pytest.mark.parametrize("path", NAMED_IN, ids=[str(p.relative_to(REPO)) for p in NAMED_IN])
+def test_every_md_file_named_exists(path: Path) -> None:
+    assert missing_md_names(path) == []
+
+
+def test_a_missing_md_name_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "ports.md").write_text("# Ports\n")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(
+        "See [ports](ports.md), `docs/ports.md` and ports.md#1-window.\n"
+        "The rules are in contract.md (contract section 8), and `sources-cloud.md`.\n"
+        "https://github.com/o/r/blob/main/README.md is not ours; nor docs/gone.md.\n"
+        "COPY derive-env/docs/ports.md /x\n")
+    assert missing_md_names(page, tmp_path) == [
+        "2: contract.md", "2: sources-cloud.md", "2: contract section 8", "3: docs/gone.md"]

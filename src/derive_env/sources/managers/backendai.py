@@ -210,7 +210,7 @@ def _check_local_rank(
             f"{'one of ' if len(possible) > 1 else ''}{listing(possible)} for container "
             f"{me.host} (role {me.role!r}, index {own_index}): {why}",
         ))
-    # Contract section 5 (revised): a valid cluster-template session starts every container
+    # docs/behaviour.md section 5: a valid cluster-template session starts every container
     # without a message; --explain shows both values.
     notes = (
         f"node rank {node_rank}: the position of {me.host} in the canonical order above",
