@@ -6,10 +6,15 @@ folder that exists, relative to the page it is in; an ``#anchor`` into a Markdow
 (lower case, punctuation other than ``-`` and ``_`` dropped, spaces to ``-``, a repeated
 heading gets ``-1``, ``-2``, ...). Links with a scheme (``https:``, ``mailto:``) are not
 followed.
+
+And no page or source file names a document the user does not have: every ``*.md`` named in
+README.md, docs/ or src/ (in prose, code spans, code blocks or docstrings) is a file of the
+repository, and no design note's section is cited ("contract section 8").
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -138,10 +143,15 @@ SOURCES = sorted(p for p in (REPO / "src").rglob("*.py"))
 NAMED_IN = PAGES + SOURCES
 
 
-def _repo_basenames(root: Path) -> set[str]:
-    return {p.name for p in root.rglob("*.md")
-            if not any(part.startswith(".") or part == "node_modules"
-                       for part in p.relative_to(root).parts)}
+@functools.cache
+def _repo_basenames(root: Path) -> frozenset[str]:
+    """The names of the repository's ``*.md`` files (hidden folders such as .venv and .git,
+    and build output, left out)."""
+    names = set()
+    for _folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in {"build", "dist"}]
+        names |= {name for name in files if name.endswith(".md")}
+    return frozenset(names)
 
 
 def missing_md_names(path: Path, root: Path = REPO) -> list[str]:
