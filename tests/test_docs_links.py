@@ -9,7 +9,8 @@ followed.
 
 And no page or source file names a document the user does not have: every ``*.md`` named in
 README.md, docs/ or src/ (in prose, code spans, code blocks or docstrings) is a file of the
-repository, and no design note's section is cited ("contract section 8").
+repository, and no design note's section is cited ("contract section 8"); docs/behaviour.md
+has the thirteen numbered sections the code cites as "docs/behaviour.md section N".
 """
 
 from __future__ import annotations
@@ -196,3 +197,37 @@ def test_a_missing_md_name_is_reported(tmp_path: Path) -> None:
         "COPY derive-env/docs/ports.md /x\n")
     assert missing_md_names(page, tmp_path) == [
         "2: contract.md", "2: sources-cloud.md", "2: contract section 8", "3: docs/gone.md"]
+
+
+# --------------------------------------------------- the sections of docs/behaviour.md
+
+BEHAVIOUR = REPO / "docs" / "behaviour.md"
+_BEHAVIOUR_SECTION = re.compile(r"docs/behaviour\.md,? sections? (\d+)")
+
+
+def behaviour_citations(text: str) -> list[int]:
+    """The section numbers ``text`` cites as ``docs/behaviour.md section N`` (a citation
+    broken over lines of comments or a docstring included)."""
+    joined = re.sub(r"\n\s*(?:#:?\s*)?", " ", text)
+    return [int(n) for n in _BEHAVIOUR_SECTION.findall(joined)]
+
+
+def test_behaviour_has_its_thirteen_sections() -> None:
+    numbered = re.findall(r"^## (\d+)\. (.+)$", BEHAVIOUR.read_text(encoding="utf-8"), re.M)
+    assert numbered == [
+        ("1", "What it is"), ("2", "Command line"), ("3", "Exec"), ("4", "Image labels"),
+        ("5", "Backend.AI"), ("6", "Derived variables"), ("7", "Errors"),
+        ("8", "The whole job (digest, preflight)"), ("9", "Labels for one session"),
+        ("10", "Derived ports"), ("11", "Not opted in inside a larger job"),
+        ("12", "Compositions"), ("13", "Platforms")]
+
+
+def test_every_cited_behaviour_section_exists() -> None:
+    cited = {str(path.relative_to(REPO)): behaviour_citations(path.read_text(encoding="utf-8"))
+             for path in SOURCES}
+    assert sum(len(numbers) for numbers in cited.values()) >= 30  # the code does cite it
+    beyond = [f"{name}: section {n}" for name, numbers in cited.items() for n in numbers
+              if not 1 <= n <= 13]
+    assert beyond == []
+    text = "(docs/behaviour.md section\n    #: 14) and docs/behaviour.md section 8"
+    assert behaviour_citations(text) == [14, 8]
