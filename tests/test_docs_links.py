@@ -138,8 +138,9 @@ def test_a_broken_link_is_reported(tmp_path: Path) -> None:
 #: A Markdown file's name as a page or a docstring writes it: ``docs/ports.md``,
 #: ``../operator-guide.md``, ``README.md`` (a URL is recognised by its ``://`` and skipped).
 _MD_NAME = re.compile(r"[A-Za-z0-9_.:/~-]*[A-Za-z0-9_-]\.md\b")
-#: A design note's section cited instead of a file: "contract section 8", "contract, section 9".
-_NOTE_SECTION = re.compile(r"\bcontract,? sections? \d", re.IGNORECASE)
+#: A design note's section cited instead of a file: "contract section 8", "contract, section 9",
+#: "contract 7".
+_NOTE_SECTION = re.compile(r"\bcontract(?:,? sections?)? \d", re.IGNORECASE)
 SOURCES = sorted(p for p in (REPO / "src").rglob("*.py"))
 NAMED_IN = PAGES + SOURCES
 
@@ -193,10 +194,12 @@ def test_a_missing_md_name_is_reported(tmp_path: Path) -> None:
     page.write_text(
         "See [ports](ports.md), `docs/ports.md` and ports.md#1-window.\n"
         "The rules are in contract.md (contract section 8), and `sources-cloud.md`.\n"
+        "Named, not kept: the node (contract 7).\n"
         "https://github.com/o/r/blob/main/README.md is not ours; nor docs/gone.md.\n"
         "COPY derive-env/docs/ports.md /x\n")
     assert missing_md_names(page, tmp_path) == [
-        "2: contract.md", "2: sources-cloud.md", "2: contract section 8", "3: docs/gone.md"]
+        "2: contract.md", "2: sources-cloud.md", "2: contract section 8", "3: contract 7",
+        "4: docs/gone.md"]
 
 
 # --------------------------------------------------- the sections of docs/behaviour.md
