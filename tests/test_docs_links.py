@@ -6,10 +6,16 @@ folder that exists, relative to the page it is in; an ``#anchor`` into a Markdow
 (lower case, punctuation other than ``-`` and ``_`` dropped, spaces to ``-``, a repeated
 heading gets ``-1``, ``-2``, ...). Links with a scheme (``https:``, ``mailto:``) are not
 followed.
+
+And no page or source file names a document the user does not have: every ``*.md`` named in
+README.md, docs/ or src/ (in prose, code spans, code blocks or docstrings) is a file of the
+repository, and no design note's section is cited ("contract section 8"); docs/behaviour.md
+has the thirteen numbered sections the code cites as "docs/behaviour.md section N".
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -125,3 +131,106 @@ def test_a_broken_link_is_reported(tmp_path: Path) -> None:
         "missing.md: no such file missing.md",
         "there.md#nowhere: no heading #nowhere in there.md",
     ]
+
+
+# ----------------------------------------------- Markdown files named in prose or code
+
+#: A Markdown file's name as a page or a docstring writes it: ``docs/ports.md``,
+#: ``../operator-guide.md``, ``README.md`` (a URL is recognised by its ``://`` and skipped).
+_MD_NAME = re.compile(r"[A-Za-z0-9_.:/~-]*[A-Za-z0-9_-]\.md\b")
+#: A design note's section cited instead of a file: "contract section 8", "contract, section 9",
+#: "contract 7".
+_NOTE_SECTION = re.compile(r"\bcontract(?:,? sections?)? \d", re.IGNORECASE)
+SOURCES = sorted(p for p in (REPO / "src").rglob("*.py"))
+NAMED_IN = PAGES + SOURCES
+
+
+@functools.cache
+def _repo_basenames(root: Path) -> frozenset[str]:
+    """The names of the repository's ``*.md`` files (hidden folders such as .venv and .git,
+    and build output, left out)."""
+    names = set()
+    for _folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in {"build", "dist"}]
+        names |= {name for name in files if name.endswith(".md")}
+    return frozenset(names)
+
+
+def missing_md_names(path: Path, root: Path = REPO) -> list[str]:
+    """The ``*.md`` names in ``path`` (prose, code spans, code blocks, docstrings) that name
+    no file of the repository, and every design-note section cited, each as ``line: name``.
+
+    A name is found when it is a path from the file's own folder, from the repository's
+    root, from its docs/ folder, or from the repository's copy named ``derive-env/`` (the
+    build context of docs/backendai.md's image); a bare name (no ``/``) is also found when
+    any file of the repository has that name. ``https://...`` addresses are not followed.
+    """
+    basenames = _repo_basenames(root)
+    problems = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for match in _MD_NAME.finditer(line):
+            name = match.group(0)
+            if "://" in name or line[max(0, match.start() - 3):match.start()] == "://":
+                continue
+            bare = name.split("#", 1)[0]
+            inside = bare.removeprefix("derive-env/")
+            places = [path.parent / bare, root / inside, root / "docs" / bare]
+            if any(p.exists() for p in places) or ("/" not in bare and bare in basenames):
+                continue
+            problems.append(f"{number}: {name}")
+        problems += [f"{number}: {m.group(0)}" for m in _NOTE_SECTION.finditer(line)]
+    return problems
+
+
+@pytest.mark.parametrize("path", NAMED_IN, ids=[str(p.relative_to(REPO)) for p in NAMED_IN])
+def test_every_md_file_named_exists(path: Path) -> None:
+    assert missing_md_names(path) == []
+
+
+def test_a_missing_md_name_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "ports.md").write_text("# Ports\n")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(
+        "See [ports](ports.md), `docs/ports.md` and ports.md#1-window.\n"
+        "The rules are in contract.md (contract section 8), and `sources-cloud.md`.\n"
+        "Named, not kept: the node (contract 7).\n"
+        "https://github.com/o/r/blob/main/README.md is not ours; nor docs/gone.md.\n"
+        "COPY derive-env/docs/ports.md /x\n")
+    assert missing_md_names(page, tmp_path) == [
+        "2: contract.md", "2: sources-cloud.md", "2: contract section 8", "3: contract 7",
+        "4: docs/gone.md"]
+
+
+# --------------------------------------------------- the sections of docs/behaviour.md
+
+BEHAVIOUR = REPO / "docs" / "behaviour.md"
+_BEHAVIOUR_SECTION = re.compile(r"docs/behaviour\.md,? sections? (\d+)")
+
+
+def behaviour_citations(text: str) -> list[int]:
+    """The section numbers ``text`` cites as ``docs/behaviour.md section N`` (a citation
+    broken over lines of comments or a docstring included)."""
+    joined = re.sub(r"\n\s*(?:#:?\s*)?", " ", text)
+    return [int(n) for n in _BEHAVIOUR_SECTION.findall(joined)]
+
+
+def test_behaviour_has_its_thirteen_sections() -> None:
+    numbered = re.findall(r"^## (\d+)\. (.+)$", BEHAVIOUR.read_text(encoding="utf-8"), re.M)
+    assert numbered == [
+        ("1", "What it is"), ("2", "Command line"), ("3", "Exec"), ("4", "Image labels"),
+        ("5", "Backend.AI"), ("6", "Derived variables"), ("7", "Errors"),
+        ("8", "The whole job (digest, preflight)"), ("9", "Labels for one session"),
+        ("10", "Derived ports"), ("11", "Not opted in inside a larger job"),
+        ("12", "Compositions"), ("13", "Platforms")]
+
+
+def test_every_cited_behaviour_section_exists() -> None:
+    cited = {str(path.relative_to(REPO)): behaviour_citations(path.read_text(encoding="utf-8"))
+             for path in SOURCES}
+    assert sum(len(numbers) for numbers in cited.values()) >= 30  # the code does cite it
+    beyond = [f"{name}: section {n}" for name, numbers in cited.items() for n in numbers
+              if not 1 <= n <= 13]
+    assert beyond == []
+    text = "(docs/behaviour.md section\n    #: 14) and docs/behaviour.md section 8"
+    assert behaviour_citations(text) == [14, 8]

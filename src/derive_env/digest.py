@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = ["digest_of", "explain_lines", "facts_of", "render_digest"]
 
-#: Hex digits of the digest: 128 bits of SHA-256 (contract 8: at least 64).
+#: Hex digits of the digest: 128 bits of SHA-256 (docs/behaviour.md section 8).
 DIGEST_HEX = 32
 #: Scopes whose variables are the same on every node of a job.
 _JOB_WIDE = (SHARED, FOLLOWS, JOB)

@@ -203,8 +203,8 @@ class ClusterTopology(BaseModel):
 
     @property
     def master_addr(self) -> str | None:
-        """Address of rank 0: ``127.0.0.1`` in a single-container session (contract 6),
-        else node rank 0's host (or the launcher's master); ``None`` when unknown."""
+        """Address of rank 0: ``127.0.0.1`` in a single-container session (docs/behaviour.md
+        section 6), else node rank 0's host (or the launcher's master); ``None`` when unknown."""
         if self.master is not None:
             return self.master
         if not self.multi_node:

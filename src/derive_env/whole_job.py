@@ -1,6 +1,6 @@
 """``--explain --all-nodes``: every node's view of the job, from the data all nodes share.
 
-Contract section 8, "Whole job from one node". For each node of the
+docs/behaviour.md section 8, "Whole job from one node". For each node of the
 :class:`~derive_env.topology.ClusterTopology`, the frameworks' derivation with that node as
 "this node": the same topology with that node's rank (and, under a launcher that states
 every node's processes, that node's first and last process), the same labels and the same

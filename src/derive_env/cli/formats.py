@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 
 
 def digest(inputs: Inputs, fmt: str) -> str:
-    """``--format digest`` and ``digest-facts`` (contract 8): from the derivation, or from
-    the topology alone when the image did not opt in. ``on-error=warn`` does not apply: a
-    node that cannot derive has no digest to agree with."""
+    """``--format digest`` and ``digest-facts`` (docs/behaviour.md section 8): from the
+    derivation, or from the topology alone when the image did not opt in. ``on-error=warn``
+    does not apply: a node that cannot derive has no digest to agree with."""
     from derive_env.digest import render_digest
     from derive_env.labels import is_opted_in
     from derive_env.pipeline import derive_from

@@ -292,7 +292,8 @@ def master_of(
     ``MASTER_PORT`` already set > the cluster manager's (``BACKENDAI_DIST_MASTER_PORT``,
     torchrun's store) > label ``master-port`` > the manager's port policy (``job_ports``:
     reserved, else derived) > 29500 (torch/distributed/run.py's default). A user-set pair
-    feeds every value derived from the master, so nothing contradicts it (contract 6).
+    feeds every value derived from the master, so nothing contradicts it (docs/behaviour.md
+    section 6).
 
     :raises TopologyError: a user-set ``MASTER_ADDR`` is not a host name or IP literal, or
         ``MASTER_PORT`` is not a port number 1-65535; or no source states the host of

@@ -182,7 +182,8 @@ def derive(ctx: Context) -> Contribution:
         if wanted not in facts.interfaces:
             raise LabelError(describe(
                 f"label {LABEL}", wanted,
-                # Only this container can check its own interfaces: name it (contract 7).
+                # Only this container can check its own interfaces: name it
+                # (docs/behaviour.md section 7).
                 f"'auto' or an interface of this container, "
                 f"{_own_name(ctx)} ({', '.join(facts.interfaces)})",
             ))

@@ -2,7 +2,7 @@
 
 Table line ``aws-batch`` (docs/sources/clouds.md). What AWS Batch sets in every node's
 container (AWS Batch User Guide, "Multi-node parallel jobs", "Environment variables":
-awsdocs/aws-batch-user-guide ``doc_source/multi-node-parallel-jobs.md``):
+https://github.com/awsdocs/aws-batch-user-guide/blob/main/doc_source/multi-node-parallel-jobs.md):
 
 - ``AWS_BATCH_JOB_NUM_NODES``: the nodes requested; ``AWS_BATCH_JOB_NODE_INDEX``: this node's
   index, 0-based and unique; ``AWS_BATCH_JOB_MAIN_NODE_INDEX``: the main node's index (the

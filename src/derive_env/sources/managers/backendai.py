@@ -417,7 +417,8 @@ _PER_CONTAINER = frozenset({HOST, ROLE, IDX, LOCAL_RANK, GPU_COUNT, N_GPUS})
 
 
 def _only_here(environ: Mapping[str, str]) -> str:
-    """The end of a message about a per-container value: name the container (contract 7)."""
+    """The end of a message about a per-container value: name the container
+    (docs/behaviour.md section 7)."""
     host = environ.get(HOST, "").strip()
     shown = f"container {shorten(host, 80)}" if host else "this container"
     return (f" (set for {shown} only: it stops alone while the other containers of the "
