@@ -264,6 +264,6 @@ def test_labels_know_whether_a_labels_file_was_read(files: dict[str, str], image
     edge): the messages of a start that did not opt in follow it."""
     from derive_env.labels import gather
 
-    labels = gather({}, None, (), (), lambda path, what, missing: files.get(path),
-                    "/etc/l.json")
+    labels = gather({}, (None, "/etc/l.json"), ((), ()),
+                    lambda path, what, missing: files.get(path))
     assert (dict(labels), labels.image) == ({}, image)

@@ -27,6 +27,17 @@ def test_not_opted_in(backendai_env, labels) -> None:
     assert derive(backendai_env(HOSTS_ORDER, "sub1"), labels) is None
 
 
+def test_derive_takes_the_inputs_fields_by_keyword(backendai_env) -> None:
+    """``source`` is the ``choice`` field; another keyword is no field of the inputs."""
+    env = backendai_env(["main1", "sub1"], "sub1")
+    labels = {PREFIX + "frameworks": "pytorch"}
+    derivation = derive(env, labels, None, source="none", fresh_run_id="abc")
+    assert derivation is not None
+    assert (derivation.topology.num_nodes, derivation.changes()["DERIVE_ENV_RUN_ID"]) == (1, "abc")
+    with pytest.raises(TypeError):
+        derive(env, labels, None, choise="none")
+
+
 def test_not_opted_in_ignores_broken_cluster_variables() -> None:
     broken = {"BACKENDAI_CLUSTER_SIZE": "banana", "MASTER_PORT": "nope"}
     assert derive(broken, {}) is None

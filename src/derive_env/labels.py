@@ -393,21 +393,17 @@ def on_error_of(labels: Mapping[str, str]) -> str:
     return value if value in ("fail", "warn") else "fail"
 
 
-def gather(
-    environ: Mapping[str, str],
-    own_labels_file: str | None,
-    labels_files: Sequence[str],
-    label_items: Sequence[str],
-    read: Callable[[str, str, bool], str | None],
-    default_file: str = DEFAULT_LABELS_FILE,
-) -> Labels:
+def gather(environ: Mapping[str, str], baked: tuple[str | None, str],
+           given: tuple[Sequence[str], Sequence[str]],
+           read: Callable[[str, str, bool], str | None]) -> Labels:
     """Gather the image's labels, later wins: labels file, ``--labels-file``s, the session's
     ``DERIVE_ENV_<NAME>`` variables (docs/behaviour.md section 9), ``--label``s.
 
-    The baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from ``environ``, else
-    ``own_labels_file``, this process's) or ``default_file`` (``/etc/derive-env/labels.json``);
-    only a default file that does not exist means no labels, any other failure to read it is
-    an error.
+    :param baked: ``(own, default)``: the baked-in file is ``$DERIVE_ENV_LABELS_FILE`` (from
+        ``environ``, else ``own``, this process's) or ``default``
+        (``/etc/derive-env/labels.json``); only a default file that does not exist means no
+        labels, any other failure to read it is an error.
+    :param given: the command line's ``--labels-file`` paths and ``--label`` items, in order.
 
     :param read: ``(path, what, missing_ok) -> text``, ``None`` for a missing file when
         ``missing_ok`` (the edge's bounded reader, ``cli.read_text``); raises LabelError.
@@ -429,9 +425,10 @@ def gather(
             problems.append(str(exc))
             return True
 
-    baked = environ.get(LABELS_FILE_VARIABLE) or own_labels_file or None
-    labels.image = read_one(baked or default_file, f"labels file (${LABELS_FILE_VARIABLE})"
-                            if baked else "labels file", baked is None)
+    labels_files, label_items = given
+    named = environ.get(LABELS_FILE_VARIABLE) or baked[0] or None
+    labels.image = read_one(named or baked[1], f"labels file (${LABELS_FILE_VARIABLE})"
+                            if named else "labels file", named is None)
     for labels_file in labels_files:
         read_one(labels_file, "--labels-file")
     from_session, near = session_labels(environ)

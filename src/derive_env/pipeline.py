@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from importlib import import_module
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from derive_env.frameworks import FRAMEWORKS
 from derive_env.frameworks.context import (
@@ -23,12 +23,9 @@ from derive_env.frameworks.context import (
 from derive_env.labels import is_opted_in
 from derive_env.merge import changes, check_user_values, merge, run_id
 from derive_env.policy import ImagePolicy
-from derive_env.sources.compose import topology_from
+from derive_env.sources.compose import topology_of
 from derive_env.topology import ClusterTopology, Inputs
 from derive_env.validation import count_of
-
-if TYPE_CHECKING:
-    from derive_env.topology import FileReader
 
 
 class Derivation(NamedTuple):
@@ -50,17 +47,11 @@ class Derivation(NamedTuple):
         return changes(self.variables)
 
 
-def derive(
-    environ: Mapping[str, str],
-    labels: Mapping[str, str],
-    facts: HostFacts | Callable[[], HostFacts] | None = None,
-    source: str | None = None,
-    files: FileReader | None = None,
-    fresh_run_id: str | None = None,
-) -> Derivation | None:
+def derive(environ: Mapping[str, str], labels: Mapping[str, str],
+           facts: HostFacts | Callable[[], HostFacts] | None = None,
+           **given: object) -> Derivation | None:
     """Derive the framework variables of one container: the public API's form of
-    :func:`derive_from` (each :class:`~derive_env.topology.Inputs` field by name;
-    ``source`` is its ``choice``).
+    :func:`derive_from`, the :class:`~derive_env.topology.Inputs` fields by name.
 
     :param environ: the container's environment (cluster manager's and user's variables).
     :param labels: the image's labels. Keys under other prefixes are ignored, except near
@@ -69,15 +60,16 @@ def derive(
     :param facts: host facts, or a function that reads them, called at most once and only
         when a rule needs them (the ``socket-ifname`` label; the ``baimulti0`` default of a
         session of more than one node). ``None``: not this container (``--env-file``).
-    :param source: ``--source`` (a source name, ``auto``, ``none``); ``None``: the
-        ``DERIVE_ENV_SOURCE`` variable, else auto-detection.
-    :param files: reads the files a source needs (``SLURM_HOSTFILE``): paths -> contents
-        (``None`` for one that cannot be read); ``None``: no file can be read.
-    :param fresh_run_id: a random id drawn at the edge for this start, the run id when no
-        manager identifies the job (:func:`derive_env.merge.run_id`).
-    :returns: and :raises: as :func:`derive_from`.
+    :param given: the other fields by keyword: ``source`` (``--source``: a source name,
+        ``auto``, ``none``; the ``choice`` field; unset: the ``DERIVE_ENV_SOURCE`` variable,
+        else auto-detection); ``files`` (reads the files a source needs, ``SLURM_HOSTFILE``:
+        paths -> contents, ``None`` for one that cannot be read; unset: none can be read);
+        ``fresh_run_id`` (a random id drawn at the edge for this start, the run id when no
+        manager identifies the job: :func:`derive_env.merge.run_id`); ``command``.
+    :returns: and :raises: as :func:`derive_from`; ``TypeError`` for another keyword.
     """
-    return derive_from(Inputs(environ, labels, files, facts, source, fresh_run_id))
+    choice = given.pop("source", None)
+    return derive_from(Inputs(environ, labels, facts=facts, choice=choice, **given))
 
 
 def derive_from(inputs: Inputs) -> Derivation | None:
@@ -87,16 +79,15 @@ def derive_from(inputs: Inputs) -> Derivation | None:
     :raises LabelError: bad labels, near misses included (exit 4).
     :raises TopologyError: bad or inconsistent cluster variables, or a malformed user-set
         ``MASTER_ADDR`` / ``MASTER_PORT`` (exit 3); another launcher's multi-process
-        topology (:func:`derive_env.sources.topology_from`); a user-set value that
+        topology (:func:`derive_env.sources.compose.topology_of`); a user-set value that
         contradicts the derived one (:func:`derive_env.merge.check_user_values`).
     """
     environ, labels = inputs.environ, inputs.labels
     if not is_opted_in(labels):
         return None
     policy = ImagePolicy.from_labels(labels)  # reads the distributed ones, checks the rest
-    topology = topology_from(environ, inputs.choice, inputs.files, command=inputs.command)
-    ctx = Context(topology=topology, policy=policy, environ=environ, host=inputs.facts,
-                  fresh_run_id=inputs.fresh_run_id)
+    topology = topology_of(inputs)
+    ctx = Context(topology, policy, inputs)
     part = contributions(ctx)
     merged = merge(environ, part.variables, part.checks)
     # the source's warnings first: they concern the input
@@ -145,7 +136,7 @@ def host_list(inputs: Inputs) -> tuple[ClusterTopology, int | None, bool]:
         must already have been checked: the command line does), ``--source`` and the file
         reader, as for :func:`derive_from`; no host facts are read.
     :returns: ``(topology, nproc, opted_in)``: the topology, with the host list of a batch
-        script's allocation too (``hosts_only``, :func:`derive_env.sources.topology_from`);
+        script's allocation too (``hosts_only``, :func:`derive_env.sources.compose.topology_of`);
         ``nproc``, the merged ``PET_NPROC_PER_NODE`` when it is an integer >= 1 (a user-set
         value wins over the label, so torchrun starts that many), else the label
         ``nproc-per-node``, ``None`` when neither or not opted in; whether the image opted in.
@@ -159,8 +150,7 @@ def host_list(inputs: Inputs) -> tuple[ClusterTopology, int | None, bool]:
         # All labels go to ImagePolicy: it reports near misses (ai.backend.distibuted....) as
         # every other path does, instead of silently dropping them.
         nproc = _nproc_per_node(environ, ImagePolicy.from_labels(labels).nproc_per_node)
-    return (topology_from(environ, inputs.choice, inputs.files, hosts_only=True), nproc,
-            opted_in)
+    return topology_of(inputs, hosts_only=True), nproc, opted_in
 
 
 def _nproc_per_node(environ: Mapping[str, str], label: int | None) -> int | None:

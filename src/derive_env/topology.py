@@ -248,7 +248,7 @@ class Inputs(namedtuple("Inputs", "environ labels files facts choice fresh_run_i
         container's start (``--env-file``, the API).
     :ivar command: the argv derive-env execs (after ``--``), a fact the composer reads
         where the variables cannot decide (``torchrun`` under ``srun --ntasks-per-node=2``:
-        :func:`derive_env.sources.command_kind`); ``None``: none (the hook, a dry run).
+        :func:`derive_env.sources.report.command_kind`); ``None``: none (the hook, a dry run).
     """
 
     # collections.namedtuple, not typing.NamedTuple: no annotation to evaluate on every

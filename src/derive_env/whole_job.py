@@ -30,7 +30,7 @@ from derive_env.frameworks.context import JSON, NODE, SHARED, Context, DerivedVa
 from derive_env.merge import merge, same_value
 from derive_env.pipeline import Derivation, contributions
 from derive_env.policy import ImagePolicy
-from derive_env.sources.compose import topology_from
+from derive_env.sources.compose import topology_of
 from derive_env.topology import ClusterTopology, Inputs, ProcessLayout
 
 #: At most this many nodes get a row: the first ones, this node and the last one.
@@ -96,7 +96,7 @@ def job_view(inputs: Inputs, own: Derivation | None = None) -> JobView:
     """
     environ = inputs.environ
     policy = ImagePolicy.from_labels(inputs.labels)
-    topology = topology_from(environ, inputs.choice, inputs.files, command=inputs.command)
+    topology = topology_of(inputs)
     count = topology.num_nodes
     view = JobView(source=topology.source, num_nodes=count, own_rank=topology.node_rank)
     if count is None:
@@ -114,7 +114,7 @@ def job_view(inputs: Inputs, own: Derivation | None = None) -> JobView:
     rows, values = [], []
     for rank in shown:
         here = environ if rank == topology.node_rank else others
-        row, found = _row(Context(topology=topology, policy=policy, environ=here), rank,
+        row, found = _row(Context(topology, policy, Inputs(here, {})), rank,
                           layouts(rank))
         if not found and not row.error and own is not None and rank == topology.node_rank:
             # its processes unknown to the others: this node's own derivation
@@ -180,7 +180,7 @@ def _row(base: Context, rank: int, layouts: tuple[ProcessLayout | None, ...]
         for processes in layouts:
             topo = topology.model_copy(update={
                 "node_rank": rank, "processes": processes, "gpus_per_node": None})
-            part = contributions(Context(topology=topo, policy=base.policy, environ=environ))
+            part = contributions(Context(topo, base.policy, Inputs(environ, {})))
             derived.append(merge(environ, part.variables, part.checks))
     except DeriveEnvError as exc:
         return row._replace(error=str(exc)), {}

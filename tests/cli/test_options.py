@@ -197,6 +197,19 @@ def test_parse_keywords() -> None:
     assert options.parse(["--dry-run", "--frameworks"]) is None  # a missing value: click's
 
 
+def test_run_takes_every_keyword_of_the_table_and_no_other() -> None:
+    """run()'s options are the table's keywords, each default the table's (but --format's,
+    which keywords() fills in), so that a new option is one line of the table and a run()
+    default."""
+    from derive_env import cli
+
+    values = options.values_of([])
+    assert values is not None
+    assert options.keywords(values) == cli.RUN_OPTIONS
+    with pytest.raises(TypeError, match="other options: \\['format'\\]"):
+        cli.run([], format="json")
+
+
 # ------------------------------------------------------------------------ click's messages
 
 

@@ -25,7 +25,7 @@ from derive_env.frameworks.context import (
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.policy import ImagePolicy
-from derive_env.topology import ClusterTopology, Node, ProcessLayout
+from derive_env.topology import ClusterTopology, Inputs, Node, ProcessLayout
 
 FW = PREFIX + "frameworks"
 SLURM_JOB = ("slurm", "4242", "0")
@@ -47,7 +47,7 @@ def context(topo: ClusterTopology, frameworks: str, environ=None, facts=None,
             **labels: str) -> Context:
     policy = ImagePolicy.from_labels(
         {FW: frameworks, **{PREFIX + k.replace("_", "-"): v for k, v in labels.items()}})
-    return Context(topology=topo, policy=policy, environ=environ or {}, host=facts)
+    return Context(topo, policy, Inputs(environ or {}, {}, facts=facts))
 
 
 # --- master_of --------------------------------------------------------------------------------
@@ -382,6 +382,8 @@ def test_a_variable_without_a_scope_cannot_be_built() -> None:
     var = variable("pytorch")
     with pytest.raises(TypeError, match="scope"):
         var("NODE_RANK", 1, "test")
+    with pytest.raises(TypeError, match="a field the maker does not take"):
+        var("NODE_RANK", 1, "test", scope=SHARED, kept=True)  # the merge's, not the maker's
     with pytest.raises(TypeError, match="scope"):
         DerivedVariable(name="NODE_RANK", value="1", provenance="test",  # type: ignore[call-arg]
                         framework="pytorch")

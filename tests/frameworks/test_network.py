@@ -373,9 +373,10 @@ def network_only(environ, labels, facts_):
     from derive_env.frameworks.context import Context
     from derive_env.policy import ImagePolicy
     from derive_env.sources.compose import topology_from
+    from derive_env.topology import Inputs
 
-    ctx = Context(topology=topology_from(environ), policy=ImagePolicy.from_labels(labels),
-                  environ=environ, host=facts_)
+    ctx = Context(topology_from(environ), ImagePolicy.from_labels(labels),
+                  Inputs(environ, labels, facts=facts_))
     part = network.derive(ctx)
     return {v.name: v for v in part.variables}, part.warnings, part.notes
 

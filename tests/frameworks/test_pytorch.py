@@ -13,6 +13,7 @@ from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import topology_from
+from derive_env.topology import Inputs
 
 PER_PROCESS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
                "GROUP_RANK", "GROUP_WORLD_SIZE")
@@ -142,7 +143,7 @@ def test_pytorch_module_directly(backendai_env) -> None:
     env = backendai_env(["sub2", "main1", "sub1"], "main1")
     topo = topology_from(env)
     policy = ImagePolicy.from_labels({PREFIX + "frameworks": "pytorch"})
-    ctx = Context(topology=topo, policy=policy, environ=env)
+    ctx = Context(topo, policy, Inputs(env, {}))
     out = pytorch.derive(ctx)
     assert {v.name: v.value for v in out.variables}["NODE_RANK"] == "0"
     assert all(v.framework == "pytorch" for v in out.variables)

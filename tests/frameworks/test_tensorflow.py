@@ -14,7 +14,7 @@ from derive_env.frameworks.context import Context
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.policy import ImagePolicy
-from derive_env.topology import ClusterTopology, Node
+from derive_env.topology import ClusterTopology, Inputs, Node
 
 TF = {PREFIX + "frameworks": "tensorflow"}
 ROLES = PREFIX + "tensorflow-roles"
@@ -224,8 +224,7 @@ def v6_context(node_rank: int, labels: dict[str, str], environ=None) -> Context:
     )
     policy = ImagePolicy.from_labels({PREFIX + "frameworks": "pytorch,tensorflow,jax", **labels})
     environ = environ or {}
-    return Context(topology=topo, policy=policy,
-                   environ=environ)
+    return Context(topo, policy, Inputs(environ, {}))
 
 
 def values(module, ctx: Context) -> dict[str, str]:
@@ -264,7 +263,7 @@ def test_mixed_ipv4_ipv6_and_names() -> None:
         node_rank=2,
     )
     policy = ImagePolicy.from_labels(TF)
-    ctx = Context(topology=topo, policy=policy, environ={})
+    ctx = Context(topo, policy, Inputs({}, {}))
     assert values(tensorflow, ctx)["TF_CONFIG"] == (
         '{"cluster":{"worker":["10.0.0.1:2222","[fd00::2]:2222","node3.example:2222"]},'
         '"task":{"type":"worker","index":2}}'

@@ -17,7 +17,7 @@ from derive_env.frameworks.context import Context
 from derive_env.policy import ImagePolicy
 from derive_env.sources.compose import compose, resolve
 from derive_env.sources.report import Processes, Report
-from derive_env.topology import Node, ProcessLayout
+from derive_env.topology import Inputs, Node, ProcessLayout
 
 HOSTS = ("gpu-a100-09", "gpu-a100-10", "gpu-a100-11")
 NODES = tuple(Node(host=h) for h in HOSTS)
@@ -199,13 +199,13 @@ def test_a_problem_is_raised_only_for_the_innermost_source() -> None:
 
 def test_a_named_source_needs_its_variables() -> None:
     with pytest.raises(TopologyError) as caught:
-        resolve({"OMPI_COMM_WORLD_SIZE": "2"}, "openmpi")
+        resolve(Inputs({"OMPI_COMM_WORLD_SIZE": "2"}, {}, choice="openmpi"))
     assert str(caught.value) == (
         "--source (or DERIVE_ENV_SOURCE)='openmpi': expected a source whose variables are set: "
         "Open MPI (mpirun) needs all of OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
         "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE; not set: OMPI_COMM_WORLD_RANK, "
         "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE")
-    topo, reports = resolve({"OMPI_COMM_WORLD_SIZE": "2"}, "none")
+    topo, reports = resolve(Inputs({"OMPI_COMM_WORLD_SIZE": "2"}, {}, choice="none"))
     assert (topo.num_nodes, reports) == (1, [])
 
 
@@ -222,7 +222,7 @@ def test_several_processes_per_node_get_the_process_layer_and_no_pet() -> None:
     topo = compose([step(1, 3, 6, (2, 2, 2), local=1, reserved_ports=(12001, 12002, 12003),
                          inputs={"nodes": ("SLURM_STEP_NODELIST",), "ports": ("RESV",),
                                  "node_rank": ("SLURM_NODEID",), "processes": ("SLURM_PROCID",)})])
-    ctx = Context(topo, POLICY, {})
+    ctx = Context(topo, POLICY, Inputs({}, {}))
     assert values(pytorch.derive(ctx)) == {
         "MASTER_ADDR": "gpu-a100-09", "MASTER_PORT": "12001", "RANK": "3", "LOCAL_RANK": "1",
         "WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1"}
@@ -235,14 +235,15 @@ def test_several_processes_per_node_get_the_process_layer_and_no_pet() -> None:
         "gpu-a100-09:12004", "gpu-a100-09:12005", "gpu-a100-10:12004", "gpu-a100-10:12005",
         "gpu-a100-11:12004", "gpu-a100-11:12005"]}, "task": {"type": "worker", "index": 3}}
     tf_only = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "tensorflow"})
-    alone = json.loads(values(tensorflow.derive(Context(topo, tf_only, {})))["TF_CONFIG"])
+    ctx = Context(topo, tf_only, Inputs({}, {}))
+    alone = json.loads(values(tensorflow.derive(ctx))["TF_CONFIG"])
     assert alone["cluster"]["worker"][:2] == ["gpu-a100-09:12002", "gpu-a100-09:12003"]
     labelled = ImagePolicy.from_labels({
         "ai.backend.distributed.frameworks": "jax,tensorflow",
         "ai.backend.distributed.tensorflow-port": "3000",
         "ai.backend.distributed.jax-port": "3001"})
     with pytest.raises(LabelError) as caught:
-        tensorflow.derive(Context(topo, labelled, {}))
+        tensorflow.derive(Context(topo, labelled, Inputs({}, {})))
     assert str(caught.value) == (
         "the JAX coordinator's port 3001 (label ai.backend.distributed.jax-port) and "
         "TensorFlow's ports 3000-3001 (label ai.backend.distributed.tensorflow-port) both hold "
@@ -253,7 +254,7 @@ def test_several_processes_per_node_get_the_process_layer_and_no_pet() -> None:
 
 def test_one_process_per_node_is_the_node_layer() -> None:
     topo = compose([step(2, 2, 3, (1, 1, 1))])
-    ctx = Context(topo, POLICY, {})
+    ctx = Context(topo, POLICY, Inputs({}, {}))
     got = values(pytorch.derive(ctx))
     assert (got["PET_NNODES"], got["PET_NODE_RANK"], got["NODE_RANK"]) == ("3", "2", "2")
     assert "RANK" not in got
@@ -262,7 +263,7 @@ def test_one_process_per_node_is_the_node_layer() -> None:
 
 
 def test_tf_needs_every_nodes_processes() -> None:
-    ctx = Context(compose([mpi(3, 1), allocation()]), POLICY, {})
+    ctx = Context(compose([mpi(3, 1), allocation()]), POLICY, Inputs({}, {}))
     with pytest.raises(TopologyError, match=r"^TF_CONFIG cannot be built: it lists every task"):
         tensorflow.derive(ctx)
 
@@ -271,7 +272,7 @@ def test_a_jax_port_on_the_launchers_store_is_an_error() -> None:
     policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax",
                                       "ai.backend.distributed.jax-port": "29400"})
     with pytest.raises(TopologyError) as caught:
-        jax_framework.derive(Context(compose([torchrun(0)]), policy, {}))
+        jax_framework.derive(Context(compose([torchrun(0)]), policy, Inputs({}, {})))
     assert str(caught.value) == (
         "the JAX coordinator's port 29400 (label ai.backend.distributed.jax-port) and the "
         "master port 29400 (MASTER_PORT) both hold port 29400 on rank 0's host, where only one "
@@ -292,7 +293,7 @@ def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
                   inputs={"nodes": ("SLURM_STEP_NODELIST",), "gpus": ("SLURM_GPUS_ON_NODE",),
                           "processes": ("SLURM_PROCID",)})
     policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "jax"})
-    got = values(jax_framework.derive(Context(compose([report]), policy, environ)))
+    got = values(jax_framework.derive(Context(compose([report]), policy, Inputs(environ, {}))))
     assert got.get("JAX_LOCAL_DEVICE_IDS") == expected
     assert got["JAX_PROCESS_ID"] == str(rank)
 
@@ -300,13 +301,13 @@ def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
 def test_a_forced_source_names_the_sources_it_ignores() -> None:
     environ = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
                "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
-    topo, reports = resolve(environ, "none")
+    topo, reports = resolve(Inputs(environ, {}, choice="none"))
     assert (topo.num_nodes, reports) == (1, [])
     assert topo.warnings == (
         "source none chosen (--source or DERIVE_ENV_SOURCE): the variables of openmpi are set "
         "and ignored; if they describe this job, every process may derive another job than "
         "its launcher started",)
-    assert resolve(environ, "openmpi")[0].warnings == ()
+    assert resolve(Inputs(environ, {}, choice="openmpi"))[0].warnings == ()
 
 
 def test_two_mpi_launchers_that_disagree_are_an_error() -> None:
@@ -326,7 +327,7 @@ def test_tensorflow_ports_beyond_the_reservation_warn() -> None:
                                  "ports": ("SLURM_STEP_RESV_PORTS",),
                                  "node_rank": ("SLURM_NODEID",), "processes": ("SLURM_PROCID",)})])
     policy = ImagePolicy.from_labels({"ai.backend.distributed.frameworks": "pytorch,tensorflow"})
-    out = tensorflow.derive(Context(topo, policy, {}))
+    out = tensorflow.derive(Context(topo, policy, Inputs({}, {})))
     assert out.warnings == [
         "TensorFlow's port(s) 12002 (one per process of a node, from 12001) are not among the "
         "step's reserved ports (SLURM_STEP_RESV_PORTS: 12000, 12001): another step on the "

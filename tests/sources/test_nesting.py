@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
 from derive_env.pipeline import derive_from
-from derive_env.sources import BY_NAME, NODE_LAUNCHER, command_kind
+from derive_env.sources import BY_NAME
 from derive_env.sources.compose import topology_from
+from derive_env.sources.report import NODE_LAUNCHER, command_kind
 from derive_env.topology import Inputs
 from support.backendai import make_backendai_env
 from support.slurm import job_envs, mpi_in_allocation, with_mpi

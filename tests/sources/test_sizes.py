@@ -132,15 +132,15 @@ SLURM_BATCH = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_N
 def test_not_opted_in_on_bare_metal_names_the_jobs_options_first() -> None:
     """No labels file read (bare metal): the warning speaks of the job and --frameworks,
     never of an image; with one, of the image's label."""
-    bare = sizes.not_opted_in(SLURM_BATCH, False, LABEL, VARIABLE)
+    bare = sizes.not_opted_in(SLURM_BATCH, False, (LABEL, VARIABLE))
     assert bare is not None and bare.startswith(
         "nothing derived: the job did not opt in (no --frameworks, no DERIVE_ENV_FRAMEWORKS, "
         "no labels file), but a Slurm allocation")
     assert bare.endswith("To opt in, run derive-env --frameworks pytorch (or tensorflow, "
                          "jax), or export DERIVE_ENV_FRAMEWORKS=pytorch for the job")
     assert "image" not in bare
-    image = sizes.not_opted_in(SLURM_BATCH, True, LABEL, VARIABLE)
+    image = sizes.not_opted_in(SLURM_BATCH, True, (LABEL, VARIABLE))
     assert image is not None and image.startswith(
         "nothing derived: the image did not opt in (label ai.backend.distributed.frameworks "
         "is not set), but a Slurm allocation")
-    assert sizes.not_opted_in({"SLURM_JOB_ID": "7"}, False, LABEL, VARIABLE) is None
+    assert sizes.not_opted_in({"SLURM_JOB_ID": "7"}, False, (LABEL, VARIABLE)) is None

@@ -53,19 +53,26 @@ MAX_SOURCE_FILE_BYTES = 16 << 20
 PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
-def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
-        explain: bool = False, all_nodes: bool = False, labels_files: Sequence[str] = (),
-        label_items: Sequence[str] = (), env_file: str | None = None,
-        source: str | None = None, frameworks: str | None = None) -> int:
-    """Do what the command line asked; returns the exit status (or execs and never returns).
-    ``frameworks`` (``--frameworks LIST``) is the ``frameworks`` label, after every ``--label``.
-    Errors from input print ``derive-env: error: ...`` and return their exit code without
-    running the command; with label ``on-error=warn`` a derivation error prints a warning
-    and the command runs with its environment unchanged. ``--explain`` is a dry run (a
-    command given is not run, a note says so); on an error it still prints every node's
-    view when a topology can be built (:func:`derive_env.cli.formats.picture`), then the
-    error. ``all_nodes`` (``--explain --all-nodes``) adds that view to the explanation.
-    """
+#: :func:`run`'s options, the option table's keywords (cli/options.py), when not given.
+RUN_OPTIONS = {"dry_run": False, "fmt": "env", "explain": False, "all_nodes": False,
+               "labels_files": (), "label_items": (), "env_file": None, "source": None,
+               "frameworks": None}
+
+
+def run(command: Sequence[str], **options: object) -> int:
+    """Do what the command line asked (``options``: :data:`RUN_OPTIONS` by keyword, another
+    is a ``TypeError``); returns the exit status (or execs and never returns). ``frameworks``
+    (``--frameworks LIST``) is the ``frameworks`` label, after every ``--label``. Errors from
+    input print ``derive-env: error: ...`` and return their exit code without running the
+    command; with label ``on-error=warn`` a derivation error prints a warning and the command
+    runs with its environment unchanged. ``--explain`` is a dry run (a command given is not
+    run, a note says so); on an error it still prints every node's view when a topology can
+    be built (:func:`derive_env.cli.formats.picture`), then the error. ``all_nodes``
+    (``--explain --all-nodes``) adds that view to the explanation."""
+    given = {**RUN_OPTIONS, **options}
+    if len(given) > len(RUN_OPTIONS):
+        raise TypeError(f"run() got other options: {sorted(given.keys() - RUN_OPTIONS.keys())}")
+    dry_run, fmt, explain = given["dry_run"], given["fmt"], given["explain"]
     environ: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
     if command and (dry_run or explain):  # what the command would get, printed, not run
@@ -73,42 +80,41 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
                     "--dry-run prints the variables the command would get: it was not run")
         dry_run = True
     try:
-        environ = read_environment(env_file)
-        if frameworks is not None:
-            label_items = (*label_items, f"{OPT_IN}={frameworks}")
-        labels = load_labels(environ, labels_files, label_items)
+        environ = read_environment(given["env_file"])
+        frameworks = () if given["frameworks"] is None else (f"{OPT_IN}={given['frameworks']}",)
+        given["label_items"] = items = (*given["label_items"], *frameworks)  # fixes echo them
+        labels = load_labels(environ, given["labels_files"], items)
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
         if dry_run and not explain and (_is_host_format(fmt) or _is_digest_format(fmt)):
             from derive_env.cli import formats
 
-            inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
+            inputs = _inputs(environ, labels, given)._replace(command=tuple(command))
             return _write((formats.host_list if _is_host_format(fmt) else formats.digest)(
                 inputs, fmt))
         if not opted_in:
             _note_larger_job(environ, getattr(labels, "image", True))
             return _print(None, fmt, explain, getattr(labels, "image", True)) if dry_run \
                 else _exec(command, environ, None)
-        inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
-        derivation = _derive(inputs, command, dry_run, explain, label_items)
+        inputs = _inputs(environ, labels, given)._replace(command=tuple(command))
+        derivation = _derive(inputs, dry_run, explain, given["label_items"])
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
-        if dry_run and explain and all_nodes:
+        if dry_run and explain and given["all_nodes"]:
             from derive_env.cli.formats import picture
             from derive_env.render.explain import explain as for_a_person
 
             return _write(for_a_person(derivation) + "\n" + picture(inputs, derivation))
-        return _print(derivation, fmt, explain) if dry_run else _exec(command, environ,
-                                                                        derivation)
+        return _print(derivation, fmt, explain) if dry_run else _exec(command, environ, derivation)
     except DeriveEnvError as exc:
         if explain and environ is not None and labels is not None and is_opted_in(labels):
             from derive_env.cli.formats import picture
 
             # this machine's files, also for an --env-file (as the picture has always read)
-            _write(picture(_inputs(environ, labels, source, None), None))
+            _write(picture(_inputs(environ, labels, {**given, "env_file": None}), None))
         from derive_env.render.fixes import fixed  # the opt-in in the message's fixes
-        say("error", fixed(str(exc), labels, label_items))
+        say("error", fixed(str(exc), labels, given["label_items"]))
         if command and not dry_run:
             say("note", f"the command was not run (exit {exc.exit_code})")
         return exc.exit_code
@@ -161,11 +167,8 @@ def read_environment(env_file: str | None) -> dict[str, str]:
     return environ
 
 
-def load_labels(
-    environ: Mapping[str, str],
-    labels_files: Sequence[str] = (),
-    label_items: Sequence[str] = (),
-) -> dict[str, str]:
+def load_labels(environ: Mapping[str, str], labels_files: Sequence[str] = (),
+                label_items: Sequence[str] = ()) -> dict[str, str]:
     """The image's labels (:func:`derive_env.labels.gather`: labels file, ``--labels-file``s,
     ``DERIVE_ENV_<NAME>`` variables, ``--label``s, later wins), the files read here with
     :func:`read_text`; ``$DERIVE_ENV_LABELS_FILE`` from the input environment, else from
@@ -173,10 +176,10 @@ def load_labels(
 
     :raises LabelError: as :func:`derive_env.labels.gather`.
     """
-    return gather(environ, os.environ.get(LABELS_FILE_VARIABLE), labels_files, label_items,
-                  lambda path, what, missing_ok: read_text(path, what, LabelError,
-                                                           missing_ok=missing_ok),
-                  DEFAULT_LABELS_FILE)  # a module global: tests point it elsewhere
+    # DEFAULT_LABELS_FILE: a module global, which tests point elsewhere
+    return gather(environ, (os.environ.get(LABELS_FILE_VARIABLE), DEFAULT_LABELS_FILE),
+                  (labels_files, label_items), lambda path, what, missing_ok: read_text(
+                      path, what, LabelError, missing_ok=missing_ok))
 
 
 def read_text(
@@ -320,7 +323,7 @@ def _note_larger_job(environ: Mapping[str, str], image: bool) -> None:
     (:func:`derive_env.sources.sizes.not_opted_in`; ``image``: a labels file was read)."""
     from derive_env.sources.sizes import not_opted_in
 
-    warning = not_opted_in(environ, image, OPT_IN, variable_of(OPT_IN), read_files)
+    warning = not_opted_in(environ, image, (OPT_IN, variable_of(OPT_IN)), read_files)
     if warning is not None:
         say("warning", warning)
 
@@ -337,8 +340,8 @@ def _is_digest_format(fmt: str) -> bool:
     return fmt in DIGEST_FORMATS
 
 
-def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str | None,
-            env_file: str | None):  # -> Inputs; imported lazily with the pipeline
+def _inputs(environ: Mapping[str, str], labels: Mapping[str, str],
+            given: Mapping[str, object]):  # -> Inputs; imported lazily with the pipeline
     """The :class:`~derive_env.topology.Inputs` of a derivation: the files a source names
     (``SLURM_HOSTFILE``) are read for ``--env-file`` too (they sit on a shared file system
     where the operator runs the dry run, as in the job), but not this machine's (its routes,
@@ -346,17 +349,16 @@ def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str |
     only if a rule asks, everything only with label ``socket-ifname``)."""
     from derive_env.topology import Inputs
 
-    if env_file is not None:
-        return Inputs(environ, labels, _job_files, None, source)
+    if given["env_file"] is not None:
+        return Inputs(environ, labels, _job_files, None, given["source"])
     full = PREFIX + "socket-ifname" in labels
-    return Inputs(environ, labels, read_files, lambda: gather_facts(full, environ), source,
-                  new_run_id())
+    return Inputs(environ, labels, read_files, lambda: gather_facts(full, environ),
+                  given["source"], new_run_id())
 
 
-def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool,
-            label_items: Sequence[str] = ()):
-    """This container's derivation, its warnings said (not for ``--explain``, which prints
-    them), the exec's limits checked; ``None`` after an error with ``on-error=warn``."""
+def _derive(inputs, dry_run: bool, explain: bool, label_items: Sequence[str] = ()):
+    """The derivation, warnings said (``--explain`` prints them), exec limits checked; ``None``
+    after an error with ``on-error=warn``."""
     from derive_env.errors import EnvironmentTooLarge
     from derive_env.launch import check_limits
     from derive_env.pipeline import derive_from
@@ -366,18 +368,17 @@ def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool,
     try:
         derivation = derive_from(inputs)
         assert derivation is not None  # opted in, checked by the caller
-        check_limits(command, {**environ, **derivation.changes()}, arg_max)
+        check_limits(inputs.command, {**environ, **derivation.changes()}, arg_max)
     except DeriveEnvError as exc:
         if isinstance(exc, EnvironmentTooLarge):
             # Too large already without derived variables: on-error=warn cannot help.
-            check_limits(command, environ, arg_max)
+            check_limits(inputs.command, environ, arg_max)
         if on_error_of(labels) != "warn":
             raise
         from derive_env.render.fixes import fixed  # the opt-in in the message's fixes
         say("warning", fixed(without_waiver(str(exc)), labels, label_items))
-        say("warning", "on-error=warn: " + (
-            "nothing derived" if dry_run else "running the command with the environment unchanged"
-        ))
+        say("warning", "on-error=warn: " + ("nothing derived" if dry_run else
+                                            "running the command with the environment unchanged"))
         return None
     if not (dry_run and explain):  # --explain prints them in its own output
         for warning in derivation.warnings:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from derive_env.cli import gather_facts, load_labels, read_environment, read_files, say
 from derive_env.cli.checknet import connect_once, listen, read_line
@@ -76,14 +76,14 @@ def main(args: Sequence[str]) -> None:
                   help=helps["labels_files"])
     @click.option("--frameworks", metavar="LIST", help=helps["frameworks"])
     @click.option("--source", metavar="NAME", help="As for derive-env --source.")
-    def check(timeout: float, label_items: tuple[str, ...], labels_files: tuple[str, ...],
-              frameworks: str | None, source: str | None) -> None:
+    def check(**values: Any) -> None:
         """Check what a rendezvous needs, on every node at once (on-every-node derive-env
         check, srun/mpirun derive-env check, or a Kubernetes init container in every pod;
         no SSH between nodes): names resolve, the master port is free on
         the master and reachable from every node, gloo's and NCCL's interfaces reach the
         peers. The master prints the table node x check; exit 0 when every check passes,
         else 1."""
+        timeout, source, label_items = values["timeout"], values["source"], values["label_items"]
         if source is not None:
             from derive_env.errors import UsageError
             from derive_env.sources import choice_of
@@ -92,11 +92,12 @@ def main(args: Sequence[str]) -> None:
                 choice_of({}, source)
             except UsageError as exc:
                 raise click.UsageError(str(exc)) from None
-        if frameworks is not None:  # as derive-env --frameworks: the label, winning
-            label_items = (*label_items, f"ai.backend.distributed.frameworks={frameworks}")
+        if values["frameworks"] is not None:  # as derive-env --frameworks: the label, winning
+            label_items = (*label_items,
+                           f"ai.backend.distributed.frameworks={values['frameworks']}")
         try:
-            status = run_check(Bound(timeout, start + timeout - EXIT_SLACK), labels_files,
-                               label_items, source)
+            status = run_check(Bound(timeout, start + timeout - EXIT_SLACK),
+                               values["labels_files"], label_items, source)
         except KeyboardInterrupt:
             say("error", "interrupted (SIGINT): the check did not finish")
             status = 130

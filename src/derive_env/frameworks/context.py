@@ -22,7 +22,7 @@ from derive_env.validation import parse_port
 if TYPE_CHECKING:
     from derive_env.frameworks import Framework
     from derive_env.policy import ImagePolicy
-    from derive_env.topology import ClusterTopology
+    from derive_env.topology import ClusterTopology, Inputs
 
 MASTER_FRAMEWORK = "pytorch"  # its server port is the master port (MASTER_PORT)
 
@@ -166,26 +166,19 @@ class Context:
     (TensorFlow only) is not stopped by a malformed user-set ``MASTER_ADDR``; ``master``,
     ``facts``, ``job_ports`` and ``ports`` are each computed once.
 
-    :ivar host: host facts, or a function that reads them on first use (:attr:`facts`).
-    :ivar warnings: warnings about values every framework shares (the ports), reported
-        once by the pipeline.
-    :ivar fresh_run_id: a random id drawn at the edge for this start, used as the run id
-        when no manager identifies the job (:func:`derive_env.merge.run_id`); ``None``: none.
+    The edge's :class:`~derive_env.topology.Inputs` give ``environ``, ``host`` (host facts,
+    or a function that reads them on first use: :attr:`facts`) and ``fresh_run_id`` (drawn
+    at the edge for this start, the run id when no manager identifies the job:
+    :func:`derive_env.merge.run_id`; ``None``: none); its labels are already ``policy``.
+    ``warnings``: about values every framework shares (the ports), reported once.
     """
 
-    def __init__(
-        self,
-        topology: ClusterTopology,
-        policy: ImagePolicy,
-        environ: Mapping[str, str],
-        host: HostFacts | Callable[[], HostFacts] | None = None,
-        fresh_run_id: str | None = None,
-    ) -> None:
+    def __init__(self, topology: ClusterTopology, policy: ImagePolicy, inputs: Inputs) -> None:
         self.topology = topology
-        self.fresh_run_id = fresh_run_id
         self.policy = policy
-        self.environ = environ
-        self.host = host
+        self.environ = inputs.environ
+        self.host = inputs.facts
+        self.fresh_run_id = inputs.fresh_run_id
         self.warnings: list[str] = []
 
     @cached_property
@@ -419,6 +412,10 @@ def node_rank_of(topology: ClusterTopology) -> tuple[int, str]:
     raise TopologyError("no source states this node's rank: " + (topology.missing or "unknown"))
 
 
+#: The fields of a :class:`DerivedVariable` its maker (:func:`variable`) takes by keyword.
+_MADE = frozenset(("scope", "compare", "what", "leader", "node_decided"))
+
+
 def variable(framework: str) -> Callable[..., DerivedVariable]:
     """The maker of one framework's variables::
 
@@ -429,22 +426,22 @@ def variable(framework: str) -> Callable[..., DerivedVariable]:
     the variable's ``scope``, ``compare``, ``what``, ``leader`` and ``node_decided``
     (:class:`DerivedVariable`).
 
-    :raises TypeError: (the maker) no ``scope`` given.
+    :raises TypeError: (the maker) no ``scope`` given, or another keyword.
     :raises ValueError: (the maker) an unknown scope or comparison; a :data:`FOLLOWS`
         variable without a ``leader`` (or another with one); a :data:`JOB` or :data:`NODE`
         variable without ``what``, which its messages need.
     """
 
-    def make(name: str, value: object, provenance: str, *, scope: str, compare: str = INTEGER,
-             what: str = "", leader: str | None = None,
-             node_decided: bool = False) -> DerivedVariable:
+    def make(name: str, value: object, provenance: str, **fields: object) -> DerivedVariable:
+        scope, compare = fields.get("scope"), fields.setdefault("compare", INTEGER)
+        if scope is None or not fields.keys() <= _MADE:
+            raise TypeError(f"{name}: no scope given, or a field the maker does not take")
         if scope not in SCOPES or compare not in COMPARISONS:
             raise ValueError(f"{name}: unknown scope {scope!r} or comparison {compare!r}")
-        if (scope == FOLLOWS) != (leader is not None):
+        if (scope == FOLLOWS) != (fields.get("leader") is not None):
             raise ValueError(f"{name}: a leader is given exactly for scope {FOLLOWS!r}")
-        if scope in (JOB, NODE) and not what:
+        if scope in (JOB, NODE) and not fields.get("what"):
             raise ValueError(f"{name}: scope {scope!r} needs what the variable is")
-        return DerivedVariable(name, str(value), provenance, framework, scope, compare, what,
-                               leader, node_decided=node_decided)
+        return DerivedVariable(name, str(value), provenance, framework, **fields)
 
     return make

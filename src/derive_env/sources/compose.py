@@ -17,7 +17,7 @@
   the workers itself (torchrun, MPI: depth 0, 1) or a node runs more than one of them; one
   process per node of an srun step is the node layer (it may start torchrun). Never
   decided from the world size and the node count, which packed ranks can match.
-* The command (``Inputs.command``, :func:`~derive_env.sources.command_kind`) decides where
+* The command (``Inputs.command``, :func:`~derive_env.sources.report.command_kind`) decides where
   the variables cannot: a node launcher (torchrun, deepspeed, accelerate launch) makes a
   launcher's tasks the node layer when one task per node is proven (every node's count,
   or as many processes as nodes), else it is refused naming both; a python script makes
@@ -39,8 +39,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError
 from derive_env.hosts import host_key
@@ -52,38 +53,40 @@ from derive_env.sources import (
     SOURCES,
     Source,
     choice_of,
-    command_kind,
     forced_source,
     refusals,
     seen_sources,
 )
-from derive_env.sources.refusals import (
-    check_rank_zero,
+from derive_env.sources.refusals import check_rank_zero, missing_master
+from derive_env.sources.report import (
+    PROCESS_FACTS,
+    Processes,
+    Report,
     command_decides,
-    missing_master,
+    command_kind,
+    layer_lines,
 )
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report, layer_lines
-from derive_env.topology import ClusterTopology, Node, ProcessLayout, single_node_topology
+from derive_env.topology import ClusterTopology, Inputs, Node, ProcessLayout, single_node_topology
 
-#: Reads the files a source needs: paths -> contents (``None``: unreadable).
-Files = Callable[[Sequence[str]], Mapping[str, str | None]]
+if TYPE_CHECKING:
+    from derive_env.topology import FileReader
 
 
-def topology_from(
-    environ: Mapping[str, str],
-    choice: str | None = None,
-    files: Files | None = None,
-    hosts_only: bool = False,
-    command: Sequence[str] | None = None,
-) -> ClusterTopology:
-    """The topology composed from every source seen in ``environ``; with none seen, a
-    single-container topology (no cluster variables at all is a single-container session).
+def topology_from(environ: Mapping[str, str], choice: str | None = None,
+                  files: FileReader | None = None) -> ClusterTopology:
+    """:func:`topology_of` ``environ`` with no command (``choice``, ``files``: Inputs')."""
+    return topology_of(Inputs(environ, {}, files, None, choice))
 
-    :param choice: ``--source`` (a source name, ``auto`` or ``none``); ``None``: the
-        ``DERIVE_ENV_SOURCE`` variable, else ``auto``.
-    :param files: reads the files a source needs (see :func:`resolve`).
+
+def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
+    """The topology composed from every source seen in ``inputs.environ``; with none seen,
+    a single-container topology (no cluster variables at all is a single-container session).
+
+    :param inputs: the environment, ``choice`` (``--source``: a source name, ``auto`` or
+        ``none``; ``None``: the ``DERIVE_ENV_SOURCE`` variable, else ``auto``), ``files``
+        (see :func:`resolve`) and ``command`` (module docstring, "The command"); the labels
+        and host facts are not read.
     :param hosts_only: for the host lists: see :func:`resolve`.
-    :param command: the command derive-env execs (module docstring, "The command").
     :raises TopologyError: a seen source's variables are bad or the layers disagree; or no
         source was seen while the environment states another topology (``WORLD_SIZE=4``,
         ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
@@ -91,8 +94,9 @@ def topology_from(
         variables state more than one process (:func:`refusals.launcher_problem`).
     :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
     """
-    chosen = choice_of(environ, choice)
-    topology, reports = resolve(environ, chosen, files, hosts_only, command)
+    environ, files = inputs.environ, inputs.files
+    chosen = choice_of(environ, inputs.choice)
+    topology, reports = resolve(inputs._replace(choice=chosen), hosts_only)
     if chosen == NONE:
         return refusals.none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
@@ -112,7 +116,7 @@ def topology_from(
     return topology
 
 
-def _read(source: Source, environ: Mapping[str, str], files: Files | None) -> Report:
+def _read(source: Source, environ: Mapping[str, str], files: FileReader | None) -> Report:
     module = import_module(f"derive_env.sources.{source.module}")
     needed = getattr(module, "files_needed", None)
     paths = needed(environ, source.name) if needed is not None else ()
@@ -122,27 +126,24 @@ def _read(source: Source, environ: Mapping[str, str], files: Files | None) -> Re
     return module.read(environ, source, contents)
 
 
-def resolve(
-    environ: Mapping[str, str],
-    choice: str = AUTO,
-    files: Files | None = None,
-    hosts_only: bool = False,
-    command: Sequence[str] | None = None,
-) -> tuple[ClusterTopology, list[Report]]:
-    """Compose the topology of this process from every source seen in ``environ``.
+def resolve(inputs: Inputs, hosts_only: bool = False) -> tuple[ClusterTopology, list[Report]]:
+    """Compose the topology of this process from every source seen in ``inputs.environ``.
 
+    :param inputs: ``choice``: ``auto`` (detect, also for ``None``), ``none`` (a single
+        container, no source read) or a source name (only that source is read; its
+        variables must be set); ``files``: reads files a source needs (``SLURM_HOSTFILE``):
+        paths -> contents (None: unreadable), ``None`` here: none can be read
+        (``--env-file``); ``command``: as :func:`topology_of`.
     :param hosts_only: only the host list is wanted (``--format hosts`` and the hostfiles):
         a seen source's ``problem`` is not raised (a batch script of a multi-node job may
         start ``deepspeed`` or ``horovodrun`` with the allocation's hosts).
-    :param choice: ``auto`` (detect), ``none`` (a single container, no source read) or a
-        source name (only that source is read; its variables must be set).
-    :param files: reads files a source needs (``SLURM_HOSTFILE``): paths -> contents (None:
-        unreadable); ``None`` here: none can be read (``--env-file``). ``command``: as compose.
     :returns: the topology and the reports it was composed from (innermost first), for
         ``--explain``. With no source seen, a single-container topology and no report.
     :raises TopologyError: a source's variables are bad, the layers disagree, or a seen
         source describes no usable topology (its ``problem``).
     """
+    environ, files, command = inputs.environ, inputs.files, inputs.command
+    choice = inputs.choice or AUTO
     if choice == AUTO:
         sources = seen_sources(environ)
         if not sources:
@@ -164,9 +165,8 @@ def resolve(
 
 # -- composing ---------------------------------------------------------------------------------
 
-#: Each line's depth; up to :data:`_MPI` (torchrun 0, MPI 1) the launcher starts the workers;
-#: up to :data:`_ALLOCATION` a launcher's task, which the command may make a worker.
-_DEPTH, _MPI, _ALLOCATION = {line.name: line.depth for line in SOURCES}, 1, 3
+#: Each line's depth (torchrun 0, MPI 1, ..., a node-level manager 4).
+_DEPTH = {line.name: line.depth for line in SOURCES}
 
 
 def _src(report: Report) -> str:
@@ -268,8 +268,8 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
         master, (nodes, tasks, node_rank, order) = _master_first(
             master_src, hosts_src, (nodes, tasks, node_rank, order), inputs)
     counted = " + ".join(inputs.get("num_nodes") or inputs.get("nodes", ()))
-    layout, told = _layout(owner if processes is not None else None, tasks,
-                           (num_nodes, counted), node_rank, command)
+    layout, told = _layout(owner if processes is not None else None,
+                           (nodes, tasks, node_rank, order), (num_nodes, counted), command)
     check_rank_zero(layout, nodes, node_rank, inputs)
     lines = layer_lines(reports, used, shadowed, (owner, node_src, hosts_src))
     gpus_src, port_src, resv_src, job_src, srv_src = (_first(used, field) for field in (
@@ -378,6 +378,7 @@ def _master_first(
     master_src: Report, hosts_src: Report | None, placed: _Placed,
     inputs: dict[str, tuple[str, ...]],
 ) -> tuple[str | None, _Placed]:
+
     """``(master, (nodes, tasks, node rank, order))`` with the node of rank 0 first (module
     docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
     stays set only when no host list places it."""
@@ -410,13 +411,12 @@ def _master_first(
 _Placed = tuple[tuple[Node, ...], tuple[int, ...], "int | None", "str | None"]
 
 
-def _layout(owner: Report | None, tasks: tuple[int, ...], counted: tuple[int | None, str],
-            node_rank: int | None, command: Sequence[str] | None,
-            ) -> tuple[ProcessLayout | None, tuple[str, ...]]:
+def _layout(owner: Report | None, placed: _Placed, counted: tuple[int | None, str],
+            command: Sequence[str] | None) -> tuple[ProcessLayout | None, tuple[str, ...]]:
     """``owner``'s process layer (the innermost launcher's), checked against the nodes
-    (``counted``: their count and its variables), and the --explain lines of what the
-    command decides (:func:`command_decides`)."""
-    num_nodes = counted[0]
+    (``placed``; ``counted``: their count and its variables), and the --explain lines of
+    what the command decides (:func:`command_decides`)."""
+    num_nodes, (_, tasks, node_rank, _) = counted[0], placed
     processes = owner.processes if owner is not None else None
     if processes is None or owner is None:
         return None, ()
@@ -435,7 +435,7 @@ def _layout(owner: Report | None, tasks: tuple[int, ...], counted: tuple[int | N
                 f"{owner.title}: node rank {node_rank} has {tasks[node_rank]} process(es) "
                 f"by the list of processes per node, but its local world size is "
                 f"{processes.local_world_size} ({src})")
-    workers, told = command_decides(owner, processes, (tasks, counted, _DEPTH),
+    workers, told = command_decides(owner, processes, (tasks, counted),
                                     command_kind(command))
     try:
         return ProcessLayout(

@@ -19,27 +19,27 @@ the table's (:data:`derive_env.sources.SOURCES`: ``marker``, ``states``, ``size`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_key
 from derive_env.sources import (
     BY_NAME,
-    LAUNCHER,
-    NODE_LAUNCHER,
     ON_ERROR_WARN,
-    OTHER,
     PASS_ENV,
-    SCRIPT,
     SOURCES,
     Source,
     has_size,
     seen_sources,
     states_of,
 )
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import Report
 from derive_env.topology import ClusterTopology, Node, ProcessLayout
 from derive_env.validation import static_count
+
+if TYPE_CHECKING:
+    from derive_env.topology import FileReader
 
 #: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
 #: multi-node or multi-process topology, with the value a single container has. Checked only
@@ -53,9 +53,6 @@ _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "JOB_COMPLETION_INDEX": None}
 
 _NO_SOURCE = "derive-env cannot read its job from these variables"
-
-#: Reads the files a line's ``size`` needs: paths -> contents (``None``: unreadable).
-Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
 #: The lines that can state a job of more than one process, in table order.
 #: Each with its ``states`` (derived once here) and whether a host list or a size rule
@@ -107,16 +104,12 @@ NOTHING_SEEN = Seen()
 
 
 def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
-                     files: Files | None = None) -> str | None:
-    """Say which launcher started more than one process without a usable source, or ``None``.
-
-    derive-env refuses rather than describe one process under a multi-process launcher it
-    cannot read (every process of such a job would derive a job of one): a line without a
-    module, or one whose variables are only partly set (a partial set never selects a
-    source, docs/sources/README.md). The lines are checked in table order; the first that states
-    more than one process is named. A launcher that does not say the job's size (a lone
-    ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike, index 0
-    included (docs/behaviour.md section 7).
+                     files: FileReader | None = None) -> str | None:
+    """Say which launcher started more than one process without a usable source (the
+    module docstring's cases), or ``None``. The lines are checked in table order; the first
+    that states more than one process is named. A launcher that does not say the job's size
+    (a lone ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike,
+    index 0 included (docs/behaviour.md section 7).
 
     :param seen: what the seen sources state (:class:`Seen`).
     :param files: reads the files a line's host list needs (cli/); ``None``: none readable.
@@ -127,7 +120,7 @@ def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
 
 
 def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
-                 files: Files | None = None) -> tuple[Source, str] | None:
+                 files: FileReader | None = None) -> tuple[Source, str] | None:
     """:func:`launcher_problem` with the line it names: ``(line, message)`` or ``None``."""
     unsized: Source | None = None  # a launcher that started us without saying the size
     sized = False  # some launcher's complete marker states the size (one process)
@@ -186,7 +179,7 @@ def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
 
 
 def _stated(line: Source, environ: Mapping[str, str], sized: bool,
-            files: Files | None) -> tuple[str, str, str] | None:
+            files: FileReader | None) -> tuple[str, str, str] | None:
     """``(variable, value, single value)`` of the first variable of ``line`` that states
     more than one process, :data:`UNSIZED`, or ``None``; ``sized``: the line's marker is
     complete and its host list or size rule is asked."""
@@ -240,7 +233,7 @@ def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
 
 
 def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
-                files: Files | None = None) -> ClusterTopology:
+                files: FileReader | None = None) -> ClusterTopology:
     """``topology`` (a single container: ``--source none``) with a warning when a manager
     or launcher that no seen source reads states a larger job (docs/behaviour.md section 11): the
     operator's choice wins, but every node of such a job would train alone."""
@@ -353,117 +346,6 @@ def missing_master(owner: Report | None, node_src: Report | None) -> str:
             "launcher inside a job whose manager states the hosts (Slurm, PBS, LSF, Grid Engine)")
 
 
-def node_launcher_refused(owner: Report, command: str, per_node: str, many: str) -> str:
-    """The refusal of a node launcher (torchrun, deepspeed, accelerate launch) that an outer
-    launcher started more than once on a node: each would form a job of its own, and every
-    task would train alone, exit 0 (torch/distributed/run.py: its defaults are one node).
-
-    :param owner: the outer launcher's report (its line's ``per_node`` spells the fix).
-    :param command: the node launcher's name.
-    :param per_node: ``per process`` facts for a person (``2 tasks on this node``).
-    :param many: the variables that state them.
-    """
-    line = BY_NAME.get(owner.source)
-    one, per_gpu = line.per_node if line is not None else ("", "")
-    start = (f"{command} (the command) under {owner.title}, which starts {per_node} "
-             f"({many}): each {command} would start a job of its own, and every task would "
-             "train alone. ")
-    if line is None or line.per_node == ("one task per node", "one task per GPU"):
-        return (start + f"Start {command} once per node, or drop {command} and run the "
-                "training script as the launcher's process (derive-env -- python train.py)")
-    launcher = one.split(" --")[0].split(" -")[0]
-    return (start + f"Start one task per node for {command} ({one} derive-env -- {command} "
-            f"...), or drop {command} and let {launcher} start one task per GPU ({per_gpu} "
-            "derive-env -- python train.py)")
-
-
-def node_launcher_short(owner: Report, command: str, world: str, counted: str) -> str:
-    """The refusal of a node launcher started once on each of fewer nodes than the job's
-    node layer counts (``mpirun --host n1,n2`` in an allocation of 3): each would wait for
-    every node's agent in its rendezvous, and the missing ones never start (torchrun's
-    ``--nnodes`` is the node count, torch/distributed/run.py).
-
-    :param world: the processes that start it, one per node, and their variables.
-    :param counted: the node layer's count and its variables.
-    """
-    line = BY_NAME.get(owner.source)
-    one = line.per_node[0] if line is not None else "one task per node"
-    how = (f"{command} once on every node" if one == "one task per node" else
-           f"one task on every node of the job ({one} derive-env -- {command} ..., with no "
-           "host list narrower than the job)")
-    return (f"{command} (the command) under {owner.title}, which starts it on {world}, one "
-            f"per node, in a job of {counted}: each {command} would wait for every node of "
-            f"the job, and the others never start it. Start {how}, or run the job on as "
-            "many nodes as start it")
-
-
-#: The depths of the table (sources/__init__.py): up to 1 the launcher starts the workers
-#: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
-_MPI, _ALLOCATION = 1, 3
-#: What each outcome of :func:`_mode` derives, for --explain.
-_OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
-             False: "the node layer (NODE_RANK, PET_*)"}
-
-
-def command_decides(owner: Report, processes: Processes,
-                    where: tuple[tuple[int, ...], int | None, Mapping[str, int]],
-                    kind: tuple[str, str] | None) -> tuple[bool, tuple[str, ...]]:
-    """Whether ``owner``'s processes are the job's workers (sources/compose.py, "Mode", "The
-    command"), and the --explain line of the command's part.
-
-    :param where: every node's task count (empty: unknown), the node count (``None``:
-        unknown) with the variables that state it, and each table line's depth.
-    :param kind: :func:`~derive_env.sources.command_kind` of the command; ``None``: none.
-    :raises TopologyError: a node launcher (torchrun ...) that ``owner`` starts more than
-        once on a node (:func:`node_launcher_refused`), or once on fewer nodes than the
-        node layer counts (:func:`node_launcher_short`).
-    """
-    tasks, (num_nodes, counted), depths = where
-    depth = depths.get(owner.source, _MPI + 1)
-    per_node = max(tasks or (processes.local_world_size,))
-    workers = depth <= _MPI or per_node > 1  # the variables alone
-    if depth > _ALLOCATION:  # a node-level manager: its pods are the nodes
-        return workers, ()
-    src = " + ".join(owner.inputs.get("local_world_size", owner.inputs.get("processes", ())))
-    world = processes.world_size
-    # One task per node, proven: by every node's count, or by as many processes as nodes
-    # (a launcher that states only this node's count, MPI, may place more on another).
-    many = (f"{per_node} tasks on a node" if per_node > 1 else None if tasks else
-            f"{world} processes on nodes it does not count" if num_nodes is None and world > 1
-            else f"{world} processes on {num_nodes} nodes" if num_nodes is not None
-            and world > num_nodes else None)
-
-    # A node launcher's node count is the number of processes that start it, one per
-    # node: a node layer of more nodes (mpirun on a part of the allocation) never joins.
-    short = not many and num_nodes is not None and world < num_nodes
-    sized = " + ".join(owner.inputs.get("world_size", owner.inputs.get("processes", ())))
-
-    def outcome(kind: tuple[str, str]) -> bool | str:
-        if kind[0] == NODE_LAUNCHER and short:
-            return node_launcher_short(owner, kind[1], f"{world} process(es) ({sized})",
-                                       f"{num_nodes} nodes ({counted})")
-        if kind[0] == NODE_LAUNCHER:
-            return node_launcher_refused(owner, kind[1], many, src) if many else False
-        return True if kind[0] == SCRIPT else workers
-
-    def said(result: bool | str) -> str:
-        return _OUTCOMES[result] if isinstance(result, bool) else (
-            "refused (exit 3), each would wait for nodes that never start it" if short
-            else "refused (exit 3), each would start a job of its own")
-
-    if kind is None:
-        return workers, (
-            f"command: none (the hook's path): {said(workers)}; `-- torchrun ...`: "
-            f"{said(outcome((NODE_LAUNCHER, 'torchrun')))}; `-- python train.py`: "
-            f"{said(outcome((SCRIPT, 'python')))}",)
-    result = outcome(kind)
-    if isinstance(result, str):
-        raise TopologyError(result)
-    why = {OTHER: ", which derive-env cannot tell (a shell script?): the variables decide",
-           LAUNCHER: ": a launcher; run derive-env inside the processes it starts"}
-    return result, (f"command: {kind[1]} ({kind[0]}{why.get(kind[0], '')}): {said(result)}",)
-
-
 #: The depth of the table's node-level managers (:attr:`derive_env.sources.Source.depth`).
 _NODE_LEVEL = 4
 
@@ -482,9 +364,9 @@ def managers_agree(reports: Sequence[Report]) -> None:
                 and (r.nodes or r.count() is not None or r.node_rank is not None)]
     for i, first in enumerate(managers):
         for other in managers[i + 1:]:
-            for fact, what, values in _facts(first, other):
-                if None not in values and values[0] != values[1]:
-                    raise TopologyError(_two_jobs(first, other, fact, what, values))
+            for fact in _facts(first, other):
+                if None not in fact[2] and fact[2][0] != fact[2][1]:
+                    raise TopologyError(_two_jobs(first, other, fact))
 
 
 def _facts(a: Report, b: Report):
@@ -495,7 +377,10 @@ def _facts(a: Report, b: Report):
            tuple(tuple(host_key(n.host) for n in r.nodes) or None for r in (a, b)))
 
 
-def _two_jobs(a: Report, b: Report, fact: str, what: str, values: tuple) -> str:
+def _two_jobs(a: Report, b: Report, compared: tuple[str, str, tuple]) -> str:
+    """The message of two managers that disagree on ``compared`` (one of :func:`_facts`)."""
+    fact, what, values = compared
+
     def names(report: Report) -> str:
         keys = (fact,) if fact != "num_nodes" else ("num_nodes", "nodes")
         found = next((report.inputs[k] for k in keys if report.inputs.get(k)), ("?",))

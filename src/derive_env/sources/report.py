@@ -4,7 +4,10 @@ A source module never decides for another source (architecture.md, "Sources comp
 reads only its own variables, checks them against each other, and reports each fact with
 the variables it came from. Every fact is optional: an MPI launcher knows ranks and no
 host list, a Slurm batch script knows the allocation's hosts and no process of its own.
-:func:`layer_lines` says, for ``--explain``, how the composer used the reports.
+:func:`layer_lines` says, for ``--explain``, how the composer used the reports. Beside the
+reports the composer reads one fact of the exec path: what the command is
+(:func:`command_kind`: a node launcher, a script, a launcher), and what it decides where
+the variables cannot (:func:`command_decides`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
+from derive_env.errors import TopologyError
+from derive_env.sources import BY_NAME
 from derive_env.topology import Node
 
 _NONE: Mapping[str, tuple[str, ...]] = MappingProxyType({})
@@ -145,3 +150,274 @@ def layer_lines(reports: Sequence[Report], used: Sequence[Report],
             lines.append(f"shadowed: {report.source}: an inner source states its facts")
     return tuple(lines)
 
+
+# -- the command derive-env execs: a fact the composer reads beside the reports ---------------
+
+#: The command's kinds (:func:`command_kind`), for the composer's rule and --explain.
+NODE_LAUNCHER, SCRIPT, LAUNCHER, OTHER = "node launcher", "script", "launcher", "other"
+#: Commands that start one node's workers themselves, so each node runs one of them (by
+#: program name, or ``python -m`` module): torchrun, DeepSpeed's and accelerate's launchers.
+_NODE_LAUNCHERS = {"torchrun": "torchrun", "torch.distributed.run": "torchrun",
+                   "torch.distributed.launch": "torchrun", "deepspeed": "deepspeed",
+                   "deepspeed.launcher.runner": "deepspeed",
+                   "accelerate.commands.launch": "accelerate launch",
+                   # their other console scripts (DeepSpeed's bin/, accelerate's setup.py)
+                   "deepspeed.pt": "deepspeed", "ds": "deepspeed",
+                   "accelerate-launch": "accelerate launch"}
+#: Launchers of processes: derive-env belongs inside the processes they start.
+_LAUNCHERS = frozenset(("mpirun", "mpiexec", "orterun", "prterun", "mpirun_rsh", "srun",
+                        "flux", "jsrun", "aprun", "horovodrun"))
+#: Programs that run the command after their own words (:func:`_unwrapped`): each with its
+#: subcommands that do (``None``: none needed), its options that take a separate value, and
+#: how many words it reads before the command (``apptainer exec IMAGE``, ``taskset MASK``).
+_WRAPPERS: dict[str, tuple[frozenset[str] | None, frozenset[str], int]] = {
+    "env": (None, frozenset(("-u", "--unset", "-C", "--chdir")), 0),
+    "nice": (None, frozenset(("-n", "--adjustment")), 0),
+    "nohup": (None, frozenset(), 0),
+    "ionice": (None, frozenset(("-c", "-n", "-p", "-P", "-u", "--class", "--classdata")), 0),
+    "numactl": (None, frozenset(("-N", "-m", "-C", "-p", "-i", "-w", "--cpunodebind",
+                                 "--membind", "--physcpubind", "--preferred", "--interleave",
+                                 "--weighted-interleave")), 0),
+    "taskset": (None, frozenset(), 1),
+    "chrt": (None, frozenset(("-T", "-P", "-D")), 1),
+    "stdbuf": (None, frozenset(("-i", "-o", "-e")), 0),
+    "time": (None, frozenset(("-f", "-o", "--format", "--output")), 0),
+    "apptainer": (frozenset(("exec", "run")), frozenset((
+        "-B", "--bind", "--mount", "-o", "--overlay", "-H", "--home", "--env", "--env-file",
+        "--pwd", "-W", "--workdir", "-S", "--scratch", "--security", "--network",
+        "--network-args", "--hostname", "--apply-cgroups", "--app", "--fusemount", "--dns",
+        "--no-mount", "--add-caps", "--drop-caps", "--cpus", "--memory", "--pem-path")), 1),
+    "uv": (frozenset(("run",)), frozenset((
+        "--with", "-w", "--with-requirements", "--with-editable", "--python", "-p",
+        "--project", "--directory", "--package", "--extra", "--group", "--only-group",
+        "--no-group", "--env-file", "--index", "--index-url", "--extra-index-url",
+        "--default-index", "--find-links", "-f")), 0),
+    "conda": (frozenset(("run",)), frozenset(("-n", "--name", "-p", "--prefix", "--cwd")), 0),
+    "pixi": (frozenset(("run",)), frozenset(("-e", "--environment", "--manifest-path")), 0),
+    "poetry": (frozenset(("run",)), frozenset(("-C", "--directory", "-P", "--project")), 0),
+}
+for _alias, _same in (("singularity", "apptainer"), ("mamba", "conda"),
+                      ("micromamba", "conda")):
+    _WRAPPERS[_alias] = _WRAPPERS[_same]
+del _alias, _same
+#: Shells whose ``-c STRING`` runs a command line (its first command is classified).
+_SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh"))
+#: Python's options that take a value (``python -X dev -m mod``).
+_PY_VALUED = frozenset(("-X", "-W", "-Q"))
+
+
+def _python_target(argv: Sequence[str]) -> str | None:
+    """``-m MODULE`` or the script of a ``python`` argv; ``None``: ``-c`` code or nothing."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, None)
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:]
+        if arg in _PY_VALUED:
+            next(args, None)
+        elif arg == "-c" or arg.startswith("-c"):
+            return None
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _unwrapped(argv: Sequence[str], program: str) -> Sequence[str] | None:
+    """The command a wrapper ``program`` (:data:`_WRAPPERS`) runs: its words after the
+    wrapper's subcommand, options (``-o VALUE``, ``--opt=VALUE``, ``-oL``), ``NAME=VALUE``
+    words (``env``) and positional words (the image, the CPU mask); ``None``: not one."""
+    subcommands, valued, positional = _WRAPPERS[program]
+    at = 1
+    if subcommands is not None:
+        if len(argv) < 2 or argv[1] not in subcommands:
+            return None
+        at = 2
+    while at < len(argv):
+        arg = argv[at]
+        if arg == "--":
+            at += 1
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            at += 2 if arg in valued else 1
+        elif program == "env" and "=" in arg:
+            at += 1
+        elif positional:
+            positional, at = positional - 1, at + 1
+        else:
+            break
+    return argv[at:] or None
+
+
+def _shell_command(argv: Sequence[str]) -> Sequence[str] | None:
+    """The first command of a shell's ``-c STRING`` (``bash -lc 'exec torchrun ...'``),
+    without ``exec`` and ``NAME=VALUE`` words; ``None``: no ``-c``, or a string shlex
+    cannot split."""
+    for at, arg in enumerate(argv[1:-1], 1):
+        if not arg.startswith("-") or arg.startswith("--"):
+            if not arg.startswith("--"):
+                return None  # a script file: derive-env cannot tell
+            continue
+        if "c" in arg[1:]:
+            import shlex  # only for a shell's -c: not on every start
+
+            try:
+                words = shlex.split(argv[at + 1])
+            except ValueError:
+                return None
+            while words and (words[0] == "exec" or ("=" in words[0]
+                                                    and not words[0].startswith("-"))):
+                words.pop(0)
+            return words or None
+    return None
+
+
+def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
+    """What the command derive-env execs is, and its name for messages.
+
+    :param argv: the command after ``--``; ``None`` or empty: no command (the hook's path).
+    :returns: ``(kind, name)``: :data:`NODE_LAUNCHER` (``torchrun``, ``python -m
+        torch.distributed.run``, ``deepspeed``, ``accelerate launch``), :data:`SCRIPT` (a
+        ``python`` script or module: one worker), :data:`LAUNCHER` (``mpirun``, ``srun``
+        ...) or :data:`OTHER` (a shell script: derive-env cannot tell); ``None``: none.
+        A wrapper's command is classified instead (``apptainer exec IMAGE``, ``env
+        NAME=VALUE``, ``uv run``, ``conda run -n X``, ``numactl ...``, the first command of
+        ``bash -c STRING``): it starts as many of them as the wrapper is started.
+    """
+    if not argv:
+        return None
+    program = argv[0].rsplit("/", 1)[-1]
+    # A wrapper (apptainer exec IMAGE, env NAME=VALUE, numactl, bash -c ...): its command.
+    inner = (_unwrapped(argv, program) if program in _WRAPPERS else
+             _shell_command(argv) if program in _SHELLS else None)
+    if inner is not None:
+        kind = command_kind(inner)
+        # a shell line's first word that tells nothing (cd, source): the shell's name
+        return kind if kind is None or kind[0] != OTHER or program not in _SHELLS else (
+            OTHER, program)
+    base = program.split(".", 1)[0]
+    if program in _NODE_LAUNCHERS:
+        return NODE_LAUNCHER, _NODE_LAUNCHERS[program]
+    if program == "accelerate" and list(argv[1:2]) == ["launch"]:
+        return NODE_LAUNCHER, "accelerate launch"
+    if base in _LAUNCHERS:
+        return LAUNCHER, program
+    version = program[6:].replace(".", "")
+    if program.startswith("python") and (not version or version.isdigit()):
+        target = _python_target(argv)
+        if target in _NODE_LAUNCHERS:
+            return NODE_LAUNCHER, _NODE_LAUNCHERS[target]
+        return SCRIPT, f"{program} {target or '-c'}"
+    return OTHER, program
+
+
+def node_launcher_refused(owner: Report, command: str, per_node: str, many: str) -> str:
+    """The refusal of a node launcher (torchrun, deepspeed, accelerate launch) that an outer
+    launcher started more than once on a node: each would form a job of its own, and every
+    task would train alone, exit 0 (torch/distributed/run.py: its defaults are one node).
+
+    :param owner: the outer launcher's report (its line's ``per_node`` spells the fix).
+    :param command: the node launcher's name.
+    :param per_node: ``per process`` facts for a person (``2 tasks on this node``).
+    :param many: the variables that state them.
+    """
+    line = BY_NAME.get(owner.source)
+    one, per_gpu = line.per_node if line is not None else ("", "")
+    start = (f"{command} (the command) under {owner.title}, which starts {per_node} "
+             f"({many}): each {command} would start a job of its own, and every task would "
+             "train alone. ")
+    if line is None or line.per_node == ("one task per node", "one task per GPU"):
+        return (start + f"Start {command} once per node, or drop {command} and run the "
+                "training script as the launcher's process (derive-env -- python train.py)")
+    launcher = one.split(" --")[0].split(" -")[0]
+    return (start + f"Start one task per node for {command} ({one} derive-env -- {command} "
+            f"...), or drop {command} and let {launcher} start one task per GPU ({per_gpu} "
+            "derive-env -- python train.py)")
+
+
+def node_launcher_short(owner: Report, command: str, world: str, counted: str) -> str:
+    """The refusal of a node launcher started once on each of fewer nodes than the job's
+    node layer counts (``mpirun --host n1,n2`` in an allocation of 3): each would wait for
+    every node's agent in its rendezvous, and the missing ones never start (torchrun's
+    ``--nnodes`` is the node count, torch/distributed/run.py).
+
+    :param world: the processes that start it, one per node, and their variables.
+    :param counted: the node layer's count and its variables.
+    """
+    line = BY_NAME.get(owner.source)
+    one = line.per_node[0] if line is not None else "one task per node"
+    how = (f"{command} once on every node" if one == "one task per node" else
+           f"one task on every node of the job ({one} derive-env -- {command} ..., with no "
+           "host list narrower than the job)")
+    return (f"{command} (the command) under {owner.title}, which starts it on {world}, one "
+            f"per node, in a job of {counted}: each {command} would wait for every node of "
+            f"the job, and the others never start it. Start {how}, or run the job on as "
+            "many nodes as start it")
+
+
+#: The depths of the table (sources/__init__.py): up to 1 the launcher starts the workers
+#: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
+_MPI, _ALLOCATION = 1, 3
+#: What each outcome of :func:`_mode` derives, for --explain.
+_OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
+             False: "the node layer (NODE_RANK, PET_*)"}
+
+
+def command_decides(owner: Report, processes: Processes,
+                    where: tuple[tuple[int, ...], tuple[int | None, str]],
+                    kind: tuple[str, str] | None) -> tuple[bool, tuple[str, ...]]:
+    """Whether ``owner``'s processes are the job's workers (sources/compose.py, "Mode", "The
+    command"), and the --explain line of the command's part.
+
+    :param where: every node's task count (empty: unknown), and the node count (``None``:
+        unknown) with the variables that state it.
+    :param kind: :func:`~derive_env.sources.report.command_kind` of the command; ``None``: none.
+    :raises TopologyError: a node launcher (torchrun ...) that ``owner`` starts more than
+        once on a node (:func:`node_launcher_refused`), or once on fewer nodes than the
+        node layer counts (:func:`node_launcher_short`).
+    """
+    tasks, (num_nodes, counted) = where
+    line = BY_NAME.get(owner.source)
+    depth = line.depth if line is not None else _MPI + 1
+    per_node = max(tasks or (processes.local_world_size,))
+    workers = depth <= _MPI or per_node > 1  # the variables alone
+    if depth > _ALLOCATION:  # a node-level manager: its pods are the nodes
+        return workers, ()
+    src = " + ".join(owner.inputs.get("local_world_size", owner.inputs.get("processes", ())))
+    world = processes.world_size
+    # One task per node, proven: by every node's count, or by as many processes as nodes
+    # (a launcher that states only this node's count, MPI, may place more on another).
+    many = (f"{per_node} tasks on a node" if per_node > 1 else None if tasks else
+            f"{world} processes on nodes it does not count" if num_nodes is None and world > 1
+            else f"{world} processes on {num_nodes} nodes" if num_nodes is not None
+            and world > num_nodes else None)
+
+    # A node launcher's node count is the number of processes that start it, one per
+    # node: a node layer of more nodes (mpirun on a part of the allocation) never joins.
+    short = not many and num_nodes is not None and world < num_nodes
+    sized = " + ".join(owner.inputs.get("world_size", owner.inputs.get("processes", ())))
+
+    def outcome(kind: tuple[str, str]) -> bool | str:
+        if kind[0] == NODE_LAUNCHER and short:
+            return node_launcher_short(owner, kind[1], f"{world} process(es) ({sized})",
+                                       f"{num_nodes} nodes ({counted})")
+        if kind[0] == NODE_LAUNCHER:
+            return node_launcher_refused(owner, kind[1], many, src) if many else False
+        return True if kind[0] == SCRIPT else workers
+
+    def said(result: bool | str) -> str:
+        return _OUTCOMES[result] if isinstance(result, bool) else (
+            "refused (exit 3), each would wait for nodes that never start it" if short
+            else "refused (exit 3), each would start a job of its own")
+
+    if kind is None:
+        return workers, (
+            f"command: none (the hook's path): {said(workers)}; `-- torchrun ...`: "
+            f"{said(outcome((NODE_LAUNCHER, 'torchrun')))}; `-- python train.py`: "
+            f"{said(outcome((SCRIPT, 'python')))}",)
+    result = outcome(kind)
+    if isinstance(result, str):
+        raise TopologyError(result)
+    why = {OTHER: ", which derive-env cannot tell (a shell script?): the variables decide",
+           LAUNCHER: ": a launcher; run derive-env inside the processes it starts"}
+    return result, (f"command: {kind[1]} ({kind[0]}{why.get(kind[0], '')}): {said(result)}",)

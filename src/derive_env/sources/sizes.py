@@ -18,10 +18,14 @@ the host lists are the lines' own (sources/lists.py reads each form in full).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from derive_env.errors import shorten
 from derive_env.sources import SOURCES, Source, file_path, has_size, states_of
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    from derive_env.topology import FileReader
 
 #: The answer when the job's size cannot be told.
 UNKNOWN = "unknown"
@@ -37,9 +41,6 @@ UNKNOWN = "unknown"
 CONFIGURED = frozenset({"torchrun", "kubeflow-pytorchjob", "kubeflow-trainjob",
                         "kubeflow-elastic", "kubeflow-pytorchjob-classic", "tf-config",
                         "gke-tpu", "ray-train"})
-
-#: Reads the files a line names: paths -> contents (``None``: unreadable).
-Files = Callable[[Sequence[str]], Mapping[str, "str | None"]]
 
 
 def _json(text: str | None) -> object:
@@ -61,7 +62,7 @@ _FORMS: dict[str, tuple[Callable[[str], object], str]] = {
 }
 
 
-def over(line: Source, environ: Mapping[str, str], files: Files | None
+def over(line: Source, environ: Mapping[str, str], files: FileReader | None
          ) -> tuple[str, str] | tuple[str, str, str] | str | None:
     """Whether ``line`` states more than one ``unit`` by its host list or its ``size``
     (module docstring); ``files`` reads a file the ``hosts`` role names (cli/)."""
@@ -181,7 +182,7 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
     return None
 
 
-def not_opted_in(environ: Mapping[str, str], image: bool, label: str, variable: str,
+def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str],
                  files=None) -> str | None:
     """The warning of a start that did not opt in inside a larger job (:func:`larger_job`),
     or ``None``.
@@ -190,9 +191,10 @@ def not_opted_in(environ: Mapping[str, str], image: bool, label: str, variable: 
         image's label is named first; without one (bare metal, an image that ships no
         labels file) there is no image to speak of, and the job's own opt-in
         (``--frameworks``, ``DERIVE_ENV_FRAMEWORKS``) is named first.
-    :param label: the opt-in label's name; ``variable``: its ``DERIVE_ENV_<NAME>`` variable
-        (given by the edge, so that this module needs no label module).
+    :param opt_in: the opt-in label's name and its ``DERIVE_ENV_<NAME>`` variable (given
+        by the edge, so that this module needs no label module).
     """
+    label, variable = opt_in
     job = larger_job(environ, files)
     if job is None:
         return None
