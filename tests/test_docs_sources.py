@@ -1,9 +1,9 @@
 """The pages about sources follow the source table (``derive_env.sources.SOURCES``).
 
 docs/sources/README.md, section 1, has one row per line a module reads, and section 4
-names the lines without a module; the refusals quoted whole in docs/operator-guide.md
-("Another launcher") are what derive-env prints for those environments, so a manager
-that gains a source cannot stay documented as refused.
+names the lines without a module; the refusals in the errors index of
+docs/operator-guide.md ("Another launcher") are what derive-env prints for those
+environments, so a manager that gains a source cannot stay documented as refused.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_the_lines_without_a_module_are_the_refused_ones() -> None:
     assert all(f"`{name}`" in section for name in refused)
 
 
-#: Each environment and the start of the refusal the operator guide quotes whole for it.
+#: Each environment and the start of the refusal the errors index of the operator guide has.
 REFUSED = [
     ({"JOB_ID": "5", "PE": "mpi", "QRSH_PORT": "sge-n2:35867"}, "QRSH_PORT='sge-n2:35867'"),
     ({"PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.7.0"}, "PMIX_RANK='0'"),
@@ -72,17 +72,19 @@ def test_the_guide_quotes_the_refusals_derive_env_prints(
         derive(environ, LABELS)
     message = str(info.value)
     assert message.startswith(start)
-    quoted = re.findall(r"^- \*\*`(" + re.escape(start) + r"[^`]*)`\*\*", GUIDE, re.M)
-    assert quoted, start
-    # A quote is the message, or the message with its value elided ([...]).
-    if "[...]" not in quoted[0]:
-        assert quoted[0] == message
-    else:
-        assert quoted[0].partition("': expected")[2] == message.partition("': expected")[2]
+    # The errors index (section 4) has a row for it: the message's first words, "…" for
+    # any text, matching what derive-env prints.
+    name = start.partition("=")[0]
+    rows = re.findall(r"^\| `(" + re.escape(name) + r"='[^`]*)` \| 3 \|", GUIDE, re.M)
+    assert rows, start
+    patterns = ["".join(".*?" if p == "…" else re.escape(p) for p in re.split("(…)", row))
+                for row in rows]
+    assert any(re.match(pattern, message, re.S) for pattern in patterns), (rows, message)
+
 
 def test_the_guide_no_longer_refuses_managers_that_are_read() -> None:
     """Refusals the guide once quoted for managers a module now reads."""
-    section = GUIDE[GUIDE.index("#### Another launcher"):GUIDE.index("#### MPI launchers")]
+    section = GUIDE[GUIDE.index("### Another launcher"):GUIDE.index("### Slurm, schedulers")]
     for stale in ("NHOSTS='2': expected 1 or unset",
                   "a SkyPilot task states a job of more than one node, and derive-env cannot",
                   "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI) states a job of more than "

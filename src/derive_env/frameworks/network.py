@@ -5,7 +5,7 @@ binds to the address its host name resolves to, and falls back to the loopback a
 the name does not resolve to one of its own (ProcessGroupGloo::createDefaultDevice). NCCL
 reads ``NCCL_SOCKET_IFNAME`` (NCCL User Guide, "Environment Variables").
 
-Rules, in order (docs/operator-guide.md, "socket-ifname"):
+Rules, in order (docs/variables.md, "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME"):
 
 * label ``ai.backend.distributed.socket-ifname=none``: nothing is set.
 * no label, a session of more than one node, neither variable set by the user, and the
