@@ -54,8 +54,6 @@ from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from simcluster import SimulatedCluster, backendai_env, canonical_order
 
 __all__ = [

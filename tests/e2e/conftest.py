@@ -6,13 +6,9 @@ docker.io and mmdebstrap; a FAILURE under CI=true), stopped and cleaned up after
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine import Engine, require_engine
 

@@ -61,8 +61,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
 from helpers import require
 
 #: Debian's client (BuildKit built in); a newer client elsewhere on PATH may lack buildx.
@@ -325,6 +323,29 @@ class Engine:
         """stdout of ``container``, then its stderr (unless ``stderr`` is false)."""
         done = self.docker("logs", container, check=False)
         return done.stdout + (done.stderr if stderr else "")
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A container that ended: its exit status, stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+
+
+def ended(engine: Engine, containers: Mapping[str, str], timeout: float) -> dict[str, Ended]:
+    """host -> :class:`Ended` of each container (host -> id), once all ended (each waited
+    for at most ``timeout`` s)."""
+    codes = {host: engine.wait(cid, timeout) for host, cid in containers.items()}
+    logs = {host: engine.docker("logs", cid) for host, cid in containers.items()}
+    return {h: Ended(codes[h], logs[h].stdout, logs[h].stderr) for h in containers}
+
+
+def describe(results: Mapping[str, Ended]) -> str:
+    """Each container's exit status and the end of its output (for failure messages)."""
+    return "\n".join(f"--- {h}: exit {r.code}\n{r.out[-3000:]}\n{r.err[-3000:]}"
+                     for h, r in results.items())
 
 
 def _sigterm_to_interrupt(signum: int, frame: object) -> None:

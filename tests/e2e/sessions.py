@@ -31,9 +31,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
+from helpers import require
 from simcluster import (
     HostResult,
     SimulatedCluster,
@@ -42,8 +40,6 @@ from simcluster import (
     canonical_order,
     scrambled_order,
 )
-
-from helpers import require
 
 __all__ = [
     "HERE",

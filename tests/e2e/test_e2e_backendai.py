@@ -17,13 +17,10 @@ import random
 import re
 import shlex
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bai_containers import IMAGE_SCRIPT, TORCH_BATCH, ContainerSession, wait_until
 from bai_runtime import RuntimeMissing, unpacked
@@ -37,9 +34,6 @@ from bai_session import (
     torch_summary,
 )
 from engine import Engine, example_image
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
 from helpers import require
 
 pytestmark = pytest.mark.e2e

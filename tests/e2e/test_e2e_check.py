@@ -30,8 +30,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from bai_session import DEFAULT, BackendAISession, missing_tools, torch_labels
 from hpc_jobs import NODES, cluster, job_env, require_hpc, write_labels
 from sessions import require, require_frameworks, venv_bin

@@ -20,22 +20,15 @@ from __future__ import annotations
 
 import random
 import re
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bai_containers import IMAGE_SCRIPT, ContainerSession, wait_until
 from bai_runtime import RuntimeMissing, unpacked
 from bai_session import DEFAULT, torch_labels
 from engine import Engine, example_image
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
 from helpers import require
 
 pytestmark = pytest.mark.e2e

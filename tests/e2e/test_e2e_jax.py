@@ -12,12 +12,7 @@ or a missing JAX, FAILS the test instead of skipping it.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sessions import (
     EXAMPLES,

@@ -26,13 +26,9 @@ from __future__ import annotations
 import os
 import random
 import re
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sessions import require_frameworks, venv_bin
 from simcluster import NETNS_ETC, HostResult, SimulatedCluster

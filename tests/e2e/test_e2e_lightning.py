@@ -17,12 +17,8 @@ instead of skipping them.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sessions import (
     EXAMPLES,

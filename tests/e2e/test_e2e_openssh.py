@@ -21,13 +21,10 @@ import os
 import random
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bai_session import (
     DEFAULT,

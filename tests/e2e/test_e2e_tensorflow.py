@@ -10,12 +10,7 @@ cannot simulate, or a missing TensorFlow, FAILS these tests instead of skipping 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sessions import (
     EXAMPLES,
