@@ -77,8 +77,10 @@ test: lint managers
 	$(PY) -m pytest -q tests/e2e
 	$(MAKE) --no-print-directory test-pythons
 
+# tests/ on the path, as pyproject.toml gives it to pytest: the e2e harness imports
+# tests/helpers.py and tests/support (no test module edits sys.path).
 demo: $(STAMP) managers
-	$(PY) tests/e2e/demo.py
+	PYTHONPATH=tests $(PY) tests/e2e/demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -262,13 +262,24 @@ def _test_reaches(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted(p for p in TESTS.rglob("*.py")
-                                        if "e2e" not in p.relative_to(TESTS).parts),
-                         ids=lambda p: str(p.relative_to(TESTS)))
+#: Every Python file of tests/ (tests, helpers, conftests, the e2e harness and its scripts).
+TEST_FILES = sorted(TESTS.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: str(p.relative_to(TESTS)))
 def test_no_test_reaches_into_another(path: Path) -> None:
-    """Builders, strategies and loaders live in tests/support; tests/ is on the path
-    (pyproject.toml). The e2e harness, run as scripts too, keeps its own path lines."""
+    """Every file of tests/, the e2e harness and its scripts included: builders, strategies
+    and loaders live in tests/support, the e2e harness in tests/e2e's helper modules; tests/
+    and tests/e2e are on the path (pyproject.toml's pythonpath; the scripts run with
+    ``PYTHONPATH=tests``, their own folder being on the path already)."""
     assert _test_reaches(path) == []
+
+
+def test_every_file_of_tests_is_checked() -> None:
+    """The rule's files include the e2e harness, its tests and its scripts."""
+    names = {str(p.relative_to(TESTS)) for p in TEST_FILES}
+    assert {"e2e/conftest.py", "e2e/engine.py", "e2e/demo.py", "e2e/record_envs.py",
+            "e2e/test_e2e_sagemaker.py", "conftest.py", "support/recorded.py"} <= names
 
 
 def test_the_test_checker_sees_a_reach(tmp_path: Path) -> None:

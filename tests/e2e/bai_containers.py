@@ -54,15 +54,12 @@ import resource
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bai_runtime import Runtime, unpacked
 from bai_session import ContainerRecord, Layout, SessionResult

@@ -54,8 +54,6 @@ from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from simcluster import SimulatedCluster, backendai_env, canonical_order
 
 __all__ = [
@@ -507,6 +505,29 @@ def expected_torch_exports(layout: Layout, host: str, port: int,
         "PET_MASTER_ADDR": "main1", "PET_MASTER_PORT": str(port),
         "PET_NPROC_PER_NODE": str(nproc_per_node),
     }
+
+
+def assert_torch_session(result: SessionResult, port: int) -> None:
+    """The torch session of ``result`` (master port ``port``) as it must be: no
+    :func:`torch_problems` (the hook's exports, the batch status, every rank's report), node
+    ranks in canonical order, ``GLOO_SOCKET_IFNAME=eth0`` in every container."""
+    problems = torch_problems(result, port)
+    assert problems == [], torch_summary(result, port, problems) + "\n" + result.describe()
+    hosts = result.layout.hosts
+    assert {h: c.exports["NODE_RANK"] for h, c in result.containers.items()} == {
+        h: str(i) for i, h in enumerate(hosts)}, result.describe()
+    assert {h: c.exports.get("GLOO_SOCKET_IFNAME") for h, c in result.containers.items()} == (
+        dict.fromkeys(hosts, "eth0")), result.describe()
+
+
+#: on-every-node's lines after sub1's command failed while main1's and sub2's ran: main1's
+#: command got SIGTERM (143); sub2's ssh client too (ssh's own status 255).
+STOPPED_AFTER_SUB1 = [
+    "on-every-node: sub1: exit status 1; stopping the command on every other node "
+    "(SIGTERM, SIGKILL after 10s)",
+    "on-every-node: main1: exit status 143 (stopped)",
+    "on-every-node: sub2: exit status 255 (stopped)",
+]
 
 
 def torch_problems(result: SessionResult, port: int,

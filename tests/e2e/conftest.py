@@ -2,19 +2,19 @@
 
 ``engine``: the tests' own dockerd for the whole session (skipped without root or Debian's
 docker.io and mmdebstrap; a FAILURE under CI=true), stopped and cleaned up afterwards.
+``bai_image``: the example PyTorch image for the sessions on Backend.AI's own runtime
+(tests/e2e/bai_containers.py), that runtime's wheels fetched first.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from engine import Engine, require_engine
+from bai_runtime import RuntimeMissing, unpacked
+from engine import Engine, example_image, require_engine
+from helpers import require
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +27,13 @@ def engine() -> Iterator[Engine]:
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="session")
+def bai_image(engine: Engine) -> str:
+    """The example PyTorch image, and Backend.AI's runtime fetched (FAIL under CI=true)."""
+    try:
+        unpacked()
+    except RuntimeMissing as exc:
+        require(False, f"Backend.AI's runtime wheels: {exc}")
+    return example_image(engine, "pytorch")

@@ -37,8 +37,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import bai_session
 from bai_containers import TORCH_BATCH, ContainerSession
 from bai_runtime import RuntimeMissing, unpacked

@@ -61,8 +61,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
 from helpers import require
 
 #: Debian's client (BuildKit built in); a newer client elsewhere on PATH may lack buildx.
@@ -327,6 +325,29 @@ class Engine:
         return done.stdout + (done.stderr if stderr else "")
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A container that ended: its exit status, stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+
+
+def ended(engine: Engine, containers: Mapping[str, str], timeout: float) -> dict[str, Ended]:
+    """host -> :class:`Ended` of each container (host -> id), once all ended (each waited
+    for at most ``timeout`` s)."""
+    codes = {host: engine.wait(cid, timeout) for host, cid in containers.items()}
+    logs = {host: engine.docker("logs", cid) for host, cid in containers.items()}
+    return {h: Ended(codes[h], logs[h].stdout, logs[h].stderr) for h in containers}
+
+
+def describe(results: Mapping[str, Ended]) -> str:
+    """Each container's exit status and the end of its output (for failure messages)."""
+    return "\n".join(f"--- {h}: exit {r.code}\n{r.out[-3000:]}\n{r.err[-3000:]}"
+                     for h, r in results.items())
+
+
 def _sigterm_to_interrupt(signum: int, frame: object) -> None:
     """SIGTERM during a test run: unwind like Ctrl-C, so the fixtures remove everything."""
     raise KeyboardInterrupt(f"signal {signum}")
@@ -421,14 +442,27 @@ def example_image(engine: Engine, framework: str) -> str:
     if framework in _BUILT:
         return _BUILT[framework]
     tag = f"derive-env-example/{framework}"  # the name the docs and compose files use
-    args = ["build", "--network", "host", "-f", f"docker/{framework}.Dockerfile",
-            "--build-arg", f"BASE_IMAGE={base_image(engine)}", "-t", tag]
-    if framework == "pytorch":
-        torch_wheel_dir()
-        # torch from the folder; its small dependencies from PyPI (PyTorch's index is not
-        # reachable from this machine).
-        args += ["--build-arg", "TORCH_WHEELS=folder",
-                 "--build-arg", "TORCH_INDEX_URL=https://pypi.org/simple"]
-    engine.docker(*args, ".", cwd=REPO, timeout=1800)
+    dockerfile = f"docker/{framework}.Dockerfile"
+    engine.docker("build", "--network", "host", "-f", dockerfile,
+                  *offline_build_args(engine, dockerfile), "-t", tag, ".", cwd=REPO,
+                  timeout=1800)
     _BUILT[framework] = tag
     return tag
+
+
+#: The build arguments :func:`offline_build_args` sets: how a docker/ image gets its inputs
+#: on this machine (the Debian base, torch from this host's disk), not what the image is.
+OFFLINE_ARGS = frozenset({"BASE_IMAGE", "TORCH_WHEELS", "TORCH_INDEX_URL"})
+
+
+def offline_build_args(engine: Engine, dockerfile: str) -> list[str]:
+    """``--build-arg``s of this machine's build of ``dockerfile`` (from the repository
+    root): ``BASE_IMAGE`` the Debian base; for a Dockerfile taking ``TORCH_WHEELS``, torch
+    from torch-wheels/ and its small dependencies from PyPI (PyTorch's index is not
+    reachable from this machine)."""
+    args = ["--build-arg", f"BASE_IMAGE={base_image(engine)}"]
+    if "ARG TORCH_WHEELS=" in (REPO / dockerfile).read_text():
+        torch_wheel_dir()
+        args += ["--build-arg", "TORCH_WHEELS=folder",
+                 "--build-arg", "TORCH_INDEX_URL=https://pypi.org/simple"]
+    return args

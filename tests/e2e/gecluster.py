@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Self
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from simcluster import NETNS_ETC, NETNS_RUN, HostResult, SimulatedCluster, can_simulate
 

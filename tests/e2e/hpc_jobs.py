@@ -22,8 +22,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from sessions import BASE_ENV, EXAMPLES, HERE, LABEL, json_lines, require, venv_bin
 from simcluster import HostResult
 from slurmcluster import NODES, SlurmCluster, can_run_slurm, find_program, leftovers

@@ -9,8 +9,8 @@ sorted ``KEY=value`` lines, quoted when needed, read back by :func:`load_env`) p
 
 Run it as root (it needs network namespaces), from the repository root::
 
-    .venv/bin/python tests/e2e/record_envs.py            # every scenario
-    .venv/bin/python tests/e2e/record_envs.py srun-block # some of them
+    PYTHONPATH=tests .venv/bin/python tests/e2e/record_envs.py            # every scenario
+    PYTHONPATH=tests .venv/bin/python tests/e2e/record_envs.py srun-block # some of them
 
 Stable across runs: job ids (a fresh slurmctld numbers jobs from 1 and the scenarios run in
 a fixed order, one after the other), node names, addresses, task layout. The cluster's
@@ -31,10 +31,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for support
 
 from slurmcluster import NODES, SSH_PORT, SlurmCluster, SlurmError, find_program
 
@@ -312,7 +308,7 @@ README = """\
 # Environments recorded from real managers
 
 Written by `tests/e2e/record_envs.py` (do not edit by hand; re-record with
-`.venv/bin/python tests/e2e/record_envs.py` as root). Checked by
+`PYTHONPATH=tests .venv/bin/python tests/e2e/record_envs.py` as root). Checked by
 `tests/properties/test_recorded_envs.py`. One folder per scenario, one `<task>.env` per process
 (`task<SLURM_PROCID>`, `rank<MPI rank>`, `batch`, `shell`), dotenv, sorted, after a first
 line `# ran on: <node>` (the task's `uname -n`, i.e. where it really ran); only the

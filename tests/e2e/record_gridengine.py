@@ -9,7 +9,7 @@ Engine 8.1.9 from Debian, Open MPI 4.1 ``mpirun``); every process of a scenario 
 
 Run it as root (network namespaces), from the repository root::
 
-    .venv/bin/python tests/e2e/record_gridengine.py
+    PYTHONPATH=tests .venv/bin/python tests/e2e/record_gridengine.py
 
 Stable across runs: job ids (a fresh qmaster numbers jobs from 1; the scenarios run in
 order), host names. The scheduler picks the master host (the hosts' load), so the order
@@ -24,8 +24,6 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gecluster import GridEngineCluster
 from record_envs import RAN_ON, dump_env, load_env, load_fixture

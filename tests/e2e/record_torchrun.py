@@ -11,8 +11,8 @@ and its section of ``tests/fixtures/recorded/README.md``.
 
 Run it as root (``unshare -u`` needs it), from the repository root::
 
-    .venv/bin/python tests/e2e/record_torchrun.py                  # every scenario
-    .venv/bin/python tests/e2e/record_torchrun.py torchrun-static  # some of them
+    PYTHONPATH=tests .venv/bin/python tests/e2e/record_torchrun.py                  # every scenario
+    PYTHONPATH=tests .venv/bin/python tests/e2e/record_torchrun.py torchrun-static  # some of them
 
 Stable across runs: ranks, sizes, host names, MASTER_ADDR. Varying: the rendezvous port
 (random per run), MASTER_PORT under c10d (a free port torchrun picks), the run id of the
@@ -39,8 +39,6 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from record_envs import FIXTURES, write_fixtures
 
@@ -222,7 +220,7 @@ TORCHRUN_README = """\
 ## torchrun scenarios (tests/e2e/record_torchrun.py)
 
 Written by `tests/e2e/record_torchrun.py` (re-record with
-`.venv/bin/python tests/e2e/record_torchrun.py` as root). Checked by
+`PYTHONPATH=tests .venv/bin/python tests/e2e/record_torchrun.py` as root). Checked by
 `tests/sources/test_torchrun.py` and `tests/sources/test_kubeflow.py`. torch {version}'s
 `torchrun`, every agent on loopback in a UTS and mount namespace of its own (`unshare -u -m`,
 hostname `node-a` or `node-b` (or as named), `$HOSTS` naming them 127.0.1.1, 127.0.1.2,

@@ -31,9 +31,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
+from helpers import require
 from simcluster import (
     HostResult,
     SimulatedCluster,
@@ -42,8 +40,6 @@ from simcluster import (
     canonical_order,
     scrambled_order,
 )
-
-from helpers import require
 
 __all__ = [
     "HERE",
@@ -58,6 +54,7 @@ __all__ = [
     "require",
     "require_frameworks",
     "run_session",
+    "run_workers",
     "venv_bin",
 ]
 
@@ -162,6 +159,16 @@ def run_session(
         with SimulatedCluster(hosts, prefix=_unique_prefix(), **(cluster_options or {})) as cluster:
             results = cluster.run_all(per_host, timeout=timeout)
     return results, order
+
+
+def run_workers(labels: Mapping[str, str], script: str, timeout: float, *args: str,
+                extra_env: Mapping[str, str] | None = None) -> dict[str, dict[str, object]]:
+    """``python examples/training/<script> ARGS`` under derive-env in every container of one
+    :func:`run_session` (BACKENDAI_CLUSTER_HOSTS not starting with main1); host -> the
+    worker's JSON report, every container having exited 0 (:func:`reports_of`)."""
+    results, _ = run_session(labels, lambda _host: ["python", str(EXAMPLES / script), *args],
+                             timeout, extra_env=extra_env)
+    return reports_of(results)
 
 
 def describe_all(results: Mapping[str, HostResult]) -> str:

@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # typing.Self is 3.11+; tests/properties/test_recorded_envs.py: 3.10
     from typing import Self
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from simcluster import NETNS_ETC, NETNS_RUN, HostResult, SimulatedCluster, can_simulate
 

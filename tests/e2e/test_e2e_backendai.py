@@ -17,30 +17,21 @@ import random
 import re
 import shlex
 import signal
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from bai_containers import IMAGE_SCRIPT, TORCH_BATCH, ContainerSession, wait_until
-from bai_runtime import RuntimeMissing, unpacked
 from bai_session import (
     DEFAULT,
     TEMPLATE,
     TORCH_USER_ENV,
-    expected_torch_exports,
+    assert_torch_session,
     torch_labels,
     torch_problems,
     torch_summary,
 )
-from engine import Engine, example_image
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
-from helpers import require
+from engine import Engine
 
 pytestmark = pytest.mark.e2e
 
@@ -56,51 +47,33 @@ MAIN1_HINT = (
     "started the job\")")
 
 
-@pytest.fixture(scope="module")
-def image(engine: Engine) -> Iterator[str]:
-    """The example PyTorch image, and Backend.AI's runtime fetched (FAIL under CI=true)."""
-    try:
-        unpacked()
-    except RuntimeMissing as exc:
-        require(False, f"Backend.AI's runtime wheels: {exc}")
-    yield example_image(engine, "pytorch")
-
-
 def _port() -> int:
     return random.randrange(20000, 60000)
 
 
 @pytest.mark.parametrize("layout", [DEFAULT, TEMPLATE], ids=["default", "template"])
-def test_torchrun_on_every_node_all_ranks_agree(engine: Engine, image: str, layout) -> None:
+def test_torchrun_on_every_node_all_ranks_agree(engine: Engine, bai_image: str, layout) -> None:
     """default: HOSTS sub1,main1,sub2; template: main:1,worker:2 with LOCAL_RANK worker1=0,
     worker2=1, main1=2. The hook (sourced by Backend.AI's entrypoint) exports canonical node
     ranks, main1 first; the batch command fans torchrun out over dropbear; 6 ranks, 2 per
     container in canonical order, sum to 21."""
     port = _port()
-    with ContainerSession(engine, image, layout, TORCH_BATCH, torch_labels(port),
+    with ContainerSession(engine, bai_image, layout, TORCH_BATCH, torch_labels(port),
                           user_env=TORCH_USER_ENV) as session:
         result = session.run(timeout=TORCH_TIMEOUT_S)
-    problems = torch_problems(result, port)
-    assert problems == [], torch_summary(result, port, problems) + "\n" + result.describe()
-    assert {h: c.exports["NODE_RANK"] for h, c in result.containers.items()} == {
-        h: str(i) for i, h in enumerate(layout.hosts)}
-    for host in layout.hosts:
-        exports = result.containers[host].exports
-        assert {k: exports[k] for k in expected_torch_exports(layout, host, port)} == (
-            expected_torch_exports(layout, host, port))
-        assert exports["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert_torch_session(result, port)
     assert session.leftovers() == []
 
 
 def test_without_baimulti0_the_default_follows_the_route_to_main1(engine: Engine,
-                                                                    image: str) -> None:
+                                                                    bai_image: str) -> None:
     """No label socket-ifname, and no baimulti0 (the containers join a bridge network, as a
     Backend.AI session joins a project's persistent network): in Backend.AI's container the
     hook exports GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME = eth0, the interface of the route
     to main1, in every container; the job runs (6 ranks, sum 21)."""
     port = _port()
     labels = {k: v for k, v in torch_labels(port).items() if not k.endswith("socket-ifname")}
-    with ContainerSession(engine, image, DEFAULT, TORCH_BATCH, labels,
+    with ContainerSession(engine, bai_image, DEFAULT, TORCH_BATCH, labels,
                           user_env=TORCH_USER_ENV) as session:
         result = session.run(timeout=TORCH_TIMEOUT_S)
     problems = torch_problems(result, port)
@@ -111,7 +84,7 @@ def test_without_baimulti0_the_default_follows_the_route_to_main1(engine: Engine
     assert session.leftovers() == []
 
 
-def test_on_every_node_output_status_arguments(engine: Engine, image: str) -> None:
+def test_on_every_node_output_status_arguments(engine: Engine, bai_image: str) -> None:
     """Over dropbear: each node's output arrives, arguments byte for byte, in the same
     directory, with no input to read, ON_EVERY_NODE=1, the hook's NODE_RANK in the SSH
     session; --keep-going's status is the first non-zero one in canonical order."""
@@ -123,7 +96,7 @@ def test_on_every_node_output_status_arguments(engine: Engine, image: str) -> No
         "> \"$(hostname).out\"; "
         f"exit $((NODE_RANK + 3))' sh {shlex.quote(arg)}"
     )
-    with ContainerSession(engine, image, DEFAULT, batch, torch_labels(_port())) as session:
+    with ContainerSession(engine, bai_image, DEFAULT, batch, torch_labels(_port())) as session:
         result = session.run(timeout=SHORT_TIMEOUT_S)
         outs = {h: (session.container_dir(h) / "work" / "sub" / f"{h}.out").read_text()
                 for h in DEFAULT.hosts}
@@ -151,13 +124,13 @@ def test_on_every_node_output_status_arguments(engine: Engine, image: str) -> No
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
                          ids=["SIGTERM", "SIGINT"])
-def test_on_every_node_signal_stops_every_node(engine: Engine, image: str,
+def test_on_every_node_signal_stops_every_node(engine: Engine, bai_image: str,
                                                sig: signal.Signals, status: int) -> None:
     """SIGTERM / Ctrl-C to on-every-node stops the command on every node, the remote ones
     too (dropbear hangs their terminal up), and it exits 143 / 130."""
     batch = ("echo $$ > oen.pid; exec on-every-node sh -c "
              "'echo $$ > \"$(hostname).pid\"; exec sleep 600'")
-    with ContainerSession(engine, image, DEFAULT, batch, torch_labels(_port())) as session:
+    with ContainerSession(engine, bai_image, DEFAULT, batch, torch_labels(_port())) as session:
         session.start()
         work = {h: session.container_dir(h) / "work" for h in DEFAULT.hosts}
         files = [work["main1"] / "oen.pid", *(w / f"{h}.pid" for h, w in work.items())]
@@ -174,11 +147,11 @@ def test_on_every_node_signal_stops_every_node(engine: Engine, image: str,
     assert session.leftovers() == []
 
 
-def test_the_main1_hint_only_for_the_runners_batch_command(engine: Engine, image: str) -> None:
+def test_the_main1_hint_only_for_the_runners_batch_command(engine: Engine, bai_image: str) -> None:
     """``derive-env -- CMD`` as the batch command: main1 warns that only it runs CMD (the
     runner started it, _BACKEND_BATCH_MODE=1). The same BACKENDAI_* variables on plain
     Docker, where the image's ENTRYPOINT runs the command in every container: no warning."""
-    with ContainerSession(engine, image, DEFAULT, "derive-env -- sh -c 'exit 0'",
+    with ContainerSession(engine, bai_image, DEFAULT, "derive-env -- sh -c 'exit 0'",
                           torch_labels(_port())) as session:
         result = session.run(timeout=SHORT_TIMEOUT_S)
         docker_env = {k: v for k, v in session.given_env("main1").items()
@@ -187,7 +160,7 @@ def test_the_main1_hint_only_for_the_runners_batch_command(engine: Engine, image
     assert result.main.stderr.splitlines() == [MAIN1_HINT], result.describe()
 
     with engine.network(f"de-hint-{random.randrange(100000)}") as net:
-        name = engine.run(image, net, "main1", "sh", "-c", "exit 0", env=docker_env)
+        name = engine.run(bai_image, net, "main1", "sh", "-c", "exit 0", env=docker_env)
         assert engine.wait(name, timeout=SHORT_TIMEOUT_S) == 0
         logs = engine.logs(name)
     assert "derive-env: warning" not in logs, logs
@@ -208,7 +181,7 @@ def _docs_loop() -> str:
     return section[start:section.index("\n```", start)]
 
 
-def test_the_documented_ssh_loop_all_ranks_agree(engine: Engine, image: str) -> None:
+def test_the_documented_ssh_loop_all_ranks_agree(engine: Engine, bai_image: str) -> None:
     """The plain loop users may write instead of on-every-node (docs/backendai.md 4.2),
     byte for byte but for the script's path, as the batch command over dropbear: every
     node's output arrives and all 6 ranks agree (after the documented wait for SSH)."""
@@ -216,7 +189,7 @@ def test_the_documented_ssh_loop_all_ranks_agree(engine: Engine, image: str) -> 
     assert loop.count(IMAGE_SCRIPT) == 3  # the comment, this container, the others
     port = _port()
     batch = "on-every-node true && sh loop.sh"  # on-every-node true: every peer's SSH is up
-    with ContainerSession(engine, image, DEFAULT, batch, torch_labels(port),
+    with ContainerSession(engine, bai_image, DEFAULT, batch, torch_labels(port),
                           user_env=TORCH_USER_ENV) as session:
         loop_file = session.container_dir("main1") / "work" / "loop.sh"
         loop_file.write_text(loop)

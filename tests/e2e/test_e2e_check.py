@@ -21,7 +21,6 @@ sshd, slurm-wlm, munge and openmpi-bin: skipped without them, FAILS under CI=tru
 
 from __future__ import annotations
 
-import random
 import re
 import shlex
 import sys
@@ -30,12 +29,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from bai_session import DEFAULT, BackendAISession, missing_tools, torch_labels
 from hpc_jobs import NODES, cluster, job_env, require_hpc, write_labels
 from sessions import require, require_frameworks, venv_bin
 from slurmcluster import SlurmCluster
+from timed_check import check_port, elapsed, timed_check
 
 pytestmark = pytest.mark.e2e
 
@@ -43,9 +41,10 @@ pytestmark = pytest.mark.e2e
 #: interpreter's start and the shell around it (the machine may be loaded).
 BOUND_S = 15.0
 SLACK_S = 2.0
+#: The jobs' PATH: this venv's derive-env first.
+PATH = f"{venv_bin()}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 #: One node's check, timed: prints ``elapsed HOST MILLISECONDS`` after the check's output.
-TIMED_CHECK = ('s=$(date +%s%N); derive-env check; rc=$?; '
-               'echo "elapsed $(hostname) $(( ($(date +%s%N) - s) / 1000000 ))"; exit $rc')
+TIMED_CHECK = timed_check()
 #: main1's batch command: wait until every peer's SSH answers, then check on every node.
 # --keep-going: every node's own row, also after the first node's check failed (the default
 # stops the others at once: the master's verdict alone)
@@ -57,17 +56,8 @@ HOLD_PORT = ("import socket, sys, time; s = socket.socket(); "
              "time.sleep(300)")
 
 
-def _port() -> int:
-    return random.randrange(20000, 30000)
-
-
-def _elapsed(text: str) -> dict[str, float]:
-    """Each node's check in seconds, from the ``elapsed HOST MS`` lines."""
-    return {h: int(ms) / 1000 for h, ms in re.findall(r"elapsed (\S+) (\d+)", text)}
-
-
 def _within_bound(text: str, hosts: list[str]) -> dict[str, float]:
-    times = _elapsed(text)
+    times = elapsed(text)
     assert sorted(times) == sorted(hosts), text
     assert all(t < BOUND_S + SLACK_S for t in times.values()), times
     return times
@@ -91,7 +81,7 @@ def _table(port: int, rows: list[str], last: str) -> str:
 
 
 def test_healthy_session_every_check_passes() -> None:
-    port = _port()
+    port = check_port()
     out, rc, left = _session(BATCH, port)
     assert rc == 0, out
     assert _table(port, ["node  host   name         peers  port       iface",
@@ -108,7 +98,7 @@ def test_healthy_session_every_check_passes() -> None:
 
 
 def test_a_listener_already_on_the_master_port_is_named() -> None:
-    port = _port()
+    port = check_port()
     batch = (f"python -c {shlex.quote(HOLD_PORT)} {port} & sleep 1; {BATCH}")
     out, rc, left = _session(batch, port)
     assert rc == 1, out
@@ -126,7 +116,7 @@ def test_a_listener_already_on_the_master_port_is_named() -> None:
 
 
 def test_a_peer_name_that_resolves_otherwise_on_one_node_is_named() -> None:
-    port = _port()
+    port = check_port()
 
     def edit(session: BackendAISession) -> None:
         assert session.cluster is not None
@@ -155,7 +145,7 @@ def test_a_node_that_never_checks_is_named_within_the_bound() -> None:
     names sub2; sub1 gets that verdict; neither outlives the bound. (The nodes start up to a
     few seconds apart under on-every-node, whose SSH sessions start one after the other: a
     much shorter --timeout than the default leaves them no common window.)"""
-    port = _port()
+    port = check_port()
     skip_sub2 = f'[ "$(hostname)" = sub2 ] && exit 0; {TIMED_CHECK}'
     out, rc, left = _session(f"on-every-node true && on-every-node sh -c {shlex.quote(skip_sub2)}",
                              port)
@@ -168,7 +158,7 @@ def test_a_node_that_never_checks_is_named_within_the_bound() -> None:
                          "cannot connect)"],
                   "FAILED: sub2 (port)") in out
     assert "master main1: FAILED: sub2 (port)\n" in out
-    times = _elapsed(out)
+    times = elapsed(out)
     assert sorted(times) == ["main1", "sub1"], out
     assert 10.0 < times["main1"] < BOUND_S + SLACK_S, times
     assert times["sub1"] < BOUND_S + SLACK_S, times
@@ -191,7 +181,7 @@ def _srun(slurm: SlurmCluster, per_node: int, port: int) -> tuple[int, dict[str,
     """``srun -l -N3 --ntasks-per-node=N sh -c 'derive-env check, timed'``: the status, each
     task's output (by task id, srun's ``-l`` prefix removed), the whole output."""
     labels = write_labels(slurm, {"frameworks": "pytorch", "master-port": str(port)})
-    env = job_env(labels, PATH=f"{venv_bin()}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+    env = job_env(labels, PATH=PATH)
     res = slurm.run(["srun", "--time=1", "-l", "-N3", f"--ntasks-per-node={per_node}",
                      "sh", "-c", TIMED_CHECK], timeout=90, env=env)
     tasks: dict[str, str] = {}
@@ -202,7 +192,7 @@ def _srun(slurm: SlurmCluster, per_node: int, port: int) -> tuple[int, dict[str,
 
 
 def test_srun_one_task_per_node_every_check_passes(slurm: SlurmCluster) -> None:
-    port = _port()
+    port = check_port()
     rc, tasks, out = _srun(slurm, 1, port)
     assert rc == 0, out
     assert tasks["0"].startswith(
@@ -216,29 +206,33 @@ def test_srun_one_task_per_node_every_check_passes(slurm: SlurmCluster) -> None:
     print("srun, 1 task per node, seconds per node:", _within_bound(out, NODES))
 
 
+def _six_tasks_pass(port: int) -> str:
+    """Rank 0's table when 2 tasks on each of the 3 nodes pass: rank 0 listens."""
+    return (f"derive-env check: 6 tasks, master {NODES[0]}:{port}, within 15 s\n"
+            "rank  host         name         peers  port       iface\n"
+            "0     gpu-a100-09  198.18.0.10  -      listening  eth0\n"
+            "1     gpu-a100-09  198.18.0.10  -      connected  eth0\n"
+            "2     gpu-a100-10  198.18.0.11  ok     connected  eth0\n"
+            "3     gpu-a100-10  198.18.0.11  ok     connected  eth0\n"
+            "4     gpu-a100-11  198.18.0.12  ok     connected  eth0\n"
+            "5     gpu-a100-11  198.18.0.12  ok     connected  eth0\n"
+            "all checks pass on 6 tasks\n")
+
+
 def test_srun_two_tasks_per_node_rank_0_listens(slurm: SlurmCluster) -> None:
-    port = _port()
+    port = check_port()
     rc, tasks, out = _srun(slurm, 2, port)
     assert rc == 0, out
-    assert tasks["0"].startswith(
-        f"derive-env check: 6 tasks, master {NODES[0]}:{port}, within 15 s\n"
-        "rank  host         name         peers  port       iface\n"
-        "0     gpu-a100-09  198.18.0.10  -      listening  eth0\n"
-        "1     gpu-a100-09  198.18.0.10  -      connected  eth0\n"
-        "2     gpu-a100-10  198.18.0.11  ok     connected  eth0\n"
-        "3     gpu-a100-10  198.18.0.11  ok     connected  eth0\n"
-        "4     gpu-a100-11  198.18.0.12  ok     connected  eth0\n"
-        "5     gpu-a100-11  198.18.0.12  ok     connected  eth0\n"
-        "all checks pass on 6 tasks\n"), out
+    assert tasks["0"].startswith(_six_tasks_pass(port)), out
     assert "master gpu-a100-09: all checks pass on 6 tasks\n" in tasks["5"]
-    times = {task: _elapsed(text) for task, text in sorted(tasks.items())}
+    times = {task: elapsed(text) for task, text in sorted(tasks.items())}
     assert [list(t) for t in times.values()] == [[n] for n in NODES for _ in (0, 1)], out
     assert all(t < BOUND_S + SLACK_S for each in times.values() for t in each.values()), times
     print("srun, 2 tasks per node, seconds per task:", times)
 
 
 def test_srun_a_listener_already_on_the_master_port_is_named(slurm: SlurmCluster) -> None:
-    port = _port()
+    port = check_port()
     holder = slurm.sim.popen(NODES[0], [sys.executable, "-c", HOLD_PORT, str(port)], {},
                              stdout=-1)
     try:
@@ -260,7 +254,7 @@ def _srun_digests(slurm: SlurmCluster, script: str) -> dict[str, list[str]]:
     """``srun -l -N3 --ntasks-per-node=2 sh -c SCRIPT`` (SCRIPT ends in the digest): each
     task's line ``DIGEST NODE_RANK HOST``, split, by task id."""
     labels = write_labels(slurm, {"frameworks": "pytorch,tensorflow,jax"})
-    env = job_env(labels, PATH=f"{venv_bin()}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+    env = job_env(labels, PATH=PATH)
     res = slurm.run(["srun", "--time=1", "-l", "-N3", "--ntasks-per-node=2", "sh", "-c",
                      script], timeout=90, env=env)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -307,9 +301,9 @@ def mpi() -> Iterator[SlurmCluster]:
 def test_mpirun_over_ssh_rank_0_listens(mpi: SlurmCluster) -> None:
     """mpirun.openmpi -H gpu-a100-09:2,...:2 -np 6 -x MASTER_ADDR=gpu-a100-09: Open MPI states
     ranks, no host list; rank 0 listens, the 5 others connect; every task passes."""
-    port = _port()
+    port = check_port()
     labels = write_labels(mpi, {"frameworks": "pytorch", "master-port": str(port)})
-    env = job_env(labels, PATH=f"{venv_bin()}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+    env = job_env(labels, PATH=PATH)
     exported = [a for k in env for a in ("-x", k)]
     hosts = ",".join(f"{n}:2" for n in NODES)
     res = mpi.run(["mpirun.openmpi", "--allow-run-as-root", "--tag-output", "--mca",
@@ -321,17 +315,8 @@ def test_mpirun_over_ssh_rank_0_listens(mpi: SlurmCluster) -> None:
         tasks[task] = tasks.get(task, "") + text + "\n"
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
-    assert tasks["0"].startswith(
-        f"derive-env check: 6 tasks, master {NODES[0]}:{port}, within 15 s\n"
-        "rank  host         name         peers  port       iface\n"
-        "0     gpu-a100-09  198.18.0.10  -      listening  eth0\n"
-        "1     gpu-a100-09  198.18.0.10  -      connected  eth0\n"
-        "2     gpu-a100-10  198.18.0.11  ok     connected  eth0\n"
-        "3     gpu-a100-10  198.18.0.11  ok     connected  eth0\n"
-        "4     gpu-a100-11  198.18.0.12  ok     connected  eth0\n"
-        "5     gpu-a100-11  198.18.0.12  ok     connected  eth0\n"
-        "all checks pass on 6 tasks\n"), out
+    assert tasks["0"].startswith(_six_tasks_pass(port)), out
     assert "master gpu-a100-09: all checks pass on 6 tasks\n" in tasks["5"], out
-    times = {task: _elapsed(text) for task, text in sorted(tasks.items())}
+    times = {task: elapsed(text) for task, text in sorted(tasks.items())}
     assert all(t < BOUND_S + SLACK_S for each in times.values() for t in each.values()), times
     print("mpirun over SSH, 2 tasks per node, seconds per task:", times)

@@ -35,13 +35,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+import derive_env
 from hpc_jobs import NODES, cluster, job_env, reports, require_hpc
 from hpc_jobs import write_labels as labels_file
 from sessions import EXAMPLES, require
-
-import derive_env
 
 pytestmark = pytest.mark.e2e
 

@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from engine import COMPOSE, REPO, SUBNET, Engine, example_image
+from engine import COMPOSE, REPO, SUBNET, Ended, Engine, describe, ended, example_image
+from sessions import json_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -45,39 +42,6 @@ HERE = Path(__file__).resolve().parent
 JOB_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 JOB_TIMEOUT_S = 300.0
 FRAMEWORKS = ("pytorch", "tensorflow", "jax")
-
-
-def json_lines(text: str) -> list[dict[str, object]]:
-    """The JSON objects among ``text``'s lines (the workers print one line each)."""
-    found = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                found.append(json.loads(line))
-            except ValueError:
-                continue
-    return found
-
-
-@dataclass(frozen=True)
-class Ended:
-    """A container that ended: its exit status, stdout and stderr."""
-
-    code: int
-    out: str
-    err: str
-
-
-def ended(engine: Engine, containers: dict[str, str]) -> dict[str, Ended]:
-    """host -> :class:`Ended` of each container (host -> id), once all ended."""
-    codes = {host: engine.wait(cid, JOB_TIMEOUT_S) for host, cid in containers.items()}
-    logs = {host: engine.docker("logs", cid) for host, cid in containers.items()}
-    return {h: Ended(codes[h], logs[h].stdout, logs[h].stderr) for h in containers}
-
-
-def describe(results: dict[str, Ended]) -> str:
-    return "\n".join(f"--- {h}: exit {r.code}\n{r.out[-3000:]}\n{r.err[-3000:]}"
-                     for h, r in results.items())
 
 
 def all_succeeded(results: dict[str, Ended]) -> None:
@@ -92,7 +56,7 @@ def run_job(engine: Engine, image: str, name: str, *command: str,
     with engine.network(name) as net:
         return ended(engine, {host: engine.run(image, net, host, *command, env=JOB_ENV, options=(
             "--env-file", str(REPO / "docker" / "env" / f"{host}.env"), *options))
-            for host in HOSTS})
+            for host in HOSTS}, JOB_TIMEOUT_S)
 
 
 #: The only change the tests make to the compose files: the network internal, in 198.19/24.
@@ -117,7 +81,8 @@ def compose_job(engine: Engine, compose_file: str, framework: str,
     try:
         up = run("up", "--detach", "--no-build")
         assert up.returncode == 0, up.stderr
-        return ended(engine, {h: run("ps", "-q", h).stdout.strip() for h in HOSTS})
+        return ended(engine, {h: run("ps", "-q", h).stdout.strip() for h in HOSTS},
+                     JOB_TIMEOUT_S)
     finally:
         run("down", "--volumes", "--timeout", "5")
 

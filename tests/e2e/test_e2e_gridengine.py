@@ -30,11 +30,8 @@ import os
 import random
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gecluster import (
     GridEngineCluster,

@@ -12,22 +12,9 @@ or a missing JAX, FAILS the test instead of skipping it.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from sessions import (
-    EXAMPLES,
-    HOSTS,
-    LABEL,
-    random_ports,
-    reports_of,
-    require_frameworks,
-    run_session,
-)
+from sessions import HOSTS, LABEL, random_ports, require_frameworks, run_workers
 
 pytestmark = pytest.mark.e2e
 
@@ -42,14 +29,8 @@ def test_jax_distributed_processes_agree_and_collectives() -> None:
     over a global array gives 1 + 4 + 9 = 14 on every process."""
     require_frameworks("jax")
     (port,) = random_ports(1)
-    results, order = run_session(
-        {LABEL + "frameworks": "jax", LABEL + "jax-port": str(port)},
-        lambda _host: ["python", str(EXAMPLES / "jax_worker.py")],
-        SESSION_TIMEOUT_S,
-        extra_env=WORKER_ENV,
-    )
-    assert order[0] != "main1"
-    reports = reports_of(results)
+    reports = run_workers({LABEL + "frameworks": "jax", LABEL + "jax-port": str(port)},
+                          "jax_worker.py", SESSION_TIMEOUT_S, extra_env=WORKER_ENV)
     for index, host in enumerate(HOSTS):
         r = reports[host]
         detail = f"{host}: {r}"

@@ -25,17 +25,13 @@ from __future__ import annotations
 
 import os
 import random
-import re
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from sessions import require_frameworks, venv_bin
 from simcluster import NETNS_ETC, HostResult, SimulatedCluster
+from timed_check import check_port, elapsed, timed_check
 
 pytestmark = pytest.mark.e2e
 
@@ -44,8 +40,7 @@ BOUND_S = 30.0
 SLACK_S = 3.0
 #: One pod's init container, timed: ``elapsed HOST MS`` after the check's output. ``$1``:
 #: seconds to wait before the check (the pod starts later).
-TIMED_CHECK = ('sleep "$1"; s=$(date +%s%N); derive-env check --timeout 30; rc=$?; '
-               'echo "elapsed $(hostname) $(( ($(date +%s%N) - s) / 1000000 ))"; exit $rc')
+TIMED_CHECK = timed_check("--timeout 30", before='sleep "$1"; ')
 #: The pods' names: the kubelet's /etc/hosts line gives the subdomain's whole domain.
 FQDN = "train.default.svc.cluster.local"
 #: What the kubelet puts in every container.
@@ -54,10 +49,6 @@ KUBE = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"
 
 def _prefix() -> str:
     return f"dek8s{os.getpid() % 10000}x{random.randrange(100)}"
-
-
-def _port() -> int:
-    return random.randrange(20000, 30000)
 
 
 def _dns(cluster: SimulatedCluster, names: Mapping[str, str], subdomain: str | None,
@@ -89,9 +80,10 @@ def _run(cluster: SimulatedCluster, envs: Mapping[str, dict[str, str]],
 
 
 def _elapsed(result: HostResult) -> float:
-    found = re.findall(r"elapsed \S+ (\d+)", result.stdout)
-    assert len(found) == 1, result.describe()
-    return int(found[0]) / 1000
+    """The seconds of the one check in ``result``'s output."""
+    times = elapsed(result.stdout)
+    assert len(times) == 1, result.describe()
+    return next(iter(times.values()))
 
 
 def _pytorchjob(port: int) -> dict[str, dict[str, str]]:
@@ -117,7 +109,7 @@ def _indexed_job(port: int) -> dict[str, dict[str, str]]:
 
 def test_pytorchjob_every_pod_checks_before_its_trainer() -> None:
     require_frameworks()
-    port = _port()
+    port = check_port()
     envs = _pytorchjob(port)
     with SimulatedCluster(list(envs), prefix=_prefix()) as cluster:
         _dns(cluster, {h: h for h in envs}, None)
@@ -147,7 +139,7 @@ def test_pytorchjob_every_pod_checks_before_its_trainer() -> None:
 
 def test_indexed_job_every_pod_checks_in_its_init_container() -> None:
     require_frameworks()
-    port = _port()
+    port = check_port()
     envs = _indexed_job(port)
     with SimulatedCluster(list(envs), prefix=_prefix()) as cluster:
         _dns(cluster, {h: f"{h}.{FQDN}" for h in envs}, "train")
@@ -174,7 +166,7 @@ def test_a_pod_that_never_starts_is_named_by_the_master_within_the_bound() -> No
     """train-2 never starts (and so its name never resolves): the master's init container
     fails before its bound, naming node 2; train-1's fails with the master's verdict."""
     require_frameworks()
-    port = _port()
+    port = check_port()
     envs = _indexed_job(port)
     with SimulatedCluster(list(envs), prefix=_prefix()) as cluster:
         _dns(cluster, {h: f"{h}.{FQDN}" for h in envs}, "train", missing="train-2")
@@ -210,7 +202,7 @@ def test_jobset_with_one_downward_entry_checks_in_its_init_containers() -> None:
     leader/0/0. The Job controller's JOB_COMPLETION_INDEX and hostname, the manifest's
     JOBSET_NAME, JOBSET_COORDINATOR (downward API) and DERIVE_ENV_REPLICATED_JOBS only."""
     require_frameworks()
-    port = _port()
+    port = check_port()
     fqdn = "pt.default.svc.cluster.local"
     pods = {"pt-workers-0-0": "0", "pt-workers-0-1": "1", "pt-leader-0-0": "0"}
     envs = {host: {"JOB_COMPLETION_INDEX": index, "HOSTNAME": host, "JOBSET_NAME": "pt",

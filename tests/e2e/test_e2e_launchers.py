@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from sessions import require, venv_bin
 
 pytestmark = pytest.mark.e2e

@@ -17,22 +17,17 @@ instead of skipping them.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from sessions import (
-    EXAMPLES,
     HOSTS,
     LABEL,
     describe_all,
     random_ports,
-    reports_of,
     require_frameworks,
     run_session,
+    run_workers,
 )
 
 pytestmark = pytest.mark.e2e
@@ -54,14 +49,9 @@ def test_lightning_fabric_reads_derived_environment_and_all_reduces() -> None:
     SUM of 1 + 2 + 3 = 6 and all_gather of node ranks [0, 1, 2] on every container."""
     require_frameworks("lightning", "torch")
     (port,) = random_ports(1)
-    results, order = run_session(
-        {LABEL + "frameworks": "pytorch", LABEL + "master-port": str(port)},
-        lambda _host: ["python", str(EXAMPLES / "lightning_worker.py"), str(len(HOSTS))],
-        FABRIC_TIMEOUT_S,
-        extra_env={"E2E_PG_TIMEOUT_S": "60"},
-    )
-    assert order[0] != "main1"
-    reports = reports_of(results)
+    reports = run_workers({LABEL + "frameworks": "pytorch", LABEL + "master-port": str(port)},
+                          "lightning_worker.py", FABRIC_TIMEOUT_S, str(len(HOSTS)),
+                          extra_env={"E2E_PG_TIMEOUT_S": "60"})
     for node_rank, host in enumerate(HOSTS):
         r = reports[host]
         detail = f"{host}: {r}"

@@ -26,13 +26,10 @@ skipped without them, FAILS under CI=true.
 from __future__ import annotations
 
 import random
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hpc_jobs import EXAMPLES, NODES, cluster, job_env, launch, reports, require_hpc, sbatch
 from hpc_jobs import write_labels as labels_file

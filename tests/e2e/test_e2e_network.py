@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+from helpers import wait_for_handler
 from sessions import (
     EXAMPLES,
     LABEL,
@@ -39,8 +38,6 @@ from sessions import (
     venv_bin,
 )
 from simcluster import SimulatedCluster, backendai_env, can_simulate, scrambled_order
-
-from helpers import wait_for_handler
 
 pytestmark = pytest.mark.e2e
 

@@ -30,10 +30,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from engine import Engine, example_image
-from test_e2e_docker import Ended, describe, json_lines
+from engine import Ended, Engine, describe, ended, example_image
+from sessions import json_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -96,9 +94,7 @@ def run_sagemaker_job(engine: Engine, image: str, name: str, tmp_path: Path,
         ids = {host: engine.run(image, net, host, "train", env=sagemaker_env(host), options=(
             "-v", f"{config_dir(tmp_path, host, hyperparameters or {})}:/opt/ml/input/config:ro",
             *options)) for host in HOSTS}
-        codes = {host: engine.wait(cid, TIMEOUT_S) for host, cid in ids.items()}
-        logs = {host: engine.docker("logs", cid) for host, cid in ids.items()}
-    return {h: Ended(codes[h], logs[h].stdout, logs[h].stderr) for h in HOSTS}
+        return ended(engine, ids, TIMEOUT_S)
 
 
 def byoc_image(engine: Engine, tmp_path: Path) -> str:

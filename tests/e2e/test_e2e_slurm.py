@@ -26,14 +26,11 @@ them, FAILS under CI=true.
 from __future__ import annotations
 
 import random
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+from derive_env.ports import job_ports
 from hpc_jobs import (
     EXAMPLES,
     NODES,
@@ -49,8 +46,6 @@ from hpc_jobs import (
 from hpc_jobs import write_labels as labels_file
 from simcluster import HostResult
 from slurmcluster import SlurmCluster
-
-from derive_env.ports import job_ports
 
 pytestmark = pytest.mark.e2e
 

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
+from helpers import require
 from record_envs import FIXTURES, SCENARIOS, load_fixture, record_all, stable
 from slurmcluster import (
     NODELIST,
@@ -29,8 +27,6 @@ from slurmcluster import (
     find_program,
     leftovers,
 )
-
-from helpers import require
 
 pytestmark = pytest.mark.e2e
 

@@ -10,22 +10,9 @@ cannot simulate, or a missing TensorFlow, FAILS these tests instead of skipping 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from sessions import (
-    EXAMPLES,
-    HOSTS,
-    LABEL,
-    random_ports,
-    reports_of,
-    require_frameworks,
-    run_session,
-)
+from sessions import HOSTS, LABEL, random_ports, require_frameworks, run_workers
 
 pytestmark = pytest.mark.e2e
 
@@ -36,15 +23,9 @@ SESSION_TIMEOUT_S = 130.0
 WORKER_ENV = {"E2E_TF_TIMEOUT_S": "60"}
 
 
-def _run(labels: dict[str, str]) -> tuple[dict[str, dict[str, object]], list[str]]:
-    """Run tf_worker.py under derive-env in every container; host -> report, HOSTS order."""
-    results, order = run_session(
-        labels,
-        lambda _host: ["python", str(EXAMPLES / "tf_worker.py")],
-        SESSION_TIMEOUT_S,
-        extra_env=WORKER_ENV,
-    )
-    return reports_of(results), order
+def _run(labels: dict[str, str]) -> dict[str, dict[str, object]]:
+    """Run tf_worker.py under derive-env in every container; host -> report."""
+    return run_workers(labels, "tf_worker.py", SESSION_TIMEOUT_S, extra_env=WORKER_ENV)
 
 
 def test_tensorflow_all_workers_allreduce() -> None:
@@ -53,10 +34,9 @@ def test_tensorflow_all_workers_allreduce() -> None:
     worker 0 (main1) is the implicit chief."""
     require_frameworks("tensorflow")
     (port,) = random_ports(1)
-    reports, order = _run(
+    reports = _run(
         {LABEL + "frameworks": "tensorflow", LABEL + "tensorflow-port": str(port)}
     )
-    assert order[0] != "main1"
     workers = [f"{h}:{port}" for h in HOSTS]
     for index, host in enumerate(HOSTS):
         r = reports[host]
@@ -82,14 +62,13 @@ def test_tensorflow_chief_and_workers_allreduce() -> None:
     100 + 1 + 2 on every task; only main1 is chief."""
     require_frameworks("tensorflow")
     (port,) = random_ports(1)
-    reports, order = _run(
+    reports = _run(
         {
             LABEL + "frameworks": "tensorflow",
             LABEL + "tensorflow-port": str(port),
             LABEL + "tensorflow-roles": "main:chief,sub:worker",
         }
     )
-    assert order[0] != "main1"
     cluster = {"chief": [f"main1:{port}"], "worker": [f"sub1:{port}", f"sub2:{port}"]}
     expected_task = {"main1": ("chief", 0), "sub1": ("worker", 0), "sub2": ("worker", 1)}
     for host, (task_type, index) in expected_task.items():

@@ -9,12 +9,7 @@ production. Under CI=true a machine that cannot run it FAILS the test.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import demo
 from sessions import require_frameworks, venv_bin

@@ -12,15 +12,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
-
-from record_envs import FIXTURES, load_fixture
-from record_torchrun import SCENARIOS, record, stable
-
 from derive_env.sources import BY_NAME
 from derive_env.sources.managers.torchrun import read
 from helpers import require
+from record_envs import FIXTURES, load_fixture
+from record_torchrun import SCENARIOS, record, stable
 
 pytestmark = pytest.mark.e2e
 

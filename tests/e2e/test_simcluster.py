@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 
 # Why: import the harness by path so this works whatever pytest import mode / package layout.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import simcluster
 from simcluster import SimulatedCluster, backendai_env, can_simulate
 
