@@ -1,5 +1,5 @@
 """The composer: the reports of every seen source -> one :class:`ClusterTopology`. Rules
-(docs/architecture.md, "Sources compose"):
+(docs/sources/README.md, "How the sources compose"):
 
 * Every seen source is read (:func:`seen_sources`); each reports only what it saw.
 * Process layer: from the innermost source that launched processes (torchrun > an MPI

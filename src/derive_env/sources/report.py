@@ -1,12 +1,12 @@
 """What one source saw: :class:`Report`, the unit the composer composes (sources/compose.py).
 
-A source module never decides for another source (architecture.md, "Sources compose"): it
-reads only its own variables, checks them against each other, and reports each fact with
-the variables it came from. Every fact is optional: an MPI launcher knows ranks and no
-host list, a Slurm batch script knows the allocation's hosts and no process of its own.
-:func:`layer_lines` says, for ``--explain``, how the composer used the reports. Beside the
-reports the composer reads one fact of the exec path: what the command is
-(:func:`command_kind`: a node launcher, a script, a launcher), and what it decides where
+A source module never decides for another source (docs/sources/README.md, "How the
+sources compose"): it reads only its own variables, checks them against each other, and
+reports each fact with the variables it came from. Every fact is optional: an MPI launcher
+knows ranks and no host list, a Slurm batch script knows the allocation's hosts and no
+process of its own. :func:`layer_lines` says, for ``--explain``, how the composer used the
+reports. Beside the reports the composer reads one fact of the exec path: what the command
+is (:func:`command_kind`: a node launcher, a script, a launcher), and what it decides where
 the variables cannot (:func:`command_decides`).
 """
 
