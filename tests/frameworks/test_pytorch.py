@@ -114,12 +114,15 @@ def test_nproc_per_node(backendai_env, opt_in, labels, extra, nproc) -> None:
     assert pytorch_vars(env, {**opt_in, **labels}).get("PET_NPROC_PER_NODE") == nproc
 
 
-def test_nproc_absent_is_explained(backendai_env, opt_in) -> None:
-    derivation = derive(backendai_env(["main1", "sub1"], "main1"), opt_in)
+@pytest.mark.parametrize(("extra", "gpus"), [
+    ({}, "GPU_COUNT unset"), ({"GPU_COUNT": "0"}, "GPU_COUNT is 0")])
+def test_nproc_absent_is_explained(backendai_env, opt_in, extra, gpus) -> None:
+    derivation = derive({**backendai_env(["main1", "sub1"], "main1"), **extra}, opt_in)
     assert derivation is not None
     assert (
-        "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
-        "(torchrun then starts 1 process unless told --nproc-per-node)"
+        "PET_NPROC_PER_NODE not set, so torchrun starts 1 process per node: no nproc-per-node "
+        f"label and no GPU count ({gpus}); to change: DERIVE_ENV_NPROC_PER_NODE=N (or --label "
+        "ai.backend.distributed.nproc-per-node=N), or torchrun --nproc-per-node=N"
     ) in derivation.notes
 
 

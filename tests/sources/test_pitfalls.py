@@ -72,8 +72,10 @@ from support.k8s import indexed_job_pod as indexed_pod
 from support.kubeflow import pytorchjob_pod
 
 PYTORCH = {PREFIX + "frameworks": "pytorch"}
-NO_GPU_COUNT = ("PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
-                "(torchrun then starts 1 process unless told --nproc-per-node)")
+NO_GPU_COUNT = ("PET_NPROC_PER_NODE not set, so torchrun starts 1 process per node: no "
+                "nproc-per-node label and no GPU count ({} states none); to change: "
+                "DERIVE_ENV_NPROC_PER_NODE=N (or --label ai.backend.distributed.nproc-per-node=N), "
+                "or torchrun --nproc-per-node=N")
 
 
 def derived(env: dict[str, str], labels: dict[str, str] = PYTORCH,
@@ -242,7 +244,9 @@ def test_8_no_gpu_count_is_never_nproc_0(kind: str) -> None:
         env = {"TF_CONFIG": tfjob("m", {"chief": 1, "worker": 1}, "worker", 0),
                "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
     variables, notes = derived(env, files=files)
-    assert ("PET_NPROC_PER_NODE" not in variables, NO_GPU_COUNT in notes) == (True, True)
+    source = {"indexed-job": "kubernetes-indexed-job", "tfjob": "tf-config"}.get(kind, kind)
+    assert ("PET_NPROC_PER_NODE" not in variables,
+            NO_GPU_COUNT.format(source) in notes) == (True, True), notes
     labelled, _ = derived(env, {**PYTORCH, PREFIX + "nproc-per-node": "4"}, files)
     assert labelled["PET_NPROC_PER_NODE"] == "4"
 

@@ -68,8 +68,9 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
     """
     environ: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
-    if explain and command:
-        say("note", "--explain is a dry run: the command was not run")
+    if command and (dry_run or explain):  # what the command would get, printed, not run
+        say("note", "--explain is a dry run: the command was not run" if explain else
+                    "--dry-run prints the variables the command would get: it was not run")
         dry_run = True
     try:
         environ = read_environment(env_file)
@@ -79,20 +80,18 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
         opted_in = is_opted_in(labels)
         if not opted_in:
             _check_not_opted_in(labels)
-        if dry_run and not explain and _is_host_format(fmt):
-            from derive_env.cli.formats import host_list
+        if dry_run and not explain and (_is_host_format(fmt) or _is_digest_format(fmt)):
+            from derive_env.cli import formats
 
-            return _write(host_list(_inputs(environ, labels, source, env_file), fmt))
-        if dry_run and not explain and _is_digest_format(fmt):
-            from derive_env.cli.formats import digest
-
-            return _write(digest(_inputs(environ, labels, source, env_file), fmt))
+            inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
+            return _write((formats.host_list if _is_host_format(fmt) else formats.digest)(
+                inputs, fmt))
         if not opted_in:
             _note_larger_job(environ, getattr(labels, "image", True))
             return _print(None, fmt, explain, getattr(labels, "image", True)) if dry_run \
                 else _exec(command, environ, None)
         inputs = _inputs(environ, labels, source, env_file)._replace(command=tuple(command))
-        derivation = _derive(inputs, command, dry_run, explain)
+        derivation = _derive(inputs, command, dry_run, explain, label_items)
         if derivation is None and dry_run and explain:  # on-error=warn, already reported
             return _write("nothing derived: on-error=warn (see the warning above)\n")
         if dry_run and explain and all_nodes:
@@ -108,7 +107,8 @@ def run(command: Sequence[str], *, dry_run: bool = False, fmt: str = "env",
 
             # this machine's files, also for an --env-file (as the picture has always read)
             _write(picture(_inputs(environ, labels, source, None), None))
-        say("error", str(exc))
+        from derive_env.render.fixes import fixed  # the opt-in in the message's fixes
+        say("error", fixed(str(exc), labels, label_items))
         if command and not dry_run:
             say("note", f"the command was not run (exit {exc.exit_code})")
         return exc.exit_code
@@ -353,7 +353,8 @@ def _inputs(environ: Mapping[str, str], labels: Mapping[str, str], source: str |
                   new_run_id())
 
 
-def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool):
+def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool,
+            label_items: Sequence[str] = ()):
     """This container's derivation, its warnings said (not for ``--explain``, which prints
     them), the exec's limits checked; ``None`` after an error with ``on-error=warn``."""
     from derive_env.errors import EnvironmentTooLarge
@@ -372,7 +373,8 @@ def _derive(inputs, command: Sequence[str], dry_run: bool, explain: bool):
             check_limits(command, environ, arg_max)
         if on_error_of(labels) != "warn":
             raise
-        say("warning", without_waiver(str(exc)))
+        from derive_env.render.fixes import fixed  # the opt-in in the message's fixes
+        say("warning", fixed(without_waiver(str(exc)), labels, label_items))
         say("warning", "on-error=warn: " + (
             "nothing derived" if dry_run else "running the command with the environment unchanged"
         ))

@@ -114,12 +114,14 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
     from derive_env.labels import PREFIX
     from derive_env.pipeline import derive_from
     from derive_env.preflight import check_iface, check_name, check_peers, own_addresses, plan_of
+    from derive_env.render.fixes import FILE, opt_in_of, with_opt_in
     from derive_env.topology import Inputs
 
-    timeout = bound.timeout
+    timeout, opted = bound.timeout, (FILE, "")
     try:
         environ = read_environment(None)
         labels = load_labels(environ, labels_files, label_items)
+        opted = opt_in_of(labels, label_items)  # before pytorch is added below: for the fixes
         wanted = labels.get(PREFIX + "frameworks", "")
         if "pytorch" not in wanted.replace(" ", "").split(","):
             labels[PREFIX + "frameworks"] = ",".join(filter(None, [wanted, "pytorch"]))
@@ -131,7 +133,7 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
         derivation = derive_from(Inputs(environ, labels, read_files, facts, source))
         assert derivation is not None  # opted in above
     except DeriveEnvError as exc:
-        say("error", str(exc))
+        say("error", with_opt_in(str(exc), *opted))
         return exc.exit_code
     job = {**environ, **derivation.changes()}
     plan = plan_of(derivation.topology, job, facts.hostname)

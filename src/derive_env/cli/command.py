@@ -27,10 +27,67 @@ Docs, and troubleshooting by message (operator-guide.md):
 https://github.com/derive-env/derive-env/tree/main/docs"""
 
 
+#: ``ctx.meta`` key of the words before the one being completed (:class:`_Command`).
+_WORDS = "derive_env.words"
+
+
+class _Command(click.Command):
+    """click's command, keeping the words it parses: the completion of the first word
+    (``check``) must know that none came before it, not even ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_WORDS] = tuple(args)
+        return super().parse_args(ctx, args)
+
+
+def _complete_source(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """``--source``: auto, none and every source name (the source table's)."""
+    from derive_env.sources import AUTO, NONE, SOURCE_NAMES
+
+    return [name for name in (AUTO, NONE, *SOURCE_NAMES) if name.startswith(incomplete)]
+
+
+def _complete_frameworks(ctx: click.Context, param: click.Parameter,
+                         incomplete: str) -> list[str]:
+    """``--frameworks LIST``: the next framework name after the ones typed (``pytorch,j``)."""
+    from derive_env.frameworks import FRAMEWORKS
+
+    typed, comma, last = incomplete.rpartition(",")
+    return [typed + comma + f.name for f in FRAMEWORKS if not f.always
+            and f.name.startswith(last) and f.name not in typed.split(",")]
+
+
+def _complete_path(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """A ``PATH`` value: the shell's own file completion."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
+def _complete_command(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """The first word: the ``check`` subcommand (:mod:`derive_env.__main__` reads it only
+    there) or ``--``; any later word, or after options: a file (the command and its
+    arguments)."""
+    from click.shell_completion import CompletionItem
+
+    if not ctx.meta.get(_WORDS):
+        first = [word for word in ("check", "--") if word.startswith(incomplete)]
+        if first:
+            return first
+    return [CompletionItem(incomplete, type="file")]
+
+
+#: Each option's completion beyond click's own (a ``--format`` choice, a flag's name).
+_COMPLETIONS = {"source": _complete_source, "frameworks": _complete_frameworks,
+                "labels_files": _complete_path, "env_files": _complete_path}
+
+
 def _table_options(function):
     """Give ``function`` the click option of each line of the table, in table order."""
     for option in reversed(OPTIONS):  # decorators apply bottom-up
         attributes: dict[str, object] = {"help": help_of(option)}
+        if option.keyword in _COMPLETIONS:
+            attributes["shell_complete"] = _COMPLETIONS[option.keyword]
         if option.kind == FLAG:
             attributes["is_flag"] = True
         elif option.kind == REPEATABLE:
@@ -46,6 +103,7 @@ def _table_options(function):
 
 
 @click.command(
+    cls=_Command,
     context_settings={
         "help_option_names": ["-h", "--help"],
         "allow_interspersed_args": False,
@@ -55,7 +113,8 @@ def _table_options(function):
 )
 @_table_options
 @click.version_option(__version__, prog_name="derive-env")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...",
+                shell_complete=_complete_command)
 def cli(**values: Any) -> None:
     """Derive distributed-training variables from the cluster manager's, then exec COMMAND.
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from derive_env.errors import shorten
 from derive_env.render import FORMATS
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
@@ -60,7 +59,8 @@ class Option:
 
 #: Every option, in ``--help`` order. click adds ``--version`` and ``-h``/``--help``.
 OPTIONS = (
-    Option("--dry-run", "dry_run", FLAG, "Print the derived variables; run nothing."),
+    Option("--dry-run", "dry_run", FLAG,
+           "Print the derived variables (those a command after -- would get); run nothing."),
     Option(
         "--format", "fmt", VALUE, choices=FORMATS,
         help="Dry-run output: KEY=VALUE lines (env, default), one JSON object, a TOML table, "
@@ -142,12 +142,9 @@ def check(values: Mapping[str, Any]) -> str | None:
             return "no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run."
     elif values["explain"] and values["fmt"] is not None:
         return "--explain prints for a person; drop --format."
-    elif values["command"] and not values["explain"]:
-        # docs/behaviour.md section 2: the first non-option word is the command; --explain explains
-        # it and runs nothing (a note says so), a bare --dry-run cannot have meant one
-        shown = " ".join(values["command"][:3]) + (" ..." if len(values["command"]) > 3 else "")
-        return (f"--dry-run prints the variables and runs no command, but a command was "
-                f"given ({shorten(shown, 80)!r}): drop --dry-run to run it, or drop the command.")
+    # docs/behaviour.md section 2: the first non-option word is the command; a dry run with
+    # one (--dry-run or --explain) prints what that command would get and runs nothing (a
+    # note says so): torchrun and python train.py can get different variables.
     if len(env_files) > 1:
         return "--env-file given more than once: one environment at a time."
     if "-" in env_files and "-" in values["labels_files"]:

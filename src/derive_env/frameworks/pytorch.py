@@ -100,10 +100,7 @@ def derive(ctx: Context) -> Contribution:
             f"{topo.inputs_of('gpus')}: GPU count of this node", scope=SHARED,
             node_decided=True))
     elif not ctx.environ.get("PET_NPROC_PER_NODE"):
-        out.notes.append(
-            "PET_NPROC_PER_NODE not set: no nproc-per-node label and no GPU count > 0 "
-            "(torchrun then starts 1 process unless told --nproc-per-node)"
-        )
+        out.notes.append(_no_nproc_note(topo))
     if "PET_RDZV_ENDPOINT" in topo.preset:
         # The manager configured torchrun's own rendezvous (an elastic Kubeflow PyTorchJob):
         # its PET_* are torchrun's authority; none is added beside them.
@@ -196,6 +193,28 @@ def _alias(field: str) -> str:
 #: The words torchrun's --nproc-per-node takes besides a number (torch/distributed/run.py,
 #: determine_local_world_size); a custom device backend's name (privateuse1) too.
 _NPROC_WORDS = ("cpu", "gpu", "xpu", "auto")
+
+
+#: The variable each source reads for this node's GPU count (its module's), named unset.
+_GPU_VARIABLES = {"slurm-step": "SLURM_GPUS_ON_NODE", "slurm-allocation": "SLURM_GPUS_ON_NODE",
+                  "backendai": "GPU_COUNT", "sagemaker": "SM_NUM_GPUS",
+                  "skypilot": "SKYPILOT_NUM_GPUS_PER_NODE", "dstack": "DSTACK_GPUS_PER_NODE",
+                  "determined": "DET_SLOT_IDS"}
+
+
+def _no_nproc_note(topo: ClusterTopology) -> str:
+    """Where torchrun's 1 process per node comes from when nothing states a count, and how
+    to change it (torchrun's ``--nproc-per-node`` defaults to 1: torch/distributed/run.py)."""
+    stated = topo.inputs_of("gpus")
+    variable = stated if stated != "(none)" else _GPU_VARIABLES.get(topo.source)
+    if variable is None:
+        gpus = f"{topo.source} states none"
+    else:
+        gpus = f"{variable} is 0" if topo.gpus_per_node == 0 else f"{variable} unset"
+    return ("PET_NPROC_PER_NODE not set, so torchrun starts 1 process per node: no "
+            f"nproc-per-node label and no GPU count ({gpus}); to change: "
+            f"DERIVE_ENV_NPROC_PER_NODE=N (or --label {_alias('nproc_per_node')}=N), or "
+            "torchrun --nproc-per-node=N")
 
 
 def _user_nproc_problems(value: str) -> list[str]:

@@ -2,9 +2,10 @@
 
 The topology first (source, session, nodes, processes, the source's notes, every layer
 seen), then the frameworks, then each variable with its value and where it came from, then
-the job digest and its facts (:func:`derive_env.digest.explain_lines`), then the notes and
-warnings. Only derived variables are printed (the input environment can hold
-access keys), and every value with control characters escaped.
+the job digest of a job of several nodes (:func:`derive_env.digest.explain_lines`: one
+line; ``--format digest-facts`` lists its facts), then the notes and warnings. Only
+derived variables are printed (the input environment can hold access keys), and every value
+with control characters escaped.
 
 Imported only for ``--explain``.
 """
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["explain"]
 #: What Backend.AI calls its job (the one place outside sources/backendai*.py that says so).
 BACKENDAI_WORD = "session"
+#: The layer lines naming the source of each layer (sources/report.py ``layer_lines``).
+_NODE_LAYER, _PROCESS_LAYER = "node layer: node count and rank from ", "process layer: "
 #: --explain lists at most this many nodes (the first ones, the master, this container).
 _NODES_SHOWN = 16
 
@@ -61,9 +64,10 @@ def explain(derivation: Derivation | None, *, image: bool = True) -> str:
     lines += [f"label {label} from variable {variable}" for label, variable in policy.variables]
     lines.append("")
     lines += _variable_lines(derivation)
-    from derive_env.digest import explain_lines  # the job digest and its facts (contract 8)
+    if topo.multi_node:  # what the nodes compare: nothing to compare in a single container
+        from derive_env.digest import explain_lines
 
-    lines += explain_lines(derivation)
+        lines += explain_lines(derivation)
     if derivation.notes:
         lines.append("")
         lines += derivation.notes
@@ -124,7 +128,8 @@ def _node_lines(topo: ClusterTopology, session: str) -> list[str]:
     who = "this process runs on" if layout is not None else "this container is"
     where = (f"{who} {me.host}, node rank {topo.node_rank}" if me is not None
              else "this process's node is not stated")
-    lines = [f"source: {topo.source}{session}, {topo.num_nodes} nodes; {where}"]
+    lines = [f"source: {topo.source}{session}{_layer_sources(topo)}, {topo.num_nodes} nodes; "
+             f"{where}"]
     # the source says which rule built the order (REPLICAS, or names parsed from HOSTS)
     rule = f" ({topo.order})" if topo.order else ""
     lines.append(f"nodes in canonical order{rule}:")
@@ -143,6 +148,27 @@ def _node_lines(topo: ClusterTopology, session: str) -> list[str]:
     if len(topo.nodes) > _NODES_SHOWN:
         lines.append(f"  ... {len(topo.nodes)} nodes in all")
     return lines
+
+
+def _layer_sources(topo: ClusterTopology) -> str:
+    """The other sources of the node count and rank, and of the process ranks, when not the
+    one named first (the host list's): an ``mpirun`` inside a Slurm allocation gives the
+    ranks, the allocation the hosts, as the layer lines below say (sources/report.py
+    ``layer_lines``); ``""`` when one source gave all."""
+    node = owner = None
+    for line in topo.layers:
+        if line.startswith(_NODE_LAYER):
+            node = line[len(_NODE_LAYER):].split(";", 1)[0]
+        elif line.startswith(_PROCESS_LAYER):
+            owner = line[len(_PROCESS_LAYER):]
+    roles: dict[str, list[str]] = {}
+    for name, what in ((node, "node count and rank"), (owner, "process ranks")):
+        if name not in (None, "none stated", topo.source):
+            roles.setdefault(name, []).append(what)
+    if not roles:
+        return ""
+    return " (" + "; ".join(f"{', '.join(what)} from {name}"
+                            for name, what in roles.items()) + ")"
 
 
 def _variable_lines(derivation: Derivation) -> list[str]:
