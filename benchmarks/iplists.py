@@ -155,7 +155,11 @@ def validate(case: Case) -> None:
     tool, nodes = case.key.split("/")[0], int(case.key.split("/")[1])
     status, out = capture([case.argv[0], "--", *DUMP], case.env)
     got = json.loads(out) if status == 0 and out.startswith("{") else {}
-    want = {"MASTER_ADDR": master(tool), "PET_NNODES": str(nodes), "NODE_RANK": str(nodes // 2)}
+    # the dump is a python process: under jsrun (one task per host) it is the process itself,
+    # so it gets the process layer (RANK, WORLD_SIZE), not torchrun's node layer
+    want = ({"MASTER_ADDR": master(tool), "WORLD_SIZE": str(nodes), "RANK": str(nodes // 2)}
+            if tool == "lsf" else
+            {"MASTER_ADDR": master(tool), "PET_NNODES": str(nodes), "NODE_RANK": str(nodes // 2)})
     if {k: got.get(k) for k in want} != want:
         raise BenchmarkError(f"{case.label}: exit {status}, expected {want}, got "
                              f"{ {k: got.get(k) for k in want} }")

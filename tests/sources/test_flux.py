@@ -151,8 +151,9 @@ def test_a_node_count_beyond_the_bound_is_refused_before_the_list() -> None:
     with pytest.raises(TopologyError) as err:
         flux.read(env, BY_NAME["flux"])
     assert str(err.value) == (
-        "FLUX_JOB_NNODES='100000000': expected at most 65536 nodes (the largest job "
-        "derive-env builds from a count); the Flux shell sets it for every task "
+        "FLUX_JOB_NNODES='100000000': expected at most 65536 nodes (the largest job a "
+        "manager is known to name: Slurm's MAX_SLURM_NODES); the Flux shell sets it for every "
+        "task "
         "(src/shell/shell.c): it was exported by hand or inherited")
 
 

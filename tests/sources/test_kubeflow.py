@@ -137,8 +137,8 @@ V1_MALFORMED = [
     ({"WORLD_SIZE": "4", "PET_NPROC_PER_NODE": "auto"}, "WORLD_SIZE='4': expected "
      "PET_NNODES='3' (pods; PET_NPROC_PER_NODE='auto' is not a number) (envvar.go, "
      "setPodEnv); "),
-    ({"PET_NODE_RANK": "3", "RANK": "3"}, "PET_NODE_RANK='3': expected a node rank below "
-     "PET_NNODES='3' (pods are numbered from 0); "),
+    ({"PET_NODE_RANK": "3", "RANK": "3"}, "PET_NODE_RANK='3': expected an index below "
+     "PET_NNODES='3': "),
     ({"PET_NNODES": "3:1"}, "PET_NNODES='3:1': expected an integer >= 1 or MIN:MAX with 1 <= "
      "MIN <= MAX; "),
     ({"PET_NNODES": "x"}, "PET_NNODES='x': expected an integer >= 1 or MIN:MAX with 1 <= MIN "
@@ -170,8 +170,7 @@ def test_pytorchjob_malformed(changes: dict[str, str], message: str) -> None:
 
 
 V2_MALFORMED = [
-    ({"PET_NODE_RANK": "2"}, "PET_NODE_RANK='2': expected a node rank below PET_NNODES='2' "
-     "(pods are numbered from 0); "),
+    ({"PET_NODE_RANK": "2"}, "PET_NODE_RANK='2': expected an index below PET_NNODES='2': "),
     ({"PET_NNODES": "2:2"}, "PET_NNODES='2:2': expected an integer >= 1; "),
     ({"PET_NPROC_PER_NODE": "many"}, "PET_NPROC_PER_NODE='many': expected an integer >= 1 or "
      "one of auto, cpu, gpu, xpu (torchrun's --nproc-per-node, torch/distributed/run.py); "),
@@ -354,8 +353,7 @@ def test_classic_v1_set_beside_a_launchers_marker_is_not_read(stray: str) -> Non
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"RANK": "3"}, "RANK='3': expected a pod rank below WORLD_SIZE='3' (master 0, worker i: "
-     "i + 1; envvar.go, setPodEnv); "),
+    ({"RANK": "3"}, "RANK='3': expected an index below WORLD_SIZE='3': "),
     ({"MASTER_ADDR": "127.0.0.1"}, "MASTER_ADDR='127.0.0.1': expected the master's service or "
      "address on pod 1 (RANK): only the master pod (rank 0) reaches the master at a loopback "
      "address; "),

@@ -103,9 +103,9 @@ def test_dstack_ips_not_known_yet_are_refused(ips: list[str], line: int) -> None
     with pytest.raises(TopologyError) as caught:
         read(env, "dstack")
     assert str(caught.value) == (
-        f"DSTACK_NODES_IPS={env['DSTACK_NODES_IPS']!r}: expected one IP per line, none empty: "
-        f"line {line} is empty (an address not known yet); start derive-env once the tool "
-        "has given every node's IP")
+        f"DSTACK_NODES_IPS={env['DSTACK_NODES_IPS']!r}: expected one host per entry, none "
+        f"empty: entry {line} is empty; an address not known yet: start derive-env once the "
+        "tool has given every node's IP")
 
 
 def test_dstack_empty_ip_list_is_refused_not_a_single_node() -> None:
@@ -123,13 +123,12 @@ def test_dstack_empty_ip_list_is_refused_not_a_single_node() -> None:
      "SKYPILOT_NUM_NODES='2': expected the number of lines of SKYPILOT_NODE_IPS (3): both "
      f"count the task's nodes; {SKY_FIX}"),
     ("skypilot", {**skypilot_node(IPS, 1), "SKYPILOT_NODE_RANK": "3"},
-     "SKYPILOT_NODE_RANK='3': expected a node rank below SKYPILOT_NUM_NODES='3' (nodes are "
-     f"numbered from 0); {SKY_FIX}"),
+     f"SKYPILOT_NODE_RANK='3': expected an index below SKYPILOT_NUM_NODES='3': {SKY_FIX}"),
     ("skypilot", skypilot_node(["10.0.0.1", "10.0.0.1"], 1),
-     "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.1': expected distinct addresses, one per node: "
+     "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.1': expected distinct hosts, one per node: "
      f"'10.0.0.1' is listed twice; {SKY_FIX}"),
     ("skypilot", skypilot_node(["10.0.0.1", "10.0.0.2 x"], 1),
-     "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.2 x': expected one address per line: line 2 "
+     "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.2 x': expected one host per entry: entry 2 "
      "('10.0.0.2 x'): a host name (letters, digits, '-' and '.') or an IP address; "
      f"{SKY_FIX}"),
     ("skypilot", {**skypilot_node(IPS, 1), "SKYPILOT_NUM_GPUS_PER_NODE": "0.5"},
@@ -214,7 +213,7 @@ def test_a_leading_zero_address_is_refused_as_ipaddress_refuses_it() -> None:
     with pytest.raises(TopologyError) as caught:
         read(skypilot_node(["10.0.0.1", "10.0.0.02"], 1), "skypilot")
     assert str(caught.value) == (
-        "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.02': expected one address per line: line 2 "
+        "SKYPILOT_NODE_IPS='10.0.0.1\\n10.0.0.02': expected one host per entry: entry 2 "
         "('10.0.0.02'): a host name or an IPv4 address (four numbers 0-255); " + SKY_FIX)
 
 

@@ -164,15 +164,12 @@ def _with(**changes: str) -> dict[str, str]:
 
 
 MALFORMED = [
-    ({"RANK": "4"}, "RANK='4': expected a value below WORLD_SIZE='4' (torchrun numbers from "
-     "0); "),
+    ({"RANK": "4"}, "RANK='4': expected an index below WORLD_SIZE='4': "),
     ({"RANK": "x"}, "RANK='x': expected an integer >= 0; "),
     ({"RANK": "-1"}, "RANK='-1': expected an integer >= 0; "),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0': expected an integer >= 1; "),
-    ({"LOCAL_RANK": "2"}, "LOCAL_RANK='2': expected a value below LOCAL_WORLD_SIZE='2' "
-     "(torchrun numbers from 0); "),
-    ({"GROUP_RANK": "2"}, "GROUP_RANK='2': expected a value below GROUP_WORLD_SIZE='2' "
-     "(torchrun numbers from 0); "),
+    ({"LOCAL_RANK": "2"}, "LOCAL_RANK='2': expected an index below LOCAL_WORLD_SIZE='2': "),
+    ({"GROUP_RANK": "2"}, "GROUP_RANK='2': expected an index below GROUP_WORLD_SIZE='2': "),
     ({"LOCAL_WORLD_SIZE": "5"}, "LOCAL_WORLD_SIZE='5': expected at most WORLD_SIZE='4' (this "
      "node's workers are part of the job's); "),
     ({"GROUP_WORLD_SIZE": "5", "GROUP_RANK": "1"}, "GROUP_WORLD_SIZE='5': expected at most "
@@ -185,8 +182,7 @@ MALFORMED = [
      "_assign_worker_ranks); "),
     ({"ROLE_RANK": "2"}, "ROLE_RANK='2': expected RANK='3': with one role (ROLE_WORLD_SIZE == "
      "WORLD_SIZE) torchrun numbers roles as it numbers ranks (api.py, _assign_worker_ranks); "),
-    ({"ROLE_WORLD_SIZE": "1"}, "ROLE_RANK='3': expected a value below ROLE_WORLD_SIZE='1' "
-     "(torchrun numbers from 0); "),
+    ({"ROLE_WORLD_SIZE": "1"}, "ROLE_RANK='3': expected an index below ROLE_WORLD_SIZE='1': "),
     ({"ROLE_WORLD_SIZE": "9"}, "ROLE_WORLD_SIZE='9': expected from LOCAL_WORLD_SIZE='2' to "
      "WORLD_SIZE='4' (this node's workers share one role); "),
     ({"ROLE_RANK": ""}, "ROLE_RANK='': expected set with ROLE_WORLD_SIZE='4' (torchrun sets "

@@ -163,8 +163,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a node of an AWS Batch multi-node parallel job says.
 
-    :param environ: the node's environment; ``AWS_BATCH_JOB_ID``, ``AWS_BATCH_JOB_NUM_NODES``,
-        ``AWS_BATCH_JOB_NODE_INDEX``, ``AWS_BATCH_JOB_MAIN_NODE_INDEX`` are set (the line).
     :param files: on the main node, the texts of ``/proc/net/route`` and
         ``/proc/net/fib_trie`` (:func:`files_needed`; ``None``: unreadable).
     :returns: ``num_nodes`` = ``AWS_BATCH_JOB_NUM_NODES``, ``node_rank`` = ``(NODE_INDEX -

@@ -175,51 +175,6 @@ def possible_local_ranks(own_index: int, other_counts: Sequence[int], size: int)
     return [o + base for o in range(size) if offsets >> o & 1 and o + base < size]
 
 
-def _check_local_rank(
-    local_rank: int, raw: str, me: Node, own_index: int, node_rank: int,
-    groups: Sequence[tuple[str, int]] | None, size: int,
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Check LOCAL_RANK against what Backend.AI can give this container.
-
-    :param own_index: this container's index within its role (1 for a single container).
-    :param groups: every role's ``(role, count)``; empty for a single container; ``None``
-        when unknown (then only the range 0..size-1 is checked).
-    :returns: (warnings, notes): no warning (docs/behaviour.md section 5: a valid cluster-template
-        session starts without a message); when LOCAL_RANK differs from the node rank, the
-        ``--explain`` lines showing both values.
-    :raises TopologyError: no order of the role groups gives ``local_rank``; the message
-        names LOCAL_RANK, its value and this container (only it can make this check).
-    """
-    if local_rank == node_rank:
-        return (), ()
-    if groups is None:
-        possible = list(range(size))
-        why = f"a position among the {size} containers of the session"
-    else:
-        others = [(r, c) for r, c in groups if r != me.role]
-        possible = possible_local_ranks(own_index, [c for _, c in others], size)
-        shown = ", ".join(f"{r}:{c}" for r, c in others)
-        why = (
-            f"Backend.AI gives its index - 1 plus the summed counts of the role groups the "
-            f"session's request listed before its role, in any order (other groups: "
-            f"{shown or 'none'})"
-        )
-    if local_rank not in possible:
-        raise TopologyError(describe(
-            LOCAL_RANK, raw,
-            f"{'one of ' if len(possible) > 1 else ''}{listing(possible)} for container "
-            f"{me.host} (role {me.role!r}, index {own_index}): {why}",
-        ))
-    # Contract section 5 (revised): a valid cluster-template session starts every container
-    # without a message; --explain shows both values.
-    notes = (
-        f"node rank {node_rank}: the position of {me.host} in the canonical order above",
-        f"{LOCAL_RANK}={local_rank}: its position in the order the session's request listed "
-        "the role groups, which a container cannot see (not used as the node rank)",
-    )
-    return (), notes
-
-
 def _check_role_idx(variables: BackendAIVariables, me: Node, own: str, exact: bool) -> None:
     """ROLE and IDX must describe the own HOST.
 
@@ -271,9 +226,10 @@ def _facts(environ: Mapping[str, str]) -> dict:
         ))
     gpus = _gpu_count(variables, present)
     own = _own_host(variables, present)
-    nodes, position, counts, order = _ordered(variables, present, own)
+    ordered = _ordered(variables, present, own)
+    nodes, position, _, order = ordered
     _check_role_idx(variables, nodes[position], own, exact=variables.replicas is not None)
-    warnings, notes = _local_rank(variables, present, nodes, position, counts)
+    warnings, notes = _local_rank(variables, present, ordered)
     inputs: dict[str, tuple[str, ...]] = {}
     if gpus is not None:
         inputs["gpus"] = tuple(n for n in (GPU_COUNT, N_GPUS) if n in present)
@@ -363,13 +319,23 @@ def _ordered(
 
 
 def _local_rank(
-    variables: BackendAIVariables, present: Mapping[str, str], nodes: tuple[Node, ...],
-    position: int, counts: tuple[tuple[str, int], ...],
+    variables: BackendAIVariables, present: Mapping[str, str],
+    ordered: tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None],
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(warnings, notes)`` about LOCAL_RANK, when set (see :func:`_check_local_rank`)."""
-    if variables.local_rank is None:
+    """Check LOCAL_RANK, when set, against what Backend.AI can give this container.
+
+    :param ordered: :func:`_ordered`'s ``(nodes, node rank, role counts, order)``.
+    :returns: (warnings, notes): no warning (docs/behaviour.md section 5: a valid
+        cluster-template session starts without a message); when LOCAL_RANK differs from the
+        node rank, the ``--explain`` lines showing both values.
+    :raises TopologyError: no order of the role groups gives LOCAL_RANK; the message names
+        LOCAL_RANK, its value and this container (only it can make this check).
+    """
+    nodes, node_rank, counts, _ = ordered
+    local_rank = variables.local_rank
+    if local_rank is None or local_rank == node_rank:
         return (), ()
-    me = nodes[position]
+    me = nodes[node_rank]
     own_index, groups = me.index or 1, counts
     if len(nodes) == 1:
         own_index, groups = 1, ()
@@ -381,8 +347,27 @@ def _local_rank(
         groups = None if parsed_apart else counts
         if parsed_apart:  # name this container by its own ROLE/IDX (both given)
             me, own_index = Node(me.host, role, variables.idx), variables.idx or 1
-    return _check_local_rank(variables.local_rank, present[LOCAL_RANK], me, own_index,
-                             position, groups, variables.size or 1)
+    size = variables.size or 1
+    if groups is None:  # unknown: only the range 0..size-1 is checked
+        possible = list(range(size))
+        why = f"a position among the {size} containers of the session"
+    else:
+        others = [(r, c) for r, c in groups if r != me.role]
+        possible = possible_local_ranks(own_index, [c for _, c in others], size)
+        why = (f"Backend.AI gives its index - 1 plus the summed counts of the role groups the "
+               f"session's request listed before its role, in any order (other groups: "
+               f"{', '.join(f'{r}:{c}' for r, c in others) or 'none'})")
+    if local_rank not in possible:
+        raise TopologyError(describe(
+            LOCAL_RANK, present[LOCAL_RANK],
+            f"{'one of ' if len(possible) > 1 else ''}{listing(possible)} for container "
+            f"{me.host} (role {me.role!r}, index {own_index}): {why}"))
+    # A valid cluster-template session starts every container without a message (docs/
+    # behaviour.md section 5); --explain shows both values.
+    return (), (
+        f"node rank {node_rank}: the position of {me.host} in the canonical order above",
+        f"{LOCAL_RANK}={local_rank}: its position in the order the session's request listed "
+        "the role groups, which a container cannot see (not used as the node rank)")
 
 
 def read(environ: Mapping[str, str], line: Source,

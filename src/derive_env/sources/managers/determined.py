@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import check_hosts, repeated_host
 from derive_env.sources import DETERMINED_VARIABLE as PATH_VARIABLE
-from derive_env.sources.lists import all_ipv4
+from derive_env.sources.lists import all_ipv4, json_value
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import PER_NODE, at_most, parse_port
@@ -82,10 +82,7 @@ def _other_task(environ: Mapping[str, str]) -> bool:
 def _slot_ids(environ: Mapping[str, str]) -> int:
     """The number of ``DET_SLOT_IDS`` (the agent's ``[0,1]``: a JSON list of device ids)."""
     value = environ["DET_SLOT_IDS"]
-    try:
-        ids = json.loads(value)
-    except (ValueError, RecursionError):
-        ids = None
+    ids = json_value(value)
     if not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids):
         raise TopologyError(describe(
             "DET_SLOT_IDS", value, "a JSON list of this container's slot ids, such as [0,1] "
@@ -101,10 +98,7 @@ def _document(text: str | None, path: str) -> dict[str, object]:
             "container_slot_counts), readable JSON: it cannot be read, so the trial's "
             f"containers are unknown (another path: {PATH_VARIABLE}); {_FIX}; for a trial "
             "of one container, choose --source none (or DERIVE_ENV_SOURCE=none)")
-    try:
-        document = json.loads(text)
-    except (ValueError, RecursionError):
-        document = None
+    document = json_value(text)
     if not isinstance(document, dict) or sorted(document) != sorted(KEYS):
         raise TopologyError(
             f"{path}: expected a JSON object of exactly {', '.join(KEYS)} (Determined's "
@@ -162,7 +156,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Determined trial container's rendezvous file (and ``DET_*``) says.
 
-    :param files: path -> content (``None``: unreadable) for :func:`files_needed`'s path.
     :returns: node rank = ``container_rank``, ``len(container_addrs)`` nodes, master = the
         first address; the addresses as the host list when they are in rank order (module
         docstring); ``master_port`` = ``C10D_PORT``; ``gpus`` = ``len(DET_SLOT_IDS)`` (None

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.sources.lists import MAX_COUNTED_NODES
+from derive_env.sources.lists import NODE_COUNT
 from derive_env.sources.report import Processes, Report
 from derive_env.validation import parse_int, variable_int
 
@@ -46,6 +46,11 @@ _PREFIXES, _MAX_B58 = ("\u0192", "f"), 12
 _FIX = ("start one task per node: flux run -N <nodes> --tasks-per-node=1 derive-env -- "
         "torchrun --nproc-per-node=<GPUs> ..., or the ranks with an MPI launcher "
         "derive-env reads")
+
+
+#: The node count's bound (lists.NODE_COUNT), with Flux's rule.
+_NODES = (NODE_COUNT[0], f"{NODE_COUNT[1]}; the Flux shell sets it for every task "
+          "(src/shell/shell.c): it was exported by hand or inherited")
 
 
 def job_integer(value: str) -> int:
@@ -78,10 +83,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Flux task's environment says (module docstring).
 
-    :param environ: the task's environment; ``FLUX_JOB_ID``, ``FLUX_JOB_SIZE`` and
-        ``FLUX_TASK_RANK`` are set.
-    :param line: the ``flux`` table line.
-    :param files: unused.
     :returns: ``num_nodes`` = ``FLUX_JOB_NNODES``; ``processes`` when the tasks per node
         are known; ``node_rank`` 0 on one node; ``job`` = ``("flux", <decoded id>, "")``.
     :raises TopologyError: a malformed value, a rank not below its size, more nodes than
@@ -98,12 +99,8 @@ def read(environ: Mapping[str, str], line: Source,
                 "FLUX_TASK_LOCAL_ID with FLUX_TASK_RANK for every task (src/shell/shell.c, "
                 "task.c); run derive-env in the command flux run starts"))
     size = variable_int(environ, "FLUX_JOB_SIZE", 1)
-    nodes = variable_int(environ, "FLUX_JOB_NNODES", 1)
-    if nodes > MAX_COUNTED_NODES:  # before a per-node list of that length is built
-        raise TopologyError(describe(
-            "FLUX_JOB_NNODES", environ["FLUX_JOB_NNODES"], f"at most {MAX_COUNTED_NODES} "
-            "nodes (the largest job derive-env builds from a count); the Flux shell sets it "
-            "for every task (src/shell/shell.c): it was exported by hand or inherited"))
+    # Bounded before a per-node list of that length is built.
+    nodes = variable_int(environ, "FLUX_JOB_NNODES", 1, maximum=_NODES)
     rank = variable_int(environ, "FLUX_TASK_RANK", 0)
     local = variable_int(environ, "FLUX_TASK_LOCAL_ID", 0)
     for name, value, relation in (("FLUX_TASK_RANK", rank, "below"),

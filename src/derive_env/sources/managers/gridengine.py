@@ -147,13 +147,13 @@ def _check_counts(environ: Mapping[str, str], alloc: HostSlots, node_rank: int |
     return part
 
 
-def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, str],
-                session: str, task: bool) -> Report:
+def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, str]) -> Report:
     """A report without nodes: the file cannot be read here (a task on another host than
-    the master, whose spool folder holds the file)."""
+    the master, whose spool folder holds the file); ``job`` as :func:`read`'s."""
     path = shorten(environ["PE_HOSTFILE"])
+    session = job[1] + (f".{job[2]}" if job[2] else "")  # Grid Engine's job.task
     why = ("Grid Engine writes it in the master host's spool folder, and qrsh -inherit -V "
-           "passed that path to a task on another host" if task else
+           "passed that path to a task on another host" if _is_task(environ) else
            "Grid Engine writes it before the job script starts")
     return Report(
         source=line.name, title=line.title, job=job, session_id=session,
@@ -186,11 +186,11 @@ def read(environ: Mapping[str, str], line: Source,
     job_id = str(variable_int(environ, "JOB_ID", 1, " (Grid Engine's job number)"))
     array = _array_task(environ)
     job = ("gridengine", job_id, array or "")
-    session = job_id if array is None else f"{job_id}.{array}"  # Grid Engine's job.task
-    task = _is_task(environ)
     text = (files or {}).get(environ["PE_HOSTFILE"])
     if text is None:
-        return _unreadable(environ, line, job, session, task)
+        return _unreadable(environ, line, job)
+    session = job_id if array is None else f"{job_id}.{array}"  # Grid Engine's job.task
+    task = _is_task(environ)
     alloc = _allocation(environ, text)
     node_rank = _node_rank(environ, alloc.hosts)
     task = _check_counts(environ, alloc, node_rank) or task

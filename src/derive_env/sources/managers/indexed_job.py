@@ -34,7 +34,7 @@ from derive_env.hosts import host_problem
 from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix, pod_files
 from derive_env.sources.report import Report
 from derive_env.topology import Node
-from derive_env.validation import parse_int
+from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -67,13 +67,8 @@ def _manifest(job: str) -> str:
 def _index_and_job(environ: Mapping[str, str]) -> tuple[int, str, str]:
     """``(index, job name, hostname)`` from ``JOB_COMPLETION_INDEX`` and ``HOSTNAME``."""
     raw = environ["JOB_COMPLETION_INDEX"]
-    try:
-        index = parse_int(raw, minimum=0)
-    except ValueError as exc:
-        raise TopologyError(describe(
-            "JOB_COMPLETION_INDEX", raw,
-            f"{exc} (the pod's completion index, 0-based: indexed_job_utils.go); do not set "
-            "it in the pod template's env")) from None
+    index = variable_int(environ, "JOB_COMPLETION_INDEX", 0, " (the pod's completion index, "
+                         "0-based: indexed_job_utils.go); do not set it in the pod template's env")
     host = environ.get("HOSTNAME", "")
     if len(host) > MAX_HOSTNAME:
         raise TopologyError(describe(
@@ -103,10 +98,7 @@ def _count(environ: Mapping[str, str], job: str, index: int) -> int:
            "does not put its pod count in the pod's environment)")
     if not value:
         raise TopologyError(describe(NNODES, value, fix))
-    try:
-        count = parse_int(value, minimum=1)
-    except ValueError as exc:
-        raise TopologyError(describe(NNODES, value, f"{exc}: {fix}")) from None
+    count = variable_int(environ, NNODES, 1, f": {fix}")
     if index >= count:
         raise TopologyError(describe(
             NNODES, value, f"more than JOB_COMPLETION_INDEX={index} (indexes run 0.."
@@ -144,8 +136,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What an Indexed Job pod's environment (and ``/etc/hosts``) says.
 
-    :param environ: the pod's environment; ``JOB_COMPLETION_INDEX`` and
-        ``KUBERNETES_SERVICE_HOST`` are set (the table line).
     :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
         is unset (:func:`files_needed`).
     :returns: the nodes ``<job>-0.<suffix>`` .. ``<job>-<n-1>.<suffix>`` in index order (n =

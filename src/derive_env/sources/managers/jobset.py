@@ -44,7 +44,7 @@ from derive_env.hosts import host_problem
 from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix, pod_files
 from derive_env.sources.report import Report
 from derive_env.topology import Node
-from derive_env.validation import parse_int
+from derive_env.validation import parse_int, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -155,12 +155,8 @@ def _identity(environ: Mapping[str, str]) -> tuple[str, str, int, tuple[str, ...
 
 
 def _number(environ: Mapping[str, str], variable: str, minimum: int) -> int:
-    try:
-        return parse_int(environ[variable], minimum=minimum)
-    except ValueError as exc:
-        raise TopologyError(describe(
-            variable, environ[variable], f"{exc}, the pod label {LABELS[variable]}: "
-            f"{downward(variable)}; do not set it by hand")) from None
+    return variable_int(environ, variable, minimum, f", the pod label {LABELS[variable]}: "
+                        f"{downward(variable)}; do not set it by hand")
 
 
 def layout(environ: Mapping[str, str], js: str, rjob: str | None = None) -> tuple[Group, ...]:
@@ -235,11 +231,8 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
     """``(completion index, hostname)``, the index checked against the hostname and the
     pods per job (a user-set ``JOB_COMPLETION_INDEX`` wins over the controller's)."""
     raw, host = environ["JOB_COMPLETION_INDEX"], environ.get("HOSTNAME", "")
-    try:
-        index = parse_int(raw, minimum=0)
-    except ValueError as exc:
-        raise TopologyError(describe("JOB_COMPLETION_INDEX", raw, f"{exc} (the pod's "
-                                     "completion index in its Job, 0-based)")) from None
+    index = variable_int(environ, "JOB_COMPLETION_INDEX", 0,
+                         " (the pod's completion index in its Job, 0-based)")
     job_name = f"{js}-{group.name}-{job}"
     controller = (f"the Job controller names the pod's host <job>-<index>, the job {job_name} "
                   "(kubernetes/kubernetes job_controller.go, manageJob; jobset placement.go, "
@@ -316,8 +309,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a JobSet pod's environment (its labels, passed by the downward API) says.
 
-    :param environ: the pod's environment; ``JOB_COMPLETION_INDEX``,
-        ``KUBERNETES_SERVICE_HOST`` and ``JOBSET_NAME`` are set (the table line).
     :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
         is unset (:func:`files_needed`).
     :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (module

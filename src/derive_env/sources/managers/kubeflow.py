@@ -35,7 +35,7 @@ from derive_env.hosts import is_loopback
 from derive_env.sources.lists import MAX_HOSTNAME
 from derive_env.sources.report import Processes, Report
 from derive_env.sources.roles import checked_master
-from derive_env.validation import parse_int, variable_int
+from derive_env.validation import parse_int, variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -88,13 +88,12 @@ def _nnodes(environ: Mapping[str, str], fix: str, elastic: bool) -> int | None:
 
 
 def _node_rank(environ: Mapping[str, str], nodes: int | None, fix: str) -> int:
-    rank = _int(environ, "PET_NODE_RANK", 0, fix)
-    if nodes is not None and rank >= nodes:
-        raise TopologyError(describe(
-            "PET_NODE_RANK", environ["PET_NODE_RANK"],
-            f"a node rank below PET_NNODES={environ['PET_NNODES']!r} (pods are numbered from "
-            f"0); {fix}"))
-    return rank
+    """``PET_NODE_RANK``, below ``PET_NNODES`` unless that is an elastic range (``nodes``
+    None)."""
+    if nodes is None:
+        return _int(environ, "PET_NODE_RANK", 0, fix)
+    return variable_index(environ, "PET_NODE_RANK", (nodes, f"PET_NNODES="
+                                                     f"{environ['PET_NNODES']!r}"), fix)
 
 
 def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
@@ -109,7 +108,7 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
             f"rank (envvar.go, setPodEnv); {fix}"))
     nproc = _nproc(environ, fix)
     world = _int(environ, "WORLD_SIZE", 1, fix)
-    _check_world(environ, nodes, nproc, world, fix)
+    _check_world(environ, nodes, nproc, world)
     master, port = _pod_master(environ, node_rank, fix)
     one = nproc == 1  # only then are RANK / WORLD_SIZE this process's (training-operator#1790)
     inputs = {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
@@ -134,12 +133,13 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
                          + [n for n in environ if n.startswith("PET_")]),
         inputs=inputs,
         order="the operator's pod rank (master 0, worker i: i + 1)",
-        notes=_pod_notes(environ, node_rank, nodes, master, one),
+        notes=(f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)",
+               *_pod_notes(environ, nodes, master, one)),
     )
 
 
 def _check_world(environ: Mapping[str, str], nodes: int | None, nproc: int | None,
-                 world: int, fix: str) -> None:
+                 world: int) -> None:
     """``WORLD_SIZE`` = pods x nproc per node (pods when nproc is a word; envvar.go)."""
     if nodes is not None and world != nodes * (nproc or 1):
         per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
@@ -147,7 +147,8 @@ def _check_world(environ: Mapping[str, str], nodes: int | None, nproc: int | Non
                "not a number)")
         raise TopologyError(describe(
             "WORLD_SIZE", environ["WORLD_SIZE"],
-            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
+            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); "
+            f"{_FIX['kubeflow-pytorchjob']}"))
 
 
 def _pod_master(environ: Mapping[str, str], node_rank: int, fix: str) -> tuple[str, int]:
@@ -159,12 +160,17 @@ def _pod_master(environ: Mapping[str, str], node_rank: int, fix: str) -> tuple[s
                 pet, environ[pet],
                 f"{name}={environ[name]!r}: the operator sets both to the same value "
                 f"(master.go); {fix}"))
-    if node_rank != 0 and is_loopback(master):
+    _master_pod_only(master, node_rank, "PET_NODE_RANK", fix)
+    return master_service(environ, master), port
+
+
+def _master_pod_only(master: str, pod: int, rank_name: str, fix: str) -> None:
+    """TopologyError when pod ``pod`` (not the master pod, 0) has a loopback ``MASTER_ADDR``."""
+    if pod != 0 and is_loopback(master):
         raise TopologyError(describe(
             "MASTER_ADDR", master,
-            f"the master's service or address on pod {node_rank} (PET_NODE_RANK): only the "
+            f"the master's service or address on pod {pod} ({rank_name}): only the "
             f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
-    return master_service(environ, master), port
 
 
 def master_service(environ: Mapping[str, str], master: str) -> str:
@@ -206,10 +212,11 @@ def _master_pod_note(environ: Mapping[str, str], master: str) -> tuple[str, ...]
             "the other pods do",)
 
 
-def _pod_notes(environ: Mapping[str, str], node_rank: int, nodes: int | None, master: str,
+def _pod_notes(environ: Mapping[str, str], nodes: int | None, master: str,
                one: bool) -> tuple[str, ...]:
-    notes = [f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)",
-             *_master_pod_note(environ, master)]
+    """A PyTorchJob pod's notes after its rank's: the master pod's, an elastic range's, and
+    what RANK and WORLD_SIZE count unless one process per pod (``one``)."""
+    notes = list(_master_pod_note(environ, master))
     if nodes is None:
         notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
                      "rendezvous decides the node count")
@@ -261,16 +268,9 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
     ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods (docs/sources/kubeflow.md)."""
     fix = _FIX["kubeflow-pytorchjob"]
     world = _int(environ, "WORLD_SIZE", 1, fix)
-    rank = _int(environ, "RANK", 0, fix)
-    if rank >= world:
-        raise TopologyError(describe(
-            "RANK", environ["RANK"], f"a pod rank below WORLD_SIZE={environ['WORLD_SIZE']!r} "
-            f"(master 0, worker i: i + 1; envvar.go, setPodEnv); {fix}"))
+    rank = variable_index(environ, "RANK", "WORLD_SIZE", fix)  # master 0, worker i: i + 1
     master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
-    if rank != 0 and is_loopback(master):
-        raise TopologyError(describe(
-            "MASTER_ADDR", master, f"the master's service or address on pod {rank} (RANK): "
-            f"only the master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    _master_pod_only(master, rank, "RANK", fix)
     master = master_service(environ, master)
     warnings = () if environ.get("KUBERNETES_SERVICE_HOST") else (
         f"RANK={environ['RANK']!r} and WORLD_SIZE={environ['WORLD_SIZE']!r} without a "
@@ -351,13 +351,10 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Kubeflow pod's environment says.
 
-    :param environ: the pod's environment; every detect variable of the table line ``line``
-        is set (sources/__init__.py).
     :param line: ``kubeflow-pytorchjob``, ``kubeflow-trainjob`` or
         ``kubeflow-pytorchjob-classic`` (the v1 set ``MASTER_ADDR``, ``MASTER_PORT``,
         ``RANK``, ``WORLD_SIZE`` without ``PET_*``: node rank = ``RANK``, nodes =
         ``WORLD_SIZE``, one process per pod; outside Kubernetes a warning says so).
-    :param files: unused (the operators state no file).
     :returns: ``num_nodes`` (``PET_NNODES``; None for a v1 elastic range ``MIN:MAX``),
         ``node_rank`` (``PET_NODE_RANK``), ``master`` and ``master_port`` (a TCP port: v1
         ``MASTER_*``, v2 ``PET_MASTER_*``), ``job``: what every pod of the job shares (v1

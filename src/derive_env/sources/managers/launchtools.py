@@ -43,11 +43,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from derive_env.errors import TopologyError, describe
-from derive_env.hosts import check_hosts, repeated_host
-from derive_env.sources.lists import all_ipv4
+from derive_env.sources.lists import host_list
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from derive_env.validation import PER_NODE, variable_int
+from derive_env.validation import PER_NODE, variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -79,30 +78,17 @@ _TOOLS = {
 }
 
 
-def _ips(environ: Mapping[str, str], tool: _Tool) -> list[str]:
-    """The IP list, one per line; an empty line (dstack: an IP not known yet) is refused."""
+def _ips(environ: Mapping[str, str], tool: _Tool) -> tuple[str, ...]:
+    """The IP list, one per line (:func:`derive_env.sources.lists.host_list`); an empty line
+    (dstack: an IP not known yet) is refused with its own fix."""
     text = environ[tool.ips]
-    if all_ipv4(text):  # the tools' own form: nothing to strip or look up
-        ips = text.split("\n")
-    else:
-        ips = [line.strip() for line in text.split("\n")]
-        if "" in ips:
-            raise TopologyError(describe(
-                tool.ips, text,
-                f"one IP per line, none empty: line {ips.index('') + 1} is empty (an address "
-                "not known yet); start derive-env once the tool has given every node's IP"))
-        bad = check_hosts(ips)
-        if bad is not None:
-            position, host, problem = bad
-            raise TopologyError(describe(
-                tool.ips, text, f"one address per line: line {position} ({host!r}): "
-                f"{problem}; {tool.fix}"))
-    repeated = repeated_host(ips)
-    if repeated is not None:
-        raise TopologyError(describe(
-            tool.ips, text, f"distinct addresses, one per node: {repeated!r} is listed twice; "
-            f"{tool.fix}"))
-    return ips
+    try:
+        return host_list(text)
+    except ValueError as exc:
+        empty = "" in (line.strip() for line in text.split("\n"))
+        fix = ("an address not known yet: start derive-env once the tool has given every "
+               "node's IP") if empty else tool.fix
+        raise TopologyError(describe(tool.ips, text, f"{exc}; {fix}")) from None
 
 
 def _gpus(environ: Mapping[str, str], tool: _Tool, notes: list[str]) -> int | None:
@@ -122,10 +108,12 @@ def _gpus(environ: Mapping[str, str], tool: _Tool, notes: list[str]) -> int | No
 SLURM_JOB_HOSTS = "SLURM_JOB_NODELIST"
 
 
-def _part_of_the_job(environ: Mapping[str, str], line: Source, tool: _Tool, count: int,
-                     rank: int, listed: int) -> Report:
-    """A SkyPilot task on ``count`` of the Slurm job's ``listed`` nodes (module docstring):
-    its node count and rank, no host list and no master."""
+def _part_of_the_job(environ: Mapping[str, str], line: Source, count: int,
+                     rank: int) -> Report:
+    """A SkyPilot task on ``count`` of the Slurm job's nodes (the lines of its IP list;
+    module docstring): its node count and rank, no host list and no master."""
+    tool = _TOOLS[line.name]
+    listed = environ[tool.ips].count("\n") + 1
     notes = [f"node {rank} of {count} ({tool.rank}, {tool.count}); {tool.ips} lists the "
              f"Slurm job's {listed} nodes ({SLURM_JOB_HOSTS}: SkyPilot's Slurm executor), "
              f"not this task's {count}: which line is each node's is not stated, so it is "
@@ -152,12 +140,12 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     return (path,) if path else ()
 
 
-def _hostfile_gpus(environ: Mapping[str, str], ips: list[str], rank: int,
-                   text: str | None, notes: list[str]) -> tuple[int, ...] | None:
+def _hostfile_gpus(environ: Mapping[str, str], ips: tuple[str, ...], rank: int,
+                   text: str | None) -> tuple[tuple[int, ...] | None, str | None]:
     """Every node's GPU count from dstack's MPI hostfile (``writeMpiHostfile``: ``<ip>
     slots=<n>`` or ``<ip>`` for 0, one line per IP in ``DSTACK_NODES_IPS`` order), checked
     against the IP list and against this node's ``DSTACK_GPUS_PER_NODE``; ``None`` when the
-    file is not there or unreadable.
+    file is not there or unreadable (``text`` None); with a note for the report, or None.
 
     :raises TopologyError: the file lists other IPs (or another order) than
         ``DSTACK_NODES_IPS``, a line is not dstack's form, or this node's line gives another
@@ -165,15 +153,14 @@ def _hostfile_gpus(environ: Mapping[str, str], ips: list[str], rank: int,
     """
     path = environ.get(DSTACK_HOSTFILE, "")
     if not path:
-        return None
+        return None, None
     if text is None:
-        notes.append(f"{DSTACK_HOSTFILE}={path!r} is not readable here: every node's GPU "
-                     "count is not known (only this node's)")
-        return None
+        return None, (f"{DSTACK_HOSTFILE}={path!r} is not readable here: every node's GPU "
+                      "count is not known (only this node's)")
     fix = _TOOLS["dstack"].fix
     lines = text.splitlines()
     listed = [line.split(" ", 1)[0] for line in lines]
-    if listed != ips:
+    if tuple(listed) != ips:
         raise TopologyError(describe(
             f"{DSTACK_HOSTFILE} ({path})", text, f"the IPs of DSTACK_NODES_IPS in its order, "
             f"one line each ({', '.join(ips[:4])}{', ...' if len(ips) > 4 else ''}): dstack's "
@@ -193,17 +180,16 @@ def _hostfile_gpus(environ: Mapping[str, str], ips: list[str], rank: int,
         raise TopologyError(describe(
             "DSTACK_GPUS_PER_NODE", own, f"this node's slots in {DSTACK_HOSTFILE} ({path}, "
             f"line {rank + 1}: {gpus[rank]}): dstack writes both from this node's GPUs; {fix}"))
-    if len(set(gpus)) > 1:
-        notes.append(f"GPUs per node, from {DSTACK_HOSTFILE}: {', '.join(map(str, gpus))} "
-                     "(uneven: each node starts its own count of processes)")
-    return tuple(gpus)
+    uneven = len(set(gpus)) > 1
+    return tuple(gpus), (f"GPUs per node, from {DSTACK_HOSTFILE}: {', '.join(map(str, gpus))} "
+                         "(uneven: each node starts its own count of processes)"
+                         if uneven else None)
 
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a SkyPilot or dstack node's environment says.
 
-    :param environ: the node's environment; every detect variable of ``line`` is set.
     :param line: ``skypilot`` or ``dstack`` (sources/__init__.py).
     :param files: dstack's MPI hostfile (:func:`files_needed`): path -> text, ``None``
         when unreadable; unused for SkyPilot.
@@ -229,14 +215,9 @@ def read(environ: Mapping[str, str], line: Source,
                 f"on Slurm SkyPilot lists the job's nodes ({SLURM_JOB_HOSTS}) and counts the "
                 "task's (SLURM_NNODES), never more" if on_slurm else
                 "both count the task's nodes") + f"; {tool.fix}"))
-    rank = variable_int(environ, tool.rank, 0, f"; {tool.fix}")
-    if rank >= count:
-        raise TopologyError(describe(
-            tool.rank, environ[tool.rank],
-            f"a node rank below {tool.count}={environ[tool.count]!r} (nodes are numbered from "
-            f"0); {tool.fix}"))
+    rank = variable_index(environ, tool.rank, tool.count, tool.fix)
     if count < len(ips):
-        return _part_of_the_job(environ, line, tool, count, rank, len(ips))
+        return _part_of_the_job(environ, line, count, rank)
     inputs = {"nodes": (tool.ips,), "node_rank": (tool.rank,), "num_nodes": (tool.count,),
               "master": (tool.master or tool.ips,), "ports": (tool.job_id, tool.ips)}
     if tool.master is not None and environ[tool.master].strip() != ips[0]:
@@ -249,7 +230,8 @@ def read(environ: Mapping[str, str], line: Source,
     every = None
     if line.name == "dstack":
         text = next(iter(files.values()), None) if files else None
-        every = _hostfile_gpus(environ, ips, rank, text, notes)
+        every, note = _hostfile_gpus(environ, ips, rank, text)
+        notes += [note] if note else []
     gpus = _gpus(environ, tool, notes)
     if gpus is not None:
         inputs["gpus"] = (tool.gpus,) + ((DSTACK_HOSTFILE,) if every is not None else ())

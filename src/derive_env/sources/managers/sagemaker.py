@@ -228,9 +228,7 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a SageMaker training container's resource config (or ``SM_*``) says.
 
-    :param environ: the container's environment; the detect variables of ``line`` are set.
     :param line: ``sagemaker-platform`` or ``sagemaker`` (sources/__init__.py).
-    :param files: path -> content (``None``: unreadable) for :func:`files_needed`'s path.
     :returns: ``nodes`` = the distribution hosts in file order, ``node_rank`` = the place
         of ``current_host`` among them, master = the first, ``gpus`` = ``SM_NUM_GPUS`` (None
         when unset or 0), ``job`` = ``("sagemaker", TRAINING_JOB_NAME, first host)``; in an
@@ -251,9 +249,10 @@ def read(environ: Mapping[str, str], line: Source,
     copy_note = _copied(environ, config, where, rank) if rank else None
     shared = bool(copy_note and environ.get("SM_HOSTS"))  # the toolkit's MPI mode
     if copy_note and rule == "SM_HOSTS":  # no file: nothing states this rank's host
-        return _report(environ, line, nodes, None, rule, (
-            f"{copy_note}; without {config_path(environ)} ({CONFIG_VARIABLE}) no variable "
-            "states this rank's host: the MPI launcher gives the ranks",), shared)
+        return _report(environ, rule, shared, Report(
+            line.name, line.title, nodes_of(nodes), notes=(
+                f"{copy_note}; without {config_path(environ)} ({CONFIG_VARIABLE}) no variable "
+                "states this rank's host: the MPI launcher gives the ranks",)))
     if not copy_note and environ.get("SM_CURRENT_HOST") and \
             environ["SM_CURRENT_HOST"] != current:
         raise TopologyError(describe(
@@ -267,12 +266,14 @@ def read(environ: Mapping[str, str], line: Source,
             + _OUTSIDE_FIX)
     notes = [f"host {current} (current_host), group {group!r}; distribution groups: "
              f"{', '.join(groups)} ({named_by})", *([copy_note] if copy_note else [])]
-    return _report(environ, line, nodes, nodes.index(current), rule, tuple(notes), shared)
+    return _report(environ, rule, shared, Report(
+        line.name, line.title, nodes_of(nodes), nodes.index(current), notes=tuple(notes)))
 
 
-def _report(environ: Mapping[str, str], line: Source, nodes: list[str], node_rank: int | None,
-            rule: str, notes: tuple[str, ...], shared: bool) -> Report:
-    """The report of :func:`read`: ``node_rank`` ``None`` when no variable states it.
+def _report(environ: Mapping[str, str], rule: str, shared: bool, placed: Report) -> Report:
+    """The report of :func:`read` from ``placed`` (its line's name and title, the nodes,
+    the node rank, ``None`` when no variable states it, and the notes); ``rule``: the
+    variable or file that states the hosts.
 
     ``shared``: an MPI rank with the ``SM_HOSTS`` mpirun copied (the training toolkit's MPI
     mode, ``mpi.py``). ``mpirun -x`` gives the ranks on the other hosts only the ``SM_*``;
@@ -285,29 +286,22 @@ def _report(environ: Mapping[str, str], line: Source, nodes: list[str], node_ran
                         PER_NODE) \
         if environ.get("SM_NUM_GPUS") else None
     job_name = "" if shared else environ.get("TRAINING_JOB_NAME", "")
+    first = placed.nodes[0].host
     inputs = {"nodes": (rule,), "num_nodes": (rule,), "master": (rule,),
               "ports": ("TRAINING_JOB_NAME", rule) if job_name else (rule,),
-              **({"node_rank": (rule,)} if node_rank is not None else {})}
+              **({"node_rank": (rule,)} if placed.node_rank is not None else {})}
     if gpus:
         inputs["gpus"] = ("SM_NUM_GPUS",)
-    if shared and line.name != "sagemaker":
+    if shared and placed.source != "sagemaker":
         from derive_env.sources import BY_NAME
 
-        line = BY_NAME["sagemaker"]
-        notes = (*notes, "TRAINING_JOB_NAME is not this job's name in an MPI rank: mpirun "
-                 "copies only the SM_* to the ranks on the other hosts (the training "
-                 "toolkit's mpi.py), so every rank names the job by its first host "
-                 f"({nodes[0]}), as source sagemaker")
-    return Report(
-        source=line.name,
-        title=line.title,
-        nodes=nodes_of(nodes),
-        node_rank=node_rank,
-        gpus=gpus or None,
-        session_id=job_name or None,
-        job=("sagemaker", job_name, nodes[0]),
-        inputs=inputs,
-        order="the distribution instance groups' hosts in file order (the training "
-              "toolkit's get_distribution_hosts)",
-        notes=notes,
-    )
+        placed = placed._replace(
+            source="sagemaker", title=BY_NAME["sagemaker"].title, notes=(
+                *placed.notes, "TRAINING_JOB_NAME is not this job's name in an MPI rank: "
+                "mpirun copies only the SM_* to the ranks on the other hosts (the training "
+                f"toolkit's mpi.py), so every rank names the job by its first host ({first}), "
+                "as source sagemaker"))
+    return placed._replace(
+        gpus=gpus or None, session_id=job_name or None, job=("sagemaker", job_name, first),
+        inputs=inputs, order="the distribution instance groups' hosts in file order (the "
+        "training toolkit's get_distribution_hosts)")

@@ -98,8 +98,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :param environ: the process environment (only Slurm's variables are read, plus
         ``ENVIRONMENT`` that Slurm sets in a batch script).
-    :param line: the table line.
-    :param files: path -> content (``None``: unreadable) for :func:`files_needed`'s paths.
     :returns: the :class:`Report` (see :func:`read_step`, :func:`read_allocation`).
     :raises TopologyError: a malformed or inconsistent value, naming the variable(s).
     """

@@ -233,18 +233,13 @@ def _push_range_list(
     if len(base) + sum(len(after) + 1 for _values, after in groups) > MAX_NAME:
         first = base + "".join(values[0] + after for values, after in reversed(groups))
         _push(first, suffix, ranges, out)  # raises: the name is too long
-    _push_groups(base, groups[::-1], suffix, ranges, out)
-
-
-def _push_groups(base: str, groups: list[tuple[list[str], str]], suffix: str,
-                 ranges: list[tuple[int, int, int]], out: list[str]) -> None:
-    """Every combination of the prefix groups (given first to last), the LAST of ``groups``
-    varying slowest, as Slurm's recursion does, then the ranges (:func:`_push`)."""
     from itertools import product  # only for host lists with two or more bracket groups
 
-    for combination in product(*(values for values, _after in reversed(groups))):
+    # Every combination, the last group varying slowest as Slurm's recursion does.
+    in_order = groups[::-1]
+    for combination in product(*(values for values, _after in groups)):
         parts = [base]
-        for number, (_values, after) in zip(reversed(combination), groups, strict=True):
+        for number, (_values, after) in zip(reversed(combination), in_order, strict=True):
             parts += [number, after]
         _push("".join(parts), suffix, ranges, out)
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report
 from derive_env.sources.roles import checked_master
-from derive_env.validation import variable_int
+from derive_env.validation import variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -75,23 +75,12 @@ _INTEGERS = (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_WORLD_SI
              ("GROUP_RANK", 0), ("GROUP_WORLD_SIZE", 1))
 
 
-def _below(environ: Mapping[str, str], got: Mapping[str, int], name: str,
-           bound_name: str) -> None:
-    """Raise naming both variables unless ``got[name] < got[bound_name]`` (the variables'
-    values as integers)."""
-    if got[name] >= got[bound_name]:
-        raise TopologyError(describe(
-            name, environ[name],
-            f"a value below {bound_name}={environ[bound_name]!r} (torchrun numbers from 0); "
-            f"{FIX}"))
-
-
 def _check_ranks(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
     """The guarantees of _assign_worker_ranks (module docstring) for the integers ``got``
     (by variable); TopologyError naming the variables that disagree."""
-    _below(environ, got, "RANK", "WORLD_SIZE")
-    _below(environ, got, "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-    _below(environ, got, "GROUP_RANK", "GROUP_WORLD_SIZE")
+    for index, count in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+                         ("GROUP_RANK", "GROUP_WORLD_SIZE")):  # torchrun numbers from 0
+        variable_index(environ, index, count, FIX)
     rank, local_rank, world, local_world, group_rank, groups = (got[n] for n, _ in _INTEGERS)
     if local_world > world:
         raise TopologyError(describe(
@@ -139,10 +128,8 @@ def _check_role(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
             raise TopologyError(describe(
                 name, environ.get(name, ""),
                 f"set with {other}={environ[other]!r} (torchrun sets both); {FIX}"))
-    role_rank = _int(environ, "ROLE_RANK", 0)
     role_world = _int(environ, "ROLE_WORLD_SIZE", 1)
-    _below(environ, {"ROLE_RANK": role_rank, "ROLE_WORLD_SIZE": role_world}, "ROLE_RANK",
-           "ROLE_WORLD_SIZE")
+    role_rank = variable_index(environ, "ROLE_RANK", "ROLE_WORLD_SIZE", FIX)
     if not local_world <= role_world <= world:
         raise TopologyError(describe(
             "ROLE_WORLD_SIZE", environ["ROLE_WORLD_SIZE"],
@@ -159,10 +146,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a torchrun worker's environment says.
 
-    :param environ: the worker's environment; every detect variable of the ``torchrun``
-        table line is set (sources/__init__.py).
-    :param line: the table line.
-    :param files: unused (torchrun states no file).
     :returns: the process layer (``RANK`` ...), ``num_nodes`` = ``GROUP_WORLD_SIZE``,
         ``node_rank`` = ``GROUP_RANK``, ``master`` = ``MASTER_ADDR``, ``master_port`` =
         ``MASTER_PORT`` (a TCP port: the agent's store when

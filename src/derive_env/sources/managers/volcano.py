@@ -33,7 +33,7 @@ from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import check_hosts, host_problem
 from derive_env.sources.report import Report
 from derive_env.topology import Node
-from derive_env.validation import parse_int, parse_port
+from derive_env.validation import parse_int, parse_port, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -170,7 +170,6 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What a Volcano Job pod's environment (and ``/etc/volcano``) says.
 
-    :param environ: the pod's environment; ``VC_TASK_INDEX`` is set (the table line).
     :param files: ``/etc/volcano/<task>.host`` -> text (``None``: unreadable), for the tasks
         without ``VC_<TASK>_HOSTS`` (:func:`files_needed`).
     :returns: the nodes in canonical order (role = the task, index 1-based in it),
@@ -182,10 +181,7 @@ def read(environ: Mapping[str, str], line: Source,
         disagreeing with the nodes, or a malformed value.
     """
     raw = environ["VC_TASK_INDEX"]
-    try:
-        index = parse_int(raw, minimum=0)
-    except ValueError as exc:
-        raise TopologyError(describe("VC_TASK_INDEX", raw, f"{exc}; {_FIX}")) from None
+    index = variable_int(environ, "VC_TASK_INDEX", 0, f"; {_FIX}")
     if environ.get("VK_TASK_INDEX", raw) != raw:
         raise TopologyError(describe("VK_TASK_INDEX", environ["VK_TASK_INDEX"],
                                      f"VC_TASK_INDEX={raw!r} (env.go sets both); {_FIX}"))
