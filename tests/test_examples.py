@@ -3,8 +3,9 @@
 - examples/training/: the PyTorch all-reduce, TensorFlow, JAX and Lightning workers the
   e2e tests run and the example images copy; each parses, imports its report helper from
   its own folder, and none is left behind in tests/e2e;
-- examples/slurm/train.sbatch: POSIX sh, one task per node, and its derive-env options give
-  each task of a recorded 3-node step (tests/fixtures/recorded/sbatch-3node) its node rank;
+- examples/slurm/train.sbatch: POSIX sh, one task per node, the docs' template character for
+  character, and its derive-env options give each task of a recorded 3-node step
+  (tests/fixtures/recorded/sbatch-3node) its node rank;
 - examples/kubernetes/*.yaml and examples/backendai/: each file is, character for
   character, a block the docs embed (the manifests' fields are checked against their
   APIs by tests/sources/test_manifests.py).
@@ -77,6 +78,11 @@ def test_sbatch_script_is_posix_sh_one_task_per_node() -> None:
     assert commands == ['srun derive-env --frameworks pytorch -- torchrun '
                         '"${1:-examples/training/torch_allreduce.py}"']
     assert (REPO / "examples" / "training" / "torch_allreduce.py").is_file()
+
+
+def test_sbatch_script_is_the_docs_template() -> None:
+    """docs/sources/slurm.md, "An sbatch template", shows the file character for character."""
+    assert SBATCH.read_text() in doc_blocks("sh")
 
 
 @pytest.mark.parametrize("task", [0, 1, 2])
