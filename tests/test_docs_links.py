@@ -45,8 +45,11 @@ def _prose_lines(text: str) -> list[str]:
 
 
 def links(text: str) -> list[str]:
-    """Link targets of a Markdown page, in order, leaving out those inside code."""
-    return [m.group(1) for line in _prose_lines(text) for m in _LINK.finditer(line)]
+    """Link targets of a Markdown page, in order, leaving out those inside code; a link whose
+    text runs over a line break is found too (the lines of a paragraph are joined)."""
+    paragraphs = re.split(r"\n\s*\n", "\n".join(_prose_lines(text)))
+    return [m.group(1) for paragraph in paragraphs
+            for m in _LINK.finditer(paragraph.replace("\n", " "))]
 
 
 def slug(heading: str) -> str:
@@ -108,8 +111,10 @@ def test_links_skip_code_and_keep_anchors() -> None:
         "`[not](code.md)` inline\n"
         "```\n[fenced](nope.md)\n```\n"
         "[web](https://example.org) [self](#top)\n"
+        "a [link over\ntwo lines](two.md#lines)\n"
     )
-    assert links(text) == ["docs/a.md#one-two", "x.png", "https://example.org", "#top"]
+    assert links(text) == ["docs/a.md#one-two", "x.png", "https://example.org", "#top",
+                           "two.md#lines"]
 
 
 def test_slugs_follow_github() -> None:
