@@ -7,7 +7,6 @@ Run after a change of derive-env's output: ``.venv/bin/python tests/regen_docs_e
 from __future__ import annotations
 
 import subprocess
-import tempfile
 from pathlib import Path
 
 from helpers import console_script
@@ -16,13 +15,9 @@ from support.docs import PAGES, REPO, blocks, console_examples
 
 def run(command: str) -> str:
     """The example's output as the test runs it (same environment)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        labels = Path(tmp) / "labels.json"
-        labels.write_text("{}")
-        env = {"PATH": f"{Path(console_script()).parent}:/usr/bin:/bin",
-               "DERIVE_ENV_LABELS_FILE": str(labels), "LC_ALL": "C.UTF-8"}
-        result = subprocess.run(["sh", "-c", command], cwd=REPO, env=env, capture_output=True,
-                                text=True, timeout=60, check=False)
+    env = {"PATH": f"{Path(console_script()).parent}:/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+    result = subprocess.run(["sh", "-c", command], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
     return result.stderr + result.stdout
 
 

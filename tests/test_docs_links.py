@@ -239,3 +239,12 @@ def test_every_cited_behaviour_section_exists() -> None:
     assert beyond == []
     text = "(docs/behaviour.md section\n    #: 14) and docs/behaviour.md section 8"
     assert behaviour_citations(text) == [14, 8]
+
+
+def test_the_readme_and_the_docs_stay_short() -> None:
+    """The README fits on a few screens (150 lines) and README + docs/ stay readable in an
+    afternoon (45,000 words, the changelog aside: it grows with every release)."""
+    assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 150
+    words = sum(len(page.read_text(encoding="utf-8").split()) for page in PAGES
+                if page.name != "CHANGELOG.md")
+    assert words <= 45_000

@@ -89,11 +89,11 @@ EXAMPLES = [
 def test_console_examples_print_what_the_page_shows(
     where: str, command: str, output: str, tmp_path: Path
 ) -> None:
-    labels = tmp_path / "labels.json"
-    labels.write_text("{}")
+    # As on a user's machine: no labels file (none at the default path, none named), so the
+    # page's --frameworks or --label opts in, and --explain words it as the user sees it.
+    assert not Path("/etc/derive-env/labels.json").exists()
     bin_dir = str(Path(console_script()).parent)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DERIVE_ENV_LABELS_FILE": str(labels),
-           "LC_ALL": "C.UTF-8"}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
     result = subprocess.run(
         ["sh", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=60, check=False,

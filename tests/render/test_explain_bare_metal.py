@@ -64,13 +64,22 @@ def test_a_pbs_task_is_this_node_even_in_an_image(image: bool) -> None:
     assert lines[3] == "     1  n03  (this node)"
 
 
-@pytest.mark.parametrize(("image", "unit"), [(True, "container"), (False, "node")])
-def test_a_node_level_session_speaks_of_containers_only_in_an_image(
-        backendai_env, image: bool, unit: str) -> None:
+@pytest.mark.parametrize("image", [True, False])
+def test_a_container_platform_speaks_of_containers_with_or_without_a_labels_file(
+        backendai_env, image: bool) -> None:
+    """Backend.AI starts containers: a dry run on a laptop (``--frameworks``, no labels file)
+    words it as the container itself would, so the docs' outputs are what users see."""
     derivation = derive(backendai_env(["main1", "sub1"], "sub1", session_id="s1"), PYTORCH)
     lines = explain(derivation, image=image).splitlines()
-    assert lines[0] == f"source: backendai session s1, 2 nodes; this {unit} is sub1, node rank 1"
-    assert lines[3] == f"     1  sub1  (this {unit})"
+    assert lines[0] == "source: backendai session s1, 2 nodes; this container is sub1, node rank 1"
+    assert lines[3] == "     1  sub1  (this container)"
+
+
+@pytest.mark.parametrize(("image", "unit"), [(True, "container"), (False, "node")])
+def test_a_single_node_without_a_source_is_a_container_only_in_an_image(
+        image: bool, unit: str) -> None:
+    assert explain(derive({}, PYTORCH), image=image).splitlines()[0] == (
+        f"source: standalone, single {unit}")
 
 
 def test_torchrun_default_run_id_names_no_job() -> None:

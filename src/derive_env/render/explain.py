@@ -99,10 +99,12 @@ def _printable(value: str) -> str:
 
 
 def _in_container(topo: ClusterTopology, image: bool) -> bool:
-    """Whether --explain speaks of containers: a labels file was read (an image's) and no
-    HPC scheduler or launcher (:data:`SCHEDULERS`) named the job or gave one of its layers;
-    else of nodes and processes (bare metal: ``--frameworks``, ``DERIVE_ENV_FRAMEWORKS``)."""
-    return image and not {topo.source, *_layer_names(topo)} & SCHEDULERS
+    """Whether --explain speaks of containers: no HPC scheduler or launcher
+    (:data:`SCHEDULERS`) named the job or gave one of its layers, and either a container
+    platform's source (Backend.AI, Kubernetes, a cloud) was seen or a labels file (an
+    image's) was read; else of nodes and processes (bare metal: ``--frameworks``)."""
+    return (image or topo.source != "standalone") and not (
+        {topo.source, *_layer_names(topo)} & SCHEDULERS)
 
 
 def _session(topo: ClusterTopology) -> str:
