@@ -438,6 +438,44 @@ CLI_RUN = [
 RUN_ROWS |= {row for _, _, row in CLI_RUN}
 
 
+#: The batch scripts' refusals (environment, ``{tmp}`` a folder with the job's host file
+#: ``nodefile``) and their rows: the recipe of a row's "what to do" is the one the message
+#: prints when ``--frameworks pytorch`` opted the start in (the option echoed in it).
+BATCH_SCRIPTS = [
+    ((REPO / "tests" / "fixtures" / "recorded" / "sbatch-3node" / "batch.env").read_text(
+        encoding="utf-8"), "run derive-env inside srun, after it: …"),
+    ("".join(f"{key}={value}\n" for key, value in {
+        "PBS_JOBID": "1234.pbs-server", "PBS_JOBCOOKIE": "0000000012AB34CD",
+        "PBS_NODENUM": "0", "PBS_TASKNUM": "1", "PBS_MOMPORT": "15003",
+        "PBS_NODEFILE": "{tmp}/nodefile", "PBS_ENVIRONMENT": "PBS_BATCH"}.items()),
+     "run derive-env inside the launcher, after it: pbsdsh -u derive-env …"),
+    ("".join(f"{key}={value}\n" for key, value in {
+        "FLUX_URI": "local:///run/flux/local", "FLUX_JOB_ID": "fNH", "FLUX_JOB_SIZE": "8",
+        "FLUX_JOB_NNODES": "2", "FLUX_TASK_LOCAL_ID": "1", "FLUX_TASK_RANK": "5"}.items()),
+     "start one task per node: flux run -N <nodes> --tasks-per-node=1 derive-env …"),
+]
+RUN_ROWS |= {row for _, row in BATCH_SCRIPTS}
+
+
+@pytest.mark.parametrize(("environ", "row"), BATCH_SCRIPTS, ids=[r for _, r in BATCH_SCRIPTS])
+def test_a_refusals_recipe_keeps_the_opt_in_as_the_message_does(
+        environ: str, row: str, tmp_path: Path) -> None:
+    import subprocess
+
+    from helpers import console_script
+
+    what = next(line for line in GUIDE.splitlines() if line.startswith(f"| `{row}` | 3 |"))
+    recipes = re.findall(r"`([^`]*derive-env --frameworks pytorch -- [^`]*)`", what)
+    (tmp_path / "nodefile").write_text("n07\nn07\nn03\nn12\n", encoding="utf-8")
+    result = subprocess.run(
+        [console_script(), "--dry-run", "--frameworks", "pytorch", "--env-file", "-"],
+        input=environ.replace("{tmp}", str(tmp_path)), capture_output=True, text=True,
+        timeout=60, check=False)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("derive-env: error: " + row.removesuffix("…"))
+    assert len(recipes) == 1 and recipes[0] in result.stderr, (recipes, result.stderr)
+
+
 @pytest.mark.parametrize(("args", "stdin", "row"), CLI_RUN, ids=[r for _, _, r in CLI_RUN])
 def test_rows_are_what_the_command_line_prints(
         args: list[str], stdin: str, row: str, tmp_path: Path) -> None:

@@ -52,16 +52,18 @@ _GRAMS = ("dis", "ist", "str", "tri", "rib", "ibu", "but", "ute", "ted")
 class Labels(dict):  # type: ignore[type-arg]
     """``{label: value}`` that also knows which labels a session variable gave.
 
-    :ivar variables: label -> the ``DERIVE_ENV_<NAME>`` variable it came from (contract
-        section 9), for ``--explain``'s provenance and the opt-in rule.
+    :ivar variables: label -> the ``DERIVE_ENV_<NAME>`` variable it came from, for
+        ``--explain``'s provenance and the opt-in rule.
     :ivar image: a labels file (the default or ``$DERIVE_ENV_LABELS_FILE``) was read, so
         messages may speak of "the image"; else (bare metal) they speak of the job.
+    :ivar from_image: the labels that file gave (later sources may change them): every
+        node's image has these (render/fixes.py: a fix needs no opt-in the image gave).
     """
 
     def __init__(self, *args: object, **kwargs: str) -> None:
         super().__init__(*args, **kwargs)
         self.variables: dict[str, str] = {}
-        self.image = False
+        self.image, self.from_image = False, {}
 
 
 def variable_of(label: str) -> str:
@@ -404,10 +406,9 @@ def gather(environ: Mapping[str, str], baked: tuple[str | None, str],
         (``/etc/derive-env/labels.json``); only a default file that does not exist means no
         labels, any other failure to read it is an error.
     :param given: the command line's ``--labels-file`` paths and ``--label`` items, in order.
-
     :param read: ``(path, what, missing_ok) -> text``, ``None`` for a missing file when
         ``missing_ok`` (the edge's bounded reader, ``cli.read_text``); raises LabelError.
-    :returns: the labels (:class:`Labels`: which came from a variable).
+    :returns: the labels (:class:`Labels`: which came from a variable, which from the image).
     :raises LabelError: a file that cannot be read (but the missing default) or parsed, a
         near miss of a ``DERIVE_ENV_<NAME>`` variable, or a ``--label`` that cannot be
         parsed: every such problem of every source in one message.
@@ -429,6 +430,7 @@ def gather(environ: Mapping[str, str], baked: tuple[str | None, str],
     named = environ.get(LABELS_FILE_VARIABLE) or baked[0] or None
     labels.image = read_one(named or baked[1], f"labels file (${LABELS_FILE_VARIABLE})"
                             if named else "labels file", named is None)
+    labels.from_image = dict(labels)  # read first: all the labels so far are the file's
     for labels_file in labels_files:
         read_one(labels_file, "--labels-file")
     from_session, near = session_labels(environ)

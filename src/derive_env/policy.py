@@ -73,7 +73,11 @@ _ROLE = ROLE_NAME  # the Backend.AI source's rule: a role may end in digits (a10
 _IFNAME = re.compile(r"[A-Za-z0-9_.@-]{1,15}\Z")
 
 
-def _frameworks(value: object) -> tuple[str, ...]:
+def frameworks_of(value: object) -> tuple[str, ...]:
+    """The frameworks label's names: stripped, lower case, each once, in the value's order.
+
+    :raises ValueError: not a string, empty, or a name not in :data:`FRAMEWORK_NAMES`.
+    """
     expected = f"a comma list of {', '.join(FRAMEWORK_NAMES)}"
     if not isinstance(value, str):
         raise ValueError(expected)
@@ -186,7 +190,7 @@ class ImagePolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    frameworks: Annotated[tuple[str, ...], BeforeValidator(_frameworks)] = Field(
+    frameworks: Annotated[tuple[str, ...], BeforeValidator(frameworks_of)] = Field(
         alias=PREFIX + "frameworks"
     )
     # Right after frameworks: label errors are listed in this order.

@@ -31,11 +31,55 @@ def refusal(opt_in: str) -> str:
 @pytest.mark.parametrize(("options", "opt_in"), [
     ({"frameworks": "pytorch"}, "--frameworks pytorch "),
     ({"label_items": (f"{OPT_IN}=pytorch,jax",)}, "--frameworks pytorch,jax "),
+    # as the policy reads it: stripped, lower case, each once (a line break split the line)
+    ({"frameworks": "pytorch\n"}, "--frameworks pytorch "),
+    ({"frameworks": " PyTorch,pytorch, JAX"}, "--frameworks pytorch,jax "),
 ])
 def test_an_option_is_echoed(clean_environ: Path, capsys: pytest.CaptureFixture[str],
                              options: dict, opt_in: str) -> None:
     assert run([], dry_run=True, env_file=str(BATCH), **options) == 3
     assert capsys.readouterr().err == refusal(opt_in) + "\n"
+
+
+@pytest.mark.parametrize(("image", "given", "opt_in"), [
+    ("{}", "jax", "--frameworks jax "),  # the image's file read, without the label
+    ("pytorch", "jax", "--frameworks jax "),  # the image's value changed
+    ("pytorch", "pytorch", ""),  # the image's value: every node has it
+])
+def test_a_labels_file_option_is_echoed_unless_the_image_gave_the_value(
+        clean_environ: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        image: str, given: str, opt_in: str) -> None:
+    if image != "{}":
+        clean_environ.write_text(f'{{"{OPT_IN}": "{image}"}}', encoding="utf-8")
+    labels = tmp_path / "job-labels.json"
+    labels.write_text(f'{{"{OPT_IN}": "{given}"}}', encoding="utf-8")
+    assert run([], dry_run=True, env_file=str(BATCH), labels_files=(str(labels),)) == 3
+    assert capsys.readouterr().err == refusal(opt_in) + "\n"
+
+
+def test_a_quoted_value_is_never_rewritten(clean_environ: Path,
+                                           capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    env = tmp_path / "job.env"
+    env.write_text(BATCH.read_text(encoding="utf-8").replace(
+        "SLURM_JOB_NODELIST=gpu-a100-[09-11]", "SLURM_JOB_NODELIST=n[1-2]derive-env -- x"),
+        encoding="utf-8")
+    assert run([], dry_run=True, env_file=str(env), frameworks="pytorch") == 3
+    assert capsys.readouterr().err == (
+        "derive-env: error: SLURM_JOB_NODELIST='n[1-2]derive-env -- x': expected a host name "
+        "(letters, digits, '-' and '.') or an IP address, not '--'\n")
+
+
+def test_the_variable_is_named_only_beside_a_fix(clean_environ: Path,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    env = tmp_path / "job.env"
+    env.write_text(BATCH.read_text(encoding="utf-8") + "DERIVE_ENV_FRAMEWORKS=pytorch\n",
+                   encoding="utf-8")
+    assert run([], dry_run=True, env_file=str(env),
+               label_items=("ai.backend.distributed.on-error=derive-env -- x",)) == 4
+    assert capsys.readouterr().err == ("derive-env: error: label ai.backend.distributed."
+                                       "on-error='derive-env -- x': expected fail or warn\n")
 
 
 def test_image_labels_add_nothing(clean_environ: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,8 +39,8 @@ def opt_in_of(labels: Mapping[str, str], label_items: Sequence[str]) -> tuple[st
     """How this start opted in, and the frameworks value.
 
     :param labels: the gathered labels (:func:`derive_env.labels.gather`: its ``variables``
-        names the labels a ``DERIVE_ENV_<NAME>`` variable gave, ``image`` whether a labels
-        file was read).
+        names the labels a ``DERIVE_ENV_<NAME>`` variable gave, ``from_image`` those the
+        image's labels file gave).
     :param label_items: the ``--label`` items, ``--frameworks LIST`` among them as
         ``ai.backend.distributed.frameworks=LIST`` (:func:`derive_env.cli.run` adds it).
     :returns: ``(how, value)``: one of :data:`FILE`, :data:`OPTION`, :data:`VARIABLE`,
@@ -57,7 +57,8 @@ def opt_in_of(labels: Mapping[str, str], label_items: Sequence[str]) -> tuple[st
             continue
     if OPT_IN in getattr(labels, "variables", {}):
         return VARIABLE, value
-    return (FILE if getattr(labels, "image", True) else OPTION), value
+    # The image's own file opted every node in, unless a --labels-file changed the value.
+    return (FILE if getattr(labels, "from_image", {}).get(OPT_IN) == value else OPTION), value
 
 
 def fixed(message: str, labels: Mapping[str, str] | None, label_items: Sequence[str]) -> str:
@@ -71,38 +72,89 @@ def fixed(message: str, labels: Mapping[str, str] | None, label_items: Sequence[
 def with_opt_in(message: str, how: str, value: str) -> str:
     """``message`` with every fix's ``derive-env -- COMMAND`` given this start's opt-in.
 
-    * :data:`OPTION`: ``derive-env --frameworks VALUE -- COMMAND``;
+    * :data:`OPTION`: ``derive-env --frameworks NAMES -- COMMAND``;
     * :data:`VARIABLE`: the commands as written (the variable reaches them as it reached
-      this start), and one closing sentence naming the variable and ``--frameworks``;
+      this start), and, when a fix was found, one closing sentence naming the variable and
+      ``--frameworks``;
     * :data:`NONE`: ``--frameworks pytorch`` before a PyTorch launcher or a Python script,
       else :data:`PLACEHOLDER`, named as such: nothing is guessed silently;
     * :data:`FILE`: unchanged (the image's labels opt every node in).
 
-    A ``derive-env -- srun ...`` that names where derive-env must not run stays as it is.
+    NAMES: ``value`` as the policy reads it (:func:`derive_env.policy.frameworks_of`: lower
+    case, stripped, each once), never as typed (a line break would split the message); a
+    value it refuses gets :data:`PLACEHOLDER`. A ``derive-env -- srun ...`` that names where
+    derive-env must not run stays as it is, and so does the text of a quoted value
+    (:func:`_plain`: a host list or label that happens to contain ``derive-env -- ``).
     """
     if how == FILE or _FIX not in message:
         return message
-    from shlex import quote
-
-    parts = message.split(_FIX)
-    out = [parts[0]]
-    fixed = False
-    for part in parts[1:]:
-        command = part.split(" ", 1)[0].rstrip(")")
-        if command in _WRONG_PLACE:
-            out.append(_FIX + part)
-            continue
-        fixed = True
-        if how == OPTION:
-            opt = f"--frameworks {quote(value)}"
-        elif how == NONE:
-            opt = "--frameworks pytorch" if command in _PYTORCH else PLACEHOLDER
-        else:
-            opt = ""
-        out.append(f"derive-env {opt} -- {part}" if opt else _FIX + part)
+    names = _names(value) if how in (OPTION, VARIABLE) else ""
+    out: list[str] = []
+    found = False
+    for text, plain in _plain(message):
+        parts = text.split(_FIX) if plain else [text]
+        out.append(parts[0])
+        for part in parts[1:]:
+            command = part.split(" ", 1)[0].rstrip(")")
+            if command in _WRONG_PLACE:
+                out.append(_FIX + part)
+                continue
+            found = True
+            if how == NONE:
+                opt = "--frameworks pytorch" if command in _PYTORCH else PLACEHOLDER
+            else:
+                opt = "" if how == VARIABLE and names else (
+                    f"--frameworks {names}" if names else PLACEHOLDER)
+            out.append(f"derive-env {opt} -- {part}" if opt else _FIX + part)
     text = "".join(out)
-    if how == VARIABLE and fixed:
-        variable = variable_of(OPT_IN)
-        text += (f" ({variable}={quote(value)} opted this start in: the derive-env of the "
-                 f"fix needs it too, in its environment or as --frameworks {quote(value)})")
+    if how == VARIABLE and names and found:
+        text += (f" ({variable_of(OPT_IN)}={names} opted this start in: the derive-env of the "
+                 f"fix needs it too, in its environment or as --frameworks {names})")
     return text
+
+
+def _names(value: str) -> str:
+    """The frameworks ``value`` as the policy reads it, comma-joined (``" PyTorch,jax"`` ->
+    ``pytorch,jax``); ``""`` for a value it refuses (reported on its own)."""
+    from derive_env.policy import frameworks_of  # opted in: the policy is already imported
+
+    try:
+        return ",".join(frameworks_of(value))
+    except ValueError:
+        return ""
+
+
+def _plain(message: str) -> list[tuple[str, bool]]:
+    """``message`` cut into ``(text, plain)``: ``plain`` False for a quoted value.
+
+    Messages quote the values they echo as Python does (``{value!r}``): ``'...'``, or
+    ``"..."`` around a value holding ``'``, a quote inside escaped with ``\\``. Such a quote
+    opens only after a character that is not a letter or digit (``='``, `` '``), so the
+    apostrophe of ``job's`` or ``nodes'`` opens none; one that never closes is text.
+    """
+    pieces: list[tuple[str, bool]] = []
+    start = i = 0
+    while i < len(message):
+        char = message[i]
+        if char in "'\"" and (i == 0 or not message[i - 1].isalnum()):
+            end = _closing(message, i)
+            if end is not None:
+                pieces += [(message[start:i], True), (message[i:end + 1], False)]
+                start = i = end + 1
+                continue
+        i += 1
+    return [*pieces, (message[start:], True)]
+
+
+def _closing(message: str, opening: int) -> int | None:
+    """The index of the quote closing the one at ``opening`` (a backslash escapes the next
+    character), or ``None``."""
+    quote, i = message[opening], opening + 1
+    while i < len(message):
+        if message[i] == "\\":
+            i += 2
+            continue
+        if message[i] == quote:
+            return i
+        i += 1
+    return None
