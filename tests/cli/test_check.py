@@ -100,6 +100,10 @@ def test_help_names_the_bound(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("Usage: derive-env check [OPTIONS]\n")
     assert "--timeout SECONDS" in result.stdout and "[default: 15.0" in result.stdout
+    # every exit path of run_check and main (adversarial trial: it said "else 1")
+    assert ("  Exit codes: 0 every check passes, 1 a check failed, 2 usage, 3 bad cluster\n"
+            "  variables, 4 bad image label, 130 interrupted (SIGINT), 143 SIGTERM while\n"
+            "  resolving host names.\n") in result.stdout
 
 
 def test_a_bad_cluster_variable_is_the_derivation_s_error(tmp_path: Path) -> None:

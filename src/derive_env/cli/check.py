@@ -81,8 +81,12 @@ def main(args: Sequence[str]) -> None:
         check, srun/mpirun derive-env check, or a Kubernetes init container in every pod;
         no SSH between nodes): names resolve, the master port is free on
         the master and reachable from every node, gloo's and NCCL's interfaces reach the
-        peers. The master prints the table node x check; exit 0 when every check passes,
-        else 1."""
+        peers. The master prints the table node x check.
+
+        \b
+        Exit codes: 0 every check passes, 1 a check failed, 2 usage, 3 bad cluster
+        variables, 4 bad image label, 130 interrupted (SIGINT), 143 SIGTERM while
+        resolving host names."""
         timeout, source, label_items = values["timeout"], values["source"], values["label_items"]
         if source is not None:
             from derive_env.errors import UsageError
