@@ -36,13 +36,28 @@ def _user_check(tmp_path: Path) -> None:
 
 
 def test_a_command_named_check_runs_after_the_double_dash(tmp_path: Path) -> None:
-    """Only ``check`` as the first word is the preflight; after ``--`` or an option it is the
-    user's command, byte for byte as before."""
+    """Only ``check`` as the first word is the preflight; after ``--`` it is the user's
+    command, byte for byte as before."""
     _user_check(tmp_path)
-    for args in (["--", "check", "a", "--timeout"], ["--label", "x.y=z", "check", "a", "--timeout"],
-                 ["--", "check", "a", "--timeout"]):
+    for args in (["--", "check", "a", "--timeout"],
+                 ["--label", "x.y=z", "--", "check", "a", "--timeout"],
+                 ["--frameworks", "pytorch", "--", "check", "a", "--timeout"]):
         result = _run(args, tmp_path)
         assert (result.returncode, result.stdout) == (0, "user check a --timeout\n"), args
+
+
+@pytest.mark.parametrize("args", [["--frameworks", "pytorch", "check"],
+                                  ["--label", "x.y=z", "check", "a", "--timeout"],
+                                  ["--dry-run", "check"]])
+def test_check_after_options_is_refused(tmp_path: Path, args: list[str]) -> None:
+    """``derive-env --frameworks pytorch check`` ran a command named check (127, no hint:
+    adversarial trial): a usage error saying check comes first, the command not run."""
+    _user_check(tmp_path)
+    result = _run(args, tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.endswith(
+        "Error: check must come first: derive-env check --frameworks pytorch (options after "
+        "the word); to run a command named check, put -- before it\n")
 
 
 def test_check_as_the_first_word_is_the_preflight(tmp_path: Path) -> None:

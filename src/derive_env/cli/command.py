@@ -77,6 +77,19 @@ def _complete_command(ctx: click.Context, param: click.Parameter, incomplete: st
     return [CompletionItem(incomplete, type="file")]
 
 
+def _check_after_options(command: tuple[str, ...]) -> str | None:
+    """Why a command ``check`` right after options (``derive-env --frameworks pytorch
+    check``) is refused: the preflight is read only as the first word, and running a
+    program named ``check`` is rarely meant; ``derive-env [OPTIONS] -- check`` runs it."""
+    ctx = click.get_current_context()
+    words = ctx.meta.get(_WORDS, ())
+    start = len(words) - len(command)
+    if not command or command[0] != "check" or (start > 0 and words[start - 1] == "--"):
+        return None
+    return ("check must come first: derive-env check --frameworks pytorch (options "
+            "after the word); to run a command named check, put -- before it")
+
+
 #: Each option's completion beyond click's own (a ``--format`` choice, a flag's name).
 _COMPLETIONS = {"source": _complete_source, "frameworks": _complete_frameworks,
                 "labels_files": _complete_path, "env_files": _complete_path}
@@ -137,7 +150,7 @@ def cli(**values: Any) -> None:
     A sourced hook must check the exit status, as the last line does: a bare eval of a
     failed run would start the command without the variables (docker/bootstrap.sh).
     """
-    problem = check(values)
+    problem = check(values) or _check_after_options(values["command"])
     if problem is not None:
         raise click.UsageError(printable(problem, keep="\n"))  # a --source value, escaped
     try:
