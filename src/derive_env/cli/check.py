@@ -53,12 +53,19 @@ class Mine(NamedTuple):
 def main(args: Sequence[str]) -> None:
     """``derive-env check ARGS``: parse (click), run, exit with 0 (all pass), 1 (a check
     failed), 2 (usage), 3 or 4 (the derivation's errors), 130/143 (interrupted)."""
-    start = time.monotonic()
+    command(time.monotonic()).main(list(args), prog_name="derive-env check")
+
+
+def command(start: float, completions: dict | None = None):  # -> click.Command
+    """The click command of ``derive-env check``; ``start``: ``time.monotonic()`` at the
+    start (the deadline counts from it); ``completions``: option keyword -> its
+    ``shell_complete`` (given by :mod:`derive_env.cli.command`, which completes
+    ``derive-env check ...``)."""
     import click
 
     from derive_env.cli.options import OPTIONS
 
-    helps = {o.keyword: o.help for o in OPTIONS}
+    helps, more = {o.keyword: o.help for o in OPTIONS}, completions or {}
 
     def finite(_ctx: object, _param: object, value: float) -> float:
         if value != value:  # NaN passes FloatRange's comparisons
@@ -73,9 +80,11 @@ def main(args: Sequence[str]) -> None:
     @click.option("--label", "label_items", multiple=True, metavar="KEY=VALUE",
                   help=helps["label_items"])
     @click.option("--labels-file", "labels_files", multiple=True, metavar="PATH",
-                  help=helps["labels_files"])
-    @click.option("--frameworks", metavar="LIST", help=helps["frameworks"])
-    @click.option("--source", metavar="NAME", help="As for derive-env --source.")
+                  help=helps["labels_files"], shell_complete=more.get("labels_files"))
+    @click.option("--frameworks", metavar="LIST", help=helps["frameworks"],
+                  shell_complete=more.get("frameworks"))
+    @click.option("--source", metavar="NAME", help="As for derive-env --source.",
+                  shell_complete=more.get("source"))
     def check(**values: Any) -> None:
         """Check what a rendezvous needs, on every node at once (on-every-node derive-env
         check, srun/mpirun derive-env check, or a Kubernetes init container in every pod;
@@ -107,7 +116,7 @@ def main(args: Sequence[str]) -> None:
             status = 130
         _exit_now(status)
 
-    check.main(list(args), prog_name="derive-env check")
+    return check
 
 
 def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[str],

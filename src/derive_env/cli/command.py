@@ -33,11 +33,33 @@ _WORDS = "derive_env.words"
 
 class _Command(click.Command):
     """click's command, keeping the words it parses: the completion of the first word
-    (``check``) must know that none came before it, not even ``--``."""
+    (``check``) must know that none came before it, not even ``--``; after ``check`` the
+    words are the preflight's, completed by its own command (:func:`_check_completions`)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_WORDS] = tuple(args)
         return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list:
+        after_check = _check_completions(ctx, incomplete)
+        return super().shell_complete(ctx, incomplete) if after_check is None else after_check
+
+
+def _check_completions(ctx: click.Context, incomplete: str) -> list | None:
+    """After ``derive-env check``: the candidates of check's own command (``--timeout``,
+    its options' values; not the start's ``--format``, which check rejects), through
+    click's ``ShellComplete.get_completions``; ``None`` when ``check`` is not the first
+    word."""
+    words = ctx.meta.get(_WORDS, ())
+    if not words or words[0] != "check" or (len(words) == 1 and incomplete == words[0]):
+        return None
+    from click.shell_completion import ShellComplete
+
+    from derive_env.cli.check import command
+
+    own = command(0.0, _COMPLETIONS)
+    return ShellComplete(own, {}, "derive-env check", "").get_completions(
+        list(words[1:]), incomplete)
 
 
 def _complete_source(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -70,6 +92,9 @@ def _complete_command(ctx: click.Context, param: click.Parameter, incomplete: st
     arguments)."""
     from click.shell_completion import CompletionItem
 
+    after_check = _check_completions(ctx, incomplete)
+    if after_check is not None:
+        return after_check
     if not ctx.meta.get(_WORDS):
         first = [word for word in ("check", "--") if word.startswith(incomplete)]
         if first:
