@@ -224,3 +224,27 @@ def test_completion_variable_beside_a_command_line_changes_nothing(value: str) -
     out = subprocess.run([console_script(), "--", "sh", "-c", "echo ran"], capture_output=True,
                          text=True, timeout=60, env=env)
     assert (out.returncode, out.stdout, out.stderr) == (0, "ran\n", "")
+
+
+@pytest.mark.parametrize(("value", "env"), [
+    ("bash_complete", {}),
+    ("zsh_complete", {"COMP_WORDS": "derive-env "}),
+    ("fish_complete", {"COMP_CWORD": ""}),
+    ("bash_complete", {"COMP_WORDS": "derive-env ", "COMP_CWORD": "x"}),
+])
+def test_a_complete_request_without_the_shell_s_words_is_a_start(
+        value: str, env: dict[str, str]) -> None:
+    """An ENTRYPOINT with an empty CMD and a stray ``*_complete`` value: no traceback (it was
+    a KeyError on COMP_WORDS, exit 1), no success: the start's usage error (adversarial
+    trial)."""
+    out = completion({"_DERIVE_ENV_COMPLETE": value, **env})
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.endswith(
+        "Error: no command given: derive-env [OPTIONS] -- COMMAND [ARG]..., or --dry-run.\n")
+
+
+def test_fish_completes_with_the_incomplete_word_in_comp_cword() -> None:
+    out = completion({"_DERIVE_ENV_COMPLETE": "fish_complete",
+                      "COMP_WORDS": "derive-env --dr", "COMP_CWORD": "--dr"})
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout.startswith("plain,--dry-run\tPrint the derived variables")

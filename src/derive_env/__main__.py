@@ -24,6 +24,10 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 #: click's shell-completion switch for prog_name ``derive-env`` (click.core, ``complete_var``):
 #: when set, click answers the completion request instead of running the command.
 _COMPLETE_VARIABLE = "_DERIVE_ENV_COMPLETE"
@@ -82,7 +86,7 @@ def main() -> None:
         sys.exit(status)
     from derive_env.cli.options import parse
 
-    completing = completion_request(args, os.environ.get(_COMPLETE_VARIABLE))
+    completing = completion_request(args, os.environ.get(_COMPLETE_VARIABLE), os.environ)
     options = None if completing else parse(args)
     if options is not None:
         from derive_env.cli import interrupted, run
@@ -102,18 +106,29 @@ def main() -> None:
         _stdout_failed(exc)
 
 
-def completion_request(args: list[str], value: str | None) -> bool:
+def completion_request(args: list[str], value: str | None,
+                       environ: Mapping[str, str]) -> bool:
     """Whether this start is a shell asking for completion (click's shell_completion).
 
     click's scripts run ``derive-env`` with no argument and ``_DERIVE_ENV_COMPLETE`` set to
-    ``{bash,zsh,fish}_{source,complete}`` (the words in COMP_WORDS/COMP_CWORD). Anything
-    else, such as a stray variable in a container's environment beside a command line or
-    with another value, is a normal start: the command runs.
+    ``{bash,zsh,fish}_source`` (print the script a user installs) or
+    ``{bash,zsh,fish}_complete`` with the words in ``COMP_WORDS`` and ``COMP_CWORD`` (an
+    index for bash and zsh, the incomplete word for fish: click.shell_completion's
+    ``get_completion_args``). A ``*_complete`` value without them, like anything else (a
+    stray variable in a container's environment beside a command line or with another
+    value), is a normal start: an ENTRYPOINT with an empty CMD says "no command given".
 
     :param args: the command line after the program name.
     :param value: ``_DERIVE_ENV_COMPLETE``, or None when unset.
+    :param environ: the environment holding ``COMP_WORDS`` and ``COMP_CWORD``.
     """
-    return not args and value in _COMPLETE_VALUES
+    if args or value not in _COMPLETE_VALUES:
+        return False
+    if value.endswith("_source"):
+        return True
+    cword = environ.get("COMP_CWORD")
+    return "COMP_WORDS" in environ and cword is not None and (
+        value == "fish_complete" or cword.isdigit())
 
 
 def _stdout_failed(exc: OSError) -> None:

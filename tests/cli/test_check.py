@@ -36,13 +36,28 @@ def _user_check(tmp_path: Path) -> None:
 
 
 def test_a_command_named_check_runs_after_the_double_dash(tmp_path: Path) -> None:
-    """Only ``check`` as the first word is the preflight; after ``--`` or an option it is the
-    user's command, byte for byte as before."""
+    """Only ``check`` as the first word is the preflight; after ``--`` it is the user's
+    command, byte for byte as before."""
     _user_check(tmp_path)
-    for args in (["--", "check", "a", "--timeout"], ["--label", "x.y=z", "check", "a", "--timeout"],
-                 ["--", "check", "a", "--timeout"]):
+    for args in (["--", "check", "a", "--timeout"],
+                 ["--label", "x.y=z", "--", "check", "a", "--timeout"],
+                 ["--frameworks", "pytorch", "--", "check", "a", "--timeout"]):
         result = _run(args, tmp_path)
         assert (result.returncode, result.stdout) == (0, "user check a --timeout\n"), args
+
+
+@pytest.mark.parametrize("args", [["--frameworks", "pytorch", "check"],
+                                  ["--label", "x.y=z", "check", "a", "--timeout"],
+                                  ["--dry-run", "check"]])
+def test_check_after_options_is_refused(tmp_path: Path, args: list[str]) -> None:
+    """``derive-env --frameworks pytorch check`` ran a command named check (127, no hint:
+    adversarial trial): a usage error saying check comes first, the command not run."""
+    _user_check(tmp_path)
+    result = _run(args, tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.endswith(
+        "Error: check must come first: derive-env check --frameworks pytorch (options after "
+        "the word); to run a command named check, put -- before it\n")
 
 
 def test_check_as_the_first_word_is_the_preflight(tmp_path: Path) -> None:
@@ -79,6 +94,61 @@ def test_frameworks_opts_a_check_in_as_it_opts_a_start_in(tmp_path: Path) -> Non
     assert result.stdout.endswith("all checks pass on 1 node\n")
 
 
+def test_a_jax_job_is_checked_on_the_jax_coordinator_s_port(tmp_path: Path) -> None:
+    """JAX only: the check listens on JAX_COORDINATOR_ADDRESS's port, the one the job opens
+    (it checked PyTorch's master port, 29500 here, and passed while the job's port was
+    taken: adversarial trial)."""
+    port = _free_port()
+    args = ["check", "--frameworks", "jax", "--label",
+            f"ai.backend.distributed.jax-port={port}", "--timeout", "5"]
+    result = _run(args, tmp_path)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == (
+        f"derive-env check: 1 node, master 127.0.0.1:{port} (JAX coordinator), within 5 s\n"
+        "node  host       name       peers  port       iface\n"
+        "0     localhost  127.0.0.1  -      listening  -\n"
+        "all checks pass on 1 node\n")
+    with socket.socket() as taken:  # the job's port held: the check fails on it
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        result = _run(args, tmp_path)
+    assert result.returncode == 1
+    assert f"127.0.0.1:{port} is already in use" in result.stdout
+
+
+def test_tensorflow_in_one_container_opens_no_port_so_pytorch_s_is_checked(
+        tmp_path: Path) -> None:
+    result = _run(["check", "--frameworks", "tensorflow", "--timeout", "5"], tmp_path)
+    assert result.returncode == 0
+    assert result.stderr == ("derive-env: note: frameworks=tensorflow opens no port in this "
+                             "job (one container): checked as if frameworks=tensorflow,"
+                             "pytorch\n")
+    assert result.stdout.startswith(
+        "derive-env check: 1 node, master 127.0.0.1:29500 (PyTorch master port), within 5 s\n")
+
+
+TF = ('{"cluster": {"chief": ["c0:2222"], "worker": ["w0:2222", "w1:2223"]}, '
+      '"task": {"type": "worker", "index": 0}}')
+
+
+@pytest.mark.parametrize(("job", "frameworks", "expected"), [
+    ({"MASTER_ADDR": "m", "MASTER_PORT": "29500", "JAX_COORDINATOR_ADDRESS": "m:61112"},
+     ("pytorch", "jax"), ("PyTorch master port", "m", 29500)),
+    ({"MASTER_ADDR": "m", "MASTER_PORT": "29500", "JAX_COORDINATOR_ADDRESS": "m:61112"},
+     ("jax",), ("JAX coordinator", "m", 61112)),  # a manager's MASTER_*: not the job's port
+    ({"JAX_COORDINATOR_ADDRESS": "[2001:db8::1]:1234", "TF_CONFIG": TF},
+     ("tensorflow", "jax"), ("JAX coordinator", "2001:db8::1", 1234)),
+    ({"TF_CONFIG": TF}, ("tensorflow",), ("TensorFlow chief", "c0", 2222)),
+    ({"TF_CONFIG": TF.replace('"chief": ["c0:2222"], ', "")}, ("tensorflow",),
+     ("TensorFlow chief", "w0", 2222)),
+    ({}, ("tensorflow",), None),
+    ({"TF_CONFIG": "not json"}, ("tensorflow",), None),
+])
+def test_rendezvous_of_picks_the_port_the_job_opens(job: dict[str, str], frameworks: tuple,
+                                                    expected: tuple | None) -> None:
+    assert edge.rendezvous_of(job, frameworks) == expected
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["check", "--timeout", "0"], "Invalid value for '--timeout': 0.0 is not in the range"),
     (["check", "--timeout", "x"], "Invalid value for '--timeout': 'x' is not a valid float"),
@@ -100,6 +170,10 @@ def test_help_names_the_bound(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("Usage: derive-env check [OPTIONS]\n")
     assert "--timeout SECONDS" in result.stdout and "[default: 15.0" in result.stdout
+    # every exit path of run_check and main (adversarial trial: it said "else 1")
+    assert ("  Exit codes: 0 every check passes, 1 a check failed, 2 usage, 3 bad cluster\n"
+            "  variables, 4 bad image label, 130 interrupted (SIGINT), 143 SIGTERM while\n"
+            "  resolving host names.\n") in result.stdout
 
 
 def test_a_bad_cluster_variable_is_the_derivation_s_error(tmp_path: Path) -> None:

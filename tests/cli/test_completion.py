@@ -45,3 +45,19 @@ def test_frameworks_offers_the_next_name_of_the_list() -> None:
 ])
 def test_the_first_word_offers_check(words: str, index: int, expected: list[str]) -> None:
     assert complete(words, index) == expected
+
+
+@pytest.mark.parametrize(("words", "index", "expected"), [
+    # check's own options, not the start's --format/--dry-run it rejects (adversarial trial)
+    ("derive-env check --", 2, ["plain,--timeout", "plain,--label", "plain,--labels-file",
+                                "plain,--frameworks", "plain,--source", "plain,--help"]),
+    ("derive-env check --t", 2, ["plain,--timeout"]),
+    ("derive-env check --timeout 3 --fr", 4, ["plain,--frameworks"]),
+    ("derive-env check --frameworks jax,", 3, ["plain,jax,pytorch", "plain,jax,tensorflow"]),
+    ("derive-env check --source slurm", 3, ["plain,slurm-step", "plain,slurm-allocation"]),
+    ("derive-env check --labels-file x", 3, ["file,x"]),
+    # after --, check is the user's command: its words are files
+    ("derive-env -- check --", 3, ["file,--"]),
+])
+def test_after_check_the_check_s_options(words: str, index: int, expected: list[str]) -> None:
+    assert complete(words, index) == expected

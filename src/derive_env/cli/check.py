@@ -3,9 +3,10 @@
 Loaded only when ``check`` is the first word of the command line (:mod:`derive_env.__main__`);
 ``derive-env -- check`` still runs a command named ``check``. Reads this node's facts,
 derives as a start would (an image that did not opt in is checked as ``frameworks=pytorch``),
-resolves the job's names, then either listens on the master port (the master: it greets
-every connection, collects every row and prints the whole table) or connects to it (the
-others: they send their row and print it with the master's verdict). Every wait is bounded
+resolves the job's names, then either listens on the port the job's rendezvous opens
+(:func:`rendezvous_of`; the master: it greets every connection, collects every row and
+prints the whole table) or connects to it (the others: they send their row and print it
+with the master's verdict). Every wait is bounded
 by one deadline, ``--timeout`` seconds after the start. What is checked and every message
 are in :mod:`derive_env.preflight`. Traffic goes only to the master's port, at the
 addresses the job's own master name resolves to.
@@ -42,23 +43,40 @@ class Bound(NamedTuple):
 
 class Mine(NamedTuple):
     """This row's parts: the plan (:func:`derive_env.preflight.plan_of`), the cells of the
-    checks made here, the names resolved and this node's own addresses."""
+    checks made here, the names resolved, this node's own addresses and what listens on
+    the plan's port (:func:`rendezvous_of`; ``""``: PyTorch's master port, the only one)."""
 
     plan: object  # preflight.Plan, imported only when the check runs
     cells: dict
     resolved: dict
     own: tuple[str, ...]
+    serves: str = ""
+
+    def head(self, timeout: float) -> str:
+        """The first line of the output (:func:`derive_env.preflight.title`)."""
+        from derive_env.preflight import title
+
+        plan = self.plan
+        where = host_port(plan.master, plan.port) + (f" ({self.serves})" if self.serves else "")
+        return title(len(plan.expected), plan.what, where, timeout)
 
 
 def main(args: Sequence[str]) -> None:
     """``derive-env check ARGS``: parse (click), run, exit with 0 (all pass), 1 (a check
     failed), 2 (usage), 3 or 4 (the derivation's errors), 130/143 (interrupted)."""
-    start = time.monotonic()
+    command(time.monotonic()).main(list(args), prog_name="derive-env check")
+
+
+def command(start: float, completions: dict | None = None):  # -> click.Command
+    """The click command of ``derive-env check``; ``start``: ``time.monotonic()`` at the
+    start (the deadline counts from it); ``completions``: option keyword -> its
+    ``shell_complete`` (given by :mod:`derive_env.cli.command`, which completes
+    ``derive-env check ...``)."""
     import click
 
     from derive_env.cli.options import OPTIONS
 
-    helps = {o.keyword: o.help for o in OPTIONS}
+    helps, more = {o.keyword: o.help for o in OPTIONS}, completions or {}
 
     def finite(_ctx: object, _param: object, value: float) -> float:
         if value != value:  # NaN passes FloatRange's comparisons
@@ -73,16 +91,23 @@ def main(args: Sequence[str]) -> None:
     @click.option("--label", "label_items", multiple=True, metavar="KEY=VALUE",
                   help=helps["label_items"])
     @click.option("--labels-file", "labels_files", multiple=True, metavar="PATH",
-                  help=helps["labels_files"])
-    @click.option("--frameworks", metavar="LIST", help=helps["frameworks"])
-    @click.option("--source", metavar="NAME", help="As for derive-env --source.")
+                  help=helps["labels_files"], shell_complete=more.get("labels_files"))
+    @click.option("--frameworks", metavar="LIST", help=helps["frameworks"],
+                  shell_complete=more.get("frameworks"))
+    @click.option("--source", metavar="NAME", help="As for derive-env --source.",
+                  shell_complete=more.get("source"))
     def check(**values: Any) -> None:
         """Check what a rendezvous needs, on every node at once (on-every-node derive-env
         check, srun/mpirun derive-env check, or a Kubernetes init container in every pod;
-        no SSH between nodes): names resolve, the master port is free on
-        the master and reachable from every node, gloo's and NCCL's interfaces reach the
-        peers. The master prints the table node x check; exit 0 when every check passes,
-        else 1."""
+        no SSH between nodes): names resolve, the job's rendezvous port (PyTorch's master
+        port, else the JAX coordinator's, else TensorFlow's chief's) is free on the master
+        and reachable from every node, gloo's and NCCL's interfaces reach the
+        peers. The master prints the table node x check.
+
+        \b
+        Exit codes: 0 every check passes, 1 a check failed, 2 usage, 3 bad cluster
+        variables, 4 bad image label, 130 interrupted (SIGINT), 143 SIGTERM while
+        resolving host names."""
         timeout, source, label_items = values["timeout"], values["source"], values["label_items"]
         if source is not None:
             from derive_env.errors import UsageError
@@ -103,7 +128,7 @@ def main(args: Sequence[str]) -> None:
             status = 130
         _exit_now(status)
 
-    check.main(list(args), prog_name="derive-env check")
+    return check
 
 
 def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[str],
@@ -113,7 +138,6 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
     from derive_env.errors import DeriveEnvError
     from derive_env.frameworks.network import VARIABLES, session_subnets
     from derive_env.labels import PREFIX
-    from derive_env.pipeline import derive_from
     from derive_env.preflight import check_iface, check_name, check_peers, own_addresses, plan_of
     from derive_env.render.fixes import FILE, opt_in_of, with_opt_in
     from derive_env.topology import Inputs
@@ -124,20 +148,22 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
         labels = load_labels(environ, labels_files, label_items)
         opted = opt_in_of(labels, label_items)  # before pytorch is added below: for the fixes
         wanted = labels.get(PREFIX + "frameworks", "")
-        if "pytorch" not in wanted.replace(" ", "").split(","):
-            labels[PREFIX + "frameworks"] = ",".join(filter(None, [wanted, "pytorch"]))
-            if not wanted:
-                say("note", f"not opted in (label {PREFIX}frameworks: --frameworks, "
-                            "DERIVE_ENV_FRAMEWORKS or the image's label): checked as if "
-                            "frameworks=pytorch")
+        if not wanted:
+            labels[PREFIX + "frameworks"] = "pytorch"
+            say("note", f"not opted in (label {PREFIX}frameworks: --frameworks, "
+                        "DERIVE_ENV_FRAMEWORKS or the image's label): checked as if "
+                        "frameworks=pytorch")
         facts = gather_facts(True)._replace(resolve=Resolver(names_seconds(timeout)))
-        derivation = derive_from(Inputs(environ, labels, read_files, facts, source))
-        assert derivation is not None  # opted in above
+        derivation, job, endpoint = _derived(Inputs(environ, labels, read_files, facts,
+                                                    source), wanted)
     except DeriveEnvError as exc:
         say("error", with_opt_in(str(exc), *opted))
         return exc.exit_code
-    job = {**environ, **derivation.changes()}
-    plan = plan_of(derivation.topology, job, facts.hostname)
+    what, master, port = endpoint
+    plan = plan_of(derivation.topology, {"MASTER_ADDR": master, "MASTER_PORT": str(port)},
+                   facts.hostname)
+    used = [f for f, _ in RENDEZVOUS if f in derivation.policy.frameworks]
+    serves = "" if used == ["pytorch"] else what  # several, or not PyTorch's: say which
     resolved = dict(facts.resolve(plan.names))
     own = own_addresses(facts)
     addresses = {n: ((n,) if n not in resolved else tuple(resolved[n]))
@@ -152,10 +178,63 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
     subnets = session_subnets(facts) if derivation.topology.source == "backendai" else None
     cells = {"name": name, "peers": check_peers(plan.host, plan.peers, addresses, subnets),
              "iface": check_iface(settings, facts, (plan.host, addresses[plan.host]), peers)}
-    mine = Mine(plan, cells, resolved, tuple(own))
+    mine = Mine(plan, cells, resolved, tuple(own), serves)
     if plan.is_master(list(own), addresses[plan.master]):
         return _Master(mine, bound).run()
     return _client(mine, addresses[plan.master], bound)
+
+
+#: What listens for each framework, in the order one is chosen when the job has several:
+#: PyTorch's master port (its TCPStore), the JAX coordinator, TensorFlow's chief.
+RENDEZVOUS = (("pytorch", "PyTorch master port"), ("jax", "JAX coordinator"),
+              ("tensorflow", "TensorFlow chief"))
+
+
+def rendezvous_of(job: dict[str, str], frameworks: Sequence[str]
+                  ) -> tuple[str, str, int] | None:
+    """The port the job's rendezvous listens on, from ``job`` (the environment the job
+    gets, derived variables included) and its ``frameworks``: ``(what, host, port)`` of
+    the first of :data:`RENDEZVOUS` the job has (``MASTER_ADDR``/``MASTER_PORT``,
+    ``JAX_COORDINATOR_ADDRESS``, ``TF_CONFIG``'s chief, else its worker 0 as TensorFlow
+    takes it); ``None`` when none listens (TensorFlow in one container: no TF_CONFIG)."""
+    for name, what in (r for r in RENDEZVOUS if r[0] in frameworks):
+        if name == "pytorch" and job.get("MASTER_ADDR") and job.get("MASTER_PORT"):
+            return what, job["MASTER_ADDR"], int(job["MASTER_PORT"])
+        target = job.get("JAX_COORDINATOR_ADDRESS", "") if name == "jax" else _chief(job)
+        host, _, port = target.rpartition(":")
+        if host and port.isdigit():
+            return what, host.removeprefix("[").removesuffix("]"), int(port)
+    return None
+
+
+def _chief(job: dict[str, str]) -> str:
+    """TF_CONFIG's chief (or worker 0) ``host:port``; ``""`` when there is none."""
+    try:
+        cluster = json.loads(job.get("TF_CONFIG", "")).get("cluster", {})
+        return str((cluster.get("chief") or cluster.get("worker"))[0])
+    except (ValueError, AttributeError, TypeError, IndexError):
+        return ""
+
+
+def _derived(inputs, wanted: str):  # -> (Derivation, job, rendezvous_of's endpoint)
+    """Derive as the job's start does, with its own frameworks (the ports it opens); when
+    none of them opens a port (TensorFlow in one container), with pytorch added, said in a
+    note. :raises DeriveEnvError: as :func:`derive_env.pipeline.derive_from`."""
+    from derive_env.labels import PREFIX
+    from derive_env.pipeline import derive_from
+
+    derivation = derive_from(inputs)
+    assert derivation is not None  # opted in by the caller
+    job = {**inputs.environ, **derivation.changes()}
+    endpoint = rendezvous_of(job, derivation.policy.frameworks)
+    if endpoint is None:
+        say("note", f"frameworks={wanted} opens no port in this job (one container): "
+                    f"checked as if frameworks={wanted},pytorch")
+        labels = {**inputs.labels, PREFIX + "frameworks": f"{wanted},pytorch"}
+        derivation = derive_from(inputs._replace(labels=labels))
+        job = {**inputs.environ, **derivation.changes()}  # type: ignore[union-attr]
+        endpoint = rendezvous_of(job, ("pytorch",))  # pytorch always sets MASTER_*
+    return derivation, job, endpoint
 
 
 def names_seconds(timeout: float) -> float:
@@ -218,15 +297,14 @@ class _Master:
         from derive_env import preflight
 
         plan = self.plan
-        head = preflight.title(len(plan.expected), plan.what, host_port(plan.master, plan.port),
-                               self.timeout)
+        head = self.mine.head(self.timeout)
         listener = listen(plan.port)
         if isinstance(listener, str):
             problem = (f"{host_port(plan.master, plan.port)} is already in use{listener}"
                        if listener.startswith(" (") or not listener else listener)
             row = _row(self.mine, preflight.failed(problem))
             ok, line = preflight.verdict([row], plan.what)
-            _write(head + preflight.table([row], self._title()) + line + "\n"
+            _write(head + preflight.table([row], _title(plan)) + line + "\n"
                    + f"the other {plan.what} cannot report to the master: they say why\n")
             return 1
         with listener:
@@ -238,12 +316,9 @@ class _Master:
             judged = preflight.judge(rows, plan.expected)
             ok, line = preflight.verdict(judged, plan.what)
             self._answer(ok, line, judged)
-        _write(head + preflight.table(judged, self._title()) + "".join(
+        _write(head + preflight.table(judged, _title(plan)) + "".join(
             f"{x}\n" for x in self.extra) + line + "\n")
         return 0 if ok else 1
-
-    def _title(self) -> str:
-        return "rank" if self.plan.per_task else "node"
 
     def _self_connect(self):
         """The master reaches its own port at the master address, as its own workers do."""
@@ -327,8 +402,7 @@ def _client(mine: Mine, master_addresses: Sequence[str], bound: Bound) -> int:
     from derive_env import preflight
 
     plan, (timeout, deadline) = mine.plan, bound
-    head = preflight.title(len(plan.expected), plan.what, host_port(plan.master, plan.port),
-                           timeout)
+    head = mine.head(timeout)
     sock = _connect(plan, master_addresses, timeout, deadline - _margin(timeout))
     if isinstance(sock, str):
         row = _row(mine, preflight.failed(sock))

@@ -33,11 +33,33 @@ _WORDS = "derive_env.words"
 
 class _Command(click.Command):
     """click's command, keeping the words it parses: the completion of the first word
-    (``check``) must know that none came before it, not even ``--``."""
+    (``check``) must know that none came before it, not even ``--``; after ``check`` the
+    words are the preflight's, completed by its own command (:func:`_check_completions`)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_WORDS] = tuple(args)
         return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list:
+        after_check = _check_completions(ctx, incomplete)
+        return super().shell_complete(ctx, incomplete) if after_check is None else after_check
+
+
+def _check_completions(ctx: click.Context, incomplete: str) -> list | None:
+    """After ``derive-env check``: the candidates of check's own command (``--timeout``,
+    its options' values; not the start's ``--format``, which check rejects), through
+    click's ``ShellComplete.get_completions``; ``None`` when ``check`` is not the first
+    word."""
+    words = ctx.meta.get(_WORDS, ())
+    if not words or words[0] != "check" or (len(words) == 1 and incomplete == words[0]):
+        return None
+    from click.shell_completion import ShellComplete
+
+    from derive_env.cli.check import command
+
+    own = command(0.0, _COMPLETIONS)
+    return ShellComplete(own, {}, "derive-env check", "").get_completions(
+        list(words[1:]), incomplete)
 
 
 def _complete_source(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -70,11 +92,27 @@ def _complete_command(ctx: click.Context, param: click.Parameter, incomplete: st
     arguments)."""
     from click.shell_completion import CompletionItem
 
+    after_check = _check_completions(ctx, incomplete)
+    if after_check is not None:
+        return after_check
     if not ctx.meta.get(_WORDS):
         first = [word for word in ("check", "--") if word.startswith(incomplete)]
         if first:
             return first
     return [CompletionItem(incomplete, type="file")]
+
+
+def _check_after_options(command: tuple[str, ...]) -> str | None:
+    """Why a command ``check`` right after options (``derive-env --frameworks pytorch
+    check``) is refused: the preflight is read only as the first word, and running a
+    program named ``check`` is rarely meant; ``derive-env [OPTIONS] -- check`` runs it."""
+    ctx = click.get_current_context()
+    words = ctx.meta.get(_WORDS, ())
+    start = len(words) - len(command)
+    if not command or command[0] != "check" or (start > 0 and words[start - 1] == "--"):
+        return None
+    return ("check must come first: derive-env check --frameworks pytorch (options "
+            "after the word); to run a command named check, put -- before it")
 
 
 #: Each option's completion beyond click's own (a ``--format`` choice, a flag's name).
@@ -137,7 +175,7 @@ def cli(**values: Any) -> None:
     A sourced hook must check the exit status, as the last line does: a bare eval of a
     failed run would start the command without the variables (docker/bootstrap.sh).
     """
-    problem = check(values)
+    problem = check(values) or _check_after_options(values["command"])
     if problem is not None:
         raise click.UsageError(printable(problem, keep="\n"))  # a --source value, escaped
     try:
