@@ -56,6 +56,9 @@ PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 RUN_OPTIONS = {"dry_run": False, "fmt": "env", "explain": False, "all_nodes": False,
                "labels_files": (), "label_items": (), "env_file": None, "source": None,
                "frameworks": None}
+#: What an empty command without ``--dry-run`` or ``--explain`` says (exit 2).
+NO_COMMAND = ("no command given. Usage: derive-env [OPTIONS] -- COMMAND [ARG]... "
+              "or derive-env --dry-run (see derive-env --help)")
 
 
 def run(command: Sequence[str], **options: object) -> int:
@@ -67,17 +70,25 @@ def run(command: Sequence[str], **options: object) -> int:
     runs with its environment unchanged. ``--explain`` is a dry run (a command given is not
     run, a note says so); on an error it still prints every node's view when a topology can
     be built (:func:`derive_env.cli.formats.picture`), then the error. ``all_nodes``
-    (``--explain --all-nodes``) adds that view to the explanation."""
+    (``--explain --all-nodes``) adds that view to the explanation. No command and no dry run
+    (nor explain) is a usage error (exit 2). ``labels_files`` and ``label_items`` are
+    sequences of str; a single str is one file, one item."""
     given = {**RUN_OPTIONS, **options}
     if len(given) > len(RUN_OPTIONS):
         raise TypeError(f"run() got other options: {sorted(given.keys() - RUN_OPTIONS.keys())}")
+    for key in ("labels_files", "label_items"):  # a str is one path or KEY=VALUE, not letters
+        if isinstance(given[key], str):
+            given[key] = (given[key],)
     dry_run, fmt, explain = given["dry_run"], given["fmt"], given["explain"]
     environ: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
     if command and (dry_run or explain):  # what the command would get, printed, not run
         say("note", "--explain is a dry run: the command was not run" if explain else
                     "--dry-run prints the variables the command would get: it was not run")
-        dry_run = True
+    elif not command and not (dry_run or explain):  # an empty argv never reaches the exec
+        say("error", NO_COMMAND)
+        return UsageError.exit_code
+    dry_run = dry_run or explain
     try:
         environ = read_environment(given["env_file"])
         frameworks = () if given["frameworks"] is None else (f"{OPT_IN}={given['frameworks']}",)
@@ -121,11 +132,7 @@ def run(command: Sequence[str], **options: object) -> int:
 
 def run_command(command: Sequence[str]) -> int:
     """The ENTRYPOINT path ``derive-env [--] CMD ARG...`` with no options (no click import)."""
-    if not command:
-        say("error", "no command given. Usage: derive-env [OPTIONS] -- COMMAND [ARG]... "
-                     "or derive-env --dry-run (see derive-env --help)")
-        return 2
-    return run(command)
+    return run(command)  # no command: run() says NO_COMMAND, exit 2
 
 
 def interrupted() -> int:
