@@ -1247,6 +1247,21 @@ def test_an_empty_session_variable_is_unset(no_default_labels: Path) -> None:
     assert load_labels({"DERIVE_ENV_FRAMEWORKS": "", "DERIVE_ENV_TENSORFLOW_ROLE": ""}) == {}
 
 
+@pytest.mark.parametrize(("value", "status", "out"), [
+    ("", 0, "{}\n"),  # a template's blank: unset, not opted in (docs/behaviour.md section 9)
+    (" ", 4, ""),     # blanks are a value: not a comma list of frameworks
+])
+def test_an_empty_frameworks_variable_is_unset_and_blanks_are_an_error(
+        no_default_labels: Path, capsys, monkeypatch: pytest.MonkeyPatch,
+        value: str, status: int, out: str) -> None:
+    monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "DERIVE_ENV_FRAMEWORKS": value})
+    assert run([], dry_run=True, fmt="json") == status
+    captured = capsys.readouterr()
+    assert captured.out == out
+    assert ("DERIVE_ENV_FRAMEWORKS (label ai.backend.distributed.frameworks)=' '" in
+            captured.err) == bool(status)
+
+
 def test_explain_names_the_session_variable(no_default_labels: Path, capsys,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "DERIVE_ENV_FRAMEWORKS": "pytorch",
