@@ -9,6 +9,7 @@ changes it; node-local facts do not. The command line: ``--format digest`` and
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 from pathlib import Path
@@ -501,3 +502,19 @@ def test_node_local_changes_on_one_container_keep_its_digest(
     changes["CUDA_VISIBLE_DEVICES"] = data.draw(st.sampled_from(["0", "1,2", "GPU-1a2b"]))
     facts = data.draw(st.sampled_from([None, HostFacts(interfaces=("baimulti0",))]))
     assert digest({**env, **changes}, ALL, facts).split()[0] in before
+
+
+# ------------------------------------------------- the frameworks label is a set, not a list
+
+
+def test_the_frameworks_order_does_not_change_the_digest(backendai_env) -> None:
+    env = backendai_env(HOSTS, "sub1")
+    lines = {digest(env, {FW: ",".join(order)})
+             for order in itertools.permutations(["pytorch", "tensorflow", "jax"])}
+    assert lines == {digest(env, ALL)}
+    derivation = derive(env, {FW: "JAX,pytorch,jax"})
+    assert derivation is not None
+    facts = render_digest(derivation.topology, derivation, "digest-facts")
+    assert "label.frameworks: pytorch,jax\n" in facts
+    assert digest(env, {FW: "jax,pytorch"}) != digest(env, ALL)
+    assert digest(env, {FW: "jax,pytorch"}) == digest(env, {FW: "pytorch,jax"})

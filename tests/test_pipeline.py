@@ -38,6 +38,18 @@ def test_derive_takes_the_inputs_fields_by_keyword(backendai_env) -> None:
         derive(env, labels, None, choise="none")
 
 
+def test_derive_takes_the_field_name_choice_as_source(backendai_env) -> None:
+    env = backendai_env(["main1", "sub1"], "sub1")
+    labels = {PREFIX + "frameworks": "pytorch"}
+    derivation = derive(env, labels, None, choice="none", fresh_run_id="abc")
+    assert derivation is not None
+    assert derivation.topology.num_nodes == 1  # Backend.AI's two nodes without the choice
+    assert derive(env, labels, None, source="none", fresh_run_id="abc") == derivation
+    with pytest.raises(TypeError, match=r"^derive\(\) got both source= and choice= \(one "
+                                        r"field\): give source=$"):
+        derive(env, labels, None, source="none", choice="auto")
+
+
 def test_not_opted_in_ignores_broken_cluster_variables() -> None:
     broken = {"BACKENDAI_CLUSTER_SIZE": "banana", "MASTER_PORT": "nope"}
     assert derive(broken, {}) is None

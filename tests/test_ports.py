@@ -22,6 +22,7 @@ from derive_env.ports import (
     WINDOW,
     Claim,
     job_ports,
+    job_words,
     overlap_warning,
     parse_port_range,
     place,
@@ -385,3 +386,27 @@ def test_a_hashed_port_speaks_its_platforms_words(job: tuple[str, str, str], wor
     _port, provenance, kind = job_ports_of(topology)["tensorflow"]
     assert (provenance, kind) == (
         f"derived from {words} (hash into 61000-65535: docs/ports.md)", "hashed")
+
+
+@pytest.mark.parametrize(("job", "words"), [
+    (("torchrun", "none", "26003"), "torchrun step 26003"),  # the default run id: no job
+    (("torchrun", "derive-c10d", "26003"), "torchrun job derive-c10d step 26003"),
+    (("slurm", "10", "0"), "slurm job 10 step 0"),
+    (("flux", "none", ""), "flux job none"),  # "none" names no job for torchrun alone
+])
+def test_job_words_leave_out_torchruns_default_run_id(job: tuple[str, str, str],
+                                                      words: str) -> None:
+    assert job_words(*job) == words
+
+
+def test_a_torchrun_jax_port_is_derived_from_the_step_alone() -> None:
+    """torchrun's static rendezvous (recorded, run id ``none``): the JAX port's provenance
+    names no job, as --explain's header."""
+    fixture = Path(__file__).parent / "fixtures/recorded/torchrun-static/rank0.env"
+    env = dict(line.split("=", 1) for line in fixture.read_text().splitlines()
+               if line and not line.startswith("#"))
+    derivation = derive(env, {PREFIX + "frameworks": "pytorch,jax"})
+    assert derivation is not None
+    (coordinator,) = [v for v in derivation.variables if v.name == "JAX_COORDINATOR_ADDRESS"]
+    assert coordinator.provenance.endswith(
+        " + port from derived from torchrun step 26003 (hash into 61000-65535: docs/ports.md)")

@@ -16,7 +16,8 @@ The facts, in this order (docs/operator-guide.md, "The job digest"):
   ``reserved_ports``, ``processes.world_size`` and ``processes.per_node`` (when the
   launcher states them);
 * the labels, validated (:class:`~derive_env.policy.ImagePolicy`): ``label.<name>`` for
-  every label the policy reads, its default when unset (``-`` for none);
+  every label the policy reads, its default when unset (``-`` for none); the frameworks
+  in one order whatever the label's (``jax,pytorch`` is ``pytorch,jax``);
 * the derived variables, merged, by their scope
   (:mod:`derive_env.frameworks.context`): ``var.<NAME>`` for each ``SHARED``, ``FOLLOWS``
   and ``JOB`` variable (the same on every node by definition), a user-set value
@@ -137,12 +138,17 @@ def _topology_facts(topo: ClusterTopology) -> Iterator[Fact]:
 
 def _label_facts(policy: ImagePolicy) -> Iterator[Fact]:
     """Every label the policy reads, validated (its default when unset), in field order;
-    the port labels in FRAMEWORKS order at the place of the ``ports`` field."""
+    the port labels in FRAMEWORKS order at the place of the ``ports`` field. The frameworks
+    are a set (the variables do not depend on their order): written in FRAMEWORKS order."""
     ported = {line.name: line.port_label for line in FRAMEWORKS if line.port_label}
     for field, info in type(policy).model_fields.items():
         if field == "ports":
             for framework, port in policy.ports.items():
                 yield f"label.{ported[framework]}", str(port)
+        elif field == "frameworks":
+            chosen = set(policy.frameworks)
+            yield "label.frameworks", _text(
+                tuple(line.name for line in FRAMEWORKS if line.name in chosen))
         elif info.alias and info.alias.startswith(PREFIX):
             yield f"label.{info.alias[len(PREFIX):]}", _text(getattr(policy, field))
 

@@ -65,10 +65,14 @@ def derive(environ: Mapping[str, str], labels: Mapping[str, str],
         else auto-detection); ``files`` (reads the files a source needs, ``SLURM_HOSTFILE``:
         paths -> contents, ``None`` for one that cannot be read; unset: none can be read);
         ``fresh_run_id`` (a random id drawn at the edge for this start, the run id when no
-        manager identifies the job: :func:`derive_env.merge.run_id`); ``command``.
-    :returns: and :raises: as :func:`derive_from`; ``TypeError`` for another keyword.
+        manager identifies the job: :func:`derive_env.merge.run_id`); ``command``. The
+        field's own name ``choice`` is taken for ``source`` too.
+    :returns: and :raises: as :func:`derive_from`; ``TypeError`` for another keyword, or for
+        both ``source`` and ``choice``.
     """
-    choice = given.pop("source", None)
+    if "source" in given and "choice" in given:
+        raise TypeError("derive() got both source= and choice= (one field): give source=")
+    choice = given.pop("source", given.pop("choice", None))
     return derive_from(Inputs(environ, labels, facts=facts, choice=choice, **given))
 
 

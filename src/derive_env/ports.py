@@ -140,6 +140,9 @@ def job_ports_of(topology: ClusterTopology) -> dict[str, tuple[int, str, str]] |
     return out
 
 
+#: torchrun's run id when none is given (torch/distributed/run.py, ``--rdzv-id``'s default):
+#: it names no job.
+_TORCHRUN_NO_RUN_ID = "none"
 #: How each platform names what its port is hashed from, in its own words: ``{job}`` and
 #: ``{step}`` are the parts of the source's ``job`` (sources/managers/<its module>.py).
 #: A manager not here: ``NAME job JOB step STEP`` (Slurm's words).
@@ -162,7 +165,8 @@ _WORDS = {
 
 def job_words(manager: str, job_id: str, step_id: str) -> str:
     """What a hashed port is derived from, in the platform's words: ``SageMaker training job
-    bert-1``, ``the PyTorchJob of master port 23456, 3 nodes``, ``slurm job 10 step 0``.
+    bert-1``, ``the PyTorchJob of master port 23456, 3 nodes``, ``slurm job 10 step 0``,
+    ``torchrun step 29500`` (torchrun's default run id ``none`` left out).
 
     :param manager: / :param job_id: / :param step_id: the topology's ``job``.
     """
@@ -174,7 +178,10 @@ def job_words(manager: str, job_id: str, step_id: str) -> str:
     words = _WORDS.get(manager)
     if words is not None:
         return words.format(job=job_id, step=step_id)
-    return f"{manager} job {job_id}" + (f" step {step_id}" if step_id else "")
+    if manager == "torchrun" and job_id == _TORCHRUN_NO_RUN_ID:
+        job_id = ""  # torchrun's default run id names no job: left out, as --explain's header
+    return f"{manager}{f' job {job_id}' if job_id else ''}" + (
+        f" step {step_id}" if step_id else "")
 
 
 def place(claims: list[Claim]) -> dict[str, tuple[int, str]]:

@@ -44,3 +44,18 @@ def test_an_image_labels_file_is_a_container(clean_environ: Path,
 def test_all_nodes_speaks_alike(bare_metal: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.run([], dry_run=True, explain=True, all_nodes=True, frameworks="pytorch") == 0
     assert capsys.readouterr().out.splitlines()[0] == "source: standalone, single node"
+
+
+def test_the_sources_on_bare_metal_speak_of_a_node_as_the_header(
+        bare_metal: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """The variables' provenance says "single node" (a container is a node too), never the
+    container the header does not speak of."""
+    assert cli.run([], dry_run=True, explain=True, frameworks="pytorch,tensorflow") == 0
+    out = capsys.readouterr().out
+    assert "container" not in out
+    sources = [line.strip() for line in out.splitlines() if line.startswith(" ")]
+    assert sources[:6] == [
+        "source: single node: loopback", "source: default (29500, PyTorch's)",
+        "source: single node", "source: single node: number of nodes", "source: single node",
+        "source: same as MASTER_ADDR: single node: loopback"]
+    assert out.endswith("\nTF_CONFIG not set: a single node (TensorFlow trains locally)\n")

@@ -337,6 +337,47 @@ def test_run_command_without_command_is_a_usage_error(capsys: pytest.CaptureFixt
     )
 
 
+@pytest.mark.parametrize("options", [{}, {"frameworks": "pytorch"}, {"fmt": "json"}])
+def test_run_without_command_nor_dry_run_is_a_usage_error(
+    clean_environ: Path, fake_exec: None, capsys: pytest.CaptureFixture[str], options: dict
+) -> None:
+    """The Python API as the ENTRYPOINT path: an empty command never reaches the exec."""
+    assert run([], **options) == 2
+    assert capsys.readouterr() == ("", (
+        "derive-env: error: no command given. Usage: derive-env [OPTIONS] -- COMMAND [ARG]... "
+        "or derive-env --dry-run (see derive-env --help)\n"))
+
+
+def test_run_explain_without_command_is_a_dry_run(
+    clean_environ: Path, fake_exec: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--explain is a dry run with a command or without: no note, no exec, the explanation."""
+    assert run([], explain=True, frameworks="pytorch") == 0
+    assert run([], dry_run=True, explain=True, frameworks="pytorch") == 0
+    out, err = capsys.readouterr()
+    out = re.sub(r"RUN_ID = [0-9a-f]{16}\n", "RUN_ID = <random>\n", out)  # each start's own
+    first, second = out[:len(out) // 2], out[len(out) // 2:]
+    assert (first, err) == (second, "")
+    assert first.startswith("source: standalone, single container\nframeworks: pytorch (")
+
+
+def test_run_takes_a_single_str_as_one_labels_file_and_one_label(
+    no_default_labels: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_json(tmp_path / "lab.json", {FW: "pytorch", PREFIX + "master-port": "29511"})
+    env = tmp_path / "step.env"
+    env.write_text("MASTER_ADDR=10.0.0.1\nWORLD_SIZE=1\nRANK=0\n", encoding="utf-8")
+    capsys.readouterr()
+    assert run([], dry_run=True, fmt="json", env_file=str(env), labels_files=path,
+               label_items=PREFIX + "jax-port=1299") == 0
+    assert run([], dry_run=True, fmt="json", env_file=str(env), labels_files=(path,),
+               label_items=(PREFIX + "jax-port=1299",)) == 0
+    out, err = capsys.readouterr()
+    first, second = out[:len(out) // 2], out[len(out) // 2:]
+    assert (first, err) == (second, "")
+    assert json.loads(first)["MASTER_PORT"] == "29511"
+
+
 # --------------------------------------------------------------------------- several --labels-file
 
 
@@ -1204,6 +1245,21 @@ def test_derive_envs_own_variables_are_not_labels_nor_near_misses(
 
 def test_an_empty_session_variable_is_unset(no_default_labels: Path) -> None:
     assert load_labels({"DERIVE_ENV_FRAMEWORKS": "", "DERIVE_ENV_TENSORFLOW_ROLE": ""}) == {}
+
+
+@pytest.mark.parametrize(("value", "status", "out"), [
+    ("", 0, "{}\n"),  # a template's blank: unset, not opted in (docs/behaviour.md section 9)
+    (" ", 4, ""),     # blanks are a value: not a comma list of frameworks
+])
+def test_an_empty_frameworks_variable_is_unset_and_blanks_are_an_error(
+        no_default_labels: Path, capsys, monkeypatch: pytest.MonkeyPatch,
+        value: str, status: int, out: str) -> None:
+    monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin", "DERIVE_ENV_FRAMEWORKS": value})
+    assert run([], dry_run=True, fmt="json") == status
+    captured = capsys.readouterr()
+    assert captured.out == out
+    assert ("DERIVE_ENV_FRAMEWORKS (label ai.backend.distributed.frameworks)=' '" in
+            captured.err) == bool(status)
 
 
 def test_explain_names_the_session_variable(no_default_labels: Path, capsys,

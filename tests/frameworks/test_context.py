@@ -158,7 +158,7 @@ def test_link_local_user_master_addr_rejected(addr: str) -> None:
 def test_master_of_a_single_container_is_loopback() -> None:
     master = master_of(topology("main1"), ImagePolicy.from_labels({FW: "pytorch"}), {})
     assert (master.addr, master.addr_source, master.port, master.port_source) == (
-        "127.0.0.1", "single container: loopback", 29500, "default (29500, PyTorch's)")
+        "127.0.0.1", "single node: loopback", 29500, "default (29500, PyTorch's)")
 
 
 def test_master_of_without_the_host_of_rank_0_names_what_to_set() -> None:
@@ -342,7 +342,7 @@ def test_no_sysctl_is_read_without_a_hashed_port(backendai_env) -> None:
 def test_node_rank_of() -> None:
     assert node_rank_of(topology("main1", "sub1", node_rank=1, inputs={
         "node_rank": ("SLURM_NODEID",)})) == (1, "SLURM_NODEID")
-    assert node_rank_of(topology("main1")) == (0, "single container")
+    assert node_rank_of(topology("main1")) == (0, "single node")
     layout = ProcessLayout(rank=1, local_rank=0, world_size=2, local_world_size=1)
     one_each = ClusterTopology(source="test", nodes=(Node(host="a"), Node(host="b")),
                                node_rank=None, processes=layout,
@@ -355,7 +355,7 @@ def test_node_rank_of() -> None:
 
 
 def test_nodes_source() -> None:
-    assert nodes_source(topology("main1")) == "single container"
+    assert nodes_source(topology("main1")) == "single node"
     assert nodes_source(topology("main1", "sub1", inputs={"nodes": ("HOSTS",)})) == "HOSTS"
     counted = ClusterTopology(source="test", nodes=(), node_rank=0, node_count=3,
                               inputs={"num_nodes": ("GROUP_WORLD_SIZE",)})

@@ -116,7 +116,7 @@ def test_single_node_has_no_tf_config(backendai_env) -> None:
     derivation = derive(backendai_env(["main1"], "main1"), TF)
     assert derivation is not None
     assert [v.name for v in derivation.variables] == ["DERIVE_ENV_RUN_ID"]  # no TF_CONFIG
-    assert "TF_CONFIG not set: a single container (TensorFlow trains locally)" in (
+    assert "TF_CONFIG not set: a single node (TensorFlow trains locally)" in (
         derivation.notes)
     assert tf_config_of({}, TF) is None
 

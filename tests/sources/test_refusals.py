@@ -525,7 +525,7 @@ def test_a_kept_tf_config_is_not_said_unset() -> None:
     derivation = derive({"TF_CONFIG": one}, {PREFIX + "frameworks": "tensorflow"})
     assert derivation is not None
     notes = [n for n in derivation.notes if "TF_CONFIG" in n]
-    assert notes == ["TF_CONFIG kept as set (a single container: derive-env derives "
+    assert notes == ["TF_CONFIG kept as set (a single node: derive-env derives "
                      "none, and TensorFlow reads the one set)"]
 
 

@@ -56,29 +56,31 @@ PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 RUN_OPTIONS = {"dry_run": False, "fmt": "env", "explain": False, "all_nodes": False,
                "labels_files": (), "label_items": (), "env_file": None, "source": None,
                "frameworks": None}
+_ITEMS = ("labels_files", "label_items")  # run()'s options of several str: a str is one
 
 
 def run(command: Sequence[str], **options: object) -> int:
     """Do what the command line asked (``options``: :data:`RUN_OPTIONS` by keyword, another
-    is a ``TypeError``); returns the exit status (or execs and never returns). ``frameworks``
-    (``--frameworks LIST``) is the ``frameworks`` label, after every ``--label``. Errors from
-    input print ``derive-env: error: ...`` and return their exit code without running the
-    command; with label ``on-error=warn`` a derivation error prints a warning and the command
-    runs with its environment unchanged. ``--explain`` is a dry run (a command given is not
-    run, a note says so); on an error it still prints every node's view when a topology can
-    be built (:func:`derive_env.cli.formats.picture`), then the error. ``all_nodes``
-    (``--explain --all-nodes``) adds that view to the explanation."""
+    a ``TypeError``; a str ``labels_files`` or ``label_items`` is one item): the exit status,
+    or an exec. ``frameworks`` is the ``frameworks`` label, after every ``--label``. An input
+    error prints ``derive-env: error: ...`` and returns its exit code, the command not run (no
+    command and no dry run: 2); with ``on-error=warn`` a derivation error is a warning and the
+    command runs unchanged. ``--explain`` is a dry run; on an error it prints every node's view
+    when it can (:func:`derive_env.cli.formats.picture`); ``all_nodes`` adds that view."""
     given = {**RUN_OPTIONS, **options}
     if len(given) > len(RUN_OPTIONS):
         raise TypeError(f"run() got other options: {sorted(given.keys() - RUN_OPTIONS.keys())}")
-    dry_run, fmt, explain = given["dry_run"], given["fmt"], given["explain"]
+    given.update({k: (v,) for k, v in given.items() if k in _ITEMS and isinstance(v, str)})
+    dry_run, fmt, explain = given["dry_run"] or given["explain"], given["fmt"], given["explain"]
     environ: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
-    if command and (dry_run or explain):  # what the command would get, printed, not run
+    if command and dry_run:  # what the command would get, printed, not run
         say("note", "--explain is a dry run: the command was not run" if explain else
                     "--dry-run prints the variables the command would get: it was not run")
-        dry_run = True
     try:
+        if not command and not dry_run:  # an empty argv never reaches the exec
+            raise UsageError("no command given. Usage: derive-env [OPTIONS] -- COMMAND [ARG]... "
+                             "or derive-env --dry-run (see derive-env --help)")
         environ = read_environment(given["env_file"])
         frameworks = () if given["frameworks"] is None else (f"{OPT_IN}={given['frameworks']}",)
         given["label_items"] = items = (*given["label_items"], *frameworks)  # fixes echo them
@@ -121,11 +123,7 @@ def run(command: Sequence[str], **options: object) -> int:
 
 def run_command(command: Sequence[str]) -> int:
     """The ENTRYPOINT path ``derive-env [--] CMD ARG...`` with no options (no click import)."""
-    if not command:
-        say("error", "no command given. Usage: derive-env [OPTIONS] -- COMMAND [ARG]... "
-                     "or derive-env --dry-run (see derive-env --help)")
-        return 2
-    return run(command)
+    return run(command)  # no command: run() says so, exit 2
 
 
 def interrupted() -> int:

@@ -301,7 +301,7 @@ def master_of(
     """
     own_addr = topology.master_addr
     if not topology.multi_node:
-        own_addr_source = "single container: loopback"
+        own_addr_source = "single node: loopback"
     elif topology.master is not None:
         own_addr_source = f"{topology.inputs_of('master')}: the host of rank 0"
     else:
@@ -387,9 +387,9 @@ def _own_port(ctx: Context, framework: str) -> tuple[int, str, str]:
 
 def nodes_source(topology: ClusterTopology) -> str:
     """Provenance of the node count for a framework: the host list's variables, else the
-    count's (torchrun's ``GROUP_WORLD_SIZE``), or a single-container session."""
+    count's (torchrun's ``GROUP_WORLD_SIZE``), or a single-node job (a container is a node)."""
     if not topology.multi_node:
-        return "single container"
+        return "single node"
     return topology.inputs_of("nodes" if topology.nodes else "num_nodes")
 
 
@@ -405,7 +405,7 @@ def node_rank_of(topology: ClusterTopology) -> tuple[int, str]:
     """
     if topology.node_rank is not None:
         source = (topology.inputs_of("node_rank") if topology.multi_node
-                  else "single container")
+                  else "single node")
         return topology.node_rank, source
     if topology.processes is not None and not topology.per_process:
         return topology.processes.rank, (

@@ -232,9 +232,9 @@ def derive(ctx: Context) -> Contribution:
     out = Contribution()
     if not topo.multi_node and not topo.per_process:
         out.notes.append(
-            "TF_CONFIG kept as set (a single container: derive-env derives none, and "
+            "TF_CONFIG kept as set (a single node: derive-env derives none, and "
             "TensorFlow reads the one set)" if ctx.environ.get("TF_CONFIG") else
-            "TF_CONFIG not set: a single container (TensorFlow trains locally)")
+            "TF_CONFIG not set: a single node (TensorFlow trains locally)")
         return out
     if "TF_CONFIG" in topo.preset:  # the manager's own (sources/tfconfig.py): never rewritten
         out.notes.append(f"TF_CONFIG kept as set by {topo.source} (derive-env derives none)")
