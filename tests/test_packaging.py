@@ -146,9 +146,15 @@ def requirement_key(text: str) -> tuple[str, frozenset[str]]:
 
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The wheel and sdist of this checkout, built once (``python -m build``)."""
+    """The wheel and sdist of this checkout, built once per test process (``python -m
+    build``) from a copy: setuptools writes ``build/`` and ``*.egg-info`` into the tree it
+    builds, and two xdist workers building one tree at once break each other's build."""
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)])
+    tree = tmp_path_factory.mktemp("checkout") / "derive-env"
+    shutil.copytree(REPO, tree, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
+        ".hypothesis", "torch-wheels", "wheelhouse"))
+    run([sys.executable, "-m", "build", "--outdir", str(out), str(tree)])
     wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, list(out.iterdir())
     return {"wheel": wheels[0], "sdist": sdists[0]}

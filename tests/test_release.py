@@ -26,6 +26,7 @@ CHANGELOG = REPO / "docs" / "CHANGELOG.md"
 HEADING = re.compile(r"^## (\d+\.\d+\.\d+) \((\d{4}-\d{2}-\d{2})\)$", re.MULTILINE)
 FRAGMENT = re.compile(r"^\d+\.(feature|fix|doc)(\.\d+)?\.md$")
 START = "<!-- towncrier release notes start -->\n"
+NEXT = "0.2.1"  # the version a copy releases when this one is released already
 
 
 def towncrier(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -45,8 +46,7 @@ def test_version_is_0_2_0_and_derive_env_says_so() -> None:
 
 
 def test_every_fragment_is_named_as_towncrier_reads_it() -> None:
-    names = fragments(REPO / "changes")
-    assert names, "changes/ is empty"
+    names = fragments(REPO / "changes")  # none right after a release
     assert [name for name in names if not FRAGMENT.match(name)] == []
 
 
@@ -112,6 +112,12 @@ def copy(tmp_path: Path) -> Path:
     towncrier_script = tmp_path / ".venv-dist" / "bin" / "towncrier"
     towncrier_script.write_text(f"#!/bin/sh\nexec {sys.executable} -m towncrier \"$@\"\n")
     towncrier_script.chmod(0o755)
+    if not fragments(tmp_path / "changes"):  # just released: the next release's first changes
+        (tmp_path / "changes" / "1.feature.1.md").write_text("A feature.\n")
+        (tmp_path / "changes" / "1.fix.1.md").write_text("A fix.\n")
+        # the released version's entry is there: the copy releases the next one
+        init = tmp_path / "src" / "derive_env" / "__init__.py"
+        init.write_text(init.read_text().replace(f'"{__version__}"', f'"{NEXT}"'))
     return tmp_path
 
 
@@ -125,19 +131,22 @@ def make_release(folder: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_release_writes_the_entry_and_consumes_the_fragments(copy: Path) -> None:
     count = len(fragments(copy / "changes"))
+    version = re.search(r'__version__ = "(.*)"',
+                        (copy / "src" / "derive_env" / "__init__.py").read_text()).group(1)
     out = make_release(copy)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"towncrier build --yes --version {__version__}\n" in out.stdout
+    assert f"towncrier build --yes --version {version}\n" in out.stdout
     text = (copy / "docs" / "CHANGELOG.md").read_text()
     before, after = text.split(START)
     assert before == CHANGELOG.read_text().split(START)[0]
-    assert HEADING.findall(after)[0][0] == __version__
-    assert after.startswith(f"\n## {__version__} (")
-    assert len([line for line in after.splitlines() if line.startswith("- ")]) == count
+    assert HEADING.findall(after)[0][0] == version
+    assert after.startswith(f"\n## {version} (")
+    newest = after.split("\n## ")[1]  # the entry just written, up to the one before it
+    assert len([line for line in newest.splitlines() if line.startswith("- ")]) == count
     assert fragments(copy / "changes") == []
     # a second release of the same version stops before writing anything
     again = make_release(copy)
     assert (again.returncode, again.stderr.splitlines()[0]) == (2, (
-        f"make: docs/CHANGELOG.md has an entry for {__version__} already: set the new "
+        f"make: docs/CHANGELOG.md has an entry for {version} already: set the new "
         "version in src/derive_env/__init__.py first"))
     assert (copy / "docs" / "CHANGELOG.md").read_text() == text
