@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 
@@ -247,4 +248,8 @@ def test_fish_completes_with_the_incomplete_word_in_comp_cword() -> None:
     out = completion({"_DERIVE_ENV_COMPLETE": "fish_complete",
                       "COMP_WORDS": "derive-env --dr", "COMP_CWORD": "--dr"})
     assert (out.returncode, out.stderr) == (0, "")
-    assert out.stdout.startswith("plain,--dry-run\tPrint the derived variables")
+    # click 8.4.0 writes type, value and help on lines of their own, later ones
+    # "plain,--dry-run\tHELP": the same three fields either way
+    assert re.split(r"[,\t\n]", out.stdout)[:3] == [
+        "plain", "--dry-run",
+        "Print the derived variables (those a command after -- would get); run nothing."]
