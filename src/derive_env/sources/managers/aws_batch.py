@@ -1,32 +1,18 @@
-"""The AWS Batch source: one node of a multi-node parallel (MNP) job.
+"""AWS Batch: one node of a multi-node parallel (MNP) job; line ``aws-batch``,
+docs/sources/clouds.md. The variables (AWS Batch User Guide, "Multi-node parallel jobs",
+"Environment variables": https://github.com/awsdocs/aws-batch-user-guide/blob/main/doc_source/multi-node-parallel-jobs.md):
 
-Table line ``aws-batch`` (docs/sources/clouds.md). What AWS Batch sets in every node's
-container (AWS Batch User Guide, "Multi-node parallel jobs", "Environment variables":
-https://github.com/awsdocs/aws-batch-user-guide/blob/main/doc_source/multi-node-parallel-jobs.md):
-
-- ``AWS_BATCH_JOB_NUM_NODES``: the nodes requested; ``AWS_BATCH_JOB_NODE_INDEX``: this node's
-  index, 0-based and unique; ``AWS_BATCH_JOB_MAIN_NODE_INDEX``: the main node's index (the
-  main node need not be node 0);
-- ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``: the main node's private IPv4 address,
-  "only set in multi-node parallel job child nodes (it is not present on the main node)";
-- ``AWS_BATCH_JOB_ID``: the job id; a node of an MNP job is addressed as ``<job id>#<node
-  index>`` ("Nodes are addressed using #N notation"), and that is the id its container sees
-  (AWS ParallelCluster's ``batch_mpi/submit_mpi.sh`` strips it: ``${AWS_BATCH_JOB_ID%#*}``),
-  so the job-wide id is the part before ``#``.
-
-MNP containers use the ``awsvpc`` network mode: each gets its own network interface and
-primary private IP, the address the children are given. No host list, no GPU count, no
-names. So the views differ (docs/sources/clouds.md): a child reads the master from
-the variable; the main node has none and uses its own address, the source address of its
-default route (``/proc/net/route`` and ``/proc/net/fib_trie``, read at the edge, cli/), never
-loopback: the same address on every node, so the digest agrees. An address exported by hand
-on the main node (``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS=$(hostname -i)``, as
-NeMo fine-tuning scripts do) is used when it is one of the node's own addresses.
-
-Node ranks: the main node first, then the others in node-index order, i.e. node rank =
-``(NODE_INDEX - MAIN_NODE_INDEX) mod NUM_NODES`` (the master is node rank 0). Without a host
-list TensorFlow's ``TF_CONFIG`` cannot be built (frameworks/tensorflow.py says so).
-A single-node (non-MNP) Batch job has ``AWS_BATCH_JOB_ID`` only: not this source.
+- ``AWS_BATCH_JOB_NUM_NODES``, ``AWS_BATCH_JOB_NODE_INDEX`` (0-based, unique) and
+  ``AWS_BATCH_JOB_MAIN_NODE_INDEX`` (not always 0): node rank = ``(NODE_INDEX -
+  MAIN_NODE_INDEX) mod NUM_NODES``, the main node first (the master).
+- :data:`MAIN_ADDRESS`: the main node's private IPv4 address, "only set in multi-node parallel
+  job child nodes". MNP containers use ``awsvpc`` (an interface and address each): the main
+  node's is the source address of its default route (read in cli/), never loopback, or
+  :data:`MAIN_ADDRESS` exported by hand (``$(hostname -i)``, as NeMo's scripts do) when it
+  is one of its own addresses.
+- ``AWS_BATCH_JOB_ID``: ``<job id>#<node index>`` ("Nodes are addressed using #N notation";
+  AWS ParallelCluster's ``batch_mpi/submit_mpi.sh`` strips ``#*``): the job-wide id is the
+  part before ``#``. No host list (so no ``TF_CONFIG``), no GPU count.
 """
 
 from __future__ import annotations
@@ -51,12 +37,11 @@ MAIN_ADDRESS = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
 ROUTES, LOCAL = "/proc/net/route", "/proc/net/fib_trie"
 
 _FIX = BY_NAME["aws-batch"].roles["why"]
-_SET_BY_HAND = (f"export {MAIN_ADDRESS} on the main node to its private IPv4 address (the "
-                f"address the child nodes get: {MAIN_ADDRESS}=$(hostname -i) derive-env ...)")
+
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """On the main node of a job of several nodes only: the route and address tables (the
-    address table alone when the address was exported by hand: it is checked against it)."""
+    """The main node's route and address tables (the latter alone for an address exported
+    by hand: it is checked against it); none on a child or in a job of one node."""
     if environ.get("AWS_BATCH_JOB_NUM_NODES") == "1" or (
             environ.get("AWS_BATCH_JOB_NODE_INDEX")
             != environ.get("AWS_BATCH_JOB_MAIN_NODE_INDEX")):
@@ -65,19 +50,14 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 
 def _local(fib_trie: str) -> list[ipaddress.IPv4Address]:
-    """This node's own IPv4 addresses (``/32 host LOCAL`` leaves of ``fib_trie``), in order,
-    loopback and link-local left out."""
+    """This node's own IPv4 addresses in ``fib_trie``, without loopback and link-local."""
     return [a for a in local_v4(fib_trie) if not (a.is_loopback or a.is_link_local)]
 
 
 def own_address(routes: str, fib_trie: str) -> tuple[str | None, str]:
-    """The source address of the default route: the node's own address on the subnet of the
-    default route's interface (the one holding its gateway first).
-
-    :param routes: the text of ``/proc/net/route``; ``fib_trie``: of ``/proc/net/fib_trie``.
-    :returns: ``(address, how)``: the address (``None`` when it cannot be told) and, for
-        messages and ``--explain``, how it was found or why not.
-    """
+    """The source address of the default route (the texts of :data:`ROUTES`, :data:`LOCAL`):
+    the node's own address on the subnets of its interface, the one holding its gateway
+    first. Returns ``(address or None, how it was found or why not)``."""
     # a route whose gateway field is no 4-byte address is of no use here (gateway None)
     table = [r for r in routes_v4(routes) if r.gateway is not None]
     defaults = sorted((r.metric, position, r.interface, r.gateway)
@@ -130,17 +110,16 @@ def _main_master(environ: Mapping[str, str], files: Mapping[str, str | None] | N
         notes.append(f"this is the main node: master = {MAIN_ADDRESS}, exported by hand (AWS "
                      "Batch sets it on child nodes only)")
         return address, (MAIN_ADDRESS,)
-    if routes is None or trie is None:
-        why = f"{ROUTES} and {LOCAL} cannot be read here"
-        address = None
-    else:
-        address, why = own_address(routes, trie)
+    address, why = (own_address(routes, trie) if routes is not None and trie is not None
+                    else (None, f"{ROUTES} and {LOCAL} cannot be read here"))
     if address is None:
         raise TopologyError(
             f"AWS Batch multi-node parallel job, main node (AWS_BATCH_JOB_NODE_INDEX = "
             f"AWS_BATCH_JOB_MAIN_NODE_INDEX = {environ['AWS_BATCH_JOB_MAIN_NODE_INDEX']!r}): "
             f"AWS Batch gives the main node's address to the child nodes only, and its own "
-            f"address cannot be told: {why}. {_SET_BY_HAND[0].upper()}{_SET_BY_HAND[1:]}")
+            f"address cannot be told: {why}. Export {MAIN_ADDRESS} on the main node to its "
+            f"private IPv4 address (the address the child nodes get: {MAIN_ADDRESS}=$(hostname "
+            "-i) derive-env ...)")
     notes.append(f"this is the main node: master = its own address, {why} (AWS Batch gives "
                  f"it to the child nodes as {MAIN_ADDRESS})")
     return address, (ROUTES, LOCAL)
@@ -161,19 +140,12 @@ def _job_id(environ: Mapping[str, str], index: int) -> str:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a node of an AWS Batch multi-node parallel job says.
+    """The node count, the node rank, the master (module docstring) and the job
+    ``("aws-batch", the job-wide id, NUM_NODES)``, the same on every node.
 
-    :param files: on the main node, the texts of ``/proc/net/route`` and
-        ``/proc/net/fib_trie`` (:func:`files_needed`; ``None``: unreadable).
-    :returns: ``num_nodes`` = ``AWS_BATCH_JOB_NUM_NODES``, ``node_rank`` = ``(NODE_INDEX -
-        MAIN_NODE_INDEX) mod NUM_NODES`` (the main node 0), ``master`` = the main node's
-        private IPv4 address (module docstring), ``session_id`` = the job id without
-        ``#<node>``, ``job`` = ``("aws-batch", that id, NUM_NODES)``: the same on every node.
-        No host list, no port, no GPU count.
-    :raises TopologyError: a count or index is not an integer in range, the job id's node
-        part is not this node's index, a child lacks the master address or it is not an
-        IPv4 address, or the main node's own address cannot be told (the message says what
-        to set).
+    :raises TopologyError: a count or index not an integer in range, the job id's node part
+        not this node's index, a child without the master address or a bad one, or the main
+        node's own address unknown (the message says what to set).
     """
     got = numbers(environ, line.roles)
     count, index = got["num_nodes"], got["node_rank"]
@@ -199,19 +171,12 @@ def read(environ: Mapping[str, str], line: Source,
         notes.append(f"a child node: master = {MAIN_ADDRESS}")
     if count > 1:
         notes.append("no host list (AWS Batch states none): TF_CONFIG cannot be built")
-    nodes_vars = ("AWS_BATCH_JOB_NUM_NODES",)
     return Report(
-        source=line.name,
-        title=line.title,
-        num_nodes=count,
-        node_rank=rank,
-        master=master,
-        session_id=job_id,
-        job=("aws-batch", job_id, str(count)),
-        inputs={"num_nodes": nodes_vars,
+        source=line.name, title=line.title, num_nodes=count, node_rank=rank, master=master,
+        session_id=job_id, job=("aws-batch", job_id, str(count)),
+        inputs={"num_nodes": ("AWS_BATCH_JOB_NUM_NODES",),
                 "node_rank": ("AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_MAIN_NODE_INDEX"),
                 **({"master": master_vars} if master else {}),
-                "ports": ("AWS_BATCH_JOB_ID", *nodes_vars)},
+                "ports": ("AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NUM_NODES")},
         order="the main node first, then the others in AWS_BATCH_JOB_NODE_INDEX order",
-        notes=tuple(notes),
-    )
+        notes=tuple(notes))

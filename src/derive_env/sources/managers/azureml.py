@@ -1,33 +1,22 @@
-"""The Azure Machine Learning sources: its MPI distribution and its PyTorch distribution.
+"""Azure Machine Learning: lines ``azureml-mpi`` and ``azureml-pytorch``,
+docs/sources/clouds.md. The runtime is closed: what it sets is read from Microsoft's docs and
+the code that reads it (each test fixture cites its source).
 
-Table lines ``azureml-mpi`` and ``azureml-pytorch`` (docs/sources/clouds.md). The Azure
-ML runtime is closed source: what it sets is read from Microsoft's documentation and from
-the code that reads it (each test fixture cites its source):
-
-- **MPI distribution** (``distribution: {type: mpi, process_count_per_instance: n}``):
-  Azure ML runs ``mpirun`` itself, so every process has Open MPI's ``OMPI_COMM_WORLD_*``
-  (the ``openmpi`` line reads them: the process layer), and, for a job of more than one
-  node, Azure Batch's ``AZ_BATCH_MASTER_NODE=<ip>:<port>``: "the IP address and port of the
-  compute node on which the primary task of a multi-instance task runs" (Azure Batch
-  "Compute node environment variables"; read as host:port by Microsoft's own adapters,
-  ``set_environment_variables_for_nccl_backend`` in the Azure ML examples, and by
-  microsoft/hi-ml ``health_azure/utils.py``, ``set_environment_variables_for_multi_node``).
-  A single-node job has ``AZ_BATCHAI_MPI_MASTER_NODE=<ip>`` instead, and no
-  ``AZ_BATCH_MASTER_NODE``. ``AZUREML_NODE_COUNT`` (the instance count: the Azure ML
-  ParallelRunStep driver reads it) and Azure Batch's ``AZ_BATCH_HOST_LIST`` (comma-separated
-  node IPs), when set, count the nodes and are cross-checked. So this line gives the master
-  = the host part of ``AZ_BATCH_MASTER_NODE`` (node rank 0's: the primary task's) and the
-  node count, never its port, which "is reserved for the Azure Batch service" (the same
-  page: use ``MASTER_PORT`` instead); no host list of known order. Plain Azure Batch
-  multi-instance tasks set the same variables and are read alike (correct behaviour).
-- **PyTorch distribution** (``distribution: {type: pytorch, process_count_per_instance:
-  n}``): Azure ML starts the ``n`` processes of each node itself and sets ``MASTER_ADDR``,
-  ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``, ``RANK``, ``LOCAL_RANK`` in each (Microsoft's
-  "Distributed GPU training guide (SDK v2)"), beside ``AZUREML_*``. They are passed through
-  (``preset``): never rewritten, only checked, like torchrun's. ``WORLD_SIZE`` counts every
-  process (a blog post's "processes in the current instance" contradicts torch and Azure's
-  own samples, which use it as the global size). The processes per node are
-  ``LOCAL_WORLD_SIZE`` when set, else ``WORLD_SIZE / AZUREML_NODE_COUNT``.
+- MPI distribution: Azure ML runs ``mpirun`` (the ``openmpi`` line reads the ranks); with more
+  than one node Azure Batch's ``AZ_BATCH_MASTER_NODE=<ip>:<port>``, "the IP address and port
+  of the compute node on which the primary task of a multi-instance task runs" (Azure Batch
+  "Compute node environment variables"; read as host:port by the Azure ML examples'
+  ``set_environment_variables_for_nccl_backend`` and microsoft/hi-ml ``health_azure/
+  utils.py``): the master is its host (node rank 0's), never its port, "reserved for the
+  Azure Batch service". A single node has ``AZ_BATCHAI_MPI_MASTER_NODE`` instead.
+  ``AZUREML_NODE_COUNT`` (read by the ParallelRunStep driver) and ``AZ_BATCH_HOST_LIST``
+  (comma-separated IPs) count the nodes and are cross-checked; no host list of known order.
+  Plain Azure Batch multi-instance tasks are read alike.
+- PyTorch distribution: Azure ML sets ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`` (every
+  process, as torch and Azure's samples use it), ``NODE_RANK``, ``RANK``, ``LOCAL_RANK`` in
+  each process ("Distributed GPU training guide (SDK v2)"): kept as set (``preset``), only
+  checked. The processes per node: ``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE /
+  AZUREML_NODE_COUNT``.
 """
 
 from __future__ import annotations
@@ -52,7 +41,6 @@ RUN_ID = "AZUREML_RUN_ID"
 #: What the PyTorch distribution sets in each process (module docstring).
 TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "RANK",
                    "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-_PROCESSES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 _FIX_MPI = ("Azure ML (Azure Batch) sets it in every process of a multi-node MPI job; do not "
             "set it in the job's environment_variables")
@@ -81,8 +69,7 @@ def _master_node(environ: Mapping[str, str]) -> tuple[str, int]:
 
 def _node_count(environ: Mapping[str, str], master: str,
                 inputs: dict[str, tuple[str, ...]]) -> int | None:
-    """The node count from ``AZUREML_NODE_COUNT`` and ``AZ_BATCH_HOST_LIST``, cross-checked;
-    ``None`` when neither is set."""
+    """The node count of ``AZUREML_NODE_COUNT`` and ``AZ_BATCH_HOST_LIST``, cross-checked."""
     count = None
     if environ.get(NODE_COUNT):
         count = variable_int(environ, NODE_COUNT, 1, f"; {_FIX_MPI}")
@@ -182,7 +169,7 @@ def _read_pytorch(environ: Mapping[str, str], line: Source) -> Report:
         inputs={"node_rank": ("NODE_RANK",),
                 "num_nodes": (NODE_COUNT,) if count else ("WORLD_SIZE", behind),
                 "processes": ("RANK", "LOCAL_RANK", "WORLD_SIZE", behind),
-                **{fact: (name,) for fact, name in zip(PROCESS_FACTS, _PROCESSES, strict=True)},
+                **{fact: (fact.upper(),) for fact in PROCESS_FACTS},
                 "local_world_size": (behind,), "master": ("MASTER_ADDR",),
                 "master_port": ("MASTER_PORT",), "ports": (RUN_ID, "MASTER_PORT")},
         order="Azure ML's NODE_RANK",
@@ -193,17 +180,12 @@ def _read_pytorch(environ: Mapping[str, str], line: Source) -> Report:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What an Azure ML process's environment says.
+    """``azureml-mpi``: the master and the node count, the job ``(line, AZUREML_RUN_ID,
+    AZ_BATCH_MASTER_NODE)``; ``azureml-pytorch``: every fact, kept as set, the job ``(line,
+    AZUREML_RUN_ID, MASTER_PORT)``.
 
-    :returns: ``azureml-mpi``: ``master`` = the host part of ``AZ_BATCH_MASTER_NODE``,
-        ``num_nodes`` from ``AZUREML_NODE_COUNT`` / ``AZ_BATCH_HOST_LIST`` when set, ``job`` =
-        ``(line, AZUREML_RUN_ID, AZ_BATCH_MASTER_NODE)``; the ranks come from the ``openmpi``
-        line. ``azureml-pytorch``: the process layer, ``node_rank`` = ``NODE_RANK``, the
-        master and its port, all ``preset`` (kept as set), ``job`` = ``(line,
-        AZUREML_RUN_ID, MASTER_PORT)``.
-    :raises TopologyError: a value is malformed, a count contradicts another, or the ranks
-        contradict Azure ML's numbering (module docstring); the message names the
-        variable, its value and the fix.
+    :raises TopologyError: a malformed value, a count contradicting another, or ranks
+        contradicting Azure ML's numbering; the message names the variable, value and fix.
     """
     if line.name == "azureml-mpi":
         return _read_mpi(environ, line)

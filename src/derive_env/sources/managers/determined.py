@@ -1,39 +1,20 @@
-"""The Determined source: a container of a Determined trial, from its rendezvous file.
+"""A container of a Determined trial, from its rendezvous file: line ``determined``,
+docs/sources/launchers.md. Read from determined-ai/determined@c1e9c6d:
 
-Table line ``determined`` (``DET_MASTER``, ``DET_ALLOCATION_ID``, ``DET_SLOT_IDS``;
-docs/sources/launchers.md). Read from determined-ai/determined@c1e9c6d:
-
-- **The file** ``/run/determined/info/rendezvous.json`` (path overridable by
-  ``DERIVE_ENV_DETERMINED_RENDEZVOUS``; read in cli/, handed in): ``harness/determined/
-  _info.py`` ``RendezvousInfo._to_file`` writes ``json.dump(vars(self))``, the three keys
-  ``container_addrs`` (one address per container), ``container_rank`` (this container's)
-  and ``container_slot_counts`` (the slots of each container, in the order of the
-  addresses); ``_from_file`` takes exactly those keys (``cls(**json.load(f))``). The trial's
-  entrypoint writes it (``master/static/srv/entrypoint.sh``: ``prep_container
-  --rendezvous``) after the startup hook and before the experiment's entrypoint runs.
-- **Its order** (``harness/determined/exec/prep_container.py``, ``do_rendezvous``, by
-  ``DET_RESOURCES_TYPE``): ``slurm-job`` sorts by ``SLURM_PROCID`` and ``k8s-job`` by request
-  id with rank = position, so address ``r`` is rank ``r``'s. ``docker-container`` (agents)
-  takes the master's answer (``master/internal/task/rendezvous.go``, ``info``): rank 0 first,
-  then the others by resource id, while the ranks were given by slot count in map order
-  (``resources_list.go``, ``append``): from 3 containers on, address ``r`` need not be rank
-  ``r``'s. Then only the count, this rank and the master (always first) are used, no host
-  list (TensorFlow's ``TF_CONFIG`` is refused with that reason).
-- **The launcher's arithmetic** (``harness/determined/launch/torch_distributed.py``,
-  ``main``): ``torch.distributed.run --nnodes len(container_addrs) --nproc_per_node
-  len(DET_SLOT_IDS) --node_rank container_rank --master_addr container_addrs[0]``
-  (``localhost`` for one container) ``--master_port $C10D_PORT`` (29400 when unset; the
-  master gives each allocation its own, ``master/pkg/tasks/task_trial.go``
-  ``UniqueExposedPortRequests``). derive-env gives torchrun the same: node rank =
-  ``container_rank``, nodes = ``len(container_addrs)``, master = the first address, the
-  master port = ``C10D_PORT``, the GPU count = ``len(DET_SLOT_IDS)``.
-- **Other tasks** (``DET_TASK_TYPE`` other than ``TRIAL``: a command, notebook, shell): one
-  container, as ``ClusterInfo.container_addrs`` says (``["127.0.0.1"]``: only trials
-  rendezvous); no file is read.
-
-Inside the workers Determined's launcher started, torchrun's source reads torchrun's
-variables and keeps them (sources/managers/torchrun.py); this line's node facts are not used over
-them.
+- The file (read in cli/): ``harness/determined/_info.py`` ``RendezvousInfo`` writes and reads
+  exactly :data:`KEYS`: one address per container, this container's rank, the slots of each.
+  The trial's entrypoint writes it (``master/static/srv/entrypoint.sh``: ``prep_container
+  --rendezvous``) after the startup hook, before the experiment's entrypoint.
+- Its order (``harness/determined/exec/prep_container.py`` ``do_rendezvous``, by
+  ``DET_RESOURCES_TYPE``): :data:`RANK_ORDERED` list address ``r`` for rank ``r``; agents
+  (``docker-container``) list rank 0 first, then the others by resource id
+  (``master/internal/task/rendezvous.go``) while ranks follow slot counts in map order
+  (``resources_list.go``): from 3 containers on, only the count, the rank and the master.
+- The launcher (``harness/determined/launch/torch_distributed.py`` ``main``) runs torchrun
+  with ``--nnodes len(container_addrs) --nproc_per_node len(DET_SLOT_IDS) --node_rank
+  container_rank --master_addr container_addrs[0] --master_port $C10D_PORT`` (the master
+  gives each allocation one, ``master/pkg/tasks/task_trial.go``): derive-env gives the same.
+- Other task types (``DET_TASK_TYPE`` not ``TRIAL``): one container (only trials rendezvous).
 """
 
 from __future__ import annotations
@@ -154,16 +135,12 @@ def _port(environ: Mapping[str, str]) -> int | None:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a Determined trial container's rendezvous file (and ``DET_*``) says.
+    """The launcher's facts (module docstring), the host list when in rank order, the job
+    ``("determined", DET_ALLOCATION_ID, first address)``.
 
-    :returns: node rank = ``container_rank``, ``len(container_addrs)`` nodes, master = the
-        first address; the addresses as the host list when they are in rank order (module
-        docstring); ``master_port`` = ``C10D_PORT``; ``gpus`` = ``len(DET_SLOT_IDS)`` (None
-        for 0); ``job`` = ``("determined", DET_ALLOCATION_ID, first address)``. Another
-        task type than a trial: one container.
-    :raises TopologyError: ``DET_SLOT_IDS`` not a JSON list of ids, or not this container's
-        entry of ``container_slot_counts``; a trial's file unreadable, not the three keys, a
-        bad or repeated address, a rank outside the list; ``C10D_PORT`` not a port.
+    :raises TopologyError: ``DET_SLOT_IDS`` not a JSON list of ids or not this container's
+        slot count; a trial's file unreadable, not the three keys, a bad or repeated address,
+        a rank outside the list; ``C10D_PORT`` not a port.
     """
     slot_ids = _slot_ids(environ)
     allocation = environ["DET_ALLOCATION_ID"]

@@ -1,31 +1,17 @@
-"""The Ray Train source: a worker process that Ray Train already set up for torch.
+"""A Ray Train worker process Ray already set up for torch: line ``ray-train``,
+docs/sources/launchers.md. Read from ray 2.60.0 (``python/ray/train/``):
 
-Table line ``ray-train`` (docs/sources/launchers.md). Ray Train's torch backend sets every
-torch variable in each worker actor's own process, after any container entrypoint (read
-from ray 2.60.0, ``python/ray/train/torch/config.py``):
+- ``torch/config.py`` ``_TorchBackend.on_start``: worker 0's node IP and a free port there
+  (``_internal/utils.py`` ``get_address_and_port``) as ``MASTER_ADDR``/``MASTER_PORT`` in
+  every worker with ``TorchConfig(init_method="env")``, the default (none with ``"tcp"``);
+  ``_set_torch_distributed_env_vars``: the process layer, ``NODE_RANK`` and
+  ``ACCELERATE_TORCH_DEVICE``; the raylet starts each worker with ``RAY_RAYLET_PID`` and
+  ``RAY_JOB_ID`` (recorded: tests/fixtures/recorded/ray-train-2workers/).
+- ``v2/_internal/execution/worker_group/worker_group.py`` ``_assign_worker_ranks``: workers
+  sorted by node, then GPU id, so rank 0 is on node rank 0 (``MASTER_ADDR``). No variable
+  counts the nodes: only ``WORLD_SIZE == LOCAL_WORLD_SIZE`` says one node.
 
-- ``_TorchBackend.on_start``: ``master_addr, master_port = worker_group.execute_single(0,
-  get_address_and_port)`` (worker 0's node IP, ``ray.util.get_node_ip_address()``, and a free
-  port found there: ``ray/train/_internal/utils.py``), then, with ``TorchConfig(init_method=
-  "env")`` (the default), ``MASTER_ADDR`` and ``MASTER_PORT`` in every worker; with
-  ``init_method="tcp"`` neither is set.
-- ``_set_torch_distributed_env_vars`` (from ``on_start`` and ``on_training_start``):
-  ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``, ``RANK``, ``WORLD_SIZE`` from the
-  train context, and ``ACCELERATE_TORCH_DEVICE`` (``str(get_device())``: ``cpu``,
-  ``cuda:0``).
-- The ranks (``ray/train/v2/_internal/execution/worker_group/worker_group.py``,
-  ``_assign_worker_ranks``): workers sorted by node, then GPU id; ``NODE_RANK`` = the node's
-  place among the nodes in that order, so rank 0 is on node rank 0, whose IP is
-  ``MASTER_ADDR``. No variable counts the nodes: only a job whose every worker is on this
-  node (``WORLD_SIZE == LOCAL_WORLD_SIZE``) is known to be of one node.
-- The marker: the raylet starts every worker process with ``RAY_RAYLET_PID`` (and
-  ``RAY_JOB_ID``; recorded, tests/fixtures/recorded/ray-train-2workers/), which a plain
-  environment does not have; with Ray Train's ``ACCELERATE_TORCH_DEVICE`` and ``NODE_RANK``.
-
-Every one of these is passed through: reported as ``preset``, so derived values are
-compared with Ray's and never exported over them. The frameworks derive the rest from
-them (JAX's process id = ``RANK``, its count = ``WORLD_SIZE``, its coordinator on
-``MASTER_ADDR``); TensorFlow's ``TF_CONFIG`` cannot be built (no host list).
+Every one is kept as Ray set it (``preset``); no host list, so no ``TF_CONFIG``.
 """
 
 from __future__ import annotations
@@ -63,16 +49,12 @@ def _master(environ: Mapping[str, str]) -> tuple[str, int]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a Ray Train worker's environment says: Ray's values, passed through.
+    """Ray's values, kept as set (module docstring); ``num_nodes`` 1 only when every worker
+    is on this node; the job ``("ray-train", RAY_JOB_ID, MASTER_PORT)``; ``renumbers`` (Ray
+    orders the nodes itself).
 
-    :returns: the process layer (``RANK`` ...), ``node_rank`` = ``NODE_RANK``, ``num_nodes``
-        = 1 only when every worker is on this node (else unknown), ``master`` =
-        ``MASTER_ADDR``, ``master_port`` = ``MASTER_PORT``, ``job`` = ``("ray-train",
-        RAY_JOB_ID, MASTER_PORT)``, ``preset`` = every variable of :data:`WORKER_VARIABLES`,
-        ``renumbers`` = True (Ray orders the nodes itself).
-    :raises TopologyError: a variable missing or not a number, a rank not below its size, a
-        node rank on a job of one node that is not 0; ``MASTER_ADDR``/``MASTER_PORT`` unset
-        (``init_method="tcp"``) or bad. The message names the variable and the fix.
+    :raises TopologyError: what the roles refuse, a variable unset, ``NODE_RANK`` above
+        ``RANK - LOCAL_RANK`` (or not 0 on one node), a bad master; naming the variable.
     """
     unset = next((name for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if not environ.get(name)),
                  None)

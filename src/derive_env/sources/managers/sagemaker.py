@@ -1,43 +1,19 @@
-"""Amazon SageMaker training: the platform's resource config, or the toolkit's ``SM_*``.
+"""Amazon SageMaker training: lines ``sagemaker-platform`` (the platform's ``TRAINING_JOB_*``)
+and ``sagemaker`` (the training toolkit's ``SM_*``), docs/sources/clouds.md. The rules are
+aws/sagemaker-training-toolkit's ``src/sagemaker_training/``:
 
-Table lines ``sagemaker-platform`` (``TRAINING_JOB_NAME``, ``TRAINING_JOB_ARN``: the
-platform's own variables) and ``sagemaker`` (``SM_HOSTS``, ``SM_CURRENT_HOST``: what the
-training toolkit exports for the script it starts), docs/sources/clouds.md.
-
-- **The platform's file** ``/opt/ml/input/config/resourceconfig.json`` (path overridable by
-  ``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG``; read in cli/, handed in): ``current_host``,
-  ``hosts``, ``current_group_name``, ``instance_groups[{instance_group_name, hosts}]``. This
-  container is ``current_host``, never ``gethostname()`` (the toolkit ``LD_PRELOAD``s a
-  ``gethostname`` that returns it: its ``c/gethostname.c``).
-- **The nodes** are the training toolkit's distribution hosts (aws/sagemaker-training-toolkit
-  ``src/sagemaker_training/environment.py``, ``Environment.get_distribution_hosts``): the
-  hosts of the distribution instance groups, concatenated in the file's group order; without
-  ``instance_groups`` (local mode) ``hosts``. The distribution groups are
-  ``SM_DISTRIBUTION_INSTANCE_GROUPS`` when the toolkit set it, else the
-  ``sagemaker_distribution_instance_groups`` hyperparameter of ``hyperparameters.json``
-  beside the resource config, else the current group (the toolkit's
-  ``get_distribution_instance_groups_from_resource_config`` when a distribution is
-  enabled). The master is the first of them (``get_master_hostname``). A host of another
-  group (a data-loading group of a heterogeneous job) is not part of the training job: told
-  so, with the fix.
-- **Without the file**: the toolkit's ``SM_HOSTS`` / ``SM_CURRENT_HOST`` (its order, never
-  sorted), ``SM_CURRENT_INSTANCE_GROUP`` and ``SM_INSTANCE_GROUPS_DICT`` (``to_env_vars``,
-  ``mapping.py``: ``SM_`` + the key upper-cased, JSON for what is not a string).
-- **GPUs**: ``SM_NUM_GPUS`` (the toolkit's ``num_gpus``: lines of ``nvidia-smi --list-gpus``).
-- **An MPI rank** (the toolkit's MPI and smdistributed runners, ``mpi.py``
-  ``MasterRunner._create_command``, ``smdataparallel.py``): only the master runs ``mpirun
-  --host algo-1:N,algo-2:N ... -x SM_HOSTS -x SM_CURRENT_HOST ...``, one ``-x`` per ``SM_*``,
-  so every rank on every host gets the master's ``SM_CURRENT_HOST``
-  (aws/sagemaker-training-toolkit#158). In a process an MPI launcher started (its rank
-  variable set: ``OMPI_COMM_WORLD_RANK`` ...), ``SM_CURRENT_HOST`` and ``SM_HOSTS`` are
-  copied values: checked (one of the hosts; the resource config's hosts), never this
-  host's identity. The host is the resource config's ``current_host`` (the platform writes
-  the file on each host; the toolkit's ``gethostname`` preload reads it too); without the
-  file, this rank's node is not stated (the MPI launcher gives the ranks, not the node).
-  The ranks on the other hosts get only the ``SM_*`` (the toolkit's line, ``sagemaker``),
-  those on mpirun's host keep ``TRAINING_JOB_NAME`` too (the platform's line): so that all
-  state one job (source, master port, digest), an MPI rank with ``SM_HOSTS`` reports the
-  toolkit's line, its job named by the first host, and both lines read the file.
+- The resource config (``resourceconfig.json``, read in cli/): ``current_host`` is this
+  container, never ``gethostname()`` (the toolkit preloads one that returns it,
+  ``c/gethostname.c``). Without the file: ``SM_HOSTS`` (never sorted), ``SM_CURRENT_HOST``,
+  ``SM_CURRENT_INSTANCE_GROUP``, ``SM_INSTANCE_GROUPS_DICT`` (``mapping.py`` ``to_env_vars``).
+- The nodes: the distribution instance groups' hosts in file order, ``hosts`` without
+  ``instance_groups`` (``environment.py`` ``get_distribution_hosts``); the groups:
+  ``SM_DISTRIBUTION_INSTANCE_GROUPS``, else the hyperparameter :data:`KEY`, else the current
+  group; the master the first (``get_master_hostname``); GPUs: ``SM_NUM_GPUS``.
+- An MPI rank (``mpi.py`` ``MasterRunner._create_command``, ``smdataparallel.py``, toolkit
+  issue #158): mpirun ``-x`` copies the master's ``SM_*`` to every rank, so there they are
+  only checked; the host is the file's ``current_host`` (none without the file), and every
+  rank reports the toolkit's line, its job named by the first host.
 """
 
 from __future__ import annotations
@@ -69,8 +45,7 @@ _OUTSIDE_FIX = ("run the command without derive-env on the hosts of this group (
 
 
 def config_path(environ: Mapping[str, str]) -> str:
-    """The resource config's path: ``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG`` or the
-    platform's ``/opt/ml/input/config/resourceconfig.json``."""
+    """``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG`` or the platform's resourceconfig.json."""
     from derive_env.sources import BY_NAME, file_path
 
     return file_path(BY_NAME["sagemaker-platform"].roles["hosts"][0], environ)
@@ -84,10 +59,8 @@ def hyperparameters_path(environ: Mapping[str, str]) -> str:
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The files :func:`read` needs for table line ``name``: the resource config and the
-    hyperparameters for the platform's line, and for the toolkit's ``SM_*`` line in an MPI
-    rank (a rank on another host than mpirun's has only the ``SM_*``: its host is the
-    file's); none for the toolkit's line otherwise."""
+    """The resource config and the hyperparameters: for the platform's line, and for the
+    toolkit's in an MPI rank (whose host is the file's)."""
     if name != "sagemaker-platform" and not mpi_rank(environ):
         return ()
     return config_path(environ), hyperparameters_path(environ)
@@ -116,10 +89,8 @@ def _strings(value: object) -> list[str] | None:
 
 def _distribution_groups(environ: Mapping[str, str], current: str,
                          hyperparameters: str | None) -> tuple[list[str], str]:
-    """The distribution instance groups and where they came from: the toolkit's
-    ``SM_DISTRIBUTION_INSTANCE_GROUPS``, else the ``sagemaker_distribution_instance_groups``
-    hyperparameter (its values are JSON text, decoded as the toolkit's
-    ``read_hyperparameters`` does), else the current group."""
+    """The distribution instance groups and where they came from (module docstring); a
+    hyperparameter's value is JSON text (the toolkit's ``read_hyperparameters``)."""
     named = _strings(json_value(environ.get("SM_DISTRIBUTION_INSTANCE_GROUPS")))
     if named is not None:
         return named, "SM_DISTRIBUTION_INSTANCE_GROUPS"
@@ -175,8 +146,7 @@ def _checked(config: object, where: str) -> tuple[str, list[str]]:
 
 def _config(environ: Mapping[str, str], line: Source,
             files: Mapping[str, str | None] | None) -> tuple[object, str, str]:
-    """The resource config, where it came from (for messages) and the rule's name: the
-    file for the platform's line and for an MPI rank (:func:`files_needed`), else ``SM_*``."""
+    """The resource config, where it came from (for messages) and the rule's name."""
     if line.name == "sagemaker-platform" or mpi_rank(environ):
         path = config_path(environ)
         text = (files or {}).get(path)
@@ -226,18 +196,13 @@ def _copied(environ: Mapping[str, str], config: Mapping[str, object], where: str
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a SageMaker training container's resource config (or ``SM_*``) says.
+    """The distribution hosts (module docstring), ``current_host``'s place among them, the
+    GPUs and the job (:func:`_report`).
 
-    :param line: ``sagemaker-platform`` or ``sagemaker`` (sources/__init__.py).
-    :returns: ``nodes`` = the distribution hosts in file order, ``node_rank`` = the place
-        of ``current_host`` among them, master = the first, ``gpus`` = ``SM_NUM_GPUS`` (None
-        when unset or 0), ``job`` = ``("sagemaker", TRAINING_JOB_NAME, first host)``; in an
-        MPI rank with ``SM_HOSTS`` (the toolkit's MPI mode) source ``sagemaker`` and ``job``
-        = ``("sagemaker", "", first host)`` on every rank (:func:`_report`).
-    :raises TopologyError: neither the file nor ``SM_HOSTS``/``SM_CURRENT_HOST``; a file
-        that is not a resource config, ``current_host`` not in ``hosts``, a repeated or bad
-        host; ``SM_CURRENT_HOST`` not ``current_host``; a host outside the distribution
-        groups (not part of the training job). The message names the file or variable.
+    :raises TopologyError: neither the file nor ``SM_HOSTS``/``SM_CURRENT_HOST``; no resource
+        config, a bad or repeated host, ``current_host`` not in ``hosts`` or not
+        ``SM_CURRENT_HOST``; a host outside the distribution groups. The message names the
+        file or variable.
     """
     config, where, rule = _config(environ, line, files)
     current, _hosts = _checked(config, where)
@@ -271,20 +236,13 @@ def read(environ: Mapping[str, str], line: Source,
 
 
 def _report(environ: Mapping[str, str], rule: str, shared: bool, placed: Report) -> Report:
-    """The report of :func:`read` from ``placed`` (its line's name and title, the nodes,
-    the node rank, ``None`` when no variable states it, and the notes); ``rule``: the
-    variable or file that states the hosts.
-
-    ``shared``: an MPI rank with the ``SM_HOSTS`` mpirun copied (the training toolkit's MPI
-    mode, ``mpi.py``). ``mpirun -x`` gives the ranks on the other hosts only the ``SM_*``;
-    the ranks on mpirun's own host keep ``TRAINING_JOB_NAME`` / ``TRAINING_JOB_ARN`` too. So
-    that every rank states one job (one source, master port and digest), the job is then
-    what they all have: the toolkit's line (``sagemaker``), named by its first host, never
-    by ``TRAINING_JOB_NAME``.
+    """``placed`` (the nodes, node rank, notes) with the GPUs, the job and the inputs;
+    ``rule``: what states the hosts. ``shared``, an MPI rank with the copied ``SM_HOSTS``:
+    the job is the toolkit's line, named by the first host (mpirun's host alone keeps
+    ``TRAINING_JOB_NAME``), the same on every rank.
     """
-    gpus = variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)",
-                        PER_NODE) \
-        if environ.get("SM_NUM_GPUS") else None
+    gpus = (variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)",
+                         PER_NODE) if environ.get("SM_NUM_GPUS") else None)
     job_name = "" if shared else environ.get("TRAINING_JOB_NAME", "")
     first = placed.nodes[0].host
     inputs = {"nodes": (rule,), "num_nodes": (rule,), "master": (rule,),

@@ -1,39 +1,25 @@
-"""The TPU slice source: a host of a multi-host TPU slice, or of several (multislice).
+"""A host of a multi-host TPU slice, or of several (multislice): line ``gke-tpu``,
+docs/sources/kubernetes.md. Who sets the variables:
 
-Table line ``gke-tpu`` (docs/sources/kubernetes.md). Who sets the variables:
-
-- the GKE TPU webhook (closed; GKE's docs): ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES`` in
-  each container of a multi-host slice (a JobSet or Job of TPU pods);
-- LeaderWorkerSet (kubernetes-sigs/lws ``pkg/utils/accelerators/tpu.go``,
-  ``AddTPUVariables``): ``TPU_WORKER_HOSTNAMES`` = ``<leader>.<subdomain>`` then
-  ``<leader>-<i>.<subdomain>``, ``TPU_WORKER_ID`` = the worker index; when the leader
-  requests no TPU, the leader is left out and the workers' ids shift by one;
+- the GKE TPU webhook (closed; GKE's docs): ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``;
+- LeaderWorkerSet (kubernetes-sigs/lws ``pkg/utils/accelerators/tpu.go``, ``AddTPUVariables``):
+  the hosts ``<leader>.<subdomain>``, ``<leader>-<i>.<subdomain>``, the id the worker index,
+  shifted by one when the leader requests no TPU (then not in the list);
   ``addTPUVariablesSubGroup``: each subgroup its own slice;
-- the KubeRay TPU webhook (GoogleCloudPlatform/ai-on-gke
-  ``ray-on-gke/tpu/kuberay-tpu-webhook/main.go``, ``mutatePod``, ``genDNSHostnames``):
-  ``TPU_WORKER_HOSTNAMES`` = ``<group>-<replica>-<j>.<cluster>-headless-worker-svc``, the
-  pod's hostname ``<group>-<replica>-<TPU_WORKER_ID>``;
-- multislice (JobSet's TPU examples, KubeRay): ``MEGASCALE_NUM_SLICES``,
-  ``MEGASCALE_SLICE_ID``, ``MEGASCALE_COORDINATOR_ADDRESS`` (the host of slice 0's worker 0).
+- the KubeRay TPU webhook (GoogleCloudPlatform/ai-on-gke ``ray-on-gke/tpu/kuberay-tpu-webhook/
+  main.go``, ``genDNSHostnames``): the pod's hostname ``<group>-<replica>-<TPU_WORKER_ID>``;
+- multislice (JobSet, KubeRay): ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID``,
+  ``MEGASCALE_COORDINATOR_ADDRESS`` (the host of slice 0's worker 0).
 
-The reader this source must never contradict is JAX's own (jax ``_src/clusters/
-cloud_tpu_cluster.py``, ``BaseTpuCluster`` and ``GkeTpuCluster``): the worker list is
-``TPU_PROCESS_ADDRESSES`` when set, else ``TPU_WORKER_HOSTNAMES``, split at ``,``; the
-coordinator host is ``MEGASCALE_COORDINATOR_ADDRESS`` (cut at its first ``:``) when set,
-else the first worker (cut likewise); process count = workers x ``MEGASCALE_NUM_SLICES``
-(1 when unset); process id = ``TPU_WORKER_ID`` + ``MEGASCALE_SLICE_ID`` x workers. So:
-node rank = that id, nodes = that count (slice-major, the same order on every host), master =
-that coordinator host. PyTorch/XLA (pytorch/xla ``torch_xla/_internal/tpu.py``) reads the
-same host list and ``TPU_WORKER_ID`` as its host index: it gets the same node layer. The
-hosts of the other slices are in no variable: a multislice job has a node count and a master,
-no host list. A TPU host states no GPU (the chips are libtpu's): no GPU count, so no
-``nproc_per_node`` is derived from it, never 0 (docs/sources/kubernetes.md).
-
-Refused, never guessed: a list JAX would read otherwise (an entry with ``:``, a host twice:
-one entry per TPU container, several processes per host), ``TPU_PROCESS_ADDRESSES`` naming
-other hosts, several slices without the slice id or the coordinator (JAX would start one
-coordinator per slice), a ``TPU_WORKER_ID`` that the pod's own hostname contradicts (its
-position in the list, when the list holds pod names: pitfall 6).
+JAX's reader is never contradicted (:data:`_JAX`, ``GkeTpuCluster``): the workers are
+``TPU_PROCESS_ADDRESSES``, else ``TPU_WORKER_HOSTNAMES``, split at ``,``; the coordinator host
+``MEGASCALE_COORDINATOR_ADDRESS``, else the first worker (each cut at its first ``:``);
+process count = workers x slices; id = ``TPU_WORKER_ID`` + ``MEGASCALE_SLICE_ID`` x workers:
+the node count, rank and master here. PyTorch/XLA (``torch_xla/_internal/tpu.py``) reads the
+same. Several slices: no host list (the others' hosts are in no variable). No GPU count (the
+chips are libtpu's). Refused, never guessed: an entry with ``:``, a host twice, other hosts
+in ``TPU_PROCESS_ADDRESSES``, slices without id or coordinator, a ``TPU_WORKER_ID`` the pod's
+hostname contradicts (pitfall 6).
 """
 
 from __future__ import annotations
@@ -173,18 +159,11 @@ def _lws(environ: Mapping[str, str], count: int, worker: int) -> list[str]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a TPU host's environment says: its slice (or slices), as JAX reads it.
+    """This host's slice (or slices) as JAX reads it (module docstring); ``TPU_PROCESS_
+    ADDRESSES``, ``MEGASCALE_*``, ``LWS_*`` and ``HOSTNAME`` checked when set. The job:
+    ``("gke-tpu", master, "<slices>x<hosts>")``, the same on every host.
 
-    :param environ: the container's environment; ``TPU_WORKER_ID`` and
-        ``TPU_WORKER_HOSTNAMES`` are set (the table line); ``TPU_PROCESS_ADDRESSES``,
-        ``MEGASCALE_*``, ``LWS_*`` and ``HOSTNAME`` are checked when set.
-    :returns: one slice: ``nodes`` = ``TPU_WORKER_HOSTNAMES`` in order, ``node_rank`` =
-        ``TPU_WORKER_ID``; several: ``num_nodes`` = hosts x slices, ``node_rank`` =
-        ``MEGASCALE_SLICE_ID`` x hosts + ``TPU_WORKER_ID`` (slice-major), ``master`` = the
-        host of ``MEGASCALE_COORDINATOR_ADDRESS``, no host list. ``job`` = ``("gke-tpu",
-        master, "<slices>x<hosts>")``, the same on every host (the port policy). No GPU count.
-    :raises TopologyError: module docstring; the message names the variable, its value and
-        the fix.
+    :raises TopologyError: module docstring; the message names the variable, value and fix.
     """
     hosts = _hosts(environ)
     worker = variable_index(environ, "TPU_WORKER_ID",
@@ -214,26 +193,18 @@ def read(environ: Mapping[str, str], line: Source,
     rank, count = worker, len(hosts)
     if slices > 1:
         rank, count = slice_id * len(hosts) + worker, slices * len(hosts)
-        for key in ("node_rank", "num_nodes"):
-            inputs[key] = (*inputs[key], "MEGASCALE_SLICE_ID" if key == "node_rank"
-                           else "MEGASCALE_NUM_SLICES")
+        inputs["node_rank"] = ("TPU_WORKER_ID", "MEGASCALE_SLICE_ID")
+        inputs["num_nodes"] = ("TPU_WORKER_HOSTNAMES", "MEGASCALE_NUM_SLICES")
         inputs["ports"] = ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
                            "TPU_WORKER_HOSTNAMES")
         notes.append(f"slice {slice_id} of {slices} (MEGASCALE_SLICE_ID, MEGASCALE_NUM_SLICES):"
                      f" node {rank} of {count}, slice-major; the other slices' hosts are in "
                      "no variable")
     return Report(
-        source=line.name,
-        title=line.title,
-        nodes=nodes_of(hosts) if slices == 1 else (),
-        node_rank=rank,
-        num_nodes=None if slices == 1 else count,
-        master=coordinator,
-        job=(line.name, master, f"{slices}x{len(hosts)}"),
-        inputs=inputs,
+        source=line.name, title=line.title, nodes=nodes_of(hosts) if slices == 1 else (),
+        node_rank=rank, num_nodes=None if slices == 1 else count, master=coordinator,
+        job=(line.name, master, f"{slices}x{len(hosts)}"), inputs=inputs,
         order=("the order of TPU_WORKER_HOSTNAMES (node rank = TPU_WORKER_ID)" if slices == 1
                else "slice-major: MEGASCALE_SLICE_ID x hosts per slice + TPU_WORKER_ID")
         + f", the order of JAX's process ids ({_JAX})",
-        notes=tuple(notes),
-        warnings=tuple(warnings),
-    )
+        notes=tuple(notes), warnings=tuple(warnings))
