@@ -1,18 +1,13 @@
-"""AWS Batch: one node of a multi-node parallel (MNP) job; line ``aws-batch``,
-docs/sources/clouds.md. The variables (AWS Batch User Guide, "Multi-node parallel jobs",
-"Environment variables": https://github.com/awsdocs/aws-batch-user-guide/blob/main/doc_source/multi-node-parallel-jobs.md):
-
-- ``AWS_BATCH_JOB_NUM_NODES``, ``AWS_BATCH_JOB_NODE_INDEX`` (0-based, unique) and
-  ``AWS_BATCH_JOB_MAIN_NODE_INDEX`` (not always 0): node rank = ``(NODE_INDEX -
-  MAIN_NODE_INDEX) mod NUM_NODES``, the main node first (the master).
-- :data:`MAIN_ADDRESS`: the main node's private IPv4 address, "only set in multi-node parallel
-  job child nodes". MNP containers use ``awsvpc`` (an interface and address each): the main
-  node's is the source address of its default route (read in cli/), never loopback, or
-  :data:`MAIN_ADDRESS` exported by hand (``$(hostname -i)``, as NeMo's scripts do) when it
-  is one of its own addresses.
-- ``AWS_BATCH_JOB_ID``: ``<job id>#<node index>`` ("Nodes are addressed using #N notation";
-  AWS ParallelCluster's ``batch_mpi/submit_mpi.sh`` strips ``#*``): the job-wide id is the
-  part before ``#``. No host list (so no ``TF_CONFIG``), no GPU count.
+"""AWS Batch: a node of a multi-node parallel (MNP) job, line ``aws-batch``, docs/sources/
+clouds.md. The variables (AWS Batch User Guide, "Multi-node parallel jobs", "Environment
+variables": https://github.com/awsdocs/aws-batch-user-guide/blob/main/doc_source/multi-node-parallel-jobs.md):
+node rank = ``(AWS_BATCH_JOB_NODE_INDEX - AWS_BATCH_JOB_MAIN_NODE_INDEX) mod
+AWS_BATCH_JOB_NUM_NODES``, the main node (the master) first. :data:`MAIN_ADDRESS` is "only
+set in multi-node parallel job child nodes"; MNP containers use ``awsvpc`` (an address
+each), so the main node's is the source address of its default route (read in cli/), or
+:data:`MAIN_ADDRESS` exported by hand (``$(hostname -i)``, as NeMo's scripts do) when it is
+one of its own. ``AWS_BATCH_JOB_ID`` is ``<job id>#<node index>`` ("Nodes are addressed
+using #N notation"; AWS ParallelCluster's ``batch_mpi/submit_mpi.sh`` strips ``#*``).
 """
 
 from __future__ import annotations
@@ -42,9 +37,8 @@ _FIX = BY_NAME["aws-batch"].roles["why"]
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """The main node's route and address tables (the latter alone for an address exported
     by hand: it is checked against it); none on a child or in a job of one node."""
-    if environ.get("AWS_BATCH_JOB_NUM_NODES") == "1" or (
-            environ.get("AWS_BATCH_JOB_NODE_INDEX")
-            != environ.get("AWS_BATCH_JOB_MAIN_NODE_INDEX")):
+    main = environ.get("AWS_BATCH_JOB_NODE_INDEX") == environ.get("AWS_BATCH_JOB_MAIN_NODE_INDEX")
+    if environ.get("AWS_BATCH_JOB_NUM_NODES") == "1" or not main:
         return ()
     return (LOCAL,) if environ.get(MAIN_ADDRESS) else (ROUTES, LOCAL)
 
@@ -95,8 +89,7 @@ def _ipv4(value: str, name: str) -> str:
 def _main_master(environ: Mapping[str, str], files: Mapping[str, str | None] | None,
                  notes: list[str]) -> tuple[str, tuple[str, ...]]:
     """The main node's master: its own address (module docstring)."""
-    files = files or {}
-    routes, trie = files.get(ROUTES), files.get(LOCAL)
+    routes, trie = (files or {}).get(ROUTES), (files or {}).get(LOCAL)
     given = environ.get(MAIN_ADDRESS, "")
     if given:
         address = _ipv4(given, MAIN_ADDRESS)
@@ -140,13 +133,9 @@ def _job_id(environ: Mapping[str, str], index: int) -> str:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The node count, the node rank, the master (module docstring) and the job
-    ``("aws-batch", the job-wide id, NUM_NODES)``, the same on every node.
-
-    :raises TopologyError: a count or index not an integer in range, the job id's node part
-        not this node's index, a child without the master address or a bad one, or the main
-        node's own address unknown (the message says what to set).
-    """
+    """The node count, rank and master (module docstring), the job ``("aws-batch", job id
+    before ``#``, NUM_NODES)``. :raises TopologyError: a bad count or index, job id or master
+    address; the main node's own address unknown (the message says what to set)."""
     got = numbers(environ, line.roles)
     count, index = got["num_nodes"], got["node_rank"]
     main = variable_index(environ, "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES",

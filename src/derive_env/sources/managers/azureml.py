@@ -1,22 +1,16 @@
-"""Azure Machine Learning: lines ``azureml-mpi`` and ``azureml-pytorch``,
-docs/sources/clouds.md. The runtime is closed: what it sets is read from Microsoft's docs and
-the code that reads it (each test fixture cites its source).
+"""Azure Machine Learning: lines ``azureml-mpi`` and ``azureml-pytorch``, docs/sources/clouds.md;
+the runtime is closed, each test fixture cites the doc or code it follows.
 
-- MPI distribution: Azure ML runs ``mpirun`` (the ``openmpi`` line reads the ranks); with more
-  than one node Azure Batch's ``AZ_BATCH_MASTER_NODE=<ip>:<port>``, "the IP address and port
-  of the compute node on which the primary task of a multi-instance task runs" (Azure Batch
+- MPI distribution: Azure ML runs ``mpirun`` (the ``openmpi`` line reads the ranks). With
+  more than one node ``AZ_BATCH_MASTER_NODE=<ip>:<port>``, "the IP address and port of the
+  compute node on which the primary task of a multi-instance task runs" (Azure Batch
   "Compute node environment variables"; read as host:port by the Azure ML examples'
-  ``set_environment_variables_for_nccl_backend`` and microsoft/hi-ml ``health_azure/
-  utils.py``): the master is its host (node rank 0's), never its port, "reserved for the
-  Azure Batch service". A single node has ``AZ_BATCHAI_MPI_MASTER_NODE`` instead.
-  ``AZUREML_NODE_COUNT`` (read by the ParallelRunStep driver) and ``AZ_BATCH_HOST_LIST``
-  (comma-separated IPs) count the nodes and are cross-checked; no host list of known order.
-  Plain Azure Batch multi-instance tasks are read alike.
-- PyTorch distribution: Azure ML sets ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`` (every
-  process, as torch and Azure's samples use it), ``NODE_RANK``, ``RANK``, ``LOCAL_RANK`` in
-  each process ("Distributed GPU training guide (SDK v2)"): kept as set (``preset``), only
-  checked. The processes per node: ``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE /
-  AZUREML_NODE_COUNT``.
+  ``set_environment_variables_for_nccl_backend``, microsoft/hi-ml ``health_azure/utils.py``),
+  its port "reserved for the Azure Batch service". ``AZUREML_NODE_COUNT`` (the ParallelRunStep
+  driver reads it) and ``AZ_BATCH_HOST_LIST`` (node IPs, no known order) are cross-checked.
+- PyTorch distribution ("Distributed GPU training guide (SDK v2)"): :data:`TORCH_VARIABLES`
+  in each process, ``WORLD_SIZE`` global as in torch and Azure's samples: kept as set; the
+  processes per node: ``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE / AZUREML_NODE_COUNT``.
 """
 
 from __future__ import annotations
@@ -53,9 +47,7 @@ def _master_node(environ: Mapping[str, str]) -> tuple[str, int]:
     value = environ[MASTER_NODE]
     host, colon, port_text = value.strip().rpartition(":")
     try:
-        if not colon:
-            raise ValueError("no port")
-        port = parse_port(port_text)
+        port = parse_port(port_text if colon else "")
     except ValueError:
         raise TopologyError(describe(
             MASTER_NODE, value, f"<ip>:<port> (the primary task's node and port, e.g. "
@@ -114,15 +106,13 @@ def _read_mpi(environ: Mapping[str, str], line: Source) -> Report:
                "(distribution type mpi: each has OMPI_COMM_WORLD_*), or use the PyTorch "
                "distribution, which sets the torch variables itself")
     return Report(
-        problem=problem,
-        source=line.name, title=line.title, num_nodes=count, master=master,
+        problem=problem, source=line.name, title=line.title, num_nodes=count, master=master,
         session_id=run_id or None,
         job=(line.name, run_id, environ[MASTER_NODE].strip()), inputs=inputs,
         notes=(f"master = the host part of {MASTER_NODE} (the primary task's node); {shown}; "
                "the ranks are mpirun's (OMPI_COMM_WORLD_*)",
                f"port {port} of {MASTER_NODE} is Azure Batch's own (reserved for the service, "
-               "not for NCCL or MPI): the frameworks' ports are derived"),
-    )
+               "not for NCCL or MPI): the frameworks' ports are derived"))
 
 
 def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
@@ -174,19 +164,14 @@ def _read_pytorch(environ: Mapping[str, str], line: Source) -> Report:
                 "master_port": ("MASTER_PORT",), "ports": (RUN_ID, "MASTER_PORT")},
         order="Azure ML's NODE_RANK",
         notes=(f"process {rank} of {world} on node {node_rank} of {nodes} (RANK, WORLD_SIZE, "
-               "NODE_RANK): Azure ML's PyTorch distribution set them, they are kept as set",),
-    )
+               "NODE_RANK): Azure ML's PyTorch distribution set them, they are kept as set",))
 
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """``azureml-mpi``: the master and the node count, the job ``(line, AZUREML_RUN_ID,
-    AZ_BATCH_MASTER_NODE)``; ``azureml-pytorch``: every fact, kept as set, the job ``(line,
-    AZUREML_RUN_ID, MASTER_PORT)``.
-
-    :raises TopologyError: a malformed value, a count contradicting another, or ranks
-        contradicting Azure ML's numbering; the message names the variable, value and fix.
-    """
+    """``azureml-mpi``: the master, the node count; ``azureml-pytorch``: every fact, kept as
+    set. :raises TopologyError: a malformed value, a count contradicting another, or ranks
+    contradicting Azure ML's numbering; the message names the variable, value and fix."""
     if line.name == "azureml-mpi":
         return _read_mpi(environ, line)
     return _read_pytorch(environ, line)

@@ -1,20 +1,15 @@
-"""A container of a Determined trial, from its rendezvous file: line ``determined``,
-docs/sources/launchers.md. Read from determined-ai/determined@c1e9c6d:
-
-- The file (read in cli/): ``harness/determined/_info.py`` ``RendezvousInfo`` writes and reads
-  exactly :data:`KEYS`: one address per container, this container's rank, the slots of each.
-  The trial's entrypoint writes it (``master/static/srv/entrypoint.sh``: ``prep_container
-  --rendezvous``) after the startup hook, before the experiment's entrypoint.
-- Its order (``harness/determined/exec/prep_container.py`` ``do_rendezvous``, by
-  ``DET_RESOURCES_TYPE``): :data:`RANK_ORDERED` list address ``r`` for rank ``r``; agents
-  (``docker-container``) list rank 0 first, then the others by resource id
-  (``master/internal/task/rendezvous.go``) while ranks follow slot counts in map order
-  (``resources_list.go``): from 3 containers on, only the count, the rank and the master.
-- The launcher (``harness/determined/launch/torch_distributed.py`` ``main``) runs torchrun
-  with ``--nnodes len(container_addrs) --nproc_per_node len(DET_SLOT_IDS) --node_rank
-  container_rank --master_addr container_addrs[0] --master_port $C10D_PORT`` (the master
-  gives each allocation one, ``master/pkg/tasks/task_trial.go``): derive-env gives the same.
-- Other task types (``DET_TASK_TYPE`` not ``TRIAL``): one container (only trials rendezvous).
+"""A container of a Determined trial: line ``determined``, docs/sources/launchers.md; read
+from determined-ai/determined@c1e9c6d. The rendezvous file (read in cli/) holds exactly
+:data:`KEYS` (``harness/determined/_info.py`` ``RendezvousInfo``), written by the trial's
+entrypoint (``master/static/srv/entrypoint.sh``: ``prep_container --rendezvous``) after the
+startup hook. Its order (``harness/determined/exec/prep_container.py`` ``do_rendezvous``):
+address ``r`` is rank ``r``'s for :data:`RANK_ORDERED`; the agents' lists rank 0 first, then
+by resource id (``master/internal/task/rendezvous.go``), ranks by slot count in map order
+(``resources_list.go``). Determined's launcher (``harness/determined/launch/
+torch_distributed.py`` ``main``) gives torchrun ``--nnodes len(container_addrs)
+--nproc_per_node len(DET_SLOT_IDS) --node_rank container_rank --master_addr
+container_addrs[0] --master_port $C10D_PORT`` (``master/pkg/tasks/task_trial.go``): so does
+this. A task other than a trial (``DET_TASK_TYPE``) is one container.
 """
 
 from __future__ import annotations
@@ -87,11 +82,6 @@ def _document(text: str | None, path: str) -> dict[str, object]:
     return document
 
 
-def _shown(value: object) -> str:
-    """A value of the file as JSON writes it (``true``, ``[NaN, 1]``), not as Python."""
-    return json.dumps(value)[:200]
-
-
 def _checked(document: dict[str, object], path: str) -> tuple[list[str], int, list[int]]:
     """``(container_addrs, container_rank, container_slot_counts)``, each checked."""
     addrs, rank, slots = (document[key] for key in KEYS)
@@ -112,11 +102,12 @@ def _checked(document: dict[str, object], path: str) -> tuple[list[str], int, li
     if type(rank) is not int or not 0 <= rank < len(addrs):
         raise TopologyError(f"{path}: expected container_rank, an integer from 0 to "
                             f"{len(addrs) - 1} (one per container_addrs entry), got "
-                            f"{_shown(rank)}; {_FIX}")
+                            f"{json.dumps(rank)[:200]}; {_FIX}")
     if not (isinstance(slots, list) and len(slots) == len(addrs)
             and set(map(type, slots)) == {int} and min(slots) >= 0):
         raise TopologyError(f"{path}: expected container_slot_counts, one slot count per "
-                            f"container_addrs entry ({len(addrs)}), got {_shown(slots)}; {_FIX}")
+                            f"container_addrs entry ({len(addrs)}), got "
+                            f"{json.dumps(slots)[:200]}; {_FIX}")
     return addrs, rank, slots
 
 
@@ -135,13 +126,9 @@ def _port(environ: Mapping[str, str]) -> int | None:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The launcher's facts (module docstring), the host list when in rank order, the job
-    ``("determined", DET_ALLOCATION_ID, first address)``.
-
-    :raises TopologyError: ``DET_SLOT_IDS`` not a JSON list of ids or not this container's
-        slot count; a trial's file unreadable, not the three keys, a bad or repeated address,
-        a rank outside the list; ``C10D_PORT`` not a port.
-    """
+    """The launcher's facts (module docstring), the host list when in rank order. :raises
+    TopologyError: ``DET_SLOT_IDS`` malformed or not this container's slot count; the file
+    unreadable, not :data:`KEYS`, a bad address or rank; ``C10D_PORT`` not a port."""
     slot_ids = _slot_ids(environ)
     allocation = environ["DET_ALLOCATION_ID"]
     gpus = {"gpus": ("DET_SLOT_IDS",)} if slot_ids else {}
@@ -179,8 +166,7 @@ def read(environ: Mapping[str, str], line: Source,
             "then the others by resource id, not by rank (master/internal/task/rendezvous.go): "
             "no host list beyond the master")
     return Report(
-        source=line.name, title=line.title,
-        nodes=nodes_of(addrs) if ordered else (),
+        source=line.name, title=line.title, nodes=nodes_of(addrs) if ordered else (),
         node_rank=rank, num_nodes=len(addrs), master=None if ordered else addrs[0],
         master_port=port, gpus=slot_ids or None, session_id=allocation,
         job=("determined", allocation, addrs[0]), inputs=inputs,

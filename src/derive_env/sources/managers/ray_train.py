@@ -1,17 +1,12 @@
 """A Ray Train worker process Ray already set up for torch: line ``ray-train``,
-docs/sources/launchers.md. Read from ray 2.60.0 (``python/ray/train/``):
-
-- ``torch/config.py`` ``_TorchBackend.on_start``: worker 0's node IP and a free port there
-  (``_internal/utils.py`` ``get_address_and_port``) as ``MASTER_ADDR``/``MASTER_PORT`` in
-  every worker with ``TorchConfig(init_method="env")``, the default (none with ``"tcp"``);
-  ``_set_torch_distributed_env_vars``: the process layer, ``NODE_RANK`` and
-  ``ACCELERATE_TORCH_DEVICE``; the raylet starts each worker with ``RAY_RAYLET_PID`` and
-  ``RAY_JOB_ID`` (recorded: tests/fixtures/recorded/ray-train-2workers/).
-- ``v2/_internal/execution/worker_group/worker_group.py`` ``_assign_worker_ranks``: workers
-  sorted by node, then GPU id, so rank 0 is on node rank 0 (``MASTER_ADDR``). No variable
-  counts the nodes: only ``WORLD_SIZE == LOCAL_WORLD_SIZE`` says one node.
-
-Every one is kept as Ray set it (``preset``); no host list, so no ``TF_CONFIG``.
+docs/sources/launchers.md; read from ray 2.60.0 ``python/ray/train/``. ``torch/config.py``
+``_TorchBackend.on_start`` sets ``MASTER_ADDR``/``MASTER_PORT`` (worker 0's node IP and a
+free port, ``_internal/utils.py``) with ``TorchConfig(init_method="env")``, the default;
+``_set_torch_distributed_env_vars`` the rest of :data:`WORKER_VARIABLES`; the raylet starts
+each worker with ``RAY_RAYLET_PID`` and ``RAY_JOB_ID`` (tests/fixtures/recorded/
+ray-train-2workers/). ``v2/_internal/execution/worker_group/worker_group.py``
+``_assign_worker_ranks`` sorts workers by node, then GPU: rank 0 is on node rank 0. No
+variable counts the nodes; everything is kept as Ray set it (``preset``).
 """
 
 from __future__ import annotations
@@ -34,30 +29,12 @@ WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NOD
 FIX = BY_NAME["ray-train"].roles["why"]
 
 
-def _master(environ: Mapping[str, str]) -> tuple[str, int]:
-    """``MASTER_ADDR`` and ``MASTER_PORT`` as Ray set them with ``init_method="env"``."""
-    addr, port = environ.get("MASTER_ADDR", ""), environ.get("MASTER_PORT", "")
-    if not addr or not port:
-        name = "MASTER_ADDR" if not addr else "MASTER_PORT"
-        raise TopologyError(describe(
-            name, environ.get(name, ""),
-            "the master Ray Train sets with TorchConfig(init_method=\"env\"), the default "
-            "(_TorchBackend.on_start); with init_method=\"tcp\" Ray sets none: use "
-            "init_method=\"env\" for the workers that run derive-env"))
-    return checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
-
-
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """Ray's values, kept as set (module docstring); ``num_nodes`` 1 only when every worker
-    is on this node; the job ``("ray-train", RAY_JOB_ID, MASTER_PORT)``; ``renumbers`` (Ray
-    orders the nodes itself).
-
+    """Ray's values, kept as set; one node when every worker is on this one; ``renumbers``.
     :raises TopologyError: what the roles refuse, a variable unset, ``NODE_RANK`` above
-        ``RANK - LOCAL_RANK`` (or not 0 on one node), a bad master; naming the variable.
-    """
-    unset = next((name for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if not environ.get(name)),
-                 None)
+    ``RANK - LOCAL_RANK`` (or not 0 on one node), a bad master; naming the variable."""
+    unset = next((n for n in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if not environ.get(n)), None)
     if unset:
         raise TopologyError(describe(unset, "", f"set: {FIX}"))
     base = read_roles(environ, line)
@@ -70,7 +47,14 @@ def read(environ: Mapping[str, str], line: Source,
             f"at most RANK - LOCAL_RANK = {rank - local_rank} (Ray groups each node's workers "
             "after the earlier nodes', each of at least one worker: _assign_worker_ranks)"
             f"{', and 0 when every worker is on this node' if one_node else ''}; {FIX}"))
-    master, port = _master(environ)
+    unset = next((n for n in ("MASTER_ADDR", "MASTER_PORT") if not environ.get(n)), None)
+    if unset:  # init_method="tcp"
+        raise TopologyError(describe(
+            unset, environ.get(unset, ""),
+            "the master Ray Train sets with TorchConfig(init_method=\"env\"), the default "
+            "(_TorchBackend.on_start); with init_method=\"tcp\" Ray sets none: use "
+            "init_method=\"env\" for the workers that run derive-env"))
+    master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
     job_id = environ.get("RAY_JOB_ID") or None
     counted = (f"{world} worker(s), all on this node: one node" if one_node else
                f"{world} workers, {local_world} on this node: the node count is not stated")
@@ -81,8 +65,7 @@ def read(environ: Mapping[str, str], line: Source,
         inputs={**base.inputs,
                 **({"num_nodes": ("WORLD_SIZE", "LOCAL_WORLD_SIZE")} if one_node else {}),
                 "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",),
-                "ports": ("RAY_JOB_ID", "MASTER_PORT") if job_id else ("MASTER_ADDR",
-                                                                       "MASTER_PORT")},
+                "ports": ("RAY_JOB_ID" if job_id else "MASTER_ADDR", "MASTER_PORT")},
         order="Ray Train's worker order (NODE_RANK: nodes as its workers are sorted)",
         notes=(f"Ray Train set RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, "
                f"MASTER_ADDR and MASTER_PORT in this worker (ray/train/torch/config.py): kept "

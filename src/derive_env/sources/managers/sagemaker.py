@@ -1,19 +1,15 @@
-"""Amazon SageMaker training: lines ``sagemaker-platform`` (the platform's ``TRAINING_JOB_*``)
-and ``sagemaker`` (the training toolkit's ``SM_*``), docs/sources/clouds.md. The rules are
-aws/sagemaker-training-toolkit's ``src/sagemaker_training/``:
-
-- The resource config (``resourceconfig.json``, read in cli/): ``current_host`` is this
-  container, never ``gethostname()`` (the toolkit preloads one that returns it,
-  ``c/gethostname.c``). Without the file: ``SM_HOSTS`` (never sorted), ``SM_CURRENT_HOST``,
-  ``SM_CURRENT_INSTANCE_GROUP``, ``SM_INSTANCE_GROUPS_DICT`` (``mapping.py`` ``to_env_vars``).
-- The nodes: the distribution instance groups' hosts in file order, ``hosts`` without
-  ``instance_groups`` (``environment.py`` ``get_distribution_hosts``); the groups:
-  ``SM_DISTRIBUTION_INSTANCE_GROUPS``, else the hyperparameter :data:`KEY`, else the current
-  group; the master the first (``get_master_hostname``); GPUs: ``SM_NUM_GPUS``.
-- An MPI rank (``mpi.py`` ``MasterRunner._create_command``, ``smdataparallel.py``, toolkit
-  issue #158): mpirun ``-x`` copies the master's ``SM_*`` to every rank, so there they are
-  only checked; the host is the file's ``current_host`` (none without the file), and every
-  rank reports the toolkit's line, its job named by the first host.
+"""Amazon SageMaker: lines ``sagemaker-platform`` (``TRAINING_JOB_*``) and ``sagemaker`` (the
+training toolkit's ``SM_*``), docs/sources/clouds.md; rules of aws/sagemaker-training-toolkit
+``src/sagemaker_training/``. This container is resourceconfig.json's ``current_host`` (the
+toolkit preloads a ``gethostname`` that returns it, ``c/gethostname.c``); without the file,
+``SM_HOSTS`` (never sorted), ``SM_CURRENT_HOST``, ``SM_CURRENT_INSTANCE_GROUP``,
+``SM_INSTANCE_GROUPS_DICT`` (``mapping.py`` ``to_env_vars``). The nodes: the distribution
+groups' hosts in file order (``environment.py`` ``get_distribution_hosts``; the groups:
+``SM_DISTRIBUTION_INSTANCE_GROUPS``, else the hyperparameter :data:`KEY`, else the current
+group), the master the first (``get_master_hostname``). In an MPI rank mpirun ``-x`` copied
+the master's ``SM_*`` (``mpi.py`` ``MasterRunner._create_command``, ``smdataparallel.py``,
+toolkit issue #158): they are only checked, the host is the file's ``current_host``, and
+every rank reports the toolkit's line, its job named by the first host.
 """
 
 from __future__ import annotations
@@ -44,26 +40,19 @@ _OUTSIDE_FIX = ("run the command without derive-env on the hosts of this group (
                 "estimator's instance_groups of the distribution")
 
 
-def config_path(environ: Mapping[str, str]) -> str:
-    """``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG`` or the platform's resourceconfig.json."""
+def _paths(environ: Mapping[str, str]) -> tuple[str, str]:
+    """The resource config (``DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG`` or the platform's) and
+    ``hyperparameters.json`` beside it (the platform writes both to /opt/ml/input/config/)."""
     from derive_env.sources import BY_NAME, file_path
 
-    return file_path(BY_NAME["sagemaker-platform"].roles["hosts"][0], environ)
-
-
-def hyperparameters_path(environ: Mapping[str, str]) -> str:
-    """``hyperparameters.json`` beside the resource config (the platform writes both to
-    ``/opt/ml/input/config/``)."""
-    folder, _, _ = config_path(environ).rpartition("/")
-    return f"{folder}/hyperparameters.json" if folder else "hyperparameters.json"
+    path = file_path(BY_NAME["sagemaker-platform"].roles["hosts"][0], environ)
+    folder = path.rpartition("/")[0]
+    return path, f"{folder}/hyperparameters.json" if folder else "hyperparameters.json"
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The resource config and the hyperparameters: for the platform's line, and for the
-    toolkit's in an MPI rank (whose host is the file's)."""
-    if name != "sagemaker-platform" and not mpi_rank(environ):
-        return ()
-    return config_path(environ), hyperparameters_path(environ)
+    """:func:`_paths`, for the platform's line and an MPI rank (whose host is the file's)."""
+    return _paths(environ) if name == "sagemaker-platform" or mpi_rank(environ) else ()
 
 
 def _config_from_sm(environ: Mapping[str, str]) -> dict[str, object]:
@@ -104,8 +93,7 @@ def _distribution_groups(environ: Mapping[str, str], current: str,
 
 def _distribution_hosts(config: Mapping[str, object], groups: list[str], where: str
                         ) -> tuple[list[str], dict[str, str]]:
-    """``get_distribution_hosts``: the distribution groups' hosts in file order; and the
-    group of every host."""
+    """``get_distribution_hosts`` (module docstring), and the group of every host."""
     listed = config.get("instance_groups")
     if not listed:
         return list(config["hosts"]), {}  # local mode: every host
@@ -148,7 +136,7 @@ def _config(environ: Mapping[str, str], line: Source,
             files: Mapping[str, str | None] | None) -> tuple[object, str, str]:
     """The resource config, where it came from (for messages) and the rule's name."""
     if line.name == "sagemaker-platform" or mpi_rank(environ):
-        path = config_path(environ)
+        path = _paths(environ)[0]
         text = (files or {}).get(path)
         if text is not None:
             return json_value(text), path, path
@@ -163,8 +151,7 @@ def _config(environ: Mapping[str, str], line: Source,
 
 
 def mpi_rank(environ: Mapping[str, str]) -> str | None:
-    """The rank variable of the MPI launcher that started this process (the table's MPI
-    lines: ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` ...), or ``None``."""
+    """The rank variable set of the table's MPI launchers (``OMPI_COMM_WORLD_RANK`` ...)."""
     from derive_env.sources import SOURCES
 
     for other in SOURCES:
@@ -196,18 +183,13 @@ def _copied(environ: Mapping[str, str], config: Mapping[str, object], where: str
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The distribution hosts (module docstring), ``current_host``'s place among them, the
-    GPUs and the job (:func:`_report`).
-
-    :raises TopologyError: neither the file nor ``SM_HOSTS``/``SM_CURRENT_HOST``; no resource
-        config, a bad or repeated host, ``current_host`` not in ``hosts`` or not
-        ``SM_CURRENT_HOST``; a host outside the distribution groups. The message names the
-        file or variable.
-    """
+    """The distribution hosts, ``current_host``'s place among them (:func:`_report`).
+    :raises TopologyError: no file nor ``SM_*``, a malformed one, ``current_host`` not in
+    ``hosts`` or not ``SM_CURRENT_HOST``, a host outside the distribution groups."""
     config, where, rule = _config(environ, line, files)
     current, _hosts = _checked(config, where)
     group = str(config.get("current_group_name") or HOMOGENEOUS)
-    hyper = (files or {}).get(hyperparameters_path(environ)) if rule != "SM_HOSTS" else None
+    hyper = (files or {}).get(_paths(environ)[1]) if rule != "SM_HOSTS" else None
     groups, named_by = _distribution_groups(environ, group, hyper)
     nodes, group_of = _distribution_hosts(config, groups, where)
     rank = mpi_rank(environ)
@@ -216,10 +198,9 @@ def read(environ: Mapping[str, str], line: Source,
     if copy_note and rule == "SM_HOSTS":  # no file: nothing states this rank's host
         return _report(environ, rule, shared, Report(
             line.name, line.title, nodes_of(nodes), notes=(
-                f"{copy_note}; without {config_path(environ)} ({CONFIG_VARIABLE}) no variable "
+                f"{copy_note}; without {_paths(environ)[0]} ({CONFIG_VARIABLE}) no variable "
                 "states this rank's host: the MPI launcher gives the ranks",)))
-    if not copy_note and environ.get("SM_CURRENT_HOST") and \
-            environ["SM_CURRENT_HOST"] != current:
+    if not copy_note and environ.get("SM_CURRENT_HOST") not in (None, "", current):
         raise TopologyError(describe(
             "SM_CURRENT_HOST", environ["SM_CURRENT_HOST"],
             f"current_host of {where} ({current!r}): the training toolkit copies it; {_FIX}"))
@@ -236,20 +217,17 @@ def read(environ: Mapping[str, str], line: Source,
 
 
 def _report(environ: Mapping[str, str], rule: str, shared: bool, placed: Report) -> Report:
-    """``placed`` (the nodes, node rank, notes) with the GPUs, the job and the inputs;
-    ``rule``: what states the hosts. ``shared``, an MPI rank with the copied ``SM_HOSTS``:
-    the job is the toolkit's line, named by the first host (mpirun's host alone keeps
-    ``TRAINING_JOB_NAME``), the same on every rank.
-    """
+    """``placed`` with the GPUs, the job and the inputs (``rule`` states the hosts); when
+    ``shared`` (an MPI rank with the copied ``SM_HOSTS``) the toolkit's line's job, named by
+    the first host: only mpirun's host keeps ``TRAINING_JOB_NAME``."""
     gpus = (variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)",
                          PER_NODE) if environ.get("SM_NUM_GPUS") else None)
     job_name = "" if shared else environ.get("TRAINING_JOB_NAME", "")
     first = placed.nodes[0].host
     inputs = {"nodes": (rule,), "num_nodes": (rule,), "master": (rule,),
               "ports": ("TRAINING_JOB_NAME", rule) if job_name else (rule,),
-              **({"node_rank": (rule,)} if placed.node_rank is not None else {})}
-    if gpus:
-        inputs["gpus"] = ("SM_NUM_GPUS",)
+              **({"node_rank": (rule,)} if placed.node_rank is not None else {}),
+              **({"gpus": ("SM_NUM_GPUS",)} if gpus else {})}
     if shared and placed.source != "sagemaker":
         from derive_env.sources import BY_NAME
 

@@ -1,25 +1,15 @@
-"""A host of a multi-host TPU slice, or of several (multislice): line ``gke-tpu``,
-docs/sources/kubernetes.md. Who sets the variables:
-
-- the GKE TPU webhook (closed; GKE's docs): ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``;
-- LeaderWorkerSet (kubernetes-sigs/lws ``pkg/utils/accelerators/tpu.go``, ``AddTPUVariables``):
-  the hosts ``<leader>.<subdomain>``, ``<leader>-<i>.<subdomain>``, the id the worker index,
-  shifted by one when the leader requests no TPU (then not in the list);
-  ``addTPUVariablesSubGroup``: each subgroup its own slice;
-- the KubeRay TPU webhook (GoogleCloudPlatform/ai-on-gke ``ray-on-gke/tpu/kuberay-tpu-webhook/
-  main.go``, ``genDNSHostnames``): the pod's hostname ``<group>-<replica>-<TPU_WORKER_ID>``;
-- multislice (JobSet, KubeRay): ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID``,
-  ``MEGASCALE_COORDINATOR_ADDRESS`` (the host of slice 0's worker 0).
-
-JAX's reader is never contradicted (:data:`_JAX`, ``GkeTpuCluster``): the workers are
-``TPU_PROCESS_ADDRESSES``, else ``TPU_WORKER_HOSTNAMES``, split at ``,``; the coordinator host
-``MEGASCALE_COORDINATOR_ADDRESS``, else the first worker (each cut at its first ``:``);
-process count = workers x slices; id = ``TPU_WORKER_ID`` + ``MEGASCALE_SLICE_ID`` x workers:
-the node count, rank and master here. PyTorch/XLA (``torch_xla/_internal/tpu.py``) reads the
-same. Several slices: no host list (the others' hosts are in no variable). No GPU count (the
-chips are libtpu's). Refused, never guessed: an entry with ``:``, a host twice, other hosts
-in ``TPU_PROCESS_ADDRESSES``, slices without id or coordinator, a ``TPU_WORKER_ID`` the pod's
-hostname contradicts (pitfall 6).
+"""A host of a multi-host TPU slice or of several: line ``gke-tpu``, docs/sources/kubernetes.md.
+``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES`` come from the GKE TPU webhook (closed; GKE's
+docs), LeaderWorkerSet (kubernetes-sigs/lws ``pkg/utils/accelerators/tpu.go``
+``AddTPUVariables``: the ids the worker indices, shifted by one when the leader requests no
+TPU; ``addTPUVariablesSubGroup``) or KubeRay (GoogleCloudPlatform/ai-on-gke ``ray-on-gke/tpu/
+kuberay-tpu-webhook/main.go`` ``genDNSHostnames``: hostname ``<group>-<replica>-<id>``);
+``MEGASCALE_*`` from the manifest (JobSet, KubeRay). Read as JAX does (:data:`_JAX`,
+``GkeTpuCluster``; PyTorch/XLA's ``torch_xla/_internal/tpu.py`` alike): the workers
+``TPU_PROCESS_ADDRESSES`` else ``TPU_WORKER_HOSTNAMES``, the coordinator
+``MEGASCALE_COORDINATOR_ADDRESS`` else the first worker (each cut at ``:``), the id
+``TPU_WORKER_ID`` + ``MEGASCALE_SLICE_ID`` x workers. Whatever JAX would read otherwise is
+refused, never guessed. No GPU count (the chips are libtpu's).
 """
 
 from __future__ import annotations
@@ -47,8 +37,7 @@ def _label(host: str) -> str:
 
 
 def _hosts(environ: Mapping[str, str]) -> list[str]:
-    """``TPU_WORKER_HOSTNAMES`` as JAX splits it (``,``), every entry a host without port,
-    each host once (one JAX process per host)."""
+    """``TPU_WORKER_HOSTNAMES`` as JAX splits it, each entry a host, without port, once."""
     text = environ["TPU_WORKER_HOSTNAMES"]
     hosts = text.split(",")
     bad = next(((i, h, "a host name or IPv4 address without ':' (JAX cuts an entry at its "
@@ -133,9 +122,7 @@ def _check_hostname(environ: Mapping[str, str], hosts: list[str], worker: int) -
 
 
 def _lws(environ: Mapping[str, str], count: int, worker: int) -> list[str]:
-    """A LeaderWorkerSet TPU group's variables beside the slice's (lws tpu.go,
-    ``AddTPUVariables``): the TPU ids are the worker indices, shifted by one when the
-    leader requests no TPU. Returns the warnings."""
+    """The warnings of a LeaderWorkerSet TPU group (module docstring), its ids checked."""
     if not (environ.get("LWS_GROUP_SIZE") and environ.get("LWS_WORKER_INDEX")):
         return []
     size = variable_int(environ, "LWS_GROUP_SIZE", 1)
@@ -159,12 +146,9 @@ def _lws(environ: Mapping[str, str], count: int, worker: int) -> list[str]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """This host's slice (or slices) as JAX reads it (module docstring); ``TPU_PROCESS_
-    ADDRESSES``, ``MEGASCALE_*``, ``LWS_*`` and ``HOSTNAME`` checked when set. The job:
-    ``("gke-tpu", master, "<slices>x<hosts>")``, the same on every host.
-
-    :raises TopologyError: module docstring; the message names the variable, value and fix.
-    """
+    """This host's slices as JAX reads them (module docstring), the job ``("gke-tpu",
+    master, "<slices>x<hosts>")``. :raises TopologyError: what JAX would read otherwise; the
+    message names the variable, value and fix."""
     hosts = _hosts(environ)
     worker = variable_index(environ, "TPU_WORKER_ID",
                    (len(hosts), f"the {len(hosts)} hosts of TPU_WORKER_HOSTNAMES"), _FIX)
@@ -182,11 +166,10 @@ def read(environ: Mapping[str, str], line: Source,
             f"MEGASCALE_COORDINATOR_ADDRESS names {coordinator!r}, and this slice 0's first "
             f"host is {hosts[0]!r}: JAX takes the coordinator's (followed here); it must be "
             "the host of TPU_WORKER_ID=0 in slice 0")
-    inputs = {"nodes": ("TPU_WORKER_HOSTNAMES",), "node_rank": ("TPU_WORKER_ID",),
-              "num_nodes": ("TPU_WORKER_HOSTNAMES",),
-              "master": ("MEGASCALE_COORDINATOR_ADDRESS",) if coordinator
-              else ("TPU_WORKER_HOSTNAMES",),
-              "ports": ("TPU_WORKER_HOSTNAMES",)}
+    listed = ("TPU_WORKER_HOSTNAMES",)
+    inputs = {"nodes": listed, "node_rank": ("TPU_WORKER_ID",), "num_nodes": listed,
+              "master": ("MEGASCALE_COORDINATOR_ADDRESS",) if coordinator else listed,
+              "ports": listed}
     notes = [f"host {worker} of a slice of {len(hosts)} (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES);"
              " no GPU count: a TPU host's chips are libtpu's (nproc_per_node is not derived "
              "from them)"]
