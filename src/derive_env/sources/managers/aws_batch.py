@@ -118,29 +118,26 @@ def _main_master(environ: Mapping[str, str], files: Mapping[str, str | None] | N
     return address, (ROUTES, LOCAL)
 
 
-def _job_id(environ: Mapping[str, str], index: int) -> str:
-    """The job-wide id: ``AWS_BATCH_JOB_ID`` without this node's ``#<node index>``."""
-    value = environ["AWS_BATCH_JOB_ID"]
-    base, sep, node = value.partition("#")
-    if not base.strip() or (sep and node != str(index)):
-        raise TopologyError(describe(
-            "AWS_BATCH_JOB_ID", value,
-            f"<job id> or <job id>#{index} (this node's AWS_BATCH_JOB_NODE_INDEX): AWS "
-            f"Batch addresses a node of a multi-node parallel job as <job id>#<node index>; "
-            f"{_FIX}"))
-    return base.strip()
-
-
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The node count, rank and master (module docstring), the job ``("aws-batch", job id
-    before ``#``, NUM_NODES)``. :raises TopologyError: a bad count or index, job id or master
-    address; the main node's own address unknown (the message says what to set)."""
+    before ``#``, NUM_NODES)``.
+
+    :raises TopologyError: a bad count or index, job id or master address; the main node's
+        own address unknown (the message says what to set).
+    """
     got = numbers(environ, line.roles)
     count, index = got["num_nodes"], got["node_rank"]
     main = variable_index(environ, "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES",
                        _FIX)
-    job_id = _job_id(environ, index)
+    base, sep, node = environ["AWS_BATCH_JOB_ID"].partition("#")
+    if not base.strip() or (sep and node != str(index)):  # the job-wide id, before "#"
+        raise TopologyError(describe(
+            "AWS_BATCH_JOB_ID", environ["AWS_BATCH_JOB_ID"],
+            f"<job id> or <job id>#{index} (this node's AWS_BATCH_JOB_NODE_INDEX): AWS "
+            f"Batch addresses a node of a multi-node parallel job as <job id>#<node index>; "
+            f"{_FIX}"))
+    job_id = base.strip()
     rank = (index - main) % count
     notes = [f"node index {index} of {count}, main node index {main}: node rank {rank} (the "
              "main node first, then the others in node-index order)"]

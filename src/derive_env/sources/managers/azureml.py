@@ -1,16 +1,14 @@
-"""Azure Machine Learning: lines ``azureml-mpi`` and ``azureml-pytorch``, docs/sources/clouds.md;
-the runtime is closed, each test fixture cites the doc or code it follows.
-
-- MPI distribution: Azure ML runs ``mpirun`` (the ``openmpi`` line reads the ranks). With
-  more than one node ``AZ_BATCH_MASTER_NODE=<ip>:<port>``, "the IP address and port of the
-  compute node on which the primary task of a multi-instance task runs" (Azure Batch
-  "Compute node environment variables"; read as host:port by the Azure ML examples'
-  ``set_environment_variables_for_nccl_backend``, microsoft/hi-ml ``health_azure/utils.py``),
-  its port "reserved for the Azure Batch service". ``AZUREML_NODE_COUNT`` (the ParallelRunStep
-  driver reads it) and ``AZ_BATCH_HOST_LIST`` (node IPs, no known order) are cross-checked.
-- PyTorch distribution ("Distributed GPU training guide (SDK v2)"): :data:`TORCH_VARIABLES`
-  in each process, ``WORLD_SIZE`` global as in torch and Azure's samples: kept as set; the
-  processes per node: ``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE / AZUREML_NODE_COUNT``.
+"""Azure Machine Learning: lines ``azureml-mpi``, ``azureml-pytorch``, docs/sources/clouds.md;
+the runtime is closed, so each test fixture cites the doc or code it follows. MPI
+distribution: Azure ML runs ``mpirun`` (the ``openmpi`` line reads the ranks); for more than
+one node Azure Batch sets ``AZ_BATCH_MASTER_NODE=<ip>:<port>``, "the IP address and port of
+the compute node on which the primary task of a multi-instance task runs", the port
+"reserved for the Azure Batch service" ("Compute node environment variables"; host:port in
+the Azure ML examples' ``set_environment_variables_for_nccl_backend``, microsoft/hi-ml
+``health_azure/utils.py``); ``AZUREML_NODE_COUNT`` (read by the ParallelRunStep driver) and
+``AZ_BATCH_HOST_LIST`` are cross-checked. PyTorch distribution ("Distributed GPU training
+guide (SDK v2)"): :data:`TORCH_VARIABLES`, kept as set (``WORLD_SIZE`` global, as torch and
+Azure's samples use it); per node ``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE / AZUREML_NODE_COUNT``.
 """
 
 from __future__ import annotations
@@ -169,9 +167,11 @@ def _read_pytorch(environ: Mapping[str, str], line: Source) -> Report:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """``azureml-mpi``: the master, the node count; ``azureml-pytorch``: every fact, kept as
-    set. :raises TopologyError: a malformed value, a count contradicting another, or ranks
-    contradicting Azure ML's numbering; the message names the variable, value and fix."""
+    """``azureml-mpi``: the master, the node count; ``azureml-pytorch``: every fact, as set.
+
+    :raises TopologyError: a malformed value, a count contradicting another, or ranks
+        contradicting Azure ML's numbering; the message names the variable, value and fix.
+    """
     if line.name == "azureml-mpi":
         return _read_mpi(environ, line)
     return _read_pytorch(environ, line)

@@ -32,8 +32,10 @@ FIX = BY_NAME["ray-train"].roles["why"]
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """Ray's values, kept as set; one node when every worker is on this one; ``renumbers``.
+
     :raises TopologyError: what the roles refuse, a variable unset, ``NODE_RANK`` above
-    ``RANK - LOCAL_RANK`` (or not 0 on one node), a bad master; naming the variable."""
+        ``RANK - LOCAL_RANK`` (or not 0 on one node), a bad master; naming the variable.
+    """
     unset = next((n for n in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if not environ.get(n)), None)
     if unset:
         raise TopologyError(describe(unset, "", f"set: {FIX}"))

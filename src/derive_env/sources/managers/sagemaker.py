@@ -71,9 +71,8 @@ def _config_from_sm(environ: Mapping[str, str]) -> dict[str, object]:
 
 
 def _strings(value: object) -> list[str] | None:
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return value
-    return None
+    return (value if isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+            else None)
 
 
 def _distribution_groups(environ: Mapping[str, str], current: str,
@@ -154,12 +153,9 @@ def mpi_rank(environ: Mapping[str, str]) -> str | None:
     """The rank variable set of the table's MPI launchers (``OMPI_COMM_WORLD_RANK`` ...)."""
     from derive_env.sources import SOURCES
 
-    for other in SOURCES:
-        if other.depth == 1:
-            name = other.roles["rank"] if other.roles else other.detect[0]
-            if environ.get(name):
-                return name
-    return None
+    names = (other.roles["rank"] if other.roles else other.detect[0]
+             for other in SOURCES if other.depth == 1)
+    return next((name for name in names if environ.get(name)), None)
 
 
 def _copied(environ: Mapping[str, str], config: Mapping[str, object], where: str,
@@ -184,8 +180,10 @@ def _copied(environ: Mapping[str, str], config: Mapping[str, object], where: str
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The distribution hosts, ``current_host``'s place among them (:func:`_report`).
+
     :raises TopologyError: no file nor ``SM_*``, a malformed one, ``current_host`` not in
-    ``hosts`` or not ``SM_CURRENT_HOST``, a host outside the distribution groups."""
+        ``hosts`` or not ``SM_CURRENT_HOST``, a host outside the distribution groups.
+    """
     config, where, rule = _config(environ, line, files)
     current, _hosts = _checked(config, where)
     group = str(config.get("current_group_name") or HOMOGENEOUS)

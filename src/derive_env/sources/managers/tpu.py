@@ -1,15 +1,13 @@
 """A host of a multi-host TPU slice or of several: line ``gke-tpu``, docs/sources/kubernetes.md.
 ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES`` come from the GKE TPU webhook (closed; GKE's
 docs), LeaderWorkerSet (kubernetes-sigs/lws ``pkg/utils/accelerators/tpu.go``
-``AddTPUVariables``: the ids the worker indices, shifted by one when the leader requests no
-TPU; ``addTPUVariablesSubGroup``) or KubeRay (GoogleCloudPlatform/ai-on-gke ``ray-on-gke/tpu/
-kuberay-tpu-webhook/main.go`` ``genDNSHostnames``: hostname ``<group>-<replica>-<id>``);
-``MEGASCALE_*`` from the manifest (JobSet, KubeRay). Read as JAX does (:data:`_JAX`,
-``GkeTpuCluster``; PyTorch/XLA's ``torch_xla/_internal/tpu.py`` alike): the workers
-``TPU_PROCESS_ADDRESSES`` else ``TPU_WORKER_HOSTNAMES``, the coordinator
-``MEGASCALE_COORDINATOR_ADDRESS`` else the first worker (each cut at ``:``), the id
-``TPU_WORKER_ID`` + ``MEGASCALE_SLICE_ID`` x workers. Whatever JAX would read otherwise is
-refused, never guessed. No GPU count (the chips are libtpu's).
+``AddTPUVariables``, ``addTPUVariablesSubGroup``) or KubeRay (GoogleCloudPlatform/ai-on-gke
+``ray-on-gke/tpu/kuberay-tpu-webhook/main.go`` ``genDNSHostnames``); ``MEGASCALE_*`` from the
+manifest. Read as JAX does (:data:`_JAX` ``GkeTpuCluster``; PyTorch/XLA's
+``torch_xla/_internal/tpu.py`` alike): the workers ``TPU_PROCESS_ADDRESSES`` else
+``TPU_WORKER_HOSTNAMES``, the coordinator ``MEGASCALE_COORDINATOR_ADDRESS`` else the first
+worker (each cut at ``:``), the id ``TPU_WORKER_ID`` + ``MEGASCALE_SLICE_ID`` x workers; what
+JAX would read otherwise is refused, never guessed. No GPU count (the chips are libtpu's).
 """
 
 from __future__ import annotations
@@ -44,9 +42,8 @@ def _hosts(environ: Mapping[str, str]) -> list[str]:
                  "first ':')") for i, h in enumerate(hosts, 1) if ":" in h), None)
     bad = bad or check_hosts(hosts)
     if bad is not None:
-        position, entry, why = bad
         raise TopologyError(describe("TPU_WORKER_HOSTNAMES", text, (
-            f"the slice's hosts joined by ',': entry {position} ({entry!r}) is not {why}; "
+            f"the slice's hosts joined by ',': entry {bad[0]} ({bad[1]!r}) is not {bad[2]}; "
             f"{_FIX}")))
     twice = repeated_host(hosts)
     if twice is not None:
@@ -102,27 +99,25 @@ def _slices(environ: Mapping[str, str]) -> tuple[int, int, str | None]:
 
 
 def _check_hostname(environ: Mapping[str, str], hosts: list[str], worker: int) -> None:
-    """The pod's ``HOSTNAME``, when the list holds pod names (it is one of them), is the
-    entry ``TPU_WORKER_ID`` points at (pitfall 6: a user's ``TPU_WORKER_ID``)."""
+    """The pod's ``HOSTNAME``, when the list holds pod names (KubeRay's ``<group>-<replica>-
+    <id>``), is the entry ``TPU_WORKER_ID`` points at (pitfall 6: a user's ``TPU_WORKER_ID``)."""
     hostname = _label(environ.get("HOSTNAME", ""))
     if not hostname:
         return
     cut = len(hostname)
     found = [i for i, h in enumerate(hosts) if h[:cut].lower() == hostname
              and h[cut:cut + 1] in ("", ".") and not is_ip(h)]
-    if len(found) != 1:
-        return  # addresses, or not this pod's name: nothing to compare
-    position = found[0]
-    if position != worker:
+    if len(found) == 1 and found[0] != worker:  # else addresses, or not this pod's name
         raise TopologyError(describe("TPU_WORKER_ID", environ["TPU_WORKER_ID"], (
-            f"{position}: this pod's HOSTNAME={environ['HOSTNAME']!r} is entry {position} of "
+            f"{found[0]}: this pod's HOSTNAME={environ['HOSTNAME']!r} is entry {found[0]} of "
             "TPU_WORKER_HOSTNAMES (0-based), and the webhooks number a slice's hosts in that "
             "order (JAX and PyTorch/XLA take the list's entry TPU_WORKER_ID as this host); "
             "remove TPU_WORKER_ID from the manifest's env")))
 
 
 def _lws(environ: Mapping[str, str], count: int, worker: int) -> list[str]:
-    """The warnings of a LeaderWorkerSet TPU group (module docstring), its ids checked."""
+    """A LeaderWorkerSet TPU group's warnings: its TPU ids are the worker indices, shifted by
+    one when the leader requests no TPU (lws tpu.go); each subgroup is a slice of its own."""
     if not (environ.get("LWS_GROUP_SIZE") and environ.get("LWS_WORKER_INDEX")):
         return []
     size = variable_int(environ, "LWS_GROUP_SIZE", 1)
@@ -146,9 +141,11 @@ def _lws(environ: Mapping[str, str], count: int, worker: int) -> list[str]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """This host's slices as JAX reads them (module docstring), the job ``("gke-tpu",
-    master, "<slices>x<hosts>")``. :raises TopologyError: what JAX would read otherwise; the
-    message names the variable, value and fix."""
+    """This host's slices as JAX reads them (module docstring); the job ``("gke-tpu",
+    master, "<slices>x<hosts>")``.
+
+    :raises TopologyError: what JAX would read otherwise, naming the variable, value and fix.
+    """
     hosts = _hosts(environ)
     worker = variable_index(environ, "TPU_WORKER_ID",
                    (len(hosts), f"the {len(hosts)} hosts of TPU_WORKER_HOSTNAMES"), _FIX)
