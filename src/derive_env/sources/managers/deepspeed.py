@@ -1,18 +1,11 @@
-"""DeepSpeed's launcher: a worker that ``deepspeed`` (its per-node ``launch.py``) started.
+"""DeepSpeed's launcher: a process that ``deepspeed`` started (table line ``deepspeed``;
+its roles read both layers; deepspeedai/DeepSpeed, docs/sources/launchers.md).
 
-Table line ``deepspeed``. DeepSpeed's runner (deepspeedai/DeepSpeed
-``deepspeed/launcher/runner.py``) starts ``deepspeed.launcher.launch`` once per node (over
-pdsh, or directly on one node) with the world info (every node's devices, in hostfile
-order) and this node's rank; ``launch.py`` ``main`` sets, for each process it starts:
-``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`` (every node's processes), ``CROSS_RANK``
-(this node's rank), ``CROSS_SIZE`` (the nodes), ``LOCAL_SIZE`` (this node's processes), then
-``RANK`` (host-major in hostfile order) and ``LOCAL_RANK`` (``RANK % LOCAL_SIZE``). So, like
-torchrun, it states the process layer, the node count and rank and the master, but no host
-list: all are read and kept (``preset``: never rewritten, never "removed"). With
-``--enable_elastic_training`` it runs torch's elastic agent instead, whose workers are
-torchrun's (line ``torchrun``). ``accelerate launch`` with DeepSpeed on several machines
-runs this launcher (accelerate ``utils/launch.py`` ``prepare_deepspeed_cmd_env``) and adds
-its ``ACCELERATE_*`` configuration: the report then names accelerate.
+``deepspeed/launcher/runner.py`` starts ``launch.py`` once per node, whose ``main`` sets:
+``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``CROSS_RANK`` (node rank), ``CROSS_SIZE``
+(nodes), ``LOCAL_SIZE``, ``RANK`` (host-major in hostfile order), ``LOCAL_RANK``; no host list.
+All are kept (``preset``). ``accelerate launch`` runs it on several machines (accelerate
+``utils/launch.py`` ``prepare_deepspeed_cmd_env``): the title names accelerate.
 """
 
 from __future__ import annotations
@@ -42,13 +35,9 @@ def launcher_title(environ: Mapping[str, str], title: str) -> str:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What DeepSpeed's launcher set for this process (module docstring).
+    """The line's roles, the master and port, every variable launch.py set as ``preset``.
 
-    :returns: the process layer (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_SIZE``),
-        the node count and rank (``CROSS_SIZE``, ``CROSS_RANK``), the master
-        (``MASTER_ADDR``) and port; every variable it set as ``preset``.
-    :raises TopologyError: as the roles' reader (an index not below its size ...), or a
-        master that is no host name or port; the message names the variable.
+    :raises TopologyError: as :func:`roles.read`, or a master that is no host or port.
     """
     report = roles.read(environ, line)
     master, port = roles.checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
