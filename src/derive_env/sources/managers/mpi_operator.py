@@ -1,27 +1,17 @@
-"""The Kubeflow MPIJob's hostfile: the node layer of the ranks its launcher's mpirun starts.
+"""The Kubeflow MPIJob's hostfile: the node layer of the ranks its launcher's mpirun starts
+(table line ``mpi-operator-launcher``, docs/sources/kubeflow.md).
 
-Table line ``mpi-operator-launcher`` (docs/sources/kubeflow.md). The launcher pod (kubeflow/
-mpi-operator ``pkg/controller/mpi_job_controller.go`` ``newLauncherPodTemplate``; kubeflow/
-trainer ``pkg/runtime/framework/plugins/mpi/mpi.go`` ``EnforceMLPolicy``) has
-``K_MPI_JOB_ROLE=launcher`` and ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile``, the
-ConfigMap its mpirun reads (``newConfigMap`` / ``buildHostFileConfigMap``): one line per pod,
-``<pod>.<job>.<ns>.svc slots=<n>`` (Open MPI) or ``<pod>...:<n>`` (Intel MPI, MPICH), the
-launcher first when it runs ranks itself (``runLauncherAsWorker`` / ``runLauncherAsNode``),
-then the workers 0..N-1. The workers get only ``K_MPI_JOB_ROLE=worker`` and run sshd: the
-ranks mpirun starts there see none of the pod's env, only Open MPI's ``OMPI_COMM_WORLD_*``
-and what mpirun passes (``-x``), and the hostfile is mounted on the launcher only.
-
-- **The launcher process** (derive-env around mpirun, no rank of its own): refused, the same
-  on every start (``Report.problem``): the ranks run elsewhere; wrap the command mpirun runs.
-- **A rank** (``OMPI_COMM_WORLD_SIZE``, or Hydra's ``PMI_SIZE``, beside the launcher's two
-  variables, which the user passes: ``mpirun -x K_MPI_JOB_ROLE -x
-  OMPI_MCA_orte_default_hostfile``; Intel MPI's and MPICH's ``mpiexec`` copy the launcher's
-  whole environment, ``I_MPI_HYDRA_HOST_FILE`` / ``HYDRA_HOST_FILE`` included): the hostfile's
-  hosts are the nodes, in its order, and the master is its first host. Open MPI maps rank 0
-  to the first host of the hostfile it uses (by slot and by node alike; the variable proves
-  mpirun used this file by default). The file must be readable where the rank runs: the
-  worker pods mount it only when their template mounts the ConfigMap (``<job>-config``, key
-  ``hostfile``, at ``/etc/mpi``); else the rank is refused naming both fixes.
+- The launcher pod (kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go``
+  ``newLauncherPodTemplate``; kubeflow/trainer ``pkg/runtime/framework/plugins/mpi/mpi.go``
+  ``EnforceMLPolicy``) has ``K_MPI_JOB_ROLE=launcher`` and the hostfile variable (``ompiEnvVars``,
+  ``intelEnvVars``, ``mpichEnvVars``); the hostfile (``newConfigMap`` /
+  ``buildHostFileConfigMap``): ``<pod>.<job>.<ns>.svc slots=<n>`` or ``<host>:<n>`` per line,
+  the launcher first when it runs ranks, then workers 0..N-1, mounted on the launcher only.
+- The launcher process itself is refused (``Report.problem``): the ranks run elsewhere.
+- A rank (``OMPI_COMM_WORLD_SIZE`` or Hydra's ``PMI_SIZE``; ``mpirun -x`` passes the
+  launcher's variables, Hydra copies them): the hostfile's hosts are the nodes, rank 0 on
+  the first (Open MPI maps it so); unreadable, refused naming the mount and ``-x
+  MASTER_ADDR``.
 """
 
 from __future__ import annotations
@@ -61,19 +51,14 @@ def _is_rank(environ: Mapping[str, str]) -> bool:
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The hostfile, for a rank only (the launcher process is refused without it).
-
-    """
+    """The hostfile, for a rank only (the launcher process is refused without it)."""
     variable = _hostfile_variable(environ)
     return (environ[variable],) if variable and _is_rank(environ) else ()
 
 
 def hosts_of(text: str) -> list[str]:
-    """The hosts of an mpi-operator hostfile, in order: the first word of each line that is
-    not blank or a comment, without Intel MPI's / MPICH's ``:<slots>``.
-
-    :param text: the file (``a.j.ns.svc slots=2`` or ``a.j.ns.svc:2`` lines).
-    """
+    """The hosts of an mpi-operator hostfile (``a.j.ns.svc slots=2`` or ``a.j.ns.svc:2``
+    lines), in order: each line's first word, without Intel MPI's / MPICH's ``:<slots>``."""
     hosts = []
     for line in text.splitlines():
         words = line.partition("#")[0].split()
@@ -85,23 +70,12 @@ def hosts_of(text: str) -> list[str]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What an MPIJob's launcher variables say (module docstring).
+    """A rank's nodes from the hostfile (``files``: its text by path, None when unreadable),
+    ``job`` = the first host and the count; the launcher process: a ``problem``; another
+    role, a rank without the hostfile variable, or one given ``MASTER_ADDR`` that cannot
+    read the file: nothing.
 
-    :param environ: the process's environment; ``K_MPI_JOB_ROLE`` is set; the hostfile is
-        the one ``OMPI_MCA_orte_default_hostfile``, ``I_MPI_HYDRA_HOST_FILE`` or
-        ``HYDRA_HOST_FILE`` names.
-    :param files: the hostfile's text by path (``None``: unreadable), read in cli/.
-    :returns: for the launcher process (``K_MPI_JOB_ROLE=launcher``, no rank), a report
-        whose ``problem`` refuses it; another role without a rank, or a rank without a
-        hostfile variable, an empty one; for a rank,
-        ``nodes`` = the hostfile's hosts in order (the master is the first), no node rank
-        (the hostfile does not say where each rank runs), ``job`` = the first host and the
-        count, the same on every rank.
-        A rank that cannot read the file but was given ``MASTER_ADDR`` reports nothing
-        (the master is that value).
-    :raises TopologyError: a rank's hostfile is unreadable (and no ``MASTER_ADDR`` passed)
-        or empty, or holds an entry
-        that is not a host name or address; the message names the file and the fix.
+    :raises TopologyError: a rank's hostfile is unreadable, empty or lists a bad host.
     """
     role, variable = environ["K_MPI_JOB_ROLE"], _hostfile_variable(environ)
     rank = _is_rank(environ)

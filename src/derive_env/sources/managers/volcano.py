@@ -1,26 +1,18 @@
-"""The Volcano Job source: a pod of a Volcano Job (vcjob), one node per pod.
+"""The Volcano Job source: a pod of a Volcano Job (vcjob), one node per pod (table line
+``volcano``, docs/sources/kubernetes.md). The job plugins (volcano-sh/volcano
+``pkg/controllers/job/plugins/``, ``OnPodCreate``):
 
-Table line ``volcano`` (docs/sources/kubernetes.md). What the job plugins set
-(volcano-sh/volcano ``pkg/controllers/job/plugins/``):
+- ``env/env.go``: ``VC_TASK_INDEX`` = ``VK_TASK_INDEX`` = the pod's index in its task
+  (``helpers.GetPodIndexUnderTask``).
+- ``svc/svc.go`` (``GenerateHosts``): hostname ``<job>-<task>-<i>``; per task (upper-cased,
+  ``-`` as ``_``) ``VC_<TASK>_HOSTS`` (``<hostname>.<subdomain>``, comma-separated),
+  ``VC_<TASK>_NUM``, and ``/etc/volcano/<task>.host`` (one per line).
+- ``distributed-framework/pytorch/pytorch.go``: ``MASTER_ADDR`` = the master task's first
+  host, ``MASTER_PORT``, ``WORLD_SIZE`` = pods, ``RANK`` = pod rank: node values.
 
-- ``env`` (``env/env.go``, ``OnPodCreate``): ``VC_TASK_INDEX`` and ``VK_TASK_INDEX`` = the
-  pod's index within its task (the last ``-`` field of the pod name,
-  ``helpers.GetPodIndexUnderTask``), appended after the user's env.
-- ``svc`` (``svc/svc.go``, ``OnPodCreate``, ``GenerateHosts``): the pod's hostname = its name
-  ``<job>-<task>-<i>`` and subdomain = the job's name when the template sets none; for every
-  task ``VC_<TASK>_HOSTS`` (comma list of ``<hostname>.<subdomain>``) and ``VC_<TASK>_NUM``
-  (its length), the task name upper-cased with ``-`` as ``_``, and the same list in
-  ``/etc/volcano/<task>.host`` (one per line, the name with ``-`` as ``_``). A task whose
-  template sets a hostname has one entry.
-- ``pytorch`` (``distributed-framework/pytorch/pytorch.go``, ``OnPodCreate``):
-  ``MASTER_ADDR`` = the master task's first host, ``MASTER_PORT`` (default 23456),
-  ``WORLD_SIZE`` = the master and worker tasks' replicas (PODS), ``RANK`` = 0 on the master,
-  worker index + 1: node values, never process ranks (docs/sources/kubernetes.md).
-
-Every pod gets the same task lists, so every pod derives the same nodes: the master task
-first (the task whose first host is ``MASTER_ADDR`` with the pytorch plugin, else the task
-``MASTER``, else the first by name), then the other tasks by name; with the pytorch plugin,
-only its master and worker tasks (other tasks are not training nodes: pitfall 9).
+Nodes: the master task first (``MASTER_ADDR``'s with the pytorch plugin, else ``MASTER``,
+else the first by name), then the others by name; with the plugin, only its master and
+worker tasks.
 """
 
 from __future__ import annotations
@@ -61,10 +53,8 @@ def host_file(task: str) -> str:
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The ``.host`` files of the tasks whose ``VC_<TASK>_HOSTS`` is not set
-    (``--inject-hosts-env=false`` drops it; the files remain).
-
-    """
+    """The ``.host`` files of the tasks without ``VC_<TASK>_HOSTS``
+    (``--inject-hosts-env=false`` drops it; the files remain)."""
     return tuple(host_file(t) for t in _tasks(environ) if not environ.get(f"VC_{t}_HOSTS"))
 
 
@@ -168,17 +158,12 @@ def _plugin_checks(environ: Mapping[str, str], count: int, rank: int) -> int:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a Volcano Job pod's environment (and ``/etc/volcano``) says.
+    """The nodes in the module docstring's order (role: the task, index 1-based), the node
+    rank from ``HOSTNAME``'s place (checked against ``VC_TASK_INDEX``), the master node 0,
+    the plugin's ``MASTER_PORT``, ``job`` = (``volcano``, node 0, nodes); no process layer.
 
-    :param files: ``/etc/volcano/<task>.host`` -> text (``None``: unreadable), for the tasks
-        without ``VC_<TASK>_HOSTS`` (:func:`files_needed`).
-    :returns: the nodes in canonical order (role = the task, index 1-based in it),
-        ``node_rank`` from ``HOSTNAME``'s place (checked equal to ``VC_TASK_INDEX`` within
-        its task), the master = node 0, with the pytorch plugin its ``MASTER_PORT``;
-        ``job`` = (``volcano``, node 0, node count). Never a process layer.
-    :raises TopologyError: no task list (the svc plugin is off), a count or index that
-        disagrees with the lists, the pytorch plugin's ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``
-        disagreeing with the nodes, or a malformed value.
+    :raises TopologyError: no task list (no svc plugin), a count, index or pytorch plugin's
+        value that disagrees with the lists, or a malformed value.
     """
     raw = environ["VC_TASK_INDEX"]
     index = variable_int(environ, "VC_TASK_INDEX", 0, f"; {_FIX}")
