@@ -28,11 +28,6 @@ FIX = ("DeepSpeed's launcher sets it for every process (deepspeed/launcher/launc
        "something changed it after the launcher started this process: do not set it yourself")
 
 
-def launcher_title(environ: Mapping[str, str], title: str) -> str:
-    """``title``, naming ``accelerate launch`` when it started the launcher."""
-    return f"accelerate launch ({title})" if environ.get(ACCELERATE) else title
-
-
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The line's roles, the master and port, every variable launch.py set as ``preset``.
@@ -43,7 +38,8 @@ def read(environ: Mapping[str, str], line: Source,
     master, port = roles.checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
     inputs = {**report.inputs, "master": ("MASTER_ADDR",), "master_port": ("MASTER_PORT",)}
     return report._replace(
-        title=launcher_title(environ, line.title), master=master, master_port=port,
+        title=f"accelerate launch ({line.title})" if environ.get(ACCELERATE) else line.title,
+        master=master, master_port=port,
         preset=frozenset(VARIABLES), inputs=inputs,
         notes=(*report.notes, "DeepSpeed's launcher set the process's variables "
                "(deepspeed/launcher/launch.py): kept as they are"))

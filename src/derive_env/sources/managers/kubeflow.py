@@ -43,8 +43,7 @@ _FIX = {
 
 
 def _nproc(environ: Mapping[str, str], fix: str) -> int | None:
-    """``PET_NPROC_PER_NODE``: the integer, or None for torchrun's words (decided by torchrun
-    on the node)."""
+    """``PET_NPROC_PER_NODE``: the integer, or None for torchrun's words (its decision)."""
     value = environ["PET_NPROC_PER_NODE"]
     if value in NPROC_WORDS:
         return None
@@ -58,8 +57,7 @@ def _nproc(environ: Mapping[str, str], fix: str) -> int | None:
 
 
 def _nnodes(environ: Mapping[str, str], fix: str, elastic: bool) -> int | None:
-    """``PET_NNODES``: the node count; ``MIN:MAX`` (v1 elastic, elastic.go) gives None when
-    MIN != MAX (torchrun's rendezvous decides)."""
+    """``PET_NNODES``: the node count; None for an elastic ``MIN:MAX`` (elastic.go)."""
     value = environ["PET_NNODES"]
     low, sep, high = value.partition(":")
     expected = "an integer >= 1" + (" or MIN:MAX with 1 <= MIN <= MAX" if elastic else "")
@@ -74,8 +72,7 @@ def _nnodes(environ: Mapping[str, str], fix: str, elastic: bool) -> int | None:
 
 
 def _node_rank(environ: Mapping[str, str], nodes: int | None, fix: str) -> int:
-    """``PET_NODE_RANK``, below ``PET_NNODES`` unless that is an elastic range (``nodes``
-    None)."""
+    """``PET_NODE_RANK``, below ``PET_NNODES`` unless that is an elastic range."""
     if nodes is None:
         return variable_int(environ, "PET_NODE_RANK", 0, f"; {fix}")
     return variable_index(environ, "PET_NODE_RANK", (nodes, f"PET_NNODES="
@@ -180,20 +177,19 @@ def _master_pod_note(environ: Mapping[str, str], master: str) -> tuple[str, ...]
     given = environ["MASTER_ADDR"]
     if not is_loopback(given):
         return ()
+    pod = (f"MASTER_ADDR={given!r}: this is the master pod (the operator gives it localhost, "
+           "the other pods its service name)")
     if master != given:
-        return (f"MASTER_ADDR={given!r}: this is the master pod (the operator gives it "
-                f"localhost, the other pods its service name): the master is {master} "
-                f"(HOSTNAME) for every pod, and MASTER_ADDR={given!r} is kept",)
-    return (f"MASTER_ADDR={given!r}: this is the master pod (the operator gives it "
-            "localhost, the other pods its service name), but HOSTNAME is not "
-            "<job>-master-0: this pod's job digest names the master as localhost, not as "
-            "the other pods do",)
+        return (f"{pod}: the master is {master} (HOSTNAME) for every pod, and "
+                f"MASTER_ADDR={given!r} is kept",)
+    return (f"{pod}, but HOSTNAME is not <job>-master-0: this pod's job digest names the "
+            "master as localhost, not as the other pods do",)
 
 
 def _pod_notes(environ: Mapping[str, str], nodes: int | None, master: str,
                one: bool) -> tuple[str, ...]:
-    """A PyTorchJob pod's notes after its rank's: the master pod's, an elastic range's, and
-    what RANK and WORLD_SIZE count unless one process per pod (``one``)."""
+    """A PyTorchJob pod's notes after its rank's: the master pod's, an elastic range's, what
+    RANK and WORLD_SIZE count unless one process per pod (``one``)."""
     notes = list(_master_pod_note(environ, master))
     if nodes is None:
         notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
@@ -242,8 +238,7 @@ def _trainjob(environ: Mapping[str, str], line: Source) -> Report:
 
 
 def _classic(environ: Mapping[str, str], line: Source) -> Report:
-    """The v1 set without ``PET_*`` (an operator before ``PET_*``, or one process per pod):
-    ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods (docs/sources/kubeflow.md)."""
+    """The v1 set without ``PET_*``: ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods."""
     fix = _FIX["kubeflow-pytorchjob"]
     world = variable_int(environ, "WORLD_SIZE", 1, f"; {fix}")
     rank = variable_index(environ, "RANK", "WORLD_SIZE", fix)  # master 0, worker i: i + 1
@@ -277,10 +272,9 @@ _ELASTIC_FIX = ("run derive-env in each worker torchrun starts (torchrun ... --n
 
 
 def _elastic(environ: Mapping[str, str], line: Source) -> Report:
-    """An elastic PyTorchJob without a Master replica (elastic.go ``Generate``: only
-    ``PET_RDZV_*``, ``PET_NNODES``, no rank, no master): torchrun's own rendezvous numbers
-    the nodes; this pod's index (its hostname ``<job>-worker-<i>``, the pod name: common
-    ``GenGeneralName``) and pod 0's name give the other frameworks a node layer."""
+    """An elastic PyTorchJob without a Master (elastic.go ``Generate``: ``PET_RDZV_*``,
+    ``PET_NNODES``): the other frameworks' node rank from the pod's name (``HOSTNAME``
+    ``<job>-worker-<i>``, common ``GenGeneralName``), pod 0 their master."""
     fix = _FIX["kubeflow-pytorchjob"]
     nodes = _nnodes(environ, fix, elastic=True)
     hostname = environ.get("HOSTNAME", "")
@@ -334,10 +328,6 @@ def read(environ: Mapping[str, str], line: Source,
 
     :raises TopologyError: a malformed variable, or two that contradict the operator's rules.
     """
-    if line.name == "kubeflow-trainjob":
-        return _trainjob(environ, line)
-    if line.name == "kubeflow-pytorchjob-classic":
-        return _classic(environ, line)
-    if line.name == "kubeflow-elastic":
-        return _elastic(environ, line)
-    return _pytorchjob(environ, line)
+    readers = {"kubeflow-trainjob": _trainjob, "kubeflow-pytorchjob-classic": _classic,
+               "kubeflow-elastic": _elastic}
+    return readers.get(line.name, _pytorchjob)(environ, line)

@@ -168,8 +168,5 @@ def read(environ: Mapping[str, str], line: Source,
         ``JOB_COMPLETION_INDEX`` (v2) or the hostname's (v1), a loopback coordinator of
         several nodes, or ``DERIVE_ENV_NNODES`` not dividing ``DMLC_NUM_WORKER``.
     """
-    if line.name == "kubeflow-jax":
-        return _jax_v2(environ, line)
-    if line.name == "kubeflow-jaxjob":
-        return _jaxjob(environ, line)
-    return _xgboost(environ, line)
+    readers = {"kubeflow-jax": _jax_v2, "kubeflow-jaxjob": _jaxjob}
+    return readers.get(line.name, _xgboost)(environ, line)

@@ -97,14 +97,11 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def _hostfile_gpus(environ: Mapping[str, str], ips: tuple[str, ...], rank: int,
                    text: str | None) -> tuple[tuple[int, ...] | None, str | None]:
-    """Every node's GPU count from dstack's MPI hostfile (``writeMpiHostfile``: ``<ip>
-    slots=<n>`` or ``<ip>`` for 0, one line per IP in ``DSTACK_NODES_IPS`` order), checked
-    against the IP list and against this node's ``DSTACK_GPUS_PER_NODE``; ``None`` when the
-    file is not there or unreadable (``text`` None); with a note for the report, or None.
+    """Every node's GPU count from dstack's MPI hostfile (module docstring), ``None`` when
+    there is none or it is unreadable (``text`` None); a note for the report, or None.
 
-    :raises TopologyError: the file lists other IPs (or another order) than
-        ``DSTACK_NODES_IPS``, a line is not dstack's form, or this node's line gives another
-        GPU count than ``DSTACK_GPUS_PER_NODE``.
+    :raises TopologyError: other IPs or another order than ``DSTACK_NODES_IPS``, a line not
+        in dstack's form, or this node's slots not ``DSTACK_GPUS_PER_NODE``.
     """
     path = environ.get(DSTACK_HOSTFILE, "")
     if not path:

@@ -1,17 +1,14 @@
-"""The Kubeflow MPIJob's hostfile: the node layer of the ranks its launcher's mpirun starts
-(table line ``mpi-operator-launcher``, docs/sources/kubeflow.md).
+"""The Kubeflow MPIJob's hostfile: the nodes of the ranks its launcher's mpirun starts (line
+``mpi-operator-launcher``, docs/sources/kubeflow.md).
 
-- The launcher pod (kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go``
-  ``newLauncherPodTemplate``; kubeflow/trainer ``pkg/runtime/framework/plugins/mpi/mpi.go``
-  ``EnforceMLPolicy``) has ``K_MPI_JOB_ROLE=launcher`` and the hostfile variable (``ompiEnvVars``,
-  ``intelEnvVars``, ``mpichEnvVars``); the hostfile (``newConfigMap`` /
-  ``buildHostFileConfigMap``): ``<pod>.<job>.<ns>.svc slots=<n>`` or ``<host>:<n>`` per line,
-  the launcher first when it runs ranks, then workers 0..N-1, mounted on the launcher only.
-- The launcher process itself is refused (``Report.problem``): the ranks run elsewhere.
-- A rank (``OMPI_COMM_WORLD_SIZE`` or Hydra's ``PMI_SIZE``; ``mpirun -x`` passes the
-  launcher's variables, Hydra copies them): the hostfile's hosts are the nodes, rank 0 on
-  the first (Open MPI maps it so); unreadable, refused naming the mount and ``-x
-  MASTER_ADDR``.
+kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go`` (``newLauncherPodTemplate``,
+``newConfigMap``; kubeflow/trainer ``pkg/runtime/framework/plugins/mpi/mpi.go``): the launcher
+has ``K_MPI_JOB_ROLE=launcher`` and the hostfile variable (``ompiEnvVars``, ``intelEnvVars``,
+``mpichEnvVars``); the hostfile, on the launcher only, has ``<pod>.<job>.<ns>.svc slots=<n>``
+or ``<host>:<n>`` lines, the launcher first when it runs ranks, then workers 0..N-1. The
+launcher process is refused (``Report.problem``); a rank (``OMPI_COMM_WORLD_SIZE``, Hydra's
+``PMI_SIZE``; ``mpirun -x`` passes the variables) gets the hostfile's hosts, rank 0 on the
+first (Open MPI's mapping).
 """
 
 from __future__ import annotations

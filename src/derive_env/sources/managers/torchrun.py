@@ -1,19 +1,17 @@
-"""The torchrun source: a worker that torchrun (torchelastic) started (table line
-``torchrun``, docs/sources/torchrun.md). Its variables are kept as set (``preset``).
+"""The torchrun source: a worker torchrun (torchelastic) started; its variables kept as set
+(``preset``; docs/sources/torchrun.md). Rules, torch 2.13 (torch/distributed/elastic/):
 
-Rules, torch 2.13 (torch/distributed/elastic/agent/server/):
-
-- local_elastic_agent.py ``_start_workers``: the process layer, ``GROUP_RANK`` /
-  ``GROUP_WORLD_SIZE`` (node rank, nodes), ``MASTER_*`` (the agent's store when
+- agent/server/local_elastic_agent.py ``_start_workers``: the process layer, ``GROUP_RANK``,
+  ``GROUP_WORLD_SIZE`` (node rank, nodes), ``MASTER_*`` (the agent's store under
   ``TORCHELASTIC_USE_AGENT_STORE=True``), ``TORCHELASTIC_*``; no host list.
-- api.py ``_assign_worker_ranks``: agents in ``GROUP_RANK`` order hold consecutive blocks of
-  ranks, each of its own ``LOCAL_WORLD_SIZE`` >= 1, so ``RANK >= GROUP_RANK + LOCAL_RANK``
-  and ``RANK + (GROUP_WORLD_SIZE - GROUP_RANK - 1) < WORLD_SIZE``; ``LOCAL_RANK`` counts only
-  when not 0 (``--virtual-local-rank``, ``_set_local_rank_env``). Under
-  ``TORCH_ELASTIC_WORKER_IDENTICAL=1``: ``RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK``,
-  ``WORLD_SIZE = GROUP_WORLD_SIZE * LOCAL_WORLD_SIZE``; one role: ``ROLE_RANK == RANK``.
+- agent/server/api.py ``_assign_worker_ranks``: agents in ``GROUP_RANK`` order hold blocks
+  of ``LOCAL_WORLD_SIZE`` >= 1 ranks, so ``GROUP_RANK + LOCAL_RANK <= RANK < WORLD_SIZE -
+  (GROUP_WORLD_SIZE - GROUP_RANK - 1)`` (``LOCAL_RANK`` 0 proves nothing: ``--virtual-local-
+  rank``); ``TORCH_ELASTIC_WORKER_IDENTICAL=1``: ``RANK = GROUP_RANK * LOCAL_WORLD_SIZE +
+  LOCAL_RANK``, ``WORLD_SIZE = GROUP_WORLD_SIZE * LOCAL_WORLD_SIZE``; one role: ``ROLE_RANK
+  == RANK``.
 - rendezvous/dynamic_rendezvous.py ``_mark_rendezvous_complete``: c10d sorts agents by host
-  name as strings (``node-10`` before ``node-9``, pytorch#137402): ``renumbers``.
+  name as strings (``node-10`` first, pytorch#137402): ``renumbers``.
 """
 
 from __future__ import annotations

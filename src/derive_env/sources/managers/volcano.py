@@ -1,18 +1,15 @@
-"""The Volcano Job source: a pod of a Volcano Job (vcjob), one node per pod (table line
-``volcano``, docs/sources/kubernetes.md). The job plugins (volcano-sh/volcano
-``pkg/controllers/job/plugins/``, ``OnPodCreate``):
+"""The Volcano Job source: one node per pod (line ``volcano``, docs/sources/kubernetes.md).
+The job plugins (volcano-sh/volcano ``pkg/controllers/job/plugins/``, ``OnPodCreate``):
 
-- ``env/env.go``: ``VC_TASK_INDEX`` = ``VK_TASK_INDEX`` = the pod's index in its task
-  (``helpers.GetPodIndexUnderTask``).
-- ``svc/svc.go`` (``GenerateHosts``): hostname ``<job>-<task>-<i>``; per task (upper-cased,
+- ``env/env.go``: ``VC_TASK_INDEX`` = ``VK_TASK_INDEX`` = the pod's index in its task.
+- ``svc/svc.go`` ``GenerateHosts``: hostname ``<job>-<task>-<i>``; per task (upper-cased,
   ``-`` as ``_``) ``VC_<TASK>_HOSTS`` (``<hostname>.<subdomain>``, comma-separated),
   ``VC_<TASK>_NUM``, and ``/etc/volcano/<task>.host`` (one per line).
 - ``distributed-framework/pytorch/pytorch.go``: ``MASTER_ADDR`` = the master task's first
   host, ``MASTER_PORT``, ``WORLD_SIZE`` = pods, ``RANK`` = pod rank: node values.
 
-Nodes: the master task first (``MASTER_ADDR``'s with the pytorch plugin, else ``MASTER``,
-else the first by name), then the others by name; with the plugin, only its master and
-worker tasks.
+Nodes: the master task (``MASTER_ADDR``'s with the pytorch plugin, else ``MASTER``, else the
+first by name), then the others by name (with the plugin, only its worker task).
 """
 
 from __future__ import annotations
@@ -120,8 +117,7 @@ def _int(text: str) -> int:
 
 def _own(environ: Mapping[str, str], lists: dict[str, list[str]], order: list[str],
          index: int) -> tuple[int, str]:
-    """This pod's node rank and task: its hostname's place in its task's list, checked against
-    ``VC_TASK_INDEX``."""
+    """This pod's node rank and task: ``HOSTNAME``'s place, checked against the index."""
     host = environ.get("HOSTNAME", "")
     for task in order:
         names = [h.split(".", 1)[0] for h in lists[task]]
@@ -140,8 +136,7 @@ def _own(environ: Mapping[str, str], lists: dict[str, list[str]], order: list[st
 
 
 def _plugin_checks(environ: Mapping[str, str], count: int, rank: int) -> int:
-    """The pytorch plugin's ``WORLD_SIZE`` (pods) and ``RANK`` (this pod) against the nodes;
-    its ``MASTER_PORT``."""
+    """The pytorch plugin's ``WORLD_SIZE``, ``RANK`` against the nodes; its ``MASTER_PORT``."""
     for name, expected, what in (("WORLD_SIZE", count, "the pods of the master and worker "
                                   "tasks"), ("RANK", rank, "this pod's node rank (master 0, "
                                              "worker i: i + 1)")):
