@@ -120,8 +120,7 @@ def _hostfile_gpus(environ: Mapping[str, str], ips: tuple[str, ...], rank: int,
     gpus = []
     for number, line in enumerate(lines, 1):
         _, _, slots = line.partition(" ")
-        count = slots[len("slots="):] if slots.startswith("slots=") else ("0" if not slots
-                                                                          else "")
+        count = slots[len("slots="):] if slots.startswith("slots=") else "" if slots else "0"
         if not (count.isascii() and count.isdigit()):
             raise TopologyError(describe(
                 f"{DSTACK_HOSTFILE} ({path}) line {number}", line,
@@ -132,10 +131,9 @@ def _hostfile_gpus(environ: Mapping[str, str], ips: tuple[str, ...], rank: int,
         raise TopologyError(describe(
             "DSTACK_GPUS_PER_NODE", own, f"this node's slots in {DSTACK_HOSTFILE} ({path}, "
             f"line {rank + 1}: {gpus[rank]}): dstack writes both from this node's GPUs; {fix}"))
-    uneven = len(set(gpus)) > 1
     return tuple(gpus), (f"GPUs per node, from {DSTACK_HOSTFILE}: {', '.join(map(str, gpus))} "
                          "(uneven: each node starts its own count of processes)"
-                         if uneven else None)
+                         if len(set(gpus)) > 1 else None)
 
 
 def read(environ: Mapping[str, str], line: Source,

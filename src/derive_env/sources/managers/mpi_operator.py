@@ -43,14 +43,10 @@ def _hostfile_variable(environ: Mapping[str, str]) -> str | None:
     return next((name for name in HOSTFILES if environ.get(name)), None)
 
 
-def _is_rank(environ: Mapping[str, str]) -> bool:
-    return any(environ.get(name) for name in RANK_MARKS)
-
-
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     """The hostfile, for a rank only (the launcher process is refused without it)."""
     variable = _hostfile_variable(environ)
-    return (environ[variable],) if variable and _is_rank(environ) else ()
+    return (environ[variable],) if variable and any(map(environ.get, RANK_MARKS)) else ()
 
 
 def hosts_of(text: str) -> list[str]:
@@ -75,7 +71,7 @@ def read(environ: Mapping[str, str], line: Source,
     :raises TopologyError: a rank's hostfile is unreadable, empty or lists a bad host.
     """
     role, variable = environ["K_MPI_JOB_ROLE"], _hostfile_variable(environ)
-    rank = _is_rank(environ)
+    rank = any(map(environ.get, RANK_MARKS))
     if (not rank and role != "launcher") or (rank and variable is None):
         # A worker pod's own process (sshd's container), or a rank to which nothing proves
         # the hostfile: nothing to say (the MPI source's own refusal names the fix).

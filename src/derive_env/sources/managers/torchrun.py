@@ -27,10 +27,8 @@ from derive_env.validation import variable_index, variable_int
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-#: Variables torchrun's agent sets for a worker (local_elastic_agent.py, _start_workers and
-#: _set_local_rank_env; OMP_NUM_THREADS=1 by torch/distributed/run.py when a node runs more
-#: than one worker, CUDA_VISIBLE_DEVICES copied or, with --virtual-local-rank, chosen);
-#: besides these, every TORCHELASTIC_* (error file, timer file, signals).
+#: What torchrun's agent sets for a worker besides every TORCHELASTIC_* (_start_workers,
+#: _set_local_rank_env; OMP_NUM_THREADS by torch/distributed/run.py with several workers).
 WORKER_VARIABLES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",

@@ -39,8 +39,7 @@ _FIX = ("Volcano's svc and env plugins set it (spec.plugins: {svc: [], env: []},
 
 def _tasks(environ: Mapping[str, str]) -> list[str]:
     """The task keys (``MASTER``, ``WORKER``) that have ``VC_<TASK>_HOSTS`` or ``_NUM``."""
-    found = {m[1] for k, v in environ.items() if v and (m := _TASK_VAR.fullmatch(k))}
-    return sorted(found)
+    return sorted({m[1] for k, v in environ.items() if v and (m := _TASK_VAR.fullmatch(k))})
 
 
 def host_file(task: str) -> str:
