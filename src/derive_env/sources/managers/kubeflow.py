@@ -91,7 +91,13 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
             f"rank (envvar.go, setPodEnv); {fix}"))
     nproc = _nproc(environ, fix)
     world = variable_int(environ, "WORLD_SIZE", 1, f"; {fix}")
-    _check_world(environ, nodes, nproc, world)
+    if nodes is not None and world != nodes * (nproc or 1):  # envvar.go: pods for a word
+        per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
+               if nproc else f"(pods; PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} is "
+               "not a number)")
+        raise TopologyError(describe(
+            "WORLD_SIZE", environ["WORLD_SIZE"],
+            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
     master, port = _pod_master(environ, node_rank, "PET_NODE_RANK", fix)
     for pet, name in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
         if environ.get(pet) and environ[pet] != environ[name]:
@@ -125,19 +131,6 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
         notes=(f"pod {node_rank} (PET_NODE_RANK; RANK is the pod's rank too)",
                *_pod_notes(environ, nodes, master, one)),
     )
-
-
-def _check_world(environ: Mapping[str, str], nodes: int | None, nproc: int | None,
-                 world: int) -> None:
-    """``WORLD_SIZE`` = pods x nproc per node (pods when nproc is a word; envvar.go)."""
-    if nodes is not None and world != nodes * (nproc or 1):
-        per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
-               if nproc else f"(pods; PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} is "
-               "not a number)")
-        raise TopologyError(describe(
-            "WORLD_SIZE", environ["WORLD_SIZE"],
-            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); "
-            f"{_FIX['kubeflow-pytorchjob']}"))
 
 
 def _pod_master(environ: Mapping[str, str], pod: int, rank_name: str,
