@@ -312,12 +312,9 @@ def _elastic(environ: Mapping[str, str], line: Source) -> Report:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The node layer, master and port of a Kubeflow pod (module docstring); ``job``: what
-    every pod shares (v1: ``MASTER_PORT`` and ``PET_NNODES``, not ``MASTER_ADDR``, localhost
-    on the master pod); v1 with nproc 1 also the process layer. No host list.
-
-    ``kubeflow-pytorchjob-classic``: the v1 set without ``PET_*`` (node rank ``RANK``, nodes
-    ``WORLD_SIZE``, one process per pod; a warning outside Kubernetes).
+    """A Kubeflow pod's node layer, master and port, ``job`` (v1: ``MASTER_PORT`` and
+    ``PET_NNODES``: the master pod's ``MASTER_ADDR`` may be localhost); v1 with nproc 1 and
+    the v1 set without ``PET_*`` also the process layer (one process per pod). No host list.
 
     :raises TopologyError: a malformed variable, or two that contradict the operator's rules.
     """

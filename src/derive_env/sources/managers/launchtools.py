@@ -20,17 +20,13 @@ and the count; user env overrides them, so each is checked against the others.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
-from derive_env.sources import BY_NAME
+from derive_env.sources import BY_NAME, Source
 from derive_env.sources.lists import host_list
 from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
 from derive_env.validation import PER_NODE, variable_index, variable_int
-
-if TYPE_CHECKING:
-    from derive_env.sources import Source
 
 #: This node's GPU count, per tool (no role: the line's roles name the other variables).
 GPUS = {"skypilot": "SKYPILOT_NUM_GPUS_PER_NODE", "dstack": "DSTACK_GPUS_PER_NODE"}
@@ -138,13 +134,11 @@ def _hostfile_gpus(environ: Mapping[str, str], ips: tuple[str, ...], rank: int,
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The IP list as the nodes, the node rank, this node's GPU count (None when unset or
-    0), ``job`` = ``(tool, task or run id, first IP)``; ``files``: dstack's MPI hostfile
-    (:func:`files_needed`; ``None`` when unreadable).
+    """The IP list as the nodes, the node rank, this node's GPU count (None when unset or 0),
+    ``job`` = ``(tool, task or run id, first IP)``; ``files``: dstack's MPI hostfile.
 
-    :raises TopologyError: a malformed variable, an empty (dstack: not known yet) or repeated
-        IP, a count other than the list's, a rank not below it, or (dstack) a master or MPI
-        hostfile that disagrees with the IPs or this node's GPU count.
+    :raises TopologyError: a malformed, empty (dstack: not known yet) or repeated IP, a count
+        or rank that disagrees with the list, or (dstack) a master or MPI hostfile that does.
     """
     roles = line.roles
     ips_name, count_name, rank_name, job_id, why = (

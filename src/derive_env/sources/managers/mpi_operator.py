@@ -63,10 +63,9 @@ def hosts_of(text: str) -> list[str]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """A rank's nodes from the hostfile (``files``: its text by path, None when unreadable),
-    ``job`` = the first host and the count; the launcher process: a ``problem``; another
-    role, a rank without the hostfile variable, or one given ``MASTER_ADDR`` that cannot
-    read the file: nothing.
+    """A rank's nodes from the hostfile (``files``: text by path, None when unreadable) and
+    ``job`` (first host, count); the launcher process: a ``problem``; another role, a rank
+    without the hostfile variable, or one given ``MASTER_ADDR`` that cannot read it: nothing.
 
     :raises TopologyError: a rank's hostfile is unreadable, empty or lists a bad host.
     """

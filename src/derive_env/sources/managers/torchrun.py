@@ -119,9 +119,8 @@ def _check_role(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The process layer, node rank and count (``GROUP_*``), the master, ``job`` =
-    ``("torchrun", TORCHELASTIC_RUN_ID, MASTER_PORT)`` (the static rendezvous' run id is
-    always ``none``: the store's port tells two jobs apart; two nodes may spell the master
-    differently), ``preset`` = torchrun's variables, ``renumbers``; no host list.
+    ``("torchrun", TORCHELASTIC_RUN_ID, MASTER_PORT)`` (the static run id is always ``none``:
+    the store's port tells jobs apart), ``preset``, ``renumbers``; no host list.
 
     :raises TopologyError: what the module docstring's rules refuse, naming the variables.
     """
