@@ -2,15 +2,13 @@
 pod, read and kept (``preset``); torchrun, started in the pod, runs the workers.
 
 - ``kubeflow-pytorchjob`` (kubeflow/training-operator ``pkg/controller.v1/pytorch/envvar.go``
-  ``setPodEnv``, ``master.go``, ``elastic.go``): ``MASTER_ADDR`` = ``<job>-master-0`` (copied
-  into ``PET_MASTER_*``; ``localhost`` on the master pod up to v1.3, ``pytorch.go``),
-  ``RANK`` = ``PET_NODE_RANK`` = the pod's rank (master 0, worker i: i + 1), ``WORLD_SIZE`` =
-  pods x nproc per node (pods when not an integer, ``getNprocPerNodeInt``), ``PET_NNODES`` =
-  pods or elastic ``MIN:MAX``. ``RANK``/``WORLD_SIZE`` are a process's only with nproc 1
-  (training-operator#1790).
+  ``setPodEnv``, ``master.go``, ``elastic.go``): ``MASTER_ADDR`` = ``<job>-master-0``
+  (``localhost`` on the master pod up to v1.3, ``pytorch.go``), ``RANK`` = ``PET_NODE_RANK``
+  = the pod's rank, ``WORLD_SIZE`` = pods x nproc (pods when not an integer,
+  ``getNprocPerNodeInt``), ``PET_NNODES`` = pods or ``MIN:MAX``; ``RANK``/``WORLD_SIZE`` are
+  a process's only with nproc 1 (training-operator#1790).
 - ``kubeflow-trainjob`` (kubeflow/trainer ``pkg/runtime/framework/plugins/torch/torch.go``
-  ``EnforceMLPolicy``): ``PET_NNODES``, ``PET_NODE_RANK`` = the Job completion index,
-  ``PET_MASTER_ADDR`` = ``<trainjob>-node-0-0.<trainjob>``, ``PET_MASTER_PORT`` = 29500.
+  ``EnforceMLPolicy``): ``PET_NODE_RANK`` = the Job completion index, ``PET_MASTER_*``.
 - nproc per node: an integer or ``auto``/``cpu``/``gpu``/``xpu`` (torch/distributed/run.py,
   ``determine_local_world_size``).
 """
@@ -147,11 +145,9 @@ def _pod_master(environ: Mapping[str, str], pod: int, rank_name: str,
 
 
 def master_service(environ: Mapping[str, str], master: str) -> str:
-    """A loopback ``master`` (the master pod, operators up to v1.3) as the other pods name
-    it: ``HOSTNAME`` = ``<job>-master-0``, its pod's and service's name (kubeflow/common
-    ``GenGeneralName``), so every pod's digest names one master; else ``master`` (also for
-    a name of 63 characters, perhaps cut: kubelet_pods.go ``truncatePodHostnameIfNeeded``).
-    """
+    """A loopback ``master`` as the other pods name it: ``HOSTNAME`` = ``<job>-master-0``,
+    its pod's and service's name (kubeflow/common ``GenGeneralName``); else ``master`` (also
+    for 63 characters, perhaps cut: kubelet_pods.go ``truncatePodHostnameIfNeeded``)."""
     if not is_loopback(master):
         return master
     hostname = environ.get("HOSTNAME", "")

@@ -2,17 +2,14 @@
 controller's variables kept (``preset``), the other frameworks' derived from the same facts.
 
 - ``kubeflow-jax`` (kubeflow/trainer ``pkg/runtime/framework/plugins/jax/jax.go``
-  ``EnforceMLPolicy``): ``JAX_NUM_PROCESSES`` = nodes, ``JAX_PROCESS_ID`` = the Job
-  completion index, ``JAX_COORDINATOR_ADDRESS`` = ``<trainjob>-node-0-0.<trainjob>:29500``.
+  ``EnforceMLPolicy``): ``JAX_PROCESS_ID`` = the Job completion index,
+  ``JAX_COORDINATOR_ADDRESS`` = ``<trainjob>-node-0-0.<trainjob>:29500``.
 - ``kubeflow-jaxjob`` (kubeflow/trainer@ee11629 ``pkg/controller.v1/jax/envvar.go``
-  ``setPodEnv``): ``COORDINATOR_ADDRESS`` = ``<job>-worker-0``, ``COORDINATOR_PORT`` (port
-  ``jaxjob-port``), ``NUM_PROCESSES``, ``PROCESS_ID`` = the replica index = the hostname's.
-- ``kubeflow-xgboost`` (``plugins/xgboost/xgboost.go`` ``EnforceMLPolicy``):
-  ``DMLC_TRACKER_URI``, ``DMLC_TRACKER_PORT`` = 29500, ``DMLC_TASK_ID`` = the completion
-  index (the node), ``DMLC_NUM_WORKER`` = nodes x workers per node: nodes only from
-  ``DERIVE_ENV_NNODES``.
+  ``setPodEnv``): ``COORDINATOR_ADDRESS`` = ``<job>-worker-0``, ``PROCESS_ID`` = its index.
+- ``kubeflow-xgboost`` (``plugins/xgboost/xgboost.go``): ``DMLC_TASK_ID`` = the completion
+  index; ``DMLC_NUM_WORKER`` = nodes x workers per node, so nodes from ``DERIVE_ENV_NNODES``.
 
-The coordinator's or tracker's port is the one the job's Service opens: JAX's coordinator
+The coordinator's or tracker's port, which the job's Service opens, is JAX's coordinator
 (``server_ports``) or XGBoost's tracker on node 0, never PyTorch's master port.
 """
 

@@ -1,20 +1,15 @@
-"""The cloud launch tools: a SkyPilot or dstack task node (table lines ``skypilot`` and
-``dstack``, whose roles name the variables; docs/sources/clouds.md). Both start the user's
-commands once per node with the IPs (node rank r = line r, the master the first), the rank
-and the count; user env overrides them, so each is checked against the others.
+"""The cloud launch tools: a SkyPilot or dstack task node (lines ``skypilot``, ``dstack``:
+their roles name the variables; docs/sources/clouds.md): the IPs (node rank r = line r, the
+master the first), the rank and the count, checked against each other (user env wins).
 
-- SkyPilot (skypilot-org/skypilot ``sky/backends/task_codegen.py``, ``RayCodeGen.add_setup``,
-  ``_add_ray_task``): ``SKYPILOT_NODE_IPS`` (head first, ``job_ip_rank_list``),
-  ``SKYPILOT_NUM_NODES``, ``SKYPILOT_NODE_RANK``, ``SKYPILOT_TASK_ID``,
-  ``SKYPILOT_NUM_GPUS_PER_NODE`` (``ceil`` of the GPUs; 0 for a TPU or Trainium: no count).
-- SkyPilot on Slurm (``sky/skylet/executor/slurm.py``, ``_get_job_node_ips``): the IPs are the
-  JOB's (``SLURM_JOB_NODELIST``), the count and rank the step's (``SLURM_NNODES``,
-  ``SLURM_PROCID``): a task on fewer nodes reports only its count and rank.
-- dstack (dstackai/dstack ``runner/internal/runner/executor/executor.go`` ``execJob``; server
-  ``jobs_running.py`` ``_get_cluster_info``): ``DSTACK_NODES_IPS`` (``job_num`` order; an IP
-  not known yet is empty), ``DSTACK_MASTER_NODE_IP`` = the first, ``DSTACK_NODE_RANK``,
-  ``DSTACK_NODES_NUM``, ``DSTACK_GPUS_PER_NODE``, ``DSTACK_RUN_ID``; ``DSTACK_MPI_HOSTFILE``
-  (``writeMpiHostfile``): ``<ip> slots=<GPUs>`` (``<ip>`` for 0) per IP, read in cli/.
+- SkyPilot: skypilot-org/skypilot ``sky/backends/task_codegen.py`` (``RayCodeGen.add_setup``,
+  ``_add_ray_task``): ``SKYPILOT_NUM_GPUS_PER_NODE`` is 0 for a TPU or Trainium (no count).
+  On Slurm (``sky/skylet/executor/slurm.py``) the IPs are the JOB's (``SLURM_JOB_NODELIST``),
+  the count and rank the step's: a task on fewer nodes reports only its count and rank.
+- dstack: dstackai/dstack ``runner/internal/runner/executor/executor.go`` ``execJob``, server
+  ``jobs_running.py`` ``_get_cluster_info``: an IP not known yet is empty,
+  ``DSTACK_MASTER_NODE_IP`` is the first; ``DSTACK_MPI_HOSTFILE`` (``writeMpiHostfile``):
+  ``<ip> slots=<GPUs>`` (``<ip>`` for 0) per IP, read in cli/.
 """
 
 from __future__ import annotations

@@ -26,11 +26,9 @@ if TYPE_CHECKING:
 
 #: The variable that names mpirun's default hostfile (Open MPI's MCA parameter).
 HOSTFILE = "OMPI_MCA_orte_default_hostfile"
-#: The launcher's hostfile variable per MPI (mpi_job_controller.go ``ompiEnvVars``,
-#: ``intelEnvVars``, ``mpichEnvVars``), in that order.
+#: The launcher's hostfile variable per MPI (``ompiEnvVars``, ``intelEnvVars``, ...).
 HOSTFILES = (HOSTFILE, "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
-#: A rank's world size, set only in the processes the launcher started (Open MPI; Intel
-#: MPI and MPICH's Hydra).
+#: A rank's world size, only in the processes mpirun started (Open MPI; Hydra).
 RANK_MARKS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 _MOUNT = ("mount the MPIJob's hostfile ConfigMap on the workers too (in the Worker template: "

@@ -95,8 +95,7 @@ def _order(environ: Mapping[str, str], lists: dict[str, list[str]], plugin: bool
         master = firsts[0]
     others = [t for t in sorted(lists) if t != master]
     if plugin and len(others) > 1:
-        # pytorch.go counts only --master and --worker (default "worker"); others are not
-        # training nodes (ps, evaluator ...).
+        # pytorch.go counts only --master and --worker (default "worker"), not a ps ...
         others = [t for t in others if t == "WORKER"]
     elif plugin and others and others[0] != "WORKER" and len(lists[master]) + len(
             lists[others[0]]) != _int(environ["WORLD_SIZE"]):
