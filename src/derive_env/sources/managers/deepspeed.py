@@ -1,11 +1,8 @@
-"""DeepSpeed's launcher: a process that ``deepspeed`` started (table line ``deepspeed``;
-its roles read both layers; deepspeedai/DeepSpeed, docs/sources/launchers.md).
-
-``deepspeed/launcher/runner.py`` starts ``launch.py`` once per node, whose ``main`` sets:
-``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``CROSS_RANK`` (node rank), ``CROSS_SIZE``
-(nodes), ``LOCAL_SIZE``, ``RANK`` (host-major in hostfile order), ``LOCAL_RANK``; no host list.
-All are kept (``preset``). ``accelerate launch`` runs it on several machines (accelerate
-``utils/launch.py`` ``prepare_deepspeed_cmd_env``): the title names accelerate.
+"""DeepSpeed's launcher: a process ``deepspeed`` started (line ``deepspeed``, whose roles read
+both layers; docs/sources/launchers.md). deepspeedai/DeepSpeed ``deepspeed/launcher/runner.py``
+starts ``launch.py`` per node, whose ``main`` sets :data:`VARIABLES` (``RANK`` host-major in
+hostfile order; no host list), kept as set. ``accelerate launch`` runs it (accelerate
+``utils/launch.py`` ``prepare_deepspeed_cmd_env``): the title then names accelerate.
 """
 
 from __future__ import annotations

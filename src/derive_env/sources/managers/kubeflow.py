@@ -96,7 +96,7 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
         raise TopologyError(describe(
             "WORLD_SIZE", environ["WORLD_SIZE"],
             f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
-    master, port = _pod_master(environ, node_rank, "PET_NODE_RANK", fix)
+    master, port, named = _pod_master(environ, node_rank, "PET_NODE_RANK", fix)
     for pet, name in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
         if environ.get(pet) and environ[pet] != environ[name]:
             raise TopologyError(describe(
@@ -105,7 +105,7 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
                 f"(master.go); {fix}"))
     one = nproc == 1  # only then are RANK / WORLD_SIZE this process's (training-operator#1790)
     inputs = {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
-              "master": _master_inputs(environ, master), "master_port": ("MASTER_PORT",),
+              "master": named, "master_port": ("MASTER_PORT",),
               "ports": ("MASTER_PORT", "PET_NNODES")}
     if one:
         inputs.update(processes=("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE"), rank=("RANK",),
@@ -132,16 +132,17 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
 
 
 def _pod_master(environ: Mapping[str, str], pod: int, rank_name: str,
-                fix: str) -> tuple[str, int]:
-    """A v1 pod's ``MASTER_ADDR`` (as :func:`master_service` names it) and ``MASTER_PORT``,
-    checked; a loopback ``MASTER_ADDR`` only on the master pod (``pod`` 0)."""
+                fix: str) -> tuple[str, int, tuple[str, ...]]:
+    """A v1 pod's checked master (:func:`master_service`), port and the master's variables;
+    a loopback ``MASTER_ADDR`` only on pod 0."""
     master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
     if pod != 0 and is_loopback(master):
         raise TopologyError(describe(
             "MASTER_ADDR", master,
             f"the master's service or address on pod {pod} ({rank_name}): only the "
             f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
-    return master_service(environ, master), port
+    service = master_service(environ, master)
+    return service, port, ("MASTER_ADDR",) if service == master else ("MASTER_ADDR", "HOSTNAME")
 
 
 def master_service(environ: Mapping[str, str], master: str) -> str:
@@ -155,10 +156,6 @@ def master_service(environ: Mapping[str, str], master: str) -> str:
     if sep and job and index == "0" and len(hostname) < MAX_HOSTNAME:
         return hostname
     return master
-
-
-def _master_inputs(environ: Mapping[str, str], master: str) -> tuple[str, ...]:
-    return ("MASTER_ADDR",) if master == environ["MASTER_ADDR"] else ("MASTER_ADDR", "HOSTNAME")
 
 
 def _master_pod_note(environ: Mapping[str, str], master: str) -> tuple[str, ...]:
@@ -177,8 +174,7 @@ def _master_pod_note(environ: Mapping[str, str], master: str) -> tuple[str, ...]
 
 def _pod_notes(environ: Mapping[str, str], nodes: int | None, master: str,
                one: bool) -> tuple[str, ...]:
-    """A PyTorchJob pod's notes after its rank's: the master pod's, an elastic range's, what
-    RANK and WORLD_SIZE count unless one process per pod (``one``)."""
+    """A PyTorchJob pod's notes: the master pod's, an elastic range's, RANK and WORLD_SIZE's."""
     notes = list(_master_pod_note(environ, master))
     if nodes is None:
         notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
@@ -231,7 +227,7 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
     fix = _FIX["kubeflow-pytorchjob"]
     world = variable_int(environ, "WORLD_SIZE", 1, f"; {fix}")
     rank = variable_index(environ, "RANK", "WORLD_SIZE", fix)  # master 0, worker i: i + 1
-    master, port = _pod_master(environ, rank, "RANK", fix)
+    master, port, named = _pod_master(environ, rank, "RANK", fix)
     warnings = () if environ.get("KUBERNETES_SERVICE_HOST") else (
         f"RANK={environ['RANK']!r} and WORLD_SIZE={environ['WORLD_SIZE']!r} without a "
         "launcher's marker (LOCAL_RANK, TORCHELASTIC_RUN_ID) nor a Kubernetes pod's: read "
@@ -244,7 +240,7 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
         job=("kubeflow-pytorchjob", str(port), str(world)),
         preset=frozenset(("MASTER_ADDR", "MASTER_PORT", *names)),
         inputs={"node_rank": ("RANK",), "num_nodes": ("WORLD_SIZE",),
-                "master": _master_inputs(environ, master), "master_port": ("MASTER_PORT",),
+                "master": named, "master_port": ("MASTER_PORT",),
                 "ports": ("MASTER_PORT", "WORLD_SIZE"), "processes": names, "rank": ("RANK",),
                 "world_size": ("WORLD_SIZE",)},
         order="the operator's pod rank (master 0, worker i: i + 1)",
@@ -275,8 +271,7 @@ def _elastic(environ: Mapping[str, str], line: Source) -> Report:
             f"{_ELASTIC_FIX}"))
     pod = int(index)
     if len(hostname) >= MAX_HOSTNAME:
-        # The kubelet cuts a longer pod name to 63 characters (kubelet_pods.go,
-        # truncatePodHostnameIfNeeded): "-worker-12" may have become "-worker-1".
+        # kubelet_pods.go truncatePodHostnameIfNeeded: "-worker-12" may be "-worker-1" now.
         raise TopologyError(describe(
             "HOSTNAME", hostname, f"a pod name under {MAX_HOSTNAME} characters: the kubelet "
             f"cuts longer ones, so the index at its end may be cut too (give the PyTorchJob a "

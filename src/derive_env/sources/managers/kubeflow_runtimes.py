@@ -34,8 +34,7 @@ NNODES = "DERIVE_ENV_NNODES"
 
 def _host(environ: Mapping[str, str], given: tuple[str, str], nodes: int | None,
           fix: str) -> str:
-    """A coordinator's host ``given`` as ``(variable, host)``: a host name or IP, not
-    loopback in a job of several nodes."""
+    """``given`` = ``(variable, host)``: a host, not loopback in a job of several nodes."""
     name, value = given
     problem = host_problem(value)
     if problem is None and (nodes is None or nodes > 1) and is_loopback(value):
@@ -81,9 +80,8 @@ def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
         job=(line.name, environ["JAX_COORDINATOR_ADDRESS"], str(nodes)),
         server_ports=(("jax", port, "JAX_COORDINATOR_ADDRESS"),),
-        # JAX_PROCESS_ID differs per node: the trainer's authority, never checked; the two
-        # job-wide values are kept as set and equal what every node derives (the other
-        # nodes' view, --all-nodes, shows them too).
+        # JAX_PROCESS_ID differs per node: the trainer's, never checked; the two job-wide
+        # values are kept as set and equal what every node derives (--all-nodes shows them).
         preset=frozenset(("JAX_PROCESS_ID",)),
         inputs={"node_rank": ("JAX_PROCESS_ID",), "num_nodes": ("JAX_NUM_PROCESSES",),
                 "master": ("JAX_COORDINATOR_ADDRESS",),

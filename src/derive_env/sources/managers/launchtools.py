@@ -34,8 +34,7 @@ DSTACK_HOSTFILE = "DSTACK_MPI_HOSTFILE"
 
 
 def _ips(environ: Mapping[str, str], name: str, why: str) -> tuple[str, ...]:
-    """The IP list ``name``, one per line (:func:`derive_env.sources.lists.host_list`); an
-    empty line (dstack: an IP not known yet) is refused with its own fix."""
+    """The IP list ``name`` (``lists.host_list``); an empty line with its own fix."""
     text = environ[name]
     try:
         return host_list(text)
@@ -47,8 +46,7 @@ def _ips(environ: Mapping[str, str], name: str, why: str) -> tuple[str, ...]:
 
 
 def _gpus(environ: Mapping[str, str], line: Source, notes: list[str]) -> int | None:
-    """This node's GPU count, or None when unset or 0 (a TPU or Trainium: SkyPilot gives 0
-    for an accelerator that is no GPU; the frameworks count the devices)."""
+    """This node's GPU count, None when unset or 0 (no GPU: the devices are counted)."""
     name = GPUS[line.name]
     if not environ.get(name):
         return None
@@ -62,8 +60,7 @@ def _gpus(environ: Mapping[str, str], line: Source, notes: list[str]) -> int | N
 
 def _part_of_the_job(environ: Mapping[str, str], line: Source, count: int,
                      rank: int) -> Report:
-    """A SkyPilot task on ``count`` of the Slurm job's nodes (the lines of its IP list;
-    module docstring): its node count and rank, no host list and no master."""
+    """A SkyPilot task on ``count`` of the Slurm job's nodes: no host list, no master."""
     roles = line.roles
     ips, job_id = roles["hosts"][0], roles["job"]
     listed = environ[ips].count("\n") + 1

@@ -50,8 +50,7 @@ _INTEGERS = (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_WORLD_SI
 
 
 def _check_ranks(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
-    """The guarantees of _assign_worker_ranks (module docstring) for the integers ``got``
-    (by variable); TopologyError naming the variables that disagree."""
+    """The integers ``got`` (by variable) against _assign_worker_ranks (module docstring)."""
     for index, count in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
                          ("GROUP_RANK", "GROUP_WORLD_SIZE")):  # torchrun numbers from 0
         variable_index(environ, index, count, FIX)
@@ -96,9 +95,8 @@ def _check_role(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
     rank, world, local_world = got["RANK"], got["WORLD_SIZE"], got["LOCAL_WORLD_SIZE"]
     if not (environ.get("ROLE_RANK") or environ.get("ROLE_WORLD_SIZE")):
         return
-    for name in ("ROLE_RANK", "ROLE_WORLD_SIZE"):
+    for name, other in (("ROLE_RANK", "ROLE_WORLD_SIZE"), ("ROLE_WORLD_SIZE", "ROLE_RANK")):
         if not environ.get(name):
-            other = "ROLE_WORLD_SIZE" if name == "ROLE_RANK" else "ROLE_RANK"
             raise TopologyError(describe(
                 name, environ.get(name, ""),
                 f"set with {other}={environ[other]!r} (torchrun sets both); {FIX}"))

@@ -43,14 +43,12 @@ def _tasks(environ: Mapping[str, str]) -> list[str]:
 
 
 def host_file(task: str) -> str:
-    """``/etc/volcano/<task>.host`` for the env key ``task`` (task names are DNS labels:
-    lower case; svc.go's ConfigMapTaskHostFmt keeps ``_`` for ``-``)."""
+    """``/etc/volcano/<task>.host`` (svc.go ``ConfigMapTaskHostFmt``; a lower-case task)."""
     return f"{HOSTS_DIR}/{task.lower()}.host"
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The ``.host`` files of the tasks without ``VC_<TASK>_HOSTS``
-    (``--inject-hosts-env=false`` drops it; the files remain)."""
+    """The ``.host`` files of tasks without ``VC_<TASK>_HOSTS`` (``--inject-hosts-env=false``)."""
     return tuple(host_file(t) for t in _tasks(environ) if not environ.get(f"VC_{t}_HOSTS"))
 
 
@@ -82,8 +80,7 @@ def _hosts(environ: Mapping[str, str], files: Mapping[str, str | None], task: st
 
 
 def _order(environ: Mapping[str, str], lists: dict[str, list[str]], plugin: bool) -> list[str]:
-    """The node tasks in canonical order: the master task first, then the others by name;
-    with the pytorch plugin, only its master and worker tasks."""
+    """The node tasks in canonical order (module docstring)."""
     master = "MASTER" if "MASTER" in lists else sorted(lists)[0]
     if plugin:
         firsts = [t for t in sorted(lists) if lists[t][0] == environ["MASTER_ADDR"]]
