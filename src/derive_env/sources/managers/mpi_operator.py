@@ -48,8 +48,7 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 
 def hosts_of(text: str) -> list[str]:
-    """The hosts of an mpi-operator hostfile (``a.j.ns.svc slots=2`` or ``a.j.ns.svc:2``
-    lines), in order: each line's first word, without Intel MPI's / MPICH's ``:<slots>``."""
+    """An mpi-operator hostfile's hosts in order, without Intel MPI's / MPICH's ``:<slots>``."""
     hosts = []
     for line in text.splitlines():
         words = line.partition("#")[0].split()

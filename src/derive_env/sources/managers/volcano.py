@@ -148,12 +148,10 @@ def _plugin_checks(environ: Mapping[str, str], count: int, rank: int) -> int:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The nodes in the module docstring's order (role: the task, index 1-based), the node
-    rank from ``HOSTNAME``'s place (checked against ``VC_TASK_INDEX``), the master node 0,
-    the plugin's ``MASTER_PORT``, ``job`` = (``volcano``, node 0, nodes); no process layer.
+    """The nodes (module docstring; role: the task, index 1-based), the node rank
+    (``HOSTNAME``'s place, checked against ``VC_TASK_INDEX``), the plugin's ``MASTER_PORT``.
 
-    :raises TopologyError: no task list (no svc plugin), a count, index or pytorch plugin's
-        value that disagrees with the lists, or a malformed value.
+    :raises TopologyError: no svc plugin's lists, a malformed value or one that disagrees.
     """
     raw = environ["VC_TASK_INDEX"]
     index = variable_int(environ, "VC_TASK_INDEX", 0, f"; {_FIX}")
