@@ -36,8 +36,8 @@ from derive_env.topology import Node
 from support.jobs import dstack_node, skypilot_node
 from support.jobs import ipv4s as _ips
 
-SKY_FIX = launchtools._TOOLS["skypilot"].fix
-DSTACK_FIX = launchtools._TOOLS["dstack"].fix
+SKY_FIX = BY_NAME["skypilot"].roles["why"]
+DSTACK_FIX = BY_NAME["dstack"].roles["why"]
 
 
 def read(environ: dict[str, str], name: str) -> Report:

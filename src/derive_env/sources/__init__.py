@@ -320,7 +320,11 @@ SOURCES: tuple[Source, ...] = (
     Source("skypilot", "a SkyPilot task", "managers.launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
-           marker=("SKYPILOT_NODE_IPS",), roles={"hosts": ("SKYPILOT_NODE_IPS", "ips")},
+           marker=("SKYPILOT_NODE_IPS",),
+           roles={"hosts": ("SKYPILOT_NODE_IPS", "ips"), "num_nodes": "SKYPILOT_NUM_NODES",
+                  "node_rank": "SKYPILOT_NODE_RANK", "job": "SKYPILOT_TASK_ID",
+                  "why": "SkyPilot sets it for every node of the task (sky/backends/"
+                         "task_codegen.py); do not set it in the task's envs"},
            pass_env="sky launch --env {name}={value}",
            fix=_start_torchrun("--nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK "
                                "--master-addr=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)")),
@@ -328,7 +332,11 @@ SOURCES: tuple[Source, ...] = (
            ("DSTACK_NODES_IPS", "DSTACK_MASTER_NODE_IP", "DSTACK_NODE_RANK",
             "DSTACK_NODES_NUM"), 4, unit="node",
            states=(("DSTACK_NODES_NUM", 1), ("DSTACK_NODE_RANK", 0)),
-           marker=("DSTACK_NODES_IPS",), roles={"hosts": ("DSTACK_NODES_IPS", "ips")},
+           marker=("DSTACK_NODES_IPS",),
+           roles={"hosts": ("DSTACK_NODES_IPS", "ips"), "num_nodes": "DSTACK_NODES_NUM",
+                  "node_rank": "DSTACK_NODE_RANK", "job": "DSTACK_RUN_ID",
+                  "why": "dstack's runner sets it for every node of the task (runner/internal/"
+                         "runner/executor/executor.go); do not set it in the task's env"},
            fix=_start_torchrun("--nnodes=$DSTACK_NODES_NUM --node-rank=$DSTACK_NODE_RANK "
                                "--master-addr=$DSTACK_MASTER_NODE_IP")),
     Source("lws", "a LeaderWorkerSet group", "managers.lws",  # a TPU group: its slice (gke-tpu)

@@ -1,28 +1,16 @@
-"""The Kubeflow sources: a PyTorchJob pod (v1 training-operator) or a TrainJob node (v2 trainer).
+"""The Kubeflow PyTorch sources (docs/sources/kubeflow.md): torchrun's ``PET_*`` defaults per
+pod, read and kept (``preset``); torchrun, started in the pod, runs the workers.
 
-Table lines ``kubeflow-pytorchjob`` and ``kubeflow-trainjob`` (docs/sources/kubeflow.md). Both
-operators set torchrun's ``PET_*`` defaults per pod, so torchrun, started in the pod, runs the
-workers; derive-env reads the node layer from them and never rewrites them (``preset``).
-
-- **PyTorchJob v1** (kubeflow/training-operator ``pkg/controller.v1/pytorch/envvar.go``
-  ``setPodEnv``, ``master.go``): ``MASTER_ADDR`` = the master replica's service
-  (``<job>-master-0``, copied into ``PET_MASTER_ADDR`` / ``PET_MASTER_PORT``; operators up to
-  v1.3 gave the master pod itself ``localhost``: ``pkg/controller.v1/pytorch/pytorch.go``
-  ``setPodEnv``, ``masterAddr = "localhost"`` for the master replica), ``MASTER_PORT`` = its
-  container port, ``RANK`` = ``PET_NODE_RANK`` =
-  the POD's rank (master 0, worker i -> i + 1), ``WORLD_SIZE`` = pods x nproc per node (pods
-  when ``PET_NPROC_PER_NODE`` is not an integer, ``getNprocPerNodeInt``), ``PET_NNODES`` =
-  pods, or ``MIN:MAX`` with an elastic policy (``elastic.go``). ``RANK`` and ``WORLD_SIZE``
-  are a process layer only when nproc per node is 1; otherwise torchrun overwrites them for
-  its workers and a per-process reader would misread them (training-operator#1790).
-- **TrainJob v2** (kubeflow/trainer ``pkg/runtime/framework/plugins/torch/torch.go``
-  ``EnforceMLPolicy``): ``PET_NNODES`` = nodes, ``PET_NODE_RANK`` = the Job completion index,
-  ``PET_MASTER_ADDR`` = ``<trainjob>-node-0-0.<trainjob>``, ``PET_MASTER_PORT`` = 29500
-  (``constants.ContainerTrainerPort``), ``PET_NPROC_PER_NODE`` = an integer or
-  ``auto``/``cpu``/``gpu`` (its ``Validate``). No ``RANK``: the table line requires it absent.
-
-torchrun accepts as nproc per node an integer or ``auto``, ``cpu``, ``gpu``, ``xpu``
-(torch/distributed/run.py, ``determine_local_world_size``); so do these sources.
+- ``kubeflow-pytorchjob`` (kubeflow/training-operator ``pkg/controller.v1/pytorch/envvar.go``
+  ``setPodEnv``, ``master.go``, ``elastic.go``): ``MASTER_ADDR`` = ``<job>-master-0``
+  (``localhost`` on the master pod up to v1.3, ``pytorch.go``), ``RANK`` = ``PET_NODE_RANK``
+  = the pod's rank, ``WORLD_SIZE`` = pods x nproc (pods when not an integer,
+  ``getNprocPerNodeInt``), ``PET_NNODES`` = pods or ``MIN:MAX``; ``RANK``/``WORLD_SIZE`` are
+  a process's only with nproc 1 (training-operator#1790).
+- ``kubeflow-trainjob`` (kubeflow/trainer ``pkg/runtime/framework/plugins/torch/torch.go``
+  ``EnforceMLPolicy``): ``PET_NODE_RANK`` = the Job completion index, ``PET_MASTER_*``.
+- nproc per node: an integer or ``auto``/``cpu``/``gpu``/``xpu`` (torch/distributed/run.py,
+  ``determine_local_world_size``).
 """
 
 from __future__ import annotations
@@ -52,13 +40,8 @@ _FIX = {
 }
 
 
-def _int(environ: Mapping[str, str], name: str, minimum: int, fix: str) -> int:
-    return variable_int(environ, name, minimum, f"; {fix}")
-
-
 def _nproc(environ: Mapping[str, str], fix: str) -> int | None:
-    """``PET_NPROC_PER_NODE``: the integer, or None for torchrun's words (decided by torchrun
-    on the node)."""
+    """``PET_NPROC_PER_NODE``: the integer, or None for torchrun's words (its decision)."""
     value = environ["PET_NPROC_PER_NODE"]
     if value in NPROC_WORDS:
         return None
@@ -72,8 +55,7 @@ def _nproc(environ: Mapping[str, str], fix: str) -> int | None:
 
 
 def _nnodes(environ: Mapping[str, str], fix: str, elastic: bool) -> int | None:
-    """``PET_NNODES``: the node count; ``MIN:MAX`` (v1 elastic, elastic.go) gives None when
-    MIN != MAX (torchrun's rendezvous decides)."""
+    """``PET_NNODES``: the node count; None for an elastic ``MIN:MAX`` (elastic.go)."""
     value = environ["PET_NNODES"]
     low, sep, high = value.partition(":")
     expected = "an integer >= 1" + (" or MIN:MAX with 1 <= MIN <= MAX" if elastic else "")
@@ -88,10 +70,9 @@ def _nnodes(environ: Mapping[str, str], fix: str, elastic: bool) -> int | None:
 
 
 def _node_rank(environ: Mapping[str, str], nodes: int | None, fix: str) -> int:
-    """``PET_NODE_RANK``, below ``PET_NNODES`` unless that is an elastic range (``nodes``
-    None)."""
+    """``PET_NODE_RANK``, below ``PET_NNODES`` unless that is an elastic range."""
     if nodes is None:
-        return _int(environ, "PET_NODE_RANK", 0, fix)
+        return variable_int(environ, "PET_NODE_RANK", 0, f"; {fix}")
     return variable_index(environ, "PET_NODE_RANK", (nodes, f"PET_NNODES="
                                                      f"{environ['PET_NNODES']!r}"), fix)
 
@@ -100,19 +81,31 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
     fix = _FIX[line.name]
     nodes = _nnodes(environ, fix, elastic=True)
     node_rank = _node_rank(environ, nodes, fix)
-    pod_rank = _int(environ, "RANK", 0, fix)
+    pod_rank = variable_int(environ, "RANK", 0, f"; {fix}")
     if pod_rank != node_rank:
         raise TopologyError(describe(
             "RANK", environ["RANK"],
             f"PET_NODE_RANK={environ['PET_NODE_RANK']!r}: a PyTorchJob sets both to the pod's "
             f"rank (envvar.go, setPodEnv); {fix}"))
     nproc = _nproc(environ, fix)
-    world = _int(environ, "WORLD_SIZE", 1, fix)
-    _check_world(environ, nodes, nproc, world)
-    master, port = _pod_master(environ, node_rank, fix)
+    world = variable_int(environ, "WORLD_SIZE", 1, f"; {fix}")
+    if nodes is not None and world != nodes * (nproc or 1):  # envvar.go: pods for a word
+        per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
+               if nproc else f"(pods; PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} is "
+               "not a number)")
+        raise TopologyError(describe(
+            "WORLD_SIZE", environ["WORLD_SIZE"],
+            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); {fix}"))
+    master, port, named = _pod_master(environ, node_rank, "PET_NODE_RANK", fix)
+    for pet, name in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
+        if environ.get(pet) and environ[pet] != environ[name]:
+            raise TopologyError(describe(
+                pet, environ[pet],
+                f"{name}={environ[name]!r}: the operator sets both to the same value "
+                f"(master.go); {fix}"))
     one = nproc == 1  # only then are RANK / WORLD_SIZE this process's (training-operator#1790)
     inputs = {"node_rank": ("PET_NODE_RANK",), "num_nodes": ("PET_NNODES",),
-              "master": _master_inputs(environ, master), "master_port": ("MASTER_PORT",),
+              "master": named, "master_port": ("MASTER_PORT",),
               "ports": ("MASTER_PORT", "PET_NNODES")}
     if one:
         inputs.update(processes=("RANK", "WORLD_SIZE", "PET_NPROC_PER_NODE"), rank=("RANK",),
@@ -138,52 +131,24 @@ def _pytorchjob(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
-def _check_world(environ: Mapping[str, str], nodes: int | None, nproc: int | None,
-                 world: int) -> None:
-    """``WORLD_SIZE`` = pods x nproc per node (pods when nproc is a word; envvar.go)."""
-    if nodes is not None and world != nodes * (nproc or 1):
-        per = (f"x PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} = {nodes * nproc}"
-               if nproc else f"(pods; PET_NPROC_PER_NODE={environ['PET_NPROC_PER_NODE']!r} is "
-               "not a number)")
-        raise TopologyError(describe(
-            "WORLD_SIZE", environ["WORLD_SIZE"],
-            f"PET_NNODES={environ['PET_NNODES']!r} {per} (envvar.go, setPodEnv); "
-            f"{_FIX['kubeflow-pytorchjob']}"))
-
-
-def _pod_master(environ: Mapping[str, str], node_rank: int, fix: str) -> tuple[str, int]:
-    """A PyTorchJob pod's ``MASTER_ADDR`` and ``MASTER_PORT``, and their ``PET_*`` copies."""
+def _pod_master(environ: Mapping[str, str], pod: int, rank_name: str,
+                fix: str) -> tuple[str, int, tuple[str, ...]]:
+    """A v1 pod's checked master (:func:`master_service`), port and the master's variables;
+    a loopback ``MASTER_ADDR`` only on pod 0."""
     master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
-    for pet, name in (("PET_MASTER_ADDR", "MASTER_ADDR"), ("PET_MASTER_PORT", "MASTER_PORT")):
-        if environ.get(pet) and environ[pet] != environ[name]:
-            raise TopologyError(describe(
-                pet, environ[pet],
-                f"{name}={environ[name]!r}: the operator sets both to the same value "
-                f"(master.go); {fix}"))
-    _master_pod_only(master, node_rank, "PET_NODE_RANK", fix)
-    return master_service(environ, master), port
-
-
-def _master_pod_only(master: str, pod: int, rank_name: str, fix: str) -> None:
-    """TopologyError when pod ``pod`` (not the master pod, 0) has a loopback ``MASTER_ADDR``."""
     if pod != 0 and is_loopback(master):
         raise TopologyError(describe(
             "MASTER_ADDR", master,
             f"the master's service or address on pod {pod} ({rank_name}): only the "
             f"master pod (rank 0) reaches the master at a loopback address; {fix}"))
+    service = master_service(environ, master)
+    return service, port, ("MASTER_ADDR",) if service == master else ("MASTER_ADDR", "HOSTNAME")
 
 
 def master_service(environ: Mapping[str, str], master: str) -> str:
-    """The master as the other pods name it, for a master pod whose ``MASTER_ADDR`` is
-    loopback (training-operator up to v1.3, ``pkg/controller.v1/pytorch/pytorch.go``
-    ``setPodEnv``: ``masterAddr = "localhost"`` for the master replica, ``<job>-master-0``
-    for the workers): its own pod name, ``HOSTNAME`` = ``<job>-master-0``, which is also its
-    service's name (kubeflow/common ``GenGeneralName`` names both). So every pod's topology
-    (and job digest) names one master; the ``MASTER_ADDR`` the operator gave is kept as it
-    is (``localhost`` works on the master pod). Any other ``master`` is returned as it is,
-    so is a loopback one without such a ``HOSTNAME`` (a pod name of 63 characters or more
-    may have been cut by the kubelet, kubelet_pods.go ``truncatePodHostnameIfNeeded``).
-    """
+    """A loopback ``master`` as the other pods name it: ``HOSTNAME`` = ``<job>-master-0``,
+    its pod's and service's name (kubeflow/common ``GenGeneralName``); else ``master`` (also
+    for 63 characters, perhaps cut: kubelet_pods.go ``truncatePodHostnameIfNeeded``)."""
     if not is_loopback(master):
         return master
     hostname = environ.get("HOSTNAME", "")
@@ -193,29 +158,23 @@ def master_service(environ: Mapping[str, str], master: str) -> str:
     return master
 
 
-def _master_inputs(environ: Mapping[str, str], master: str) -> tuple[str, ...]:
-    return ("MASTER_ADDR",) if master == environ["MASTER_ADDR"] else ("MASTER_ADDR", "HOSTNAME")
-
-
 def _master_pod_note(environ: Mapping[str, str], master: str) -> tuple[str, ...]:
     """The note of a master pod whose ``MASTER_ADDR`` is loopback (:func:`master_service`)."""
     given = environ["MASTER_ADDR"]
     if not is_loopback(given):
         return ()
+    pod = (f"MASTER_ADDR={given!r}: this is the master pod (the operator gives it localhost, "
+           "the other pods its service name)")
     if master != given:
-        return (f"MASTER_ADDR={given!r}: this is the master pod (the operator gives it "
-                f"localhost, the other pods its service name): the master is {master} "
-                f"(HOSTNAME) for every pod, and MASTER_ADDR={given!r} is kept",)
-    return (f"MASTER_ADDR={given!r}: this is the master pod (the operator gives it "
-            "localhost, the other pods its service name), but HOSTNAME is not "
-            "<job>-master-0: this pod's job digest names the master as localhost, not as "
-            "the other pods do",)
+        return (f"{pod}: the master is {master} (HOSTNAME) for every pod, and "
+                f"MASTER_ADDR={given!r} is kept",)
+    return (f"{pod}, but HOSTNAME is not <job>-master-0: this pod's job digest names the "
+            "master as localhost, not as the other pods do",)
 
 
 def _pod_notes(environ: Mapping[str, str], nodes: int | None, master: str,
                one: bool) -> tuple[str, ...]:
-    """A PyTorchJob pod's notes after its rank's: the master pod's, an elastic range's, and
-    what RANK and WORLD_SIZE count unless one process per pod (``one``)."""
+    """A PyTorchJob pod's notes: the master pod's, an elastic range's, RANK and WORLD_SIZE's."""
     notes = list(_master_pod_note(environ, master))
     if nodes is None:
         notes.append(f"PET_NNODES={environ['PET_NNODES']!r} is an elastic range: torchrun's "
@@ -264,14 +223,11 @@ def _trainjob(environ: Mapping[str, str], line: Source) -> Report:
 
 
 def _classic(environ: Mapping[str, str], line: Source) -> Report:
-    """The v1 set without ``PET_*`` (an operator before ``PET_*``, or one process per pod):
-    ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods (docs/sources/kubeflow.md)."""
+    """The v1 set without ``PET_*``: ``RANK`` = the pod's rank, ``WORLD_SIZE`` = the pods."""
     fix = _FIX["kubeflow-pytorchjob"]
-    world = _int(environ, "WORLD_SIZE", 1, fix)
+    world = variable_int(environ, "WORLD_SIZE", 1, f"; {fix}")
     rank = variable_index(environ, "RANK", "WORLD_SIZE", fix)  # master 0, worker i: i + 1
-    master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", fix)
-    _master_pod_only(master, rank, "RANK", fix)
-    master = master_service(environ, master)
+    master, port, named = _pod_master(environ, rank, "RANK", fix)
     warnings = () if environ.get("KUBERNETES_SERVICE_HOST") else (
         f"RANK={environ['RANK']!r} and WORLD_SIZE={environ['WORLD_SIZE']!r} without a "
         "launcher's marker (LOCAL_RANK, TORCHELASTIC_RUN_ID) nor a Kubernetes pod's: read "
@@ -284,7 +240,7 @@ def _classic(environ: Mapping[str, str], line: Source) -> Report:
         job=("kubeflow-pytorchjob", str(port), str(world)),
         preset=frozenset(("MASTER_ADDR", "MASTER_PORT", *names)),
         inputs={"node_rank": ("RANK",), "num_nodes": ("WORLD_SIZE",),
-                "master": _master_inputs(environ, master), "master_port": ("MASTER_PORT",),
+                "master": named, "master_port": ("MASTER_PORT",),
                 "ports": ("MASTER_PORT", "WORLD_SIZE"), "processes": names, "rank": ("RANK",),
                 "world_size": ("WORLD_SIZE",)},
         order="the operator's pod rank (master 0, worker i: i + 1)",
@@ -301,10 +257,9 @@ _ELASTIC_FIX = ("run derive-env in each worker torchrun starts (torchrun ... --n
 
 
 def _elastic(environ: Mapping[str, str], line: Source) -> Report:
-    """An elastic PyTorchJob without a Master replica (elastic.go ``Generate``: only
-    ``PET_RDZV_*``, ``PET_NNODES``, no rank, no master): torchrun's own rendezvous numbers
-    the nodes; this pod's index (its hostname ``<job>-worker-<i>``, the pod name: common
-    ``GenGeneralName``) and pod 0's name give the other frameworks a node layer."""
+    """An elastic PyTorchJob without a Master (elastic.go ``Generate``: ``PET_RDZV_*``,
+    ``PET_NNODES``): the other frameworks' node rank from the pod's name (``HOSTNAME``
+    ``<job>-worker-<i>``, common ``GenGeneralName``), pod 0 their master."""
     fix = _FIX["kubeflow-pytorchjob"]
     nodes = _nnodes(environ, fix, elastic=True)
     hostname = environ.get("HOSTNAME", "")
@@ -316,8 +271,7 @@ def _elastic(environ: Mapping[str, str], line: Source) -> Report:
             f"{_ELASTIC_FIX}"))
     pod = int(index)
     if len(hostname) >= MAX_HOSTNAME:
-        # The kubelet cuts a longer pod name to 63 characters (kubelet_pods.go,
-        # truncatePodHostnameIfNeeded): "-worker-12" may have become "-worker-1".
+        # kubelet_pods.go truncatePodHostnameIfNeeded: "-worker-12" may be "-worker-1" now.
         raise TopologyError(describe(
             "HOSTNAME", hostname, f"a pod name under {MAX_HOSTNAME} characters: the kubelet "
             f"cuts longer ones, so the index at its end may be cut too (give the PyTorchJob a "
@@ -349,30 +303,12 @@ def _elastic(environ: Mapping[str, str], line: Source) -> Report:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a Kubeflow pod's environment says.
+    """A Kubeflow pod's node layer, master and port, ``job`` (v1: ``MASTER_PORT`` and
+    ``PET_NNODES``: the master pod's ``MASTER_ADDR`` may be localhost); v1 with nproc 1 and
+    the v1 set without ``PET_*`` also the process layer (one process per pod). No host list.
 
-    :param line: ``kubeflow-pytorchjob``, ``kubeflow-trainjob`` or
-        ``kubeflow-pytorchjob-classic`` (the v1 set ``MASTER_ADDR``, ``MASTER_PORT``,
-        ``RANK``, ``WORLD_SIZE`` without ``PET_*``: node rank = ``RANK``, nodes =
-        ``WORLD_SIZE``, one process per pod; outside Kubernetes a warning says so).
-    :returns: ``num_nodes`` (``PET_NNODES``; None for a v1 elastic range ``MIN:MAX``),
-        ``node_rank`` (``PET_NODE_RANK``), ``master`` and ``master_port`` (a TCP port: v1
-        ``MASTER_*``, v2 ``PET_MASTER_*``), ``job``: what every pod of the job shares (v1
-        ``("kubeflow-pytorchjob", MASTER_PORT, PET_NNODES)``, not ``MASTER_ADDR``, which is
-        ``localhost`` on the master pod; v2 ``("kubeflow-trainjob", PET_MASTER_ADDR,
-        PET_MASTER_PORT)``), ``preset`` = the operator's variables;
-        v1 with nproc per node 1 also the process layer (rank = ``RANK``, world size =
-        ``WORLD_SIZE``, one process per pod). No host list: pods know only the master's.
-    :raises TopologyError: a variable is malformed, or (v1) ``RANK`` differs from
-        ``PET_NODE_RANK``, ``WORLD_SIZE`` from ``PET_NNODES`` x nproc per node,
-        ``PET_MASTER_*`` (when set) from ``MASTER_*``, or a pod other than rank 0 has a
-        loopback ``MASTER_ADDR``; the message
-        names the variables, their values and the fix.
+    :raises TopologyError: a malformed variable, or two that contradict the operator's rules.
     """
-    if line.name == "kubeflow-trainjob":
-        return _trainjob(environ, line)
-    if line.name == "kubeflow-pytorchjob-classic":
-        return _classic(environ, line)
-    if line.name == "kubeflow-elastic":
-        return _elastic(environ, line)
-    return _pytorchjob(environ, line)
+    readers = {"kubeflow-trainjob": _trainjob, "kubeflow-pytorchjob-classic": _classic,
+               "kubeflow-elastic": _elastic}
+    return readers.get(line.name, _pytorchjob)(environ, line)

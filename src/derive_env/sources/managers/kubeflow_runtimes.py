@@ -1,33 +1,16 @@
-"""The Kubeflow JAX and XGBoost sources: a JAXJob pod (v1 training-operator) or a TrainJob node
-of the JAX or XGBoost runtime (v2 trainer). One node per pod, one JAX/XGBoost process per pod.
+"""The Kubeflow JAX and XGBoost sources (docs/sources/kubeflow.md): one process per pod, the
+controller's variables kept (``preset``), the other frameworks' derived from the same facts.
 
-Table lines ``kubeflow-jax``, ``kubeflow-jaxjob``, ``kubeflow-xgboost`` (docs/sources/kubeflow.md).
-The controllers' variables are read, never overwritten (``preset``): derive-env
-keeps them and derives the other frameworks' (PyTorch's ``MASTER_ADDR``, ``NODE_RANK``,
-``PET_*``) from the same facts, so both agree.
+- ``kubeflow-jax`` (kubeflow/trainer ``pkg/runtime/framework/plugins/jax/jax.go``
+  ``EnforceMLPolicy``): ``JAX_PROCESS_ID`` = the Job completion index,
+  ``JAX_COORDINATOR_ADDRESS`` = ``<trainjob>-node-0-0.<trainjob>:29500``.
+- ``kubeflow-jaxjob`` (kubeflow/trainer@ee11629 ``pkg/controller.v1/jax/envvar.go``
+  ``setPodEnv``): ``COORDINATOR_ADDRESS`` = ``<job>-worker-0``, ``PROCESS_ID`` = its index.
+- ``kubeflow-xgboost`` (``plugins/xgboost/xgboost.go``): ``DMLC_TASK_ID`` = the completion
+  index; ``DMLC_NUM_WORKER`` = nodes x workers per node, so nodes from ``DERIVE_ENV_NNODES``.
 
-- **TrainJob, JAX runtime** (kubeflow/trainer ``pkg/runtime/framework/plugins/jax/jax.go``
-  ``EnforceMLPolicy``): ``JAX_NUM_PROCESSES`` = nodes ("one per node/host"),
-  ``JAX_PROCESS_ID`` = the Job completion index (a ``fieldRef`` to its annotation),
-  ``JAX_COORDINATOR_ADDRESS`` = ``<trainjob>-node-0-0.<trainjob>:29500``
-  (``constants.ContainerTrainerPort``).
-- **JAXJob v1** (kubeflow/trainer@ee11629 ``pkg/controller.v1/jax/envvar.go``
-  ``setPodEnv``): ``COORDINATOR_ADDRESS`` = ``<job>-worker-0`` (no port),
-  ``COORDINATOR_PORT`` = the container port named ``jaxjob-port``, ``NUM_PROCESSES`` = all
-  replicas, ``PROCESS_ID`` = the replica index; the pod's hostname is ``<job>-worker-<i>``.
-  JAX reads none of these names: derive-env gives JAX its own ``JAX_*`` from them.
-- **TrainJob, XGBoost runtime** (kubeflow/trainer ``pkg/runtime/framework/plugins/xgboost/
-  xgboost.go`` ``EnforceMLPolicy``): ``DMLC_TRACKER_URI`` = ``<trainjob>-node-0-0.<trainjob>``,
-  ``DMLC_TRACKER_PORT`` = 29500, ``DMLC_TASK_ID`` = the Job completion index (the NODE),
-  ``DMLC_NUM_WORKER`` = nodes x workers per node (the GPU count of a node, else 1): the
-  node count only when ``DERIVE_ENV_NNODES`` says it (a job of unknown size otherwise).
-
-The controller's coordinator/tracker port is held by JAX's coordinator or XGBoost's tracker
-on node 0: never PyTorch's master port (the port policy gives the others, docs/ports.md).
-The coordinator port a controller declares (JAXJob's ``COORDINATOR_PORT``, the port of
-``JAX_COORDINATOR_ADDRESS``) is the one JAX's coordinator uses (``server_ports``): it is the
-port the job's Service and network policies open, so a port of derive-env's own choosing
-would not be reachable.
+The coordinator's or tracker's port, which the job's Service opens, is JAX's coordinator
+(``server_ports``) or XGBoost's tracker on node 0, never PyTorch's master port.
 """
 
 from __future__ import annotations
@@ -39,7 +22,7 @@ from derive_env.errors import TopologyError, describe
 from derive_env.hosts import host_problem, is_loopback
 from derive_env.sources.lists import pod_hostname
 from derive_env.sources.report import Report
-from derive_env.sources.roles import numbers
+from derive_env.sources.roles import checked_master, numbers
 from derive_env.validation import parse_port, variable_index, variable_int
 
 if TYPE_CHECKING:
@@ -49,11 +32,9 @@ if TYPE_CHECKING:
 NNODES = "DERIVE_ENV_NNODES"
 
 
-
 def _host(environ: Mapping[str, str], given: tuple[str, str], nodes: int | None,
           fix: str) -> str:
-    """A coordinator's host ``given`` as ``(variable, host)``: a host name or IP, not
-    loopback in a job of several nodes."""
+    """``given`` = ``(variable, host)``: a host, not loopback in a job of several nodes."""
     name, value = given
     problem = host_problem(value)
     if problem is None and (nodes is None or nodes > 1) and is_loopback(value):
@@ -99,9 +80,8 @@ def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
         job=(line.name, environ["JAX_COORDINATOR_ADDRESS"], str(nodes)),
         server_ports=(("jax", port, "JAX_COORDINATOR_ADDRESS"),),
-        # JAX_PROCESS_ID differs per node: the trainer's authority, never checked; the two
-        # job-wide values are kept as set and equal what every node derives (the other
-        # nodes' view, --all-nodes, shows them too).
+        # JAX_PROCESS_ID differs per node: the trainer's, never checked; the two job-wide
+        # values are kept as set and equal what every node derives (--all-nodes shows them).
         preset=frozenset(("JAX_PROCESS_ID",)),
         inputs={"node_rank": ("JAX_PROCESS_ID",), "num_nodes": ("JAX_NUM_PROCESSES",),
                 "master": ("JAX_COORDINATOR_ADDRESS",),
@@ -118,12 +98,8 @@ def _jaxjob(environ: Mapping[str, str], line: Source) -> Report:
     fix, got = line.roles["why"], numbers(environ, line.roles)
     nodes = got["num_nodes"]
     rank = _completion(environ, "PROCESS_ID", got["node_rank"], fix)
-    host = _host(environ, ("COORDINATOR_ADDRESS", environ["COORDINATOR_ADDRESS"]), nodes, fix)
-    try:
-        port = parse_port(environ["COORDINATOR_PORT"])
-    except ValueError as exc:
-        raise TopologyError(describe("COORDINATOR_PORT", environ["COORDINATOR_PORT"],
-                                     f"{exc}; {fix}")) from None
+    host, port = checked_master(environ, "COORDINATOR_ADDRESS", "COORDINATOR_PORT", fix)
+    _host(environ, ("COORDINATOR_ADDRESS", host), nodes, fix)
     job, worker, zero = host.rpartition("-worker-")
     hostname = environ.get("HOSTNAME", "")
     # The kubelet cuts a long pod name: compare with the name cut the same way.
@@ -158,12 +134,8 @@ def _xgboost(environ: Mapping[str, str], line: Source) -> Report:
                 "workers per node, xgboost.go): the TrainJob's spec.trainer.numNodes"))
     rank = _completion(environ, "DMLC_TASK_ID", variable_index(environ, "DMLC_TASK_ID", NNODES, fix)
                        if nodes else variable_int(environ, "DMLC_TASK_ID", 0, f"; {fix}"), fix)
-    host = _host(environ, ("DMLC_TRACKER_URI", environ["DMLC_TRACKER_URI"]), nodes, fix)
-    try:
-        port = parse_port(environ.get("DMLC_TRACKER_PORT", ""))
-    except ValueError as exc:
-        raise TopologyError(describe("DMLC_TRACKER_PORT", environ.get("DMLC_TRACKER_PORT", ""),
-                                     f"{exc}; {fix}")) from None
+    host, port = checked_master(environ, "DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", fix)
+    _host(environ, ("DMLC_TRACKER_URI", host), nodes, fix)
     size = (f"node {rank} of {nodes} ({NNODES}; DMLC_NUM_WORKER={workers} counts the "
             "workers of every node)" if nodes is not None else
             f"node {rank} (DMLC_TASK_ID) of a job of unknown size: DMLC_NUM_WORKER={workers} "
@@ -184,21 +156,12 @@ def _xgboost(environ: Mapping[str, str], line: Source) -> Report:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a Kubeflow JAX or XGBoost pod's environment says (module docstring).
+    """The node rank (process or task id), ``num_nodes`` (XGBoost without
+    ``DERIVE_ENV_NNODES``: None), the coordinator's or tracker's host as the master, ``job``.
 
-    :returns: ``node_rank`` (the process id / task id: one process per pod), ``num_nodes``
-        (the process count; XGBoost: ``DERIVE_ENV_NNODES``, else ``None``: unknown),
-        ``master`` (the coordinator's or tracker's host), ``job`` (what every pod shares,
-        for the port policy: the coordinator's or tracker's port is not PyTorch's),
-        ``preset`` = the controller's variables that differ per pod or that derive-env
-        does not derive (JAX_* job-wide values are kept as set and checked equal).
-    :raises TopologyError: a variable is malformed, an index is not below its count or
-        differs from ``JOB_COMPLETION_INDEX`` (v2) or the hostname's (v1), the coordinator
-        is loopback in a job of several nodes, or ``DERIVE_ENV_NNODES`` does not divide
-        ``DMLC_NUM_WORKER``; the message names the variable, its value and the fix.
+    :raises TopologyError: a malformed variable, an index not below its count or not
+        ``JOB_COMPLETION_INDEX`` (v2) or the hostname's (v1), a loopback coordinator of
+        several nodes, or ``DERIVE_ENV_NNODES`` not dividing ``DMLC_NUM_WORKER``.
     """
-    if line.name == "kubeflow-jax":
-        return _jax_v2(environ, line)
-    if line.name == "kubeflow-jaxjob":
-        return _jaxjob(environ, line)
-    return _xgboost(environ, line)
+    readers = {"kubeflow-jax": _jax_v2, "kubeflow-jaxjob": _jaxjob}
+    return readers.get(line.name, _xgboost)(environ, line)

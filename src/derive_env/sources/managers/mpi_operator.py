@@ -1,27 +1,14 @@
-"""The Kubeflow MPIJob's hostfile: the node layer of the ranks its launcher's mpirun starts.
+"""The Kubeflow MPIJob's hostfile: the nodes of the ranks its launcher's mpirun starts (line
+``mpi-operator-launcher``, docs/sources/kubeflow.md).
 
-Table line ``mpi-operator-launcher`` (docs/sources/kubeflow.md). The launcher pod (kubeflow/
-mpi-operator ``pkg/controller/mpi_job_controller.go`` ``newLauncherPodTemplate``; kubeflow/
-trainer ``pkg/runtime/framework/plugins/mpi/mpi.go`` ``EnforceMLPolicy``) has
-``K_MPI_JOB_ROLE=launcher`` and ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile``, the
-ConfigMap its mpirun reads (``newConfigMap`` / ``buildHostFileConfigMap``): one line per pod,
-``<pod>.<job>.<ns>.svc slots=<n>`` (Open MPI) or ``<pod>...:<n>`` (Intel MPI, MPICH), the
-launcher first when it runs ranks itself (``runLauncherAsWorker`` / ``runLauncherAsNode``),
-then the workers 0..N-1. The workers get only ``K_MPI_JOB_ROLE=worker`` and run sshd: the
-ranks mpirun starts there see none of the pod's env, only Open MPI's ``OMPI_COMM_WORLD_*``
-and what mpirun passes (``-x``), and the hostfile is mounted on the launcher only.
-
-- **The launcher process** (derive-env around mpirun, no rank of its own): refused, the same
-  on every start (``Report.problem``): the ranks run elsewhere; wrap the command mpirun runs.
-- **A rank** (``OMPI_COMM_WORLD_SIZE``, or Hydra's ``PMI_SIZE``, beside the launcher's two
-  variables, which the user passes: ``mpirun -x K_MPI_JOB_ROLE -x
-  OMPI_MCA_orte_default_hostfile``; Intel MPI's and MPICH's ``mpiexec`` copy the launcher's
-  whole environment, ``I_MPI_HYDRA_HOST_FILE`` / ``HYDRA_HOST_FILE`` included): the hostfile's
-  hosts are the nodes, in its order, and the master is its first host. Open MPI maps rank 0
-  to the first host of the hostfile it uses (by slot and by node alike; the variable proves
-  mpirun used this file by default). The file must be readable where the rank runs: the
-  worker pods mount it only when their template mounts the ConfigMap (``<job>-config``, key
-  ``hostfile``, at ``/etc/mpi``); else the rank is refused naming both fixes.
+kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go`` (``newLauncherPodTemplate``,
+``newConfigMap``; kubeflow/trainer ``pkg/runtime/framework/plugins/mpi/mpi.go``): the launcher
+has ``K_MPI_JOB_ROLE=launcher`` and the hostfile variable (``ompiEnvVars``, ``intelEnvVars``,
+``mpichEnvVars``); the hostfile, on the launcher only, has ``<pod>.<job>.<ns>.svc slots=<n>``
+or ``<host>:<n>`` lines, the launcher first when it runs ranks, then workers 0..N-1. The
+launcher process is refused (``Report.problem``); a rank (``OMPI_COMM_WORLD_SIZE``, Hydra's
+``PMI_SIZE``; ``mpirun -x`` passes the variables) gets the hostfile's hosts, rank 0 on the
+first (Open MPI's mapping).
 """
 
 from __future__ import annotations
@@ -39,11 +26,9 @@ if TYPE_CHECKING:
 
 #: The variable that names mpirun's default hostfile (Open MPI's MCA parameter).
 HOSTFILE = "OMPI_MCA_orte_default_hostfile"
-#: The launcher's hostfile variable per MPI (mpi_job_controller.go ``ompiEnvVars``,
-#: ``intelEnvVars``, ``mpichEnvVars``), in that order.
+#: The launcher's hostfile variable per MPI (``ompiEnvVars``, ``intelEnvVars``, ...).
 HOSTFILES = (HOSTFILE, "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
-#: A rank's world size, set only in the processes the launcher started (Open MPI; Intel
-#: MPI and MPICH's Hydra).
+#: A rank's world size, only in the processes mpirun started (Open MPI; Hydra).
 RANK_MARKS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 _MOUNT = ("mount the MPIJob's hostfile ConfigMap on the workers too (in the Worker template: "
@@ -56,24 +41,14 @@ def _hostfile_variable(environ: Mapping[str, str]) -> str | None:
     return next((name for name in HOSTFILES if environ.get(name)), None)
 
 
-def _is_rank(environ: Mapping[str, str]) -> bool:
-    return any(environ.get(name) for name in RANK_MARKS)
-
-
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The hostfile, for a rank only (the launcher process is refused without it).
-
-    """
+    """The hostfile, for a rank only (the launcher process is refused without it)."""
     variable = _hostfile_variable(environ)
-    return (environ[variable],) if variable and _is_rank(environ) else ()
+    return (environ[variable],) if variable and any(map(environ.get, RANK_MARKS)) else ()
 
 
 def hosts_of(text: str) -> list[str]:
-    """The hosts of an mpi-operator hostfile, in order: the first word of each line that is
-    not blank or a comment, without Intel MPI's / MPICH's ``:<slots>``.
-
-    :param text: the file (``a.j.ns.svc slots=2`` or ``a.j.ns.svc:2`` lines).
-    """
+    """An mpi-operator hostfile's hosts in order, without Intel MPI's / MPICH's ``:<slots>``."""
     hosts = []
     for line in text.splitlines():
         words = line.partition("#")[0].split()
@@ -85,26 +60,14 @@ def hosts_of(text: str) -> list[str]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What an MPIJob's launcher variables say (module docstring).
+    """A rank's nodes from the hostfile (``files``: text by path, None when unreadable) and
+    ``job`` (first host, count); the launcher process: a ``problem``; another role, a rank
+    without the hostfile variable, or one given ``MASTER_ADDR`` that cannot read it: nothing.
 
-    :param environ: the process's environment; ``K_MPI_JOB_ROLE`` is set; the hostfile is
-        the one ``OMPI_MCA_orte_default_hostfile``, ``I_MPI_HYDRA_HOST_FILE`` or
-        ``HYDRA_HOST_FILE`` names.
-    :param files: the hostfile's text by path (``None``: unreadable), read in cli/.
-    :returns: for the launcher process (``K_MPI_JOB_ROLE=launcher``, no rank), a report
-        whose ``problem`` refuses it; another role without a rank, or a rank without a
-        hostfile variable, an empty one; for a rank,
-        ``nodes`` = the hostfile's hosts in order (the master is the first), no node rank
-        (the hostfile does not say where each rank runs), ``job`` = the first host and the
-        count, the same on every rank.
-        A rank that cannot read the file but was given ``MASTER_ADDR`` reports nothing
-        (the master is that value).
-    :raises TopologyError: a rank's hostfile is unreadable (and no ``MASTER_ADDR`` passed)
-        or empty, or holds an entry
-        that is not a host name or address; the message names the file and the fix.
+    :raises TopologyError: a rank's hostfile is unreadable, empty or lists a bad host.
     """
     role, variable = environ["K_MPI_JOB_ROLE"], _hostfile_variable(environ)
-    rank = _is_rank(environ)
+    rank = any(map(environ.get, RANK_MARKS))
     if (not rank and role != "launcher") or (rank and variable is None):
         # A worker pod's own process (sshd's container), or a rank to which nothing proves
         # the hostfile: nothing to say (the MPI source's own refusal names the fix).

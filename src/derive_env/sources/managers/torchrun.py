@@ -1,35 +1,17 @@
-"""The torchrun source: a worker that torchrun (torchelastic) already started
-(docs/sources/torchrun.md).
+"""The torchrun source: a worker torchrun (torchelastic) started; its variables kept as set
+(``preset``; docs/sources/torchrun.md). Rules, torch 2.13 (torch/distributed/elastic/):
 
-Table line ``torchrun``. torchrun's agent sets every worker's variables itself
-(torch/distributed/elastic/agent/server/local_elastic_agent.py, ``_start_workers``): the
-process layer (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``), the node
-layer without a host list (``GROUP_RANK`` = node rank, ``GROUP_WORLD_SIZE`` = nodes), the
-master (``MASTER_ADDR``, ``MASTER_PORT``: the agent's store when
-``TORCHELASTIC_USE_AGENT_STORE=True``) and ``TORCHELASTIC_*``. They are reported as
-``preset``: never rewritten (a restart or a re-rendezvous renumbers them; a derived value
-for one of them is compared, never exported over it).
-
-What torchrun guarantees, and so what is checked here (torch 2.13,
-torch/distributed/elastic/agent/server/api.py, ``_assign_worker_ranks``): the agents, in
-``GROUP_RANK`` order, hold consecutive blocks of global ranks, each of its own
-``LOCAL_WORLD_SIZE`` >= 1 (``WorkerSpec`` refuses 0), and ``RANK`` = the block's base +
-the worker's local rank. So ``RANK >= GROUP_RANK + LOCAL_RANK`` (each earlier agent holds at
-least one rank) and ``RANK + (GROUP_WORLD_SIZE - GROUP_RANK - 1) < WORLD_SIZE`` (each later
-agent too). ``--virtual-local-rank`` sets ``LOCAL_RANK=0`` for every worker
-(``_set_local_rank_env``), so ``LOCAL_RANK`` is used in a bound only when it is not 0. With
-``TORCH_ELASTIC_WORKER_IDENTICAL=1`` (inherited from the agent's environment) ranks are
-``GROUP_RANK * LOCAL_WORLD_SIZE + local rank`` and ``WORLD_SIZE = GROUP_WORLD_SIZE *
-LOCAL_WORLD_SIZE``. With one role (``ROLE_WORLD_SIZE == WORLD_SIZE``) ``ROLE_RANK == RANK``.
-Agents may run different numbers of workers, so nothing else ties ``WORLD_SIZE`` to
-``LOCAL_WORLD_SIZE``.
-
-With the c10d rendezvous ``GROUP_RANK`` is torchrun's own order, not the outer manager's:
-torch 2.13 sorts the participants by (host name or --local-addr, pid, local id) as strings
-(torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, _mark_rendezvous_complete;
-recorded: ``node-10`` before ``node-9``), so rank 0 need not be on the rendezvous endpoint's
-host (pytorch#137402). The report says ``renumbers``: an outer manager's host list in
-another order is not an error.
+- agent/server/local_elastic_agent.py ``_start_workers``: the process layer, ``GROUP_RANK``,
+  ``GROUP_WORLD_SIZE`` (node rank, nodes), ``MASTER_*`` (the agent's store under
+  ``TORCHELASTIC_USE_AGENT_STORE=True``), ``TORCHELASTIC_*``; no host list.
+- agent/server/api.py ``_assign_worker_ranks``: agents in ``GROUP_RANK`` order hold blocks
+  of ``LOCAL_WORLD_SIZE`` >= 1 ranks, so ``GROUP_RANK + LOCAL_RANK <= RANK < WORLD_SIZE -
+  (GROUP_WORLD_SIZE - GROUP_RANK - 1)`` (``LOCAL_RANK`` 0 proves nothing: ``--virtual-local-
+  rank``); ``TORCH_ELASTIC_WORKER_IDENTICAL=1``: ``RANK = GROUP_RANK * LOCAL_WORLD_SIZE +
+  LOCAL_RANK``, ``WORLD_SIZE = GROUP_WORLD_SIZE * LOCAL_WORLD_SIZE``; one role: ``ROLE_RANK
+  == RANK``.
+- rendezvous/dynamic_rendezvous.py ``_mark_rendezvous_complete``: c10d sorts agents by host
+  name as strings (``node-10`` first, pytorch#137402): ``renumbers``.
 """
 
 from __future__ import annotations
@@ -45,18 +27,15 @@ from derive_env.validation import variable_index, variable_int
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-#: Variables torchrun's agent sets for a worker (local_elastic_agent.py, _start_workers and
-#: _set_local_rank_env; OMP_NUM_THREADS=1 by torch/distributed/run.py when a node runs more
-#: than one worker, CUDA_VISIBLE_DEVICES copied or, with --virtual-local-rank, chosen);
-#: besides these, every TORCHELASTIC_* (error file, timer file, signals).
+#: What torchrun's agent sets for a worker besides every TORCHELASTIC_* (_start_workers,
+#: _set_local_rank_env; OMP_NUM_THREADS by torch/distributed/run.py with several workers).
 WORKER_VARIABLES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
 )
 
-#: Ends every message: a torchrun worker's variables are torchrun's, so a bad one was
-#: changed after torchrun set it.
+#: Ends every message: a bad value was changed after torchrun set it.
 FIX = ("torchrun sets it for every worker (torch/distributed/elastic/agent/server/"
        "local_elastic_agent.py); something changed it after torchrun started this worker "
        "(a wrapper script, an env file, a value copied from another container): do not set "
@@ -65,19 +44,13 @@ FIX = ("torchrun sets it for every worker (torch/distributed/elastic/agent/serve
 _PROCESSES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
-def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
-    """``environ[name]`` as an integer >= ``minimum``; TopologyError naming it otherwise."""
-    return variable_int(environ, name, minimum, f"; {FIX}")
-
-
 #: torchrun's integers (variable, minimum), in the order they are read.
 _INTEGERS = (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_WORLD_SIZE", 1),
              ("GROUP_RANK", 0), ("GROUP_WORLD_SIZE", 1))
 
 
 def _check_ranks(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
-    """The guarantees of _assign_worker_ranks (module docstring) for the integers ``got``
-    (by variable); TopologyError naming the variables that disagree."""
+    """The integers ``got`` (by variable) against _assign_worker_ranks (module docstring)."""
     for index, count in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
                          ("GROUP_RANK", "GROUP_WORLD_SIZE")):  # torchrun numbers from 0
         variable_index(environ, index, count, FIX)
@@ -122,13 +95,12 @@ def _check_role(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
     rank, world, local_world = got["RANK"], got["WORLD_SIZE"], got["LOCAL_WORLD_SIZE"]
     if not (environ.get("ROLE_RANK") or environ.get("ROLE_WORLD_SIZE")):
         return
-    for name in ("ROLE_RANK", "ROLE_WORLD_SIZE"):
+    for name, other in (("ROLE_RANK", "ROLE_WORLD_SIZE"), ("ROLE_WORLD_SIZE", "ROLE_RANK")):
         if not environ.get(name):
-            other = "ROLE_WORLD_SIZE" if name == "ROLE_RANK" else "ROLE_RANK"
             raise TopologyError(describe(
                 name, environ.get(name, ""),
                 f"set with {other}={environ[other]!r} (torchrun sets both); {FIX}"))
-    role_world = _int(environ, "ROLE_WORLD_SIZE", 1)
+    role_world = variable_int(environ, "ROLE_WORLD_SIZE", 1, f"; {FIX}")
     role_rank = variable_index(environ, "ROLE_RANK", "ROLE_WORLD_SIZE", FIX)
     if not local_world <= role_world <= world:
         raise TopologyError(describe(
@@ -144,26 +116,23 @@ def _check_role(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a torchrun worker's environment says.
+    """The process layer, node rank and count (``GROUP_*``), the master, ``job`` =
+    ``("torchrun", TORCHELASTIC_RUN_ID, MASTER_PORT)`` (the static run id is always ``none``:
+    the store's port tells jobs apart), ``preset``, ``renumbers``; no host list.
 
-    :returns: the process layer (``RANK`` ...), ``num_nodes`` = ``GROUP_WORLD_SIZE``,
-        ``node_rank`` = ``GROUP_RANK``, ``master`` = ``MASTER_ADDR``, ``master_port`` =
-        ``MASTER_PORT`` (a TCP port: the agent's store when
-        ``TORCHELASTIC_USE_AGENT_STORE=True``, so the frameworks need other ports), ``job`` =
-        ``("torchrun", TORCHELASTIC_RUN_ID, MASTER_PORT)`` (every worker of a rendezvous round
-        shares both: the port is the store they all connect to, while two nodes may write
-        the master's address differently; the static rendezvous' run id is always ``none``,
-        the port tells two jobs apart), ``preset`` = every variable torchrun set
-        for the worker, ``renumbers`` = True. No host list: torchrun has none.
-    :raises TopologyError: a variable is not a number, a rank is out of range, or two of
-        torchrun's variables contradict what torchrun guarantees (module docstring); the
-        message names the variables, their values and the fix.
+    :raises TopologyError: what the module docstring's rules refuse, naming the variables.
     """
-    got = {name: _int(environ, name, minimum) for name, minimum in _INTEGERS}
+    got = {name: variable_int(environ, name, minimum, f"; {FIX}")
+           for name, minimum in _INTEGERS}
     _check_ranks(environ, got)
     _check_role(environ, got)
     rank, local_rank, world, local_world, group_rank, groups = got.values()
-    master, port, agent_store = _master(environ)
+    master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
+    agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE", "")
+    if agent_store not in ("", "True", "False"):
+        raise TopologyError(describe(
+            "TORCHELASTIC_USE_AGENT_STORE", agent_store,
+            f"True or False (str() of a bool: local_elastic_agent.py); {FIX}"))
     run_id = environ["TORCHELASTIC_RUN_ID"]
     notes = [
         f"node {group_rank} of {groups} (GROUP_RANK, GROUP_WORLD_SIZE), worker {rank} of "
@@ -171,7 +140,7 @@ def read(environ: Mapping[str, str], line: Source,
         "GROUP_RANK is torchrun's rendezvous order (--node-rank; with c10d the agents' host "
         "names sorted as strings, dynamic_rendezvous.py), not an outer manager's node order",
     ]
-    if agent_store:
+    if agent_store == "True":
         notes.append(f"MASTER_PORT={port} is torchrun's agent store "
                      "(TORCHELASTIC_USE_AGENT_STORE=True): other frameworks get other ports")
     return Report(
@@ -204,13 +173,3 @@ def read(environ: Mapping[str, str], line: Source,
         notes=tuple(notes),
     )
 
-
-def _master(environ: Mapping[str, str]) -> tuple[str, int, bool]:
-    """``(MASTER_ADDR, MASTER_PORT, whether the port is the agent's store)``, checked."""
-    master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
-    agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE", "")
-    if agent_store not in ("", "True", "False"):
-        raise TopologyError(describe(
-            "TORCHELASTIC_USE_AGENT_STORE", agent_store,
-            f"True or False (str() of a bool: local_elastic_agent.py); {FIX}"))
-    return master, port, agent_store == "True"

@@ -1,26 +1,15 @@
-"""The Volcano Job source: a pod of a Volcano Job (vcjob), one node per pod.
+"""The Volcano Job source: one node per pod (line ``volcano``, docs/sources/kubernetes.md).
+The job plugins (volcano-sh/volcano ``pkg/controllers/job/plugins/``, ``OnPodCreate``):
 
-Table line ``volcano`` (docs/sources/kubernetes.md). What the job plugins set
-(volcano-sh/volcano ``pkg/controllers/job/plugins/``):
+- ``env/env.go``: ``VC_TASK_INDEX`` = ``VK_TASK_INDEX`` = the pod's index in its task.
+- ``svc/svc.go`` ``GenerateHosts``: hostname ``<job>-<task>-<i>``; per task (upper-cased,
+  ``-`` as ``_``) ``VC_<TASK>_HOSTS`` (``<hostname>.<subdomain>``, comma-separated),
+  ``VC_<TASK>_NUM``, and ``/etc/volcano/<task>.host`` (one per line).
+- ``distributed-framework/pytorch/pytorch.go``: ``MASTER_ADDR`` = the master task's first
+  host, ``MASTER_PORT``, ``WORLD_SIZE`` = pods, ``RANK`` = pod rank: node values.
 
-- ``env`` (``env/env.go``, ``OnPodCreate``): ``VC_TASK_INDEX`` and ``VK_TASK_INDEX`` = the
-  pod's index within its task (the last ``-`` field of the pod name,
-  ``helpers.GetPodIndexUnderTask``), appended after the user's env.
-- ``svc`` (``svc/svc.go``, ``OnPodCreate``, ``GenerateHosts``): the pod's hostname = its name
-  ``<job>-<task>-<i>`` and subdomain = the job's name when the template sets none; for every
-  task ``VC_<TASK>_HOSTS`` (comma list of ``<hostname>.<subdomain>``) and ``VC_<TASK>_NUM``
-  (its length), the task name upper-cased with ``-`` as ``_``, and the same list in
-  ``/etc/volcano/<task>.host`` (one per line, the name with ``-`` as ``_``). A task whose
-  template sets a hostname has one entry.
-- ``pytorch`` (``distributed-framework/pytorch/pytorch.go``, ``OnPodCreate``):
-  ``MASTER_ADDR`` = the master task's first host, ``MASTER_PORT`` (default 23456),
-  ``WORLD_SIZE`` = the master and worker tasks' replicas (PODS), ``RANK`` = 0 on the master,
-  worker index + 1: node values, never process ranks (docs/sources/kubernetes.md).
-
-Every pod gets the same task lists, so every pod derives the same nodes: the master task
-first (the task whose first host is ``MASTER_ADDR`` with the pytorch plugin, else the task
-``MASTER``, else the first by name), then the other tasks by name; with the pytorch plugin,
-only its master and worker tasks (other tasks are not training nodes: pitfall 9).
+Nodes: the master task (``MASTER_ADDR``'s with the pytorch plugin, else ``MASTER``, else the
+first by name), then the others by name (with the plugin, only its worker task).
 """
 
 from __future__ import annotations
@@ -50,21 +39,16 @@ _FIX = ("Volcano's svc and env plugins set it (spec.plugins: {svc: [], env: []},
 
 def _tasks(environ: Mapping[str, str]) -> list[str]:
     """The task keys (``MASTER``, ``WORKER``) that have ``VC_<TASK>_HOSTS`` or ``_NUM``."""
-    found = {m[1] for k, v in environ.items() if v and (m := _TASK_VAR.fullmatch(k))}
-    return sorted(found)
+    return sorted({m[1] for k, v in environ.items() if v and (m := _TASK_VAR.fullmatch(k))})
 
 
 def host_file(task: str) -> str:
-    """``/etc/volcano/<task>.host`` for the env key ``task`` (task names are DNS labels:
-    lower case; svc.go's ConfigMapTaskHostFmt keeps ``_`` for ``-``)."""
+    """``/etc/volcano/<task>.host`` (svc.go ``ConfigMapTaskHostFmt``; a lower-case task)."""
     return f"{HOSTS_DIR}/{task.lower()}.host"
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The ``.host`` files of the tasks whose ``VC_<TASK>_HOSTS`` is not set
-    (``--inject-hosts-env=false`` drops it; the files remain).
-
-    """
+    """The ``.host`` files of tasks without ``VC_<TASK>_HOSTS`` (``--inject-hosts-env=false``)."""
     return tuple(host_file(t) for t in _tasks(environ) if not environ.get(f"VC_{t}_HOSTS"))
 
 
@@ -96,8 +80,7 @@ def _hosts(environ: Mapping[str, str], files: Mapping[str, str | None], task: st
 
 
 def _order(environ: Mapping[str, str], lists: dict[str, list[str]], plugin: bool) -> list[str]:
-    """The node tasks in canonical order: the master task first, then the others by name;
-    with the pytorch plugin, only its master and worker tasks."""
+    """The node tasks in canonical order (module docstring)."""
     master = "MASTER" if "MASTER" in lists else sorted(lists)[0]
     if plugin:
         firsts = [t for t in sorted(lists) if lists[t][0] == environ["MASTER_ADDR"]]
@@ -109,8 +92,7 @@ def _order(environ: Mapping[str, str], lists: dict[str, list[str]], plugin: bool
         master = firsts[0]
     others = [t for t in sorted(lists) if t != master]
     if plugin and len(others) > 1:
-        # pytorch.go counts only --master and --worker (default "worker"); others are not
-        # training nodes (ps, evaluator ...).
+        # pytorch.go counts only --master and --worker (default "worker"), not a ps ...
         others = [t for t in others if t == "WORKER"]
     elif plugin and others and others[0] != "WORKER" and len(lists[master]) + len(
             lists[others[0]]) != _int(environ["WORLD_SIZE"]):
@@ -130,8 +112,7 @@ def _int(text: str) -> int:
 
 def _own(environ: Mapping[str, str], lists: dict[str, list[str]], order: list[str],
          index: int) -> tuple[int, str]:
-    """This pod's node rank and task: its hostname's place in its task's list, checked against
-    ``VC_TASK_INDEX``."""
+    """This pod's node rank and task: ``HOSTNAME``'s place, checked against the index."""
     host = environ.get("HOSTNAME", "")
     for task in order:
         names = [h.split(".", 1)[0] for h in lists[task]]
@@ -150,8 +131,7 @@ def _own(environ: Mapping[str, str], lists: dict[str, list[str]], order: list[st
 
 
 def _plugin_checks(environ: Mapping[str, str], count: int, rank: int) -> int:
-    """The pytorch plugin's ``WORLD_SIZE`` (pods) and ``RANK`` (this pod) against the nodes;
-    its ``MASTER_PORT``."""
+    """The pytorch plugin's ``WORLD_SIZE``, ``RANK`` against the nodes; its ``MASTER_PORT``."""
     for name, expected, what in (("WORLD_SIZE", count, "the pods of the master and worker "
                                   "tasks"), ("RANK", rank, "this pod's node rank (master 0, "
                                              "worker i: i + 1)")):
@@ -168,17 +148,10 @@ def _plugin_checks(environ: Mapping[str, str], count: int, rank: int) -> int:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a Volcano Job pod's environment (and ``/etc/volcano``) says.
+    """The nodes (module docstring; role: the task, index 1-based), the node rank
+    (``HOSTNAME``'s place, checked against ``VC_TASK_INDEX``), the plugin's ``MASTER_PORT``.
 
-    :param files: ``/etc/volcano/<task>.host`` -> text (``None``: unreadable), for the tasks
-        without ``VC_<TASK>_HOSTS`` (:func:`files_needed`).
-    :returns: the nodes in canonical order (role = the task, index 1-based in it),
-        ``node_rank`` from ``HOSTNAME``'s place (checked equal to ``VC_TASK_INDEX`` within
-        its task), the master = node 0, with the pytorch plugin its ``MASTER_PORT``;
-        ``job`` = (``volcano``, node 0, node count). Never a process layer.
-    :raises TopologyError: no task list (the svc plugin is off), a count or index that
-        disagrees with the lists, the pytorch plugin's ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``
-        disagreeing with the nodes, or a malformed value.
+    :raises TopologyError: no svc plugin's lists, a malformed value or one that disagrees.
     """
     raw = environ["VC_TASK_INDEX"]
     index = variable_int(environ, "VC_TASK_INDEX", 0, f"; {_FIX}")
