@@ -1,26 +1,14 @@
 """The Kubernetes Indexed Job source: one pod per completion index, one node per pod.
 
-Table line ``kubernetes-indexed-job`` (docs/sources/kubernetes.md). What the controller sets
-(kubernetes/kubernetes ``pkg/controller/job``):
-
-- ``JOB_COMPLETION_INDEX``: the pod's index, 0-based (``indexed_job_utils.go``,
-  ``addCompletionIndexEnvVariable``: a ``fieldRef`` to the label or annotation
-  ``batch.kubernetes.io/job-completion-index``). It is added only when the container's env
-  does not already name it: **a user-set value wins** over the controller's, so it is checked
-  against the hostname.
-- the pod's hostname ``<job>-<index>`` (``job_controller.go``, ``manageJob``:
-  ``template.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, completionIndex)``), a DNS label
-  of at most 63 characters; the container runtime puts it in ``HOSTNAME``.
-- the kubelet's ``/etc/hosts`` line ``<podIP>\\t<hostname>.<subdomain>.<ns>.svc.<domain>\\t
-  <hostname>`` when the template sets ``subdomain`` (``pkg/kubelet/kubelet_pods.go``,
-  ``managedHostsFileContent``).
-
-Not in the environment: the number of pods (``spec.completions``) and the subdomain (the
-headless Service the user creates). They come from documented inputs set in the manifest:
-:data:`NNODES` (the count) and the subdomain from the pod's own ``/etc/hosts`` FQDN line (read
-in cli/, handed in) or :data:`SUBDOMAIN`. Missing, the job is refused with the manifest lines
-to add, on every index alike (the message names no index). Node i is ``<job>-<i>.<subdomain
-...>``; the master is node 0's name.
+Table line ``kubernetes-indexed-job``, docs/sources/kubernetes.md. From kubernetes/kubernetes
+``pkg/controller/job``: ``JOB_COMPLETION_INDEX``, 0-based, unless the container's env names it
+(``indexed_job_utils.go`` ``addCompletionIndexEnvVariable``: a user-set value wins, so it is
+checked against the hostname); the hostname ``<job>-<index>`` (``job_controller.go``
+``manageJob``), one DNS label; the kubelet's ``/etc/hosts`` line ``<podIP> <hostname>.<subdomain>
+.<ns>.svc.<domain> <hostname>`` with a ``subdomain`` (``pkg/kubelet/kubelet_pods.go``
+``managedHostsFileContent``). The pod count is :data:`NNODES`, the subdomain that line or
+:data:`SUBDOMAIN`; missing, every index is refused alike with the manifest lines to add. Node
+i is ``<job>-<i>.<subdomain...>``, the master node 0.
 """
 
 from __future__ import annotations
@@ -134,16 +122,12 @@ def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, 
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What an Indexed Job pod's environment (and ``/etc/hosts``) says.
+    """An Indexed Job pod's environment and ``/etc/hosts`` (when :data:`SUBDOMAIN` is unset).
 
-    :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
-        is unset (:func:`files_needed`).
-    :returns: the nodes ``<job>-0.<suffix>`` .. ``<job>-<n-1>.<suffix>`` in index order (n =
-        :data:`NNODES`), ``node_rank`` = ``JOB_COMPLETION_INDEX``, ``job`` = (line name,
-        node 0's name, n) for the port policy (no port is given).
-    :raises TopologyError: the count or the subdomain is missing (the message gives the
-        manifest lines to add; the same on every index), the index disagrees with the
-        hostname (a user-set ``JOB_COMPLETION_INDEX``), or a value is malformed.
+    :returns: the nodes ``<job>-<i>.<suffix>``, i < :data:`NNODES`, ``node_rank`` =
+        ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n); no port.
+    :raises TopologyError: the count or the subdomain missing (with the manifest lines, the
+        same on every index), an index the hostname contradicts, or a malformed value.
     """
     index, job, host = _index_and_job(environ)
     count = _count(environ, job, index)

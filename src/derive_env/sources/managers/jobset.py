@@ -1,36 +1,19 @@
 """The JobSet source: a pod of a JobSet (kubernetes-sigs/jobset), one node per pod.
 
-Table line ``jobset`` (docs/sources/kubernetes.md). What the controllers set, read from
-kubernetes-sigs/jobset@08dfbdf:
+Table line ``jobset``, docs/sources/kubernetes.md. From kubernetes-sigs/jobset@08dfbdf:
 
-- **No environment variable.** ``pkg/controllers/jobset_controller.go``
-  ``labelAndAnnotateObject`` puts labels (and the same annotations) on every child Job and
-  its pod template: ``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name``,
-  ``replicatedjob-replicas``, ``job-index`` (0 .. replicas - 1), ``job-global-index``
-  (``globalJobIndex``: the replicas of the replicated jobs before it in spec order, plus the
-  job index), ``global-replicas`` (``globalReplicas``: the sum of every replicated job's
-  replicas), ``restart-attempt`` ... and ``jobset.sigs.k8s.io/coordinator`` =
-  ``<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>`` when ``spec.coordinator`` is set
-  (``CoordinatorEndpoint``). The user passes them into the container with the downward API
-  (``fieldRef``), under the names of :data:`LABELS` (the JobSet docs' own examples do the same
-  for ``JOBSET_NAME``).
-- The child Job is ``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/placement.go``
-  ``GenJobName``), an Indexed Job (``pkg/webhooks/jobset_webhook.go`` ``Default``), so the
-  Job controller gives each pod ``JOB_COMPLETION_INDEX`` (a user-set value wins) and the
-  hostname ``<jobset>-<rjob>-<jobIndex>-<podIndex>``, a DNS label of at most 63 characters
-  (kubernetes-sigs/jobset#408). With ``network.enableDNSHostnames`` (the webhook's default)
-  the pod's subdomain is ``network.subdomain`` or the JobSet's name (``GetSubdomain``), and
-  the controller creates that headless Service, publishing not-ready addresses by default
-  (``createHeadlessSvcIfNecessary``); the kubelet writes the pod's FQDN into ``/etc/hosts``.
+- no environment variable: ``pkg/controllers/jobset_controller.go`` ``labelAndAnnotateObject``
+  labels every pod (:data:`LABELS`; ``job-global-index`` is ``globalJobIndex``,
+  ``global-replicas`` ``globalReplicas``, ``coordinator`` ``CoordinatorEndpoint``), which the
+  user passes in with the downward API;
+- the child Job ``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/placement.go``
+  ``GenJobName``) is an Indexed Job (``pkg/webhooks/jobset_webhook.go`` ``Default``): its pods
+  get ``JOB_COMPLETION_INDEX`` and the hostname ``<jobset>-<rjob>-<jobIndex>-<podIndex>``, one
+  DNS label (kubernetes-sigs/jobset#408), in the subdomain ``GetSubdomain`` gives.
 
-Not on any label: the pods of each child Job (the template's ``completions``) and the other
-replicated jobs' names and sizes. They come from one documented input every pod shares,
-:data:`LAYOUT` (``<rjob>:<replicas>x<pods per job>`` in ``spec.replicatedJobs`` order), checked
-against the labels this pod has. Canonical order: the replicated jobs in spec order, in each
-its jobs by index, in each job its pods by completion index; node rank = the pods of the
-replicated jobs before this one + job index x pods per job + completion index. The master is
-node 0, unless ``spec.coordinator`` names another pod (:data:`COORDINATOR`): then that pod
-(the composer puts it first, sources/compose.py).
+The pods per job are on no label: :data:`LAYOUT` states every replicated job. Node rank = the
+pods of the replicated jobs before this one + job index x pods per job + completion index;
+the master node 0, or the pod ``spec.coordinator`` names (sources/compose.py puts it first).
 """
 
 from __future__ import annotations
@@ -42,6 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
 from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix, pod_files
+from derive_env.sources.lists import MAX_COUNTED_NODES as MAX_NODES  # a typing error beyond
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from derive_env.validation import parse_int, variable_int
@@ -64,15 +48,11 @@ LABELS = {NAME: "jobset.sigs.k8s.io/jobset-name",
           GLOBAL_INDEX: "jobset.sigs.k8s.io/job-global-index",
           GLOBAL_REPLICAS: "jobset.sigs.k8s.io/global-replicas",
           COORDINATOR: "jobset.sigs.k8s.io/coordinator"}
-#: Without it the pod is no JobSet's (the table line); the replicated job and the job index
-#: are read from the labels when passed, else from ``HOSTNAME``; the others are checked when
-#: set.
+#: Without it the pod is no JobSet's; the others are read or checked when set.
 REQUIRED = (NAME,)
 #: Every replicated job, in spec order: ``<rjob>:<replicas>x<pods per job>``, comma-separated
 #: (not a label: labels.NOT_LABELS).
 LAYOUT = "DERIVE_ENV_REPLICATED_JOBS"
-#: More pods than this is taken for a typing error (Slurm's MAX_SLURM_NODES, slurm_hostlist).
-MAX_NODES = 65536
 
 _LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # a DNS-1035 label (the webhook's check)
 _ENTRY = re.compile(r"(?P<name>[^:]+):(?P<replicas>[0-9]+)x(?P<pods>[0-9]+)")
@@ -307,18 +287,14 @@ def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a JobSet pod's environment (its labels, passed by the downward API) says.
+    """A JobSet pod's labels (passed by the downward API) and ``/etc/hosts`` when needed.
 
-    :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
-        is unset (:func:`files_needed`).
-    :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (module
-        docstring; role = the replicated job, index = 1-based within it), ``node_rank`` =
-        the pods before this one, ``master`` = the coordinator's name when it is not node 0,
-        ``job`` = (``jobset``, node 0's name, the pod count) for the port policy.
-    :raises TopologyError: a required label or :data:`LAYOUT` is missing (the message gives
-        the manifest lines to add, the same on every pod), a label disagrees with
-        :data:`LAYOUT`, the hostname is not ``<jobset>-<rjob>-<j>-<JOB_COMPLETION_INDEX>``
-        (a user-set index, another pod's labels), or a value is malformed.
+    :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
+        replicated job, index 1-based within it), the coordinator as master when it is not
+        node 0, ``job`` = (``jobset``, node 0's name, the pod count).
+    :raises TopologyError: a label or :data:`LAYOUT` missing (the message gives the manifest
+        lines, the same on every pod) or malformed, a label that disagrees with :data:`LAYOUT`,
+        a hostname not ``<jobset>-<rjob>-<j>-<JOB_COMPLETION_INDEX>``.
     """
     js, rjob, job, placed = _identity(environ)
     groups = layout(environ, js, rjob)
