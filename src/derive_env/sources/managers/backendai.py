@@ -1,22 +1,15 @@
-"""Backend.AI: ``BACKENDAI_CLUSTER_*`` variables -> one container's node layer.
-
-docs/behaviour.md section 5 and docs/backendai.md; the rules, from lablup/backend.ai (paths in
-that repository):
-
-* the scheduler's launcher (``src/ai/backend/manager/sokovan/scheduler/launcher/launcher.py``)
-  sets SIZE, REPLICAS (``role:count``, sorted by role), HOSTS and per container ROLE, IDX,
-  LOCAL_RANK, HOST;
-* host names are ``f"{role}{idx}"``, idx 1-based, roles free-form up to 16 characters
-  (``models/kernel/row.py``) that may end in digits: names are rebuilt from REPLICAS, never
-  split (``sokovan/scheduling_controller/preparers/resources/expand_kernel_groups_rule.py``);
-* HOSTS comes in any order (``repositories/scheduler/db_source/db_source.py``): the canonical
-  order is sources/managers/backendai_order.py's; node rank = the own HOST's place in it,
-  the master node 0;
-* LOCAL_RANK counts over the role groups in the request's order (expand_kernel_groups_rule.py),
-  which a container cannot see: checked (:func:`possible_local_ranks`), never the node rank;
-* ``BACKENDAI_DIST_MASTER_PORT`` is a user's session variable (Backend.AI PR #10726), honoured.
-
-Empty variables count as unset, as in torch's ``env://`` rendezvous.
+"""Backend.AI: ``BACKENDAI_CLUSTER_*`` -> one container's node layer (docs/behaviour.md section
+5, docs/backendai.md). From lablup/backend.ai: the launcher
+(``src/ai/backend/manager/sokovan/scheduler/launcher/launcher.py``) sets SIZE, REPLICAS (sorted
+by role), HOSTS and per container ROLE, IDX, LOCAL_RANK, HOST. Names are ``f"{role}{idx}"``,
+roles up to 16 characters (``models/kernel/row.py``) that may end in digits: rebuilt from
+REPLICAS, never split (``sokovan/scheduling_controller/preparers/resources/
+expand_kernel_groups_rule.py``, which also numbers LOCAL_RANK in the request's group order: a
+container cannot see it, so it is checked, never the node rank). HOSTS comes in any order
+(``repositories/scheduler/db_source/db_source.py``): node rank = the own HOST's place in
+backendai_order.py's canonical order, the master node 0. ``BACKENDAI_DIST_MASTER_PORT``: a
+user's session variable (Backend.AI PR #10726). Empty variables count as unset (torch's
+``env://``).
 """
 
 from __future__ import annotations
@@ -114,11 +107,7 @@ _COUNT, _POSITIVE, _GPUS = (BeforeValidator(partial(f, minimum=m)) for f, m in (
 
 
 class BackendAIVariables(BaseModel):
-    """The Backend.AI variables of one container, each parsed on its own.
-
-    ``model_validate(present)``, keyed by the variable names; unset ones are ``None``.
-    Cross-variable rules live in :func:`read`.
-    """
+    """One container's Backend.AI variables, each parsed on its own (unset: ``None``)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -140,14 +129,9 @@ class BackendAIVariables(BaseModel):
 
 
 def possible_local_ranks(own_index: int, other_counts: Sequence[int], size: int) -> list[int]:
-    """Every ``BACKENDAI_CLUSTER_LOCAL_RANK`` some order of the role groups gives a container.
-
-    ``offset + own_index - 1`` (expand_kernel_groups_rule.py), the offset the summed counts of
-    any subset of ``other_counts`` (the request may list the groups in any order), below
-    ``size`` (a bit set of ``size`` bits, one shift per role); ``own_index`` is ``IDX``.
-
-    :returns: the possible values, ascending.
-    """
+    """Every LOCAL_RANK some order of the role groups gives a container, ascending: ``offset +
+    own_index - 1`` (expand_kernel_groups_rule.py), the offset the sum of any subset of
+    ``other_counts``, below ``size`` (a bit set of ``size`` bits, one shift per role)."""
     mask = (1 << size) - 1
     offsets = 1  # bit o set: offset o is the sum of some subset
     for count in other_counts:
@@ -157,12 +141,8 @@ def possible_local_ranks(own_index: int, other_counts: Sequence[int], size: int)
 
 
 def _check_role_idx(variables: BackendAIVariables, me: Node, own: str, exact: bool) -> None:
-    """ROLE and IDX must describe the own HOST.
-
-    :param exact: the node's role and index are known exactly (rebuilt from REPLICAS);
-        otherwise they were parsed from the name, and ``HOST == ROLE + IDX`` is enough.
-    :raises TopologyError: naming ROLE or IDX, its value, and this container's HOST.
-    """
+    """ROLE and IDX describe the own HOST: its role and index when ``exact`` (rebuilt from
+    REPLICAS), else ``HOST == ROLE + IDX`` is enough; TopologyError naming ROLE or IDX."""
     role, idx = variables.role, variables.idx
     if not exact and role is not None and idx is not None and (
         f"{role}{idx}".lower() == own.lower()
@@ -190,11 +170,8 @@ def _single_node(variables: BackendAIVariables, own: str) -> Node:
 
 
 def _validated(environ: Mapping[str, str]) -> tuple[dict[str, str], BackendAIVariables]:
-    """The set variables of this source and the model of them, each variable parsed.
-
-    :raises TopologyError: the first malformed variable, naming this container when the
-        variable is one of its own (docs/behaviour.md section 7).
-    """
+    """The set variables and their model; TopologyError on the first malformed one, naming
+    this container when it is one of its own (docs/behaviour.md section 7)."""
     present = {name: environ[name] for name in _NAMES if environ.get(name)}
     try:
         return present, BackendAIVariables.model_validate(present)
@@ -239,9 +216,7 @@ def _own_host(variables: BackendAIVariables, present: Mapping[str, str]) -> str:
 def _ordered(
     variables: BackendAIVariables, present: Mapping[str, str], own: str,
 ) -> tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None]:
-    """``(nodes, node rank, role counts, order)``: the nodes in canonical order
-    (sources/managers/backendai_order.py), this container's position in them, the role counts
-    (REPLICAS', else counted from the parsed names) and the rule for ``--explain``."""
+    """``(nodes in canonical order, this container's place, role counts, the order's rule)``."""
     hosts = variables.hosts
     if hosts is None or len(hosts) == 1:
         return (_single_node(variables, own),), 0, (), None
@@ -264,15 +239,10 @@ def _local_rank(
     variables: BackendAIVariables, present: Mapping[str, str],
     ordered: tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None],
 ) -> tuple[str, ...]:
-    """LOCAL_RANK, when set, checked against what Backend.AI can give this container.
-
-    :param ordered: :func:`_ordered`'s ``(nodes, node rank, role counts, order)``.
-    :returns: when LOCAL_RANK differs from the node rank, the ``--explain`` notes showing
-        both, and no warning (docs/behaviour.md section 5: a valid cluster-template session
-        starts without a message).
-    :raises TopologyError: no order of the role groups gives LOCAL_RANK, naming LOCAL_RANK,
-        its value and this container (only it can make this check).
-    """
+    """LOCAL_RANK, when set, checked against what Backend.AI can give this container
+    (``ordered``: :func:`_ordered`'s); the ``--explain`` notes when it differs from the node
+    rank, no warning (docs/behaviour.md section 5). TopologyError naming LOCAL_RANK, its value
+    and this container when no order of the role groups gives it."""
     nodes, node_rank, counts, _ = ordered
     local_rank = variables.local_rank
     if local_rank is None or local_rank == node_rank:
@@ -359,8 +329,8 @@ def read(environ: Mapping[str, str], line: Source,
     )
 
 
-#: Set by the kubelet in every container: beside Backend.AI's variables, Backend.AI's Kubernetes
-#: agent backend (no session network: ``apply_network`` does nothing, agent/kubernetes/agent.py).
+#: Set by the kubelet: Backend.AI's Kubernetes agent backend, no session network
+#: (``apply_network`` does nothing, agent/kubernetes/agent.py).
 KUBERNETES = "KUBERNETES_SERVICE_HOST"
 _ON_KUBERNETES = (
     "BACKENDAI_CLUSTER_SIZE={size} with KUBERNETES_SERVICE_HOST set: a session of {size} "
@@ -374,8 +344,7 @@ _PER_CONTAINER = frozenset({HOST, ROLE, IDX, LOCAL_RANK, GPU_COUNT, N_GPUS})
 
 
 def _only_here(environ: Mapping[str, str]) -> str:
-    """The end of a message about a per-container value: name the container
-    (docs/behaviour.md section 7)."""
+    """The end of a message about a per-container value (docs/behaviour.md section 7)."""
     host = environ.get(HOST, "").strip()
     shown = f"container {shorten(host, 80)}" if host else "this container"
     return (f" (set for {shown} only: it stops alone while the other containers of the "

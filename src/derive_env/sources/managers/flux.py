@@ -1,13 +1,11 @@
 """The Flux source: a task the Flux job shell started (a partial topology, as for MPI).
 
-Table line ``flux``, docs/sources/schedulers.md. From flux-framework/flux-core@4a5e79f: the
-shell sets ``FLUX_JOB_ID`` (F58), ``FLUX_JOB_SIZE``, ``FLUX_JOB_NNODES`` (``src/shell/shell.c``
-``shell_setup_environment``), ``FLUX_TASK_RANK``, ``FLUX_TASK_LOCAL_ID`` (``src/shell/task.c``
-``shell_task_create``); its PMI plugin ``PMI_RANK``, ``PMI_SIZE`` (``src/shell/pmi/pmi.c``
-``shell_pmi_task_init``), which must agree. No host list, no tasks per node: the process layer
-only on one node or with one task per node, else :attr:`Report.problem`; the node count, never
-the master. The job id is decoded (``src/common/libutil/fluid.c`` ``fluid_f58_encode``: ``ƒ``
-in a UTF-8 locale, else ``f``) so every task derives the same ports.
+Table line ``flux``, docs/sources/schedulers.md. From flux-framework/flux-core@4a5e79f:
+``src/shell/shell.c`` ``shell_setup_environment`` (``FLUX_JOB_*``), ``src/shell/task.c``
+``shell_task_create`` (``FLUX_TASK_*``), ``src/shell/pmi/pmi.c`` ``shell_pmi_task_init``
+(``PMI_RANK``, ``PMI_SIZE``, which must agree). No host list, no tasks per node: a process
+layer on one node or with one task per node only, else :attr:`Report.problem`. The job id is
+decoded (``src/common/libutil/fluid.c``) so that every locale derives the same ports.
 """
 
 from __future__ import annotations

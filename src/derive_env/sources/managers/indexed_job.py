@@ -1,14 +1,12 @@
 """The Kubernetes Indexed Job source: one pod per completion index, one node per pod.
 
-Table line ``kubernetes-indexed-job``, docs/sources/kubernetes.md. From kubernetes/kubernetes
-``pkg/controller/job``: ``JOB_COMPLETION_INDEX``, 0-based, unless the container's env names it
-(``indexed_job_utils.go`` ``addCompletionIndexEnvVariable``: a user-set value wins, so it is
-checked against the hostname); the hostname ``<job>-<index>`` (``job_controller.go``
-``manageJob``), one DNS label; the kubelet's ``/etc/hosts`` line ``<podIP> <hostname>.<subdomain>
-.<ns>.svc.<domain> <hostname>`` with a ``subdomain`` (``pkg/kubelet/kubelet_pods.go``
-``managedHostsFileContent``). The pod count is :data:`NNODES`, the subdomain that line or
-:data:`SUBDOMAIN`; missing, every index is refused alike with the manifest lines to add. Node
-i is ``<job>-<i>.<subdomain...>``, the master node 0.
+Table line ``kubernetes-indexed-job``, docs/sources/kubernetes.md. From kubernetes/kubernetes:
+``JOB_COMPLETION_INDEX`` unless the env names it (``pkg/controller/job/indexed_job_utils.go``
+``addCompletionIndexEnvVariable``: a user's value wins, so the hostname checks it); the
+hostname ``<job>-<index>`` (``job_controller.go`` ``manageJob``); the ``/etc/hosts`` FQDN line
+with a ``subdomain`` (``pkg/kubelet/kubelet_pods.go`` ``managedHostsFileContent``). The count
+is :data:`NNODES`, the subdomain that line or :data:`SUBDOMAIN`: missing, every index is
+refused alike with the manifest lines. Node i is ``<job>-<i>.<subdomain...>``.
 """
 
 from __future__ import annotations

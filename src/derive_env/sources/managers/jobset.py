@@ -1,19 +1,15 @@
 """The JobSet source: a pod of a JobSet (kubernetes-sigs/jobset), one node per pod.
 
-Table line ``jobset``, docs/sources/kubernetes.md. From kubernetes-sigs/jobset@08dfbdf:
-
-- no environment variable: ``pkg/controllers/jobset_controller.go`` ``labelAndAnnotateObject``
-  labels every pod (:data:`LABELS`; ``job-global-index`` is ``globalJobIndex``,
-  ``global-replicas`` ``globalReplicas``, ``coordinator`` ``CoordinatorEndpoint``), which the
-  user passes in with the downward API;
-- the child Job ``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/placement.go``
-  ``GenJobName``) is an Indexed Job (``pkg/webhooks/jobset_webhook.go`` ``Default``): its pods
-  get ``JOB_COMPLETION_INDEX`` and the hostname ``<jobset>-<rjob>-<jobIndex>-<podIndex>``, one
-  DNS label (kubernetes-sigs/jobset#408), in the subdomain ``GetSubdomain`` gives.
-
-The pods per job are on no label: :data:`LAYOUT` states every replicated job. Node rank = the
-pods of the replicated jobs before this one + job index x pods per job + completion index;
-the master node 0, or the pod ``spec.coordinator`` names (sources/compose.py puts it first).
+Table line ``jobset``, docs/sources/kubernetes.md. From kubernetes-sigs/jobset@08dfbdf: no
+environment variable, labels on every pod (:data:`LABELS`; ``pkg/controllers/
+jobset_controller.go`` ``labelAndAnnotateObject``, ``CoordinatorEndpoint``) that the user passes
+in with the downward API; the child Job ``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/
+placement.go`` ``GenJobName``) is an Indexed Job (``pkg/webhooks/jobset_webhook.go``
+``Default``): ``JOB_COMPLETION_INDEX`` and the hostname ``<jobset>-<rjob>-<jobIndex>-
+<podIndex>``, one DNS label (kubernetes-sigs/jobset#408), in the subdomain ``GetSubdomain``
+gives. The pods per job are on no label: :data:`LAYOUT`. Node rank = the pods of the
+replicated jobs before + job index x pods per job + completion index; the master node 0 or
+the coordinator (sources/compose.py puts it first).
 """
 
 from __future__ import annotations
@@ -48,8 +44,6 @@ LABELS = {NAME: "jobset.sigs.k8s.io/jobset-name",
           GLOBAL_INDEX: "jobset.sigs.k8s.io/job-global-index",
           GLOBAL_REPLICAS: "jobset.sigs.k8s.io/global-replicas",
           COORDINATOR: "jobset.sigs.k8s.io/coordinator"}
-#: Without it the pod is no JobSet's; the others are read or checked when set.
-REQUIRED = (NAME,)
 #: Every replicated job, in spec order: ``<rjob>:<replicas>x<pods per job>``, comma-separated
 #: (not a label: labels.NOT_LABELS).
 LAYOUT = "DERIVE_ENV_REPLICATED_JOBS"
@@ -103,10 +97,8 @@ def _layout_fix(js: str, rjob: str | None = None,
 
 
 def _identity(environ: Mapping[str, str]) -> tuple[str, str, int, tuple[str, ...]]:
-    """``(jobset, replicated job, job index, their inputs)``: the replicated job and the job
-    index from the downward-API variables when set, else from ``HOSTNAME``, which the Job
-    controller sets to ``<jobset>-<rjob>-<jobIndex>-<podIndex>`` (the last two parts are
-    always the indices, so the split is exact once the JobSet's name is known)."""
+    """``(jobset, replicated job, job index, their inputs)``: from the labels when set, else
+    from ``HOSTNAME`` ``<jobset>-<rjob>-<jobIndex>-<podIndex>`` (exact: the last two parts)."""
     js, host = environ[NAME], environ.get("HOSTNAME", "")
     if len(host) > MAX_HOSTNAME:
         raise TopologyError(describe(
@@ -140,12 +132,9 @@ def _number(environ: Mapping[str, str], variable: str, minimum: int) -> int:
 
 
 def layout(environ: Mapping[str, str], js: str, rjob: str | None = None) -> tuple[Group, ...]:
-    """:data:`LAYOUT` read: the replicated jobs in spec order; ``rjob``, this pod's
-    replicated job, for the example of an error.
-
-    :raises TopologyError: unset, malformed, a name twice or not a DNS-1035 label, no pod,
-        more than :data:`MAX_NODES` pods, or a pod hostname longer than 63 characters.
-    """
+    """:data:`LAYOUT`'s replicated jobs (``rjob``: this pod's, for the fix); TopologyError:
+    unset, malformed, a name twice or not a DNS-1035 label, no pod, more than
+    :data:`MAX_NODES` pods, or a pod hostname longer than 63 characters."""
     value = environ.get(LAYOUT, "")
     fix = _layout_fix(js, rjob, environ)
     groups: list[Group] = []
@@ -238,10 +227,8 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
 
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,
             host: str) -> tuple[str, tuple[str, ...]]:
-    """The name suffix of every pod (``<subdomain>[.<ns>.svc.<domain>]``) and its inputs:
-    :data:`SUBDOMAIN`, else the kubelet's ``/etc/hosts`` line. Not the coordinator label's:
-    it names the JobSet's name as subdomain even with ``enableDNSHostnames: false``, where no
-    pod has a DNS name (``GetSubdomain``); it is only checked against the suffix."""
+    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN`, else the ``/etc/hosts`` line;
+    never the coordinator label's, set even where no pod has a DNS name (``GetSubdomain``)."""
     given = environ.get(SUBDOMAIN, "")
     if given:
         if host_problem(f"{host}.{given}") is not None or given.startswith("."):

@@ -1,18 +1,13 @@
 """The LeaderWorkerSet source: one group of a LeaderWorkerSet (kubernetes-sigs/lws), one job.
 
 Table line ``lws``, docs/sources/kubernetes.md. From kubernetes-sigs/lws@060ab4d:
-
-- ``pkg/utils/pod/pod_utils.go`` ``AddLWSVariables`` (``addEnvVarsIfNotExists``: LWS wins
-  over the user): ``LWS_LEADER_ADDRESS = <lws>-<group>.<subdomain>.<namespace>``,
-  ``LWS_GROUP_SIZE`` (the leader included), ``LWS_WORKER_INDEX`` (the leader 0);
-- ``pkg/webhooks/pod_webhook.go`` ``Default``: the leader pod is ``<lws>-<group>``, a worker's
-  index its StatefulSet ordinal; ``pkg/controllers/pod_controller.go``
-  ``constructWorkerStatefulSetApplyConfiguration``: the workers are ``<leader>-<i>`` in the
-  leader's subdomain (the names ``pkg/utils/accelerators/tpu.go`` gives a TPU group).
-
-So node rank = ``LWS_WORKER_INDEX``, the nodes those names, the master the leader; ``HOSTNAME``
-is checked against them (cut to 63 characters as the kubelet's ``GeneratePodHostNameAndDomain``
-cuts it), since the variables may be copied by hand into another manifest.
+``pkg/utils/pod/pod_utils.go`` ``AddLWSVariables`` sets ``LWS_LEADER_ADDRESS =
+<lws>-<group>.<subdomain>.<namespace>``, ``LWS_GROUP_SIZE``, ``LWS_WORKER_INDEX`` (the leader
+0); the leader pod is ``<lws>-<group>`` (``pkg/webhooks/pod_webhook.go`` ``Default``), the
+workers ``<leader>-<i>`` in its subdomain (``pkg/controllers/pod_controller.go``
+``constructWorkerStatefulSetApplyConfiguration``). ``HOSTNAME`` is checked against those names
+(cut to 63 characters as the kubelet's ``GeneratePodHostNameAndDomain`` does): the variables
+may be copied by hand into another manifest.
 """
 
 from __future__ import annotations
@@ -68,9 +63,8 @@ def _check_hostname(environ: Mapping[str, str], own: str, index: int) -> None:
 
 
 def _check_tpu(environ: Mapping[str, str], size: int, index: int) -> None:
-    """A TPU group's ``TPU_WORKER_HOSTNAMES`` / ``TPU_WORKER_ID`` (lws tpu.go, AddTPUVariables)
-    are the group's pods and this pod's index: JAX reads them itself (jax
-    ``_src/clusters/cloud_tpu_cluster.py``). Only with ``--source lws`` (else ``gke-tpu``)."""
+    """A TPU group's ``TPU_WORKER_*`` (lws tpu.go, AddTPUVariables) are the group's, as JAX
+    reads them (``_src/clusters/cloud_tpu_cluster.py``); only with ``--source lws``."""
     hosts = environ.get("TPU_WORKER_HOSTNAMES", "")
     if not hosts:
         return

@@ -1,13 +1,11 @@
-"""The TF_CONFIG sources: a manager's ``TF_CONFIG`` (line ``tf-config``, a fallback: derive-env
-writes one itself) and Vertex AI's ``CLUSTER_SPEC`` (line ``vertex``), read as the node layer.
+"""The TF_CONFIG sources: a manager's ``TF_CONFIG`` (line ``tf-config``, a fallback) and Vertex
+AI's ``CLUSTER_SPEC`` (line ``vertex``), read as the node layer (docs/sources/kubernetes.md).
 
-docs/sources/kubernetes.md. The forms: TFJob's (kubeflow/trainer
-``pkg/controller.v1/tensorflow/tensorflow.go`` ``genTFConfigJSONStr``, ``genClusterSpec``;
-replica types lower-cased), its sparse form with ``enableDynamicWorker``
-(``convertClusterSpecToSparseClusterSpec``: only this worker, refused); Vertex AI's
-("cluster-spec-format": ``workerpool0`` the chief, 1 the workers, 2 parameter servers or
-Reduction Server, 3 evaluators). Nodes: the chief (or TFJob's ``master``), then the workers by
-index; a ps or evaluator task is refused. ``TF_CONFIG`` is ``preset``: kept as set.
+TFJob's form: kubeflow/trainer ``pkg/controller.v1/tensorflow/tensorflow.go``
+(``genTFConfigJSONStr``, ``genClusterSpec``; its sparse form, ``enableDynamicWorker``, refused:
+``convertClusterSpecToSparseClusterSpec``); Vertex AI's: its "cluster-spec-format" page. Nodes:
+the chief (TFJob's ``master``, ``workerpool0``), then the workers by index; ps and evaluator
+tasks are refused. ``TF_CONFIG`` is ``preset``: kept as set.
 """
 
 from __future__ import annotations
@@ -127,6 +125,7 @@ def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> in
     values); ``MASTER_PORT`` as the master port. Not in a torchrun worker
     (``TORCHELASTIC_RUN_ID``): its agent overwrote them (local_elastic_agent.py
     ``_start_workers``), and the torchrun line checks them."""
+    from derive_env.sources.roles import parsed
     from derive_env.validation import parse_port
 
     if environ.get(TORCHRUN):
@@ -141,10 +140,7 @@ def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> in
                 "unset it"))
     if not environ.get("MASTER_PORT"):
         return None
-    try:
-        return parse_port(environ["MASTER_PORT"])
-    except ValueError as exc:
-        raise TopologyError(describe("MASTER_PORT", environ["MASTER_PORT"], str(exc))) from None
+    return parsed(environ, "MASTER_PORT", parse_port)
 
 
 def read(environ: Mapping[str, str], line: Source,
