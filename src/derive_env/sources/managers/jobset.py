@@ -370,25 +370,22 @@ def _index_and_job(environ: Mapping[str, str]) -> tuple[int, str, str]:
 
 
 def _count(environ: Mapping[str, str], job: str, index: int) -> int:
-    """:data:`NNODES`, >= 1, above ``index`` and at most :data:`MAX_PARALLELISM` (checked
-    before the node list is built); unset: the refusal with the manifest lines."""
+    """:data:`NNODES`, >= 1, at most :data:`MAX_PARALLELISM` (before the node list is built),
+    above ``index``; unset: the refusal with the manifest lines."""
     value = environ.get(NNODES, "")
     fix = (f"the Job's spec.completions, set in the pod template's container env: `- name: "
            f"{NNODES}` `value: \"<spec.completions of {job}>\"` (a Kubernetes Indexed Job "
            "does not put its pod count in the pod's environment)")
     if not value:
         raise TopologyError(describe(NNODES, value, fix))
-    count = variable_int(environ, NNODES, 1, f": {fix}")
+    count = variable_int(environ, NNODES, 1, f": {fix}", (MAX_PARALLELISM, (
+        f"pods: Kubernetes caps an Indexed Job's parallelism at {MAX_PARALLELISM} (pkg/apis/"
+        "batch/validation, maxParallelismForIndexedJob), and every pod of a training job runs "
+        f"at once; {fix}")))
     if index >= count:
         raise TopologyError(describe(
             NNODES, value, f"more than JOB_COMPLETION_INDEX={index} (indexes run 0.."
             f"completions-1): {fix}"))
-    if count > MAX_PARALLELISM:
-        raise TopologyError(describe(
-            NNODES, value, f"at most {MAX_PARALLELISM} pods: Kubernetes caps an Indexed "
-            f"Job's parallelism at {MAX_PARALLELISM} (pkg/apis/batch/validation, "
-            "maxParallelismForIndexedJob), and every pod of a training job runs at once; "
-            + fix))
     return count
 
 

@@ -29,14 +29,16 @@ VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": 
                 "workerpool3": "evaluator"}
 _RUN_TF = ("TensorFlow reads the TF_CONFIG itself: run this replica's command without "
            "derive-env")
-
-
-def _expected(variable: str) -> str:
-    if variable == "CLUSTER_SPEC":
-        return ("Vertex AI's cluster spec, JSON {\"cluster\": {\"workerpool0\": [\"host:port\"], "
-                "...}, \"task\": {\"type\": \"workerpoolN\", \"index\": i}}")
-    return ("a TF_CONFIG, JSON {\"cluster\": {type: [\"host:port\", ...]}, \"task\": "
-            "{\"type\": type, \"index\": i}} (tensorflow tfconfig_cluster_resolver.py)")
+#: What each variable must hold.
+_EXPECTED = {"CLUSTER_SPEC": "Vertex AI's cluster spec, JSON {\"cluster\": {\"workerpool0\": "
+             "[\"host:port\"], ...}, \"task\": {\"type\": \"workerpoolN\", \"index\": i}}",
+             "TF_CONFIG": "a TF_CONFIG, JSON {\"cluster\": {type: [\"host:port\", ...]}, "
+             "\"task\": {\"type\": type, \"index\": i}} (tensorflow tfconfig_cluster_resolver.py)"}
+#: TFJob's sparse form (kubeflow/trainer tensorflow.go, convertClusterSpecToSparseClusterSpec).
+_SPARSE = ("a cluster that lists every task. This one is sparse (TFJob enableDynamicWorker: "
+           "sparseCluster names only this worker, kubeflow/trainer tensorflow.go "
+           "convertClusterSpecToSparseClusterSpec), so it states neither the node count "
+           f"nor the chief. Set enableDynamicWorker: false, or {_RUN_TF}")
 
 
 def _parse(environ: Mapping[str, str], variable: str) -> GivenTFConfig:
@@ -44,7 +46,7 @@ def _parse(environ: Mapping[str, str], variable: str) -> GivenTFConfig:
 
     found = GivenTFConfig.parse(environ[variable])
     if found is None:
-        raise TopologyError(describe(variable, environ[variable], _expected(variable)))
+        raise TopologyError(describe(variable, environ[variable], _EXPECTED[variable]))
     return found
 
 
@@ -98,13 +100,7 @@ def _nodes(cluster: dict, variable: str, shown: str) -> tuple[list[str], list[st
     return [a for _, a in members], [t for t, _ in members]
 
 
-def _refuse_task(variable: str, shown: str, own: str, sparse: bool) -> TopologyError:
-    if sparse:
-        why = ("a cluster that lists every task. This one is sparse (TFJob enableDynamicWorker: "
-               "sparseCluster names only this worker, kubeflow/trainer tensorflow.go "
-               "convertClusterSpecToSparseClusterSpec), so it states neither the node count "
-               f"nor the chief. Set enableDynamicWorker: false, or {_RUN_TF}")
-        return TopologyError(describe(variable, shown, why))
+def _refuse_task(variable: str, shown: str, own: str) -> TopologyError:
     return TopologyError(describe(
         variable, shown,
         f"a chief or worker task: {'an' if own[0] in 'aeiou' else 'a'} {own} task is not a "
@@ -157,14 +153,14 @@ def read(environ: Mapping[str, str], line: Source,
     shown = environ[variable]  # describe() shortens it
     config = _parse(environ, variable)
     if config.sparse is not None:
-        raise _refuse_task(variable, shown, config.task.type, sparse=True)
+        raise TopologyError(describe(variable, shown, _SPARSE))
     own, cluster = _cluster(config, variable, shown)
     if config.task.index >= len(cluster.get(own, ())):
         raise TopologyError(describe(
             variable, shown, f"a task index below the {len(cluster.get(own, ()))} "
             f"task(s) of type {own!r} in its cluster, not {config.task.index}"))
     if own in OTHERS:
-        raise _refuse_task(variable, shown, own, sparse=False)
+        raise _refuse_task(variable, shown, own)
     addresses, types = _nodes(cluster, variable, shown)
     hosts = [_host(variable, shown, a) for a in addresses]
     head = types[0] in HEAD
