@@ -10,6 +10,7 @@ session of several nodes only; it imports no source module.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from itertools import chain, repeat
 
@@ -118,16 +119,14 @@ def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, .
                 f"{index}",
             ))
         parsed.append((entry, found["role"], index))
-    if len({(role, index) for _, role, index in parsed}) != len(parsed):
-        seen: dict[tuple[str, int], str] = {}
-        for entry, role, index in parsed:
-            if (role, index) in seen:
-                raise TopologyError(describe(
-                    HOSTS, raw_hosts,
-                    f"one host per role and index; {seen[(role, index)]!r} and {entry!r} are "
-                    f"both {role} #{index}",
-                ))
-            seen[(role, index)] = entry
+    seen: dict[tuple[str, int], str] = {}
+    for entry, role, index in parsed:
+        first = seen.setdefault((role, index), entry)
+        if first != entry:  # HOSTS' entries are unique: a second entry of the pair
+            raise TopologyError(describe(
+                HOSTS, raw_hosts,
+                f"one host per role and index; {first!r} and {entry!r} are both {role} #{index}",
+            ))
     position = {role: i for i, role in enumerate(role_order(sorted({r for _, r, _ in parsed})))}
     ordered = sorted([(position[role], index, entry, role) for entry, role, index in parsed])
     return tuple(Node(entry, role, index) for _, index, entry, role in ordered)
@@ -135,7 +134,4 @@ def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, .
 
 def role_counts(nodes: Sequence[Node]) -> tuple[tuple[str, int], ...]:
     """Role counts of parsed nodes (the fallback without REPLICAS), in node order."""
-    counts: dict[str, int] = {}
-    for node in nodes:
-        counts[node.role or ""] = counts.get(node.role or "", 0) + 1
-    return tuple(counts.items())
+    return tuple(Counter(node.role or "" for node in nodes).items())  # in first-seen order

@@ -31,7 +31,7 @@ from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_s
 from derive_env.sources.lists import MAX_COUNTED_NODES as MAX_NODES  # a typing error beyond
 from derive_env.sources.report import Report
 from derive_env.topology import Node
-from derive_env.validation import parse_int, variable_int
+from derive_env.validation import at_most, parse_int, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -107,9 +107,7 @@ def _identity(environ: Mapping[str, str]) -> tuple[str, str, int, tuple[str, ...
     """``(jobset, replicated job, job index, their inputs)``: from the labels when set, else
     from ``HOSTNAME`` ``<jobset>-<rjob>-<jobIndex>-<podIndex>`` (exact: the last two parts)."""
     js, host = environ[NAME], environ.get("HOSTNAME", "")
-    if len(host) > MAX_HOSTNAME:
-        raise TopologyError(describe(
-            "HOSTNAME", host, f"at most {MAX_HOSTNAME} characters (a pod hostname is one DNS "
+    at_most("HOSTNAME", host, len(host), (MAX_HOSTNAME, "characters (a pod hostname is one DNS "
             "label, pkg/apis/batch/validation, kubernetes-sigs/jobset#408): the Job controller "
             "names the pod's host <jobset>-<rjob>-<jobIndex>-<index>"))
     if not _LABEL.fullmatch(js):
@@ -350,9 +348,7 @@ def _index_and_job(environ: Mapping[str, str]) -> tuple[int, str, str]:
     index = variable_int(environ, "JOB_COMPLETION_INDEX", 0, " (the pod's completion index, "
                          "0-based: indexed_job_utils.go); do not set it in the pod template's env")
     host = environ.get("HOSTNAME", "")
-    if len(host) > MAX_HOSTNAME:
-        raise TopologyError(describe(
-            "HOSTNAME", host, f"at most {MAX_HOSTNAME} characters (a pod hostname is one DNS "
+    at_most("HOSTNAME", host, len(host), (MAX_HOSTNAME, "characters (a pod hostname is one DNS "
             f"label, pkg/apis/batch/validation): {_CONTROLLER}"))
     found = _HOSTNAME.fullmatch(host)
     if found is None:
