@@ -279,14 +279,14 @@ def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """A JobSet pod's labels (passed by the downward API) and ``/etc/hosts`` when needed.
+    """A JobSet pod's labels (passed by the downward API) and ``/etc/hosts`` when needed; an
+    Indexed Job's pod for the other line (:func:`_indexed`).
 
     :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
-        replicated job, index 1-based within it), the coordinator as master when it is not
-        node 0, ``job`` = (``jobset``, node 0's name, the pod count).
-    :raises TopologyError: a label or :data:`LAYOUT` missing (the message gives the manifest
-        lines, the same on every pod) or malformed, a label that disagrees with :data:`LAYOUT`,
-        a hostname not ``<jobset>-<rjob>-<j>-<JOB_COMPLETION_INDEX>``.
+        replicated job, index 1-based in it), the coordinator as master when not node 0,
+        ``job`` = (``jobset``, node 0's name, the pod count).
+    :raises TopologyError: a label or :data:`LAYOUT` missing (with the manifest lines, the same
+        on every pod) or malformed or disagreeing, a hostname not this pod's.
     """
     if line.name != "jobset":
         return _indexed(environ, line, files)
@@ -323,9 +323,8 @@ def read(environ: Mapping[str, str], line: Source,
 
 #: The pod count, set in the manifest to ``spec.completions`` (not a label: labels.NOT_LABELS).
 NNODES = "DERIVE_ENV_NNODES"
-#: Kubernetes caps an Indexed Job's parallelism (kubernetes/kubernetes
-#: ``pkg/apis/batch/validation/validation.go``, ``maxParallelismForIndexedJob``); the pods of
-#: a training job all run at once, so its completions are at most its parallelism.
+#: Kubernetes caps an Indexed Job's parallelism (``pkg/apis/batch/validation/validation.go``,
+#: ``maxParallelismForIndexedJob``), and a training job's pods all run at once.
 MAX_PARALLELISM = 100_000
 
 _HOSTNAME = re.compile(r"(?P<job>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-(?P<index>0|[1-9][0-9]*)")
