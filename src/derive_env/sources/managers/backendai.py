@@ -45,9 +45,6 @@ MASTER_PORT = "BACKENDAI_DIST_MASTER_PORT"
 #: Backend.AI's default role (``DEFAULT_ROLE``), the one its default session starts with.
 MAIN = "main"
 
-_CLUSTER_PREFIX = "BACKENDAI_CLUSTER_"
-_NAMES = (SIZE, HOSTS, HOST, ROLE, IDX, LOCAL_RANK, REPLICAS, SESSION_ID, GPU_COUNT, N_GPUS,
-          MASTER_PORT)
 _ROLE_EXPECTED = (
     "a role name such as main or sub (letters, digits and '-', with a letter, not starting "
     "with '-')"
@@ -169,10 +166,11 @@ def _single_node(variables: BackendAIVariables, own: str) -> Node:
     return Node(host=own)
 
 
-def _validated(environ: Mapping[str, str]) -> tuple[dict[str, str], BackendAIVariables]:
-    """The set variables and their model; TopologyError on the first malformed one, naming
+def _validated(environ: Mapping[str, str],
+               names: Sequence[str]) -> tuple[dict[str, str], BackendAIVariables]:
+    """The set variables of ``names`` (the line's) and their model; TopologyError on the first malformed one, naming
     this container when it is one of its own (docs/behaviour.md section 7)."""
-    present = {name: environ[name] for name in _NAMES if environ.get(name)}
+    present = {name: environ[name] for name in names if environ.get(name)}
     try:
         return present, BackendAIVariables.model_validate(present)
     except ValidationError as exc:
@@ -292,9 +290,9 @@ def read(environ: Mapping[str, str], line: Source,
         ROLE/IDX vs HOST, a LOCAL_RANK no role group order gives, GPU_COUNT vs N_GPUS, several
         containers on Kubernetes); the message names the variable and its value.
     """
-    present, variables = _validated(environ)
+    present, variables = _validated(environ, line.detect)
     cluster_given = sorted(
-        k for k, value in environ.items() if k.startswith(_CLUSTER_PREFIX) and value
+        k for k, value in environ.items() if k.startswith(line.prefix) and value
     )
     if variables.size is None and cluster_given:
         raise TopologyError(describe(
