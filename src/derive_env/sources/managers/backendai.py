@@ -168,8 +168,8 @@ def _single_node(variables: BackendAIVariables, own: str) -> Node:
 
 def _validated(environ: Mapping[str, str],
                names: Sequence[str]) -> tuple[dict[str, str], BackendAIVariables]:
-    """The set variables of ``names`` (the line's) and their model; TopologyError on the first malformed one, naming
-    this container when it is one of its own (docs/behaviour.md section 7)."""
+    """The set variables of ``names`` (the line's) and their model; TopologyError on the
+    first malformed one, naming this container when it is its own (docs/behaviour.md section 7)."""
     present = {name: environ[name] for name in names if environ.get(name)}
     try:
         return present, BackendAIVariables.model_validate(present)

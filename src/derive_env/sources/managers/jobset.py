@@ -80,15 +80,13 @@ def downward(variable: str) -> str:
             f"['{LABELS[variable]}']\"}}}}}}`")
 
 
-def _layout_fix(js: str, rjob: str | None = None,
-                environ: Mapping[str, str] | None = None) -> str:
+def _layout_fix(environ: Mapping[str, str], js: str, rjob: str | None) -> str:
     """What :data:`LAYOUT` must hold, its example built from this pod's own replicated job
     ``rjob`` (and its replicas, when the label is passed), not from another JobSet's."""
-    env = environ or {}
-    replicas = env.get(RJOB_REPLICAS, "").strip()
+    replicas = environ.get(RJOB_REPLICAS, "").strip()
     replicas = replicas if replicas.isascii() and replicas.isdigit() else "<replicas>"
     example = f"{rjob or '<name>'}:{replicas}x<completions>"
-    total = env.get(GLOBAL_REPLICAS, "").strip()
+    total = environ.get(GLOBAL_REPLICAS, "").strip()
     others = ""
     if total.isascii() and total.isdigit() and replicas.isdigit():
         more = int(total) - int(replicas)
@@ -141,7 +139,7 @@ def layout(environ: Mapping[str, str], js: str, rjob: str | None = None) -> tupl
     unset, malformed, a name twice or not a DNS-1035 label, no pod, more than
     :data:`MAX_NODES` pods, or a pod hostname longer than 63 characters."""
     value = environ.get(LAYOUT, "")
-    fix = _layout_fix(js, rjob, environ)
+    fix = _layout_fix(environ, js, rjob)
     groups: list[Group] = []
     for entry in value.split(",") if value else ():
         found = _ENTRY.fullmatch(entry.strip())
@@ -176,7 +174,7 @@ def _place(environ: Mapping[str, str], groups: tuple[Group, ...], rjob: str,
            job: int) -> tuple[Group, int]:
     """This pod's group and the jobs before its job, checked against the optional labels."""
     names = [g.name for g in groups]
-    fix = _layout_fix(environ[NAME], rjob, environ)
+    fix = _layout_fix(environ, environ[NAME], rjob)
     if rjob not in names:
         raise TopologyError(describe(
             LAYOUT, environ[LAYOUT], f"a list naming this pod's replicated job {rjob!r}: "
@@ -226,7 +224,7 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
     if index >= group.pods:
         raise TopologyError(describe(
             "JOB_COMPLETION_INDEX", raw, f"an index below {group.pods}, the pods per job of "
-            f"{group.name} in {LAYOUT}: {_layout_fix(js, group.name, environ)}"))
+            f"{group.name} in {LAYOUT}: {_layout_fix(environ, js, group.name)}"))
     return index, host
 
 
