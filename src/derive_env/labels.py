@@ -32,9 +32,9 @@ LABELS_FILE_VARIABLE = "DERIVE_ENV_LABELS_FILE"
 VARIABLE_PREFIX = "DERIVE_ENV_"
 #: The ``DERIVE_ENV_*`` variables derive-env reads that are not labels (nor near misses of
 #: one): the labels file, the source choice (sources.SOURCE_VARIABLE), the path of
-#: SageMaker's resource config (sources/managers/sagemaker.py, CONFIG_VARIABLE) and the Indexed
-#: Job's pod count and subdomain (sources/managers/indexed_job.py), the JobSet's replicated jobs
-#: (sources/managers/jobset.py), and the run id derive-env sets and keeps (merge.py, RUN_ID).
+#: SageMaker's resource config (sources/managers/sagemaker.py, CONFIG_VARIABLE), the Indexed
+#: Job's pod count and subdomain and the JobSet's replicated jobs (sources/managers/jobset.py),
+#: and the run id derive-env sets and keeps (merge.py, RUN_ID).
 NOT_LABELS = frozenset({LABELS_FILE_VARIABLE, "DERIVE_ENV_SOURCE", "DERIVE_ENV_RUN_ID",
                         "DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG", "DERIVE_ENV_NNODES",
                         "DERIVE_ENV_SUBDOMAIN", "DERIVE_ENV_REPLICATED_JOBS",

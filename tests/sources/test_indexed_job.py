@@ -1,4 +1,4 @@
-"""The Kubernetes Indexed Job source (sources/managers/indexed_job.py).
+"""The Kubernetes Indexed Job source (sources/managers/jobset.py, its line kubernetes-indexed-job).
 
 No Kubernetes runs here: the pods' environments and ``/etc/hosts`` are TYPED from the
 controller's and the kubelet's code (kubernetes/kubernetes):
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, seen_sources
-from derive_env.sources.managers import indexed_job
+from derive_env.sources.managers import jobset
 from derive_env.sources.report import Report
 from derive_env.topology import Node
 from support.k8s import etc_hosts
@@ -33,9 +33,9 @@ LINE = BY_NAME["kubernetes-indexed-job"]
 
 
 def read(environ: dict[str, str], hosts: str | None = None) -> Report:
-    files = {indexed_job.HOSTS_FILE: hosts} if indexed_job.files_needed(environ, LINE.name) \
+    files = {jobset.HOSTS_FILE: hosts} if jobset.files_needed(environ, LINE.name) \
         else None
-    return indexed_job.read(environ, LINE, files)
+    return jobset.read(environ, LINE, files)
 
 
 def error(environ: dict[str, str], hosts: str | None = None) -> str:
@@ -56,7 +56,7 @@ def test_a_pod_with_the_count_and_the_kubelets_fqdn() -> None:
 
 def test_the_subdomain_variable_wins_and_no_file_is_read() -> None:
     env = pod("train", 0, 2, "svc")
-    assert indexed_job.files_needed(env, LINE.name) == ()
+    assert jobset.files_needed(env, LINE.name) == ()
     report = read(env)
     assert [n.host for n in report.nodes] == ["train-0.svc", "train-1.svc"]
     assert report.inputs["master"] == ("HOSTNAME", "DERIVE_ENV_SUBDOMAIN")

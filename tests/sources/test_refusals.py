@@ -87,7 +87,7 @@ def partial(name: str, value: str, single: str, launcher: str, missing: str,
     ({"PALS_RANKID": "5"},
      partial("PALS_RANKID", "5", "0", "Cray PALS (mpiexec)",
              "PALS_LOCAL_RANKID, PALS_LOCAL_SIZE, PALS_NODEID, PMI_SIZE")),
-    # Read now (sources/managers/indexed_job.py): refused without its pod count, on every index.
+    # Read now (sources/managers/jobset.py): refused without its pod count, on every index.
     ({"JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
       "HOSTNAME": "train-0"},
      "DERIVE_ENV_NNODES='': expected the Job's spec.completions, set in the pod template's "

@@ -276,7 +276,7 @@ SOURCES: tuple[Source, ...] = (
                      "jsrun --rs_per_host 1 --tasks_per_rs <GPUs per node>")),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
     # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
-    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.indexed_job",
+    Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.jobset",
            ("JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST"), 4,
            unless=("LWS_WORKER_INDEX", "VC_TASK_INDEX", "PET_NNODES", "JAX_PROCESS_ID",
                    "DMLC_TASK_ID", "TPU_WORKER_ID", "JOBSET_NAME"), fallback=True,

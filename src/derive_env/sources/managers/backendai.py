@@ -1,35 +1,15 @@
-"""Backend.AI: ``BACKENDAI_CLUSTER_*`` variables -> :class:`ClusterTopology`.
-
-Rules (docs/behaviour.md section 5), from lablup/backend.ai's own code (paths in that repository):
-
-* Who sets what: the scheduler's launcher
-  (``src/ai/backend/manager/sokovan/scheduler/launcher/launcher.py``) gives every container
-  the session's user variables, then ``BACKENDAI_CLUSTER_SIZE``, ``_REPLICAS`` (``role:count``
-  pairs, sorted by role name), ``_HOSTS`` and, per container, ``_ROLE``, ``_IDX``,
-  ``_LOCAL_RANK``, ``_HOST``.
-* Host names are always ``f"{role}{idx}"``, ``idx`` 1-based within the role, and roles are
-  free-form strings of up to 16 characters (``models/kernel/row.py``) that may end in digits
-  or hyphens (``a100`` -> ``a1001``, ``gpu-2`` -> ``gpu-21``), so the names are REBUILT from
-  REPLICAS, never split back into role and index
-  (``sokovan/scheduling_controller/preparers/resources/expand_kernel_groups_rule.py``).
-* Canonical node order, identical in every container whatever order ``_HOSTS`` has (it comes
-  from a query ordered by the index within a role only,
-  ``repositories/scheduler/db_source/db_source.py``, so ``sub1,main1`` happens): role ``main``
-  first, then the other roles in REPLICAS order, each role's hosts ``{role}1..{role}{count}``.
-  HOSTS must be exactly those names (compared case-insensitively, as DNS does). Without
-  REPLICAS: ``{role}{index}`` parsed from the HOSTS names (the role taken as not ending in a
-  digit), ``main`` first, then roles by name, numeric index.
-* Node rank = the own host's position in that order; master = node rank 0, never HOSTS[0].
-* ``_LOCAL_RANK`` is the position over the role groups IN THE ORDER THE SESSION'S REQUEST
-  LISTED THEM (expand_kernel_groups_rule.py), which a container cannot see (a cluster
-  template may list workers before main): ``offset(own role) + IDX - 1``. It never decides
-  the node rank. A value no order of the role groups can give is an error naming this
-  container; a possible value that differs from the node rank is an ``--explain`` note, no
-  warning (docs/behaviour.md section 5, revised).
-* ``BACKENDAI_DIST_MASTER_PORT`` is NOT set by Backend.AI: a session variable a user may set
-  to choose the master port (read by an unmerged Backend.AI proposal, PR #10726); honoured.
-
-Empty variables count as unset, as in torch's ``env://`` rendezvous.
+"""Backend.AI: ``BACKENDAI_CLUSTER_*`` -> one container's node layer (docs/behaviour.md section
+5, docs/backendai.md). From lablup/backend.ai: the launcher
+(``src/ai/backend/manager/sokovan/scheduler/launcher/launcher.py``) sets SIZE, REPLICAS (sorted
+by role), HOSTS and per container ROLE, IDX, LOCAL_RANK, HOST. Names are ``f"{role}{idx}"``,
+roles up to 16 characters (``models/kernel/row.py``) that may end in digits: rebuilt from
+REPLICAS, never split (``sokovan/scheduling_controller/preparers/resources/
+expand_kernel_groups_rule.py``, which also numbers LOCAL_RANK in the request's group order: a
+container cannot see it, so it is checked, never the node rank). HOSTS comes in any order
+(``repositories/scheduler/db_source/db_source.py``): node rank = the own HOST's place in
+backendai_order.py's canonical order, the master node 0. ``BACKENDAI_DIST_MASTER_PORT``: a
+user's session variable (Backend.AI PR #10726). Empty variables count as unset (torch's
+``env://``).
 """
 
 from __future__ import annotations
@@ -65,9 +45,6 @@ MASTER_PORT = "BACKENDAI_DIST_MASTER_PORT"
 #: Backend.AI's default role (``DEFAULT_ROLE``), the one its default session starts with.
 MAIN = "main"
 
-_CLUSTER_PREFIX = "BACKENDAI_CLUSTER_"
-_NAMES = (SIZE, HOSTS, HOST, ROLE, IDX, LOCAL_RANK, REPLICAS, SESSION_ID, GPU_COUNT, N_GPUS,
-          MASTER_PORT)
 _ROLE_EXPECTED = (
     "a role name such as main or sub (letters, digits and '-', with a letter, not starting "
     "with '-')"
@@ -127,12 +104,7 @@ _COUNT, _POSITIVE, _GPUS = (BeforeValidator(partial(f, minimum=m)) for f, m in (
 
 
 class BackendAIVariables(BaseModel):
-    """The Backend.AI variables of one container, each parsed on its own.
-
-    Built with ``model_validate(environ)``; fields are keyed by the variable names, unset
-    (or empty) variables are ``None``. Cross-variable rules live in :func:`read`.
-    ``master_port`` is ``BACKENDAI_DIST_MASTER_PORT``, a user's session variable (TCP port).
-    """
+    """One container's Backend.AI variables, each parsed on its own (unset: ``None``)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -154,19 +126,9 @@ class BackendAIVariables(BaseModel):
 
 
 def possible_local_ranks(own_index: int, other_counts: Sequence[int], size: int) -> list[int]:
-    """Every ``BACKENDAI_CLUSTER_LOCAL_RANK`` some order of the role groups gives a container.
-
-    Backend.AI (expand_kernel_groups_rule.py) numbers the containers over the role groups in
-    the order the session's request listed them: ``offset + own_index - 1``, the offset being
-    the summed counts of the groups listed before the own role, i.e. the sum of some subset
-    of the other roles' counts (any subset: the request may list the groups in any order).
-
-    :param own_index: this container's 1-based index within its role (``IDX``).
-    :param other_counts: the counts of the OTHER roles.
-    :param size: the number of containers; offsets are below it (a bit set of ``size`` bits,
-        one shift per role: cheap for any session).
-    :returns: the possible values, ascending.
-    """
+    """Every LOCAL_RANK some order of the role groups gives a container, ascending: ``offset +
+    own_index - 1`` (expand_kernel_groups_rule.py), the offset the sum of any subset of
+    ``other_counts``, below ``size`` (a bit set of ``size`` bits, one shift per role)."""
     mask = (1 << size) - 1
     offsets = 1  # bit o set: offset o is the sum of some subset
     for count in other_counts:
@@ -176,12 +138,8 @@ def possible_local_ranks(own_index: int, other_counts: Sequence[int], size: int)
 
 
 def _check_role_idx(variables: BackendAIVariables, me: Node, own: str, exact: bool) -> None:
-    """ROLE and IDX must describe the own HOST.
-
-    :param exact: the node's role and index are known exactly (rebuilt from REPLICAS);
-        otherwise they were parsed from the name, and ``HOST == ROLE + IDX`` is enough.
-    :raises TopologyError: naming ROLE or IDX, its value, and this container's HOST.
-    """
+    """ROLE and IDX describe the own HOST: its role and index when ``exact`` (rebuilt from
+    REPLICAS), else ``HOST == ROLE + IDX`` is enough; TopologyError naming ROLE or IDX."""
     role, idx = variables.role, variables.idx
     if not exact and role is not None and idx is not None and (
         f"{role}{idx}".lower() == own.lower()
@@ -208,52 +166,11 @@ def _single_node(variables: BackendAIVariables, own: str) -> Node:
     return Node(host=own)
 
 
-def _facts(environ: Mapping[str, str]) -> dict:
-    """This container's facts, checked, keyed as :class:`ClusterTopology`'s fields: the
-    composer builds the one topology of the job from :func:`read`'s report.
-
-    :raises TopologyError: as :func:`read`.
-    """
-    present, variables = _validated(environ)
-    cluster_given = sorted(
-        k for k, value in environ.items() if k.startswith(_CLUSTER_PREFIX) and value
-    )
-    if variables.size is None and cluster_given:
-        raise TopologyError(describe(
-            SIZE, environ.get(SIZE, ""),
-            f"the number of containers of the session (an integer >= 1), since "
-            f"{', '.join(cluster_given)} {'is' if len(cluster_given) == 1 else 'are'} set",
-        ))
-    gpus = _gpu_count(variables, present)
-    own = _own_host(variables, present)
-    ordered = _ordered(variables, present, own)
-    nodes, position, _, order = ordered
-    _check_role_idx(variables, nodes[position], own, exact=variables.replicas is not None)
-    warnings, notes = _local_rank(variables, present, ordered)
-    inputs: dict[str, tuple[str, ...]] = {}
-    if gpus is not None:
-        inputs["gpus"] = tuple(n for n in (GPU_COUNT, N_GPUS) if n in present)
-    if variables.master_port is not None:
-        inputs["master_port"] = (MASTER_PORT,)
-    if len(nodes) > 1:
-        inputs["nodes"] = (HOSTS,) + ((REPLICAS,) if variables.replicas else ())
-        inputs["node_rank"] = (f"position of {HOST}={own} in the canonical order",)
-    elif cluster_given:  # the cluster manager stated it: one node
-        inputs["nodes"] = (SIZE,) + ((HOSTS,) if variables.hosts else ())
-    return dict(
-        source="backendai", nodes=nodes, node_rank=position, gpus_per_node=gpus,
-        master_port=variables.master_port, session_id=variables.session_id, order=order,
-        notes=notes, warnings=warnings, inputs=inputs,
-    )
-
-
-def _validated(environ: Mapping[str, str]) -> tuple[dict[str, str], BackendAIVariables]:
-    """The set variables of this source and the model of them, each variable parsed.
-
-    :raises TopologyError: the first malformed variable, naming this container when the
-        variable is one of its own (docs/behaviour.md section 7).
-    """
-    present = {name: environ[name] for name in _NAMES if environ.get(name)}
+def _validated(environ: Mapping[str, str],
+               names: Sequence[str]) -> tuple[dict[str, str], BackendAIVariables]:
+    """The set variables of ``names`` (the line's) and their model; TopologyError on the
+    first malformed one, naming this container when it is its own (docs/behaviour.md section 7)."""
+    present = {name: environ[name] for name in names if environ.get(name)}
     try:
         return present, BackendAIVariables.model_validate(present)
     except ValidationError as exc:
@@ -297,9 +214,7 @@ def _own_host(variables: BackendAIVariables, present: Mapping[str, str]) -> str:
 def _ordered(
     variables: BackendAIVariables, present: Mapping[str, str], own: str,
 ) -> tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None]:
-    """``(nodes, node rank, role counts, order)``: the nodes in canonical order
-    (sources/managers/backendai_order.py), this container's position in them, the role counts
-    (REPLICAS', else counted from the parsed names) and the rule for ``--explain``."""
+    """``(nodes in canonical order, this container's place, role counts, the order's rule)``."""
     hosts = variables.hosts
     if hosts is None or len(hosts) == 1:
         return (_single_node(variables, own),), 0, (), None
@@ -321,20 +236,15 @@ def _ordered(
 def _local_rank(
     variables: BackendAIVariables, present: Mapping[str, str],
     ordered: tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None],
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Check LOCAL_RANK, when set, against what Backend.AI can give this container.
-
-    :param ordered: :func:`_ordered`'s ``(nodes, node rank, role counts, order)``.
-    :returns: (warnings, notes): no warning (docs/behaviour.md section 5: a valid
-        cluster-template session starts without a message); when LOCAL_RANK differs from the
-        node rank, the ``--explain`` lines showing both values.
-    :raises TopologyError: no order of the role groups gives LOCAL_RANK; the message names
-        LOCAL_RANK, its value and this container (only it can make this check).
-    """
+) -> tuple[str, ...]:
+    """LOCAL_RANK, when set, checked against what Backend.AI can give this container
+    (``ordered``: :func:`_ordered`'s); the ``--explain`` notes when it differs from the node
+    rank, no warning (docs/behaviour.md section 5). TopologyError naming LOCAL_RANK, its value
+    and this container when no order of the role groups gives it."""
     nodes, node_rank, counts, _ = ordered
     local_rank = variables.local_rank
     if local_rank is None or local_rank == node_rank:
-        return (), ()
+        return ()
     me = nodes[node_rank]
     own_index, groups = me.index or 1, counts
     if len(nodes) == 1:
@@ -362,9 +272,7 @@ def _local_rank(
             LOCAL_RANK, present[LOCAL_RANK],
             f"{'one of ' if len(possible) > 1 else ''}{listing(possible)} for container "
             f"{me.host} (role {me.role!r}, index {own_index}): {why}"))
-    # A valid cluster-template session starts every container without a message (docs/
-    # behaviour.md section 5); --explain shows both values.
-    return (), (
+    return (
         f"node rank {node_rank}: the position of {me.host} in the canonical order above",
         f"{LOCAL_RANK}={local_rank}: its position in the order the session's request listed "
         "the role groups, which a container cannot see (not used as the node rank)")
@@ -372,38 +280,55 @@ def _local_rank(
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """This source's facts for the composer (sources/compose.py).
+    """This container's facts for the composer (sources/compose.py): the node layer in
+    canonical order only when the session states its nodes (``BACKENDAI_CLUSTER_*``), else
+    ``GPU_COUNT`` and ``BACKENDAI_DIST_MASTER_PORT`` alone; one container per node and no
+    process: no process layer. ``order`` says which rule built the order.
 
-    The node layer, in canonical node order (see the module docstring), only when the
-    session states its nodes (``BACKENDAI_CLUSTER_*``); a single-container session when
-    ``BACKENDAI_CLUSTER_SIZE`` is 1. A container with only ``GPU_COUNT`` or
-    ``BACKENDAI_DIST_MASTER_PORT`` reports those. Backend.AI starts one container per node
-    and no process: no process layer. ``order`` says which rule built the order; a
-    LOCAL_RANK that differs from the node rank gives ``--explain`` notes (no warning).
-
-    :param environ: the container's environment (only the variables above are read).
-    :raises TopologyError: a variable is malformed, a required one is missing, or they
-        contradict each other (HOSTS count vs SIZE, REPLICAS sums, HOSTS vs the names REPLICAS
-        gives, colliding names, ROLE/IDX vs HOST, a LOCAL_RANK no role group order gives,
-        GPU_COUNT vs N_GPUS). The message names the variable and its value.
+    :raises TopologyError: a malformed or missing variable, or two that contradict each other
+        (HOSTS vs SIZE, REPLICAS' sum, HOSTS vs the names REPLICAS gives, colliding names,
+        ROLE/IDX vs HOST, a LOCAL_RANK no role group order gives, GPU_COUNT vs N_GPUS, several
+        containers on Kubernetes); the message names the variable and its value.
     """
-    facts = _facts(environ)
-    stated = "nodes" in facts["inputs"]
-    if stated and len(facts["nodes"]) > 1 and environ.get(KUBERNETES):
-        hosts = [n.host for n in facts["nodes"]]
-        raise TopologyError(_ON_KUBERNETES.format(size=len(hosts), hosts=listing(hosts, 3)))
+    present, variables = _validated(environ, line.detect)
+    cluster_given = sorted(
+        k for k, value in environ.items() if k.startswith(line.prefix) and value
+    )
+    if variables.size is None and cluster_given:
+        raise TopologyError(describe(
+            SIZE, environ.get(SIZE, ""),
+            f"the number of containers of the session (an integer >= 1), since "
+            f"{', '.join(cluster_given)} {'is' if len(cluster_given) == 1 else 'are'} set",
+        ))
+    gpus = _gpu_count(variables, present)
+    own = _own_host(variables, present)
+    ordered = _ordered(variables, present, own)
+    nodes, position, _, order = ordered
+    _check_role_idx(variables, nodes[position], own, exact=variables.replicas is not None)
+    notes = _local_rank(variables, present, ordered)
+    inputs: dict[str, tuple[str, ...]] = {}
+    if gpus is not None:
+        inputs["gpus"] = tuple(n for n in (GPU_COUNT, N_GPUS) if n in present)
+    if variables.master_port is not None:
+        inputs["master_port"] = (MASTER_PORT,)
+    if len(nodes) > 1:
+        if environ.get(KUBERNETES):
+            hosts = [n.host for n in nodes]
+            raise TopologyError(_ON_KUBERNETES.format(size=len(hosts), hosts=listing(hosts, 3)))
+        inputs["nodes"] = (HOSTS,) + ((REPLICAS,) if variables.replicas else ())
+        inputs["node_rank"] = (f"position of {HOST}={own} in the canonical order",)
+    elif cluster_given:  # the cluster manager stated it: one node
+        inputs["nodes"] = (SIZE,) + ((HOSTS,) if variables.hosts else ())
+    stated = "nodes" in inputs
     return Report(
-        source="backendai", title=line.title,
-        nodes=facts["nodes"] if stated else (),
-        node_rank=facts["node_rank"] if stated else None,
-        gpus=facts["gpus_per_node"], master_port=facts["master_port"],
-        session_id=facts["session_id"], inputs=facts["inputs"], order=facts["order"],
-        notes=facts["notes"], warnings=facts["warnings"],
+        source="backendai", title=line.title, nodes=nodes if stated else (),
+        node_rank=position if stated else None, gpus=gpus, master_port=variables.master_port,
+        session_id=variables.session_id, inputs=inputs, order=order, notes=notes,
     )
 
 
-#: Set by the kubelet in every container: beside Backend.AI's variables, Backend.AI's Kubernetes
-#: agent backend (no session network: ``apply_network`` does nothing, agent/kubernetes/agent.py).
+#: Set by the kubelet: Backend.AI's Kubernetes agent backend, no session network
+#: (``apply_network`` does nothing, agent/kubernetes/agent.py).
 KUBERNETES = "KUBERNETES_SERVICE_HOST"
 _ON_KUBERNETES = (
     "BACKENDAI_CLUSTER_SIZE={size} with KUBERNETES_SERVICE_HOST set: a session of {size} "
@@ -417,8 +342,7 @@ _PER_CONTAINER = frozenset({HOST, ROLE, IDX, LOCAL_RANK, GPU_COUNT, N_GPUS})
 
 
 def _only_here(environ: Mapping[str, str]) -> str:
-    """The end of a message about a per-container value: name the container
-    (docs/behaviour.md section 7)."""
+    """The end of a message about a per-container value (docs/behaviour.md section 7)."""
     host = environ.get(HOST, "").strip()
     shown = f"container {shorten(host, 80)}" if host else "this container"
     return (f" (set for {shown} only: it stops alone while the other containers of the "

@@ -1,17 +1,16 @@
-"""Backend.AI's canonical node order (docs/behaviour.md section 5), for a session of several nodes.
+"""Backend.AI's canonical node order (docs/behaviour.md section 5), for several nodes.
 
-The same in every container, whatever order ``BACKENDAI_CLUSTER_HOSTS`` has: role ``main``
-first, then the other roles in REPLICAS order, each role's hosts ``{role}1..{role}{count}``,
-rebuilt from REPLICAS (Backend.AI's
-``sokovan/scheduling_controller/preparers/resources/expand_kernel_groups_rule.py``); without
-REPLICAS, ``{role}{index}`` parsed from the HOSTS names. See sources/managers/backendai.py, which
-imports this module only when a session has more than one node; this module imports no
-source module (the host-name grammar is :data:`derive_env.hosts.ROLE_INDEX`).
+Role ``main`` first, then REPLICAS' roles in its order, each role's hosts ``{role}1..{role}
+{count}`` (Backend.AI's ``sokovan/scheduling_controller/preparers/resources/
+expand_kernel_groups_rule.py``); without REPLICAS, ``{role}{index}`` parsed from the HOSTS names
+(:data:`derive_env.hosts.ROLE_INDEX`). Imported by sources/managers/backendai.py for a
+session of several nodes only; it imports no source module.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from itertools import chain, repeat
 
@@ -19,8 +18,7 @@ from derive_env.errors import TopologyError, describe, listing, shorten
 from derive_env.hosts import ROLE_INDEX, repeated_host
 from derive_env.topology import Node, nodes_of
 
-#: The variables this order is read from, and Backend.AI's default role
-#: (sources/managers/backendai.py reads them).
+#: The variables this order is read from, and Backend.AI's default role.
 HOSTS = "BACKENDAI_CLUSTER_HOSTS"
 REPLICAS = "BACKENDAI_CLUSTER_REPLICAS"
 MAIN = "main"
@@ -36,38 +34,25 @@ ORDER_FROM_HOSTS = (
 
 
 def role_order(roles: Sequence[str]) -> list[str]:
-    """The canonical role order: ``main`` first, then ``roles`` in the order given.
-
-    :param roles: REPLICAS' roles in REPLICAS order (Backend.AI sorts them by name, so
-        ``main`` need not be first: ``aux:1,main:1,sub:2``).
-    """
+    """``main`` first, then ``roles`` (REPLICAS', sorted by name: ``aux:1,main:1``) as given."""
     return sorted(roles, key=lambda r: r != MAIN)  # stable: keeps the given order after main
 
 
 def nodes_from_replicas(
     replicas: Sequence[tuple[str, int]], hosts: Sequence[str], raw_hosts: str, raw_replicas: str
 ) -> tuple[Node, ...]:
-    """The canonical node order rebuilt from REPLICAS, checked against HOSTS.
+    """The nodes ``f"{role}{i}"``, ``i`` in ``1..count``, roles in :func:`role_order`, each
+    spelled as ``hosts`` (the checked HOSTS entries) spells it, compared as DNS does.
 
-    Names are ``f"{role}{i}"`` for ``i`` in ``1..count`` (Backend.AI's
-    expand_kernel_groups_rule.py), roles in :func:`role_order`; HOSTS may spell them in
-    another case (compared as DNS does).
-
-    :param replicas: the parsed ``role:count`` pairs, in REPLICAS order.
-    :param hosts: the HOSTS entries (validated host names, unique case-insensitively, as
-        many as the counts add up to).
-    :returns: the nodes in canonical order, each spelled as HOSTS spells it.
-    :raises TopologyError: two roles rebuild the same name (``a:11,a1:1`` both give
-        ``a11``), naming REPLICAS; HOSTS is not exactly the rebuilt set, naming HOSTS and
-        REPLICAS and the missing / extra names.
+    :raises TopologyError: two roles rebuild the same name (``a:11,a1:1``), naming REPLICAS;
+        HOSTS is not exactly the rebuilt set, naming both and the missing / extra names.
     """
     listed = set(hosts)
     counts = dict(replicas)
     roles = role_order(list(counts))
     names = [f"{role}{index}" for role in roles for index in range(1, counts[role] + 1)]
     if listed.issuperset(names) and repeated_host(names) is None:
-        # HOSTS spells every rebuilt name as given and no two collide (as many hosts as
-        # names, checked by the caller).
+        # HOSTS spells every rebuilt name as given, no two collide (the caller counted them).
         return nodes_of(names, chain.from_iterable(repeat(r, counts[r]) for r in roles),
                         chain.from_iterable(range(1, counts[r] + 1) for r in roles))
     # Otherwise one pass per node, which spells names as HOSTS does or names the problem.
@@ -109,14 +94,12 @@ def nodes_from_replicas(
 
 
 def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, ...]:
-    """The fallback without REPLICAS: ``{role}{index}`` parsed from each HOSTS name.
+    """Without REPLICAS: ``{role}{index}`` parsed from each HOSTS name, a role not ending in
+    a digit (``sub12``: ``sub`` #12, the same in every container); ``main`` first, then roles
+    by name, each by numeric index.
 
-    A role is taken as not ending in a digit (``sub12`` -> ``sub`` #12): every container
-    parses the same HOSTS the same way, so they agree on the order even when a real role
-    ended in digits. Order: ``main`` first, then roles by name, each by numeric index.
-
-    :raises TopologyError: an entry is not ``{role}{index}``, has index 0, or two entries
-        have the same role and index (``sub01``, ``sub1``); the message names HOSTS.
+    :raises TopologyError: naming HOSTS: an entry is not ``{role}{index}``, has index 0, or
+        two have the same role and index (``sub01``, ``sub1``).
     """
     parsed: list[tuple[str, str, int]] = []
     match = re.compile(ROLE_INDEX).match  # inlined: this loop runs once per node
@@ -136,16 +119,14 @@ def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, .
                 f"{index}",
             ))
         parsed.append((entry, found["role"], index))
-    if len({(role, index) for _, role, index in parsed}) != len(parsed):
-        seen: dict[tuple[str, int], str] = {}
-        for entry, role, index in parsed:
-            if (role, index) in seen:
-                raise TopologyError(describe(
-                    HOSTS, raw_hosts,
-                    f"one host per role and index; {seen[(role, index)]!r} and {entry!r} are "
-                    f"both {role} #{index}",
-                ))
-            seen[(role, index)] = entry
+    seen: dict[tuple[str, int], str] = {}
+    for entry, role, index in parsed:
+        first = seen.setdefault((role, index), entry)
+        if first != entry:  # HOSTS' entries are unique: a second entry of the pair
+            raise TopologyError(describe(
+                HOSTS, raw_hosts,
+                f"one host per role and index; {first!r} and {entry!r} are both {role} #{index}",
+            ))
     position = {role: i for i, role in enumerate(role_order(sorted({r for _, r, _ in parsed})))}
     ordered = sorted([(position[role], index, entry, role) for entry, role, index in parsed])
     return tuple(Node(entry, role, index) for _, index, entry, role in ordered)
@@ -153,7 +134,4 @@ def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, .
 
 def role_counts(nodes: Sequence[Node]) -> tuple[tuple[str, int], ...]:
     """Role counts of parsed nodes (the fallback without REPLICAS), in node order."""
-    counts: dict[str, int] = {}
-    for node in nodes:
-        counts[node.role or ""] = counts.get(node.role or "", 0) + 1
-    return tuple(counts.items())
+    return tuple(Counter(node.role or "" for node in nodes).items())  # in first-seen order

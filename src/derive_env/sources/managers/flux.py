@@ -1,27 +1,11 @@
 """The Flux source: a task the Flux job shell started (a partial topology, as for MPI).
 
-Table line ``flux`` (docs/sources/schedulers.md; flux-framework/flux-core@4a5e79f). The shell sets
-for every task of a job (``src/shell/shell.c`` ``shell_setup_environment``):
-``FLUX_JOB_ID`` (F58), ``FLUX_JOB_SIZE`` (its tasks), ``FLUX_JOB_NNODES`` (its shells, one
-per node), and per task (``src/shell/task.c`` ``shell_task_create``) ``FLUX_TASK_RANK`` and
-``FLUX_TASK_LOCAL_ID``; its PMI plugin adds ``PMI_RANK`` and ``PMI_SIZE``
-(``src/shell/pmi/pmi.c`` ``shell_pmi_task_init``), which must agree. No host list, no shell
-rank and no per-node task count are in the environment: like an MPI launcher (read by
-its roles), the source states the process layer and the node count, never the master;
-``MASTER_ADDR`` (or an outer source with a host list) gives it.
-
-* One node (``FLUX_JOB_NNODES=1``): every task on it, node rank 0.
-* One task per node (``FLUX_JOB_SIZE`` = ``FLUX_JOB_NNODES``; every shell runs at least one
-  task): local rank 0 of 1 on each node.
-* More tasks than nodes: how many run on this node is not in the environment, so the
-  process layer is not stated; :attr:`Report.problem` says how to start one task per node
-  (raised when no inner launcher states the ranks).
-
-``FLUX_JOB_ID`` starts with ``ƒ`` (U+0192) in a UTF-8 locale and with ``f`` otherwise or
-with ``FLUX_F58_FORCE_ASCII`` (``src/common/libutil/fluid.c`` ``fluid_f58_encode``): it is
-decoded to its integer (``b58decode``) before it names the job, so that every task derives
-the same ports whatever its locale. The decimal and ``0x`` forms flux-jobs(1) accepts are
-read too.
+Table line ``flux``, docs/sources/schedulers.md. From flux-framework/flux-core@4a5e79f:
+``src/shell/shell.c`` ``shell_setup_environment`` (``FLUX_JOB_*``), ``src/shell/task.c``
+``shell_task_create`` (``FLUX_TASK_*``), ``src/shell/pmi/pmi.c`` ``shell_pmi_task_init``
+(``PMI_RANK``, ``PMI_SIZE``, which must agree). No host list, no tasks per node: a process
+layer on one node or with one task per node only, else :attr:`Report.problem`. The job id is
+decoded (``src/common/libutil/fluid.c``) so that every locale derives the same ports.
 """
 
 from __future__ import annotations
@@ -42,12 +26,10 @@ _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _B58_VALUE = {char: value for value, char in enumerate(_B58)}
 #: fluid.c ``f58_prefix`` / ``f58_alt_prefix``; ``MAX_B58_STRLEN``.
 _PREFIXES, _MAX_B58 = ("\u0192", "f"), 12
-#: What to do, first: derive-env in tasks whose count per node Flux does not state.
+#: What to do when the tasks per node are unknown.
 _FIX = ("start one task per node: flux run -N <nodes> --tasks-per-node=1 derive-env -- "
         "torchrun --nproc-per-node=<GPUs> ..., or the ranks with an MPI launcher "
         "derive-env reads")
-
-
 #: The node count's bound (lists.NODE_COUNT), with Flux's rule.
 _NODES = (NODE_COUNT[0], f"{NODE_COUNT[1]}; the Flux shell sets it for every task "
           "(src/shell/shell.c): it was exported by hand or inherited")
@@ -81,10 +63,8 @@ def job_integer(value: str) -> int:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a Flux task's environment says (module docstring).
+    """A Flux task's node count, its process layer when known, ``job`` = ("flux", id, "").
 
-    :returns: ``num_nodes`` = ``FLUX_JOB_NNODES``; ``processes`` when the tasks per node
-        are known; ``node_rank`` 0 on one node; ``job`` = ``("flux", <decoded id>, "")``.
     :raises TopologyError: a malformed value, a rank not below its size, more nodes than
         tasks, or ``PMI_RANK``/``PMI_SIZE`` that disagree with the shell's.
     """

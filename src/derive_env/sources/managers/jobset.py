@@ -1,36 +1,22 @@
-"""The JobSet source: a pod of a JobSet (kubernetes-sigs/jobset), one node per pod.
+"""The Kubernetes Job sources: a JobSet's pods (line ``jobset``) and an Indexed Job's (line
+``kubernetes-indexed-job``), one node per pod (docs/sources/kubernetes.md).
 
-Table line ``jobset`` (docs/sources/kubernetes.md). What the controllers set, read from
-kubernetes-sigs/jobset@08dfbdf:
+An Indexed Job's (kubernetes/kubernetes): ``JOB_COMPLETION_INDEX`` unless the env names it
+(``pkg/controller/job/indexed_job_utils.go`` ``addCompletionIndexEnvVariable``: a user's value
+wins, so the hostname checks it); the hostname ``<job>-<index>`` (``job_controller.go``
+``manageJob``); the ``/etc/hosts`` FQDN line with a ``subdomain`` (``pkg/kubelet/kubelet_pods.go``
+``managedHostsFileContent``). Its count is :data:`NNODES`, its subdomain that line or
+:data:`SUBDOMAIN`: missing, every index is refused alike with the manifest lines.
 
-- **No environment variable.** ``pkg/controllers/jobset_controller.go``
-  ``labelAndAnnotateObject`` puts labels (and the same annotations) on every child Job and
-  its pod template: ``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name``,
-  ``replicatedjob-replicas``, ``job-index`` (0 .. replicas - 1), ``job-global-index``
-  (``globalJobIndex``: the replicas of the replicated jobs before it in spec order, plus the
-  job index), ``global-replicas`` (``globalReplicas``: the sum of every replicated job's
-  replicas), ``restart-attempt`` ... and ``jobset.sigs.k8s.io/coordinator`` =
-  ``<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>`` when ``spec.coordinator`` is set
-  (``CoordinatorEndpoint``). The user passes them into the container with the downward API
-  (``fieldRef``), under the names of :data:`LABELS` (the JobSet docs' own examples do the same
-  for ``JOBSET_NAME``).
-- The child Job is ``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/placement.go``
-  ``GenJobName``), an Indexed Job (``pkg/webhooks/jobset_webhook.go`` ``Default``), so the
-  Job controller gives each pod ``JOB_COMPLETION_INDEX`` (a user-set value wins) and the
-  hostname ``<jobset>-<rjob>-<jobIndex>-<podIndex>``, a DNS label of at most 63 characters
-  (kubernetes-sigs/jobset#408). With ``network.enableDNSHostnames`` (the webhook's default)
-  the pod's subdomain is ``network.subdomain`` or the JobSet's name (``GetSubdomain``), and
-  the controller creates that headless Service, publishing not-ready addresses by default
-  (``createHeadlessSvcIfNecessary``); the kubelet writes the pod's FQDN into ``/etc/hosts``.
-
-Not on any label: the pods of each child Job (the template's ``completions``) and the other
-replicated jobs' names and sizes. They come from one documented input every pod shares,
-:data:`LAYOUT` (``<rjob>:<replicas>x<pods per job>`` in ``spec.replicatedJobs`` order), checked
-against the labels this pod has. Canonical order: the replicated jobs in spec order, in each
-its jobs by index, in each job its pods by completion index; node rank = the pods of the
-replicated jobs before this one + job index x pods per job + completion index. The master is
-node 0, unless ``spec.coordinator`` names another pod (:data:`COORDINATOR`): then that pod
-(the composer puts it first, sources/compose.py).
+A JobSet's (kubernetes-sigs/jobset@08dfbdf): no environment variable, labels on every pod
+(:data:`LABELS`; ``pkg/controllers/jobset_controller.go`` ``labelAndAnnotateObject``,
+``CoordinatorEndpoint``) that the user passes in with the downward API; each child Job
+``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/placement.go`` ``GenJobName``) is an Indexed
+Job (``pkg/webhooks/jobset_webhook.go`` ``Default``) whose pods are ``<jobset>-<rjob>-<jobIndex>-
+<podIndex>`` (kubernetes-sigs/jobset#408) in the subdomain ``GetSubdomain`` gives. The pods
+per job are on no label: :data:`LAYOUT`. Node rank = the pods of the replicated jobs before +
+job index x pods per job + completion index; the master node 0 or the coordinator
+(sources/compose.py puts it first).
 """
 
 from __future__ import annotations
@@ -42,9 +28,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
 from derive_env.sources.lists import HOSTS_FILE, MAX_HOSTNAME, SUBDOMAIN, fqdn_suffix, pod_files
+from derive_env.sources.lists import MAX_COUNTED_NODES as MAX_NODES  # a typing error beyond
 from derive_env.sources.report import Report
 from derive_env.topology import Node
-from derive_env.validation import parse_int, variable_int
+from derive_env.validation import at_most, parse_int, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -64,15 +51,9 @@ LABELS = {NAME: "jobset.sigs.k8s.io/jobset-name",
           GLOBAL_INDEX: "jobset.sigs.k8s.io/job-global-index",
           GLOBAL_REPLICAS: "jobset.sigs.k8s.io/global-replicas",
           COORDINATOR: "jobset.sigs.k8s.io/coordinator"}
-#: Without it the pod is no JobSet's (the table line); the replicated job and the job index
-#: are read from the labels when passed, else from ``HOSTNAME``; the others are checked when
-#: set.
-REQUIRED = (NAME,)
 #: Every replicated job, in spec order: ``<rjob>:<replicas>x<pods per job>``, comma-separated
 #: (not a label: labels.NOT_LABELS).
 LAYOUT = "DERIVE_ENV_REPLICATED_JOBS"
-#: More pods than this is taken for a typing error (Slurm's MAX_SLURM_NODES, slurm_hostlist).
-MAX_NODES = 65536
 
 _LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # a DNS-1035 label (the webhook's check)
 _ENTRY = re.compile(r"(?P<name>[^:]+):(?P<replicas>[0-9]+)x(?P<pods>[0-9]+)")
@@ -89,7 +70,7 @@ class Group(NamedTuple):
     pods: int
 
 
-#: ``/etc/hosts`` unless the subdomain is given (sources/lists.py).
+#: ``/etc/hosts`` unless the subdomain is given (sources/lists.py), for both lines.
 files_needed = pod_files
 
 
@@ -99,15 +80,13 @@ def downward(variable: str) -> str:
             f"['{LABELS[variable]}']\"}}}}}}`")
 
 
-def _layout_fix(js: str, rjob: str | None = None,
-                environ: Mapping[str, str] | None = None) -> str:
+def _layout_fix(environ: Mapping[str, str], js: str, rjob: str | None) -> str:
     """What :data:`LAYOUT` must hold, its example built from this pod's own replicated job
     ``rjob`` (and its replicas, when the label is passed), not from another JobSet's."""
-    env = environ or {}
-    replicas = env.get(RJOB_REPLICAS, "").strip()
+    replicas = environ.get(RJOB_REPLICAS, "").strip()
     replicas = replicas if replicas.isascii() and replicas.isdigit() else "<replicas>"
     example = f"{rjob or '<name>'}:{replicas}x<completions>"
-    total = env.get(GLOBAL_REPLICAS, "").strip()
+    total = environ.get(GLOBAL_REPLICAS, "").strip()
     others = ""
     if total.isascii() and total.isdigit() and replicas.isdigit():
         more = int(total) - int(replicas)
@@ -123,14 +102,10 @@ def _layout_fix(js: str, rjob: str | None = None,
 
 
 def _identity(environ: Mapping[str, str]) -> tuple[str, str, int, tuple[str, ...]]:
-    """``(jobset, replicated job, job index, their inputs)``: the replicated job and the job
-    index from the downward-API variables when set, else from ``HOSTNAME``, which the Job
-    controller sets to ``<jobset>-<rjob>-<jobIndex>-<podIndex>`` (the last two parts are
-    always the indices, so the split is exact once the JobSet's name is known)."""
+    """``(jobset, replicated job, job index, their inputs)``: from the labels when set, else
+    from ``HOSTNAME`` ``<jobset>-<rjob>-<jobIndex>-<podIndex>`` (exact: the last two parts)."""
     js, host = environ[NAME], environ.get("HOSTNAME", "")
-    if len(host) > MAX_HOSTNAME:
-        raise TopologyError(describe(
-            "HOSTNAME", host, f"at most {MAX_HOSTNAME} characters (a pod hostname is one DNS "
+    at_most("HOSTNAME", host, len(host), (MAX_HOSTNAME, "characters (a pod hostname is one DNS "
             "label, pkg/apis/batch/validation, kubernetes-sigs/jobset#408): the Job controller "
             "names the pod's host <jobset>-<rjob>-<jobIndex>-<index>"))
     if not _LABEL.fullmatch(js):
@@ -160,14 +135,11 @@ def _number(environ: Mapping[str, str], variable: str, minimum: int) -> int:
 
 
 def layout(environ: Mapping[str, str], js: str, rjob: str | None = None) -> tuple[Group, ...]:
-    """:data:`LAYOUT` read: the replicated jobs in spec order; ``rjob``, this pod's
-    replicated job, for the example of an error.
-
-    :raises TopologyError: unset, malformed, a name twice or not a DNS-1035 label, no pod,
-        more than :data:`MAX_NODES` pods, or a pod hostname longer than 63 characters.
-    """
+    """:data:`LAYOUT`'s replicated jobs (``rjob``: this pod's, for the fix); TopologyError:
+    unset, malformed, a name twice or not a DNS-1035 label, no pod, more than
+    :data:`MAX_NODES` pods, or a pod hostname longer than 63 characters."""
     value = environ.get(LAYOUT, "")
-    fix = _layout_fix(js, rjob, environ)
+    fix = _layout_fix(environ, js, rjob)
     groups: list[Group] = []
     for entry in value.split(",") if value else ():
         found = _ENTRY.fullmatch(entry.strip())
@@ -202,7 +174,7 @@ def _place(environ: Mapping[str, str], groups: tuple[Group, ...], rjob: str,
            job: int) -> tuple[Group, int]:
     """This pod's group and the jobs before its job, checked against the optional labels."""
     names = [g.name for g in groups]
-    fix = _layout_fix(environ[NAME], rjob, environ)
+    fix = _layout_fix(environ, environ[NAME], rjob)
     if rjob not in names:
         raise TopologyError(describe(
             LAYOUT, environ[LAYOUT], f"a list naming this pod's replicated job {rjob!r}: "
@@ -252,16 +224,14 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
     if index >= group.pods:
         raise TopologyError(describe(
             "JOB_COMPLETION_INDEX", raw, f"an index below {group.pods}, the pods per job of "
-            f"{group.name} in {LAYOUT}: {_layout_fix(js, group.name, environ)}"))
+            f"{group.name} in {LAYOUT}: {_layout_fix(environ, js, group.name)}"))
     return index, host
 
 
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,
             host: str) -> tuple[str, tuple[str, ...]]:
-    """The name suffix of every pod (``<subdomain>[.<ns>.svc.<domain>]``) and its inputs:
-    :data:`SUBDOMAIN`, else the kubelet's ``/etc/hosts`` line. Not the coordinator label's:
-    it names the JobSet's name as subdomain even with ``enableDNSHostnames: false``, where no
-    pod has a DNS name (``GetSubdomain``); it is only checked against the suffix."""
+    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN`, else the ``/etc/hosts`` line;
+    never the coordinator label's, set even where no pod has a DNS name (``GetSubdomain``)."""
     given = environ.get(SUBDOMAIN, "")
     if given:
         if host_problem(f"{host}.{given}") is not None or given.startswith("."):
@@ -307,19 +277,17 @@ def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a JobSet pod's environment (its labels, passed by the downward API) says.
+    """A JobSet pod's labels (passed by the downward API) and ``/etc/hosts`` when needed; an
+    Indexed Job's pod for the other line (:func:`_indexed`).
 
-    :param files: ``/etc/hosts`` -> its text (``None``: unreadable), when :data:`SUBDOMAIN`
-        is unset (:func:`files_needed`).
-    :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (module
-        docstring; role = the replicated job, index = 1-based within it), ``node_rank`` =
-        the pods before this one, ``master`` = the coordinator's name when it is not node 0,
-        ``job`` = (``jobset``, node 0's name, the pod count) for the port policy.
-    :raises TopologyError: a required label or :data:`LAYOUT` is missing (the message gives
-        the manifest lines to add, the same on every pod), a label disagrees with
-        :data:`LAYOUT`, the hostname is not ``<jobset>-<rjob>-<j>-<JOB_COMPLETION_INDEX>``
-        (a user-set index, another pod's labels), or a value is malformed.
+    :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
+        replicated job, index 1-based in it), the coordinator as master when not node 0,
+        ``job`` = (``jobset``, node 0's name, the pod count).
+    :raises TopologyError: a label or :data:`LAYOUT` missing (with the manifest lines, the same
+        on every pod) or malformed or disagreeing, a hostname not this pod's.
     """
+    if line.name != "jobset":
+        return _indexed(environ, line, files)
     js, rjob, job, placed = _identity(environ)
     groups = layout(environ, js, rjob)
     group, before = _place(environ, groups, rjob, job)
@@ -348,4 +316,116 @@ def read(environ: Mapping[str, str], line: Source,
         notes=(f"pod {index} of job {job} of replicated job {shorten(rjob, 80)} (job "
                f"{before + job} of the JobSet; {', '.join(placed)}, JOB_COMPLETION_INDEX, "
                f"{LAYOUT}); labels checked: {', '.join(checked) or 'none set'}",),
+    )
+
+
+#: The pod count, set in the manifest to ``spec.completions`` (not a label: labels.NOT_LABELS).
+NNODES = "DERIVE_ENV_NNODES"
+#: Kubernetes caps an Indexed Job's parallelism (``pkg/apis/batch/validation/validation.go``,
+#: ``maxParallelismForIndexedJob``), and a training job's pods all run at once.
+MAX_PARALLELISM = 100_000
+
+_HOSTNAME = re.compile(r"(?P<job>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-(?P<index>0|[1-9][0-9]*)")
+_CONTROLLER = ("the Job controller names the pod's host <job>-<index> (kubernetes/kubernetes "
+               "pkg/controller/job/job_controller.go, manageJob)")
+
+
+def _manifest(job: str) -> str:
+    return (f"add to the Job's pod template (spec.template.spec): `subdomain: {job}` and create "
+            f"the headless Service it names (kind: Service, metadata.name: {job}, spec.clusterIP:"
+            f" None, spec.selector: batch.kubernetes.io/job-name: {job}); the kubelet then writes"
+            f" the pod's name into {HOSTS_FILE}. With hostNetwork or without a readable "
+            f"{HOSTS_FILE}, also set in the container's env: `- name: {SUBDOMAIN}` `value: "
+            f"\"{job}\"`")
+
+
+def _index_and_job(environ: Mapping[str, str]) -> tuple[int, str, str]:
+    """``(index, job name, hostname)`` from ``JOB_COMPLETION_INDEX`` and ``HOSTNAME``."""
+    raw = environ["JOB_COMPLETION_INDEX"]
+    index = variable_int(environ, "JOB_COMPLETION_INDEX", 0, " (the pod's completion index, "
+                         "0-based: indexed_job_utils.go); do not set it in the pod template's env")
+    host = environ.get("HOSTNAME", "")
+    at_most("HOSTNAME", host, len(host), (MAX_HOSTNAME, "characters (a pod hostname is one DNS "
+            f"label, pkg/apis/batch/validation): {_CONTROLLER}"))
+    found = _HOSTNAME.fullmatch(host)
+    if found is None:
+        raise TopologyError(describe(
+            "HOSTNAME", host, f"<job>-<JOB_COMPLETION_INDEX>: {_CONTROLLER}; a pod with "
+            "hostNetwork has the node's hostname, and an Indexed Job without its pod "
+            "hostnames cannot name node 0"))
+    if int(found["index"]) != index:
+        raise TopologyError(describe(
+            "JOB_COMPLETION_INDEX", raw,
+            f"{found['index']}, the index in this pod's hostname HOSTNAME={host!r} "
+            f"({_CONTROLLER}): a JOB_COMPLETION_INDEX set in the pod template's env wins over "
+            "the controller's (indexed_job_utils.go, addCompletionIndexEnvVariable); remove it"))
+    return index, found["job"], host
+
+
+def _count(environ: Mapping[str, str], job: str, index: int) -> int:
+    """:data:`NNODES`, >= 1, at most :data:`MAX_PARALLELISM` (before the node list is built),
+    above ``index``; unset: the refusal with the manifest lines."""
+    value = environ.get(NNODES, "")
+    fix = (f"the Job's spec.completions, set in the pod template's container env: `- name: "
+           f"{NNODES}` `value: \"<spec.completions of {job}>\"` (a Kubernetes Indexed Job "
+           "does not put its pod count in the pod's environment)")
+    if not value:
+        raise TopologyError(describe(NNODES, value, fix))
+    count = variable_int(environ, NNODES, 1, f": {fix}", (MAX_PARALLELISM, (
+        f"pods: Kubernetes caps an Indexed Job's parallelism at {MAX_PARALLELISM} (pkg/apis/"
+        "batch/validation, maxParallelismForIndexedJob), and every pod of a training job runs "
+        f"at once; {fix}")))
+    if index >= count:
+        raise TopologyError(describe(
+            NNODES, value, f"more than JOB_COMPLETION_INDEX={index} (indexes run 0.."
+            f"completions-1): {fix}"))
+    return count
+
+
+def _job_suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, job: str,
+            host: str) -> tuple[str, tuple[str, ...]]:
+    """The name suffix of every pod, and what it came from."""
+    given = environ.get(SUBDOMAIN, "")
+    if given:
+        problem = host_problem(f"{job}-0.{given}")
+        if problem is not None or given.startswith("."):
+            raise TopologyError(describe(
+                SUBDOMAIN, given, f"the pod template's subdomain (the headless Service's "
+                f"name), so that {job}-0.<it> is {problem or 'a host name'}"))
+        return given, (SUBDOMAIN,)
+    suffix = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
+    if suffix is None or host_problem(f"{job}-0.{suffix}") is not None:
+        raise TopologyError(describe(
+            SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
+            f"node 0 ({job}-0) has a DNS name only with a subdomain and a headless Service; "
+            + _manifest(job)))
+    return suffix, (HOSTS_FILE,)
+
+
+def _indexed(environ: Mapping[str, str], line: Source,
+              files: Mapping[str, str | None] | None) -> Report:
+    """An Indexed Job pod's environment and ``/etc/hosts`` (when :data:`SUBDOMAIN` is unset).
+
+    :returns: the nodes ``<job>-<i>.<suffix>``, i < :data:`NNODES`, ``node_rank`` =
+        ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n); no port.
+    :raises TopologyError: the count or the subdomain missing (with the manifest lines, the
+        same on every index), an index the hostname contradicts, or a malformed value.
+    """
+    index, job, host = _index_and_job(environ)
+    count = _count(environ, job, index)
+    suffix, where = _job_suffix(environ, files, job, host)
+    nodes = tuple(Node(f"{job}-{i}.{suffix}") for i in range(count))
+    return Report(
+        source=line.name,
+        title=line.title,
+        nodes=nodes,
+        node_rank=index,
+        job=(line.name, nodes[0].host, str(count)),
+        inputs={"nodes": ("HOSTNAME", NNODES, *where), "node_rank": ("JOB_COMPLETION_INDEX",),
+                "num_nodes": (NNODES,), "master": ("HOSTNAME", *where),
+                "ports": ("HOSTNAME", *where, NNODES)},
+        order="the Job completion index (pod <job>-<i> is node i)",
+        notes=(f"pod {index} of {count} (JOB_COMPLETION_INDEX, {NNODES}); node i is "
+               f"{shorten(job, 80)}-<i>.{shorten(suffix, 80)} (HOSTNAME, "
+               f"{' '.join(where)})",),
     )

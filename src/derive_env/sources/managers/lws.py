@@ -1,33 +1,13 @@
-"""The LeaderWorkerSet source: one group of a LeaderWorkerSet (kubernetes-sigs/lws).
+"""The LeaderWorkerSet source: one group of a LeaderWorkerSet (kubernetes-sigs/lws), one job.
 
-Table line ``lws`` (docs/sources/kubernetes.md). What the controller sets, read from
-kubernetes-sigs/lws@060ab4d:
-
-- ``pkg/utils/pod/pod_utils.go`` ``AddLWSVariables``, in every container and init container:
-  ``LWS_LEADER_ADDRESS = <lws>-<group>.<subdomain>.<namespace>`` (the leader pod's name, its
-  subdomain, the namespace; no ``.svc.<domain>``), ``LWS_GROUP_SIZE`` = the ``size``
-  annotation = ``leaderWorkerTemplate.size`` (the leader included), ``LWS_WORKER_INDEX`` = the
-  ``worker-index`` label: 0 for the leader, 1..size-1 for workers. ``addEnvVarsIfNotExists``
-  puts them first and drops user entries of the same names (LWS wins over the user).
-- ``pkg/webhooks/pod_webhook.go`` ``Default``: a worker's index is the StatefulSet ordinal of
-  its pod name; the leader pod is ``<lws>-<group>`` (the leader StatefulSet's ordinal is the
-  group), with subdomain policy ``UniquePerReplica`` its subdomain is its own name.
-- ``pkg/controllers/pod_controller.go`` ``constructWorkerStatefulSetApplyConfiguration``: the
-  workers of a group are the StatefulSet named after the leader pod (pods
-  ``<leader>-1`` ... ``<leader>-<size-1>``) with the leader's service as its ``serviceName``
-  (the set's name under ``Shared``, the leader pod's under ``UniquePerReplica``), so every
-  worker's DNS name is ``<leader>-<i>.<subdomain>.<namespace>``, the leader address's domain
-  (the controller builds the same names for a TPU group's ``TPU_WORKER_HOSTNAMES``:
-  ``pkg/utils/accelerators/tpu.go``, ``AddTPUVariables``).
-
-So one group is one job: node rank = ``LWS_WORKER_INDEX``, nodes = ``LWS_GROUP_SIZE``,
-master = the leader. The host list is built exactly from that scheme (the names are the
-controller's own, not a guess), so TensorFlow's ``TF_CONFIG`` can be built too. Groups are
-separate jobs (each its own leader): the number of groups is not read. The controller's
-variables may be re-used by hand in another manifest (docs/sources/kubernetes.md), so the
-pod's ``HOSTNAME`` (its pod name) is checked against the scheme: ``<leader>`` for index 0,
-``<leader>-<i>`` for worker ``i`` (a name longer than 63 characters cut to 63 as the kubelet
-cuts a hostname, ``GeneratePodHostNameAndDomain``).
+Table line ``lws``, docs/sources/kubernetes.md. From kubernetes-sigs/lws@060ab4d:
+``pkg/utils/pod/pod_utils.go`` ``AddLWSVariables`` sets ``LWS_LEADER_ADDRESS =
+<lws>-<group>.<subdomain>.<namespace>``, ``LWS_GROUP_SIZE``, ``LWS_WORKER_INDEX`` (the leader
+0); the leader pod is ``<lws>-<group>`` (``pkg/webhooks/pod_webhook.go`` ``Default``), the
+workers ``<leader>-<i>`` in its subdomain (``pkg/controllers/pod_controller.go``
+``constructWorkerStatefulSetApplyConfiguration``). ``HOSTNAME`` is checked against those names
+(cut to 63 characters as the kubelet's ``GeneratePodHostNameAndDomain`` does): the variables
+may be copied by hand into another manifest.
 """
 
 from __future__ import annotations
@@ -83,11 +63,8 @@ def _check_hostname(environ: Mapping[str, str], own: str, index: int) -> None:
 
 
 def _check_tpu(environ: Mapping[str, str], size: int, index: int) -> None:
-    """A TPU group's ``TPU_WORKER_HOSTNAMES`` / ``TPU_WORKER_ID`` (lws
-    ``pkg/utils/accelerators/tpu.go``, ``AddTPUVariables``) must be the group's pods and this
-    pod's index: JAX reads them itself (jax ``_src/clusters/cloud_tpu_cluster.py``), and a
-    node layer that counts other hosts would contradict it. Reached only with ``--source
-    lws``: a pod with ``TPU_WORKER_ID`` is the ``gke-tpu`` source's (sources/managers/tpu.py)."""
+    """A TPU group's ``TPU_WORKER_*`` (lws tpu.go, AddTPUVariables) are the group's, as JAX
+    reads them (``_src/clusters/cloud_tpu_cluster.py``); only with ``--source lws``."""
     hosts = environ.get("TPU_WORKER_HOSTNAMES", "")
     if not hosts:
         return
@@ -112,25 +89,17 @@ def _check_tpu(environ: Mapping[str, str], size: int, index: int) -> None:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a LeaderWorkerSet pod's environment says: its group, as one job.
+    """A LeaderWorkerSet pod's group, as one job (``HOSTNAME`` checked when set).
 
-    :param environ: the pod's environment; ``LWS_LEADER_ADDRESS``, ``LWS_GROUP_SIZE`` and
-        ``LWS_WORKER_INDEX`` are set (the table line); ``HOSTNAME`` is cross-checked when set.
-    :returns: ``nodes``: the leader address, then ``<leader>-<i>.<subdomain>.<namespace>``
-        for i = 1 .. ``LWS_GROUP_SIZE`` - 1 (module docstring); ``node_rank`` =
-        ``LWS_WORKER_INDEX``; ``job`` = ``("lws", LWS_LEADER_ADDRESS, LWS_GROUP_SIZE)``,
-        the same in every pod of the group (for the port policy). No GPU count, no port.
-    :raises TopologyError: ``LWS_GROUP_SIZE`` is not an integer >= 1, ``LWS_WORKER_INDEX``
-        not one in 0 .. size - 1, ``LWS_LEADER_ADDRESS`` not ``<lws>-<group>.<domain>``, or
-        ``HOSTNAME`` is not this pod's name in the scheme, or a TPU group's
-        ``TPU_WORKER_HOSTNAMES`` / ``TPU_WORKER_ID`` are not the group's pods and this
-        pod's index (:func:`_check_tpu`); the message names the variable,
-        its value and the fix.
+    :returns: the leader address, then ``<leader>-<i>.<subdomain>.<namespace>``, i < size;
+        ``job`` = ``("lws", LWS_LEADER_ADDRESS, LWS_GROUP_SIZE)``. No GPU count, no port.
+    :raises TopologyError: a size or index :func:`~derive_env.sources.roles.numbers` refuses,
+        a leader address not ``<lws>-<group>.<domain>``, a ``HOSTNAME`` not this pod's name,
+        a TPU group unlike the group (:func:`_check_tpu`); naming the variable and the fix.
     """
     got = numbers(environ, line.roles)
     size, index = got["num_nodes"], got["node_rank"]
-    # LWS states no limit (its size is an int32): numbers() bounds it (MAX_COUNTED_NODES)
-    # before the names are built.
+    # LWS states no limit (an int32): numbers() bounds it before the names are built.
     pod, domain = _leader(environ)
     names = [pod] + [f"{pod}-{i}" for i in range(1, size)]
     _check_hostname(environ, names[index], index)

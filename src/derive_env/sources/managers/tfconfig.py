@@ -1,28 +1,11 @@
-"""The TF_CONFIG sources: a ``TF_CONFIG`` a manager wrote (TFJob, Volcano's tensorflow plugin,
-any platform), and Vertex AI's ``CLUSTER_SPEC``, read as the node layer.
+"""The TF_CONFIG sources: a manager's ``TF_CONFIG`` (line ``tf-config``, a fallback) and Vertex
+AI's ``CLUSTER_SPEC`` (line ``vertex``), read as the node layer (docs/sources/kubernetes.md).
 
-Table lines ``tf-config`` (fallback: derive-env writes ``TF_CONFIG`` itself, so it is read
-only when no other source is seen) and ``vertex`` (docs/sources/kubernetes.md).
-
-- **TFJob** (kubeflow/trainer ``pkg/controller.v1/tensorflow/tensorflow.go``,
-  ``genTFConfigJSONStr``, ``genClusterSpec``): ``{"cluster": {<type>: ["<job>-<type>-<i>.<ns>
-  .svc:<port>", ...]}, "task": {"type": <type>, "index": i}, "environment": "cloud"}``, every
-  replica type (``chief``, ``master``, ``worker``, ``ps``, ``evaluator``) lower-cased. With
-  ``enableDynamicWorker`` the sparse form ``{"sparseCluster": {"worker": {"<i>": "host:port"},
-  "ps": [...]}, "task": ...}`` (``convertClusterSpecToSparseClusterSpec``) names only this
-  worker: no node count, no chief; it is recognised and refused with the reason.
-- **Vertex AI** (docs, "cluster-spec-format"): ``CLUSTER_SPEC = {"cluster": {"workerpool0":
-  [...], "workerpool1": [...], ...}, "task": {"type": "workerpoolN", "index": i, ...}, ...}``;
-  pool 0 is the primary replica (TF_CONFIG's chief), 1 the workers, 2 parameter servers or
-  Reduction Server, 3 evaluators.
-
-Training nodes for PyTorch and JAX: the chief (or TFJob's deprecated ``master``; pool 0),
-then the workers (pool 1) in index order. Parameter servers and evaluators (pools 2 and 3)
-are not training nodes (docs/sources/kubernetes.md); a ps or evaluator task is refused with
-that reason (its TensorFlow reads the TF_CONFIG itself: run it without derive-env). Node rank:
-the chief 0, worker i: i + 1 (i without a chief). The master is node 0's host; its TF port is
-TensorFlow's own, so PyTorch and JAX get their ports from the port policy. The given
-``TF_CONFIG`` is ``preset``: kept exactly as set, never rewritten.
+TFJob's form: kubeflow/trainer ``pkg/controller.v1/tensorflow/tensorflow.go``
+(``genTFConfigJSONStr``, ``genClusterSpec``; its sparse form, ``enableDynamicWorker``, refused:
+``convertClusterSpecToSparseClusterSpec``); Vertex AI's: its "cluster-spec-format" page. Nodes:
+the chief (TFJob's ``master``, ``workerpool0``), then the workers by index; ps and evaluator
+tasks are refused. ``TF_CONFIG`` is ``preset``: kept as set.
 """
 
 from __future__ import annotations
@@ -46,14 +29,16 @@ VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": 
                 "workerpool3": "evaluator"}
 _RUN_TF = ("TensorFlow reads the TF_CONFIG itself: run this replica's command without "
            "derive-env")
-
-
-def _expected(variable: str) -> str:
-    if variable == "CLUSTER_SPEC":
-        return ("Vertex AI's cluster spec, JSON {\"cluster\": {\"workerpool0\": [\"host:port\"], "
-                "...}, \"task\": {\"type\": \"workerpoolN\", \"index\": i}}")
-    return ("a TF_CONFIG, JSON {\"cluster\": {type: [\"host:port\", ...]}, \"task\": "
-            "{\"type\": type, \"index\": i}} (tensorflow tfconfig_cluster_resolver.py)")
+#: What each variable must hold.
+_EXPECTED = {"CLUSTER_SPEC": "Vertex AI's cluster spec, JSON {\"cluster\": {\"workerpool0\": "
+             "[\"host:port\"], ...}, \"task\": {\"type\": \"workerpoolN\", \"index\": i}}",
+             "TF_CONFIG": "a TF_CONFIG, JSON {\"cluster\": {type: [\"host:port\", ...]}, "
+             "\"task\": {\"type\": type, \"index\": i}} (tensorflow tfconfig_cluster_resolver.py)"}
+#: TFJob's sparse form (kubeflow/trainer tensorflow.go, convertClusterSpecToSparseClusterSpec).
+_SPARSE = ("a cluster that lists every task. This one is sparse (TFJob enableDynamicWorker: "
+           "sparseCluster names only this worker, kubeflow/trainer tensorflow.go "
+           "convertClusterSpecToSparseClusterSpec), so it states neither the node count "
+           f"nor the chief. Set enableDynamicWorker: false, or {_RUN_TF}")
 
 
 def _parse(environ: Mapping[str, str], variable: str) -> GivenTFConfig:
@@ -61,7 +46,7 @@ def _parse(environ: Mapping[str, str], variable: str) -> GivenTFConfig:
 
     found = GivenTFConfig.parse(environ[variable])
     if found is None:
-        raise TopologyError(describe(variable, environ[variable], _expected(variable)))
+        raise TopologyError(describe(variable, environ[variable], _EXPECTED[variable]))
     return found
 
 
@@ -115,13 +100,7 @@ def _nodes(cluster: dict, variable: str, shown: str) -> tuple[list[str], list[st
     return [a for _, a in members], [t for t, _ in members]
 
 
-def _refuse_task(variable: str, shown: str, own: str, sparse: bool) -> TopologyError:
-    if sparse:
-        why = ("a cluster that lists every task. This one is sparse (TFJob enableDynamicWorker: "
-               "sparseCluster names only this worker, kubeflow/trainer tensorflow.go "
-               "convertClusterSpecToSparseClusterSpec), so it states neither the node count "
-               f"nor the chief. Set enableDynamicWorker: false, or {_RUN_TF}")
-        return TopologyError(describe(variable, shown, why))
+def _refuse_task(variable: str, shown: str, own: str) -> TopologyError:
     return TopologyError(describe(
         variable, shown,
         f"a chief or worker task: {'an' if own[0] in 'aeiou' else 'a'} {own} task is not a "
@@ -132,23 +111,17 @@ def _refuse_task(variable: str, shown: str, own: str, sparse: bool) -> TopologyE
 #: What Vertex AI's PyTorch containers also set, node-level (docs: RANK the node's index,
 #: WORLD_SIZE the nodes, MASTER_ADDR workerpool0's host; docs/sources/kubernetes.md).
 VERTEX_TORCH = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
-
-
 #: Set by torchrun's agent for each worker (torch/distributed/run.py, config_from_args):
 #: in a torchrun worker, Vertex AI's node-level variables were overwritten by torchrun's.
 TORCHRUN = "TORCHELASTIC_RUN_ID"
 
 
 def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> int | None:
-    """Vertex AI's PyTorch variables, when set: checked against the cluster spec (node
-    values, never process ranks); ``MASTER_PORT`` as the master port.
-
-    In a worker that a torchrun inside the replica started (``TORCHELASTIC_RUN_ID`` set),
-    the four are torchrun's own (its agent overwrote ``RANK`` with the global rank,
-    local_elastic_agent.py ``_start_workers``): the torchrun line reads and checks them
-    (its ``GROUP_RANK`` against this node rank), so they are neither checked nor taken
-    here, and the cluster spec stays the node layer.
-    """
+    """Vertex AI's PyTorch variables, when set, checked against the cluster spec (node
+    values); ``MASTER_PORT`` as the master port. Not in a torchrun worker
+    (``TORCHELASTIC_RUN_ID``): its agent overwrote them (local_elastic_agent.py
+    ``_start_workers``), and the torchrun line checks them."""
+    from derive_env.sources.roles import parsed
     from derive_env.validation import parse_port
 
     if environ.get(TORCHRUN):
@@ -163,39 +136,31 @@ def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> in
                 "unset it"))
     if not environ.get("MASTER_PORT"):
         return None
-    try:
-        return parse_port(environ["MASTER_PORT"])
-    except ValueError as exc:
-        raise TopologyError(describe("MASTER_PORT", environ["MASTER_PORT"], str(exc))) from None
+    return parsed(environ, "MASTER_PORT", parse_port)
 
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The node layer a manager's ``TF_CONFIG`` (line ``tf-config``) or Vertex AI's
-    ``CLUSTER_SPEC`` (line ``vertex``) states.
+    """The node layer ``TF_CONFIG`` or ``CLUSTER_SPEC`` states (the line's).
 
-    :returns: ``nodes`` the chief then the workers, in index order, with their task type as
-        role and index (1-based within the type); ``node_rank`` this task's place among
-        them; ``job`` = ``(line, node 0's host:port, node count)``, the same in every task;
-        ``preset``: ``TF_CONFIG`` (kept as set). No GPU count, no master port.
-    :raises TopologyError: the variable is not such a JSON document, names an unknown task
-        type or pool, more than one chief, no chief or worker, a task index outside its
-        list, a malformed ``host:port``; this task is a ps or evaluator, or the TF_CONFIG
-        is TFJob's sparse form (module docstring); the message names the variable, its
-        value and the fix.
+    :returns: the chief then the workers, role = task type, index 1-based within it;
+        ``job`` = ``(line, node 0's host:port, node count)``; ``preset``: ``TF_CONFIG``.
+    :raises TopologyError: not such a JSON document, an unknown task type or pool, several
+        chiefs, no chief or worker, a task index outside its list, a bad ``host:port``, a ps
+        or evaluator task, the sparse form; naming the variable, its value and the fix.
     """
     variable = "CLUSTER_SPEC" if line.name == "vertex" else "TF_CONFIG"
     shown = environ[variable]  # describe() shortens it
     config = _parse(environ, variable)
     if config.sparse is not None:
-        raise _refuse_task(variable, shown, config.task.type, sparse=True)
+        raise TopologyError(describe(variable, shown, _SPARSE))
     own, cluster = _cluster(config, variable, shown)
     if config.task.index >= len(cluster.get(own, ())):
         raise TopologyError(describe(
             variable, shown, f"a task index below the {len(cluster.get(own, ()))} "
             f"task(s) of type {own!r} in its cluster, not {config.task.index}"))
     if own in OTHERS:
-        raise _refuse_task(variable, shown, own, sparse=False)
+        raise _refuse_task(variable, shown, own)
     addresses, types = _nodes(cluster, variable, shown)
     hosts = [_host(variable, shown, a) for a in addresses]
     head = types[0] in HEAD
