@@ -450,8 +450,21 @@ def test_file_without_execute_bit_given_as_path_is_126(tmp_path: Path) -> None:
     result = run([*prefix, str(script)], env)
     assert result.returncode == 126
     assert err_text(result).startswith(
-        f"derive-env: error: {script}: permission denied (not executable)\n"
+        f"derive-env: error: {script}: permission denied (not executable): chmod +x {script}\n"
     )
+
+
+def test_a_python_script_without_execute_bit_says_how_to_run_it(tmp_path: Path) -> None:
+    """The fix in the message, with the exit code a shell gives (126)."""
+    prefix, env = _module_fast(tmp_path)
+    script = tmp_path / "x.py"
+    script.write_text("print(1)\n")
+    script.chmod(0o644)
+    result = run([*prefix, str(script)], env)
+    assert result.returncode == 126
+    assert err_text(result).startswith(
+        f"derive-env: error: {script}: permission denied (not executable): chmod +x {script}, "
+        f"or run it as: python {script}\n")
 
 
 def test_directory_given_as_path_is_126(flavour: tuple[list[str], dict[str, str]],
@@ -593,6 +606,20 @@ def test_path_lookup_does_not_use_the_shims_path(tmp_path: Path) -> None:
     )
 
 
+def test_an_env_file_without_path_says_the_default_path_was_searched(tmp_path: Path) -> None:
+    """The file is the whole environment: without PATH the command is looked up in the
+    default PATH, and the message says so (a user read PATH=/bin:/usr/bin as a mistake)."""
+    labels = write_labels(tmp_path / "labels.json", {})
+    env_file = tmp_path / "in.env"
+    env_file.write_text(f"{LABELS_VAR}={labels}\n")
+    env = {"PATH": os.environ["PATH"], LABELS_VAR: str(labels)}
+    result = run([console_script(), "--env-file", str(env_file), "--", "no-such-cmd"], env)
+    assert result.returncode == 127
+    assert err_text(result).startswith(
+        f"derive-env: error: no-such-cmd: command not found in PATH={os.defpath} (the default "
+        "PATH: the command's environment, with --env-file the file's, sets none)\n")
+
+
 def test_path_from_process_environment_without_env_file(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -642,6 +669,16 @@ def test_find_command_unset_path_uses_defpath() -> None:
     assert os.path.dirname(sh) in os.defpath.split(os.pathsep)
 
 
+def test_find_command_unset_path_names_the_default(tmp_path: Path) -> None:
+    """An environment without PATH (an --env-file that sets none) is searched in
+    os.defpath, and the message says that PATH is the default, not the environment's."""
+    with pytest.raises(CommandNotFound) as info:
+        find_command("no-such-tool-here", None)
+    assert str(info.value) == (
+        f"no-such-tool-here: command not found in PATH={os.defpath} (the default PATH: the "
+        "command's environment, with --env-file the file's, sets none)")
+
+
 def test_find_command_with_slash_is_used_as_is(tmp_path: Path) -> None:
     tool = _executable(tmp_path / "tool")
     assert find_command(str(tool), "") == str(tool)
@@ -659,7 +696,8 @@ def test_find_command_not_executable_message(tmp_path: Path) -> None:
     (tmp_path / "tool").chmod(0o644)
     with pytest.raises(CommandNotExecutable) as info:
         find_command("tool", str(tmp_path))
-    assert str(info.value) == f"tool: permission denied ({tmp_path / 'tool'} is not executable)"
+    assert str(info.value) == (f"tool: permission denied ({tmp_path / 'tool'} is not "
+                               f"executable): chmod +x {tmp_path / 'tool'}")
     assert info.value.exit_code == 126
 
 

@@ -81,6 +81,20 @@ def test_name_passes_on_an_address_this_node_holds() -> None:
     assert check_name("localhost", ["127.0.0.1"], own, single=True) == passed("127.0.0.1")
 
 
+def test_name_of_a_kernel_host_name_names_the_node_it_belongs_to() -> None:
+    """The row shows node n2; the name checked is its kernel host name vm (a Slurm node
+    name that is not the host name): the message says whose name it is."""
+    own = list(own_addresses(SUB1))
+    assert check_name("vm", [], own, node="n2") == failed(
+        "n2's own host name vm does not resolve on n2")
+    assert check_name("vm", ["127.0.1.1"], own, node="n2") == failed(
+        "n2's own host name vm resolves only to loopback (127.0.1.1) on n2: gloo would "
+        "advertise it to the other nodes, which cannot reach it")
+    assert check_name("vm", ["198.18.0.99"], own, node="n2") == failed(
+        "n2's own host name vm resolves to 198.18.0.99, not an address of n2 (198.18.0.11, "
+        "198.18.1.2)")
+
+
 def test_peers_must_resolve_to_something_else_than_loopback() -> None:
     resolved = {"main1": ("198.18.0.10",), "sub2": ("127.0.0.1",)}
     assert check_peers("sub1", ["main1"], resolved) == passed("ok")

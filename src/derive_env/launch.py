@@ -76,10 +76,11 @@ def find_command(name: str, path: str | None) -> str:
 
     A name with a ``/`` is used as is. Otherwise the first executable regular file in the
     ``PATH`` entries is taken (an empty entry is the current directory; ``PATH`` unset
-    means ``os.defpath``).
+    means ``os.defpath``, ``/bin:/usr/bin``, which the message then names as the default).
 
     :raises CommandNotFound: no such file (exit 127).
-    :raises CommandNotExecutable: only non-executable files or directories found (exit 126).
+    :raises CommandNotExecutable: only non-executable files or directories found (exit 126);
+        the message says how to run it (``chmod +x``, :func:`_or_run`).
     """
     if not name:
         raise CommandNotFound("'': command not found (the command is an empty string)")
@@ -89,7 +90,8 @@ def find_command(name: str, path: str | None) -> str:
         if os.path.isdir(name):
             raise CommandNotExecutable(f"{name}: is a directory")
         if not os.access(name, os.X_OK):
-            raise CommandNotExecutable(f"{name}: permission denied (not executable)")
+            raise CommandNotExecutable(
+                f"{name}: permission denied (not executable): chmod +x {name}{_or_run(name)}")
         return name
     search = os.defpath if path is None else path
     not_executable = None
@@ -100,10 +102,23 @@ def find_command(name: str, path: str | None) -> str:
                 return candidate
             not_executable = not_executable or candidate
     if not_executable:
-        raise CommandNotExecutable(
-            f"{name}: permission denied ({not_executable} is not executable)"
-        )
-    raise CommandNotFound(f"{name}: command not found in PATH={search}")
+        raise CommandNotExecutable(f"{name}: permission denied ({not_executable} is not "
+                                   f"executable): chmod +x {not_executable}"
+                                   f"{_or_run(not_executable)}")
+    default = "" if path is not None else (
+        " (the default PATH: the command's environment, with --env-file the file's, sets none)")
+    raise CommandNotFound(f"{name}: command not found in PATH={search}{default}")
+
+
+#: The interpreter that runs a script by its suffix when it cannot run itself.
+_INTERPRETERS = {".py": "python", ".sh": "sh"}
+
+
+def _or_run(path: str) -> str:
+    """The other fix for a ``.py`` or ``.sh`` file without the execute bit, after ``chmod
+    +x``: its interpreter in front (``, or run it as: python PATH``); else ``""``."""
+    interpreter = _INTERPRETERS.get(os.path.splitext(path)[1])
+    return f", or run it as: {interpreter} {path}" if interpreter else ""
 
 
 #: Variables SageMaker's platform (``TRAINING_JOB_NAME``, ``TRAINING_JOB_ARN``) or its

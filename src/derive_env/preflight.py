@@ -85,9 +85,8 @@ class Row(NamedTuple):
 
 def job_key(source: str, session: str, master: tuple[str, int], count: int | None) -> str:
     """What the master's greeting and every row carry, so that a check of another job (or a
-    session with another master) on the same port is told apart: 16 hex digits of SHA-256
-    over the source, the job or session id, the master ``(address, port)`` and the number
-    of nodes (or tasks)."""
+    session with another master) on the same port is told apart: 16 hex digits of SHA-256 over
+    the source, the job or session id, the master ``(address, port)``, the node (task) count."""
     text = "\0".join((source, session, master[0].lower(), str(master[1]), str(count)))
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
@@ -186,20 +185,21 @@ def plan_of(topology: ClusterTopology, environ: Mapping[str, str], hostname: str
 
 
 def check_name(host: str, addresses: Sequence[str], own: Sequence[str],
-               single: bool = False) -> Cell:
+               single: bool = False, node: str = "") -> Cell:
     """``name``: this node's ``host`` resolves (``addresses``) to a non-loopback address it
     holds (``own``); gloo binds the address its host name resolves to (frameworks/network.py).
-    A job of one node (``single``) may use loopback.
-    """
+    A job of one node (``single``) may use loopback. ``node``: the job's name of this node
+    when ``host`` is another, its kernel's (``n2``'s own host name ``vm``)."""
+    who, node = (f"{node}'s own host name {host}", node) if node else (host, host)
     if not addresses:
-        return failed(f"{host} does not resolve on {host}")
+        return failed(f"{who} does not resolve on {node}")
     usable = [a for a in addresses if single or not ipaddress.ip_address(a).is_loopback]
     if not usable:
-        return failed(f"{host} resolves only to loopback ({_shown(addresses)}) on {host}: gloo "
+        return failed(f"{who} resolves only to loopback ({_shown(addresses)}) on {node}: gloo "
                       "would advertise it to the other nodes, which cannot reach it")
     held = [a for a in usable if a in own]
     if not held:
-        return failed(f"{host} resolves to {_shown(usable)}, not an address of {host} "
+        return failed(f"{who} resolves to {_shown(usable)}, not an address of {node} "
                       f"({_shown([a for a in own if not ipaddress.ip_address(a).is_loopback])})")
     return passed(held[0])
 

@@ -250,6 +250,22 @@ def test_a_foreign_listener_is_named_by_both(capsys, monkeypatch) -> None:
             "FAILED: a (port)\nthe other nodes cannot report to the master: they say why\n") in out
 
 
+def test_a_job_of_one_node_whose_port_is_taken_names_no_other_nodes(capsys) -> None:
+    """One node: the port's line and the verdict, no word of other nodes reporting."""
+    with socket.socket() as foreign:
+        foreign.bind(("127.0.0.1", 0))
+        foreign.listen()
+        port = foreign.getsockname()[1]
+        plan = Plan(False, "0", "a", "127.0.0.1", port, (), ("a",), (("0", "a"),), True, "k" * 16)
+        master = edge._Master(edge.Mine(plan, CELLS, {}, ()), edge.Bound(5, time.monotonic() + 5))
+        assert master.run() == 1
+    out = capsys.readouterr().out
+    comm = Path("/proc/self/comm").read_text().strip()
+    assert out.endswith(f"a port: 127.0.0.1:{port} is already in use (by pid {os.getpid()}, "
+                        f"{comm})\nFAILED: a (port)\n")
+    assert "cannot report" not in out
+
+
 def test_the_check_of_another_job_on_the_port_is_named(capsys) -> None:
     port = _free_port()
     thread, _status = _master(port, time.monotonic() + 1.5, key="a" * 16)

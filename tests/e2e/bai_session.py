@@ -592,7 +592,7 @@ def torch_summary(result: SessionResult, port: int, problems: list[str]) -> str:
                      f"{exports.get('MASTER_ADDR', '?')}, worker ranks "
                      f"{','.join(map(str, ranks)) or '-'}")
         shown = {k: exports[k] for k in sorted(exports, key=_shown_first)
-                 if k in ("MASTER_ADDR", "NODE_RANK") or k.startswith("PET_")}
+                 if k in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK") or k.startswith("PET_")}
         lines.append("    hook exported: " + (" ".join(f"{k}={v}" for k, v in shown.items())
                                               or "nothing (see its stderr below)"))
         if record.runner_env is None:
@@ -600,8 +600,10 @@ def torch_summary(result: SessionResult, port: int, problems: list[str]) -> str:
                          + record.stderr.strip().replace("\n", "\n      "))
     world = len(layout.hosts) * NPROC_PER_NODE
     agree = sum(1 for w in workers if w.get("result") == world * (world + 1) / 2)
-    lines += ["", f"master port {port} (random per run); all-reduce of rank+1 over {world} "
-              f"ranks: {agree}/{world} got {world * (world + 1) / 2:g}",
+    lines += ["", f"master port {port}: the demo's label master-port, random per run (a "
+              "session without the label gets 29500)",
+              f"all-reduce of rank+1 over {world} ranks: {agree}/{world} got "
+              f"{world * (world + 1) / 2:g}",
               "RESULT: OK" if not problems else "RESULT: FAILED"]
     lines += [f"  - {p}" for p in problems]
     return "\n".join(lines)

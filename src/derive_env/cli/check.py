@@ -6,10 +6,9 @@ derives as a start would (an image that did not opt in is checked as ``framework
 resolves the job's names, then either listens on the port the job's rendezvous opens
 (:func:`rendezvous_of`; the master: it greets every connection, collects every row and
 prints the whole table) or connects to it (the others: they send their row and print it
-with the master's verdict). Every wait is bounded
-by one deadline, ``--timeout`` seconds after the start. What is checked and every message
-are in :mod:`derive_env.preflight`. Traffic goes only to the master's port, at the
-addresses the job's own master name resolves to.
+with the master's verdict). Every wait is bounded by one deadline, ``--timeout`` seconds
+after the start. What is checked and every message are in :mod:`derive_env.preflight`.
+Traffic goes only to the master's port, at the addresses the job's own master name resolves to.
 """
 
 from __future__ import annotations
@@ -165,21 +164,21 @@ def run_check(bound: Bound, labels_files: Sequence[str], label_items: Sequence[s
     used = [f for f, _ in RENDEZVOUS if f in derivation.policy.frameworks]
     serves = "" if used == ["pytorch"] else what  # several, or not PyTorch's: say which
     resolved = dict(facts.resolve(plan.names))
-    own = own_addresses(facts)
+    own = list(own_addresses(facts))
     addresses = {n: ((n,) if n not in resolved else tuple(resolved[n]))
                  for n in (plan.host, plan.master, *plan.peers)}
     single = len(plan.expected) == 1
-    name = check_name(plan.host, addresses[plan.host], list(own), single)
+    name = check_name(plan.host, addresses[plan.host], own, single)
     if (facts.hostname and facts.hostname.lower() != plan.host.lower() and name.ok
             and not single):  # one node: gloo's fallback to loopback is right
-        name = check_name(facts.hostname, resolved.get(facts.hostname, ()), list(own), single)
+        name = check_name(facts.hostname, resolved.get(facts.hostname, ()), own, single, plan.host)
     settings = {v: job[v] for v in VARIABLES if job.get(v)}
     peers = [(p, addresses[p][0]) for p in plan.peers if addresses[p]]
     subnets = session_subnets(facts) if derivation.topology.source == "backendai" else None
     cells = {"name": name, "peers": check_peers(plan.host, plan.peers, addresses, subnets),
              "iface": check_iface(settings, facts, (plan.host, addresses[plan.host]), peers)}
     mine = Mine(plan, cells, resolved, tuple(own), serves)
-    if plan.is_master(list(own), addresses[plan.master]):
+    if plan.is_master(own, addresses[plan.master]):
         return _Master(mine, bound).run()
     return _client(mine, addresses[plan.master], bound)
 
@@ -304,8 +303,9 @@ class _Master:
                        if listener.startswith(" (") or not listener else listener)
             row = _row(self.mine, preflight.failed(problem))
             ok, line = preflight.verdict([row], plan.what)
-            _write(head + preflight.table([row], _title(plan)) + line + "\n"
-                   + f"the other {plan.what} cannot report to the master: they say why\n")
+            others = (f"the other {plan.what} cannot report to the master: they say why\n"
+                      if len(plan.expected) > 1 else "")  # a job of one node has no others
+            _write(head + preflight.table([row], _title(plan)) + line + "\n" + others)
             return 1
         with listener:
             listener.settimeout(0.2)
