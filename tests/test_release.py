@@ -38,11 +38,11 @@ def fragments(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir() if path.name != ".gitignore")
 
 
-def test_version_is_0_2_0_and_derive_env_says_so() -> None:
+def test_version_is_0_2_1_and_derive_env_says_so() -> None:
     out = subprocess.run([console_script(), "--version"], capture_output=True, text=True,
                          timeout=60, env={"PATH": os.environ["PATH"]})
-    assert (__version__, out.returncode, out.stdout) == ("0.2.0", 0,
-                                                         "derive-env, version 0.2.0\n")
+    assert (__version__, out.returncode, out.stdout) == ("0.2.1", 0,
+                                                         "derive-env, version 0.2.1\n")
 
 
 def test_every_fragment_is_named_as_towncrier_reads_it() -> None:

@@ -3,7 +3,7 @@
 # node (docs/install-cluster.md). Usage, from the repository's folder after `make dist`
 # (or `make wheelhouse` for a cluster without internet):
 #
-#     sh examples/cluster/install.sh /shared/sw/derive-env/0.2.0 dist/derive_env-0.2.0-py3-none-any.whl [wheelhouse]
+#     sh examples/cluster/install.sh /shared/sw/derive-env/0.2.1 dist/derive_env-0.2.1-py3-none-any.whl [wheelhouse]
 #
 # Makes ROOT/venv (derive-env and its three dependencies, nothing else) and ROOT/bin holding
 # only a link to derive-env: the folder a module file (or the job script) puts on PATH.

@@ -11,7 +11,7 @@ from __future__ import annotations
 # package is imported on the not-opted-in ENTRYPOINT path (docs/performance.md).
 TYPE_CHECKING = False
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"
 
 _LAZY = {
     "derive": "derive_env.pipeline",
