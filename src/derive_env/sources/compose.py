@@ -1,40 +1,22 @@
-"""The composer: the reports of every seen source -> one :class:`ClusterTopology`. Rules
-(docs/sources/README.md, "How the sources compose"):
+"""The composer: the reports of every seen source -> one :class:`ClusterTopology`, by the
+rules of docs/sources/README.md section 2, each named here as the code cites it:
 
-* Every seen source is read (:func:`seen_sources`); each reports only what it saw.
-* Process layer: from the innermost source that launched processes (torchrun > an MPI
-  launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
-* Layers: for each layer the launcher closest to the process decides; an outer one's
-  values copied into every process are checked against it, never this process's identity.
-* The daemon step, one rule from the table: a line's ``daemons`` (orted, Hydra's proxies,
-  Flux's brokers, Ray's raylets) start its processes, one per node, which an outer launcher
-  may start as a step of one task on each of its nodes (``ompi-in-*``, ``mpich-in-*``,
-  ``srun -N4 flux start``). That step is shadowed, facts and all, whatever its sizes (its
-  node list can miss mpirun's own node). Another outer process layer whose world size or
-  rank differs from the inner one's is shadowed too (``srun --ntasks-per-node=1
-  torchrun``: its agents); equal layers confirm each other.
-* Mode: the processes are the job's workers (``per_process``) when their launcher starts
-  the workers itself (torchrun, MPI: depth 0, 1) or a node runs more than one of them; one
-  process per node of an srun step is the node layer (it may start torchrun). Never
-  decided from the world size and the node count, which packed ranks can match.
-* The command (``Inputs.command``, :func:`~derive_env.sources.report.command_kind`) decides where
-  the variables cannot: a node launcher (torchrun, deepspeed, accelerate launch) makes a
-  launcher's tasks the node layer when one task per node is proven (every node's count,
-  or as many processes as nodes), else it is refused naming both; a python script makes
-  a launcher's task a worker (``RANK`` = the task's rank). The hook has no command.
-* Node layer: the innermost source that states node facts gives the node count and this
-  node's rank; the innermost source with a host list gives the hosts. Where both state the
-  count, the master and the node rank, they must agree (an error naming both). A source
-  that numbers nodes itself (``Report.renumbers``: torchrun's rendezvous) never takes
-  another source's host list, whose order no node can know in advance (a note says why).
-* Master = the host of rank 0. A source that proves rank 0 is on another node than its
-  first (``srun -m arbitrary``) names it; that node is then put first, the others in the
-  manager's order: node rank 0 is the master, as torchrun's static rendezvous requires.
-* Checks between the layers: the process counts per node sum to the world size and have
-  one entry per node; this node's entry is its local world size; rank 0 is on node rank 0
-  (only rank 0 can check it: its failing stops the job under an MPI launcher or srun).
-* A seen source's ``Report.problem`` is raised only when no inner source was seen.
-* Then the refusals (sources/refusals.py). ``TopologyError`` (exit 3) names both sides.
+* Layers: the process layer is the innermost launcher's (torchrun > MPI > srun step >
+  allocation > node-level manager); an outer value copied into every process is checked
+  against it. An outer launcher's step of one task per node around a line's ``daemons``
+  is their daemon step, shadowed whatever its sizes; an outer process layer whose world
+  size or rank differs is shadowed too (its tasks may be the inner launcher's agents).
+* Mode: processes are workers when their launcher starts workers itself (depth 0, 1) or a
+  node runs several; never decided from the world size and the node count.
+* The command (:func:`~derive_env.sources.report.command_kind`) decides where the variables
+  cannot: a node launcher over a step's tasks needs one task per node, else a refusal; a
+  python script makes a task a worker. The hook has no command.
+* Node layer: the innermost node facts and the innermost host list, which must agree;
+  a source that numbers nodes itself (``Report.renumbers``) takes no other's host list.
+* Master: node rank 0's host; a source that places rank 0 elsewhere puts it first.
+* Checks between the layers: processes per node sum to the world size, this node's is its
+  local world size, rank 0 is on node rank 0. ``Report.problem`` is raised only for the
+  innermost source. Every error is a ``TopologyError`` (exit 3) naming both sides.
 """
 
 from __future__ import annotations
@@ -79,24 +61,37 @@ def topology_from(environ: Mapping[str, str], choice: str | None = None,
 
 
 def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
-    """The topology composed from every source seen in ``inputs.environ``; with none seen,
-    a single-container topology (no cluster variables at all is a single-container session).
+    """The topology composed from the reports of every source seen in ``inputs.environ``,
+    innermost first; with none seen (no cluster variables at all), a single container's.
 
-    :param inputs: the environment, ``choice`` (``--source``: a source name, ``auto`` or
-        ``none``; ``None``: the ``DERIVE_ENV_SOURCE`` variable, else ``auto``), ``files``
-        (see :func:`resolve`) and ``command`` (module docstring, "The command"); the labels
-        and host facts are not read.
-    :param hosts_only: for the host lists: see :func:`resolve`.
-    :raises TopologyError: a seen source's variables are bad or the layers disagree; or no
-        source was seen while the environment states another topology (``WORLD_SIZE=4``,
-        ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
-        container would contradict it, and nothing is guessed; or another launcher's
-        variables state more than one process (:func:`refusals.launcher_problem`).
+    :param inputs: the environment; ``choice``: ``--source``, a source name (only it is read,
+        its variables must be set), ``auto`` (detect), ``none`` (a single container, nothing
+        read) or ``None`` (``DERIVE_ENV_SOURCE``, else auto); ``files``: reads the files a
+        source needs, paths -> contents (None: unreadable; ``None``: none can be read,
+        ``--env-file``); ``command``: the argv after ``--`` ("The command"). The labels and
+        host facts are not read.
+    :param hosts_only: only the host list is wanted (``--format hosts``, the hostfiles): a
+        seen source's ``problem`` is not raised (a batch script of a multi-node job may start
+        ``deepspeed`` or ``horovodrun`` with the allocation's hosts).
+    :raises TopologyError: a source's variables are bad, the layers disagree, a ``problem``;
+        or variables of a launcher derive-env has no source for state more than one process
+        (``WORLD_SIZE=4``, nothing guessed: :func:`refusals.launcher_problem`).
     :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
     """
     environ, files = inputs.environ, inputs.files
     chosen = choice_of(environ, inputs.choice)
-    topology, reports = resolve(inputs._replace(choice=chosen), hosts_only)
+    seen = seen_sources(environ)
+    lines = seen if chosen == AUTO else []
+    if chosen not in (AUTO, NONE):
+        lines = [forced_source(chosen, environ)]
+    reports = [_read(line, environ, files) for line in lines]
+    topology = compose(reports, hosts_only, inputs.command) if reports else single_node_topology()
+    ignored = [line.name for line in seen if line.name != chosen] if chosen != AUTO else []
+    if ignored:  # the operator's choice wins, but not silently
+        topology = topology.model_copy(update={"warnings": (*topology.warnings, (
+            f"source {chosen} chosen (--source or {SOURCE_VARIABLE}): "
+            f"the variables of {', '.join(ignored)} are set and ignored; if they describe "
+            "this job, every process may derive another job than its launcher started"))})
     if chosen == NONE:
         return refusals.none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
@@ -104,7 +99,7 @@ def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
     # Launchers first: their message names the launcher and the fix. A line read is seen
     # even when its report names another line (Torque's mother superior reads a pbsdsh
     # task as torque-task, sources/managers/pbs.py).
-    read = {s.name for s in seen_sources(environ)} if chosen == AUTO else {chosen}
+    read = {line.name for line in lines}
     problem = refusals.launcher_problem(environ, refusals.Seen(
         f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
         frozenset(r.source for r in reports) | read, topology.processes is not None,
@@ -117,6 +112,7 @@ def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
 
 
 def _read(source: Source, environ: Mapping[str, str], files: FileReader | None) -> Report:
+    """``source``'s report, by its module, with the files it needs read by ``files``."""
     module = import_module(f"derive_env.sources.{source.module}")
     needed = getattr(module, "files_needed", None)
     paths = needed(environ, source.name) if needed is not None else ()
@@ -125,43 +121,6 @@ def _read(source: Source, environ: Mapping[str, str], files: FileReader | None) 
         contents = files(paths) if files is not None else dict.fromkeys(paths)
     return module.read(environ, source, contents)
 
-
-def resolve(inputs: Inputs, hosts_only: bool = False) -> tuple[ClusterTopology, list[Report]]:
-    """Compose the topology of this process from every source seen in ``inputs.environ``.
-
-    :param inputs: ``choice``: ``auto`` (detect, also for ``None``), ``none`` (a single
-        container, no source read) or a source name (only that source is read; its
-        variables must be set); ``files``: reads files a source needs (``SLURM_HOSTFILE``):
-        paths -> contents (None: unreadable), ``None`` here: none can be read
-        (``--env-file``); ``command``: as :func:`topology_of`.
-    :param hosts_only: only the host list is wanted (``--format hosts`` and the hostfiles):
-        a seen source's ``problem`` is not raised (a batch script of a multi-node job may
-        start ``deepspeed`` or ``horovodrun`` with the allocation's hosts).
-    :returns: the topology and the reports it was composed from (innermost first), for
-        ``--explain``. With no source seen, a single-container topology and no report.
-    :raises TopologyError: a source's variables are bad, the layers disagree, or a seen
-        source describes no usable topology (its ``problem``).
-    """
-    environ, files, command = inputs.environ, inputs.files, inputs.command
-    choice = inputs.choice or AUTO
-    if choice == AUTO:
-        sources = seen_sources(environ)
-        if not sources:
-            return single_node_topology(), []
-        reports = [_read(s, environ, files) for s in sources]
-        return compose(reports, hosts_only, command), reports
-    ignored = [s.name for s in seen_sources(environ) if s.name != choice]
-    if choice == NONE:
-        topology, reports = single_node_topology(), []
-    else:
-        reports = [_read(forced_source(choice, environ), environ, files)]
-        topology = compose(reports, hosts_only, command)
-    if ignored:  # the operator's choice wins, but not silently
-        topology = topology.model_copy(update={"warnings": (*topology.warnings, (
-            f"source {choice} chosen (--source or {SOURCE_VARIABLE}): "
-            f"the variables of {', '.join(ignored)} are set and ignored; if they describe "
-            "this job, every process may derive another job than its launcher started"))})
-    return topology, reports
 
 # -- composing ---------------------------------------------------------------------------------
 
@@ -248,7 +207,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
             command: Sequence[str] | None = None) -> ClusterTopology:
     """The topology from reports ordered innermost first (see the module docstring);
     ``command``: the argv derive-env execs, ``None`` for none (the hook). Raises as
-    :func:`resolve`."""
+    :func:`topology_of`."""
     used, shadowed = _shadowed(reports)
     refusals.managers_agree(used)  # every pair of node-level managers, alike
     innermost = reports[0]
