@@ -25,21 +25,10 @@ from collections.abc import Mapping, Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from derive_env import sources
 from derive_env.errors import TopologyError
 from derive_env.hosts import host_key
-from derive_env.sources import (
-    AUTO,
-    BY_NAME,
-    NONE,
-    SOURCE_VARIABLE,
-    SOURCES,
-    Source,
-    choice_of,
-    forced_source,
-    refusals,
-    seen_sources,
-)
-from derive_env.sources.refusals import check_rank_zero, missing_master
+from derive_env.sources import refusals
 from derive_env.sources.report import (
     PROCESS_FACTS,
     Processes,
@@ -79,20 +68,20 @@ def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
     :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
     """
     environ, files = inputs.environ, inputs.files
-    chosen = choice_of(environ, inputs.choice)
-    seen = seen_sources(environ)
-    lines = seen if chosen == AUTO else []
-    if chosen not in (AUTO, NONE):
-        lines = [forced_source(chosen, environ)]
+    chosen = sources.choice_of(environ, inputs.choice)
+    seen = sources.seen_sources(environ)
+    lines = seen if chosen == sources.AUTO else []
+    if chosen not in (sources.AUTO, sources.NONE):
+        lines = [sources.forced_source(chosen, environ)]
     reports = [_read(line, environ, files) for line in lines]
     topology = compose(reports, hosts_only, inputs.command) if reports else single_node_topology()
-    ignored = [line.name for line in seen if line.name != chosen] if chosen != AUTO else []
+    ignored = [line.name for line in seen if line.name != chosen] if chosen != sources.AUTO else []
     if ignored:  # the operator's choice wins, but not silently
         topology = topology.model_copy(update={"warnings": (*topology.warnings, (
-            f"source {chosen} chosen (--source or {SOURCE_VARIABLE}): "
+            f"source {chosen} chosen (--source or {sources.SOURCE_VARIABLE}): "
             f"the variables of {', '.join(ignored)} are set and ignored; if they describe "
             "this job, every process may derive another job than its launcher started"))})
-    if chosen == NONE:
+    if chosen == sources.NONE:
         return refusals.none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
                                 or topology.node_count is not None or not topology.sized)
@@ -111,22 +100,18 @@ def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
     return topology
 
 
-def _read(source: Source, environ: Mapping[str, str], files: FileReader | None) -> Report:
-    """``source``'s report, by its module, with the files it needs read by ``files``."""
-    module = import_module(f"derive_env.sources.{source.module}")
+def _read(line: sources.Source, environ: Mapping[str, str], files: FileReader | None) -> Report:
+    """``line``'s report, by its module, with the files it needs read by ``files``."""
+    module = import_module(f"derive_env.sources.{line.module}")
     needed = getattr(module, "files_needed", None)
-    paths = needed(environ, source.name) if needed is not None else ()
+    paths = needed(environ, line.name) if needed is not None else ()
     contents = None
     if paths:
         contents = files(paths) if files is not None else dict.fromkeys(paths)
-    return module.read(environ, source, contents)
+    return module.read(environ, line, contents)
 
 
 # -- composing ---------------------------------------------------------------------------------
-
-#: Each line's depth (torchrun 0, MPI 1, ..., a node-level manager 4).
-_DEPTH = {line.name: line.depth for line in SOURCES}
-
 
 def _src(report: Report) -> str:
     return " + ".join(report.inputs.get("processes", ()))
@@ -137,7 +122,7 @@ def _daemon_step(owner: Report, report: Report) -> bool:
     ``owner`` starts its processes through daemons (its line's ``daemons``), and ``report``
     is a launcher farther out (deeper, or as deep and without daemons: ``srun -N4 flux
     start``) with one task on each of its nodes."""
-    line, outer = BY_NAME.get(owner.source), BY_NAME.get(report.source)
+    line, outer = sources.BY_NAME.get(owner.source), sources.BY_NAME.get(report.source)
     tasks = report.processes.tasks_per_node if report.processes else ()
     return (line is not None and line.daemons is not None and outer is not None
             and (outer.depth > line.depth or (outer.depth == line.depth and not outer.daemons))
@@ -163,7 +148,8 @@ def _shadowed(
         if not daemons and (outer.world_size, outer.rank) == (inner.world_size, inner.rank):
             used.append(report)  # equal layers confirm each other
             continue
-        if not daemons and _DEPTH.get(report.source) == _DEPTH.get(owner.source):
+        depths = {getattr(sources.BY_NAME.get(r.source), "depth", None) for r in (report, owner)}
+        if not daemons and len(depths) == 1:
             # Two launchers of one kind (MPI) cannot be told inner from outer: the
             # variables of one are left over from another job (Hydra copies them all).
             raise TopologyError(
@@ -229,7 +215,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     counted = " + ".join(inputs.get("num_nodes") or inputs.get("nodes", ()))
     layout, told = _layout(owner if processes is not None else None,
                            (nodes, tasks, node_rank, order), (num_nodes, counted), command)
-    check_rank_zero(layout, nodes, node_rank, inputs)
+    refusals.check_rank_zero(layout, nodes, node_rank, inputs)
     lines = layer_lines(reports, used, shadowed, (owner, node_src, hosts_src))
     gpus_src, port_src, resv_src, job_src, srv_src = (_first(used, field) for field in (
         "gpus", "master_port", "reserved_ports", "job", "server_ports"))
@@ -256,7 +242,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
         warnings=tuple(warning for report in used for warning in report.warnings),
         layers=(*lines[:3], *told, *lines[3:]),  # the command's after the node layer's
         sized=sized,
-        missing=None if nodes or master else missing_master(owner, node_src),
+        missing=None if nodes or master else refusals.missing_master(owner, node_src),
     )
     try:
         return ClusterTopology(**fields)
