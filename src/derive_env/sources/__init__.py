@@ -39,20 +39,14 @@ _MPI_WHY = ("sets both for each process, so one of them was exported by hand (a 
 
 class Source:
     """One line of the source table: how to see a manager or launcher without importing
-    anything, and how it states a job of more than one process (docs/sources/README.md):
-    five fields by position, the others by keyword, their defaults below."""
+    anything, and how it states a job of more than one process (docs/sources/README.md).
+    By position: ``name`` (``--source NAME``, messages), ``title`` (for a person: ``a Slurm
+    step (srun)``), ``module`` (under ``derive_env.sources``: ``roles``, its roles say
+    everything, or ``managers.<its module>``, imported only when the line is seen; ``None``:
+    only refused), ``detect`` (its complete set of variables, each non-empty), ``depth`` (0
+    torchrun, 1 an MPI launcher, 2 an srun step, 3 an allocation, 4 a node-level manager).
+    The other fields by keyword, their defaults below."""
 
-    #: For ``--source NAME`` / ``DERIVE_ENV_SOURCE`` and messages.
-    name: str
-    #: For a person (``a Slurm step (srun)``); passed to the module with the line.
-    title: str
-    #: Under ``derive_env.sources``: ``roles`` (its roles say everything) or ``managers.<its
-    #: module>``, imported only when the line is seen; ``None``: only refused.
-    module: str | None
-    #: Its complete set of variables, every one non-empty.
-    detect: tuple[str, ...]
-    #: 0 torchrun, 1 an MPI launcher, 2 an srun step, 3 an allocation, 4 a node-level manager.
-    depth: int
     #: Variables that mean another context (a Slurm step): the line is neither seen nor refused.
     unless: tuple[str, ...] = ()
     #: Seen only when no other source is (Kubeflow's variables are also derive-env's output).
