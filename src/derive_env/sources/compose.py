@@ -31,7 +31,6 @@ from derive_env.hosts import host_key
 from derive_env.sources import refusals
 from derive_env.sources.report import (
     PROCESS_FACTS,
-    Processes,
     Report,
     command_decides,
     command_kind,
@@ -206,15 +205,15 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     hosts_src = _first(used, "nodes")
     inputs: dict[str, tuple[str, ...]] = {}
     nodes, order, num_nodes, node_rank = _node_layer(node_src, hosts_src, inputs, notes)
-    processes, tasks = _process_layer(owner, used, inputs)
+    tasks = _process_layer(owner, used, inputs)
     master_src = _first(used, "master")
     master = None
     if master_src is not None:
         master, (nodes, tasks, node_rank, order) = _master_first(
             master_src, hosts_src, (nodes, tasks, node_rank, order), inputs)
     counted = " + ".join(inputs.get("num_nodes") or inputs.get("nodes", ()))
-    layout, told = _layout(owner if processes is not None else None,
-                           (nodes, tasks, node_rank, order), (num_nodes, counted), command)
+    layout, told = _layout(owner, (nodes, tasks, node_rank, order), (num_nodes, counted),
+                           command)
     refusals.check_rank_zero(layout, nodes, node_rank, inputs)
     lines = layer_lines(reports, used, shadowed, (owner, node_src, hosts_src))
     gpus_src, port_src, resv_src, job_src, srv_src = (_first(used, field) for field in (
@@ -305,25 +304,24 @@ def _hosts_agree(node_src: Report, hosts_src: Report,
 
 
 def _process_layer(owner: Report | None, used: Sequence[Report],
-                   inputs: dict[str, tuple[str, ...]]) -> tuple[Processes | None, tuple[int, ...]]:
-    """The innermost launcher's process layer and the process count of every node (which
-    a confirming outer layer may state)."""
+                   inputs: dict[str, tuple[str, ...]]) -> tuple[int, ...]:
+    """The process count of every node, which the innermost launcher (``owner``) or a
+    confirming outer layer may state; the process layer's variables go to ``inputs``."""
     if owner is None or owner.processes is None:
-        return None, ()
+        return ()
     tasks = owner.processes.tasks_per_node or next(
         (r.processes.tasks_per_node for r in used
          if r.processes is not None and r.processes.tasks_per_node), ())
     inputs["processes"] = owner.inputs.get("processes", ())
     for fact in PROCESS_FACTS:  # a source that states no fact alone: the whole layer's
         inputs[fact] = owner.inputs.get(fact, inputs["processes"])
-    return owner.processes, tasks
+    return tasks
 
 
 def _master_first(
     master_src: Report, hosts_src: Report | None, placed: _Placed,
     inputs: dict[str, tuple[str, ...]],
 ) -> tuple[str | None, _Placed]:
-
     """``(master, (nodes, tasks, node rank, order))`` with the node of rank 0 first (module
     docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
     stays set only when no host list places it."""
@@ -361,11 +359,10 @@ def _layout(owner: Report | None, placed: _Placed, counted: tuple[int | None, st
     """``owner``'s process layer (the innermost launcher's), checked against the nodes
     (``placed``; ``counted``: their count and its variables), and the --explain lines of
     what the command decides (:func:`command_decides`)."""
-    num_nodes, (_, tasks, node_rank, _) = counted[0], placed
-    processes = owner.processes if owner is not None else None
-    if processes is None or owner is None:
+    if owner is None or owner.processes is None:
         return None, ()
-    src = " + ".join(owner.inputs.get("processes", ()))
+    num_nodes, (_, tasks, node_rank, _) = counted[0], placed
+    processes, src = owner.processes, _src(owner)
     if tasks:
         if num_nodes is not None and len(tasks) != num_nodes:
             raise TopologyError(
@@ -383,11 +380,8 @@ def _layout(owner: Report | None, placed: _Placed, counted: tuple[int | None, st
     workers, told = command_decides(owner, processes, (tasks, counted),
                                     command_kind(command))
     try:
-        return ProcessLayout(
-            rank=processes.rank, local_rank=processes.local_rank,
-            world_size=processes.world_size, local_world_size=processes.local_world_size,
-            tasks_per_node=tasks or None, workers=workers,
-        ), told
+        return ProcessLayout(**processes._replace(tasks_per_node=tasks or None)._asdict(),
+                             workers=workers), told
     except ValueError:
         raise TopologyError(
             f"{owner.title}: rank {processes.rank} / local rank {processes.local_rank} are "
