@@ -484,12 +484,11 @@ def seen_sources(environ: Mapping[str, str]) -> list[Source]:
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:
-    """The source choice: ``--source`` when given, else ``DERIVE_ENV_SOURCE``, else auto.
+    """The source choice, ``auto``, ``none`` or a name of :data:`SOURCE_NAMES`: ``option``
+    (``--source``; ``None``: not given), else ``DERIVE_ENV_SOURCE``, else auto.
 
-    :param option: ``--source``, or ``None`` when not given.
-    :returns: ``auto``, ``none`` or a name of :data:`SOURCE_NAMES`.
-    :raises UsageError: ``--source`` is not a source name, ``auto`` or ``none`` (exit 2).
-    :raises TopologyError: ``DERIVE_ENV_SOURCE`` is not (exit 3).
+    :raises UsageError: ``--source`` is none of them (exit 2); TopologyError:
+        ``DERIVE_ENV_SOURCE`` is none of them (exit 3).
     """
     value = option if option is not None else environ.get(SOURCE_VARIABLE, "").strip() or AUTO
     if value not in (AUTO, NONE, *SOURCE_NAMES):
@@ -501,11 +500,8 @@ def choice_of(environ: Mapping[str, str], option: str | None) -> str:
 
 
 def forced_source(name: str, environ: Mapping[str, str]) -> Source:
-    """The line of the chosen source ``name`` (one of :data:`SOURCE_NAMES`).
-
-    :raises TopologyError: its variables are not set (all of them; for an ``any_of`` line,
-        at least one), naming the missing ones.
-    """
+    """The line of the chosen source ``name`` (one of :data:`SOURCE_NAMES`); TopologyError
+    naming the missing ones when its variables are not set (all; ``any_of``: at least one)."""
     source = BY_NAME[name]
     missing = [v for v in source.detect if not environ.get(v)]
     if source.any_of and len(missing) < len(source.detect):

@@ -52,18 +52,16 @@ def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
     """The topology composed from the reports of every source seen in ``inputs.environ``,
     innermost first; with none seen (no cluster variables at all), a single container's.
 
-    :param inputs: the environment; ``choice``: ``--source``, a source name (only it is read,
-        its variables must be set), ``auto`` (detect), ``none`` (a single container, nothing
-        read) or ``None`` (``DERIVE_ENV_SOURCE``, else auto); ``files``: reads the files a
-        source needs, paths -> contents (None: unreadable; ``None``: none can be read,
-        ``--env-file``); ``command``: the argv after ``--`` ("The command"). The labels and
-        host facts are not read.
-    :param hosts_only: only the host list is wanted (``--format hosts``, the hostfiles): a
-        seen source's ``problem`` is not raised (a batch script of a multi-node job may start
-        ``deepspeed`` or ``horovodrun`` with the allocation's hosts).
+    :param inputs: ``choice``: ``--source``: a source name (only it is read; its variables
+        must be set), ``auto`` (detect), ``none`` (nothing read) or ``None`` (then
+        ``DERIVE_ENV_SOURCE``, else auto); ``files``: paths -> contents (None: unreadable)
+        of the files a source needs (``None``: none can be read, ``--env-file``);
+        ``command``: the argv after ``--`` ("The command"). Labels, host facts: not read.
+    :param hosts_only: for the host lists (``--format hosts``, the hostfiles): a source's
+        ``problem`` is not raised (a multi-node batch script may start ``deepspeed``).
     :raises TopologyError: a source's variables are bad, the layers disagree, a ``problem``;
-        or variables of a launcher derive-env has no source for state more than one process
-        (``WORLD_SIZE=4``, nothing guessed: :func:`refusals.launcher_problem`).
+        or a launcher no source reads states more than one process (``WORLD_SIZE=4``,
+        nothing guessed: :func:`refusals.launcher_problem`).
     :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
     """
     environ, files = inputs.environ, inputs.files
@@ -117,9 +115,8 @@ def _src(report: Report) -> str:
 
 
 def _daemon_step(owner: Report, report: Report) -> bool:
-    """``report`` is ``owner``'s daemon step (module docstring, "Layers"): the launcher
-    ``owner`` starts its processes through daemons (its line's ``daemons``), and ``report``
-    is a launcher farther out (deeper, or as deep and without daemons: ``srun -N4 flux
+    """``report`` is ``owner``'s daemon step ("Layers"): ``owner``'s line has ``daemons``,
+    ``report`` is a launcher farther out (deeper, or as deep without daemons: ``srun -N4 flux
     start``) with one task on each of its nodes."""
     line, outer = sources.BY_NAME.get(owner.source), sources.BY_NAME.get(report.source)
     tasks = report.processes.tasks_per_node if report.processes else ()
@@ -249,10 +246,9 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
         raise refusals.invalid_topology(exc, inputs) from None
 
 
-def _node_layer(
-    node_src: Report | None, hosts_src: Report | None, inputs: dict[str, tuple[str, ...]],
-    notes: list[str],
-) -> tuple[tuple[Node, ...], str | None, int | None, int | None]:
+def _node_layer(node_src: Report | None, hosts_src: Report | None,
+                inputs: dict[str, tuple[str, ...]], notes: list[str],
+                ) -> tuple[tuple[Node, ...], str | None, int | None, int | None]:
     """``(nodes, order, node count, node rank)`` from the innermost source that states node
     facts and the innermost one with a host list (module docstring, "Node layer"); their
     provenance goes to ``inputs``, a host list left unused for a reason to ``notes``."""
@@ -318,10 +314,8 @@ def _process_layer(owner: Report | None, used: Sequence[Report],
     return tasks
 
 
-def _master_first(
-    master_src: Report, hosts_src: Report | None, placed: _Placed,
-    inputs: dict[str, tuple[str, ...]],
-) -> tuple[str | None, _Placed]:
+def _master_first(master_src: Report, hosts_src: Report | None, placed: _Placed,
+                  inputs: dict[str, tuple[str, ...]]) -> tuple[str | None, _Placed]:
     """``(master, (nodes, tasks, node rank, order))`` with the node of rank 0 first (module
     docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
     stays set only when no host list places it."""
