@@ -163,13 +163,14 @@ def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
     return tuple(notes)
 
 
-def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
+def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T],
+           ending: str = "") -> _T:
     """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
-    TopologyError naming the variable and its value."""
+    TopologyError naming the variable and its value, the message ending with ``ending``."""
     try:
         return parse(environ[name])
     except ValueError as exc:
-        raise TopologyError(describe(name, environ[name], str(exc))) from None
+        raise TopologyError(describe(name, environ[name], f"{exc}{ending}")) from None
 
 
 def checked_master(environ: Mapping[str, str], addr: str, port: str,
@@ -189,7 +190,4 @@ def checked_master(environ: Mapping[str, str], addr: str, port: str,
     problem = host_problem(host)
     if problem:
         raise TopologyError(describe(addr, host, f"{problem}; {fix}"))
-    try:
-        return host, parse_port(environ[port])
-    except ValueError as exc:
-        raise TopologyError(describe(port, environ[port], f"{exc}; {fix}")) from None
+    return host, parsed(environ, port, parse_port, f"; {fix}")
