@@ -15,7 +15,7 @@ from derive_env.frameworks import jax as jax_framework
 from derive_env.frameworks import pytorch, tensorflow
 from derive_env.frameworks.context import Context
 from derive_env.policy import ImagePolicy
-from derive_env.sources.compose import compose, resolve
+from derive_env.sources.compose import compose, topology_of
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import Inputs, Node, ProcessLayout
 
@@ -199,14 +199,14 @@ def test_a_problem_is_raised_only_for_the_innermost_source() -> None:
 
 def test_a_named_source_needs_its_variables() -> None:
     with pytest.raises(TopologyError) as caught:
-        resolve(Inputs({"OMPI_COMM_WORLD_SIZE": "2"}, {}, choice="openmpi"))
+        topology_of(Inputs({"OMPI_COMM_WORLD_SIZE": "2"}, {}, choice="openmpi"))
     assert str(caught.value) == (
         "--source (or DERIVE_ENV_SOURCE)='openmpi': expected a source whose variables are set: "
         "Open MPI (mpirun) needs all of OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
         "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE; not set: OMPI_COMM_WORLD_RANK, "
         "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE")
-    topo, reports = resolve(Inputs({"OMPI_COMM_WORLD_SIZE": "2"}, {}, choice="none"))
-    assert (topo.num_nodes, reports) == (1, [])
+    topo = topology_of(Inputs({"OMPI_COMM_WORLD_SIZE": "2"}, {}, choice="none"))
+    assert (topo.num_nodes, topo.source, topo.layers) == (1, "standalone", ())
 
 
 # --- what the frameworks get from a process layer --------------------------------------------
@@ -301,13 +301,13 @@ def test_jax_local_device_ids(environ, gpus, local_rank, expected) -> None:
 def test_a_forced_source_names_the_sources_it_ignores() -> None:
     environ = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
                "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
-    topo, reports = resolve(Inputs(environ, {}, choice="none"))
-    assert (topo.num_nodes, reports) == (1, [])
+    topo = topology_of(Inputs(environ, {}, choice="none"))
+    assert (topo.num_nodes, topo.source, topo.layers) == (1, "standalone", ())
     assert topo.warnings == (
         "source none chosen (--source or DERIVE_ENV_SOURCE): the variables of openmpi are set "
         "and ignored; if they describe this job, every process may derive another job than "
         "its launcher started",)
-    assert resolve(Inputs(environ, {}, choice="openmpi"))[0].warnings == ()
+    assert topology_of(Inputs(environ, {}, choice="openmpi")).warnings == ()
 
 
 def test_two_mpi_launchers_that_disagree_are_an_error() -> None:

@@ -17,6 +17,7 @@ from derive_env.sources import (
     BY_NAME,
     SOURCE_NAMES,
     SOURCES,
+    Source,
     choice_of,
     forced_source,
     has_size,
@@ -31,6 +32,17 @@ TORCHRUN = {"TORCHELASTIC_RUN_ID": "r", "RANK": "1", "LOCAL_RANK": "1", "WORLD_S
             "MASTER_ADDR": "n1", "MASTER_PORT": "29500"}
 TRAINJOB = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "t-node-0-0.t",
             "PET_MASTER_PORT": "29500", "PET_NPROC_PER_NODE": "1"}
+
+
+def test_every_line_sets_only_fields_of_a_source() -> None:
+    """A line's keywords are stored as given: a misspelt one would be a field nobody reads."""
+    fields = set(inspect.signature(Source).parameters) - {"options"} | {
+        name for name, value in vars(Source).items()
+        if not name.startswith("_") and not callable(value)}
+    for line in SOURCES:
+        assert set(vars(line)) <= fields, line.name
+    assert Source("x", "x", None, ("X",), 1, unit="pod").unit == "pod"
+    assert Source("x", "x", None, ("X",), 1).unit == "process"
 
 
 def test_source_choice() -> None:

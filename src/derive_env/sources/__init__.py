@@ -4,25 +4,20 @@
 the launch, its title, and how it states a multi-process job. :func:`seen_sources` finds
 the lines whose variables are all set without importing any module. A seen line is read by
 its roles (sources/roles.py) or its own module under sources/managers/ (``read(environ,
-line, files=None) -> Report``); the composer (sources/compose.py) composes one topology. A
-launcher derive-env cannot read is refused (sources/refusals.py). Adding a manager is one
-line (plus a module for rules of its own).
+line, files=None) -> Report``); sources/compose.py composes one topology; a launcher
+derive-env cannot read is refused (sources/refusals.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from derive_env.errors import ON_ERROR_WARN as _ON_ERROR_WARN
-from derive_env.errors import TopologyError, UsageError, describe
+from derive_env.errors import ON_ERROR_WARN, TopologyError, UsageError, describe
 
 #: The variable that chooses a source for every node of a session (``--source`` wins).
 SOURCE_VARIABLE = "DERIVE_ENV_SOURCE"
 #: The choices besides a source name.
 AUTO, NONE = "auto", "none"
-
-#: Ends a refusal: the label that lets the command run anyway (errors.py, one text).
-ON_ERROR_WARN = _ON_ERROR_WARN
 _RUN_WITHOUT = ("Run the command without derive-env (set the framework variables from the "
                 f"launcher's), {ON_ERROR_WARN}")
 
@@ -35,8 +30,6 @@ def _start_torchrun(how: str) -> str:
             + ON_ERROR_WARN)
 
 
-#: How a launcher is told one task per node, one task per GPU (a line's ``per_node``).
-_PER_NODE = ("one task per node", "one task per GPU")
 #: How a variable reaches every process of a launcher by default (Open MPI's ``-x``).
 PASS_ENV = "mpirun -x {name}={value}"
 #: The rule of an MPI launcher's variables (after the launcher's name), ending its messages.
@@ -47,94 +40,63 @@ _MPI_WHY = ("sets both for each process, so one of them was exported by hand (a 
 class Source:
     """One line of the source table: how to see a manager or launcher without importing
     anything, and how it states a job of more than one process (docs/sources/README.md).
+    By position: ``name`` (``--source NAME``, messages), ``title`` (for a person: ``a Slurm
+    step (srun)``), ``module`` (under ``derive_env.sources``: ``roles``, its roles say
+    everything, or ``managers.<its module>``, imported only when the line is seen; ``None``:
+    only refused), ``detect`` (its complete set of variables, each non-empty), ``depth`` (0
+    torchrun, 1 an MPI launcher, 2 an srun step, 3 an allocation, 4 a node-level manager).
+    The other fields by keyword, their defaults below."""
 
-    Detection:
-
-    :ivar name: for ``--source NAME`` / ``DERIVE_ENV_SOURCE`` and messages.
-    :ivar title: for a person (``a Slurm step (srun)``); passed to the module with the line.
-    :ivar module: under ``derive_env.sources``: ``roles`` (the roles say everything) or
-        ``managers.<its module>``, imported only when all of ``detect`` are set; ``None``:
-        derive-env cannot read it yet, it is only refused.
-    :ivar detect: its complete set of variables, every one non-empty.
-    :ivar depth: its place in the launch: 0 torchrun, 1 an MPI launcher, 2 an srun step, 3
-        a Slurm allocation, 4 a node-level manager (Backend.AI, Kubeflow).
-    :ivar unless: variables whose presence means another context (a Slurm step, not the
-        batch script): the line is then neither seen nor refused.
-    :ivar fallback: seen only when no other source is (Kubeflow's variables are also what
-        derive-env itself exports).
-    :ivar any_of: seen when ANY of ``detect`` (or a variable starting with ``prefix``) is
-        set: the source names what is missing itself (Backend.AI, docs/behaviour.md section 5).
-    :ivar prefix: see ``any_of``.
-    :ivar roles: its variables by role, a dict literal (sources/roles.py); ``hosts``:
-        ``(where, form[, key])``, a variable or a file (``$VARIABLE[:default]``: sizes.py).
-
-    The refusals (:func:`derive_env.sources.refusals.launcher_problem`):
-
-    :ivar marker: the variables that alone say "this launcher started us"; empty: ``detect``.
-    :ivar states: ``(variable, single-process value)``: one set to anything else states
-        more than one process; a single value ``None``: set at all, it does. Unset:
-        derived from ``roles`` (:func:`states_of`).
-    :ivar partial: whether ``states`` count without the complete marker.
-    :ivar sized: False when the complete marker cannot tell the job's size (PMIx,
-        Kubernetes): then the marker alone is refused, on every process alike.
-    :ivar unit: what the size counts (``process``, ``node``, ``host``), for messages.
-    :ivar size: a function of sources/sizes.py for a size no variable and no ``hosts`` role
-        states (a Volcano Job's pods), asked only when the marker is complete.
-    :ivar counts: variables whose value above 1 states a job of more than one ``unit``, for
-        the note of an image that did not opt in (:func:`derive_env.sources.sizes.larger_job`).
-    :ivar part_of: for a line without a module: the line whose module reads these
-        variables (``PMI_RANK``, ``PMI_SIZE``: Hydra's); alone, they are a partial set of it.
-    :ivar fix: what to do, ending the refusal of a launcher no module reads, or of one
-        that started this process without saying the job's size.
-    :ivar pass_env: how a user gives one variable to every process this launcher starts
-        (``{name}``, ``{value}`` filled in), for the fix of a partial topology.
-
-    The composition (sources/compose.py, "Layers"):
-
-    :ivar daemons: what starts this launcher's processes on each node (Open MPI's orted,
-        Hydra's proxies, Flux's brokers): an outer launcher's step of one task on each of
-        its nodes around them is their daemon step, not the job (``srun -N4 flux start``);
-        at one depth the line with daemons is the inner one; ``None``: none.
-    :ivar per_node: how this launcher is told to start one task per node, and one task per
-        GPU, for the fix of a node launcher (torchrun) it started several times per node.
-    """
-
-    # Not a named tuple, whose constructor eval() costs every start 0.8M instructions.
-    __slots__ = ("any_of", "counts", "daemons", "depth", "detect", "fallback", "fix", "marker",
-                 "module", "name", "part_of", "partial", "pass_env", "per_node", "prefix",
-                 "roles", "size", "sized", "states", "title", "unit", "unless")
+    #: Variables that mean another context (a Slurm step): the line is neither seen nor refused.
+    unless: tuple[str, ...] = ()
+    #: Seen only when no other source is (Kubeflow's variables are also derive-env's output).
+    fallback = False
+    #: Seen when ANY of ``detect`` (or a variable starting with ``prefix``) is set; the
+    #: module names what is missing (Backend.AI, docs/behaviour.md section 5).
+    any_of = False
+    prefix: str | None = None
+    #: Its variables by role (sources/roles.py); ``hosts``: ``(where, form[, key])``, a
+    #: variable or a file (``$VARIABLE[:default]``: :func:`file_path`).
+    roles: dict | None = None
+    # The refusals (sources/refusals.py).
+    #: The variables that alone say "this launcher started us"; empty: ``detect``.
+    marker: tuple[str, ...] = ()
+    #: ``(variable, single-process value)``: one set to another value states more than one
+    #: process (``None``: set at all, it does); unset: from ``roles`` (:func:`states_of`).
+    states: tuple | None = None
+    #: Whether ``states`` count without the complete marker.
+    partial = True
+    #: False when the complete marker cannot tell the size (PMIx): the marker is refused.
+    sized = True
+    #: What the size counts (``process``, ``node``, ``host``), for messages.
+    unit = "process"
+    #: A function of sources/sizes.py for a size no variable states (a Volcano Job's pods).
+    size: str | None = None
+    #: Variables whose value above 1 states a larger job, for an image that did not opt in.
+    counts: tuple[str, ...] = ()
+    #: For a line without a module: the line that reads these variables (alone, a partial set).
+    part_of: str | None = None
+    #: Ends the refusal of a launcher no module reads, or of one that states no size.
+    fix = _RUN_WITHOUT
+    #: How to give one variable to every process it starts, for a partial topology's fix.
+    pass_env = PASS_ENV
+    # The composition (sources/compose.py).
+    #: What starts its processes on each node (orted): an outer launcher's step of one
+    #: task per node is their daemon step, not the job; at one depth, the inner line.
+    daemons: str | None = None
+    #: How it is told one task per node, and one per GPU (the fix of torchrun under it).
+    per_node = ("one task per node", "one task per GPU")
 
     def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
-                 depth: int, unless: tuple[str, ...] = (), fallback: bool = False,
-                 any_of: bool = False, prefix: str | None = None, marker: tuple[str, ...] = (),
-                 states: tuple | None = None, partial: bool = True, sized: bool = True,
-                 unit: str = "process", size: str | None = None, part_of: str | None = None,
-                 fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
-                 roles: dict | None = None, daemons: str | None = None,
-                 per_node: tuple[str, str] = _PER_NODE) -> None:
-        # One store per slot: a tuple packed and unpacked costs more on every start.
+                 depth: int, **options: object) -> None:
+        # Not a named tuple, whose constructor eval() costs every start 0.8M instructions;
+        # the options given are stored as they are (test_sources.py checks their names).
         self.name = name
         self.title = title
         self.module = module
         self.detect = detect
         self.depth = depth
-        self.unless = unless
-        self.fallback = fallback
-        self.any_of = any_of
-        self.prefix = prefix
-        self.marker = marker
-        self.states = states
-        self.partial = partial
-        self.sized = sized
-        self.unit = unit
-        self.size = size
-        self.part_of = part_of
-        self.fix = fix
-        self.pass_env = pass_env
-        self.counts = counts
-        self.roles = roles
-        self.daemons = daemons
-        self.per_node = per_node
+        self.__dict__.update(options)
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
@@ -163,9 +125,8 @@ SOURCES: tuple[Source, ...] = (
                   "node_rank": "CROSS_RANK",
                   "why": "DeepSpeed's launcher sets both for each process "
                          "(deepspeed/launcher/launch.py), so one was changed after it"}),
-    # The MPI launchers: the process layer in their own four variables, no host list; what
-    # is deliberately not read (OMPI_COMM_WORLD_NODE_RANK ...), docs/sources/mpi.md. Only a
-    # launcher's own second vocabulary must agree ("same"). Open MPI: docs/tuning-apps/
+    # The MPI launchers: the process layer, no host list (docs/sources/mpi.md: what is not
+    # read); only their own second vocabulary must agree ("same"). Open MPI: docs/tuning-apps/
     # environment-var.rst (recorded: ompi-ssh, ompi-in-*), PMIX_* from its own PMIx server.
     Source("openmpi", "Open MPI (mpirun)", "roles",
            ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -186,8 +147,8 @@ SOURCES: tuple[Source, ...] = (
                   "same": (("PMI_RANK", "rank"), ("PMI_ID", "rank"), ("PMI_SIZE", "world_size"),
                            ("MPIRUN_NPROCS", "world_size")),
                   "why": "mpirun_rsh " + _MPI_WHY},
-           daemons="MVAPICH2's mpispawn", per_node=(
-               "mpirun_rsh with each host once", "mpirun_rsh with each host once per GPU")),
+           daemons="MVAPICH2's mpispawn",
+           per_node=("mpirun_rsh with each host once", "mpirun_rsh with each host once per GPU")),
     # mpich pmip_cb.c launch_procs (recorded: mpich-*), Intel MPI's the same; no job id.
     # Its states are the pmi line's (a partial set is refused as a PMI launcher's).
     Source("hydra", "MPICH Hydra or Intel MPI (mpiexec)", "roles",
@@ -531,12 +492,11 @@ def seen_sources(environ: Mapping[str, str]) -> list[Source]:
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:
-    """The source choice: ``--source`` when given, else ``DERIVE_ENV_SOURCE``, else auto.
+    """The source choice, ``auto``, ``none`` or a name of :data:`SOURCE_NAMES`: ``option``
+    (``--source``; ``None``: not given), else ``DERIVE_ENV_SOURCE``, else auto.
 
-    :param option: ``--source``, or ``None`` when not given.
-    :returns: ``auto``, ``none`` or a name of :data:`SOURCE_NAMES`.
-    :raises UsageError: ``--source`` is not a source name, ``auto`` or ``none`` (exit 2).
-    :raises TopologyError: ``DERIVE_ENV_SOURCE`` is not (exit 3).
+    :raises UsageError: ``--source`` is none of them (exit 2); TopologyError:
+        ``DERIVE_ENV_SOURCE`` is none of them (exit 3).
     """
     value = option if option is not None else environ.get(SOURCE_VARIABLE, "").strip() or AUTO
     if value not in (AUTO, NONE, *SOURCE_NAMES):
@@ -548,11 +508,8 @@ def choice_of(environ: Mapping[str, str], option: str | None) -> str:
 
 
 def forced_source(name: str, environ: Mapping[str, str]) -> Source:
-    """The line of the chosen source ``name`` (one of :data:`SOURCE_NAMES`).
-
-    :raises TopologyError: its variables are not set (all of them; for an ``any_of`` line,
-        at least one), naming the missing ones.
-    """
+    """The line of the chosen source ``name`` (one of :data:`SOURCE_NAMES`); TopologyError
+    naming the missing ones when its variables are not set (all; ``any_of``: at least one)."""
     source = BY_NAME[name]
     missing = [v for v in source.detect if not environ.get(v)]
     if source.any_of and len(missing) < len(source.detect):

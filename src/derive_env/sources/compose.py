@@ -1,40 +1,22 @@
-"""The composer: the reports of every seen source -> one :class:`ClusterTopology`. Rules
-(docs/sources/README.md, "How the sources compose"):
+"""The composer: the reports of every seen source -> one :class:`ClusterTopology`, by the
+rules of docs/sources/README.md section 2, each named here as the code cites it:
 
-* Every seen source is read (:func:`seen_sources`); each reports only what it saw.
-* Process layer: from the innermost source that launched processes (torchrun > an MPI
-  launcher > an srun step > an allocation > a node-level manager such as Backend.AI).
-* Layers: for each layer the launcher closest to the process decides; an outer one's
-  values copied into every process are checked against it, never this process's identity.
-* The daemon step, one rule from the table: a line's ``daemons`` (orted, Hydra's proxies,
-  Flux's brokers, Ray's raylets) start its processes, one per node, which an outer launcher
-  may start as a step of one task on each of its nodes (``ompi-in-*``, ``mpich-in-*``,
-  ``srun -N4 flux start``). That step is shadowed, facts and all, whatever its sizes (its
-  node list can miss mpirun's own node). Another outer process layer whose world size or
-  rank differs from the inner one's is shadowed too (``srun --ntasks-per-node=1
-  torchrun``: its agents); equal layers confirm each other.
-* Mode: the processes are the job's workers (``per_process``) when their launcher starts
-  the workers itself (torchrun, MPI: depth 0, 1) or a node runs more than one of them; one
-  process per node of an srun step is the node layer (it may start torchrun). Never
-  decided from the world size and the node count, which packed ranks can match.
-* The command (``Inputs.command``, :func:`~derive_env.sources.report.command_kind`) decides where
-  the variables cannot: a node launcher (torchrun, deepspeed, accelerate launch) makes a
-  launcher's tasks the node layer when one task per node is proven (every node's count,
-  or as many processes as nodes), else it is refused naming both; a python script makes
-  a launcher's task a worker (``RANK`` = the task's rank). The hook has no command.
-* Node layer: the innermost source that states node facts gives the node count and this
-  node's rank; the innermost source with a host list gives the hosts. Where both state the
-  count, the master and the node rank, they must agree (an error naming both). A source
-  that numbers nodes itself (``Report.renumbers``: torchrun's rendezvous) never takes
-  another source's host list, whose order no node can know in advance (a note says why).
-* Master = the host of rank 0. A source that proves rank 0 is on another node than its
-  first (``srun -m arbitrary``) names it; that node is then put first, the others in the
-  manager's order: node rank 0 is the master, as torchrun's static rendezvous requires.
-* Checks between the layers: the process counts per node sum to the world size and have
-  one entry per node; this node's entry is its local world size; rank 0 is on node rank 0
-  (only rank 0 can check it: its failing stops the job under an MPI launcher or srun).
-* A seen source's ``Report.problem`` is raised only when no inner source was seen.
-* Then the refusals (sources/refusals.py). ``TopologyError`` (exit 3) names both sides.
+* Layers: the process layer is the innermost launcher's (torchrun > MPI > srun step >
+  allocation > node-level manager); an outer value copied into every process is checked
+  against it. An outer launcher's step of one task per node around a line's ``daemons``
+  is their daemon step, shadowed whatever its sizes; an outer process layer whose world
+  size or rank differs is shadowed too (its tasks may be the inner launcher's agents).
+* Mode: processes are workers when their launcher starts workers itself (depth 0, 1) or a
+  node runs several; never decided from the world size and the node count.
+* The command (:func:`~derive_env.sources.report.command_kind`) decides where the variables
+  cannot: a node launcher over a step's tasks needs one task per node, else a refusal; a
+  python script makes a task a worker. The hook has no command.
+* Node layer: the innermost node facts and the innermost host list, which must agree;
+  a source that numbers nodes itself (``Report.renumbers``) takes no other's host list.
+* Master: node rank 0's host; a source that places rank 0 elsewhere puts it first.
+* Checks between the layers: processes per node sum to the world size, this node's is its
+  local world size, rank 0 is on node rank 0. ``Report.problem`` is raised only for the
+  innermost source. Every error is a ``TopologyError`` (exit 3) naming both sides.
 """
 
 from __future__ import annotations
@@ -43,24 +25,12 @@ from collections.abc import Mapping, Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from derive_env import sources
 from derive_env.errors import TopologyError
 from derive_env.hosts import host_key
-from derive_env.sources import (
-    AUTO,
-    BY_NAME,
-    NONE,
-    SOURCE_VARIABLE,
-    SOURCES,
-    Source,
-    choice_of,
-    forced_source,
-    refusals,
-    seen_sources,
-)
-from derive_env.sources.refusals import check_rank_zero, missing_master
+from derive_env.sources import refusals
 from derive_env.sources.report import (
     PROCESS_FACTS,
-    Processes,
     Report,
     command_decides,
     command_kind,
@@ -79,32 +49,43 @@ def topology_from(environ: Mapping[str, str], choice: str | None = None,
 
 
 def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
-    """The topology composed from every source seen in ``inputs.environ``; with none seen,
-    a single-container topology (no cluster variables at all is a single-container session).
+    """The topology composed from the reports of every source seen in ``inputs.environ``,
+    innermost first; with none seen (no cluster variables at all), a single container's.
 
-    :param inputs: the environment, ``choice`` (``--source``: a source name, ``auto`` or
-        ``none``; ``None``: the ``DERIVE_ENV_SOURCE`` variable, else ``auto``), ``files``
-        (see :func:`resolve`) and ``command`` (module docstring, "The command"); the labels
-        and host facts are not read.
-    :param hosts_only: for the host lists: see :func:`resolve`.
-    :raises TopologyError: a seen source's variables are bad or the layers disagree; or no
-        source was seen while the environment states another topology (``WORLD_SIZE=4``,
-        ``RANK=2`` ... from a launcher derive-env has no source for): describing a single
-        container would contradict it, and nothing is guessed; or another launcher's
-        variables state more than one process (:func:`refusals.launcher_problem`).
+    :param inputs: ``choice``: ``--source``: a source name (only it is read; its variables
+        must be set), ``auto`` (detect), ``none`` (nothing read) or ``None`` (then
+        ``DERIVE_ENV_SOURCE``, else auto); ``files``: paths -> contents (None: unreadable)
+        of the files a source needs (``None``: none can be read, ``--env-file``);
+        ``command``: the argv after ``--`` ("The command"). Labels, host facts: not read.
+    :param hosts_only: for the host lists (``--format hosts``, the hostfiles): a source's
+        ``problem`` is not raised (a multi-node batch script may start ``deepspeed``).
+    :raises TopologyError: a source's variables are bad, the layers disagree, a ``problem``;
+        or a launcher no source reads states more than one process (``WORLD_SIZE=4``,
+        nothing guessed: :func:`refusals.launcher_problem`).
     :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
     """
     environ, files = inputs.environ, inputs.files
-    chosen = choice_of(environ, inputs.choice)
-    topology, reports = resolve(inputs._replace(choice=chosen), hosts_only)
-    if chosen == NONE:
+    chosen = sources.choice_of(environ, inputs.choice)
+    seen = sources.seen_sources(environ)
+    lines = seen if chosen == sources.AUTO else []
+    if chosen not in (sources.AUTO, sources.NONE):
+        lines = [sources.forced_source(chosen, environ)]
+    reports = [_read(line, environ, files) for line in lines]
+    topology = compose(reports, hosts_only, inputs.command) if reports else single_node_topology()
+    ignored = [line.name for line in seen if line.name != chosen] if chosen != sources.AUTO else []
+    if ignored:  # the operator's choice wins, but not silently
+        topology = topology.model_copy(update={"warnings": (*topology.warnings, (
+            f"source {chosen} chosen (--source or {sources.SOURCE_VARIABLE}): "
+            f"the variables of {', '.join(ignored)} are set and ignored; if they describe "
+            "this job, every process may derive another job than its launcher started"))})
+    if chosen == sources.NONE:
         return refusals.none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
                                 or topology.node_count is not None or not topology.sized)
     # Launchers first: their message names the launcher and the fix. A line read is seen
     # even when its report names another line (Torque's mother superior reads a pbsdsh
     # task as torque-task, sources/managers/pbs.py).
-    read = {s.name for s in seen_sources(environ)} if chosen == AUTO else {chosen}
+    read = {line.name for line in lines}
     problem = refusals.launcher_problem(environ, refusals.Seen(
         f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
         frozenset(r.source for r in reports) | read, topology.processes is not None,
@@ -116,69 +97,28 @@ def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
     return topology
 
 
-def _read(source: Source, environ: Mapping[str, str], files: FileReader | None) -> Report:
-    module = import_module(f"derive_env.sources.{source.module}")
+def _read(line: sources.Source, environ: Mapping[str, str], files: FileReader | None) -> Report:
+    """``line``'s report, by its module, with the files it needs read by ``files``."""
+    module = import_module(f"derive_env.sources.{line.module}")
     needed = getattr(module, "files_needed", None)
-    paths = needed(environ, source.name) if needed is not None else ()
+    paths = needed(environ, line.name) if needed is not None else ()
     contents = None
     if paths:
         contents = files(paths) if files is not None else dict.fromkeys(paths)
-    return module.read(environ, source, contents)
+    return module.read(environ, line, contents)
 
-
-def resolve(inputs: Inputs, hosts_only: bool = False) -> tuple[ClusterTopology, list[Report]]:
-    """Compose the topology of this process from every source seen in ``inputs.environ``.
-
-    :param inputs: ``choice``: ``auto`` (detect, also for ``None``), ``none`` (a single
-        container, no source read) or a source name (only that source is read; its
-        variables must be set); ``files``: reads files a source needs (``SLURM_HOSTFILE``):
-        paths -> contents (None: unreadable), ``None`` here: none can be read
-        (``--env-file``); ``command``: as :func:`topology_of`.
-    :param hosts_only: only the host list is wanted (``--format hosts`` and the hostfiles):
-        a seen source's ``problem`` is not raised (a batch script of a multi-node job may
-        start ``deepspeed`` or ``horovodrun`` with the allocation's hosts).
-    :returns: the topology and the reports it was composed from (innermost first), for
-        ``--explain``. With no source seen, a single-container topology and no report.
-    :raises TopologyError: a source's variables are bad, the layers disagree, or a seen
-        source describes no usable topology (its ``problem``).
-    """
-    environ, files, command = inputs.environ, inputs.files, inputs.command
-    choice = inputs.choice or AUTO
-    if choice == AUTO:
-        sources = seen_sources(environ)
-        if not sources:
-            return single_node_topology(), []
-        reports = [_read(s, environ, files) for s in sources]
-        return compose(reports, hosts_only, command), reports
-    ignored = [s.name for s in seen_sources(environ) if s.name != choice]
-    if choice == NONE:
-        topology, reports = single_node_topology(), []
-    else:
-        reports = [_read(forced_source(choice, environ), environ, files)]
-        topology = compose(reports, hosts_only, command)
-    if ignored:  # the operator's choice wins, but not silently
-        topology = topology.model_copy(update={"warnings": (*topology.warnings, (
-            f"source {choice} chosen (--source or {SOURCE_VARIABLE}): "
-            f"the variables of {', '.join(ignored)} are set and ignored; if they describe "
-            "this job, every process may derive another job than its launcher started"))})
-    return topology, reports
 
 # -- composing ---------------------------------------------------------------------------------
-
-#: Each line's depth (torchrun 0, MPI 1, ..., a node-level manager 4).
-_DEPTH = {line.name: line.depth for line in SOURCES}
-
 
 def _src(report: Report) -> str:
     return " + ".join(report.inputs.get("processes", ()))
 
 
 def _daemon_step(owner: Report, report: Report) -> bool:
-    """``report`` is ``owner``'s daemon step (module docstring, "Layers"): the launcher
-    ``owner`` starts its processes through daemons (its line's ``daemons``), and ``report``
-    is a launcher farther out (deeper, or as deep and without daemons: ``srun -N4 flux
+    """``report`` is ``owner``'s daemon step ("Layers"): ``owner``'s line has ``daemons``,
+    ``report`` is a launcher farther out (deeper, or as deep without daemons: ``srun -N4 flux
     start``) with one task on each of its nodes."""
-    line, outer = BY_NAME.get(owner.source), BY_NAME.get(report.source)
+    line, outer = sources.BY_NAME.get(owner.source), sources.BY_NAME.get(report.source)
     tasks = report.processes.tasks_per_node if report.processes else ()
     return (line is not None and line.daemons is not None and outer is not None
             and (outer.depth > line.depth or (outer.depth == line.depth and not outer.daemons))
@@ -204,7 +144,8 @@ def _shadowed(
         if not daemons and (outer.world_size, outer.rank) == (inner.world_size, inner.rank):
             used.append(report)  # equal layers confirm each other
             continue
-        if not daemons and _DEPTH.get(report.source) == _DEPTH.get(owner.source):
+        depths = {getattr(sources.BY_NAME.get(r.source), "depth", None) for r in (report, owner)}
+        if not daemons and len(depths) == 1:
             # Two launchers of one kind (MPI) cannot be told inner from outer: the
             # variables of one are left over from another job (Hydra copies them all).
             raise TopologyError(
@@ -248,7 +189,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
             command: Sequence[str] | None = None) -> ClusterTopology:
     """The topology from reports ordered innermost first (see the module docstring);
     ``command``: the argv derive-env execs, ``None`` for none (the hook). Raises as
-    :func:`resolve`."""
+    :func:`topology_of`."""
     used, shadowed = _shadowed(reports)
     refusals.managers_agree(used)  # every pair of node-level managers, alike
     innermost = reports[0]
@@ -261,16 +202,16 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
     hosts_src = _first(used, "nodes")
     inputs: dict[str, tuple[str, ...]] = {}
     nodes, order, num_nodes, node_rank = _node_layer(node_src, hosts_src, inputs, notes)
-    processes, tasks = _process_layer(owner, used, inputs)
+    tasks = _process_layer(owner, used, inputs)
     master_src = _first(used, "master")
     master = None
     if master_src is not None:
         master, (nodes, tasks, node_rank, order) = _master_first(
             master_src, hosts_src, (nodes, tasks, node_rank, order), inputs)
     counted = " + ".join(inputs.get("num_nodes") or inputs.get("nodes", ()))
-    layout, told = _layout(owner if processes is not None else None,
-                           (nodes, tasks, node_rank, order), (num_nodes, counted), command)
-    check_rank_zero(layout, nodes, node_rank, inputs)
+    layout, told = _layout(owner, (nodes, tasks, node_rank, order), (num_nodes, counted),
+                           command)
+    refusals.check_rank_zero(layout, nodes, node_rank, inputs)
     lines = layer_lines(reports, used, shadowed, (owner, node_src, hosts_src))
     gpus_src, port_src, resv_src, job_src, srv_src = (_first(used, field) for field in (
         "gpus", "master_port", "reserved_ports", "job", "server_ports"))
@@ -297,7 +238,7 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
         warnings=tuple(warning for report in used for warning in report.warnings),
         layers=(*lines[:3], *told, *lines[3:]),  # the command's after the node layer's
         sized=sized,
-        missing=None if nodes or master else missing_master(owner, node_src),
+        missing=None if nodes or master else refusals.missing_master(owner, node_src),
     )
     try:
         return ClusterTopology(**fields)
@@ -305,10 +246,9 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
         raise refusals.invalid_topology(exc, inputs) from None
 
 
-def _node_layer(
-    node_src: Report | None, hosts_src: Report | None, inputs: dict[str, tuple[str, ...]],
-    notes: list[str],
-) -> tuple[tuple[Node, ...], str | None, int | None, int | None]:
+def _node_layer(node_src: Report | None, hosts_src: Report | None,
+                inputs: dict[str, tuple[str, ...]], notes: list[str],
+                ) -> tuple[tuple[Node, ...], str | None, int | None, int | None]:
     """``(nodes, order, node count, node rank)`` from the innermost source that states node
     facts and the innermost one with a host list (module docstring, "Node layer"); their
     provenance goes to ``inputs``, a host list left unused for a reason to ``notes``."""
@@ -360,25 +300,22 @@ def _hosts_agree(node_src: Report, hosts_src: Report,
 
 
 def _process_layer(owner: Report | None, used: Sequence[Report],
-                   inputs: dict[str, tuple[str, ...]]) -> tuple[Processes | None, tuple[int, ...]]:
-    """The innermost launcher's process layer and the process count of every node (which
-    a confirming outer layer may state)."""
+                   inputs: dict[str, tuple[str, ...]]) -> tuple[int, ...]:
+    """The process count of every node, which the innermost launcher (``owner``) or a
+    confirming outer layer may state; the process layer's variables go to ``inputs``."""
     if owner is None or owner.processes is None:
-        return None, ()
+        return ()
     tasks = owner.processes.tasks_per_node or next(
         (r.processes.tasks_per_node for r in used
          if r.processes is not None and r.processes.tasks_per_node), ())
     inputs["processes"] = owner.inputs.get("processes", ())
     for fact in PROCESS_FACTS:  # a source that states no fact alone: the whole layer's
         inputs[fact] = owner.inputs.get(fact, inputs["processes"])
-    return owner.processes, tasks
+    return tasks
 
 
-def _master_first(
-    master_src: Report, hosts_src: Report | None, placed: _Placed,
-    inputs: dict[str, tuple[str, ...]],
-) -> tuple[str | None, _Placed]:
-
+def _master_first(master_src: Report, hosts_src: Report | None, placed: _Placed,
+                  inputs: dict[str, tuple[str, ...]]) -> tuple[str | None, _Placed]:
     """``(master, (nodes, tasks, node rank, order))`` with the node of rank 0 first (module
     docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
     stays set only when no host list places it."""
@@ -416,11 +353,10 @@ def _layout(owner: Report | None, placed: _Placed, counted: tuple[int | None, st
     """``owner``'s process layer (the innermost launcher's), checked against the nodes
     (``placed``; ``counted``: their count and its variables), and the --explain lines of
     what the command decides (:func:`command_decides`)."""
-    num_nodes, (_, tasks, node_rank, _) = counted[0], placed
-    processes = owner.processes if owner is not None else None
-    if processes is None or owner is None:
+    if owner is None or owner.processes is None:
         return None, ()
-    src = " + ".join(owner.inputs.get("processes", ()))
+    num_nodes, (_, tasks, node_rank, _) = counted[0], placed
+    processes, src = owner.processes, _src(owner)
     if tasks:
         if num_nodes is not None and len(tasks) != num_nodes:
             raise TopologyError(
@@ -438,11 +374,8 @@ def _layout(owner: Report | None, placed: _Placed, counted: tuple[int | None, st
     workers, told = command_decides(owner, processes, (tasks, counted),
                                     command_kind(command))
     try:
-        return ProcessLayout(
-            rank=processes.rank, local_rank=processes.local_rank,
-            world_size=processes.world_size, local_world_size=processes.local_world_size,
-            tasks_per_node=tasks or None, workers=workers,
-        ), told
+        return ProcessLayout(**processes._replace(tasks_per_node=tasks or None)._asdict(),
+                             workers=workers), told
     except ValueError:
         raise TopologyError(
             f"{owner.title}: rank {processes.rank} / local rank {processes.local_rank} are "

@@ -1,13 +1,7 @@
 """The one reader of a manager's variables by role, and the kit of the manager modules.
 
-A table line (:data:`derive_env.sources.SOURCES`) may name its variables by role in
-``roles``, a dict literal (no import to see or refuse a manager)::
-
-    roles={"num_nodes": "_CONDOR_NPROCS", "node_rank": "_CONDOR_PROCNO",
-           "job": "_CONDOR_REMOTE_SPOOL_DIR",
-           "why": "the starter sets both for one node (parallel_proc.cpp), so one was set by hand"}
-
-The roles (names as in torch.distributed):
+A table line's ``roles`` (a dict literal: no import to see or refuse a manager; names as
+in torch.distributed):
 
 * ``num_nodes`` (>= 1) and ``node_rank`` (>= 0, below ``num_nodes``; without a node count,
   below ``world_size``: every node runs at least one process);
@@ -15,21 +9,19 @@ The roles (names as in torch.distributed):
   layer, all four or none; each rank below its size, the local world size at most the
   world size;
 * ``hosts``: ``(variable, form)``, the job's hosts in the manager's order (node rank r is
-  the r-th), ``form`` ``ips`` (one per line) or ``comma``: checked and unique
-  (sources/lists.py); the node count is their number (a ``num_nodes`` role must equal it),
-  the master the first;
+  the r-th), ``form`` ``ips`` (one per line) or ``comma``, checked and unique
+  (sources/lists.py); their number is the node count (``num_nodes`` must equal it), the
+  first the master;
 * ``job``: a job id every process of the job shares (the port policy's seed, the session);
 * ``same``: ``((variable, role), ...)``: the same fact in another vocabulary the manager
   also writes, checked when set (Open MPI's ``PMIX_RANK`` beside its own rank);
 * ``note``: for ``--explain``; ``why``: the manager's rule, ending every message about two
   of its variables (what a contradiction means and what to unset).
 
-:func:`read` checks them with one wording per rule, naming the variable, its value and the
-other variable, and reports each fact with the variable it came from. A manager with rules
-of its own keeps a module (under ``sources/managers/``) and uses the kit here:
-:func:`numbers` (the integer roles of its line, checked), :func:`parsed`,
-:func:`checked_master`; an index below a count no role names: :func:`derive_env.validation.
-variable_index`.
+:func:`read` checks them, one wording per rule naming the variable, its value and the
+other variable, and reports each fact with its variable. A module under
+``sources/managers/`` uses the kit: :func:`numbers` (its line's integer roles, checked),
+:func:`parsed`, :func:`checked_master`, :func:`derive_env.validation.variable_index`.
 """
 
 from __future__ import annotations
@@ -63,13 +55,10 @@ PROCESS_ROLES = ("rank", "local_rank", "world_size", "local_world_size")
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What the variables of ``line.roles`` say (module docstring).
+    """What the variables of ``line.roles`` say (module docstring): the node count and
+    rank, the process layer, the job and session its roles name, their variables as
+    ``inputs``. ``files``: unused (a role names no file).
 
-    :param environ: the process environment; the line's detect variables are all set.
-    :param line: a table line with ``roles``.
-    :param files: unused (a role names no file).
-    :returns: the node count and rank, the process layer, the job and session when the
-        roles name them, with their variables as ``inputs``.
     :raises TopologyError: a value that is not a decimal integer of its role's minimum, an
         index not below its count, a local world size above the world size, or a companion
         that disagrees (``same``); the message names both variables, with their values.
@@ -174,13 +163,14 @@ def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
     return tuple(notes)
 
 
-def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
+def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T],
+           ending: str = "") -> _T:
     """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
-    TopologyError naming the variable and its value."""
+    TopologyError naming the variable and its value, the message ending with ``ending``."""
     try:
         return parse(environ[name])
     except ValueError as exc:
-        raise TopologyError(describe(name, environ[name], str(exc))) from None
+        raise TopologyError(describe(name, environ[name], f"{exc}{ending}")) from None
 
 
 def checked_master(environ: Mapping[str, str], addr: str, port: str,
@@ -200,7 +190,4 @@ def checked_master(environ: Mapping[str, str], addr: str, port: str,
     problem = host_problem(host)
     if problem:
         raise TopologyError(describe(addr, host, f"{problem}; {fix}"))
-    try:
-        return host, parse_port(environ[port])
-    except ValueError as exc:
-        raise TopologyError(describe(port, environ[port], f"{exc}; {fix}")) from None
+    return host, parsed(environ, port, parse_port, f"; {fix}")
