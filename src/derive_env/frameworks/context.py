@@ -210,7 +210,7 @@ class Context:
         :func:`derive_env.ports.job_ports_of`."""
         if not self.topology.reserved_ports and self.topology.job is None:
             return None  # and derive_env.ports stays unloaded
-        from derive_env import ports
+        import derive_env.ports as ports
 
         return ports.job_ports_of(self.topology)
 
@@ -246,7 +246,7 @@ class Context:
         if sum(map(len, spans)) == len(set().union(*spans)) and not any(
                 c[3] == "hashed" for c in claims):
             return {c[0]: (c[1], c[2]) for c in claims}  # derive_env.ports stays unloaded
-        from derive_env import ports
+        import derive_env.ports as ports
 
         try:
             placed = ports.place([ports.Claim(*c) for c in claims])

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from derive_env import sources
+import derive_env.sources as sources
 from derive_env.errors import TopologyError
 from derive_env.hosts import host_key
 from derive_env.sources import refusals
