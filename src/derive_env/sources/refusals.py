@@ -1,24 +1,17 @@
 """The refusals: a launcher derive-env cannot read, or a single container it contradicts.
 
 derive-env refuses (exit 3) rather than describe one process of a larger job
-(docs/sources/README.md): every process of such a job would derive a job of one. The data is
-the table's (:data:`derive_env.sources.SOURCES`: ``marker``, ``states``, ``size``, ``part_of`` ...):
-
-* a line without a module (a Grid Engine task of ``qrsh -inherit`` without ``-V``) whose
-  variables state more than one process;
-* a partial set of a line's variables that states more than one process (a partial set
-  never selects a source: it may be left over from another job);
-* a launcher that started this process without saying the job's size (PMIx alone);
-* no source seen while another launcher's ``WORLD_SIZE``, ``RANK`` ... state more than a
-  single container (:func:`check_single_container`);
-* two complete node-level managers (depth 4 of the table: SkyPilot and dstack, a
-  LeaderWorkerSet group and an AWS Batch job ...) that state different jobs: a different
-  node count, node rank or host list (:func:`managers_agree`), one rule for every pair.
-  Two that state the same job agree, and the composer uses the first in table order.
+(docs/sources/README.md), from the table's data (``marker``, ``states``, ``size``,
+``part_of`` ...): a line without a module whose variables state more than one process; a
+partial set of a line's variables that does (a partial set never selects a source); a
+launcher that does not say the job's size (PMIx alone); another launcher's ``WORLD_SIZE``,
+``RANK`` ... with no source seen (:func:`check_single_container`); two node-level managers
+that state different jobs (:func:`managers_agree`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -48,15 +41,13 @@ if TYPE_CHECKING:
 _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "PET_NODE_RANK": 0, "GROUP_RANK": 0, "JAX_PROCESS_ID": 0,
                   "DMLC_TASK_ID": 0, "TPU_WORKER_ID": 0,
-                  # an index of a job whose size no variable states: never a single
-                  # container, whatever the index (docs/behaviour.md section 7: every index alike)
+                  # an index of a job of unstated size: any index alike (behaviour.md section 7)
                   "JOB_COMPLETION_INDEX": None}
 
 _NO_SOURCE = "derive-env cannot read its job from these variables"
 
-#: The lines that can state a job of more than one process, in table order.
-#: Each with its ``states`` (derived once here) and whether a host list or a size rule
-#: states its size too.
+#: The lines that can state a job of more than one process, in table order, each with its
+#: ``states`` and whether a host list or a size rule states its size too.
 _LAUNCHERS = tuple((line, states, sized) for line in SOURCES
                    for states, sized in ((states_of(line), has_size(line)),)
                    if states or sized)
@@ -70,25 +61,28 @@ def _single(value: str, single: int | None) -> bool:
     return single is not None and static_count(value) == single
 
 
+#: The depth of the table's node-level managers (:attr:`derive_env.sources.Source.depth`).
+_NODE_LEVEL = 4
+
+
 def _node_level(line: Source) -> bool:
-    """A node-level manager no module reads (SkyPilot, SageMaker ...): inside a job another
-    source states (torchrun started from its variables), its variables are that job's."""
-    return line.depth == 4 and line.module is None and line.part_of is None
+    """A node-level manager no module reads: inside a job another source states (torchrun
+    started from its variables), its variables are that job's."""
+    return line.depth == _NODE_LEVEL and line.module is None and line.part_of is None
 
 
 class Seen:
     """What the seen sources state, for the refusals.
 
-    :ivar within: the cluster manager session the container is in (``"a Backend.AI
-        session of 3 nodes"``), or ``None`` for none.
+    :ivar within: the session the container is in (``"a Backend.AI session of 3 nodes"``),
+        or ``None``.
     :ivar names: the names of the sources that were seen (their launchers are read).
-    :ivar launched: a seen source stated the process layer: then a launcher that a module
-        reads but only part of whose variables are set is that source's companion (``srun
-        --mpi=pmi2`` sets ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
-    :ivar nodes: the nodes the seen sources state (``None``: a launcher's ranks without a
-        node count): inside such a job, or one of more than one node (torchrun started from
-        SkyPilot's variables), a node-level manager no module reads is that job's, not
-        refused; in a job of one node, its larger job is.
+    :ivar launched: a seen source stated the process layer: a launcher a module reads but
+        only part of whose variables are set is its companion (``srun --mpi=pmi2`` sets
+        ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
+    :ivar nodes: the nodes the seen sources state (``None``: ranks without a node count):
+        in a job of more than one node (or unknown), a node-level manager no module reads
+        is that job's, not refused; in a job of one node, its larger job is.
     """
 
     # A plain class: a NamedTuple would build its class with eval() on every opted-in start.
@@ -105,15 +99,11 @@ NOTHING_SEEN = Seen()
 
 def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
                      files: FileReader | None = None) -> str | None:
-    """Say which launcher started more than one process without a usable source (the
-    module docstring's cases), or ``None``. The lines are checked in table order; the first
-    that states more than one process is named. A launcher that does not say the job's size
-    (a lone ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike,
-    index 0 included (docs/behaviour.md section 7).
-
-    :param seen: what the seen sources state (:class:`Seen`).
-    :param files: reads the files a line's host list needs (cli/); ``None``: none readable.
-    :returns: the message, naming the variable, the launcher and the fix.
+    """The message (naming the variable, the launcher and the fix) of the first line, in
+    table order, that started more than one process without a usable source (the module
+    docstring's cases), or ``None``. A launcher that does not say the job's size (a lone
+    ``JOB_COMPLETION_INDEX``) is refused on every process alike, index 0 included
+    (docs/behaviour.md section 7). ``files`` reads the files a host list needs (cli/).
     """
     found = refused_line(environ, seen, files)
     return found[1] if found is not None else None
@@ -207,29 +197,21 @@ def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
     expected = single if single == "unset" else f"{single} or unset"
     if reader is line and line.fallback and all(environ.get(n) for n in line.detect):
         # complete, but shadowed by the source seen (a job of one node)
-        return describe(
-            name, value,
-            f"{expected}: {line.title} states a job of more than one {line.unit}, but "
-            f"{session or 'the source seen'} states a job of one node: the two disagree "
-            f"(a value left over from another job?). {line.fix}")
-    if reader is not None:
+        why = (f", but {session or 'the source seen'} states a job of one node: the two "
+               f"disagree (a value left over from another job?). {line.fix}")
+    elif reader is not None:
         missing = [n for n in reader.detect if not environ.get(n)]
-        return describe(
-            name, value,
-            f"{expected}: {line.title} states a job of more than one "
-            f"{line.unit}, but only part of its variables are set (not set: "
-            f"{', '.join(missing)}), and a partial set is never used: it may be "
-            "left over from another job. Run derive-env in the launcher's own "
-            f"process (the launcher sets all of them), {ON_ERROR_WARN}",
-        )
-    outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
-               "launcher's ranks" if session else
-               f"derive-env would describe a job of one {line.unit}")
-    return describe(
-        name, value,
-        f"{expected}: {line.title} states a job of more than one "
-        f"{line.unit}, and {_NO_SOURCE}; {outcome}. {line.fix}",
-    )
+        why = (f", but only part of its variables are set (not set: {', '.join(missing)}), "
+               "and a partial set is never used: it may be left over from another job. Run "
+               "derive-env in the launcher's own process (the launcher sets all of them), "
+               + ON_ERROR_WARN)
+    else:
+        outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
+                   "launcher's ranks" if session else
+                   f"derive-env would describe a job of one {line.unit}")
+        why = f", and {_NO_SOURCE}; {outcome}. {line.fix}"
+    return describe(name, value, f"{expected}: {line.title} states a job of more than one "
+                                 f"{line.unit}{why}")
 
 
 def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
@@ -250,11 +232,8 @@ def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
 
 
 def check_single_container(environ: Mapping[str, str]) -> None:
-    """Refuse a single-container topology that another launcher's variables contradict.
-
-    Used when no cluster manager stated the nodes (no ``BACKENDAI_CLUSTER_*``): then
-    ``WORLD_SIZE=4`` or ``RANK=2`` come from a launcher derive-env has no source for, and
-    describing one container would contradict it. Nothing is guessed.
+    """Refuse a single-container topology (no source stated the nodes) that another
+    launcher's ``WORLD_SIZE=4`` or ``RANK=2`` contradicts: nothing is guessed.
 
     :raises TopologyError: naming the first contradicting variable.
     """
@@ -273,32 +252,23 @@ def check_single_container(environ: Mapping[str, str]) -> None:
 
 def _closest_partial(environ: Mapping[str, str]) -> str:
     """``" (closest: torchrun, not set: X)"``: the line with a module with the most of its
-    variables set, when some but not all are (a value left empty, a launcher's copy).
-
-    Only a variable of one line's alone names that launcher: ``NODE_RANK``, ``RANK`` ...
-    are several launchers' (and torch's own names, often set by hand), so with only such
-    names set the hint names none and says who sets them: the user, or a launcher without
-    a source."""
-    seen: dict[str, int] = {}
+    variables set, when some but not all are. Only a variable of one line alone names it:
+    with only names several launchers share (``NODE_RANK``, ``RANK``) set, the hint names
+    none and says who sets them."""
+    lines_of = Counter(name for source in SOURCES for name in source.detect)
+    best, count = None, 0
     for source in SOURCES:
-        for name in source.detect:
-            seen[name] = seen.get(name, 0) + 1
-    best, missing = None, ()
-    count = 0
-    for source in SOURCES:
-        if source.any_of or source.module is None:
-            continue
         present = [n for n in source.detect if environ.get(n)]
-        named = any(seen[n] == 1 for n in present) or len(present) == len(source.detect)
-        if named and len(present) > count:
+        named = any(lines_of[n] == 1 for n in present) or len(present) == len(source.detect)
+        if named and len(present) > count and not source.any_of and source.module is not None:
             best, count = source, len(present)
-            missing = tuple(n for n in source.detect if not environ.get(n))
     if best is None:
-        shared = [n for n, times in seen.items() if times > 1 and environ.get(n)]
+        shared = [n for n, times in lines_of.items() if times > 1 and environ.get(n)]
         what = "a name" if len(shared) == 1 else "names"
         return (f" ({', '.join(shared)}: {what} several launchers set, and no variable of "
                 "one of them is here: set by hand (the image's ENV, an env file, a wrapper) "
                 "or by a launcher derive-env has no source for)") if shared else ""
+    missing = [n for n in best.detect if not environ.get(n)]
     if not missing:  # all set, but a variable of another launcher makes it step aside
         unless = [n for n in best.unless if environ.get(n)]
         return f" (closest: {best.title}, not read beside {', '.join(unless)})"
@@ -307,11 +277,8 @@ def _closest_partial(environ: Mapping[str, str]) -> str:
 
 def invalid_topology(error: ValueError, inputs: Mapping[str, Sequence[str]]) -> TopologyError:
     """A source's nodes that :class:`ClusterTopology` refuses (a host twice, a loopback
-    master of several nodes: pydantic's ``ValidationError``, a ``ValueError``) as the usual
-    error naming the variables of the node list, never a traceback.
-
-    :param inputs: the topology's provenance (``nodes`` -> the variables of the list).
-    """
+    master of several nodes: a ``ValueError``) as an error naming the variables of the node
+    list (``inputs["nodes"]``, the topology's provenance), never a traceback."""
     errors = getattr(error, "errors", lambda: [])()
     why = (errors[0]["msg"] if errors else str(error)).removeprefix("Value error, ")
     names = " + ".join(inputs.get("nodes", ())) or "the node list"
@@ -333,7 +300,6 @@ def check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
         "Intel MPI: --format mpich-hostfile, mpiexec -f hosts)")
 
 
-
 def missing_master(owner: Report | None, node_src: Report | None) -> str:
     """Why the host of rank 0 is unknown, and how to give it with the launcher's own way
     (``mpirun -x``, ``flux run --env``)."""
@@ -346,15 +312,10 @@ def missing_master(owner: Report | None, node_src: Report | None) -> str:
             "launcher inside a job whose manager states the hosts (Slurm, PBS, LSF, Grid Engine)")
 
 
-#: The depth of the table's node-level managers (:attr:`derive_env.sources.Source.depth`).
-_NODE_LEVEL = 4
-
-
 def managers_agree(reports: Sequence[Report]) -> None:
-    """Every pair of node-level managers among ``reports`` (the composer's, innermost
-    first) states one job: the same node count, node rank and, when both list the hosts,
-    the same hosts in the same order (compared as DNS does, case-insensitively). Facts one
-    of the two does not state are not compared.
+    """Every pair of node-level managers among ``reports`` (the composer's) states one
+    job: the same node count, node rank and, when both list them, hosts in the same order
+    (compared as DNS does). Facts one of the two does not state are not compared.
 
     :raises TopologyError: (exit 3) the first pair, in table order, that differs, naming
         both managers, the fact, each one's variables and values, and the fix.

@@ -1,13 +1,10 @@
 """What one source saw: :class:`Report`, the unit the composer composes (sources/compose.py).
 
-A source module never decides for another source (docs/sources/README.md, "How the
-sources compose"): it reads only its own variables, checks them against each other, and
-reports each fact with the variables it came from. Every fact is optional: an MPI launcher
-knows ranks and no host list, a Slurm batch script knows the allocation's hosts and no
-process of its own. :func:`layer_lines` says, for ``--explain``, how the composer used the
-reports. Beside the reports the composer reads one fact of the exec path: what the command
-is (:func:`command_kind`: a node launcher, a script, a launcher), and what it decides where
-the variables cannot (:func:`command_decides`).
+A source reads only its own variables and reports each fact (all optional) with the
+variables it came from (docs/sources/README.md, "How the sources compose");
+:func:`layer_lines` says for ``--explain`` how the composer used the reports. Beside them
+the composer reads what the command is (:func:`command_kind`) and what it decides where the
+variables cannot (:func:`command_decides`).
 """
 
 from __future__ import annotations
@@ -47,45 +44,33 @@ class Processes(NamedTuple):
 class Report(NamedTuple):
     """The facts one source found in the environment; ``None`` / empty = not stated.
 
-    :ivar source: the source's name in the table (``slurm-step``, ``openmpi``).
-    :ivar title: for a person (``a Slurm step (srun)``).
+    :ivar source: the source's name in the table (``slurm-step``); ``title``: for a person.
     :ivar nodes: the nodes in the manager's order (node rank r = ``nodes[r]``).
-    :ivar node_rank: this process's node, a position in ``nodes`` (or in a node list the
-        source knows only the length of: ``num_nodes``).
-    :ivar num_nodes: the number of nodes, when known without a host list (torchrun's
-        ``GROUP_WORLD_SIZE``); ``len(nodes)`` otherwise.
+    :ivar node_rank: this process's node, a position in ``nodes`` (or in ``num_nodes``).
+    :ivar num_nodes: the node count when known without a host list (``GROUP_WORLD_SIZE``).
     :ivar processes: the process layer, when the source launched processes.
-    :ivar master: the host of rank 0 when the source proves it is not ``nodes[0]``
-        (``srun -m arbitrary``: the first line of ``SLURM_HOSTFILE``), or when the source
-        knows the master without a host list (torchrun's ``MASTER_ADDR``).
-    :ivar master_port: a TCP port the manager chose for the master (Backend.AI's
-        ``BACKENDAI_DIST_MASTER_PORT``, torchrun's ``MASTER_PORT``: its agent's store).
-    :ivar reserved_ports: TCP ports the manager reserved for this step, in order
-        (``SLURM_STEP_RESV_PORTS``).
-    :ivar server_ports: ``(framework, TCP port, variable)`` for each framework server whose
-        port the manager declared (a Kubeflow JAXJob's ``COORDINATOR_PORT``, the port its
-        Service and network policies open): that framework's port on every node.
-    :ivar job: ``(manager, job id, step id)`` for the deterministic port policy
-        (:func:`derive_env.ports.job_ports`), when the manager gives no port.
+    :ivar master: the host of rank 0 when the source proves it is not ``nodes[0]`` (``srun
+        -m arbitrary``), or knows it without a host list (torchrun's ``MASTER_ADDR``).
+    :ivar master_port: a TCP port the manager chose (``BACKENDAI_DIST_MASTER_PORT``).
+    :ivar reserved_ports: TCP ports reserved for this step, in order (``SLURM_STEP_RESV_PORTS``).
+    :ivar server_ports: ``(framework, TCP port, variable)`` of each framework server whose
+        port the manager declared (a Kubeflow JAXJob's ``COORDINATOR_PORT``).
+    :ivar job: ``(manager, job id, step id)`` for the port policy (:func:`derive_env.ports.
+        job_ports`), when the manager gives no port.
     :ivar gpus: devices of this node (``SLURM_GPUS_ON_NODE``, Backend.AI's ``GPU_COUNT``).
     :ivar session_id: the manager's job or session id.
-    :ivar preset: framework variables the launcher already set and that must never be
-        rewritten (torchrun's ``RANK``, ``MASTER_PORT`` ...): derived values for them are
-        checked against the launcher's, never exported over them.
-    :ivar renumbers: the source numbers nodes itself (torchrun's c10d rendezvous gives
-        ``GROUP_RANK`` in arrival order): an outer host list whose order differs is not
-        an error, it is only not used for this source's nodes.
-    :ivar inputs: provenance per fact: keys ``nodes``, ``node_rank``, ``num_nodes``,
-        ``processes`` (the layer's variables together), each of :data:`PROCESS_FACTS`
-        (exactly the variables that state that one fact: ``rank`` is
-        ``OMPI_COMM_WORLD_RANK``), ``master``, ``master_port``, ``gpus``, ``ports``.
+    :ivar preset: framework variables the launcher set (torchrun's ``RANK`` ...): derived
+        values are checked against them, never exported over them.
+    :ivar renumbers: the source numbers nodes itself (torchrun's c10d rendezvous): an outer
+        host list in another order is no error, only not used for its nodes.
+    :ivar inputs: provenance per fact: ``nodes``, ``node_rank``, ``num_nodes``,
+        ``processes`` (the layer's variables together), each of :data:`PROCESS_FACTS` (the
+        variables of that one fact), ``master``, ``master_port``, ``gpus``, ``ports``.
     :ivar order: for ``--explain``, the rule behind the order of ``nodes``.
     :ivar notes: for ``--explain``.
     :ivar warnings: printed on stderr; do not stop the command.
-    :ivar problem: for a source that is seen but describes no usable topology on its
-        own (a Slurm batch script of a multi-node job): the error message, raised by the
-        composer when no inner source (an MPI launcher started from that script) uses
-        the facts.
+    :ivar problem: the error of a source seen that alone describes no usable topology (a
+        Slurm batch script of several nodes), raised when no inner source uses its facts.
     """
 
     source: str
@@ -117,15 +102,14 @@ class Report(NamedTuple):
 def layer_lines(reports: Sequence[Report], used: Sequence[Report],
                 shadowed: Sequence[tuple[Report, Report, bool]],
                 layers: tuple[Report | None, Report | None, Report | None]) -> tuple[str, ...]:
-    """Lines for ``--explain``: every source seen, what each layer of the composer
-    (sources/compose.py) used, what was shadowed.
+    """Lines for ``--explain``: every source seen, what each layer of the composer used,
+    what was shadowed.
 
-    :param reports: every seen source's report, innermost first.
-    :param used: those the composer used (a shadowed daemon step left out).
+    :param reports: every seen source's report, innermost first; ``used``: those used.
     :param shadowed: ``(report, by, daemons)``: an outer process layer shadowed by the
         inner launcher ``by``; ``daemons``: it is ``by``'s daemon step (one task per node).
-    :param layers: ``(owner, node_src, hosts_src)``: the report that gave the process
-        layer, the node count and rank, the host list (each ``None`` when none stated it).
+    :param layers: ``(owner, node_src, hosts_src)``: the reports that gave the process
+        layer, the node count and rank, the host list (``None``: none stated it).
     """
     owner, node_src, hosts_src = layers
     if len(reports) == 1:
@@ -225,8 +209,8 @@ def _python_target(argv: Sequence[str]) -> str | None:
 
 def _unwrapped(argv: Sequence[str], program: str) -> Sequence[str] | None:
     """The command a wrapper ``program`` (:data:`_WRAPPERS`) runs: its words after the
-    wrapper's subcommand, options (``-o VALUE``, ``--opt=VALUE``, ``-oL``), ``NAME=VALUE``
-    words (``env``) and positional words (the image, the CPU mask); ``None``: not one."""
+    wrapper's subcommand, options, ``NAME=VALUE`` words (``env``) and positional words (the
+    image, the CPU mask); ``None``: not one."""
     subcommands, valued, positional = _WRAPPERS[program]
     at = 1
     if subcommands is not None:
@@ -273,16 +257,14 @@ def _shell_command(argv: Sequence[str]) -> Sequence[str] | None:
 
 
 def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
-    """What the command derive-env execs is, and its name for messages.
+    """What the command after ``--`` is, and its name for messages; ``None``: no command
+    (the hook's path).
 
-    :param argv: the command after ``--``; ``None`` or empty: no command (the hook's path).
-    :returns: ``(kind, name)``: :data:`NODE_LAUNCHER` (``torchrun``, ``python -m
-        torch.distributed.run``, ``deepspeed``, ``accelerate launch``), :data:`SCRIPT` (a
-        ``python`` script or module: one worker), :data:`LAUNCHER` (``mpirun``, ``srun``
-        ...) or :data:`OTHER` (a shell script: derive-env cannot tell); ``None``: none.
-        A wrapper's command is classified instead (``apptainer exec IMAGE``, ``env
-        NAME=VALUE``, ``uv run``, ``conda run -n X``, ``numactl ...``, the first command of
-        ``bash -c STRING``): it starts as many of them as the wrapper is started.
+    :returns: ``(kind, name)``: :data:`NODE_LAUNCHER` (``torchrun``, ``deepspeed``,
+        ``accelerate launch``), :data:`SCRIPT` (a ``python`` script or module: one worker),
+        :data:`LAUNCHER` (``mpirun``, ``srun`` ...) or :data:`OTHER` (a shell script:
+        derive-env cannot tell). A wrapper's command is classified instead (``apptainer
+        exec IMAGE``, ``env NAME=VALUE``, ``uv run``, the first command of ``bash -c``).
     """
     if not argv:
         return None
@@ -312,15 +294,11 @@ def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
 
 
 def node_launcher_refused(owner: Report, command: str, per_node: str, many: str) -> str:
-    """The refusal of a node launcher (torchrun, deepspeed, accelerate launch) that an outer
-    launcher started more than once on a node: each would form a job of its own, and every
-    task would train alone, exit 0 (torch/distributed/run.py: its defaults are one node).
-
-    :param owner: the outer launcher's report (its line's ``per_node`` spells the fix).
-    :param command: the node launcher's name.
-    :param per_node: ``per process`` facts for a person (``2 tasks on this node``).
-    :param many: the variables that state them.
-    """
+    """The refusal of a node launcher ``command`` (torchrun ...) that the outer launcher of
+    ``owner`` started more than once on a node (``per_node``: ``2 tasks on this node``,
+    stated by the variables ``many``): each would form a job of its own and train alone,
+    exit 0 (torch/distributed/run.py: its defaults are one node). ``owner``'s line's
+    ``per_node`` spells the fix."""
     line = BY_NAME.get(owner.source)
     one, per_gpu = line.per_node if line is not None else ("", "")
     start = (f"{command} (the command) under {owner.title}, which starts {per_node} "
@@ -336,14 +314,10 @@ def node_launcher_refused(owner: Report, command: str, per_node: str, many: str)
 
 
 def node_launcher_short(owner: Report, command: str, world: str, counted: str) -> str:
-    """The refusal of a node launcher started once on each of fewer nodes than the job's
-    node layer counts (``mpirun --host n1,n2`` in an allocation of 3): each would wait for
-    every node's agent in its rendezvous, and the missing ones never start (torchrun's
-    ``--nnodes`` is the node count, torch/distributed/run.py).
-
-    :param world: the processes that start it, one per node, and their variables.
-    :param counted: the node layer's count and its variables.
-    """
+    """The refusal of a node launcher started once on each of fewer nodes (``world``: the
+    processes that start it, with their variables) than the node layer counts (``counted``,
+    with its variables; ``mpirun --host n1,n2`` in an allocation of 3): each would wait for
+    every node in its rendezvous (torchrun's ``--nnodes``, torch/distributed/run.py)."""
     line = BY_NAME.get(owner.source)
     one = line.per_node[0] if line is not None else "one task per node"
     how = (f"{command} once on every node" if one == "one task per node" else
@@ -371,10 +345,9 @@ def command_decides(owner: Report, processes: Processes,
 
     :param where: every node's task count (empty: unknown), and the node count (``None``:
         unknown) with the variables that state it.
-    :param kind: :func:`~derive_env.sources.report.command_kind` of the command; ``None``: none.
-    :raises TopologyError: a node launcher (torchrun ...) that ``owner`` starts more than
-        once on a node (:func:`node_launcher_refused`), or once on fewer nodes than the
-        node layer counts (:func:`node_launcher_short`).
+    :param kind: :func:`command_kind` of the command; ``None``: none.
+    :raises TopologyError: a node launcher ``owner`` starts more than once on a node, or
+        once on fewer nodes than the node layer counts.
     """
     tasks, (num_nodes, counted) = where
     line = BY_NAME.get(owner.source)
