@@ -24,15 +24,9 @@ PROCESS_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 class Processes(NamedTuple):
-    """The process layer as one source states it (names as in torch.distributed).
-
-    :ivar rank: this process's global rank, 0-based.
-    :ivar local_rank: its rank among the processes on its node, 0-based.
-    :ivar world_size: processes of the whole job (>= 1).
-    :ivar local_world_size: processes on this node (>= 1).
-    :ivar tasks_per_node: every node's process count, in node order, when the source
-        states it (Slurm's ``SLURM_STEP_TASKS_PER_NODE``); empty when it does not.
-    """
+    """The process layer as one source states it (names as in torch.distributed: ranks
+    0-based, sizes >= 1); ``tasks_per_node``: every node's process count in node order when
+    the source states it (Slurm's ``SLURM_STEP_TASKS_PER_NODE``), else empty."""
 
     rank: int
     local_rank: int
@@ -180,10 +174,8 @@ _WRAPPERS: dict[str, tuple[frozenset[str] | None, frozenset[str], int]] = {
     "pixi": (frozenset(("run",)), frozenset(("-e", "--environment", "--manifest-path")), 0),
     "poetry": (frozenset(("run",)), frozenset(("-C", "--directory", "-P", "--project")), 0),
 }
-for _alias, _same in (("singularity", "apptainer"), ("mamba", "conda"),
-                      ("micromamba", "conda")):
-    _WRAPPERS[_alias] = _WRAPPERS[_same]
-del _alias, _same
+_WRAPPERS.update(singularity=_WRAPPERS["apptainer"], mamba=_WRAPPERS["conda"],
+                 micromamba=_WRAPPERS["conda"])
 #: Shells whose ``-c STRING`` runs a command line (its first command is classified).
 _SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh"))
 #: Python's options that take a value (``python -X dev -m mod``).
@@ -293,17 +285,24 @@ def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
     return OTHER, program
 
 
-def node_launcher_refused(owner: Report, command: str, per_node: str, many: str) -> str:
-    """The refusal of a node launcher ``command`` (torchrun ...) that the outer launcher of
-    ``owner`` started more than once on a node (``per_node``: ``2 tasks on this node``,
-    stated by the variables ``many``): each would form a job of its own and train alone,
-    exit 0 (torch/distributed/run.py: its defaults are one node). ``owner``'s line's
-    ``per_node`` spells the fix."""
+def _refused(owner: Report, command: str, started: str, short: bool) -> str:
+    """The refusal of a node launcher ``command`` (torchrun ...) that ``owner``'s launcher
+    starts ``started`` (``2 tasks on a node (VARIABLES)``): each would form a job of its
+    own and train alone, exit 0 (torch/distributed/run.py: its defaults are one node); or,
+    ``short``, once on each of fewer nodes than the node layer counts (``mpirun --host
+    n1,n2`` in an allocation of 3): each would wait for every node (torchrun's ``--nnodes``).
+    ``owner``'s line's ``per_node`` spells the fix."""
     line = BY_NAME.get(owner.source)
-    one, per_gpu = line.per_node if line is not None else ("", "")
-    start = (f"{command} (the command) under {owner.title}, which starts {per_node} "
-             f"({many}): each {command} would start a job of its own, and every task would "
-             "train alone. ")
+    one, per_gpu = line.per_node if line is not None else ("one task per node", "")
+    start = f"{command} (the command) under {owner.title}, which starts {started}"
+    if short:
+        how = (f"{command} once on every node" if one == "one task per node" else
+               f"one task on every node of the job ({one} derive-env -- {command} ..., with "
+               "no host list narrower than the job)")
+        return (f"{start}: each {command} would wait for every node of the job, and the "
+                f"others never start it. Start {how}, or run the job on as many nodes as "
+                "start it")
+    start += f": each {command} would start a job of its own, and every task would train alone. "
     if line is None or line.per_node == ("one task per node", "one task per GPU"):
         return (start + f"Start {command} once per node, or drop {command} and run the "
                 "training script as the launcher's process (derive-env -- python train.py)")
@@ -313,26 +312,10 @@ def node_launcher_refused(owner: Report, command: str, per_node: str, many: str)
             "derive-env -- python train.py)")
 
 
-def node_launcher_short(owner: Report, command: str, world: str, counted: str) -> str:
-    """The refusal of a node launcher started once on each of fewer nodes (``world``: the
-    processes that start it, with their variables) than the node layer counts (``counted``,
-    with its variables; ``mpirun --host n1,n2`` in an allocation of 3): each would wait for
-    every node in its rendezvous (torchrun's ``--nnodes``, torch/distributed/run.py)."""
-    line = BY_NAME.get(owner.source)
-    one = line.per_node[0] if line is not None else "one task per node"
-    how = (f"{command} once on every node" if one == "one task per node" else
-           f"one task on every node of the job ({one} derive-env -- {command} ..., with no "
-           "host list narrower than the job)")
-    return (f"{command} (the command) under {owner.title}, which starts it on {world}, one "
-            f"per node, in a job of {counted}: each {command} would wait for every node of "
-            f"the job, and the others never start it. Start {how}, or run the job on as "
-            "many nodes as start it")
-
-
 #: The depths of the table (sources/__init__.py): up to 1 the launcher starts the workers
 #: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
 _MPI, _ALLOCATION = 1, 3
-#: What each outcome of :func:`_mode` derives, for --explain.
+#: What each outcome of :func:`command_decides` derives, for --explain.
 _OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
              False: "the node layer (NODE_RANK, PET_*)"}
 
@@ -372,10 +355,10 @@ def command_decides(owner: Report, processes: Processes,
 
     def outcome(kind: tuple[str, str]) -> bool | str:
         if kind[0] == NODE_LAUNCHER and short:
-            return node_launcher_short(owner, kind[1], f"{world} process(es) ({sized})",
-                                       f"{num_nodes} nodes ({counted})")
+            return _refused(owner, kind[1], f"it on {world} process(es) ({sized}), one per "
+                            f"node, in a job of {num_nodes} nodes ({counted})", True)
         if kind[0] == NODE_LAUNCHER:
-            return node_launcher_refused(owner, kind[1], many, src) if many else False
+            return _refused(owner, kind[1], f"{many} ({src})", False) if many else False
         return True if kind[0] == SCRIPT else workers
 
     def said(result: bool | str) -> str:

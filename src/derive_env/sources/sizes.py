@@ -99,20 +99,15 @@ def tasks(spec: object) -> int:
     return sum(len(entries) for entries in cluster.values() if isinstance(entries, list | dict))
 
 
-def _cluster(environ: Mapping[str, str], variable: str) -> tuple[str, str] | None:
-    if tasks(_json(environ[variable])) > 1:
-        return variable, "a cluster of one task"
-    return None
-
-
-def tf_config_tasks(environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """A ``TF_CONFIG`` whose ``cluster`` holds more than one task (a TFJob pod's)."""
-    return _cluster(environ, "TF_CONFIG")
+def tf_config_tasks(environ: Mapping[str, str], variable: str = "TF_CONFIG"
+                    ) -> tuple[str, str] | None:
+    """A ``TF_CONFIG`` (a TFJob pod's) whose ``cluster`` holds more than one task."""
+    return (variable, "a cluster of one task") if tasks(_json(environ[variable])) > 1 else None
 
 
 def cluster_spec_tasks(environ: Mapping[str, str]) -> tuple[str, str] | None:
     """Vertex AI's ``CLUSTER_SPEC`` with more than one task in its pools."""
-    return _cluster(environ, "CLUSTER_SPEC")
+    return tf_config_tasks(environ, "CLUSTER_SPEC")
 
 
 def volcano_pods(environ: Mapping[str, str]) -> tuple[str, str] | str | None:
