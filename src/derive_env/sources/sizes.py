@@ -181,14 +181,11 @@ def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str
     job = larger_job(environ, files)
     if job is None:
         return None
-    job = shorten(job, 300)
+    but = f"but {shorten(job, 300)}, so every node runs the command as a job of its own"
     if image:
-        return (f"nothing derived: the image did not opt in (label {label} is not set), "
-                f"but {job}, so every node runs the command as a job of its own. To opt in, "
-                f"set the label {label}=pytorch (or tensorflow, jax) in the image, "
-                f"{variable}=pytorch for the job, or derive-env --frameworks "
-                "pytorch")
-    return (f"nothing derived: the job did not opt in (no --frameworks, no "
-            f"{variable}, no labels file), but {job}, so every node runs the "
-            "command as a job of its own. To opt in, run derive-env --frameworks pytorch "
-            f"(or tensorflow, jax), or export {variable}=pytorch for the job")
+        return (f"nothing derived: the image did not opt in (label {label} is not set), {but}. "
+                f"To opt in, set the label {label}=pytorch (or tensorflow, jax) in the image, "
+                f"{variable}=pytorch for the job, or derive-env --frameworks pytorch")
+    return (f"nothing derived: the job did not opt in (no --frameworks, no {variable}, no "
+            f"labels file), {but}. To opt in, run derive-env --frameworks pytorch (or "
+            f"tensorflow, jax), or export {variable}=pytorch for the job")
