@@ -18,8 +18,7 @@ from derive_env.sources import BY_NAME
 from derive_env.topology import Node
 
 _NONE: Mapping[str, tuple[str, ...]] = MappingProxyType({})
-#: The facts of the process layer, each with its own key in :attr:`Report.inputs` (the one
-#: variable that states it), beside ``processes`` (every variable of the layer).
+#: The facts of the process layer, each with its own key in :attr:`Report.inputs`.
 PROCESS_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
@@ -57,9 +56,9 @@ class Report(NamedTuple):
         values are checked against them, never exported over them.
     :ivar renumbers: the source numbers nodes itself (torchrun's c10d rendezvous): an outer
         host list in another order is no error, only not used for its nodes.
-    :ivar inputs: provenance per fact: ``nodes``, ``node_rank``, ``num_nodes``,
-        ``processes`` (the layer's variables together), each of :data:`PROCESS_FACTS` (the
-        variables of that one fact), ``master``, ``master_port``, ``gpus``, ``ports``.
+    :ivar inputs: the variables of each fact: ``nodes``, ``node_rank``, ``num_nodes``,
+        ``processes`` (the whole layer), each of :data:`PROCESS_FACTS`, ``master``,
+        ``master_port``, ``gpus``, ``ports``.
     :ivar order: for ``--explain``, the rule behind the order of ``nodes``.
     :ivar notes: for ``--explain``.
     :ivar warnings: printed on stderr; do not stop the command.
@@ -96,10 +95,9 @@ class Report(NamedTuple):
 def layer_lines(reports: Sequence[Report], used: Sequence[Report],
                 shadowed: Sequence[tuple[Report, Report, bool]],
                 layers: tuple[Report | None, Report | None, Report | None]) -> tuple[str, ...]:
-    """Lines for ``--explain``: every source seen, what each layer of the composer used,
-    what was shadowed.
+    """Lines for ``--explain``: every source seen (``reports``, innermost first), what each
+    layer of the composer used (``used``), what was shadowed.
 
-    :param reports: every seen source's report, innermost first; ``used``: those used.
     :param shadowed: ``(report, by, daemons)``: an outer process layer shadowed by the
         inner launcher ``by``; ``daemons``: it is ``by``'s daemon step (one task per node).
     :param layers: ``(owner, node_src, hosts_src)``: the reports that gave the process
@@ -129,12 +127,9 @@ def layer_lines(reports: Sequence[Report], used: Sequence[Report],
     return tuple(lines)
 
 
-# -- the command derive-env execs: a fact the composer reads beside the reports ---------------
-
-#: The command's kinds (:func:`command_kind`), for the composer's rule and --explain.
+#: The kinds of the command derive-env execs (:func:`command_kind`).
 NODE_LAUNCHER, SCRIPT, LAUNCHER, OTHER = "node launcher", "script", "launcher", "other"
-#: Commands that start one node's workers themselves, so each node runs one of them (by
-#: program name, or ``python -m`` module): torchrun, DeepSpeed's and accelerate's launchers.
+#: Commands that start one node's workers themselves (by program or ``python -m`` module).
 _NODE_LAUNCHERS = {"torchrun": "torchrun", "torch.distributed.run": "torchrun",
                    "torch.distributed.launch": "torchrun", "deepspeed": "deepspeed",
                    "deepspeed.launcher.runner": "deepspeed",
@@ -145,9 +140,8 @@ _NODE_LAUNCHERS = {"torchrun": "torchrun", "torch.distributed.run": "torchrun",
 #: Launchers of processes: derive-env belongs inside the processes they start.
 _LAUNCHERS = frozenset(("mpirun", "mpiexec", "orterun", "prterun", "mpirun_rsh", "srun",
                         "flux", "jsrun", "aprun", "horovodrun"))
-#: Programs that run the command after their own words (:func:`_unwrapped`): each with its
-#: subcommands that do (``None``: none needed), its options that take a separate value, and
-#: how many words it reads before the command (``apptainer exec IMAGE``, ``taskset MASK``).
+#: Programs that run the command after their own words: each with its subcommands that do
+#: (``None``: any), its options that take a value, and its words before the command.
 _WRAPPERS: dict[str, tuple[frozenset[str] | None, frozenset[str], int]] = {
     "env": (None, frozenset(("-u", "--unset", "-C", "--chdir")), 0),
     "nice": (None, frozenset(("-n", "--adjustment")), 0),
@@ -192,7 +186,7 @@ def _python_target(argv: Sequence[str]) -> str | None:
             return arg[2:]
         if arg in _PY_VALUED:
             next(args, None)
-        elif arg == "-c" or arg.startswith("-c"):
+        elif arg.startswith("-c"):
             return None
         elif not arg.startswith("-"):
             return arg
@@ -227,8 +221,7 @@ def _unwrapped(argv: Sequence[str], program: str) -> Sequence[str] | None:
 
 def _shell_command(argv: Sequence[str]) -> Sequence[str] | None:
     """The first command of a shell's ``-c STRING`` (``bash -lc 'exec torchrun ...'``),
-    without ``exec`` and ``NAME=VALUE`` words; ``None``: no ``-c``, or a string shlex
-    cannot split."""
+    without ``exec`` and ``NAME=VALUE`` words; ``None``: no ``-c``, or not shlex's."""
     for at, arg in enumerate(argv[1:-1], 1):
         if not arg.startswith("-") or arg.startswith("--"):
             if not arg.startswith("--"):
@@ -261,7 +254,6 @@ def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
     if not argv:
         return None
     program = argv[0].rsplit("/", 1)[-1]
-    # A wrapper (apptainer exec IMAGE, env NAME=VALUE, numactl, bash -c ...): its command.
     inner = (_unwrapped(argv, program) if program in _WRAPPERS else
              _shell_command(argv) if program in _SHELLS else None)
     if inner is not None:
@@ -312,8 +304,8 @@ def _refused(owner: Report, command: str, started: str, short: bool) -> str:
             "derive-env -- python train.py)")
 
 
-#: The depths of the table (sources/__init__.py): up to 1 the launcher starts the workers
-#: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
+#: The table's depths: up to 1 the launcher starts the workers (torchrun, MPI); up to 3 a
+#: launcher's task, which the command may make a worker.
 _MPI, _ALLOCATION = 1, 3
 #: What each outcome of :func:`command_decides` derives, for --explain.
 _OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
@@ -348,8 +340,7 @@ def command_decides(owner: Report, processes: Processes,
             else f"{world} processes on {num_nodes} nodes" if num_nodes is not None
             and world > num_nodes else None)
 
-    # A node launcher's node count is the number of processes that start it, one per
-    # node: a node layer of more nodes (mpirun on a part of the allocation) never joins.
+    # A node launcher counts the processes that start it as its nodes: never more.
     short = not many and num_nodes is not None and world < num_nodes
     sized = " + ".join(owner.inputs.get("world_size", owner.inputs.get("processes", ())))
 
