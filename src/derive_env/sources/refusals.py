@@ -34,10 +34,9 @@ from derive_env.validation import static_count
 if TYPE_CHECKING:
     from derive_env.topology import FileReader
 
-#: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
-#: multi-node or multi-process topology, with the value a single container has. Checked only
-#: when no cluster manager stated the nodes: inside a session they are user values
-#: (docs/behaviour.md section 6, :mod:`derive_env.merge`).
+#: Variables through which another launcher states a larger job, with a single container's
+#: value; checked only when no source stated the nodes (inside a session they are user
+#: values, docs/behaviour.md section 6).
 _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "PET_NODE_RANK": 0, "GROUP_RANK": 0, "JAX_PROCESS_ID": 0,
                   "DMLC_TASK_ID": 0, "TPU_WORKER_ID": 0,
@@ -51,8 +50,6 @@ _NO_SOURCE = "derive-env cannot read its job from these variables"
 _LAUNCHERS = tuple((line, states, sized) for line in SOURCES
                    for states, sized in ((states_of(line), has_size(line)),)
                    if states or sized)
-#: The ``states`` of every launcher line, by line name.
-_STATES = {line.name: states for line, states, _ in _LAUNCHERS}
 
 
 def _single(value: str, single: int | None) -> bool:
@@ -77,15 +74,14 @@ class Seen:
     :ivar within: the session the container is in (``"a Backend.AI session of 3 nodes"``),
         or ``None``.
     :ivar names: the names of the sources that were seen (their launchers are read).
-    :ivar launched: a seen source stated the process layer: a launcher a module reads but
-        only part of whose variables are set is its companion (``srun --mpi=pmi2`` sets
-        ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
+    :ivar launched: a seen source stated the process layer: a partial set of a launcher a
+        module reads is its companion (``srun --mpi=pmi2``'s ``PMI_RANK``), checked by it.
     :ivar nodes: the nodes the seen sources state (``None``: ranks without a node count):
         in a job of more than one node (or unknown), a node-level manager no module reads
         is that job's, not refused; in a job of one node, its larger job is.
     """
 
-    # A plain class: a NamedTuple would build its class with eval() on every opted-in start.
+    # Not a NamedTuple, whose class is built with eval() on every opted-in start.
     __slots__ = ("launched", "names", "nodes", "within")
 
     def __init__(self, within: str | None = None, names: frozenset[str] = frozenset(),
@@ -121,8 +117,7 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
         if reader is not None and (reader.name in seen.names or seen.launched):
             continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
-        # A fallback source (tf-config) shadowed by the source that was seen: derive-env's
-        # own output inside that job, unless that job is of one node.
+        # A fallback (tf-config) shadowed by the source seen: derive-env's own output
         shadowed = reader is line and line.fallback and complete
         if (seen.nodes is None or seen.nodes > 1) and (_node_level(line) or shadowed):
             continue
@@ -141,8 +136,7 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
         elif complete:
             sized = True
     if unsized is not None and not sized:
-        # Open MPI also sets PMIx's variables, and its own say the size: only PMIx (or a
-        # Kubernetes index) alone leaves it unknown.
+        # Open MPI's own variables say the size beside PMIx's: only PMIx alone leaves it unknown
         names = _set_names(unsized, environ)
         units = unsized.unit + ("es" if unsized.unit.endswith("s") else "s")
         why = _NO_SOURCE if unsized.module is None else (
@@ -158,21 +152,21 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
     return None
 
 
-#: :func:`_stated`'s answer for a line whose size cannot be told (``sizes.UNKNOWN``).
+#: :func:`_stated`'s answer when the size cannot be told (``sizes.UNKNOWN``).
 UNSIZED = ("", "", "")
 
 
 def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
     """The variables of ``line``'s marker and ``states`` that are set, in that order."""
-    names = dict.fromkeys((*(line.marker or line.detect), *dict(_STATES[line.name])))
+    names = dict.fromkeys((*(line.marker or line.detect), *dict(states_of(line))))
     return [name for name in names if environ.get(name)]
 
 
 def _stated(line: Source, environ: Mapping[str, str], sized: bool,
             files: FileReader | None) -> tuple[str, str, str] | None:
     """``(variable, value, single value)`` of the first variable of ``line`` that states
-    more than one process, :data:`UNSIZED`, or ``None``; ``sized``: the line's marker is
-    complete and its host list or size rule is asked."""
+    more than one process, :data:`UNSIZED`, or ``None``; ``sized``: ask its host list or
+    size rule too."""
     if sized:
         from derive_env.sources import sizes
 
@@ -181,7 +175,7 @@ def _stated(line: Source, environ: Mapping[str, str], sized: bool,
             return UNSIZED
         if over is not None:
             return (over[0], environ[over[0]], over[1]) if len(over) == 2 else over
-    for name, single in _STATES[line.name]:
+    for name, single in states_of(line):
         value = environ.get(name)
         if value and not _single(value, single):
             return name, value, "unset" if single is None else str(single)
@@ -190,8 +184,8 @@ def _stated(line: Source, environ: Mapping[str, str], sized: bool,
 
 def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
              stated: tuple[str, str, str]) -> str:
-    """The message for ``line``'s ``stated`` ``(name, value, single value)``: a partial set
-    of the variables of the line that reads them, or a launcher no module reads."""
+    """The message for ``line``'s ``stated`` ``(name, value, single value)``: a fallback
+    shadowed, a partial set of the line that reads them, or a launcher no module reads."""
     name, value, single = stated
     reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
     expected = single if single == "unset" else f"{single} or unset"
@@ -216,9 +210,9 @@ def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
 
 def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
                 files: FileReader | None = None) -> ClusterTopology:
-    """``topology`` (a single container: ``--source none``) with a warning when a manager
-    or launcher that no seen source reads states a larger job (docs/behaviour.md section 11): the
-    operator's choice wins, but every node of such a job would train alone."""
+    """``topology`` (``--source none``) with a warning when a launcher no seen source reads
+    states a larger job (docs/behaviour.md section 11): the choice wins, but every node of
+    such a job would train alone."""
     seen = Seen(names=frozenset(line.name for line in seen_sources(environ)))
     found = refused_line(environ, seen, files)
     if found is None:
@@ -301,8 +295,8 @@ def check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
 
 
 def missing_master(owner: Report | None, node_src: Report | None) -> str:
-    """Why the host of rank 0 is unknown, and how to give it with the launcher's own way
-    (``mpirun -x``, ``flux run --env``)."""
+    """Why the host of rank 0 is unknown, and how to give it the launcher's way (``mpirun
+    -x``)."""
     who = owner or node_src
     line = BY_NAME.get(who.source) if who is not None else None
     title, template = (who.title, line.pass_env) if line else ("the launcher", PASS_ENV)
