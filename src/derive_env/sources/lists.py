@@ -80,12 +80,11 @@ def all_ipv4(text: str, separator: str = "\n") -> bool:
 
 
 def host_list(text: str, separator: str = "\n") -> tuple[str, ...]:
-    """The hosts of a list a manager writes, one per line (``separator`` a newline) or
-    comma-separated, in its order: IPv4 addresses checked by one match (:func:`all_ipv4`),
-    anything else entry by entry; blanks around an entry are ignored.
+    """The hosts of a list a manager writes, one per line or comma-separated
+    (``separator``), in its order; blanks around an entry are ignored.
 
     :raises ValueError: an empty entry (an address not known yet), an entry that is no host
-        name or address, or a host listed twice (the message follows "expected").
+        name or address, or a host listed twice.
     """
     if all_ipv4(text, separator):  # the managers' own form: nothing to strip or look up
         hosts = text.split(separator)
@@ -152,15 +151,6 @@ def _summed(hosts: Sequence[str], counts: Iterable[int]) -> HostSlots:
     return HostSlots(tuple(spelled), tuple(slots))
 
 
-def _checked(hosts: Sequence[str], what: str) -> None:
-    if not hosts:
-        raise ValueError(f"{what}: at least one host")
-    bad = check_hosts(hosts)
-    if bad is not None:
-        position, host, problem = bad
-        raise ValueError(f"{what}: entry {position} ({host!r}): {problem}")
-
-
 def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
     """A file or list that names a host once per slot (PBS's ``PBS_NODEFILE``, LSF's
     ``LSB_DJOB_HOSTFILE``; ``LSB_HOSTS`` split on blanks gives the same lines): each distinct
@@ -179,8 +169,7 @@ def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
         raise ValueError(f"{what}: at least one host")
     bad = check_hosts(distinct)
     if bad is not None:  # name the entry's place in the file, not among the distinct
-        _, host, problem = bad
-        raise ValueError(f"{what}: entry {entries.index(host) + 1} ({host!r}): {problem}")
+        raise ValueError(f"{what}: entry {entries.index(bad[1]) + 1} ({bad[1]!r}): {bad[2]}")
     return _summed(distinct, counts.values())
 
 
@@ -201,7 +190,11 @@ def word_pairs(text: str, what: str) -> HostSlots:
         raise ValueError(f"{what}: an even number of words (a count after each host), "
                          f"not {len(words)}")
     hosts, texts = words[::2], words[1::2]
-    _checked(hosts, what)
+    if not hosts:
+        raise ValueError(f"{what}: at least one host")
+    bad = check_hosts(hosts)
+    if bad is not None:
+        raise ValueError(f"{what}: entry {bad[0]} ({bad[1]!r}): {bad[2]}")
     joined = "".join(texts)
     fast = joined.isascii() and joined.isdigit() and max(map(len, texts)) <= _MAX_DIGITS
     counts = list(map(int, texts)) if fast else [0]  # every count decimal: at C speed
