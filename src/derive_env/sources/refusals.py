@@ -71,8 +71,7 @@ def _node_level(line: Source) -> bool:
 class Seen:
     """What the seen sources state, for the refusals.
 
-    :ivar within: the session the container is in (``"a Backend.AI session of 3 nodes"``),
-        or ``None``.
+    :ivar within: the session the container is in (``"a Backend.AI session of 3 nodes"``).
     :ivar names: the names of the sources that were seen (their launchers are read).
     :ivar launched: a seen source stated the process layer: a partial set of a launcher a
         module reads is its companion (``srun --mpi=pmi2``'s ``PMI_RANK``), checked by it.
@@ -227,10 +226,8 @@ def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
 
 def check_single_container(environ: Mapping[str, str]) -> None:
     """Refuse a single-container topology (no source stated the nodes) that another
-    launcher's ``WORLD_SIZE=4`` or ``RANK=2`` contradicts: nothing is guessed.
-
-    :raises TopologyError: naming the first contradicting variable.
-    """
+    launcher's ``WORLD_SIZE=4`` or ``RANK=2`` contradicts (TopologyError naming the first
+    such variable): nothing is guessed."""
     for name, single in _SINGLE_VALUES.items():
         value = environ.get(name, "")
         if value and not _single(value, single):

@@ -242,8 +242,7 @@ def _shell_command(argv: Sequence[str]) -> Sequence[str] | None:
 
 
 def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
-    """What the command after ``--`` is, and its name for messages; ``None``: no command
-    (the hook's path).
+    """What the command after ``--`` is, and its name for messages; ``None``: no command.
 
     :returns: ``(kind, name)``: :data:`NODE_LAUNCHER` (``torchrun``, ``deepspeed``,
         ``accelerate launch``), :data:`SCRIPT` (a ``python`` script or module: one worker),

@@ -169,8 +169,7 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
 
 def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str],
                  files=None) -> str | None:
-    """The warning of a start that did not opt in inside a larger job (:func:`larger_job`),
-    or ``None``.
+    """The warning of a start that did not opt in inside a larger job, or ``None``.
 
     :param image: a labels file was read (decided at the edge): the image's label is named
         first; without one (bare metal) the job's own opt-in (``--frameworks``, the variable).
