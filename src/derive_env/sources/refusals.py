@@ -62,12 +62,6 @@ def _single(value: str, single: int | None) -> bool:
 _NODE_LEVEL = 4
 
 
-def _node_level(line: Source) -> bool:
-    """A node-level manager no module reads: inside a job another source states (torchrun
-    started from its variables), its variables are that job's."""
-    return line.depth == _NODE_LEVEL and line.module is None and line.part_of is None
-
-
 class Seen:
     """What the seen sources state, for the refusals.
 
@@ -116,9 +110,12 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
         if reader is not None and (reader.name in seen.names or seen.launched):
             continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
-        # A fallback (tf-config) shadowed by the source seen: derive-env's own output
-        shadowed = reader is line and line.fallback and complete
-        if (seen.nodes is None or seen.nodes > 1) and (_node_level(line) or shadowed):
+        # Inside a larger job another source states (torchrun started from their variables):
+        # a node-level manager no module reads is that job's; a fallback (tf-config) shadowed
+        # by the source seen is derive-env's own output.
+        shadowed = (reader is None and line.depth == _NODE_LEVEL) or (
+            reader is line and line.fallback and complete)
+        if (seen.nodes is None or seen.nodes > 1) and shadowed:
             continue
         if not complete and not line.partial:
             continue
@@ -136,7 +133,8 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
             sized = True
     if unsized is not None and not sized:
         # Open MPI's own variables say the size beside PMIx's: only PMIx alone leaves it unknown
-        names = _set_names(unsized, environ)
+        marked = dict.fromkeys((*(unsized.marker or unsized.detect), *dict(states_of(unsized))))
+        names = [name for name in marked if environ.get(name)]  # the marker's, then states'
         units = unsized.unit + ("es" if unsized.unit.endswith("s") else "s")
         why = _NO_SOURCE if unsized.module is None else (
             "only part of its variables are set (not set: "
@@ -153,12 +151,6 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
 
 #: :func:`_stated`'s answer when the size cannot be told (``sizes.UNKNOWN``).
 UNSIZED = ("", "", "")
-
-
-def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
-    """The variables of ``line``'s marker and ``states`` that are set, in that order."""
-    names = dict.fromkeys((*(line.marker or line.detect), *dict(states_of(line))))
-    return [name for name in names if environ.get(name)]
 
 
 def _stated(line: Source, environ: Mapping[str, str], sized: bool,
