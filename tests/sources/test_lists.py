@@ -8,7 +8,6 @@ import pytest
 from derive_env.sources.lists import (
     HostSlots,
     all_ipv4,
-    host_count_pairs,
     host_list,
     json_value,
     one_per_slot,
@@ -92,9 +91,9 @@ def test_pod_hostname_is_the_kubelets_cut() -> None:
     assert pod_hostname("job-worker-1") == "job-worker-1"
 
 
-def test_host_count_pairs_names_a_bad_host() -> None:
+def test_word_pairs_names_a_bad_host() -> None:
     with pytest.raises(ValueError) as caught:
-        host_count_pairs([("n1", "1"), ("-x", "1")], "pairs")
+        word_pairs("n1 1 -x 1", "pairs")
     assert str(caught.value).startswith("pairs: entry 2 ('-x'): a host name")
 
 

@@ -802,3 +802,14 @@ def test_skypilot_and_dstack_that_state_one_job_agree() -> None:
     topology = topology_from({**skypilot_node(ipv4s(4), 2), **dstack_node(ipv4s(4), 2)})
     assert (topology.source, topology.node_rank, topology.nodes[0].host) == (
         "skypilot", 2, "10.0.0.1")
+
+
+def test_the_single_container_values_agree_with_the_table() -> None:
+    """A variable that both the single-container check and a table line's ``states`` name has
+    one single value in both (an index of a line that does not say its size: none)."""
+    from derive_env.sources.refusals import _SINGLE_VALUES
+
+    shared = {(line.name, name): (_SINGLE_VALUES[name], single if line.sized else None)
+              for line in SOURCES for name, single in states_of(line) if name in _SINGLE_VALUES}
+    assert len(shared) >= 10
+    assert {key: pair for key, pair in shared.items() if pair[0] != pair[1]} == {}

@@ -1,25 +1,15 @@
 """Every host-list form a manager writes, read once: lines of IPv4 addresses, comma lists,
-JSON, and the batch schedulers' host-slot lists (hosts in first-appearance order, slots
-summed per host); the DNS label limit of a pod hostname.
+JSON, and the batch schedulers' host-slot lists; the DNS label limit of a pod hostname.
 
 The IP lists (SkyPilot, dstack, Azure Batch, Determined) are checked by one match for the
-whole list (:func:`all_ipv4`), at C speed for 4096 nodes (benchmarks/iplists.py). The
-scheduler sources (PBS, LSF, Grid Engine's ``PE_HOSTFILE``) each state their allocation as
-a list of *slots* (a host once per slot, or a host with a slot count, possibly several
-times), never as a list of nodes. The rule is the same for all of them (docs/sources/schedulers.md
-and gridengine.md):
+whole list (:func:`all_ipv4`, benchmarks/iplists.py). The schedulers (PBS, LSF, Grid
+Engine's ``PE_HOSTFILE``) list *slots*, never nodes; one rule for all of them
+(docs/sources/schedulers.md, gridengine.md): the nodes are the distinct hosts in the order
+of their first appearance (where the batch script runs comes first), a host's slots the sum
+of its entries, hosts compared as DNS does (:func:`derive_env.hosts.host_key`).
 
-* the nodes are the distinct hosts in the order of their first appearance (the first one
-  is where the scheduler runs the batch script: PBS's mother superior, LSF's first
-  execution host, Grid Engine's master queue);
-* a host's slots are the sum of its entries (Grid Engine lists a host once per queue, LSF
-  and PBS once per slot or per vnode);
-* hosts are compared as DNS compares them (:func:`derive_env.hosts.host_key`), so that
-  ``n1`` and ``N1`` are one host, spelled as it first appears.
-
-Pure: the text is read at the edge (cli/) and handed in. Errors are ``ValueError`` whose
-message follows "expected ..." and names the entry; the caller names the variable or file
-(``describe(name, value, str(exc))``).
+Pure: the text is read at the edge (cli/). Errors are ``ValueError`` whose message follows
+"expected ..." and names the entry; the caller names the variable or file.
 """
 
 from __future__ import annotations
@@ -34,17 +24,15 @@ from derive_env.hosts import check_hosts, host_key, repeated_host
 #: A pod hostname is one DNS label: at most 63 characters (pkg/apis/batch/validation,
 #: kubernetes-sigs/jobset#408; the kubelet cuts a longer pod name: :func:`pod_hostname`).
 MAX_HOSTNAME = 63
-#: The most nodes a source builds from a count alone when its manager states no limit of its
-#: own (LeaderWorkerSet's ``size`` and Flux's node count are any int32/uint32): Slurm's
-#: ``MAX_SLURM_NODES`` (65536, slurm_hostlist), the largest job derive-env knows a manager to
-#: name. A larger count is a typing error, refused before a list of that length is built.
+#: The most nodes a source builds from a count alone (LeaderWorkerSet's ``size``, Flux's node
+#: count: any int32): Slurm's ``MAX_SLURM_NODES`` (slurm_hostlist), the largest job a manager
+#: is known to name; a larger count is a typing error, refused before a list is built.
 MAX_COUNTED_NODES = 65536
 #: :data:`MAX_COUNTED_NODES` as a bound of ``validation.variable_int``, for a count-only source.
 NODE_COUNT = (MAX_COUNTED_NODES, "nodes (the largest job a manager is known to name: Slurm's "
                                  "MAX_SLURM_NODES)")
-#: The headless Service's name (the pod template's ``subdomain``), when ``/etc/hosts`` has no
-#: FQDN line (``hostNetwork``) or cannot be read (``--env-file``): Kubernetes Indexed Jobs
-#: and JobSets.
+#: The headless Service's name (the pod's ``subdomain``) of an Indexed Job or JobSet, when
+#: ``/etc/hosts`` has no FQDN line (``hostNetwork``) or cannot be read (``--env-file``).
 SUBDOMAIN = "DERIVE_ENV_SUBDOMAIN"
 #: Where the kubelet writes the pod's FQDN.
 HOSTS_FILE = "/etc/hosts"
@@ -65,16 +53,14 @@ def pod_hostname(name: str) -> str:
 
 def fqdn_suffix(hosts_text: str | None, hostname: str) -> str | None:
     """``<subdomain>.<ns>.svc.<domain>`` from the kubelet's ``/etc/hosts`` line for
-    ``hostname`` (kubelet_pods.go, ``managedHostsFileContent``), or ``None`` without one.
-
-    :param hosts_text: the file's text (``None``: unreadable).
-    :param hostname: the pod's hostname (``HOSTNAME``).
-    """
+    ``hostname`` (``HOSTNAME``; kubelet_pods.go, ``managedHostsFileContent``), or ``None``
+    without one or when ``hosts_text`` is ``None`` (unreadable)."""
     for line in (hosts_text or "").splitlines():
         for name in line.partition("#")[0].split()[1:]:
             if name.startswith(hostname + ".") and len(name) > len(hostname) + 1:
                 return name[len(hostname) + 1:].rstrip(".")
     return None
+
 
 _QUAD = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
 #: Dotted quads separated by one character: one match for the whole list, then each
@@ -94,12 +80,11 @@ def all_ipv4(text: str, separator: str = "\n") -> bool:
 
 
 def host_list(text: str, separator: str = "\n") -> tuple[str, ...]:
-    """The hosts of a list a manager writes, one per line (``separator`` a newline) or
-    comma-separated, in its order: IPv4 addresses checked by one match (:func:`all_ipv4`),
-    anything else entry by entry; blanks around an entry are ignored.
+    """The hosts of a list a manager writes, one per line or comma-separated
+    (``separator``), in its order; blanks around an entry are ignored.
 
     :raises ValueError: an empty entry (an address not known yet), an entry that is no host
-        name or address, or a host listed twice (the message follows "expected").
+        name or address, or a host listed twice.
     """
     if all_ipv4(text, separator):  # the managers' own form: nothing to strip or look up
         hosts = text.split(separator)
@@ -129,11 +114,8 @@ def json_value(text: str | None) -> object:
 
 
 class HostSlots(NamedTuple):
-    """An allocation as hosts and their slots.
-
-    :ivar hosts: the distinct hosts, in the order of their first appearance.
-    :ivar slots: each host's slots (>= 1), summed over its entries, in the same order.
-    """
+    """An allocation: the distinct hosts in the order of their first appearance, and each
+    one's slots (>= 1), summed over its entries."""
 
     hosts: tuple[str, ...]
     slots: tuple[int, ...]
@@ -169,25 +151,12 @@ def _summed(hosts: Sequence[str], counts: Iterable[int]) -> HostSlots:
     return HostSlots(tuple(spelled), tuple(slots))
 
 
-def _checked(hosts: Sequence[str], what: str) -> None:
-    if not hosts:
-        raise ValueError(f"{what}: at least one host")
-    bad = check_hosts(hosts)
-    if bad is not None:
-        position, host, problem = bad
-        raise ValueError(f"{what}: entry {position} ({host!r}): {problem}")
-
-
 def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
     """A file or list that names a host once per slot (PBS's ``PBS_NODEFILE``, LSF's
-    ``LSB_DJOB_HOSTFILE``; ``LSB_HOSTS`` split on blanks gives the same lines).
+    ``LSB_DJOB_HOSTFILE``; ``LSB_HOSTS`` split on blanks gives the same lines): each distinct
+    host with its number of lines. Blanks around a name and blank lines (a file edited by
+    hand) are ignored; ``what`` names the format in the message.
 
-    Blank lines and blanks around a name are ignored (the managers write none; a file
-    edited by hand may end with one).
-
-    :param text: the file's content.
-    :param what: the format, for the message (follows "expected").
-    :returns: each distinct host with its number of lines.
     :raises ValueError: no host at all, or an entry that is not a host name or address.
     """
     if " " in text or "\t" in text:  # blanks inside a line: each line stripped, as it is
@@ -200,59 +169,45 @@ def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
         raise ValueError(f"{what}: at least one host")
     bad = check_hosts(distinct)
     if bad is not None:  # name the entry's place in the file, not among the distinct
-        _, host, problem = bad
-        raise ValueError(f"{what}: entry {entries.index(host) + 1} ({host!r}): {problem}")
+        raise ValueError(f"{what}: entry {entries.index(bad[1]) + 1} ({bad[1]!r}): {bad[2]}")
     return _summed(distinct, counts.values())
 
 
-def _count(text: str, position: int, host: str, what: str) -> int:
-    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_DIGITS or int(text) < 1:
-        raise ValueError(f"{what}: entry {position} ({host!r}): a slot count >= 1, not "
-                         f"{text!r}")
-    return int(text)
-
-
-def host_count_pairs(pairs: Sequence[tuple[str, str]], what: str) -> HostSlots:
-    """Hosts with their slot counts as text: ``LSB_MCPU_HOSTS``'s ``host n`` pairs, or the
-    first two fields of each line of Grid Engine's ``PE_HOSTFILE``.
-
-    :param pairs: ``(host, count)`` in the scheduler's order; a host may repeat.
-    :param what: the format, for the message (follows "expected").
-    :returns: each distinct host with the sum of its counts.
-    :raises ValueError: no pair, a host that is not a host name or address, or a count
-        that is not a decimal integer >= 1.
-    """
-    return _host_counts([host for host, _ in pairs], [count for _, count in pairs], what)
-
-
-def _host_counts(hosts: Sequence[str], texts: Sequence[str], what: str) -> HostSlots:
-    """:func:`host_count_pairs` of the hosts and their counts as two lists."""
-    _checked(hosts, what)
-    joined = "".join(texts)
-    if joined.isascii() and joined.isdigit() and max(map(len, texts)) <= _MAX_DIGITS:
-        counts = list(map(int, texts))  # every count decimal: one pass at C speed
-        if min(counts) >= 1:
-            return _summed(hosts, counts)
-    counts = [_count(count, position, host, what)
-              for position, (host, count) in enumerate(zip(hosts, texts, strict=True), 1)]
-    return _summed(hosts, counts)
+def _slot_count(text: str) -> bool:
+    """Whether ``text`` is a slot count: a decimal integer >= 1 of at most 9 digits."""
+    return text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS and int(text) >= 1
 
 
 def word_pairs(text: str, what: str) -> HostSlots:
-    """``"hostA 4 hostB 4"`` (LSF's ``LSB_MCPU_HOSTS``): words taken two by two.
+    """``"hostA 4 hostB 4"`` (LSF's ``LSB_MCPU_HOSTS``): words taken two by two, each host
+    with the sum of its counts (``what``: the format, for the message).
 
-    :raises ValueError: an odd number of words, or as :func:`host_count_pairs`.
+    :raises ValueError: an odd number of words, no host, a host that is no host name or
+        address, or a count that is not a decimal integer >= 1.
     """
     words = text.split()
     if len(words) % 2:
         raise ValueError(f"{what}: an even number of words (a count after each host), "
                          f"not {len(words)}")
-    return _host_counts(words[::2], words[1::2], what)
+    hosts, texts = words[::2], words[1::2]
+    if not hosts:
+        raise ValueError(f"{what}: at least one host")
+    bad = check_hosts(hosts)
+    if bad is not None:
+        raise ValueError(f"{what}: entry {bad[0]} ({bad[1]!r}): {bad[2]}")
+    joined = "".join(texts)
+    fast = joined.isascii() and joined.isdigit() and max(map(len, texts)) <= _MAX_DIGITS
+    counts = list(map(int, texts)) if fast else [0]  # every count decimal: at C speed
+    if min(counts) < 1:
+        for position, (host, count) in enumerate(zip(hosts, texts, strict=True), 1):
+            if not _slot_count(count):
+                raise ValueError(f"{what}: entry {position} ({host!r}): a slot count >= 1, "
+                                 f"not {count!r}")
+    return _summed(hosts, counts)
 
 
-#: A ``PE_HOSTFILE`` line as Grid Engine writes it: host, slot count >= 1, other fields. One
-#: match per line for the whole text, without a loop over the lines in Python
-#: (benchmarks/iplists.py, 4096 hosts); any other text is read line by line (:func:`_rows`).
+#: A ``PE_HOSTFILE`` line as Grid Engine writes it (host, slot count >= 1, other fields),
+#: matched for the whole text at C speed (benchmarks/iplists.py); else :func:`_rows`.
 _ROW = re.compile(r"^(\S+)[ \t]+([1-9][0-9]{0,8})(?:[ \t][^\n]*)?$", re.MULTILINE)
 
 
@@ -264,7 +219,7 @@ def _rows(text: str, what: str) -> list[tuple[str, str]]:
         if not fields:
             continue
         count = fields[1] if len(fields) > 1 else ""
-        if not (count.isascii() and count.isdigit()) or len(count) > _MAX_DIGITS or int(count) < 1:
+        if not _slot_count(count):
             raise ValueError(f"{what}; line {number} ({line.strip()!r}) has no slot count "
                              ">= 1 after its host")
         rows.append((fields[0], count))
@@ -276,9 +231,8 @@ def _rows(text: str, what: str) -> list[tuple[str, str]]:
 def pe_hostfile(text: str, what: str) -> HostSlots:
     """Grid Engine's ``PE_HOSTFILE`` (``<host> <slots> <queue> <processors>``, one line per
     granted queue, exec_job.c; blank lines ignored): the hosts in first-appearance order
-    with their slots summed over their lines.
+    with their slots summed over their lines (``what``: the format, for the message).
 
-    :param what: the format, for the message (follows "expected").
     :raises ValueError: no line, a line without a host and a slot count, a host that is no
         host name or address, a slot count that is not an integer >= 1.
     """

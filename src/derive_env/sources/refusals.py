@@ -1,24 +1,17 @@
 """The refusals: a launcher derive-env cannot read, or a single container it contradicts.
 
 derive-env refuses (exit 3) rather than describe one process of a larger job
-(docs/sources/README.md): every process of such a job would derive a job of one. The data is
-the table's (:data:`derive_env.sources.SOURCES`: ``marker``, ``states``, ``size``, ``part_of`` ...):
-
-* a line without a module (a Grid Engine task of ``qrsh -inherit`` without ``-V``) whose
-  variables state more than one process;
-* a partial set of a line's variables that states more than one process (a partial set
-  never selects a source: it may be left over from another job);
-* a launcher that started this process without saying the job's size (PMIx alone);
-* no source seen while another launcher's ``WORLD_SIZE``, ``RANK`` ... state more than a
-  single container (:func:`check_single_container`);
-* two complete node-level managers (depth 4 of the table: SkyPilot and dstack, a
-  LeaderWorkerSet group and an AWS Batch job ...) that state different jobs: a different
-  node count, node rank or host list (:func:`managers_agree`), one rule for every pair.
-  Two that state the same job agree, and the composer uses the first in table order.
+(docs/sources/README.md), from the table's data (``marker``, ``states``, ``size``,
+``part_of`` ...): a line without a module whose variables state more than one process; a
+partial set of a line's variables that does (a partial set never selects a source); a
+launcher that does not say the job's size (PMIx alone); another launcher's ``WORLD_SIZE``,
+``RANK`` ... with no source seen (:func:`check_single_container`); two node-level managers
+that state different jobs (:func:`managers_agree`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -41,27 +34,22 @@ from derive_env.validation import static_count
 if TYPE_CHECKING:
     from derive_env.topology import FileReader
 
-#: Variables through which another launcher (torchrun, Kubeflow, MPI wrappers...) states a
-#: multi-node or multi-process topology, with the value a single container has. Checked only
-#: when no cluster manager stated the nodes: inside a session they are user values
-#: (docs/behaviour.md section 6, :mod:`derive_env.merge`).
+#: Variables through which another launcher states a larger job, with a single container's
+#: value; checked only when no source stated the nodes (inside a session they are user
+#: values, docs/behaviour.md section 6).
 _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "PET_NODE_RANK": 0, "GROUP_RANK": 0, "JAX_PROCESS_ID": 0,
                   "DMLC_TASK_ID": 0, "TPU_WORKER_ID": 0,
-                  # an index of a job whose size no variable states: never a single
-                  # container, whatever the index (docs/behaviour.md section 7: every index alike)
+                  # an index of a job of unstated size: any index alike (behaviour.md section 7)
                   "JOB_COMPLETION_INDEX": None}
 
 _NO_SOURCE = "derive-env cannot read its job from these variables"
 
-#: The lines that can state a job of more than one process, in table order.
-#: Each with its ``states`` (derived once here) and whether a host list or a size rule
-#: states its size too.
+#: The lines that can state a job of more than one process, in table order, each with its
+#: ``states`` and whether a host list or a size rule states its size too.
 _LAUNCHERS = tuple((line, states, sized) for line in SOURCES
                    for states, sized in ((states_of(line), has_size(line)),)
                    if states or sized)
-#: The ``states`` of every launcher line, by line name.
-_STATES = {line.name: states for line, states, _ in _LAUNCHERS}
 
 
 def _single(value: str, single: int | None) -> bool:
@@ -70,28 +58,23 @@ def _single(value: str, single: int | None) -> bool:
     return single is not None and static_count(value) == single
 
 
-def _node_level(line: Source) -> bool:
-    """A node-level manager no module reads (SkyPilot, SageMaker ...): inside a job another
-    source states (torchrun started from its variables), its variables are that job's."""
-    return line.depth == 4 and line.module is None and line.part_of is None
+#: The depth of the table's node-level managers (:attr:`derive_env.sources.Source.depth`).
+_NODE_LEVEL = 4
 
 
 class Seen:
     """What the seen sources state, for the refusals.
 
-    :ivar within: the cluster manager session the container is in (``"a Backend.AI
-        session of 3 nodes"``), or ``None`` for none.
+    :ivar within: the session the container is in (``"a Backend.AI session of 3 nodes"``).
     :ivar names: the names of the sources that were seen (their launchers are read).
-    :ivar launched: a seen source stated the process layer: then a launcher that a module
-        reads but only part of whose variables are set is that source's companion (``srun
-        --mpi=pmi2`` sets ``PMI_RANK`` and ``PMI_SIZE``), checked by that source.
-    :ivar nodes: the nodes the seen sources state (``None``: a launcher's ranks without a
-        node count): inside such a job, or one of more than one node (torchrun started from
-        SkyPilot's variables), a node-level manager no module reads is that job's, not
-        refused; in a job of one node, its larger job is.
+    :ivar launched: a seen source stated the process layer: a partial set of a launcher a
+        module reads is its companion (``srun --mpi=pmi2``'s ``PMI_RANK``), checked by it.
+    :ivar nodes: the nodes the seen sources state (``None``: ranks without a node count):
+        in a job of more than one node (or unknown), a node-level manager no module reads
+        is that job's, not refused; in a job of one node, its larger job is.
     """
 
-    # A plain class: a NamedTuple would build its class with eval() on every opted-in start.
+    # Not a NamedTuple, whose class is built with eval() on every opted-in start.
     __slots__ = ("launched", "names", "nodes", "within")
 
     def __init__(self, within: str | None = None, names: frozenset[str] = frozenset(),
@@ -105,15 +88,11 @@ NOTHING_SEEN = Seen()
 
 def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
                      files: FileReader | None = None) -> str | None:
-    """Say which launcher started more than one process without a usable source (the
-    module docstring's cases), or ``None``. The lines are checked in table order; the first
-    that states more than one process is named. A launcher that does not say the job's size
-    (a lone ``JOB_COMPLETION_INDEX`` or ``PMIX_RANK``) is refused on every process alike,
-    index 0 included (docs/behaviour.md section 7).
-
-    :param seen: what the seen sources state (:class:`Seen`).
-    :param files: reads the files a line's host list needs (cli/); ``None``: none readable.
-    :returns: the message, naming the variable, the launcher and the fix.
+    """The message (naming the variable, the launcher and the fix) of the first line, in
+    table order, that started more than one process without a usable source (the module
+    docstring's cases), or ``None``. A launcher that does not say the job's size (a lone
+    ``JOB_COMPLETION_INDEX``) is refused on every process alike, index 0 included
+    (docs/behaviour.md section 7). ``files`` reads the files a host list needs (cli/).
     """
     found = refused_line(environ, seen, files)
     return found[1] if found is not None else None
@@ -131,10 +110,12 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
         if reader is not None and (reader.name in seen.names or seen.launched):
             continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
-        # A fallback source (tf-config) shadowed by the source that was seen: derive-env's
-        # own output inside that job, unless that job is of one node.
-        shadowed = reader is line and line.fallback and complete
-        if (seen.nodes is None or seen.nodes > 1) and (_node_level(line) or shadowed):
+        # Inside a larger job another source states (torchrun started from their variables):
+        # a node-level manager no module reads is that job's; a fallback (tf-config) shadowed
+        # by the source seen is derive-env's own output.
+        shadowed = (reader is None and line.depth == _NODE_LEVEL) or (
+            reader is line and line.fallback and complete)
+        if (seen.nodes is None or seen.nodes > 1) and shadowed:
             continue
         if not complete and not line.partial:
             continue
@@ -151,9 +132,9 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
         elif complete:
             sized = True
     if unsized is not None and not sized:
-        # Open MPI also sets PMIx's variables, and its own say the size: only PMIx (or a
-        # Kubernetes index) alone leaves it unknown.
-        names = _set_names(unsized, environ)
+        # Open MPI's own variables say the size beside PMIx's: only PMIx alone leaves it unknown
+        marked = dict.fromkeys((*(unsized.marker or unsized.detect), *dict(states_of(unsized))))
+        names = [name for name in marked if environ.get(name)]  # the marker's, then states'
         units = unsized.unit + ("es" if unsized.unit.endswith("s") else "s")
         why = _NO_SOURCE if unsized.module is None else (
             "only part of its variables are set (not set: "
@@ -168,21 +149,15 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
     return None
 
 
-#: :func:`_stated`'s answer for a line whose size cannot be told (``sizes.UNKNOWN``).
+#: :func:`_stated`'s answer when the size cannot be told (``sizes.UNKNOWN``).
 UNSIZED = ("", "", "")
-
-
-def _set_names(line: Source, environ: Mapping[str, str]) -> list[str]:
-    """The variables of ``line``'s marker and ``states`` that are set, in that order."""
-    names = dict.fromkeys((*(line.marker or line.detect), *dict(_STATES[line.name])))
-    return [name for name in names if environ.get(name)]
 
 
 def _stated(line: Source, environ: Mapping[str, str], sized: bool,
             files: FileReader | None) -> tuple[str, str, str] | None:
     """``(variable, value, single value)`` of the first variable of ``line`` that states
-    more than one process, :data:`UNSIZED`, or ``None``; ``sized``: the line's marker is
-    complete and its host list or size rule is asked."""
+    more than one process, :data:`UNSIZED`, or ``None``; ``sized``: ask its host list or
+    size rule too."""
     if sized:
         from derive_env.sources import sizes
 
@@ -191,7 +166,7 @@ def _stated(line: Source, environ: Mapping[str, str], sized: bool,
             return UNSIZED
         if over is not None:
             return (over[0], environ[over[0]], over[1]) if len(over) == 2 else over
-    for name, single in _STATES[line.name]:
+    for name, single in states_of(line):
         value = environ.get(name)
         if value and not _single(value, single):
             return name, value, "unset" if single is None else str(single)
@@ -200,43 +175,35 @@ def _stated(line: Source, environ: Mapping[str, str], sized: bool,
 
 def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
              stated: tuple[str, str, str]) -> str:
-    """The message for ``line``'s ``stated`` ``(name, value, single value)``: a partial set
-    of the variables of the line that reads them, or a launcher no module reads."""
+    """The message for ``line``'s ``stated`` ``(name, value, single value)``: a fallback
+    shadowed, a partial set of the line that reads them, or a launcher no module reads."""
     name, value, single = stated
     reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
     expected = single if single == "unset" else f"{single} or unset"
     if reader is line and line.fallback and all(environ.get(n) for n in line.detect):
         # complete, but shadowed by the source seen (a job of one node)
-        return describe(
-            name, value,
-            f"{expected}: {line.title} states a job of more than one {line.unit}, but "
-            f"{session or 'the source seen'} states a job of one node: the two disagree "
-            f"(a value left over from another job?). {line.fix}")
-    if reader is not None:
+        why = (f", but {session or 'the source seen'} states a job of one node: the two "
+               f"disagree (a value left over from another job?). {line.fix}")
+    elif reader is not None:
         missing = [n for n in reader.detect if not environ.get(n)]
-        return describe(
-            name, value,
-            f"{expected}: {line.title} states a job of more than one "
-            f"{line.unit}, but only part of its variables are set (not set: "
-            f"{', '.join(missing)}), and a partial set is never used: it may be "
-            "left over from another job. Run derive-env in the launcher's own "
-            f"process (the launcher sets all of them), {ON_ERROR_WARN}",
-        )
-    outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
-               "launcher's ranks" if session else
-               f"derive-env would describe a job of one {line.unit}")
-    return describe(
-        name, value,
-        f"{expected}: {line.title} states a job of more than one "
-        f"{line.unit}, and {_NO_SOURCE}; {outcome}. {line.fix}",
-    )
+        why = (f", but only part of its variables are set (not set: {', '.join(missing)}), "
+               "and a partial set is never used: it may be left over from another job. Run "
+               "derive-env in the launcher's own process (the launcher sets all of them), "
+               + ON_ERROR_WARN)
+    else:
+        outcome = (f"inside {session}, whose nodes derive-env cannot combine with the "
+                   "launcher's ranks" if session else
+                   f"derive-env would describe a job of one {line.unit}")
+        why = f", and {_NO_SOURCE}; {outcome}. {line.fix}"
+    return describe(name, value, f"{expected}: {line.title} states a job of more than one "
+                                 f"{line.unit}{why}")
 
 
 def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
                 files: FileReader | None = None) -> ClusterTopology:
-    """``topology`` (a single container: ``--source none``) with a warning when a manager
-    or launcher that no seen source reads states a larger job (docs/behaviour.md section 11): the
-    operator's choice wins, but every node of such a job would train alone."""
+    """``topology`` (``--source none``) with a warning when a launcher no seen source reads
+    states a larger job (docs/behaviour.md section 11): the choice wins, but every node of
+    such a job would train alone."""
     seen = Seen(names=frozenset(line.name for line in seen_sources(environ)))
     found = refused_line(environ, seen, files)
     if found is None:
@@ -250,14 +217,9 @@ def none_chosen(topology: ClusterTopology, environ: Mapping[str, str],
 
 
 def check_single_container(environ: Mapping[str, str]) -> None:
-    """Refuse a single-container topology that another launcher's variables contradict.
-
-    Used when no cluster manager stated the nodes (no ``BACKENDAI_CLUSTER_*``): then
-    ``WORLD_SIZE=4`` or ``RANK=2`` come from a launcher derive-env has no source for, and
-    describing one container would contradict it. Nothing is guessed.
-
-    :raises TopologyError: naming the first contradicting variable.
-    """
+    """Refuse a single-container topology (no source stated the nodes) that another
+    launcher's ``WORLD_SIZE=4`` or ``RANK=2`` contradicts (TopologyError naming the first
+    such variable): nothing is guessed."""
     for name, single in _SINGLE_VALUES.items():
         value = environ.get(name, "")
         if value and not _single(value, single):
@@ -273,32 +235,23 @@ def check_single_container(environ: Mapping[str, str]) -> None:
 
 def _closest_partial(environ: Mapping[str, str]) -> str:
     """``" (closest: torchrun, not set: X)"``: the line with a module with the most of its
-    variables set, when some but not all are (a value left empty, a launcher's copy).
-
-    Only a variable of one line's alone names that launcher: ``NODE_RANK``, ``RANK`` ...
-    are several launchers' (and torch's own names, often set by hand), so with only such
-    names set the hint names none and says who sets them: the user, or a launcher without
-    a source."""
-    seen: dict[str, int] = {}
+    variables set, when some but not all are. Only a variable of one line alone names it:
+    with only names several launchers share (``NODE_RANK``, ``RANK``) set, the hint names
+    none and says who sets them."""
+    lines_of = Counter(name for source in SOURCES for name in source.detect)
+    best, count = None, 0
     for source in SOURCES:
-        for name in source.detect:
-            seen[name] = seen.get(name, 0) + 1
-    best, missing = None, ()
-    count = 0
-    for source in SOURCES:
-        if source.any_of or source.module is None:
-            continue
         present = [n for n in source.detect if environ.get(n)]
-        named = any(seen[n] == 1 for n in present) or len(present) == len(source.detect)
-        if named and len(present) > count:
+        named = any(lines_of[n] == 1 for n in present) or len(present) == len(source.detect)
+        if named and len(present) > count and not source.any_of and source.module is not None:
             best, count = source, len(present)
-            missing = tuple(n for n in source.detect if not environ.get(n))
     if best is None:
-        shared = [n for n, times in seen.items() if times > 1 and environ.get(n)]
+        shared = [n for n, times in lines_of.items() if times > 1 and environ.get(n)]
         what = "a name" if len(shared) == 1 else "names"
         return (f" ({', '.join(shared)}: {what} several launchers set, and no variable of "
                 "one of them is here: set by hand (the image's ENV, an env file, a wrapper) "
                 "or by a launcher derive-env has no source for)") if shared else ""
+    missing = [n for n in best.detect if not environ.get(n)]
     if not missing:  # all set, but a variable of another launcher makes it step aside
         unless = [n for n in best.unless if environ.get(n)]
         return f" (closest: {best.title}, not read beside {', '.join(unless)})"
@@ -307,11 +260,8 @@ def _closest_partial(environ: Mapping[str, str]) -> str:
 
 def invalid_topology(error: ValueError, inputs: Mapping[str, Sequence[str]]) -> TopologyError:
     """A source's nodes that :class:`ClusterTopology` refuses (a host twice, a loopback
-    master of several nodes: pydantic's ``ValidationError``, a ``ValueError``) as the usual
-    error naming the variables of the node list, never a traceback.
-
-    :param inputs: the topology's provenance (``nodes`` -> the variables of the list).
-    """
+    master of several nodes: a ``ValueError``) as an error naming the variables of the node
+    list (``inputs["nodes"]``, the topology's provenance), never a traceback."""
     errors = getattr(error, "errors", lambda: [])()
     why = (errors[0]["msg"] if errors else str(error)).removeprefix("Value error, ")
     names = " + ".join(inputs.get("nodes", ())) or "the node list"
@@ -333,10 +283,9 @@ def check_rank_zero(layout: ProcessLayout | None, nodes: tuple[Node, ...],
         "Intel MPI: --format mpich-hostfile, mpiexec -f hosts)")
 
 
-
 def missing_master(owner: Report | None, node_src: Report | None) -> str:
-    """Why the host of rank 0 is unknown, and how to give it with the launcher's own way
-    (``mpirun -x``, ``flux run --env``)."""
+    """Why the host of rank 0 is unknown, and how to give it the launcher's way (``mpirun
+    -x``)."""
     who = owner or node_src
     line = BY_NAME.get(who.source) if who is not None else None
     title, template = (who.title, line.pass_env) if line else ("the launcher", PASS_ENV)
@@ -346,15 +295,10 @@ def missing_master(owner: Report | None, node_src: Report | None) -> str:
             "launcher inside a job whose manager states the hosts (Slurm, PBS, LSF, Grid Engine)")
 
 
-#: The depth of the table's node-level managers (:attr:`derive_env.sources.Source.depth`).
-_NODE_LEVEL = 4
-
-
 def managers_agree(reports: Sequence[Report]) -> None:
-    """Every pair of node-level managers among ``reports`` (the composer's, innermost
-    first) states one job: the same node count, node rank and, when both list the hosts,
-    the same hosts in the same order (compared as DNS does, case-insensitively). Facts one
-    of the two does not state are not compared.
+    """Every pair of node-level managers among ``reports`` (the composer's) states one
+    job: the same node count, node rank and, when both list them, hosts in the same order
+    (compared as DNS does). Facts one of the two does not state are not compared.
 
     :raises TopologyError: (exit 3) the first pair, in table order, that differs, naming
         both managers, the fact, each one's variables and values, and the fix.

@@ -1,13 +1,10 @@
 """What one source saw: :class:`Report`, the unit the composer composes (sources/compose.py).
 
-A source module never decides for another source (docs/sources/README.md, "How the
-sources compose"): it reads only its own variables, checks them against each other, and
-reports each fact with the variables it came from. Every fact is optional: an MPI launcher
-knows ranks and no host list, a Slurm batch script knows the allocation's hosts and no
-process of its own. :func:`layer_lines` says, for ``--explain``, how the composer used the
-reports. Beside the reports the composer reads one fact of the exec path: what the command
-is (:func:`command_kind`: a node launcher, a script, a launcher), and what it decides where
-the variables cannot (:func:`command_decides`).
+A source reads only its own variables and reports each fact (all optional) with the
+variables it came from (docs/sources/README.md, "How the sources compose");
+:func:`layer_lines` says for ``--explain`` how the composer used the reports. Beside them
+the composer reads what the command is (:func:`command_kind`) and what it decides where the
+variables cannot (:func:`command_decides`).
 """
 
 from __future__ import annotations
@@ -21,21 +18,14 @@ from derive_env.sources import BY_NAME
 from derive_env.topology import Node
 
 _NONE: Mapping[str, tuple[str, ...]] = MappingProxyType({})
-#: The facts of the process layer, each with its own key in :attr:`Report.inputs` (the one
-#: variable that states it), beside ``processes`` (every variable of the layer).
+#: The facts of the process layer, each with its own key in :attr:`Report.inputs`.
 PROCESS_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 class Processes(NamedTuple):
-    """The process layer as one source states it (names as in torch.distributed).
-
-    :ivar rank: this process's global rank, 0-based.
-    :ivar local_rank: its rank among the processes on its node, 0-based.
-    :ivar world_size: processes of the whole job (>= 1).
-    :ivar local_world_size: processes on this node (>= 1).
-    :ivar tasks_per_node: every node's process count, in node order, when the source
-        states it (Slurm's ``SLURM_STEP_TASKS_PER_NODE``); empty when it does not.
-    """
+    """The process layer as one source states it (names as in torch.distributed: ranks
+    0-based, sizes >= 1); ``tasks_per_node``: every node's process count in node order when
+    the source states it (Slurm's ``SLURM_STEP_TASKS_PER_NODE``), else empty."""
 
     rank: int
     local_rank: int
@@ -47,45 +37,33 @@ class Processes(NamedTuple):
 class Report(NamedTuple):
     """The facts one source found in the environment; ``None`` / empty = not stated.
 
-    :ivar source: the source's name in the table (``slurm-step``, ``openmpi``).
-    :ivar title: for a person (``a Slurm step (srun)``).
+    :ivar source: the source's name in the table (``slurm-step``); ``title``: for a person.
     :ivar nodes: the nodes in the manager's order (node rank r = ``nodes[r]``).
-    :ivar node_rank: this process's node, a position in ``nodes`` (or in a node list the
-        source knows only the length of: ``num_nodes``).
-    :ivar num_nodes: the number of nodes, when known without a host list (torchrun's
-        ``GROUP_WORLD_SIZE``); ``len(nodes)`` otherwise.
+    :ivar node_rank: this process's node, a position in ``nodes`` (or in ``num_nodes``).
+    :ivar num_nodes: the node count when known without a host list (``GROUP_WORLD_SIZE``).
     :ivar processes: the process layer, when the source launched processes.
-    :ivar master: the host of rank 0 when the source proves it is not ``nodes[0]``
-        (``srun -m arbitrary``: the first line of ``SLURM_HOSTFILE``), or when the source
-        knows the master without a host list (torchrun's ``MASTER_ADDR``).
-    :ivar master_port: a TCP port the manager chose for the master (Backend.AI's
-        ``BACKENDAI_DIST_MASTER_PORT``, torchrun's ``MASTER_PORT``: its agent's store).
-    :ivar reserved_ports: TCP ports the manager reserved for this step, in order
-        (``SLURM_STEP_RESV_PORTS``).
-    :ivar server_ports: ``(framework, TCP port, variable)`` for each framework server whose
-        port the manager declared (a Kubeflow JAXJob's ``COORDINATOR_PORT``, the port its
-        Service and network policies open): that framework's port on every node.
-    :ivar job: ``(manager, job id, step id)`` for the deterministic port policy
-        (:func:`derive_env.ports.job_ports`), when the manager gives no port.
+    :ivar master: the host of rank 0 when the source proves it is not ``nodes[0]`` (``srun
+        -m arbitrary``), or knows it without a host list (torchrun's ``MASTER_ADDR``).
+    :ivar master_port: a TCP port the manager chose (``BACKENDAI_DIST_MASTER_PORT``).
+    :ivar reserved_ports: TCP ports reserved for this step, in order (``SLURM_STEP_RESV_PORTS``).
+    :ivar server_ports: ``(framework, TCP port, variable)`` of each framework server whose
+        port the manager declared (a Kubeflow JAXJob's ``COORDINATOR_PORT``).
+    :ivar job: ``(manager, job id, step id)`` for the port policy (:func:`derive_env.ports.
+        job_ports`), when the manager gives no port.
     :ivar gpus: devices of this node (``SLURM_GPUS_ON_NODE``, Backend.AI's ``GPU_COUNT``).
     :ivar session_id: the manager's job or session id.
-    :ivar preset: framework variables the launcher already set and that must never be
-        rewritten (torchrun's ``RANK``, ``MASTER_PORT`` ...): derived values for them are
-        checked against the launcher's, never exported over them.
-    :ivar renumbers: the source numbers nodes itself (torchrun's c10d rendezvous gives
-        ``GROUP_RANK`` in arrival order): an outer host list whose order differs is not
-        an error, it is only not used for this source's nodes.
-    :ivar inputs: provenance per fact: keys ``nodes``, ``node_rank``, ``num_nodes``,
-        ``processes`` (the layer's variables together), each of :data:`PROCESS_FACTS`
-        (exactly the variables that state that one fact: ``rank`` is
-        ``OMPI_COMM_WORLD_RANK``), ``master``, ``master_port``, ``gpus``, ``ports``.
+    :ivar preset: framework variables the launcher set (torchrun's ``RANK`` ...): derived
+        values are checked against them, never exported over them.
+    :ivar renumbers: the source numbers nodes itself (torchrun's c10d rendezvous): an outer
+        host list in another order is no error, only not used for its nodes.
+    :ivar inputs: the variables of each fact: ``nodes``, ``node_rank``, ``num_nodes``,
+        ``processes`` (the whole layer), each of :data:`PROCESS_FACTS`, ``master``,
+        ``master_port``, ``gpus``, ``ports``.
     :ivar order: for ``--explain``, the rule behind the order of ``nodes``.
     :ivar notes: for ``--explain``.
     :ivar warnings: printed on stderr; do not stop the command.
-    :ivar problem: for a source that is seen but describes no usable topology on its
-        own (a Slurm batch script of a multi-node job): the error message, raised by the
-        composer when no inner source (an MPI launcher started from that script) uses
-        the facts.
+    :ivar problem: the error of a source seen that alone describes no usable topology (a
+        Slurm batch script of several nodes), raised when no inner source uses its facts.
     """
 
     source: str
@@ -117,15 +95,13 @@ class Report(NamedTuple):
 def layer_lines(reports: Sequence[Report], used: Sequence[Report],
                 shadowed: Sequence[tuple[Report, Report, bool]],
                 layers: tuple[Report | None, Report | None, Report | None]) -> tuple[str, ...]:
-    """Lines for ``--explain``: every source seen, what each layer of the composer
-    (sources/compose.py) used, what was shadowed.
+    """Lines for ``--explain``: every source seen (``reports``, innermost first), what each
+    layer of the composer used (``used``), what was shadowed.
 
-    :param reports: every seen source's report, innermost first.
-    :param used: those the composer used (a shadowed daemon step left out).
     :param shadowed: ``(report, by, daemons)``: an outer process layer shadowed by the
         inner launcher ``by``; ``daemons``: it is ``by``'s daemon step (one task per node).
-    :param layers: ``(owner, node_src, hosts_src)``: the report that gave the process
-        layer, the node count and rank, the host list (each ``None`` when none stated it).
+    :param layers: ``(owner, node_src, hosts_src)``: the reports that gave the process
+        layer, the node count and rank, the host list (``None``: none stated it).
     """
     owner, node_src, hosts_src = layers
     if len(reports) == 1:
@@ -151,12 +127,9 @@ def layer_lines(reports: Sequence[Report], used: Sequence[Report],
     return tuple(lines)
 
 
-# -- the command derive-env execs: a fact the composer reads beside the reports ---------------
-
-#: The command's kinds (:func:`command_kind`), for the composer's rule and --explain.
+#: The kinds of the command derive-env execs (:func:`command_kind`).
 NODE_LAUNCHER, SCRIPT, LAUNCHER, OTHER = "node launcher", "script", "launcher", "other"
-#: Commands that start one node's workers themselves, so each node runs one of them (by
-#: program name, or ``python -m`` module): torchrun, DeepSpeed's and accelerate's launchers.
+#: Commands that start one node's workers themselves (by program or ``python -m`` module).
 _NODE_LAUNCHERS = {"torchrun": "torchrun", "torch.distributed.run": "torchrun",
                    "torch.distributed.launch": "torchrun", "deepspeed": "deepspeed",
                    "deepspeed.launcher.runner": "deepspeed",
@@ -167,9 +140,8 @@ _NODE_LAUNCHERS = {"torchrun": "torchrun", "torch.distributed.run": "torchrun",
 #: Launchers of processes: derive-env belongs inside the processes they start.
 _LAUNCHERS = frozenset(("mpirun", "mpiexec", "orterun", "prterun", "mpirun_rsh", "srun",
                         "flux", "jsrun", "aprun", "horovodrun"))
-#: Programs that run the command after their own words (:func:`_unwrapped`): each with its
-#: subcommands that do (``None``: none needed), its options that take a separate value, and
-#: how many words it reads before the command (``apptainer exec IMAGE``, ``taskset MASK``).
+#: Programs that run the command after their own words: each with its subcommands that do
+#: (``None``: any), its options that take a value, and its words before the command.
 _WRAPPERS: dict[str, tuple[frozenset[str] | None, frozenset[str], int]] = {
     "env": (None, frozenset(("-u", "--unset", "-C", "--chdir")), 0),
     "nice": (None, frozenset(("-n", "--adjustment")), 0),
@@ -196,10 +168,8 @@ _WRAPPERS: dict[str, tuple[frozenset[str] | None, frozenset[str], int]] = {
     "pixi": (frozenset(("run",)), frozenset(("-e", "--environment", "--manifest-path")), 0),
     "poetry": (frozenset(("run",)), frozenset(("-C", "--directory", "-P", "--project")), 0),
 }
-for _alias, _same in (("singularity", "apptainer"), ("mamba", "conda"),
-                      ("micromamba", "conda")):
-    _WRAPPERS[_alias] = _WRAPPERS[_same]
-del _alias, _same
+_WRAPPERS.update(singularity=_WRAPPERS["apptainer"], mamba=_WRAPPERS["conda"],
+                 micromamba=_WRAPPERS["conda"])
 #: Shells whose ``-c STRING`` runs a command line (its first command is classified).
 _SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh"))
 #: Python's options that take a value (``python -X dev -m mod``).
@@ -216,7 +186,7 @@ def _python_target(argv: Sequence[str]) -> str | None:
             return arg[2:]
         if arg in _PY_VALUED:
             next(args, None)
-        elif arg == "-c" or arg.startswith("-c"):
+        elif arg.startswith("-c"):
             return None
         elif not arg.startswith("-"):
             return arg
@@ -225,8 +195,8 @@ def _python_target(argv: Sequence[str]) -> str | None:
 
 def _unwrapped(argv: Sequence[str], program: str) -> Sequence[str] | None:
     """The command a wrapper ``program`` (:data:`_WRAPPERS`) runs: its words after the
-    wrapper's subcommand, options (``-o VALUE``, ``--opt=VALUE``, ``-oL``), ``NAME=VALUE``
-    words (``env``) and positional words (the image, the CPU mask); ``None``: not one."""
+    wrapper's subcommand, options, ``NAME=VALUE`` words (``env``) and positional words (the
+    image, the CPU mask); ``None``: not one."""
     subcommands, valued, positional = _WRAPPERS[program]
     at = 1
     if subcommands is not None:
@@ -251,8 +221,7 @@ def _unwrapped(argv: Sequence[str], program: str) -> Sequence[str] | None:
 
 def _shell_command(argv: Sequence[str]) -> Sequence[str] | None:
     """The first command of a shell's ``-c STRING`` (``bash -lc 'exec torchrun ...'``),
-    without ``exec`` and ``NAME=VALUE`` words; ``None``: no ``-c``, or a string shlex
-    cannot split."""
+    without ``exec`` and ``NAME=VALUE`` words; ``None``: no ``-c``, or not shlex's."""
     for at, arg in enumerate(argv[1:-1], 1):
         if not arg.startswith("-") or arg.startswith("--"):
             if not arg.startswith("--"):
@@ -273,21 +242,17 @@ def _shell_command(argv: Sequence[str]) -> Sequence[str] | None:
 
 
 def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
-    """What the command derive-env execs is, and its name for messages.
+    """What the command after ``--`` is, and its name for messages; ``None``: no command.
 
-    :param argv: the command after ``--``; ``None`` or empty: no command (the hook's path).
-    :returns: ``(kind, name)``: :data:`NODE_LAUNCHER` (``torchrun``, ``python -m
-        torch.distributed.run``, ``deepspeed``, ``accelerate launch``), :data:`SCRIPT` (a
-        ``python`` script or module: one worker), :data:`LAUNCHER` (``mpirun``, ``srun``
-        ...) or :data:`OTHER` (a shell script: derive-env cannot tell); ``None``: none.
-        A wrapper's command is classified instead (``apptainer exec IMAGE``, ``env
-        NAME=VALUE``, ``uv run``, ``conda run -n X``, ``numactl ...``, the first command of
-        ``bash -c STRING``): it starts as many of them as the wrapper is started.
+    :returns: ``(kind, name)``: :data:`NODE_LAUNCHER` (``torchrun``, ``deepspeed``,
+        ``accelerate launch``), :data:`SCRIPT` (a ``python`` script or module: one worker),
+        :data:`LAUNCHER` (``mpirun``, ``srun`` ...) or :data:`OTHER` (a shell script:
+        derive-env cannot tell). A wrapper's command is classified instead (``apptainer
+        exec IMAGE``, ``env NAME=VALUE``, ``uv run``, the first command of ``bash -c``).
     """
     if not argv:
         return None
     program = argv[0].rsplit("/", 1)[-1]
-    # A wrapper (apptainer exec IMAGE, env NAME=VALUE, numactl, bash -c ...): its command.
     inner = (_unwrapped(argv, program) if program in _WRAPPERS else
              _shell_command(argv) if program in _SHELLS else None)
     if inner is not None:
@@ -311,21 +276,24 @@ def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
     return OTHER, program
 
 
-def node_launcher_refused(owner: Report, command: str, per_node: str, many: str) -> str:
-    """The refusal of a node launcher (torchrun, deepspeed, accelerate launch) that an outer
-    launcher started more than once on a node: each would form a job of its own, and every
-    task would train alone, exit 0 (torch/distributed/run.py: its defaults are one node).
-
-    :param owner: the outer launcher's report (its line's ``per_node`` spells the fix).
-    :param command: the node launcher's name.
-    :param per_node: ``per process`` facts for a person (``2 tasks on this node``).
-    :param many: the variables that state them.
-    """
+def _refused(owner: Report, command: str, started: str, short: bool) -> str:
+    """The refusal of a node launcher ``command`` (torchrun ...) that ``owner``'s launcher
+    starts ``started`` (``2 tasks on a node (VARIABLES)``): each would form a job of its
+    own and train alone, exit 0 (torch/distributed/run.py: its defaults are one node); or,
+    ``short``, once on each of fewer nodes than the node layer counts (``mpirun --host
+    n1,n2`` in an allocation of 3): each would wait for every node (torchrun's ``--nnodes``).
+    ``owner``'s line's ``per_node`` spells the fix."""
     line = BY_NAME.get(owner.source)
-    one, per_gpu = line.per_node if line is not None else ("", "")
-    start = (f"{command} (the command) under {owner.title}, which starts {per_node} "
-             f"({many}): each {command} would start a job of its own, and every task would "
-             "train alone. ")
+    one, per_gpu = line.per_node if line is not None else ("one task per node", "")
+    start = f"{command} (the command) under {owner.title}, which starts {started}"
+    if short:
+        how = (f"{command} once on every node" if one == "one task per node" else
+               f"one task on every node of the job ({one} derive-env -- {command} ..., with "
+               "no host list narrower than the job)")
+        return (f"{start}: each {command} would wait for every node of the job, and the "
+                f"others never start it. Start {how}, or run the job on as many nodes as "
+                "start it")
+    start += f": each {command} would start a job of its own, and every task would train alone. "
     if line is None or line.per_node == ("one task per node", "one task per GPU"):
         return (start + f"Start {command} once per node, or drop {command} and run the "
                 "training script as the launcher's process (derive-env -- python train.py)")
@@ -335,30 +303,10 @@ def node_launcher_refused(owner: Report, command: str, per_node: str, many: str)
             "derive-env -- python train.py)")
 
 
-def node_launcher_short(owner: Report, command: str, world: str, counted: str) -> str:
-    """The refusal of a node launcher started once on each of fewer nodes than the job's
-    node layer counts (``mpirun --host n1,n2`` in an allocation of 3): each would wait for
-    every node's agent in its rendezvous, and the missing ones never start (torchrun's
-    ``--nnodes`` is the node count, torch/distributed/run.py).
-
-    :param world: the processes that start it, one per node, and their variables.
-    :param counted: the node layer's count and its variables.
-    """
-    line = BY_NAME.get(owner.source)
-    one = line.per_node[0] if line is not None else "one task per node"
-    how = (f"{command} once on every node" if one == "one task per node" else
-           f"one task on every node of the job ({one} derive-env -- {command} ..., with no "
-           "host list narrower than the job)")
-    return (f"{command} (the command) under {owner.title}, which starts it on {world}, one "
-            f"per node, in a job of {counted}: each {command} would wait for every node of "
-            f"the job, and the others never start it. Start {how}, or run the job on as "
-            "many nodes as start it")
-
-
-#: The depths of the table (sources/__init__.py): up to 1 the launcher starts the workers
-#: (torchrun 0, MPI 1); up to 3 a launcher's task, which the command may make a worker.
+#: The table's depths: up to 1 the launcher starts the workers (torchrun, MPI); up to 3 a
+#: launcher's task, which the command may make a worker.
 _MPI, _ALLOCATION = 1, 3
-#: What each outcome of :func:`_mode` derives, for --explain.
+#: What each outcome of :func:`command_decides` derives, for --explain.
 _OUTCOMES = {True: "one worker per process (RANK, LOCAL_RANK, WORLD_SIZE ...)",
              False: "the node layer (NODE_RANK, PET_*)"}
 
@@ -371,10 +319,9 @@ def command_decides(owner: Report, processes: Processes,
 
     :param where: every node's task count (empty: unknown), and the node count (``None``:
         unknown) with the variables that state it.
-    :param kind: :func:`~derive_env.sources.report.command_kind` of the command; ``None``: none.
-    :raises TopologyError: a node launcher (torchrun ...) that ``owner`` starts more than
-        once on a node (:func:`node_launcher_refused`), or once on fewer nodes than the
-        node layer counts (:func:`node_launcher_short`).
+    :param kind: :func:`command_kind` of the command; ``None``: none.
+    :raises TopologyError: a node launcher ``owner`` starts more than once on a node, or
+        once on fewer nodes than the node layer counts.
     """
     tasks, (num_nodes, counted) = where
     line = BY_NAME.get(owner.source)
@@ -392,17 +339,16 @@ def command_decides(owner: Report, processes: Processes,
             else f"{world} processes on {num_nodes} nodes" if num_nodes is not None
             and world > num_nodes else None)
 
-    # A node launcher's node count is the number of processes that start it, one per
-    # node: a node layer of more nodes (mpirun on a part of the allocation) never joins.
+    # A node launcher counts the processes that start it as its nodes: never more.
     short = not many and num_nodes is not None and world < num_nodes
     sized = " + ".join(owner.inputs.get("world_size", owner.inputs.get("processes", ())))
 
     def outcome(kind: tuple[str, str]) -> bool | str:
         if kind[0] == NODE_LAUNCHER and short:
-            return node_launcher_short(owner, kind[1], f"{world} process(es) ({sized})",
-                                       f"{num_nodes} nodes ({counted})")
+            return _refused(owner, kind[1], f"it on {world} process(es) ({sized}), one per "
+                            f"node, in a job of {num_nodes} nodes ({counted})", True)
         if kind[0] == NODE_LAUNCHER:
-            return node_launcher_refused(owner, kind[1], many, src) if many else False
+            return _refused(owner, kind[1], f"{many} ({src})", False) if many else False
         return True if kind[0] == SCRIPT else workers
 
     def said(result: bool | str) -> str:

@@ -1,19 +1,11 @@
 """The job sizes no single variable states, for the refusals and for the note of an image
 that did not opt in.
 
-:func:`over` is called only when a :data:`derive_env.sources.SOURCES` line's marker is
-complete (sources/refusals.py, :func:`larger_job`). It reads the line's ``hosts`` role (a
-variable, or a file read in cli/: ``None`` when unreadable) in its form, or calls the
-line's ``size`` function for the four sizes no host list states. It answers ``None`` when
-the manager states a job of one, ``(variable, expected)`` naming the variable that states
-more and what a job of one would hold (``(what, value, expected)`` for a file's entry), or
-:data:`UNKNOWN` when the size cannot be told (then the manager is refused as one that does
-not say it).
-
-The rules come from the docs/sources pages: TF_CONFIG's and Vertex AI's
-``cluster`` (sections 7 and 11; the TFJob's sparse ``{"index": "host:port"}`` form counts
-too), Volcano's ``VC_<TASK>_NUM`` (section 5), the mpi-operator's launcher pod (section 6);
-the host lists are the lines' own (sources/lists.py reads each form in full).
+:func:`over` reads a :data:`derive_env.sources.SOURCES` line's ``hosts`` role (a variable,
+or a file read in cli/) in its form, or calls the line's ``size`` for the four sizes no host
+list states: TF_CONFIG's and Vertex AI's ``cluster`` (docs/sources/README.md sections 7 and
+11; a TFJob's sparse ``{"index": "host:port"}`` form counts too), Volcano's
+``VC_<TASK>_NUM`` (section 5), the mpi-operator's launcher pod (section 6).
 """
 
 from __future__ import annotations
@@ -64,8 +56,13 @@ _FORMS: dict[str, tuple[Callable[[str], object], str]] = {
 
 def over(line: Source, environ: Mapping[str, str], files: FileReader | None
          ) -> tuple[str, str] | tuple[str, str, str] | str | None:
-    """Whether ``line`` states more than one ``unit`` by its host list or its ``size``
-    (module docstring); ``files`` reads a file the ``hosts`` role names (cli/)."""
+    """Whether ``line`` (its marker complete) states more than one ``unit`` by its host list
+    or its ``size``; ``files`` reads a file the ``hosts`` role names (cli/).
+
+    :returns: ``None`` (a job of one), ``(variable, what a job of one holds)``, ``(what,
+        value, expected)`` for a file's entry, or :data:`UNKNOWN`: the size cannot be told
+        (then the line is refused as one that does not say it).
+    """
     hosts = line.roles.get("hosts") if line.roles else None
     if hosts is None:
         return globals()[line.size](environ)
@@ -102,20 +99,15 @@ def tasks(spec: object) -> int:
     return sum(len(entries) for entries in cluster.values() if isinstance(entries, list | dict))
 
 
-def _cluster(environ: Mapping[str, str], variable: str) -> tuple[str, str] | None:
-    if tasks(_json(environ[variable])) > 1:
-        return variable, "a cluster of one task"
-    return None
-
-
-def tf_config_tasks(environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """A ``TF_CONFIG`` whose ``cluster`` holds more than one task (a TFJob pod's)."""
-    return _cluster(environ, "TF_CONFIG")
+def tf_config_tasks(environ: Mapping[str, str], variable: str = "TF_CONFIG"
+                    ) -> tuple[str, str] | None:
+    """A ``TF_CONFIG`` (a TFJob pod's) whose ``cluster`` holds more than one task."""
+    return (variable, "a cluster of one task") if tasks(_json(environ[variable])) > 1 else None
 
 
 def cluster_spec_tasks(environ: Mapping[str, str]) -> tuple[str, str] | None:
     """Vertex AI's ``CLUSTER_SPEC`` with more than one task in its pools."""
-    return _cluster(environ, "CLUSTER_SPEC")
+    return tf_config_tasks(environ, "CLUSTER_SPEC")
 
 
 def volcano_pods(environ: Mapping[str, str]) -> tuple[str, str] | str | None:
@@ -148,17 +140,10 @@ def _more_than(value: str, single: int | None) -> bool:
 def larger_job(environ: Mapping[str, str], files=None) -> str | None:
     """What states a job of more than one node or process, for an image that did not opt in
     (docs/behaviour.md section 11): ``"a Backend.AI session states a job of more than one node
-    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None``.
-
-    The table only, by dictionary lookups (``states`` and ``counts``); a line's ``size`` is
-    asked only when its marker is complete. Here, not in the table's module, because only
-    an image that did not opt in asks it.
-
-    A line whose variables are all set and configure the launcher itself
-    (:data:`CONFIGURED`: a Kubeflow PyTorchJob's pod) answers ``None``: its framework runs
-    the whole job without derive-env.
-
-    :param files: reads the files a ``size`` needs (cli/), as for the refusals.
+    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None``; also ``None`` when a line of
+    :data:`CONFIGURED` is complete (its framework runs the whole job without derive-env).
+    The table's ``states`` and ``counts`` only; a line's size (:func:`over`, ``files`` as
+    for the refusals) only when its marker is complete.
     """
     if any(line.name in CONFIGURED and all(environ.get(name) for name in line.detect)
            and not any(environ.get(name) for name in line.unless) for line in SOURCES):
@@ -184,13 +169,10 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
 
 def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str],
                  files=None) -> str | None:
-    """The warning of a start that did not opt in inside a larger job (:func:`larger_job`),
-    or ``None``.
+    """The warning of a start that did not opt in inside a larger job, or ``None``.
 
-    :param image: a labels file was read (``Labels.image``, decided at the edge): the
-        image's label is named first; without one (bare metal, an image that ships no
-        labels file) there is no image to speak of, and the job's own opt-in
-        (``--frameworks``, ``DERIVE_ENV_FRAMEWORKS``) is named first.
+    :param image: a labels file was read (decided at the edge): the image's label is named
+        first; without one (bare metal) the job's own opt-in (``--frameworks``, the variable).
     :param opt_in: the opt-in label's name and its ``DERIVE_ENV_<NAME>`` variable (given
         by the edge, so that this module needs no label module).
     """
@@ -198,14 +180,11 @@ def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str
     job = larger_job(environ, files)
     if job is None:
         return None
-    job = shorten(job, 300)
+    but = f"but {shorten(job, 300)}, so every node runs the command as a job of its own"
     if image:
-        return (f"nothing derived: the image did not opt in (label {label} is not set), "
-                f"but {job}, so every node runs the command as a job of its own. To opt in, "
-                f"set the label {label}=pytorch (or tensorflow, jax) in the image, "
-                f"{variable}=pytorch for the job, or derive-env --frameworks "
-                "pytorch")
-    return (f"nothing derived: the job did not opt in (no --frameworks, no "
-            f"{variable}, no labels file), but {job}, so every node runs the "
-            "command as a job of its own. To opt in, run derive-env --frameworks pytorch "
-            f"(or tensorflow, jax), or export {variable}=pytorch for the job")
+        return (f"nothing derived: the image did not opt in (label {label} is not set), {but}. "
+                f"To opt in, set the label {label}=pytorch (or tensorflow, jax) in the image, "
+                f"{variable}=pytorch for the job, or derive-env --frameworks pytorch")
+    return (f"nothing derived: the job did not opt in (no --frameworks, no {variable}, no "
+            f"labels file), {but}. To opt in, run derive-env --frameworks pytorch (or "
+            f"tensorflow, jax), or export {variable}=pytorch for the job")
