@@ -5,8 +5,8 @@ checked against the node each task really ran on; exact messages for malformed a
 misleading input; two hypothesis properties over a model of Slurm's task layout, the model
 itself checked against the recordings of the same layouts.
 
-The consistency rules of sources/managers/slurm_checks.py (job id, heterogeneous jobs, host lists,
-the step's nodes and tasks, MPI plugins, GPUs) are tested in test_slurm_checks.py; the
+The consistency rules both lines share (job id, heterogeneous jobs, host lists, the step's
+nodes and tasks, MPI plugins, GPUs) are tested in test_slurm_checks.py; the
 builders and the model both use are in tests/support/slurm.py.
 """
 

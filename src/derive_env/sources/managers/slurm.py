@@ -1,53 +1,39 @@
-"""The Slurm source: what a task of an ``srun`` step and a batch script / salloc shell see.
+"""The Slurm source (docs/sources/slurm.md), two table lines:
 
-Two table lines share this module (sources/__init__.py ``SOURCES``):
+* ``slurm-step``: a task ``srun`` started; both layers (:func:`read_step`);
+* ``slurm-allocation``: the job's allocation; the node layer, this process's node only when
+  proven (:func:`read_allocation`).
 
-* ``slurm-step`` (docs/sources/slurm.md): a task ``srun`` started. Both layers: the step's nodes
-  in Slurm's order, this task's node, its rank, local rank and the step's sizes.
-* ``slurm-allocation`` (docs/sources/slurm.md): the job's allocation. The node layer at most: the
-  job's hosts, and this process's node only when it is proven (module docstring of
-  :func:`read_allocation`).
-
-Every rule names the Slurm file it follows (SchedMD/slurm; recorded behaviour of Slurm
-22.05 in tests/fixtures/recorded/README.md wins over any written description where they differ).
-Pure: reads only the mapping it is given, plus the content of ``SLURM_HOSTFILE`` that the
-command line read for it (:func:`files_needed`).
-
-Errors are of two kinds. A value that is wrong whatever runs inside the step (a malformed
-list, counts that do not add up, a step of another job) raises :class:`TopologyError`. A
-self-check only this task can make (``SLURM_GTIDS``, ``SLURMD_NODENAME``, rank 0's node)
-goes into :attr:`Report.problem`: MPICH Hydra copies those two variables from ``mpiexec``
-into every rank (recordings mpich-in-sbatch), so the resolver raises the problem only when
-no inner source (the MPI launcher) is seen.
+Each rule names the SchedMD/slurm file it follows; the recorded behaviour of Slurm 22.05
+(tests/fixtures/recorded/README.md) wins where a description differs. Pure: cli/ reads
+``SLURM_HOSTFILE`` (:func:`files_needed`). A value wrong whatever runs in the step raises
+:class:`TopologyError`; what only this task can check (``SLURM_GTIDS``, ``SLURMD_NODENAME``,
+rank 0's node) goes into :attr:`Report.problem`, raised only when no inner source is seen:
+MPICH Hydra copies those variables from ``mpiexec`` into every rank (mpich-in-sbatch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import host_problem
-from derive_env.sources.managers.slurm_checks import (
-    Step,
-    check_mpi_plugin,
-    gpus_on_node,
-    hosts_of,
-    job_hosts_if_set,
-    job_id,
-    parsed,
-    refuse_het,
-    same_as,
-    step_tasks,
+from derive_env.sources.managers.slurm_hostlist import (
+    expand_checked,
+    expand_hostfile,
+    expand_tasks_per_node,
+    parse_resv_ports,
 )
-from derive_env.sources.managers.slurm_hostlist import expand_hostfile, parse_resv_ports
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
+from derive_env.validation import PER_NODE, parse_int, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
-from derive_env.validation import parse_int, variable_int
+
+_T = TypeVar("_T")
 
 _COPIED = ("this task's own Slurm variables contradict the step it names, as when a "
            "launcher inside the step (MPICH's mpiexec) copied them from another process; "
@@ -79,14 +65,17 @@ _JOB_ORDER = ("SLURM_JOB_NODELIST order: the job's nodes in slurm.conf node orde
               "(src/common/hostlist.c hostlist_ranged_string)")
 
 
-def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The files :func:`read` needs for table line ``name``: ``SLURM_HOSTFILE`` of an
-    ``srun -m arbitrary`` step (its first host is rank 0's, srun.1 "arbitrary"), else none.
+#: Set only in a heterogeneous job or step: Slurm 20.02+ (``env.c`` ``env_array_for_step``),
+#: older releases.
+_HET_SIZES = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
+#: Per-component suffixes; group 0 is also in ordinary steps (recorded), so only a group
+#: above 0 proves a second component.
+_HET_GROUPS = ("_HET_GROUP_", "_PACK_GROUP_")
 
-    :param environ: the process environment.
-    :param name: ``slurm-step`` or ``slurm-allocation``.
-    :returns: paths for the edge to read and pass to :func:`read` as ``files``.
-    """
+
+def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """``SLURM_HOSTFILE`` of an ``srun -m arbitrary`` step (its first host is rank 0's,
+    srun.1 "arbitrary"), for the edge to read; else none."""
     if name == "slurm-step" and _arbitrary(environ) and environ.get("SLURM_HOSTFILE"):
         return (environ["SLURM_HOSTFILE"],)
     return ()
@@ -94,13 +83,7 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What Slurm states for table line ``name`` (``slurm-step`` or ``slurm-allocation``).
-
-    :param environ: the process environment (only Slurm's variables are read, plus
-        ``ENVIRONMENT`` that Slurm sets in a batch script).
-    :returns: the :class:`Report` (see :func:`read_step`, :func:`read_allocation`).
-    :raises TopologyError: a malformed or inconsistent value, naming the variable(s).
-    """
+    """:func:`read_step` or :func:`read_allocation`, by the line's name."""
     if line.name == "slurm-step":
         return read_step(environ, line.title, files or {})
     if line.name == "slurm-allocation":
@@ -112,6 +95,151 @@ def _arbitrary(environ: Mapping[str, str]) -> bool:
     """``srun -m arbitrary`` (``SLURM_DISTRIBUTION`` from ``-m``, src/common/env.c
     ``_setup_distribution`` writes ``arbitrary``; a ``:socket`` part may follow)."""
     return environ.get("SLURM_DISTRIBUTION", "").startswith("arbitrary")
+
+
+# -- the rules of both lines ----------------------------------------------------------------
+
+
+def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
+    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
+    TopologyError naming the variable and its value."""
+    try:
+        return parse(environ[name])
+    except ValueError as exc:
+        raise TopologyError(describe(name, environ[name], str(exc))) from None
+
+
+def job_id(environ: Mapping[str, str]) -> str:
+    """``SLURM_JOB_ID``, checked against its old name ``SLURM_JOBID`` (src/common/env.c
+    ``setup_env`` writes both from one value)."""
+    job = environ["SLURM_JOB_ID"]
+    variable_int(environ, "SLURM_JOB_ID", 1)
+    alias = environ.get("SLURM_JOBID")
+    if alias and alias != job:
+        raise TopologyError(describe(
+            "SLURM_JOBID", alias,
+            f"the same job id as SLURM_JOB_ID={job!r} (Slurm sets both from one value); one "
+            "of them was inherited from another job or set by hand: unset the stale one"))
+    return job
+
+
+def refuse_het(environ: Mapping[str, str]) -> None:
+    """Refuse a heterogeneous job: its ids and lists span components (task.c, env.c)."""
+    found = next((n for n in _HET_SIZES if environ.get(n)), None) or next(
+        (key for key in environ for marker in _HET_GROUPS
+         if key.partition(marker)[2] not in ("", "0") and environ[key]), None)
+    if found:
+        raise TopologyError(describe(
+            found, environ[found],
+            "unset: this is a heterogeneous Slurm job (srun ... : ..., #SBATCH hetjob), whose "
+            "ranks and node lists span its components, and derive-env does not read those "
+            "yet; run one homogeneous step per derive-env (srun --het-group=0 derive-env -- "
+            "...), or set the framework variables yourself"))
+
+
+def gpus_on_node(environ: Mapping[str, str]) -> tuple[int | None, tuple[str, ...]]:
+    """``SLURM_GPUS_ON_NODE``: the GPUs allocated on this node, an integer (srun.1 and
+    sbatch.1, OUTPUT ENVIRONMENT VARIABLES); never ``SLURM_GPUS_PER_NODE``, the request
+    (``a100:4``, docs/sources/slurm.md)."""
+    if not environ.get("SLURM_GPUS_ON_NODE"):
+        return None, ()
+    return (variable_int(environ, "SLURM_GPUS_ON_NODE", 0, maximum=PER_NODE),
+            ("SLURM_GPUS_ON_NODE",))
+
+
+class Step:
+    """The step's nodes: ``hosts`` (``SLURM_STEP_NODELIST``), ``node_id`` (``SLURM_NODEID``)
+    and ``num_nodes`` (``SLURM_STEP_NUM_NODES``), checked against each other and the job's
+    hosts ``job_hosts`` when set."""
+
+    __slots__ = ("hosts", "node_id", "num_nodes")
+
+    def __init__(self, environ: Mapping[str, str], job_hosts: tuple[str, ...] | None) -> None:
+        self.num_nodes = variable_int(environ, "SLURM_STEP_NUM_NODES", 1)
+        self.node_id = variable_int(environ, "SLURM_NODEID", 0)
+        same_list = environ.get("SLURM_JOB_NODELIST") == environ["SLURM_STEP_NODELIST"]
+        self.hosts = job_hosts if same_list and job_hosts else parsed(
+            environ, "SLURM_STEP_NODELIST", expand_checked)
+        if len(self.hosts) != self.num_nodes:
+            raise TopologyError(describe(
+                "SLURM_STEP_NUM_NODES", environ["SLURM_STEP_NUM_NODES"],
+                f"the number of nodes in SLURM_STEP_NODELIST={environ['SLURM_STEP_NODELIST']!r}"
+                f" ({len(self.hosts)}); srun writes both for one step (src/common/env.c "
+                "env_array_for_step), so one was set by hand or inherited"))
+        if self.node_id >= self.num_nodes:
+            raise TopologyError(describe(
+                "SLURM_NODEID", environ["SLURM_NODEID"],
+                f"a node index below SLURM_STEP_NUM_NODES={self.num_nodes}"))
+        if job_hosts is not None and not same_list:
+            outside = set(self.hosts).difference(job_hosts)
+            if outside:
+                raise TopologyError(describe(
+                    "SLURM_STEP_NODELIST", environ["SLURM_STEP_NODELIST"],
+                    f"nodes of this job's SLURM_JOB_NODELIST={environ['SLURM_JOB_NODELIST']!r}"
+                    f", not {sorted(outside)[0]!r}: the step variables were inherited from "
+                    "another job (a job submitted from inside a step); unset SLURM_STEP_* "
+                    "before sbatch/salloc, or submit with --export=NONE"))
+
+
+def same_as(environ: Mapping[str, str], mine: tuple[str, int], other: tuple[str, int]) -> None:
+    """Raise unless ``mine`` ``(variable, its value parsed)`` equals ``other``'s value."""
+    (name, number), (other, expected) = mine, other
+    if number != expected:
+        raise TopologyError(describe(
+            name, environ[name],
+            f"{expected}, as {other}={environ[other]!r}: both are Slurm's own for this step, "
+            "so one was set by hand or inherited"))
+
+
+#: (the variable naming the step, a plugin's variable, its minimum, the step's own variable).
+_MPI_PLUGINS = (("PMI_JOBID", "PMI_RANK", 0, "SLURM_PROCID"),
+                ("PMI_JOBID", "PMI_SIZE", 1, "SLURM_STEP_NUM_TASKS"),
+                ("PMIX_NAMESPACE", "PMIX_RANK", 0, "SLURM_PROCID"),
+                ("PALS_APID", "PALS_RANKID", 0, "SLURM_PROCID"),
+                ("PALS_APID", "PALS_NODEID", 0, "SLURM_NODEID"))
+
+
+def check_mpi_plugin(environ: Mapping[str, str], this: str, facts: Mapping[str, int]) -> None:
+    """The variables of Slurm's MPI plugins that name step ``this`` (``<job>.<step>``) equal
+    the step's ``facts``: ``--mpi=pmi2`` ``PMI_JOBID=<job>.<step>`` (src/plugins/mpi/pmi2/
+    setup.c), ``--mpi=pmix`` ``PMIX_NAMESPACE=slurm.pmix.<job>.<step>`` (pmix/pmixp_info.c),
+    ``--mpi=cray_shasta`` ``PALS_APID`` (cray_shasta/mpi_cray_shasta.c; recorded). Those of
+    another step come from a launcher inside it: the resolver composes them."""
+    names = {"PMI_JOBID": this, "PMIX_NAMESPACE": f"slurm.pmix.{this}", "PALS_APID": this}
+    for marker, name, minimum, fact in _MPI_PLUGINS:
+        if environ.get(marker) == names[marker] and environ.get(name):
+            same_as(environ, (name, variable_int(environ, name, minimum)),
+                    (fact, facts[fact]))
+
+
+def step_tasks(environ: Mapping[str, str], info: Step) -> Processes:
+    """The step's process layer: ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_STEP_NUM_TASKS``
+    and ``SLURM_STEP_TASKS_PER_NODE``, checked against each other and the step's nodes."""
+    world = variable_int(environ, "SLURM_STEP_NUM_TASKS", 1)
+    rank = variable_int(environ, "SLURM_PROCID", 0)
+    local_rank = variable_int(environ, "SLURM_LOCALID", 0)
+    tasks_per_node = parsed(environ, "SLURM_STEP_TASKS_PER_NODE", expand_tasks_per_node)
+    if len(tasks_per_node) != info.num_nodes:
+        raise TopologyError(describe(
+            "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"],
+            f"one task count per node of the step, SLURM_STEP_NUM_NODES={info.num_nodes}, "
+            f"not {len(tasks_per_node)}"))
+    if sum(tasks_per_node) != world:
+        raise TopologyError(describe(
+            "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"],
+            f"task counts adding up to SLURM_STEP_NUM_TASKS={world}, not {sum(tasks_per_node)}"))
+    if rank >= world:
+        raise TopologyError(describe(
+            "SLURM_PROCID", environ["SLURM_PROCID"],
+            f"a rank below SLURM_STEP_NUM_TASKS={world}"))
+    local_world = tasks_per_node[info.node_id]
+    if local_rank >= local_world:
+        raise TopologyError(describe(
+            "SLURM_LOCALID", environ["SLURM_LOCALID"],
+            f"a local rank below {local_world}, the task count of node SLURM_NODEID="
+            f"{info.node_id} in SLURM_STEP_TASKS_PER_NODE="
+            f"{environ['SLURM_STEP_TASKS_PER_NODE']!r}"))
+    return Processes(rank, local_rank, world, local_world, tasks_per_node)
 
 
 # -- slurm-step --------------------------------------------------------------------------------
@@ -260,29 +388,22 @@ def _pty_notes(environ: Mapping[str, str], world: int,
 
 def read_step(environ: Mapping[str, str], title: str,
               files: Mapping[str, str | None] = {}) -> Report:
-    """The ``slurm-step`` line: a task of an ``srun`` step (docs/sources/slurm.md).
+    """A task of an ``srun`` step: ``nodes`` = ``SLURM_STEP_NODELIST``, ``node_rank`` =
+    ``SLURM_NODEID`` (task.c), the processes from ``SLURM_PROCID``, ``SLURM_LOCALID``,
+    ``SLURM_STEP_NUM_TASKS`` and ``SLURM_STEP_TASKS_PER_NODE``, never the job's
+    ``SLURM_NTASKS`` (kept by ``srun -E``, env.c); ``master`` only for ``-m arbitrary``
+    (block, cyclic and plane put rank 0 on ``nodes[0]``); ``job`` = ("slurm", job, step).
+    ``files``: ``SLURM_HOSTFILE``'s text for ``-m arbitrary`` (``None``: unreadable).
 
-    Facts: ``nodes`` = ``SLURM_STEP_NODELIST`` expanded; ``node_rank`` = ``SLURM_NODEID``
-    (an index into the step's list, task.c); processes = (``SLURM_PROCID``,
-    ``SLURM_LOCALID``, ``SLURM_STEP_NUM_TASKS``, tasks per node [node rank], tasks per node)
-    from ``SLURM_STEP_TASKS_PER_NODE``; never ``SLURM_NTASKS``/``SLURM_NPROCS`` (the job's,
-    kept by ``srun -E``, env.c). ``master`` only for ``-m arbitrary`` (first host of
-    ``SLURM_HOSTFILE``); block, cyclic and plane put rank 0 on ``nodes[0]``.
-    ``reserved_ports`` from ``SLURM_STEP_RESV_PORTS``; ``job`` = ("slurm", job id, step id);
-    ``gpus`` = ``SLURM_GPUS_ON_NODE``; ``session_id`` = ``SLURM_JOB_ID``.
-
-    :param title: the table line's title.
-    :param files: the content of ``SLURM_HOSTFILE`` for ``-m arbitrary`` (path -> text, or
-        ``None`` when unreadable).
-    :raises TopologyError: malformed values; sizes that disagree; ranks out of range; a step
-        of another job; an unreadable or malformed hostfile; a heterogeneous step; Slurm's
-        MPI plugin variables that contradict the step.
+    :raises TopologyError: malformed or disagreeing values, a step of another job or of a
+        heterogeneous one, an unreadable hostfile, MPI plugin variables against the step.
     """
     refuse_het(environ)
     job = job_id(environ)
     step = environ["SLURM_STEP_ID"]
     variable_int(environ, "SLURM_STEP_ID", 0)
-    info = Step(environ, job_hosts_if_set(environ))
+    info = Step(environ, parsed(environ, "SLURM_JOB_NODELIST", expand_checked)
+                if environ.get("SLURM_JOB_NODELIST") else None)
     hosts, node_id = info.hosts, info.node_id
     rank, local_rank, world, local_world, tasks_per_node = step_tasks(environ, info)
     check_mpi_plugin(environ, f"{job}.{step}",
@@ -303,22 +424,11 @@ def read_step(environ: Mapping[str, str], title: str,
     ports, gpus = _ports_and_gpus(environ, inputs)
     notes, warnings = _pty_notes(environ, world, rank)
     return Report(
-        source="slurm-step",
-        title=title,
-        nodes=_nodes(hosts),
-        node_rank=node_id,
+        source="slurm-step", title=title, nodes=_nodes(hosts), node_rank=node_id,
         processes=Processes(rank, local_rank, world, local_world, tasks_per_node),
-        master=master,
-        reserved_ports=ports,
-        job=("slurm", job, step),
-        gpus=gpus,
-        session_id=job,
-        inputs=inputs,
-        order=_STEP_ORDER,
-        notes=notes,
-        warnings=warnings,
-        problem=(f"{'; '.join(problems)}: {_COPIED}" if problems else None),
-    )
+        master=master, reserved_ports=ports, job=("slurm", job, step), gpus=gpus,
+        session_id=job, inputs=inputs, order=_STEP_ORDER, notes=notes, warnings=warnings,
+        problem=(f"{'; '.join(problems)}: {_COPIED}" if problems else None))
 
 
 #: The nodes of a host list (cached: both lines of a step usually share the job's list).
@@ -336,9 +446,12 @@ def _allocation_node(
     environ: Mapping[str, str], hosts: tuple[str, ...], in_step: bool,
     inputs: dict[str, tuple[str, ...]],
 ) -> tuple[int | None, list[str], int | None]:
-    """``(node rank, notes, gpus)`` of a process of the allocation: the node rank only when
-    proven (see :func:`read_allocation`), the GPUs only in the batch script. Adds their
-    inputs to ``inputs``."""
+    """``(node rank, notes, gpus)`` of a process of the allocation, the node rank only when
+    proven: in a step (an MPI launcher's daemon step) the position in the job's hosts of the
+    step's node ``SLURM_NODEID`` (task.c numbers it in the step); in the batch script
+    (``ENVIRONMENT=BATCH``, env.c ``env_array_for_batch_job``) on the first host: 0 (sbatch.1);
+    else none (salloc runs where it runs, often a login node). GPUs only in the batch
+    script. Adds their inputs to ``inputs``."""
     node_rank: int | None = None
     notes: list[str] = []
     gpus: int | None = None
@@ -377,34 +490,18 @@ def _allocation_node(
 
 
 def read_allocation(environ: Mapping[str, str], title: str) -> Report:
-    """The ``slurm-allocation`` line: the job's allocation (docs/sources/slurm.md).
+    """The job's allocation: ``nodes`` = ``SLURM_JOB_NODELIST``, checked against
+    ``SLURM_JOB_NUM_NODES`` (and ``SLURM_NNODES`` outside a step, which srun rewrites to the
+    step's: ompi-in-sbatch); ``node_rank`` only when proven (:func:`_allocation_node`), 0 for
+    one node; ``problem`` for more (only srun starts the others); ``job`` = ("slurm", job,
+    "allocation") in every process of it, in a step or not, so that ports agree.
 
-    Facts: ``nodes`` = ``SLURM_JOB_NODELIST`` expanded, checked against
-    ``SLURM_JOB_NUM_NODES`` (and ``SLURM_NNODES`` outside a step, where srun rewrites it to
-    the step's count: recording ompi-in-sbatch). ``node_rank``, only when proven:
-
-    * in a step (``SLURM_STEP_NODELIST`` and ``SLURM_NODEID`` set, e.g. the daemon step of
-      an MPI launcher): the position in the job's hosts of the step's node
-      ``SLURM_NODEID`` (task.c numbers it within the step);
-    * outside any step, in a batch script (``ENVIRONMENT=BATCH``, env.c
-      ``env_array_for_batch_job``) whose ``SLURMD_NODENAME`` is the job's first host: 0
-      (the batch script runs on the first node, sbatch.1);
-    * else ``None`` (an salloc shell runs where salloc runs, often a login node), and in a
-      Flux task (``srun -N4 flux start``: ``flux run`` copies the submitter's ``SLURM_*``
-      into every task, so ``SLURM_NODEID`` is not its node).
-
-    A job of one node: that host, node rank 0. A job of more nodes: :attr:`Report.problem`
-    says that only srun starts the other nodes (the resolver raises it when no inner
-    source, such as an MPI launcher started from the script, uses the host list).
-    ``job`` = ("slurm", job id, "allocation"): one value for every process of the
-    allocation, in a step or not, so that ports agree.
-
-    :raises TopologyError: malformed values; counts that disagree; a heterogeneous job;
-        step variables whose node is not one of the job's.
+    :raises TopologyError: malformed or disagreeing values, a heterogeneous job, step
+        variables whose node is not one of the job's.
     """
     refuse_het(environ)
     job = job_id(environ)
-    hosts = hosts_of(environ, "SLURM_JOB_NODELIST")
+    hosts = parsed(environ, "SLURM_JOB_NODELIST", expand_checked)
     count = variable_int(environ, "SLURM_JOB_NUM_NODES", 1)
     if count != len(hosts):
         raise TopologyError(describe(
@@ -423,17 +520,9 @@ def read_allocation(environ: Mapping[str, str], title: str) -> Report:
         inputs.setdefault("node_rank", ("SLURM_JOB_NUM_NODES",))
     inputs["ports"] = ("SLURM_JOB_ID",)
     return Report(
-        source="slurm-allocation",
-        title=title,
-        nodes=_nodes(hosts),
-        node_rank=node_rank,
-        job=("slurm", job, "allocation"),
-        gpus=gpus,
-        session_id=job,
-        inputs=inputs,
-        order=_JOB_ORDER,
-        notes=tuple(notes),
+        source="slurm-allocation", title=title, nodes=_nodes(hosts), node_rank=node_rank,
+        job=("slurm", job, "allocation"), gpus=gpus, session_id=job, inputs=inputs,
+        order=_JOB_ORDER, notes=tuple(notes),
         problem=alloc_problem(environ["SLURM_JOB_NUM_NODES"],
                               environ.get("SLURM_STEP_ID", "?") if in_step else None)
-        if len(hosts) > 1 else None,
-    )
+        if len(hosts) > 1 else None)

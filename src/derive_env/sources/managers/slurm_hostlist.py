@@ -26,6 +26,9 @@ the variable: ``describe("SLURM_STEP_NODELIST", value, str(exc))``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
+
+from derive_env.hosts import check_hosts, repeated_host
 
 #: Token separators of ``hostlist_create_dims`` (hostlist.c).
 SEPARATORS = "\t, \n"
@@ -234,6 +237,24 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
         ranges = _parse_range_list(token[open_at + 1 : close_at])
         _push_range_list(token[:open_at], suffix, ranges, out)
     return tuple(out)
+
+
+@lru_cache(maxsize=4)
+def expand_checked(value: str) -> tuple[str, ...]:
+    """``value`` expanded and checked; cached because both lines of a step read the same
+    ``SLURM_JOB_NODELIST`` (and most steps span the whole job). Raises ValueError whose
+    text completes "expected ..."."""
+    hosts = expand_hostlist(value)
+    if not hosts:
+        raise ValueError("a Slurm host list of at least one node")
+    twice = repeated_host(hosts)
+    if twice is not None:
+        raise ValueError(f"every node once (Slurm never lists a node twice), not {twice!r} "
+                         "twice")
+    bad = check_hosts(hosts)
+    if bad:
+        raise ValueError(f"{bad[2]}, not {bad[1]!r}")
+    return hosts
 
 
 def expand_tasks_per_node(text: str) -> tuple[int, ...]:
