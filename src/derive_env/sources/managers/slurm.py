@@ -4,27 +4,26 @@
 * ``slurm-allocation``: the job's allocation; the node layer, this process's node only when
   proven (:func:`read_allocation`).
 
-Each rule names the SchedMD/slurm file it follows; the recorded behaviour of Slurm 22.05
-(tests/fixtures/recorded/README.md) wins where a description differs. Pure: cli/ reads
-``SLURM_HOSTFILE`` (:func:`files_needed`). A value wrong whatever runs in the step raises
+Each rule names the SchedMD/slurm file it follows; recorded Slurm 22.05 (tests/fixtures/
+recorded/README.md) wins over a description. A value wrong whatever runs in the step raises
 :class:`TopologyError`; what only this task can check (``SLURM_GTIDS``, ``SLURMD_NODENAME``,
-rank 0's node) goes into :attr:`Report.problem`, raised only when no inner source is seen:
-MPICH Hydra copies those variables from ``mpiexec`` into every rank (mpich-in-sbatch).
+rank 0's node) is :attr:`Report.problem`, raised only when no inner source is seen: MPICH
+Hydra copies them from ``mpiexec`` into every rank (mpich-in-sbatch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.hosts import host_problem
 from derive_env.sources.managers.slurm_hostlist import (
+    arbitrary_master,
     expand_checked,
-    expand_hostfile,
     expand_tasks_per_node,
     parse_resv_ports,
+    parsed,
 )
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
@@ -33,8 +32,6 @@ from derive_env.validation import PER_NODE, parse_int, variable_int
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-_T = TypeVar("_T")
-
 _COPIED = ("this task's own Slurm variables contradict the step it names, as when a "
            "launcher inside the step (MPICH's mpiexec) copied them from another process; "
            "run derive-env directly under srun, or under an MPI launcher derive-env reads")
@@ -42,11 +39,19 @@ _COPIED = ("this task's own Slurm variables contradict the step it names, as whe
 RUN_IN_SRUN = ("run derive-env inside srun, after it: srun --ntasks-per-node=1 derive-env -- "
                "torchrun ..., or one task per GPU: srun --ntasks-per-node=<GPUs per node> "
                "derive-env -- python train.py")
+_STEP_ORDER = ("SLURM_STEP_NODELIST order: Slurm's node index in the step, as SLURM_NODEID "
+               "counts it (slurmstepd, src/slurmd/slurmstepd/task.c)")
+_JOB_ORDER = ("SLURM_JOB_NODELIST order: the job's nodes in slurm.conf node order "
+              "(src/common/hostlist.c hostlist_ranged_string)")
+#: Set only in a heterogeneous job or step: Slurm 20.02+ (env.c), older releases.
+_HET_SIZES = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
+#: Per-component suffixes; group 0 is in ordinary steps too (recorded): a group above 0 only.
+_HET_GROUPS = ("_HET_GROUP_", "_PACK_GROUP_")
 
 
 def alloc_problem(value: str, step: str | None = None) -> str:
-    """The message for a batch script or salloc shell of a multi-node job (docs/sources/slurm.md);
-    inside srun step ``step`` (the allocation line chosen alone, ``--source``), the step's."""
+    """The message for a batch script or salloc shell of a multi-node job; inside srun step
+    ``step`` (the allocation line chosen alone, ``--source``), the step's."""
     if step is not None:
         return describe(
             "SLURM_JOB_NUM_NODES", value,
@@ -57,20 +62,6 @@ def alloc_problem(value: str, step: str | None = None) -> str:
     return (f"{RUN_IN_SRUN}. Here it runs in a batch script or salloc shell (no srun step; "
             "derive-env -- srun ... runs it there too), one process on one node of the job's "
             f"SLURM_JOB_NUM_NODES={shorten(value)!r}: only srun starts processes on the others")
-
-
-_STEP_ORDER = ("SLURM_STEP_NODELIST order: Slurm's node index in the step, as SLURM_NODEID "
-               "counts it (slurmstepd, src/slurmd/slurmstepd/task.c)")
-_JOB_ORDER = ("SLURM_JOB_NODELIST order: the job's nodes in slurm.conf node order "
-              "(src/common/hostlist.c hostlist_ranged_string)")
-
-
-#: Set only in a heterogeneous job or step: Slurm 20.02+ (``env.c`` ``env_array_for_step``),
-#: older releases.
-_HET_SIZES = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
-#: Per-component suffixes; group 0 is also in ordinary steps (recorded), so only a group
-#: above 0 proves a second component.
-_HET_GROUPS = ("_HET_GROUP_", "_PACK_GROUP_")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -98,15 +89,6 @@ def _arbitrary(environ: Mapping[str, str]) -> bool:
 
 
 # -- the rules of both lines ----------------------------------------------------------------
-
-
-def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
-    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
-    TopologyError naming the variable and its value."""
-    try:
-        return parse(environ[name])
-    except ValueError as exc:
-        raise TopologyError(describe(name, environ[name], str(exc))) from None
 
 
 def job_id(environ: Mapping[str, str]) -> str:
@@ -137,20 +119,19 @@ def refuse_het(environ: Mapping[str, str]) -> None:
             "...), or set the framework variables yourself"))
 
 
-def gpus_on_node(environ: Mapping[str, str]) -> tuple[int | None, tuple[str, ...]]:
-    """``SLURM_GPUS_ON_NODE``: the GPUs allocated on this node, an integer (srun.1 and
-    sbatch.1, OUTPUT ENVIRONMENT VARIABLES); never ``SLURM_GPUS_PER_NODE``, the request
-    (``a100:4``, docs/sources/slurm.md)."""
+def gpus_on_node(environ: Mapping[str, str], inputs: dict[str, tuple[str, ...]]) -> int | None:
+    """``SLURM_GPUS_ON_NODE``, the GPUs allocated on this node (srun.1 and sbatch.1, OUTPUT
+    ENVIRONMENT VARIABLES), never the request ``SLURM_GPUS_PER_NODE`` (``a100:4``); its
+    input added to ``inputs``."""
     if not environ.get("SLURM_GPUS_ON_NODE"):
-        return None, ()
-    return (variable_int(environ, "SLURM_GPUS_ON_NODE", 0, maximum=PER_NODE),
-            ("SLURM_GPUS_ON_NODE",))
+        return None
+    inputs["gpus"] = ("SLURM_GPUS_ON_NODE",)
+    return variable_int(environ, "SLURM_GPUS_ON_NODE", 0, maximum=PER_NODE)
 
 
 class Step:
-    """The step's nodes: ``hosts`` (``SLURM_STEP_NODELIST``), ``node_id`` (``SLURM_NODEID``)
-    and ``num_nodes`` (``SLURM_STEP_NUM_NODES``), checked against each other and the job's
-    hosts ``job_hosts`` when set."""
+    """``hosts``, ``node_id``, ``num_nodes``: the step's node variables, checked against each
+    other and against the job's hosts ``job_hosts`` when set."""
 
     __slots__ = ("hosts", "node_id", "num_nodes")
 
@@ -257,54 +238,6 @@ def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
             "SLURM_GTIDS", value, "a comma-separated list of task ids such as 0,1")) from None
 
 
-def _hostfile_hosts(path: str, text: str | None) -> list[str]:
-    """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task): its grammar is
-    :func:`~derive_env.sources.managers.slurm_hostlist.expand_hostfile`'s."""
-    where = f"SLURM_HOSTFILE={shorten(path)!r}"
-    if text is None:
-        raise TopologyError(
-            f"{where}: expected a regular file of at most 16 MiB this process can read "
-            "(not a directory, FIFO or device): with SLURM_DISTRIBUTION="
-            "arbitrary rank 0 runs on its first host, which no variable states; make the "
-            "file visible at the same path inside the container (bind-mount its folder) "
-            "or use another distribution (-m block)")
-    try:
-        return expand_hostfile(text, host_problem)
-    except ValueError as exc:
-        raise TopologyError(f"{where}: expected {exc}") from None
-
-
-def _arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None],
-                      hosts: tuple[str, ...], rank: int) -> tuple[str, str | None]:
-    """Rank 0's host of an arbitrary step: the first host of ``SLURM_HOSTFILE`` (srun.1
-    "arbitrary": tasks follow the file's lines); and this task's line, when it has one."""
-    path = environ.get("SLURM_HOSTFILE", "")
-    if not path:
-        raise TopologyError(describe(
-            "SLURM_DISTRIBUTION", environ["SLURM_DISTRIBUTION"],
-            "SLURM_HOSTFILE to be set as well: with arbitrary distribution rank 0 runs on "
-            "the first host of that file, which no other variable states; set SLURM_HOSTFILE"
-            " to the file srun used"))
-    listed = _hostfile_hosts(path, files.get(path))
-    master = listed[0]
-    if master not in hosts:
-        raise TopologyError(
-            f"SLURM_HOSTFILE={shorten(path)!r}: expected its first host {master!r} (rank 0's) "
-            f"to be a node of the step, SLURM_STEP_NODELIST="
-            f"{environ['SLURM_STEP_NODELIST']!r}: the file was changed after srun read it, "
-            "or belongs to another step")
-    world = int(environ["SLURM_STEP_NUM_TASKS"])
-    if len(listed) < world:
-        # srun needs a line per task with -m arbitrary (src/api/allocate.c
-        # slurm_read_hostfile): a shorter file is not the one this step was placed by.
-        raise TopologyError(
-            f"SLURM_HOSTFILE={shorten(path)!r}: expected a line for each of the "
-            f"SLURM_STEP_NUM_TASKS={world} tasks (srun places task r on line r+1), not "
-            f"{len(listed)}: the file was changed after srun read it, or belongs to another "
-            "step")
-    return master, listed[rank]
-
-
 def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], info: Step,
                  ranks: tuple[int, int, int]) -> tuple[str | None, list[str]]:
     """``(master, problems)``: rank 0's host when ``-m arbitrary`` proves it, and what only
@@ -332,7 +265,7 @@ def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], in
             f"{environ['SLURM_STEP_NODELIST']!r}"))
     master: str | None = None
     if _arbitrary(environ):
-        master, own_line = _arbitrary_master(environ, files, hosts, rank)
+        master, own_line = arbitrary_master(environ, files, hosts, rank)
         if own_line is not None and own_line != hosts[node_id]:
             problems.append(
                 f"SLURM_HOSTFILE={shorten(environ['SLURM_HOSTFILE'])!r}: expected line {rank + 1} "
@@ -354,24 +287,19 @@ def _ports_and_gpus(environ: Mapping[str, str],
                     inputs: dict[str, tuple[str, ...]]) -> tuple[tuple[int, ...], int | None]:
     """``SLURM_STEP_RESV_PORTS`` (else the ports come from the job and step ids) and
     ``SLURM_GPUS_ON_NODE``; adds their inputs to ``inputs``."""
-    ports: tuple[int, ...] = ()
     if environ.get("SLURM_STEP_RESV_PORTS"):
-        ports = parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports)
         inputs["ports"] = ("SLURM_STEP_RESV_PORTS",)
-    else:
-        inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
-    gpus, gpu_inputs = gpus_on_node(environ)
-    if gpu_inputs:
-        inputs["gpus"] = gpu_inputs
-    return ports, gpus
+        return (parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports),
+                gpus_on_node(environ, inputs))
+    inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
+    return (), gpus_on_node(environ, inputs)
 
 
 def _pty_notes(environ: Mapping[str, str], world: int,
                rank: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(notes, warnings)`` for a step with ``SLURM_PTY_PORT``: described as it is, never
-    refused (recorded, tests/data/slurm-extra: ``srun -N2 --pty`` runs the command on both
-    tasks, only task 0 with the terminal; an srun inside a pty shell passes
-    ``SLURM_PTY_PORT`` on to its tasks)."""
+    """``(notes, warnings)`` for ``SLURM_PTY_PORT``, never refused (recorded, tests/data/
+    slurm-extra: ``srun -N2 --pty`` runs the command on both tasks, task 0 with the
+    terminal; an srun inside a pty shell passes ``SLURM_PTY_PORT`` on)."""
     if not environ.get("SLURM_PTY_PORT"):
         return (), ()
     notes = (f"SLURM_PTY_PORT is set: an srun --pty step, or a step started from one "
@@ -409,15 +337,12 @@ def read_step(environ: Mapping[str, str], title: str,
     check_mpi_plugin(environ, f"{job}.{step}",
                      {"SLURM_PROCID": rank, "SLURM_STEP_NUM_TASKS": world, "SLURM_NODEID": node_id})
     inputs: dict[str, tuple[str, ...]] = {
-        "nodes": ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES"),
-        "node_rank": ("SLURM_NODEID",),
+        "nodes": ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES"), "node_rank": ("SLURM_NODEID",),
         "processes": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS",
                       "SLURM_STEP_TASKS_PER_NODE"),
         "rank": ("SLURM_PROCID",), "local_rank": ("SLURM_LOCALID",),
-        "world_size": ("SLURM_STEP_NUM_TASKS",),
-        # this node's entry (SLURM_NODEID) of the list
-        "local_world_size": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID"),
-    }
+        "world_size": ("SLURM_STEP_NUM_TASKS",),  # and this node's entry of the list:
+        "local_world_size": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID")}
     master, problems = _self_checks(environ, files, info, (rank, local_rank, local_world))
     if _arbitrary(environ):
         inputs["master"] = ("SLURM_DISTRIBUTION", "SLURM_HOSTFILE")
@@ -446,12 +371,11 @@ def _allocation_node(
     environ: Mapping[str, str], hosts: tuple[str, ...], in_step: bool,
     inputs: dict[str, tuple[str, ...]],
 ) -> tuple[int | None, list[str], int | None]:
-    """``(node rank, notes, gpus)`` of a process of the allocation, the node rank only when
-    proven: in a step (an MPI launcher's daemon step) the position in the job's hosts of the
-    step's node ``SLURM_NODEID`` (task.c numbers it in the step); in the batch script
-    (``ENVIRONMENT=BATCH``, env.c ``env_array_for_batch_job``) on the first host: 0 (sbatch.1);
-    else none (salloc runs where it runs, often a login node). GPUs only in the batch
-    script. Adds their inputs to ``inputs``."""
+    """``(node rank, notes, gpus)``, the node rank only when proven: in a step (an MPI
+    launcher's daemon step) its node ``SLURM_NODEID``'s place in the job's hosts (task.c); the
+    batch script (``ENVIRONMENT=BATCH``, env.c ``env_array_for_batch_job``) on the first host:
+    0 (sbatch.1); else none (salloc runs where it runs, often a login node). GPUs only in the
+    batch script. Adds their inputs to ``inputs``."""
     node_rank: int | None = None
     notes: list[str] = []
     gpus: int | None = None
@@ -479,9 +403,7 @@ def _allocation_node(
         node_rank = 0
         inputs["node_rank"] = ("ENVIRONMENT", "SLURMD_NODENAME")
         notes.append("the batch script, on the job's first node")
-        gpus, gpu_inputs = gpus_on_node(environ)
-        if gpu_inputs:
-            inputs["gpus"] = gpu_inputs
+        gpus = gpus_on_node(environ, inputs)
     elif len(hosts) == 1:
         notes.append("an salloc shell, or a process outside the job's node, of a one-node job")
     else:

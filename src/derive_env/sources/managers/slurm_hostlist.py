@@ -1,9 +1,12 @@
 """Slurm's text formats, as pure functions: host lists, tasks per node, reserved ports, and
-the hostfile of ``srun -m arbitrary`` (docs/sources/slurm.md).
+the hostfile of ``srun -m arbitrary`` (docs/sources/slurm.md); :func:`parsed` and
+:func:`arbitrary_master` turn their errors into a :class:`TopologyError` naming the variable
+or file.
 
-A port of Slurm's own parser (SchedMD/slurm@284c3b9 ``src/common/hostlist.c``, the
-one-dimensional grammar), standard library only: the Slurm source imports it on every
-container start in a Slurm job. Each function names the C function it follows:
+The host lists are a port of Slurm's own parser (SchedMD/slurm@284c3b9
+``src/common/hostlist.c``, the one-dimensional grammar), no regular expression: the Slurm
+source imports it on every container start in a Slurm job. Each function names the C
+function it follows:
 
 * tokens split on ``"\t, \n"``, not inside ``[...]`` (``_next_tok``); a token without
   ``[`` is one host, verbatim;
@@ -19,16 +22,18 @@ characters; the prefix's groups are walked in a loop (no recursion limit); ``{``
 literally (a container cannot ask slurmctld); text after ``]`` is a suffix, as since Slurm
 23.11 (commit 0994b5f198).
 
-Errors are :class:`ValueError` whose text completes "expected ...", so the caller can name
-the variable: ``describe("SLURM_STEP_NODELIST", value, str(exc))``.
+The parsers' errors are :class:`ValueError` whose text completes "expected ...", so that
+:func:`parsed` can name the variable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
+from typing import TypeVar
 
-from derive_env.hosts import check_hosts, repeated_host
+from derive_env.errors import TopologyError, describe, shorten
+from derive_env.hosts import check_hosts, host_problem, repeated_host
 
 #: Token separators of ``hostlist_create_dims`` (hostlist.c).
 SEPARATORS = "\t, \n"
@@ -43,6 +48,7 @@ MAX_HOSTS = 65536
 #: Longest host name a bracket may produce (a DNS name, RFC 1035; hosts.py says the same).
 MAX_NAME = 253
 
+_T = TypeVar("_T")
 _ULONG_MAX = 2**64 - 1
 _DIGITS = "0123456789"
 # C's isspace() in the "C" locale: strtoul skips these before the number.
@@ -205,6 +211,15 @@ def _push_range_list(
         _push("".join(parts), suffix, ranges, out)
 
 
+def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
+    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
+    TopologyError naming the variable and its value."""
+    try:
+        return parse(environ[name])
+    except ValueError as exc:
+        raise TopologyError(describe(name, environ[name], str(exc))) from None
+
+
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """A Slurm host list (``SLURM_STEP_NODELIST``) -> its hosts in Slurm's order, duplicates
     kept (``hostlist.c`` ``hostlist_create_dims``): ``"rack[1-2]-node[01-02],login"`` ->
@@ -339,6 +354,54 @@ def expand_hostfile(text: str, check: Callable[[str], str | None]) -> list[str]:
     if not hosts:
         raise ValueError("at least one node name (the file is empty)")
     return hosts
+
+
+def _hostfile_hosts(path: str, text: str | None) -> list[str]:
+    """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task): its grammar is
+    :func:`~derive_env.sources.managers.slurm_hostlist.expand_hostfile`'s."""
+    where = f"SLURM_HOSTFILE={shorten(path)!r}"
+    if text is None:
+        raise TopologyError(
+            f"{where}: expected a regular file of at most 16 MiB this process can read "
+            "(not a directory, FIFO or device): with SLURM_DISTRIBUTION="
+            "arbitrary rank 0 runs on its first host, which no variable states; make the "
+            "file visible at the same path inside the container (bind-mount its folder) "
+            "or use another distribution (-m block)")
+    try:
+        return expand_hostfile(text, host_problem)
+    except ValueError as exc:
+        raise TopologyError(f"{where}: expected {exc}") from None
+
+
+def arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None],
+                      hosts: tuple[str, ...], rank: int) -> tuple[str, str | None]:
+    """Rank 0's host of an arbitrary step: the first host of ``SLURM_HOSTFILE`` (srun.1
+    "arbitrary": tasks follow the file's lines); and this task's line, when it has one."""
+    path = environ.get("SLURM_HOSTFILE", "")
+    if not path:
+        raise TopologyError(describe(
+            "SLURM_DISTRIBUTION", environ["SLURM_DISTRIBUTION"],
+            "SLURM_HOSTFILE to be set as well: with arbitrary distribution rank 0 runs on "
+            "the first host of that file, which no other variable states; set SLURM_HOSTFILE"
+            " to the file srun used"))
+    listed = _hostfile_hosts(path, files.get(path))
+    master = listed[0]
+    if master not in hosts:
+        raise TopologyError(
+            f"SLURM_HOSTFILE={shorten(path)!r}: expected its first host {master!r} (rank 0's) "
+            f"to be a node of the step, SLURM_STEP_NODELIST="
+            f"{environ['SLURM_STEP_NODELIST']!r}: the file was changed after srun read it, "
+            "or belongs to another step")
+    world = int(environ["SLURM_STEP_NUM_TASKS"])
+    if len(listed) < world:
+        # srun needs a line per task with -m arbitrary (src/api/allocate.c
+        # slurm_read_hostfile): a shorter file is not the one this step was placed by.
+        raise TopologyError(
+            f"SLURM_HOSTFILE={shorten(path)!r}: expected a line for each of the "
+            f"SLURM_STEP_NUM_TASKS={world} tasks (srun places task r on line r+1), not "
+            f"{len(listed)}: the file was changed after srun read it, or belongs to another "
+            "step")
+    return master, listed[rank]
 
 
 def _uncommented(line: str) -> str:
