@@ -1,29 +1,22 @@
-"""Slurm's text formats, as pure functions: host lists, tasks per node, reserved ports, and
-the hostfile of ``srun -m arbitrary`` (docs/sources/slurm.md); :func:`parsed` and
-:func:`arbitrary_master` turn their errors into a :class:`TopologyError` naming the variable
-or file.
+"""Slurm's text formats (docs/sources/slurm.md): host lists, tasks per node, reserved ports,
+the hostfile of ``srun -m arbitrary``; their errors are ValueErrors completing "expected
+...", which :func:`parsed` and :func:`arbitrary_master` turn into a TopologyError naming the
+variable or file.
 
-The host lists are a port of Slurm's own parser (SchedMD/slurm@284c3b9
-``src/common/hostlist.c``, the one-dimensional grammar), no regular expression: the Slurm
-source imports it on every container start in a Slurm job. Each function names the C
-function it follows:
+Host lists: a port of Slurm's parser (SchedMD/slurm@284c3b9 ``src/common/hostlist.c``, the
+one-dimensional grammar), no regular expression (imported on every start in a Slurm job);
+each function names the C function it follows:
 
-* tokens split on ``"\t, \n"``, not inside ``[...]`` (``_next_tok``); a token without
-  ``[`` is one host, verbatim;
-* the LAST ``[`` of a token opens the range list, the text after its ``]`` is a suffix on
-  every host (``n[01-02]-ib``); the prefix's own groups vary in Slurm's order, not
-  lexicographically for three or more (``_push_range_list``);
-* items ``lo`` or ``lo-hi`` read as C's ``strtoul`` reads them, each host printed with the
-  width of the ``lo`` text (``n[009-011]``); duplicates kept, in order.
+* tokens split on ``"\\t, \\n"``, not inside ``[...]`` (``_next_tok``); no ``[``: one host;
+* the LAST ``[`` opens the range list, text after its ``]`` is a suffix (``n[01-02]-ib``);
+  the prefix's groups vary in Slurm's order, not lexicographically (``_push_range_list``);
+* ``lo`` or ``lo-hi`` read as C's ``strtoul``, printed with the width of the ``lo`` text
+  (``n[009-011]``); duplicates kept, in order.
 
-Deliberately stricter than Slurm, on input Slurm never writes: a number above 2**64 - 1
-(``strtoul`` clamps it), more than ``MAX_HOSTS`` hosts, a name above ``MAX_NAME``
-characters; the prefix's groups are walked in a loop (no recursion limit); ``{`` is taken
-literally (a container cannot ask slurmctld); text after ``]`` is a suffix, as since Slurm
+Stricter than Slurm only on input Slurm never writes: a number above 2**64 - 1 (``strtoul``
+clamps it), more than ``MAX_HOSTS`` hosts, a name above ``MAX_NAME`` characters; ``{`` is
+literal (a container cannot ask slurmctld); text after ``]`` is a suffix, as since Slurm
 23.11 (commit 0994b5f198).
-
-The parsers' errors are :class:`ValueError` whose text completes "expected ...", so that
-:func:`parsed` can name the variable.
 """
 
 from __future__ import annotations
@@ -80,10 +73,8 @@ def _strtoul(text: str) -> tuple[int, int]:
 def _parse_single_range(item: str) -> tuple[int, int, int]:
     """One ``lo`` or ``lo-hi`` item -> ``(lo, hi, width)`` (hostlist.c ``_parse_single_range``)."""
     if "x" in item:
-        raise ValueError(
-            f"a number or range lo-hi in brackets, not {item!r} "
-            "(an 'x' box is for multi-dimensional clusters)"
-        )
+        raise ValueError(f"a number or range lo-hi in brackets, not {item!r} "
+                         "(an 'x' box is for multi-dimensional clusters)")
     dash = item.find("-")
     if dash == -1:
         lo_text, hi_text = item, ""
@@ -94,15 +85,12 @@ def _parse_single_range(item: str) -> tuple[int, int, int]:
     lo, end = _strtoul(lo_text)
     if end == 0:
         raise ValueError(f"a number or range lo-hi in brackets, not {item!r}")
-    if hi_text:
-        # Slurm checks only the end of the hi number: junk after lo's digits passes.
+    hi, last = lo, lo_text
+    if hi_text:  # Slurm checks only the end of the hi number: junk after lo's digits passes
         hi, end = _strtoul(hi_text)
-        if end != len(hi_text):
-            raise ValueError(f"a number or range lo-hi in brackets, not {item!r}")
-    else:
-        hi = lo
-        if end != len(lo_text):
-            raise ValueError(f"a number or range lo-hi in brackets, not {item!r}")
+        last = hi_text
+    if end != len(last):
+        raise ValueError(f"a number or range lo-hi in brackets, not {item!r}")
     if hi > _ULONG_MAX:
         raise ValueError(f"numbers below 2**64 in brackets, not {item!r}")
     if lo > hi:
@@ -164,9 +152,8 @@ def _push(prefix: str, suffix: str, ranges: list[tuple[int, int, int]], out: lis
         out += [form % number for number in range(lo, hi + 1)]
 
 
-def _push_range_list(
-    prefix: str, suffix: str, ranges: list[tuple[int, int, int]], out: list[str]
-) -> None:
+def _push_range_list(prefix: str, suffix: str, ranges: list[tuple[int, int, int]],
+                     out: list[str]) -> None:
     """Expand the bracket groups of ``prefix``, then the ranges (``_push_range_list``), in
     Slurm's order: the group just before the last range slowest, the last range fastest; a
     loop where Slurm recurses (1500 groups would exceed Python's recursion limit)."""
@@ -183,10 +170,8 @@ def _push_range_list(
         values: list[str] = []
         for lo, hi, width in _parse_range_list(prefix[open_at + 1 : close_at]):
             if len(values) + hi - lo + 1 > MAX_PREFIX_CNT:
-                raise ValueError(
-                    f"at most {MAX_PREFIX_CNT} values in a bracket before the last, "
-                    f"in {_cut(prefix)!r}"
-                )
+                raise ValueError(f"at most {MAX_PREFIX_CNT} values in a bracket before the "
+                                 f"last, in {_cut(prefix)!r}")
             values += [f"{number:0{width}d}" for number in range(lo, hi + 1)]
         combinations *= len(values)
         if combinations > MAX_HOSTS:  # before the product is built
