@@ -13,9 +13,9 @@ What ``sge_execd`` sets (hpc-gridware/clusterscheduler ``source/daemons/execd/ex
   ``<host> <slots> <queue> <processors>``, the master queue first, a host of two queues
   twice (recorded), its slots summed.
 
-The job script runs on the master host only: a job of several hosts refuses there
-(:attr:`Report.problem`, raised when no inner source, Open MPI's mpirun
-``orte/mca/ras/gridengine``, is seen); a ``qrsh -inherit -V`` task gets its host's position.
+``nodes`` = the file's hosts, ``node_rank`` = ``HOSTNAME``'s place; :attr:`Report.problem`
+for an unreadable file, or the job script (on the master host) of several hosts, raised when
+no inner source (Open MPI's mpirun, ``orte/mca/ras/gridengine``) is seen.
 """
 
 from __future__ import annotations
@@ -87,12 +87,9 @@ def _node_rank(environ: Mapping[str, str], hosts: tuple[str, ...]) -> int | None
     name = environ.get("HOSTNAME", "")
     if not name:
         return None
-    keys = "\n".join(hosts).lower().split("\n")
     key = host_key(name)
+    keys = [host_key(host) for host in hosts]  # unique: lists.py sums hosts by host_key
     if key in keys:
-        return keys.index(key)
-    keys = [host_key(host) for host in hosts]
-    if key in keys:  # a name with a trailing dot
         return keys.index(key)
     short = [k.split(".")[0] for k in keys]
     if short.count(key.split(".")[0]) == 1:
@@ -155,9 +152,7 @@ def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, s
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """``nodes`` = the file's hosts, ``node_rank`` = ``HOSTNAME``'s position, ``job`` =
-    ("gridengine", JOB_ID, the array task or empty), ``session_id`` = ``JOB_ID``; no process
-    layer. ``problem``: the job script of several hosts, or an unreadable file.
+    """The node layer (module docstring); ``job`` = ("gridengine", JOB_ID, array task or "").
 
     :raises TopologyError: ``JOB_ID``, ``NHOSTS``, ``NSLOTS`` or ``SGE_TASK_ID`` malformed,
         a malformed file, counts that disagree with it, ``HOSTNAME`` not in it.

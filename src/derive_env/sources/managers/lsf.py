@@ -48,9 +48,7 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """``lsf``: the hosts, node rank 0 for a job of one host; ``jsrun``: the process layer
-    and the compute hosts. Both: ``job`` = ``("lsf", LSB_JOBID, ...)``, ``session_id`` =
-    ``LSB_JOBID``.
+    """Line ``lsf`` or ``jsrun`` (module docstring); ``job`` = ``("lsf", LSB_JOBID, ...)``.
 
     :raises TopologyError: a malformed or contradicting value, an unreadable rank file.
     """

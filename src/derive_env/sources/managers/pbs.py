@@ -9,7 +9,8 @@
   (``%8.8X``) and ``PBS_NODENUM``. The batch script's decimal ``PBS_TASKNUM`` (``finish_exec``)
   and ``PBS_NODENUM=0`` are copied into every rank by launchers (MPICH's Hydra): no proof.
 * The node file is on the mother superior only, unless ``gen_nodefile_on_sister_mom``
-  (``src/resmom/mom_comm.c``): unreadable, :attr:`Report.problem` says so.
+  (``src/resmom/mom_comm.c``). Unreadable, or a batch script of several hosts:
+  :attr:`Report.problem`.
 * Torque (adaptivecomputing/torque ``src/resmom/start_exec.c`` ``InitUserEnv``) writes a
   decimal ``PBS_TASKNUM``, 1 for the batch script (``mom_job_func.c``), beside
   ``PBS_VNODENUM``, ``PBS_NODENUM`` and ``PBS_NUM_NODES`` on every host, and the node file on
@@ -18,8 +19,7 @@
   same job facts (digest, job key): the node count ``PBS_NUM_NODES``, the master only from
   ``MASTER_ADDR`` (``pbsdsh`` passes nothing unless told, ``src/cmds/pbsdsh.c``); a readable
   node file is only cross-checked.
-* ``PBS_NUM_NODES`` and ``PBS_NP`` (Torque's, or a site hook's) must match the file when set.
-  A batch script of more than one host: :attr:`Report.problem`.
+* ``PBS_NUM_NODES``, ``PBS_NP`` (Torque's, or a site hook's) must match the file when set.
 """
 
 from __future__ import annotations
@@ -153,9 +153,7 @@ def _sister(environ: Mapping[str, str], line: Source,
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """``nodes`` (a readable node file), ``node_rank`` (a TM task, or one host), ``job`` =
-    ``("pbs", PBS_JOBID, "allocation")``, ``session_id`` = ``PBS_JOBID``; ``problem`` for a
-    batch script of more than one host, or an unreadable node file.
+    """The node layer (module docstring); ``job`` = ``("pbs", PBS_JOBID, "allocation")``.
 
     :raises TopologyError: a malformed node file, ``PBS_NODENUM`` beyond its hosts, Torque's
         counts that contradict it, a TM task without ``PBS_NODENUM``.

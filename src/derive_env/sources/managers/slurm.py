@@ -316,12 +316,9 @@ def _pty_notes(environ: Mapping[str, str], world: int,
 
 def read_step(environ: Mapping[str, str], title: str,
               files: Mapping[str, str | None] = {}) -> Report:
-    """A task of an ``srun`` step: ``nodes`` = ``SLURM_STEP_NODELIST``, ``node_rank`` =
-    ``SLURM_NODEID`` (task.c), the processes from ``SLURM_PROCID``, ``SLURM_LOCALID``,
-    ``SLURM_STEP_NUM_TASKS`` and ``SLURM_STEP_TASKS_PER_NODE``, never the job's
-    ``SLURM_NTASKS`` (kept by ``srun -E``, env.c); ``master`` only for ``-m arbitrary``
+    """A task of an ``srun`` step (docs/sources/slurm.md, "What derive-env reads"): never the
+    job's ``SLURM_NTASKS`` (kept by ``srun -E``, env.c); ``master`` only for ``-m arbitrary``
     (block, cyclic and plane put rank 0 on ``nodes[0]``); ``job`` = ("slurm", job, step).
-    ``files``: ``SLURM_HOSTFILE``'s text for ``-m arbitrary`` (``None``: unreadable).
 
     :raises TopologyError: malformed or disagreeing values, a step of another job or of a
         heterogeneous one, an unreadable hostfile, MPI plugin variables against the step.
