@@ -208,10 +208,8 @@ def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) ->
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """A Slurm host list (``SLURM_STEP_NODELIST``) -> its hosts in Slurm's order, duplicates
     kept (``hostlist.c`` ``hostlist_create_dims``): ``"rack[1-2]-node[01-02],login"`` ->
-    ``("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02", "login")``.
-
-    :raises ValueError: a ``[`` without ``]``, a bad range item, ``lo > hi``, too many hosts.
-    """
+    ``("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02", "login")``. ValueError:
+    a ``[`` without ``]``, a bad range item, ``lo > hi``, too many hosts."""
     if "[" not in text:
         # No bracket: the separators alone split it (the common single-host case).
         for separator in "\t\n ":
@@ -260,10 +258,7 @@ def expand_checked(value: str) -> tuple[str, ...]:
 def expand_tasks_per_node(text: str) -> tuple[int, ...]:
     """``SLURM_STEP_TASKS_PER_NODE`` -> one count per node: items ``N`` or ``N(xK)`` (``N``
     0-65535 repeated ``K`` >= 1 times, ``src/common/env.c`` ``uint16_array_to_str``):
-    ``"2(x3),1"`` -> ``(2, 2, 2, 1)``.
-
-    :raises ValueError: an empty item, a sign, a count above 65535, ``(x0)``, text after ``)``.
-    """
+    ``"2(x3),1"`` -> ``(2, 2, 2, 1)``; ValueError for anything else."""
     counts: list[int] = []
     for item in text.split(","):
         number, paren, repeat = item.partition("(x")
@@ -287,12 +282,9 @@ def _is_decimal(text: str) -> bool:
 
 def parse_resv_ports(text: str) -> tuple[int, ...]:
     """``SLURM_STEP_RESV_PORTS`` (srun ``--resv-ports``) -> the ports in order, the first the
-    step's to use: ``"12000-12001,12005"`` -> ``(12000, 12001, 12005)``. Written by
-    ``src/common/port_mgr.c`` ``_resv_port_alloc``, read back as a bracket's range list
-    (``_rebuild_port_array``), as here.
-
-    :raises ValueError: an empty or malformed list, a port outside 1-65535.
-    """
+    step's: ``"12000-12001,12005"`` -> ``(12000, 12001, 12005)``; written by src/common/
+    port_mgr.c ``_resv_port_alloc``, read as a bracket's range list (``_rebuild_port_array``).
+    ValueError: an empty or malformed list, a port outside 1-65535."""
     if not text.strip(_C_SPACE):
         raise ValueError("a list of TCP ports such as 12000-12003, not an empty value")
     ports = []
@@ -309,10 +301,8 @@ def expand_hostfile(text: str, check: Callable[[str], str | None]) -> list[str]:
     ``\\#``, empty lines skipped, a line starts with a letter or digit and holds
     ``,``-separated ``name`` or ``name*N``; blanks around a line ignored (srun refuses them,
     so this accepts every file srun did). ``check``: why a name is no node's address, or
-    ``None`` (:func:`derive_env.hosts.host_problem`), once per distinct name.
-
-    :raises ValueError: a malformed line, a bad name, an empty file, over 2**20 tasks.
-    """
+    ``None`` (:func:`derive_env.hosts.host_problem`), once per distinct name. ValueError: a
+    malformed line, a bad name, an empty file, over 2**20 tasks."""
     hosts: list[str] = []
     checked: set[str] = set()  # a 4096-node file names each host many times: check it once
     for number, line in enumerate(text.splitlines(), 1):
@@ -391,19 +381,12 @@ def arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None]
 
 def _uncommented(line: str) -> str:
     """``line`` without its ``#`` comment; ``\\#`` is a literal ``#`` (slurm_read_hostfile)."""
-    if "\\#" not in line:
-        return line.partition("#")[0]
-    kept, i = [], 0
-    while i < len(line):
-        if line[i] == "#":
-            if kept and kept[-1] == "\\":
-                kept[-1] = "#"
-                i += 1
-                continue
+    kept, *rest = line.split("#")
+    for part in rest:
+        if not kept.endswith("\\"):
             break
-        kept.append(line[i])
-        i += 1
-    return "".join(kept)
+        kept = kept[:-1] + "#" + part
+    return kept
 
 
 def _cut(text: str) -> str:
