@@ -132,8 +132,8 @@ def _check_counts(environ: Mapping[str, str], alloc: HostSlots, node_rank: int |
 
 
 def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, str]) -> Report:
-    """A report without nodes: the file cannot be read here (a task on another host than
-    the master, whose spool folder holds the file); ``job`` as :func:`read`'s."""
+    """No nodes: the file is unreadable here (a task on another host than the master, whose
+    spool folder holds it); ``job`` as :func:`read`'s."""
     path = shorten(environ["PE_HOSTFILE"])
     session = job[1] + (f".{job[2]}" if job[2] else "")  # Grid Engine's job.task
     why = ("Grid Engine writes it in the master host's spool folder, and qrsh -inherit -V "
@@ -179,12 +179,10 @@ def read(environ: Mapping[str, str], line: Source,
     elif not task:
         node_rank = 0  # the master task runs on the master queue's host, the first line
         inputs["node_rank"] = ("PE_HOSTFILE",)
-    problem = None
-    if len(hosts) > 1 and not task:
-        problem = (
-            f"{_HOW}. Here it runs in the job script (derive-env -- mpirun ... runs it there "
-            "too), which runs on the master host only, the first of PE_HOSTFILE's "
-            f"NHOSTS={shorten(environ['NHOSTS'])!r}, and Grid Engine starts nothing on the others")
+    problem = None if len(hosts) == 1 or task else (
+        f"{_HOW}. Here it runs in the job script (derive-env -- mpirun ... runs it there "
+        "too), which runs on the master host only, the first of PE_HOSTFILE's "
+        f"NHOSTS={shorten(environ['NHOSTS'])!r}, and Grid Engine starts nothing on the others")
     return Report(
         source=line.name, title=line.title, nodes=nodes_of(hosts), node_rank=node_rank,
         job=job, session_id=session, inputs=inputs, order=_ORDER, notes=tuple(notes),

@@ -1,10 +1,9 @@
 """The IBM LSF source (docs/sources/schedulers.md; IBM Spectrum LSF, "Environment variables
 set for job execution"). Two table lines:
 
-* ``lsf``: ``nodes`` = the hosts of ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``, the batch
-  script's host first) by first appearance, slots summed (Open MPI's ``ras/lsf`` does the
-  same, open-mpi/ompi#1572); ``LSB_HOSTS`` (one word per slot) must agree when set. A batch
-  script of more than one host: :attr:`Report.problem`.
+* ``lsf``: the hosts of ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``, the batch script's host
+  first), slots summed (as Open MPI's ``ras/lsf``, open-mpi/ompi#1572); ``LSB_HOSTS`` (a word
+  per slot) must agree. A batch script of several hosts: :attr:`Report.problem`.
 * ``jsrun`` (IBM Job Step Manager): the process layer of its roles (``JSM_NAMESPACE_*``,
   Spectrum MPI's ``OMPI_COMM_WORLD_*`` companions); the compute hosts from
   ``LSB_DJOB_RANKFILE`` without its first line, the launch node (PyTorch Lightning

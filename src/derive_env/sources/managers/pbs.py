@@ -45,6 +45,9 @@ _ORDER = ("PBS_NODEFILE order: the hosts by first appearance, the mother superio
 #: What to do, first: derive-env in the wrong place (the batch script, or around mpiexec).
 _START = ("run derive-env inside the launcher, after it: pbsdsh -u derive-env -- torchrun ... "
           "(one task per host), or mpiexec ... derive-env -- python train.py")
+#: What a Torque TM task on a sister host is told to pass (module docstring).
+PASS_MASTER = ("pbsdsh -u -e MASTER_ADDR=$(head -n1 $PBS_NODEFILE) derive-env -- torchrun "
+               "..., from the batch script")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -107,11 +110,6 @@ def _node_rank(environ: Mapping[str, str], count: int | None,
         "decimal, beside PBS_VNODENUM: Torque's" if torque else "hexadecimal")
         + f") on node PBS_NODENUM={node}")
     return node
-
-
-#: What a Torque TM task on a sister host is told to pass (module docstring).
-PASS_MASTER = ("pbsdsh -u -e MASTER_ADDR=$(head -n1 $PBS_NODEFILE) derive-env -- torchrun "
-               "..., from the batch script")
 
 
 def _sister(environ: Mapping[str, str], line: Source,

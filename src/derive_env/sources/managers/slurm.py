@@ -47,6 +47,8 @@ _JOB_ORDER = ("SLURM_JOB_NODELIST order: the job's nodes in slurm.conf node orde
 _HET_SIZES = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
 #: Per-component suffixes; group 0 is in ordinary steps too (recorded): a group above 0 only.
 _HET_GROUPS = ("_HET_GROUP_", "_PACK_GROUP_")
+#: Set by Flux's job shell for each task it starts (flux-core src/shell/task.c).
+FLUX_TASK = "FLUX_TASK_RANK"
 
 
 def alloc_problem(value: str, step: str | None = None) -> str:
@@ -74,12 +76,10 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """:func:`read_step` or :func:`read_allocation`, by the line's name."""
+    """:func:`read_step` for line ``slurm-step``, else :func:`read_allocation`."""
     if line.name == "slurm-step":
         return read_step(environ, line.title, files or {})
-    if line.name == "slurm-allocation":
-        return read_allocation(environ, line.title)
-    raise ValueError(f"not a Slurm table line: {line.name!r}")
+    return read_allocation(environ, line.title)
 
 
 def _arbitrary(environ: Mapping[str, str]) -> bool:
@@ -285,8 +285,8 @@ def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], in
 
 def _ports_and_gpus(environ: Mapping[str, str],
                     inputs: dict[str, tuple[str, ...]]) -> tuple[tuple[int, ...], int | None]:
-    """``SLURM_STEP_RESV_PORTS`` (else the ports come from the job and step ids) and
-    ``SLURM_GPUS_ON_NODE``; adds their inputs to ``inputs``."""
+    """``SLURM_STEP_RESV_PORTS`` (else the job and step ids seed the ports) and the GPUs;
+    adds their inputs to ``inputs``."""
     if environ.get("SLURM_STEP_RESV_PORTS"):
         inputs["ports"] = ("SLURM_STEP_RESV_PORTS",)
         return (parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports),
@@ -360,10 +360,6 @@ _nodes = lru_cache(maxsize=4)(nodes_of)
 # -- slurm-allocation --------------------------------------------------------------------------
 
 
-#: Set by Flux's job shell for each task it starts (flux-core src/shell/task.c).
-FLUX_TASK = "FLUX_TASK_RANK"
-
-
 def _allocation_node(
     environ: Mapping[str, str], hosts: tuple[str, ...], in_step: bool,
     inputs: dict[str, tuple[str, ...]],
@@ -409,15 +405,10 @@ def _allocation_node(
 
 
 def read_allocation(environ: Mapping[str, str], title: str) -> Report:
-    """The job's allocation: ``nodes`` = ``SLURM_JOB_NODELIST``, checked against
-    ``SLURM_JOB_NUM_NODES`` (and ``SLURM_NNODES`` outside a step, which srun rewrites to the
-    step's: ompi-in-sbatch); ``node_rank`` only when proven (:func:`_allocation_node`), 0 for
-    one node; ``problem`` for more (only srun starts the others); ``job`` = ("slurm", job,
-    "allocation") in every process of it, in a step or not, so that ports agree.
-
-    :raises TopologyError: malformed or disagreeing values, a heterogeneous job, step
-        variables whose node is not one of the job's.
-    """
+    """The job's allocation: ``SLURM_JOB_NODELIST`` against ``SLURM_JOB_NUM_NODES`` (and
+    ``SLURM_NNODES`` outside a step, where srun rewrites it: ompi-in-sbatch); ``job`` =
+    ("slurm", job, "allocation") in a step or not, so that ports agree. TopologyError:
+    malformed or disagreeing values, a heterogeneous job, a step's node outside the job."""
     refuse_het(environ)
     job = job_id(environ)
     hosts = parsed(environ, "SLURM_JOB_NODELIST", expand_checked)

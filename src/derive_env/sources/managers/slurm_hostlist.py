@@ -239,9 +239,8 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=4)
 def expand_checked(value: str) -> tuple[str, ...]:
-    """``value`` expanded and checked; cached because both lines of a step read the same
-    ``SLURM_JOB_NODELIST`` (and most steps span the whole job). Raises ValueError whose
-    text completes "expected ..."."""
+    """``value`` expanded and every host checked (ValueError completing "expected ..."); cached:
+    both lines of a step read the same ``SLURM_JOB_NODELIST``, most steps span the job."""
     hosts = expand_hostlist(value)
     if not hosts:
         raise ValueError("a Slurm host list of at least one node")
@@ -369,8 +368,7 @@ def arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None]
             "or belongs to another step")
     world = int(environ["SLURM_STEP_NUM_TASKS"])
     if len(listed) < world:
-        # srun needs a line per task with -m arbitrary (src/api/allocate.c
-        # slurm_read_hostfile): a shorter file is not the one this step was placed by.
+        # srun needs a line per task (src/api/allocate.c slurm_read_hostfile).
         raise TopologyError(
             f"SLURM_HOSTFILE={shorten(path)!r}: expected a line for each of the "
             f"SLURM_STEP_NUM_TASKS={world} tasks (srun places task r on line r+1), not "
