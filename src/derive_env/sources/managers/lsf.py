@@ -16,6 +16,7 @@ Pure: the rank file is read in cli/ (:func:`files_needed`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
@@ -67,10 +68,8 @@ def _job(environ: Mapping[str, str]) -> str:
 
 def _mcpu_hosts(environ: Mapping[str, str]) -> HostSlots:
     value = environ["LSB_MCPU_HOSTS"]
-    try:
-        listed = word_pairs(value, "each execution host followed by its slot count")
-    except ValueError as exc:
-        raise TopologyError(describe("LSB_MCPU_HOSTS", value, str(exc))) from None
+    listed = roles.parsed(environ, "LSB_MCPU_HOSTS", partial(
+        word_pairs, what="each execution host followed by its slot count"))
     per_slot = environ.get("LSB_HOSTS", "").split()
     if per_slot:
         try:
