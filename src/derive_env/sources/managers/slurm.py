@@ -4,18 +4,18 @@
 * ``slurm-allocation``: the job's allocation; the node layer, this process's node only when
   proven (:func:`read_allocation`).
 
-Each rule names the SchedMD/slurm file it follows; recorded Slurm 22.05 (tests/fixtures/
-recorded/README.md) wins over a description. A value wrong whatever runs in the step raises
-:class:`TopologyError`; what only this task can check (``SLURM_GTIDS``, ``SLURMD_NODENAME``,
-rank 0's node) is :attr:`Report.problem`, raised only when no inner source is seen: MPICH
-Hydra copies them from ``mpiexec`` into every rank (mpich-in-sbatch).
+Each rule names the SchedMD/slurm file it follows; recorded Slurm 22.05
+(tests/fixtures/recorded/README.md) wins over a description. A value wrong whatever runs in
+the step raises :class:`TopologyError`; what only this task can check (``SLURM_GTIDS``,
+``SLURMD_NODENAME``, rank 0's node) is :attr:`Report.problem`, raised only when no inner
+source is seen: MPICH Hydra copies them from ``mpiexec`` into every rank (mpich-in-sbatch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.managers.slurm_hostlist import (
@@ -23,7 +23,6 @@ from derive_env.sources.managers.slurm_hostlist import (
     expand_checked,
     expand_tasks_per_node,
     parse_resv_ports,
-    parsed,
 )
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
@@ -32,6 +31,7 @@ from derive_env.validation import PER_NODE, parse_int, variable_int
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
+_T = TypeVar("_T")
 _COPIED = ("this task's own Slurm variables contradict the step it names, as when a "
            "launcher inside the step (MPICH's mpiexec) copied them from another process; "
            "run derive-env directly under srun, or under an MPI launcher derive-env reads")
@@ -89,6 +89,15 @@ def _arbitrary(environ: Mapping[str, str]) -> bool:
 
 
 # -- the rules of both lines ----------------------------------------------------------------
+
+
+def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
+    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
+    TopologyError naming the variable and its value."""
+    try:
+        return parse(environ[name])
+    except ValueError as exc:
+        raise TopologyError(describe(name, environ[name], str(exc))) from None
 
 
 def job_id(environ: Mapping[str, str]) -> str:

@@ -1,7 +1,7 @@
 """Slurm's text formats (docs/sources/slurm.md): host lists, tasks per node, reserved ports,
 the hostfile of ``srun -m arbitrary``; their errors are ValueErrors completing "expected
-...", which :func:`parsed` and :func:`arbitrary_master` turn into a TopologyError naming the
-variable or file.
+...", which the Slurm source's ``parsed`` and :func:`arbitrary_master` turn into a
+TopologyError naming the variable or file.
 
 Host lists: a port of Slurm's parser (SchedMD/slurm@284c3b9 ``src/common/hostlist.c``, the
 one-dimensional grammar), no regular expression (imported on every start in a Slurm job);
@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import TypeVar
 
+# No typing, no re (tests/test_ports.py): derive_env.hosts is imported where it is used.
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.hosts import check_hosts, host_problem, repeated_host
 
 #: Token separators of ``hostlist_create_dims`` (hostlist.c).
 SEPARATORS = "\t, \n"
@@ -41,7 +40,6 @@ MAX_HOSTS = 65536
 #: Longest host name a bracket may produce (a DNS name, RFC 1035; hosts.py says the same).
 MAX_NAME = 253
 
-_T = TypeVar("_T")
 _ULONG_MAX = 2**64 - 1
 _DIGITS = "0123456789"
 # C's isspace() in the "C" locale: strtoul skips these before the number.
@@ -196,15 +194,6 @@ def _push_range_list(prefix: str, suffix: str, ranges: list[tuple[int, int, int]
         _push("".join(parts), suffix, ranges, out)
 
 
-def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
-    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
-    TopologyError naming the variable and its value."""
-    try:
-        return parse(environ[name])
-    except ValueError as exc:
-        raise TopologyError(describe(name, environ[name], str(exc))) from None
-
-
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """A Slurm host list (``SLURM_STEP_NODELIST``) -> its hosts in Slurm's order, duplicates
     kept (``hostlist.c`` ``hostlist_create_dims``): ``"rack[1-2]-node[01-02],login"`` ->
@@ -241,6 +230,8 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
 def expand_checked(value: str) -> tuple[str, ...]:
     """``value`` expanded and every host checked (ValueError completing "expected ..."); cached:
     both lines of a step read the same ``SLURM_JOB_NODELIST``, most steps span the job."""
+    from derive_env.hosts import check_hosts, repeated_host
+
     hosts = expand_hostlist(value)
     if not hosts:
         raise ValueError("a Slurm host list of at least one node")
@@ -341,6 +332,8 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
             "arbitrary rank 0 runs on its first host, which no variable states; make the "
             "file visible at the same path inside the container (bind-mount its folder) "
             "or use another distribution (-m block)")
+    from derive_env.hosts import host_problem
+
     try:
         return expand_hostfile(text, host_problem)
     except ValueError as exc:
