@@ -349,8 +349,7 @@ _TABLE = ["derive_env.sources", "derive_env.sources.compose", "derive_env.source
 #: The managers' package (an empty one: its docstring), with the first manager module a start
 #: reads (issue 23: the engine's modules beside the managers' folder).
 _MANAGERS = "derive_env.sources.managers"
-_UNSEEN = {"derive_env.sources.managers.slurm", "derive_env.sources.managers.slurm_checks",
-           "derive_env.sources.managers.slurm_hostlist",
+_UNSEEN = {"derive_env.sources.managers.slurm", "derive_env.sources.managers.slurm_hostlist",
            "derive_env.sources.roles", "derive_env.sources.managers.torchrun",
            "derive_env.sources.managers.kubeflow"}
 _SRUN_TASK = Path(__file__).resolve().parent / "fixtures/recorded/srun-block/task3.env"
@@ -419,7 +418,6 @@ def test_a_seen_source_is_imported_and_only_it(tmp_path: Path, argv: list[str]) 
     a recorded srun step imports the Slurm source, not Backend.AI's nor MPI's."""
     modules = _source_modules(tmp_path, {FW: "pytorch"}, _recorded_srun_task(), argv)
     assert modules == sorted([*_TABLE, _MANAGERS, "derive_env.sources.managers.slurm",
-                              "derive_env.sources.managers.slurm_checks",
                               "derive_env.sources.managers.slurm_hostlist"])
 
 

@@ -13,8 +13,7 @@ from derive_env.sources import SOURCES
 MANAGERS = Path(__file__).resolve().parents[2] / "src" / "derive_env" / "sources" / "managers"
 PREFIX = "derive_env.sources.managers."
 #: A manager split in modules for its own grammar or order: the modules it may import.
-OWN = {"slurm": {"slurm_checks", "slurm_hostlist"}, "slurm_checks": {"slurm_hostlist"},
-       "backendai": {"backendai_order"}}
+OWN = {"slurm": {"slurm_hostlist"}, "backendai": {"backendai_order"}}
 
 
 def _imported(path: Path) -> set[str]:

@@ -5,8 +5,8 @@ checked against the node each task really ran on; exact messages for malformed a
 misleading input; two hypothesis properties over a model of Slurm's task layout, the model
 itself checked against the recordings of the same layouts.
 
-The consistency rules of sources/managers/slurm_checks.py (job id, heterogeneous jobs, host lists,
-the step's nodes and tasks, MPI plugins, GPUs) are tested in test_slurm_checks.py; the
+The consistency rules both lines share (job id, heterogeneous jobs, host lists, the step's
+nodes and tasks, MPI plugins, GPUs) are tested in test_slurm_checks.py; the
 builders and the model both use are in tests/support/slurm.py.
 """
 
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
 from derive_env.sources import BY_NAME, seen_sources
-from derive_env.sources.managers import slurm
+from derive_env.sources.managers import slurm, slurm_hostlist
 from derive_env.sources.managers.slurm_hostlist import expand_hostlist
 from derive_env.sources.report import Processes
 from derive_env.topology import Node
@@ -459,9 +459,10 @@ def test_a_hostfile_with_fewer_lines_than_tasks_is_not_this_steps() -> None:
 def test_hostfile_comments_and_escaped_hashes() -> None:
     """slurm_read_hostfile: ``#`` starts a comment, ``\\#`` is a literal ``#`` (which no host
     name may hold: refused naming it)."""
-    assert slurm._hostfile_hosts("/h", "a1 # rank 0\n# all\nb2*2,a1\n") == ["a1", "b2", "b2", "a1"]
+    hosts = slurm_hostlist._hostfile_hosts("/h", "a1 # rank 0\n# all\nb2*2,a1\n")
+    assert hosts == ["a1", "b2", "b2", "a1"]
     with pytest.raises(TopologyError) as caught:
-        slurm._hostfile_hosts("/h", "a\\#1\n")
+        slurm_hostlist._hostfile_hosts("/h", "a\\#1\n")
     assert str(caught.value).startswith("SLURM_HOSTFILE='/h': expected ")
     assert str(caught.value).endswith("on line 1, not 'a#1'")
 

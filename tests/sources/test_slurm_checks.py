@@ -1,5 +1,5 @@
-"""Slurm's consistency rules (sources/managers/slurm_checks.py), shared by the step and
-allocation lines.
+"""Slurm's consistency rules (sources/managers/slurm.py), shared by the step and allocation
+lines.
 
 The job id and its old name, the refusal of a heterogeneous job, host lists (expanded and
 every host checked), the step's node and task variables against each other and the job's,

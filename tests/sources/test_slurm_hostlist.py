@@ -4,6 +4,11 @@ Three oracles: exact values read off Slurm's code (hostlist.c at SchedMD/slurm@2
 python-hostlist 2.3.0 (GPL, test-only) in a hypothesis differential test, and the
 ``scontrol show hostnames`` of the Slurm installed on the machine (22.05 in our image), for
 the inputs on which Slurm 22.05 and current Slurm agree.
+
+python-hostlist differs from Slurm: it removes duplicates (sorted unless
+``allow_duplicates``), splits on ``,`` only, orders three or more bracket groups
+lexicographically, and rejects some inputs Slurm accepts (``n[1-]``, ``1a-3``, ``+3``, blanks
+inside brackets, ``]`` in a suffix).
 """
 
 from __future__ import annotations

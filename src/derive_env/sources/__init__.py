@@ -234,7 +234,17 @@ SOURCES: tuple[Source, ...] = (
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0)),
            per_node=("jsrun --rs_per_host 1 --tasks_per_rs 1",
-                     "jsrun --rs_per_host 1 --tasks_per_rs <GPUs per node>")),
+                     "jsrun --rs_per_host 1 --tasks_per_rs <GPUs per node>"),
+           roles={"rank": "JSM_NAMESPACE_RANK", "local_rank": "JSM_NAMESPACE_LOCAL_RANK",
+                  "world_size": "JSM_NAMESPACE_SIZE",
+                  "local_world_size": "JSM_NAMESPACE_LOCAL_SIZE",
+                  "same": (("OMPI_COMM_WORLD_RANK", "rank"),
+                           ("OMPI_COMM_WORLD_LOCAL_RANK", "local_rank"),
+                           ("OMPI_COMM_WORLD_SIZE", "world_size"),
+                           ("OMPI_COMM_WORLD_LOCAL_SIZE", "local_world_size")),
+                  "why": "jsrun sets them for each task, and Spectrum MPI's OMPI_COMM_WORLD_* "
+                         "under jsrun state the same ranks, so one was exported by hand or "
+                         "inherited: unset the stale one"}),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
     # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
     Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.jobset",

@@ -1,30 +1,21 @@
 """The Grid Engine source: a parallel-environment (PE) job of Son of Grid Engine or Open
-Cluster Scheduler (docs/sources/gridengine.md).
+Cluster Scheduler (docs/sources/gridengine.md), table line ``gridengine``.
 
-Table line ``gridengine`` (sources/__init__.py): ``JOB_ID``, ``PE_HOSTFILE`` and ``NHOSTS``
-set. What ``sge_execd`` sets (hpc-gridware/clusterscheduler
-``source/daemons/execd/exec_job.c``, ``sge_exec_job``; recorded on Debian's 8.1.9 in
-tests/fixtures/gridengine/):
+What ``sge_execd`` sets (hpc-gridware/clusterscheduler ``source/daemons/execd/exec_job.c``
+``sge_exec_job``; recorded on Debian's 8.1.9 in tests/fixtures/gridengine/):
 
-* ``JOB_ID``; ``SGE_TASK_ID`` = the literal ``undefined`` for a job that is not an array;
-  ``PE`` = the granted PE; ``HOSTNAME`` = the host of the queue that runs this process
-  (``responsible_queue``);
-* ``NHOSTS``, ``NSLOTS``, ``NQUEUES``: counted over the job's granted queues *that this
-  execd knows*: the whole job on the master host, only the host's own part in a task that
-  ``qrsh -inherit`` starts on another host (recorded: ``NHOSTS=1``, ``NSLOTS`` = its slots);
-* ``PE_HOSTFILE``: "forward PE_HOSTFILE only to master task" (the job script and what it
-  starts): a path in the master host's execd spool folder. A ``qrsh -inherit`` task gets
-  it only through ``-V`` (Open MPI's mpirun passes ``-V``), then the master's path, which
-  another host reads only when the spool folder is shared. Lines ``<host> <slots> <queue>
-  <processors>``, one per granted queue instance, the master queue first: a host with
-  slots from two queues appears twice (recorded: all.q and extra.q), its slots summed.
+* ``SGE_TASK_ID`` = the literal ``undefined`` outside an array job; ``HOSTNAME`` = the host
+  of the queue that runs this process (``responsible_queue``);
+* ``NHOSTS``, ``NSLOTS``: over the granted queues this execd knows: the whole job on the
+  master host, the host's own part in a ``qrsh -inherit`` task on another (recorded);
+* ``PE_HOSTFILE`` ("forward PE_HOSTFILE only to master task"): a path in the master host's
+  spool folder, passed to a task only by ``-V`` (Open MPI's mpirun passes it); lines
+  ``<host> <slots> <queue> <processors>``, the master queue first, a host of two queues
+  twice (recorded), its slots summed.
 
-Contexts, as for Slurm (sources/managers/slurm.py): the job script runs on the master host only,
-so a job of several hosts refuses there with the fix (:attr:`Report.problem`, raised only
-when no inner source uses the facts: Open MPI's mpirun started by the script reads
-``PE_HOSTFILE`` itself, ``orte/mca/ras/gridengine``, and its ranks get the process layer
-from the openmpi source); a task that ``qrsh -inherit -V`` started (one per host, as a
-torchrun agent) gets the node layer: its host's position in the file.
+``nodes`` = the file's hosts, ``node_rank`` = ``HOSTNAME``'s place; :attr:`Report.problem`
+for an unreadable file, or the job script (on the master host) of several hosts, raised when
+no inner source (Open MPI's mpirun, ``orte/mca/ras/gridengine``) is seen.
 """
 
 from __future__ import annotations
@@ -47,7 +38,6 @@ _ORDER = ("PE_HOSTFILE order: the job's granted queues, the master queue's host 
           "(exec_job.c writes the file from the granted destination list), each host once "
           "at its first line, its slots summed over its queues")
 _FORMAT = "one line per granted queue: <host> <slots> <queue> <processors>"
-#: How one process per host or per slot starts on every host of the job.
 #: What to do, first: derive-env in the wrong place (the job script, or around mpirun).
 _HOW = ("run derive-env inside mpirun or qrsh -inherit, after it: mpirun derive-env -- python "
         "train.py (Open MPI reads PE_HOSTFILE), or one task per host: qrsh -inherit -V <host> "
@@ -58,10 +48,7 @@ _TASK_SPOOL = re.compile(r"/active_jobs/[0-9]+\.[0-9]+/[^/]+/?\Z")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The file :func:`read` needs: ``PE_HOSTFILE``'s path.
-
-    :returns: the path for the edge (cli/) to read and hand to :func:`read` as ``files``.
-    """
+    """``PE_HOSTFILE``'s path, for the edge (cli/) to read."""
     path = environ.get("PE_HOSTFILE", "")
     return (path,) if path else ()
 
@@ -100,12 +87,9 @@ def _node_rank(environ: Mapping[str, str], hosts: tuple[str, ...]) -> int | None
     name = environ.get("HOSTNAME", "")
     if not name:
         return None
-    keys = "\n".join(hosts).lower().split("\n")
     key = host_key(name)
+    keys = [host_key(host) for host in hosts]  # unique: lists.py sums hosts by host_key
     if key in keys:
-        return keys.index(key)
-    keys = [host_key(host) for host in hosts]
-    if key in keys:  # a name with a trailing dot
         return keys.index(key)
     short = [k.split(".")[0] for k in keys]
     if short.count(key.split(".")[0]) == 1:
@@ -148,8 +132,8 @@ def _check_counts(environ: Mapping[str, str], alloc: HostSlots, node_rank: int |
 
 
 def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, str]) -> Report:
-    """A report without nodes: the file cannot be read here (a task on another host than
-    the master, whose spool folder holds the file); ``job`` as :func:`read`'s."""
+    """No nodes: the file is unreadable here (a task on another host than the master, whose
+    spool folder holds it); ``job`` as :func:`read`'s."""
     path = shorten(environ["PE_HOSTFILE"])
     session = job[1] + (f".{job[2]}" if job[2] else "")  # Grid Engine's job.task
     why = ("Grid Engine writes it in the master host's spool folder, and qrsh -inherit -V "
@@ -168,18 +152,8 @@ def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, s
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a process of a Grid Engine PE job states (module docstring).
+    """The node layer (module docstring); ``job`` = ("gridengine", JOB_ID, array task or "").
 
-    :param environ: the process environment (``JOB_ID``, ``PE_HOSTFILE``, ``NHOSTS`` set;
-        ``NSLOTS``, ``SGE_TASK_ID``, ``HOSTNAME``, ``SGE_JOB_SPOOL_DIR``,
-        ``SGE_PE_TASK_ID`` read when set).
-    :param files: ``PE_HOSTFILE``'s path -> its text (``None``: unreadable).
-    :returns: ``nodes`` = the file's hosts in first-appearance order (the master host
-        first), ``node_rank`` = ``HOSTNAME``'s position, ``job`` = ("gridengine", JOB_ID,
-        the array task or empty) for the port policy, ``session_id`` = ``JOB_ID``; no
-        process layer (Grid Engine starts one job script, not the ranks). The job script
-        of a job of several hosts: :attr:`Report.problem` with the fix. An unreadable
-        file: no nodes, :attr:`Report.problem` with the fix.
     :raises TopologyError: ``JOB_ID``, ``NHOSTS``, ``NSLOTS`` or ``SGE_TASK_ID`` malformed,
         a malformed file, counts that disagree with it, ``HOSTNAME`` not in it.
     """
@@ -205,21 +179,11 @@ def read(environ: Mapping[str, str], line: Source,
     elif not task:
         node_rank = 0  # the master task runs on the master queue's host, the first line
         inputs["node_rank"] = ("PE_HOSTFILE",)
-    problem = None
-    if len(hosts) > 1 and not task:
-        problem = (
-            f"{_HOW}. Here it runs in the job script (derive-env -- mpirun ... runs it there "
-            "too), which runs on the master host only, the first of PE_HOSTFILE's "
-            f"NHOSTS={shorten(environ['NHOSTS'])!r}, and Grid Engine starts nothing on the others")
+    problem = None if len(hosts) == 1 or task else (
+        f"{_HOW}. Here it runs in the job script (derive-env -- mpirun ... runs it there "
+        "too), which runs on the master host only, the first of PE_HOSTFILE's "
+        f"NHOSTS={shorten(environ['NHOSTS'])!r}, and Grid Engine starts nothing on the others")
     return Report(
-        source=line.name,
-        title=line.title,
-        nodes=nodes_of(hosts),
-        node_rank=node_rank,
-        job=job,
-        session_id=session,
-        inputs=inputs,
-        order=_ORDER,
-        notes=tuple(notes),
-        problem=problem,
-    )
+        source=line.name, title=line.title, nodes=nodes_of(hosts), node_rank=node_rank,
+        job=job, session_id=session, inputs=inputs, order=_ORDER, notes=tuple(notes),
+        problem=problem)

@@ -1,26 +1,14 @@
-"""The IBM LSF source: a job's hosts (batch script) and a jsrun task.
+"""The IBM LSF source (docs/sources/schedulers.md; IBM Spectrum LSF, "Environment variables
+set for job execution"). Two table lines:
 
-Two table lines share this module (docs/sources/schedulers.md; IBM Spectrum LSF documentation,
-"Environment variables set for job execution"):
-
-* ``lsf`` (an allocation, as sources/managers/slurm.py ``read_allocation``): ``nodes`` = the hosts
-  of ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``: each execution host with its slots, the
-  first one running the batch script), in the order of their first appearance, slots
-  summed (sources/lists.py; Open MPI's ``ras/lsf`` bumps a repeated host's slots the
-  same way, open-mpi/ompi#1572). ``LSB_HOSTS`` (one word per slot, not set when too long)
-  must name the same hosts and slots when set. A batch script of a job of more than one
-  host: :attr:`Report.problem` (raised when no inner source, jsrun's or mpirun's ranks,
-  is seen): only jsrun, blaunch or an MPI launcher start processes on the other hosts.
-* ``jsrun`` (a task jsrun started, IBM Job Step Manager): the process layer from
-  ``JSM_NAMESPACE_RANK``, ``JSM_NAMESPACE_LOCAL_RANK``, ``JSM_NAMESPACE_SIZE``,
-  ``JSM_NAMESPACE_LOCAL_SIZE``; the compute hosts from ``LSB_DJOB_RANKFILE`` without its
-  first line, the launch node that runs the batch script and no task (PyTorch Lightning
-  ``LSFEnvironment._read_hosts``: "remove the launch node (i.e. the first node in
-  LSB_DJOB_RANKFILE) from the list"; OLCF's Summit scripts count ``LSB_DJOB_HOSTFILE``'s
-  hosts minus one). So the master is the first compute host, never the launch node that
-  ``LSB_MCPU_HOSTS`` lists first (so the ``lsf`` line is not read in a jsrun task: its
-  ``unless``). Spectrum MPI's ``OMPI_COMM_WORLD_*`` under jsrun (read by
-  the ``openmpi`` line too) are this task's companions: they must be equal.
+* ``lsf``: the hosts of ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``, the batch script's host
+  first), slots summed (as Open MPI's ``ras/lsf``, open-mpi/ompi#1572); ``LSB_HOSTS`` (a word
+  per slot) must agree. A batch script of several hosts: :attr:`Report.problem`.
+* ``jsrun`` (IBM Job Step Manager): the process layer of its roles (``JSM_NAMESPACE_*``,
+  Spectrum MPI's ``OMPI_COMM_WORLD_*`` companions); the compute hosts from
+  ``LSB_DJOB_RANKFILE`` without its first line, the launch node (PyTorch Lightning
+  ``LSFEnvironment._read_hosts``; OLCF's Summit scripts), so the ``lsf`` line is not read
+  in a jsrun task (its ``unless``).
 
 Pure: the rank file is read in cli/ (:func:`files_needed`).
 """
@@ -28,13 +16,14 @@ Pure: the rank file is read in cli/ (:func:`files_needed`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
+from derive_env.sources import roles
 from derive_env.sources.lists import HostSlots, one_per_slot, word_pairs
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import Report
 from derive_env.topology import nodes_of
-from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -48,10 +37,6 @@ _START = ("run derive-env inside jsrun or mpirun, after it: jsrun ... derive-env
           "train.py")
 _JSM = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE",
         "JSM_NAMESPACE_LOCAL_SIZE")
-#: The same facts as Spectrum MPI (Open MPI) states them in a task jsrun started.
-_SPECTRUM = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
-             "OMPI_COMM_WORLD_LOCAL_SIZE")
-_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -63,12 +48,8 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What LSF states for table line ``lsf`` or ``jsrun`` (module docstring).
+    """Line ``lsf`` or ``jsrun`` (module docstring); ``job`` = ``("lsf", LSB_JOBID, ...)``.
 
-    :param files: ``LSB_DJOB_RANKFILE``'s path -> content (``None``: unreadable), for jsrun.
-    :returns: the :class:`Report`: ``lsf``: the hosts, node rank 0 for a job of one host,
-        ``problem`` for a batch script of more; ``jsrun``: the process layer and the compute
-        hosts. Both: ``job`` = ``("lsf", LSB_JOBID, ...)``, ``session_id`` = ``LSB_JOBID``.
     :raises TopologyError: a malformed or contradicting value, an unreadable rank file.
     """
     if line.name == "jsrun":
@@ -87,10 +68,8 @@ def _job(environ: Mapping[str, str]) -> str:
 
 def _mcpu_hosts(environ: Mapping[str, str]) -> HostSlots:
     value = environ["LSB_MCPU_HOSTS"]
-    try:
-        listed = word_pairs(value, "each execution host followed by its slot count")
-    except ValueError as exc:
-        raise TopologyError(describe("LSB_MCPU_HOSTS", value, str(exc))) from None
+    listed = roles.parsed(environ, "LSB_MCPU_HOSTS", partial(
+        word_pairs, what="each execution host followed by its slot count"))
     per_slot = environ.get("LSB_HOSTS", "").split()
     if per_slot:
         try:
@@ -128,34 +107,15 @@ def _allocation(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
-def _processes(environ: Mapping[str, str], title: str) -> Processes:
+def _processes(environ: Mapping[str, str], line: Source) -> Report:
+    """The process layer of the line's roles (the four JSM_NAMESPACE_*, Spectrum MPI's
+    companions); each of the four must be set."""
     missing = [name for name in _JSM if not environ.get(name)]
     if missing:
         raise TopologyError(describe(
             missing[0], "", f"jsrun's value: jsrun sets all of {', '.join(_JSM)} for each "
             f"task; run derive-env in the command jsrun starts"))
-    rank, local, world, local_world = (variable_int(environ, name, minimum)
-                                       for name, minimum in zip(_JSM, (0, 0, 1, 1),
-                                                                strict=True))
-    for low, high, value, bound in ((_JSM[0], _JSM[2], rank, world),
-                                    (_JSM[1], _JSM[3], local, local_world)):
-        if value >= bound:
-            raise TopologyError(describe(
-                low, environ[low], f"a value below {high}={environ[high]!r}: {title} sets "
-                "both for one task, so one was exported by hand"))
-    if local_world > world:
-        raise TopologyError(describe(
-            _JSM[3], environ[_JSM[3]], f"at most {_JSM[2]}={environ[_JSM[2]]!r}: {title} "
-            "sets both for one task, so one was exported by hand"))
-    processes = Processes(rank, local, world, local_world)
-    for own, companion in zip(_JSM, _SPECTRUM, strict=True):
-        value = environ.get(companion)
-        if value and value.strip() != str(getattr(processes, _FACTS[_JSM.index(own)])):
-            raise TopologyError(describe(
-                companion, value, f"the same value as {own}={environ[own]!r}: under jsrun, "
-                "Spectrum MPI's ranks are jsrun's tasks, so one of them was exported by hand "
-                f"or inherited; unset {companion} or {own}, whichever is stale"))
-    return processes
+    return roles.read(environ, line)
 
 
 def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) -> HostSlots:
@@ -182,21 +142,18 @@ def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) 
 def _jsrun(environ: Mapping[str, str], line: Source,
            files: Mapping[str, str | None]) -> Report:
     job = _job(environ)
-    processes = _processes(environ, line.title)
+    report = _processes(environ, line)
     listed = _compute_hosts(environ, files)
-    if len(listed.hosts) > processes.world_size:
+    if len(listed.hosts) > report.processes.world_size:
         raise TopologyError(describe(
             "JSM_NAMESPACE_SIZE", environ["JSM_NAMESPACE_SIZE"],
             f"at least the {len(listed.hosts)} compute host(s) of LSB_DJOB_RANKFILE: jsrun "
             "runs this job's tasks on them; a jsrun of fewer tasks than hosts (jsrun -n) "
             "leaves hosts without a task, and derive-env cannot tell which"))
-    inputs = {"nodes": ("LSB_DJOB_RANKFILE",), "processes": _JSM,
-              **{fact: (name,) for fact, name in zip(_FACTS, _JSM, strict=True)},
-              "ports": ("LSB_JOBID",)}
-    return Report(
-        source=line.name, title=line.title, nodes=nodes_of(listed.hosts),
-        processes=processes, job=("lsf", job, "allocation"), session_id=job,
-        inputs=inputs, order=_JSRUN_ORDER,
+    return report._replace(
+        nodes=nodes_of(listed.hosts), job=("lsf", job, "allocation"), session_id=job,
+        inputs={**report.inputs, "nodes": ("LSB_DJOB_RANKFILE",), "ports": ("LSB_JOBID",)},
+        order=_JSRUN_ORDER,
         notes=(f"the launch node (the rank file's first line) runs no task; "
                f"{len(listed.hosts)} compute host(s)",),
     )

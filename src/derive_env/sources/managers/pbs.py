@@ -1,49 +1,25 @@
-"""The OpenPBS / Torque source: a job's node file, from the batch script or a TM task.
+"""The OpenPBS / Torque source: a job's node file, from the batch script or a TM task
+(docs/sources/schedulers.md). The node layer only; lines ``pbs`` and ``torque-task``.
 
-Table line ``pbs`` (docs/sources/schedulers.md; openpbs/openpbs@cd7ab5e
-``src/resmom/start_exec.c``).
-The node layer only, as for a Slurm allocation (sources/managers/slurm.py ``read_allocation``):
-
-* ``nodes`` = the hosts of ``PBS_NODEFILE`` in the order of their first appearance, each
-  host's lines summed as its slots (sources/lists.py). ``generate_pbs_nodefile`` writes
-  one line per vnode entry of the job (``ji_vnods``, exec_vnode order), the short host
-  name; the MoMs are numbered in the same order (``add_mom_to_job``: ``hn_node`` = the
-  first appearance of the MoM in exec_vnode, ``ji_nodeid`` = this MoM's), the mother
-  superior first: node rank r = the r-th distinct host, the master = the first one.
-* ``node_rank`` only where the MoM wrote it for this process: a TM task (``pbsdsh``, an MPI
-  launcher's ``tm`` daemons; ``start_process``) has ``PBS_TASKNUM`` as eight hexadecimal
-  digits (``%8.8X``) and ``PBS_NODENUM`` = ``ji_nodeid``. The batch script (``finish_exec``)
-  writes ``PBS_TASKNUM`` in decimal (``%u``); its ``PBS_NODENUM=0`` is copied into every
-  rank by a launcher that forwards its environment (MPICH's Hydra), so it proves nothing
-  outside the batch script, and the batch script alone runs on one node.
-* The node file exists on the mother superior; on a sister MoM only with the MoM option
-  ``gen_nodefile_on_sister_mom`` (``src/resmom/mom_comm.c``, ``catch_child.c``): where it
-  cannot be read, :attr:`Report.problem` says so (an inner launcher's ranks then need
-  ``MASTER_ADDR``, as any launcher without a host list).
-
-**Torque** (adaptivecomputing/torque ``src/resmom/start_exec.c`` ``InitUserEnv``, used for
-the batch script and for a TM task's ``start_process`` alike) writes ``PBS_TASKNUM`` in
-decimal (``"%d"`` of ``ti_task``) for both: the batch script is the job's first task
-(``ji_taskid`` starts at 1, ``mom_job_func.c``; ``pbs_task_create``), a ``pbsdsh`` task a
-later one (the mother superior numbers them, ``mom_comm.c``). Torque also sets
-``PBS_VNODENUM`` (``tm_spawn``'s node, ``mom_comm.c``; 0 in the batch script),
-``PBS_NODENUM`` = this MoM's ``ji_nodeid`` and ``PBS_NUM_NODES`` on every host, but
-``PBS_NODEFILE`` only where the MoM wrote the file (``MOM_HAS_NODEFILE``: the mother
-superior). So a decimal ``PBS_TASKNUM`` other than 1 beside ``PBS_VNODENUM`` is a Torque TM
-task on node ``PBS_NODENUM``, read as line ``torque-task`` on EVERY host, the mother
-superior's included: its node count is ``PBS_NUM_NODES`` and the master only what the task
-was given (``pbsdsh -u -e MASTER_ADDR=...``); without it, refused naming what to pass
-(``pbsdsh`` passes no variable of the batch script unless told, ``src/cmds/pbsdsh.c``).
-Where the node file is readable (the mother superior) it is only cross-checked
-(``PBS_NUM_NODES`` and ``PBS_NP`` against its hosts and lines, ``PBS_NODENUM`` within its
-hosts), never a source of facts: the tasks of one ``pbsdsh`` must state the same job facts
-(source, node count, master, no host list) on every host, so that their job digest and the
-check's job key agree; facts only the mother superior can state would set it apart.
-
-A batch script of a job of more than one host: :attr:`Report.problem` (raised when no inner
-source, an MPI launcher started from the script, is seen): only ``mpiexec`` or ``pbsdsh``
-start processes on the other hosts. Torque's ``PBS_NUM_NODES`` and ``PBS_NP`` (also set by
-some OpenPBS sites' hooks) are checked against the file when set.
+* ``nodes`` = the hosts of ``PBS_NODEFILE`` by first appearance, slots summed: OpenPBS
+  (openpbs/openpbs@cd7ab5e ``src/resmom/start_exec.c``) ``generate_pbs_nodefile`` writes a
+  line per vnode in exec_vnode order, and ``add_mom_to_job`` numbers the MoMs in that order,
+  the mother superior first (the master).
+* ``node_rank`` only in a TM task (``start_process``): ``PBS_TASKNUM`` of eight hex digits
+  (``%8.8X``) and ``PBS_NODENUM``. The batch script's decimal ``PBS_TASKNUM`` (``finish_exec``)
+  and ``PBS_NODENUM=0`` are copied into every rank by launchers (MPICH's Hydra): no proof.
+* The node file is on the mother superior only, unless ``gen_nodefile_on_sister_mom``
+  (``src/resmom/mom_comm.c``). Unreadable, or a batch script of several hosts:
+  :attr:`Report.problem`.
+* Torque (adaptivecomputing/torque ``src/resmom/start_exec.c`` ``InitUserEnv``) writes a
+  decimal ``PBS_TASKNUM``, 1 for the batch script (``mom_job_func.c``), beside
+  ``PBS_VNODENUM``, ``PBS_NODENUM`` and ``PBS_NUM_NODES`` on every host, and the node file on
+  the mother superior only (``MOM_HAS_NODEFILE``). A later task (``pbsdsh``) is read as line
+  ``torque-task`` on every host, the mother superior's too, so that every task states the
+  same job facts (digest, job key): the node count ``PBS_NUM_NODES``, the master only from
+  ``MASTER_ADDR`` (``pbsdsh`` passes nothing unless told, ``src/cmds/pbsdsh.c``); a readable
+  node file is only cross-checked.
+* ``PBS_NUM_NODES``, ``PBS_NP`` (Torque's, or a site hook's) must match the file when set.
 """
 
 from __future__ import annotations
@@ -69,6 +45,9 @@ _ORDER = ("PBS_NODEFILE order: the hosts by first appearance, the mother superio
 #: What to do, first: derive-env in the wrong place (the batch script, or around mpiexec).
 _START = ("run derive-env inside the launcher, after it: pbsdsh -u derive-env -- torchrun ... "
           "(one task per host), or mpiexec ... derive-env -- python train.py")
+#: What a Torque TM task on a sister host is told to pass (module docstring).
+PASS_MASTER = ("pbsdsh -u -e MASTER_ADDR=$(head -n1 $PBS_NODEFILE) derive-env -- torchrun "
+               "..., from the batch script")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -133,20 +112,12 @@ def _node_rank(environ: Mapping[str, str], count: int | None,
     return node
 
 
-#: What a Torque TM task on a sister host is told to pass (module docstring).
-PASS_MASTER = ("pbsdsh -u -e MASTER_ADDR=$(head -n1 $PBS_NODEFILE) derive-env -- torchrun "
-               "..., from the batch script")
-
-
 def _sister(environ: Mapping[str, str], line: Source,
             listed: HostSlots | None = None) -> Report:
-    """A Torque TM task (line ``torque-task``) on any host: its node and the node count,
-    the master only from ``MASTER_ADDR`` (module docstring).
+    """A Torque TM task (line ``torque-task``) on any host (module docstring); ``listed``:
+    the node file's hosts where readable, cross-checked only.
 
-    :param listed: the node file's hosts where this host can read it (the mother
-        superior): cross-checked only, so that every host's task states the same facts.
-    :raises TopologyError: ``PBS_NUM_NODES`` or ``PBS_NP`` against the node file,
-        ``PBS_NODENUM`` beyond its hosts (or beyond ``PBS_NUM_NODES``).
+    :raises TopologyError: the counts against the node file, ``PBS_NODENUM`` beyond them.
     """
     job = environ["PBS_JOBID"].strip()
     inputs: dict[str, tuple[str, ...]] = {"ports": ("PBS_JOBID",)}
@@ -180,13 +151,8 @@ def _sister(environ: Mapping[str, str], line: Source,
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What a PBS job states: the node layer of its node file (module docstring).
+    """The node layer (module docstring); ``job`` = ``("pbs", PBS_JOBID, "allocation")``.
 
-    :param files: ``PBS_NODEFILE``'s path -> its content (``None``: unreadable), read in cli/.
-    :returns: ``nodes`` (when the file is readable), ``node_rank`` (a TM task, or a job of
-        one host), ``job`` = ``("pbs", PBS_JOBID, "allocation")`` for every process of the
-        job, ``session_id`` = ``PBS_JOBID``; ``problem`` for a batch script of more than one
-        host, or a node file this process cannot read.
     :raises TopologyError: a malformed node file, ``PBS_NODENUM`` beyond its hosts, Torque's
         counts that contradict it, a TM task without ``PBS_NODENUM``.
     """
@@ -227,14 +193,7 @@ def read(environ: Mapping[str, str], line: Source,
                 f"it there too), which runs on the first of the job's {count} hosts only "
                 f"(PBS_NODEFILE={shorten(path)!r})")
     return Report(
-        source=line.name,
-        title=line.title,
-        nodes=nodes_of(listed.hosts) if listed is not None else (),
-        node_rank=node_rank,
-        job=("pbs", job, "allocation"),
-        session_id=job,
-        inputs=inputs,
-        order=_ORDER if listed is not None else None,
-        notes=tuple(notes),
-        problem=problem,
-    )
+        source=line.name, title=line.title,
+        nodes=nodes_of(listed.hosts) if listed is not None else (), node_rank=node_rank,
+        job=("pbs", job, "allocation"), session_id=job, inputs=inputs,
+        order=_ORDER if listed is not None else None, notes=tuple(notes), problem=problem)

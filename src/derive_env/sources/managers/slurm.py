@@ -1,54 +1,37 @@
-"""The Slurm source: what a task of an ``srun`` step and a batch script / salloc shell see.
+"""The Slurm source (docs/sources/slurm.md), two table lines:
 
-Two table lines share this module (sources/__init__.py ``SOURCES``):
+* ``slurm-step``: a task ``srun`` started; both layers (:func:`read_step`);
+* ``slurm-allocation``: the job's allocation; the node layer, this process's node only when
+  proven (:func:`read_allocation`).
 
-* ``slurm-step`` (docs/sources/slurm.md): a task ``srun`` started. Both layers: the step's nodes
-  in Slurm's order, this task's node, its rank, local rank and the step's sizes.
-* ``slurm-allocation`` (docs/sources/slurm.md): the job's allocation. The node layer at most: the
-  job's hosts, and this process's node only when it is proven (module docstring of
-  :func:`read_allocation`).
-
-Every rule names the Slurm file it follows (SchedMD/slurm; recorded behaviour of Slurm
-22.05 in tests/fixtures/recorded/README.md wins over any written description where they differ).
-Pure: reads only the mapping it is given, plus the content of ``SLURM_HOSTFILE`` that the
-command line read for it (:func:`files_needed`).
-
-Errors are of two kinds. A value that is wrong whatever runs inside the step (a malformed
-list, counts that do not add up, a step of another job) raises :class:`TopologyError`. A
-self-check only this task can make (``SLURM_GTIDS``, ``SLURMD_NODENAME``, rank 0's node)
-goes into :attr:`Report.problem`: MPICH Hydra copies those two variables from ``mpiexec``
-into every rank (recordings mpich-in-sbatch), so the resolver raises the problem only when
-no inner source (the MPI launcher) is seen.
+Each rule names the SchedMD/slurm file it follows; recorded Slurm 22.05
+(tests/fixtures/recorded/README.md) wins over a description. A value wrong whatever runs in
+the step raises :class:`TopologyError`; what only this task can check (``SLURM_GTIDS``,
+``SLURMD_NODENAME``, rank 0's node) is :attr:`Report.problem`, raised only when no inner
+source is seen: MPICH Hydra copies them from ``mpiexec`` into every rank (mpich-in-sbatch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.hosts import host_problem
-from derive_env.sources.managers.slurm_checks import (
-    Step,
-    check_mpi_plugin,
-    gpus_on_node,
-    hosts_of,
-    job_hosts_if_set,
-    job_id,
-    parsed,
-    refuse_het,
-    same_as,
-    step_tasks,
+from derive_env.sources.managers.slurm_hostlist import (
+    arbitrary_master,
+    expand_checked,
+    expand_tasks_per_node,
+    parse_resv_ports,
 )
-from derive_env.sources.managers.slurm_hostlist import expand_hostfile, parse_resv_ports
 from derive_env.sources.report import Processes, Report
 from derive_env.topology import nodes_of
+from derive_env.validation import PER_NODE, parse_int, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
-from derive_env.validation import parse_int, variable_int
 
+_T = TypeVar("_T")
 _COPIED = ("this task's own Slurm variables contradict the step it names, as when a "
            "launcher inside the step (MPICH's mpiexec) copied them from another process; "
            "run derive-env directly under srun, or under an MPI launcher derive-env reads")
@@ -56,11 +39,21 @@ _COPIED = ("this task's own Slurm variables contradict the step it names, as whe
 RUN_IN_SRUN = ("run derive-env inside srun, after it: srun --ntasks-per-node=1 derive-env -- "
                "torchrun ..., or one task per GPU: srun --ntasks-per-node=<GPUs per node> "
                "derive-env -- python train.py")
+_STEP_ORDER = ("SLURM_STEP_NODELIST order: Slurm's node index in the step, as SLURM_NODEID "
+               "counts it (slurmstepd, src/slurmd/slurmstepd/task.c)")
+_JOB_ORDER = ("SLURM_JOB_NODELIST order: the job's nodes in slurm.conf node order "
+              "(src/common/hostlist.c hostlist_ranged_string)")
+#: Set only in a heterogeneous job or step: Slurm 20.02+ (env.c), older releases.
+_HET_SIZES = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
+#: Per-component suffixes; group 0 is in ordinary steps too (recorded): a group above 0 only.
+_HET_GROUPS = ("_HET_GROUP_", "_PACK_GROUP_")
+#: Set by Flux's job shell for each task it starts (flux-core src/shell/task.c).
+FLUX_TASK = "FLUX_TASK_RANK"
 
 
 def alloc_problem(value: str, step: str | None = None) -> str:
-    """The message for a batch script or salloc shell of a multi-node job (docs/sources/slurm.md);
-    inside srun step ``step`` (the allocation line chosen alone, ``--source``), the step's."""
+    """The message for a batch script or salloc shell of a multi-node job; inside srun step
+    ``step`` (the allocation line chosen alone, ``--source``), the step's."""
     if step is not None:
         return describe(
             "SLURM_JOB_NUM_NODES", value,
@@ -73,20 +66,9 @@ def alloc_problem(value: str, step: str | None = None) -> str:
             f"SLURM_JOB_NUM_NODES={shorten(value)!r}: only srun starts processes on the others")
 
 
-_STEP_ORDER = ("SLURM_STEP_NODELIST order: Slurm's node index in the step, as SLURM_NODEID "
-               "counts it (slurmstepd, src/slurmd/slurmstepd/task.c)")
-_JOB_ORDER = ("SLURM_JOB_NODELIST order: the job's nodes in slurm.conf node order "
-              "(src/common/hostlist.c hostlist_ranged_string)")
-
-
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The files :func:`read` needs for table line ``name``: ``SLURM_HOSTFILE`` of an
-    ``srun -m arbitrary`` step (its first host is rank 0's, srun.1 "arbitrary"), else none.
-
-    :param environ: the process environment.
-    :param name: ``slurm-step`` or ``slurm-allocation``.
-    :returns: paths for the edge to read and pass to :func:`read` as ``files``.
-    """
+    """``SLURM_HOSTFILE`` of an ``srun -m arbitrary`` step (its first host is rank 0's,
+    srun.1 "arbitrary"), for the edge to read; else none."""
     if name == "slurm-step" and _arbitrary(environ) and environ.get("SLURM_HOSTFILE"):
         return (environ["SLURM_HOSTFILE"],)
     return ()
@@ -94,24 +76,160 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What Slurm states for table line ``name`` (``slurm-step`` or ``slurm-allocation``).
-
-    :param environ: the process environment (only Slurm's variables are read, plus
-        ``ENVIRONMENT`` that Slurm sets in a batch script).
-    :returns: the :class:`Report` (see :func:`read_step`, :func:`read_allocation`).
-    :raises TopologyError: a malformed or inconsistent value, naming the variable(s).
-    """
+    """:func:`read_step` for line ``slurm-step``, else :func:`read_allocation`."""
     if line.name == "slurm-step":
         return read_step(environ, line.title, files or {})
-    if line.name == "slurm-allocation":
-        return read_allocation(environ, line.title)
-    raise ValueError(f"not a Slurm table line: {line.name!r}")
+    return read_allocation(environ, line.title)
 
 
 def _arbitrary(environ: Mapping[str, str]) -> bool:
     """``srun -m arbitrary`` (``SLURM_DISTRIBUTION`` from ``-m``, src/common/env.c
     ``_setup_distribution`` writes ``arbitrary``; a ``:socket`` part may follow)."""
     return environ.get("SLURM_DISTRIBUTION", "").startswith("arbitrary")
+
+
+# -- the rules of both lines ----------------------------------------------------------------
+
+
+def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
+    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
+    TopologyError naming the variable and its value."""
+    try:
+        return parse(environ[name])
+    except ValueError as exc:
+        raise TopologyError(describe(name, environ[name], str(exc))) from None
+
+
+def job_id(environ: Mapping[str, str]) -> str:
+    """``SLURM_JOB_ID``, checked against its old name ``SLURM_JOBID`` (src/common/env.c
+    ``setup_env`` writes both from one value)."""
+    job = environ["SLURM_JOB_ID"]
+    variable_int(environ, "SLURM_JOB_ID", 1)
+    alias = environ.get("SLURM_JOBID")
+    if alias and alias != job:
+        raise TopologyError(describe(
+            "SLURM_JOBID", alias,
+            f"the same job id as SLURM_JOB_ID={job!r} (Slurm sets both from one value); one "
+            "of them was inherited from another job or set by hand: unset the stale one"))
+    return job
+
+
+def refuse_het(environ: Mapping[str, str]) -> None:
+    """Refuse a heterogeneous job: its ids and lists span components (task.c, env.c)."""
+    found = next((n for n in _HET_SIZES if environ.get(n)), None) or next(
+        (key for key in environ for marker in _HET_GROUPS
+         if key.partition(marker)[2] not in ("", "0") and environ[key]), None)
+    if found:
+        raise TopologyError(describe(
+            found, environ[found],
+            "unset: this is a heterogeneous Slurm job (srun ... : ..., #SBATCH hetjob), whose "
+            "ranks and node lists span its components, and derive-env does not read those "
+            "yet; run one homogeneous step per derive-env (srun --het-group=0 derive-env -- "
+            "...), or set the framework variables yourself"))
+
+
+def gpus_on_node(environ: Mapping[str, str], inputs: dict[str, tuple[str, ...]]) -> int | None:
+    """``SLURM_GPUS_ON_NODE``, the GPUs allocated on this node (srun.1 and sbatch.1, OUTPUT
+    ENVIRONMENT VARIABLES), never the request ``SLURM_GPUS_PER_NODE`` (``a100:4``); its
+    input added to ``inputs``."""
+    if not environ.get("SLURM_GPUS_ON_NODE"):
+        return None
+    inputs["gpus"] = ("SLURM_GPUS_ON_NODE",)
+    return variable_int(environ, "SLURM_GPUS_ON_NODE", 0, maximum=PER_NODE)
+
+
+class Step:
+    """``hosts``, ``node_id``, ``num_nodes``: the step's node variables, checked against each
+    other and against the job's hosts ``job_hosts`` when set."""
+
+    __slots__ = ("hosts", "node_id", "num_nodes")
+
+    def __init__(self, environ: Mapping[str, str], job_hosts: tuple[str, ...] | None) -> None:
+        self.num_nodes = variable_int(environ, "SLURM_STEP_NUM_NODES", 1)
+        self.node_id = variable_int(environ, "SLURM_NODEID", 0)
+        same_list = environ.get("SLURM_JOB_NODELIST") == environ["SLURM_STEP_NODELIST"]
+        self.hosts = job_hosts if same_list and job_hosts else parsed(
+            environ, "SLURM_STEP_NODELIST", expand_checked)
+        if len(self.hosts) != self.num_nodes:
+            raise TopologyError(describe(
+                "SLURM_STEP_NUM_NODES", environ["SLURM_STEP_NUM_NODES"],
+                f"the number of nodes in SLURM_STEP_NODELIST={environ['SLURM_STEP_NODELIST']!r}"
+                f" ({len(self.hosts)}); srun writes both for one step (src/common/env.c "
+                "env_array_for_step), so one was set by hand or inherited"))
+        if self.node_id >= self.num_nodes:
+            raise TopologyError(describe(
+                "SLURM_NODEID", environ["SLURM_NODEID"],
+                f"a node index below SLURM_STEP_NUM_NODES={self.num_nodes}"))
+        if job_hosts is not None and not same_list:
+            outside = set(self.hosts).difference(job_hosts)
+            if outside:
+                raise TopologyError(describe(
+                    "SLURM_STEP_NODELIST", environ["SLURM_STEP_NODELIST"],
+                    f"nodes of this job's SLURM_JOB_NODELIST={environ['SLURM_JOB_NODELIST']!r}"
+                    f", not {sorted(outside)[0]!r}: the step variables were inherited from "
+                    "another job (a job submitted from inside a step); unset SLURM_STEP_* "
+                    "before sbatch/salloc, or submit with --export=NONE"))
+
+
+def same_as(environ: Mapping[str, str], mine: tuple[str, int], other: tuple[str, int]) -> None:
+    """Raise unless ``mine`` ``(variable, its value parsed)`` equals ``other``'s value."""
+    (name, number), (other, expected) = mine, other
+    if number != expected:
+        raise TopologyError(describe(
+            name, environ[name],
+            f"{expected}, as {other}={environ[other]!r}: both are Slurm's own for this step, "
+            "so one was set by hand or inherited"))
+
+
+#: (the variable naming the step, a plugin's variable, its minimum, the step's own variable).
+_MPI_PLUGINS = (("PMI_JOBID", "PMI_RANK", 0, "SLURM_PROCID"),
+                ("PMI_JOBID", "PMI_SIZE", 1, "SLURM_STEP_NUM_TASKS"),
+                ("PMIX_NAMESPACE", "PMIX_RANK", 0, "SLURM_PROCID"),
+                ("PALS_APID", "PALS_RANKID", 0, "SLURM_PROCID"),
+                ("PALS_APID", "PALS_NODEID", 0, "SLURM_NODEID"))
+
+
+def check_mpi_plugin(environ: Mapping[str, str], this: str, facts: Mapping[str, int]) -> None:
+    """The variables of Slurm's MPI plugins that name step ``this`` (``<job>.<step>``) equal
+    the step's ``facts``: ``--mpi=pmi2`` ``PMI_JOBID=<job>.<step>`` (src/plugins/mpi/pmi2/
+    setup.c), ``--mpi=pmix`` ``PMIX_NAMESPACE=slurm.pmix.<job>.<step>`` (pmix/pmixp_info.c),
+    ``--mpi=cray_shasta`` ``PALS_APID`` (cray_shasta/mpi_cray_shasta.c; recorded). Those of
+    another step come from a launcher inside it: the resolver composes them."""
+    names = {"PMI_JOBID": this, "PMIX_NAMESPACE": f"slurm.pmix.{this}", "PALS_APID": this}
+    for marker, name, minimum, fact in _MPI_PLUGINS:
+        if environ.get(marker) == names[marker] and environ.get(name):
+            same_as(environ, (name, variable_int(environ, name, minimum)),
+                    (fact, facts[fact]))
+
+
+def step_tasks(environ: Mapping[str, str], info: Step) -> Processes:
+    """The step's process layer: ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_STEP_NUM_TASKS``
+    and ``SLURM_STEP_TASKS_PER_NODE``, checked against each other and the step's nodes."""
+    world = variable_int(environ, "SLURM_STEP_NUM_TASKS", 1)
+    rank = variable_int(environ, "SLURM_PROCID", 0)
+    local_rank = variable_int(environ, "SLURM_LOCALID", 0)
+    tasks_per_node = parsed(environ, "SLURM_STEP_TASKS_PER_NODE", expand_tasks_per_node)
+    if len(tasks_per_node) != info.num_nodes:
+        raise TopologyError(describe(
+            "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"],
+            f"one task count per node of the step, SLURM_STEP_NUM_NODES={info.num_nodes}, "
+            f"not {len(tasks_per_node)}"))
+    if sum(tasks_per_node) != world:
+        raise TopologyError(describe(
+            "SLURM_STEP_TASKS_PER_NODE", environ["SLURM_STEP_TASKS_PER_NODE"],
+            f"task counts adding up to SLURM_STEP_NUM_TASKS={world}, not {sum(tasks_per_node)}"))
+    if rank >= world:
+        raise TopologyError(describe(
+            "SLURM_PROCID", environ["SLURM_PROCID"],
+            f"a rank below SLURM_STEP_NUM_TASKS={world}"))
+    local_world = tasks_per_node[info.node_id]
+    if local_rank >= local_world:
+        raise TopologyError(describe(
+            "SLURM_LOCALID", environ["SLURM_LOCALID"],
+            f"a local rank below {local_world}, the task count of node SLURM_NODEID="
+            f"{info.node_id} in SLURM_STEP_TASKS_PER_NODE="
+            f"{environ['SLURM_STEP_TASKS_PER_NODE']!r}"))
+    return Processes(rank, local_rank, world, local_world, tasks_per_node)
 
 
 # -- slurm-step --------------------------------------------------------------------------------
@@ -127,54 +245,6 @@ def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
     except ValueError:
         raise TopologyError(describe(
             "SLURM_GTIDS", value, "a comma-separated list of task ids such as 0,1")) from None
-
-
-def _hostfile_hosts(path: str, text: str | None) -> list[str]:
-    """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task): its grammar is
-    :func:`~derive_env.sources.managers.slurm_hostlist.expand_hostfile`'s."""
-    where = f"SLURM_HOSTFILE={shorten(path)!r}"
-    if text is None:
-        raise TopologyError(
-            f"{where}: expected a regular file of at most 16 MiB this process can read "
-            "(not a directory, FIFO or device): with SLURM_DISTRIBUTION="
-            "arbitrary rank 0 runs on its first host, which no variable states; make the "
-            "file visible at the same path inside the container (bind-mount its folder) "
-            "or use another distribution (-m block)")
-    try:
-        return expand_hostfile(text, host_problem)
-    except ValueError as exc:
-        raise TopologyError(f"{where}: expected {exc}") from None
-
-
-def _arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None],
-                      hosts: tuple[str, ...], rank: int) -> tuple[str, str | None]:
-    """Rank 0's host of an arbitrary step: the first host of ``SLURM_HOSTFILE`` (srun.1
-    "arbitrary": tasks follow the file's lines); and this task's line, when it has one."""
-    path = environ.get("SLURM_HOSTFILE", "")
-    if not path:
-        raise TopologyError(describe(
-            "SLURM_DISTRIBUTION", environ["SLURM_DISTRIBUTION"],
-            "SLURM_HOSTFILE to be set as well: with arbitrary distribution rank 0 runs on "
-            "the first host of that file, which no other variable states; set SLURM_HOSTFILE"
-            " to the file srun used"))
-    listed = _hostfile_hosts(path, files.get(path))
-    master = listed[0]
-    if master not in hosts:
-        raise TopologyError(
-            f"SLURM_HOSTFILE={shorten(path)!r}: expected its first host {master!r} (rank 0's) "
-            f"to be a node of the step, SLURM_STEP_NODELIST="
-            f"{environ['SLURM_STEP_NODELIST']!r}: the file was changed after srun read it, "
-            "or belongs to another step")
-    world = int(environ["SLURM_STEP_NUM_TASKS"])
-    if len(listed) < world:
-        # srun needs a line per task with -m arbitrary (src/api/allocate.c
-        # slurm_read_hostfile): a shorter file is not the one this step was placed by.
-        raise TopologyError(
-            f"SLURM_HOSTFILE={shorten(path)!r}: expected a line for each of the "
-            f"SLURM_STEP_NUM_TASKS={world} tasks (srun places task r on line r+1), not "
-            f"{len(listed)}: the file was changed after srun read it, or belongs to another "
-            "step")
-    return master, listed[rank]
 
 
 def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], info: Step,
@@ -204,7 +274,7 @@ def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], in
             f"{environ['SLURM_STEP_NODELIST']!r}"))
     master: str | None = None
     if _arbitrary(environ):
-        master, own_line = _arbitrary_master(environ, files, hosts, rank)
+        master, own_line = arbitrary_master(environ, files, hosts, rank)
         if own_line is not None and own_line != hosts[node_id]:
             problems.append(
                 f"SLURM_HOSTFILE={shorten(environ['SLURM_HOSTFILE'])!r}: expected line {rank + 1} "
@@ -224,26 +294,21 @@ def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], in
 
 def _ports_and_gpus(environ: Mapping[str, str],
                     inputs: dict[str, tuple[str, ...]]) -> tuple[tuple[int, ...], int | None]:
-    """``SLURM_STEP_RESV_PORTS`` (else the ports come from the job and step ids) and
-    ``SLURM_GPUS_ON_NODE``; adds their inputs to ``inputs``."""
-    ports: tuple[int, ...] = ()
+    """``SLURM_STEP_RESV_PORTS`` (else the job and step ids seed the ports) and the GPUs;
+    adds their inputs to ``inputs``."""
     if environ.get("SLURM_STEP_RESV_PORTS"):
-        ports = parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports)
         inputs["ports"] = ("SLURM_STEP_RESV_PORTS",)
-    else:
-        inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
-    gpus, gpu_inputs = gpus_on_node(environ)
-    if gpu_inputs:
-        inputs["gpus"] = gpu_inputs
-    return ports, gpus
+        return (parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports),
+                gpus_on_node(environ, inputs))
+    inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
+    return (), gpus_on_node(environ, inputs)
 
 
 def _pty_notes(environ: Mapping[str, str], world: int,
                rank: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(notes, warnings)`` for a step with ``SLURM_PTY_PORT``: described as it is, never
-    refused (recorded, tests/data/slurm-extra: ``srun -N2 --pty`` runs the command on both
-    tasks, only task 0 with the terminal; an srun inside a pty shell passes
-    ``SLURM_PTY_PORT`` on to its tasks)."""
+    """``(notes, warnings)`` for ``SLURM_PTY_PORT``, never refused (recorded, tests/data/
+    slurm-extra: ``srun -N2 --pty`` runs the command on both tasks, task 0 with the
+    terminal; an srun inside a pty shell passes ``SLURM_PTY_PORT`` on)."""
     if not environ.get("SLURM_PTY_PORT"):
         return (), ()
     notes = (f"SLURM_PTY_PORT is set: an srun --pty step, or a step started from one "
@@ -260,65 +325,41 @@ def _pty_notes(environ: Mapping[str, str], world: int,
 
 def read_step(environ: Mapping[str, str], title: str,
               files: Mapping[str, str | None] = {}) -> Report:
-    """The ``slurm-step`` line: a task of an ``srun`` step (docs/sources/slurm.md).
+    """A task of an ``srun`` step (docs/sources/slurm.md, "What derive-env reads"): never the
+    job's ``SLURM_NTASKS`` (kept by ``srun -E``, env.c); ``master`` only for ``-m arbitrary``
+    (block, cyclic and plane put rank 0 on ``nodes[0]``); ``job`` = ("slurm", job, step).
 
-    Facts: ``nodes`` = ``SLURM_STEP_NODELIST`` expanded; ``node_rank`` = ``SLURM_NODEID``
-    (an index into the step's list, task.c); processes = (``SLURM_PROCID``,
-    ``SLURM_LOCALID``, ``SLURM_STEP_NUM_TASKS``, tasks per node [node rank], tasks per node)
-    from ``SLURM_STEP_TASKS_PER_NODE``; never ``SLURM_NTASKS``/``SLURM_NPROCS`` (the job's,
-    kept by ``srun -E``, env.c). ``master`` only for ``-m arbitrary`` (first host of
-    ``SLURM_HOSTFILE``); block, cyclic and plane put rank 0 on ``nodes[0]``.
-    ``reserved_ports`` from ``SLURM_STEP_RESV_PORTS``; ``job`` = ("slurm", job id, step id);
-    ``gpus`` = ``SLURM_GPUS_ON_NODE``; ``session_id`` = ``SLURM_JOB_ID``.
-
-    :param title: the table line's title.
-    :param files: the content of ``SLURM_HOSTFILE`` for ``-m arbitrary`` (path -> text, or
-        ``None`` when unreadable).
-    :raises TopologyError: malformed values; sizes that disagree; ranks out of range; a step
-        of another job; an unreadable or malformed hostfile; a heterogeneous step; Slurm's
-        MPI plugin variables that contradict the step.
+    :raises TopologyError: malformed or disagreeing values, a step of another job or of a
+        heterogeneous one, an unreadable hostfile, MPI plugin variables against the step.
     """
     refuse_het(environ)
     job = job_id(environ)
     step = environ["SLURM_STEP_ID"]
     variable_int(environ, "SLURM_STEP_ID", 0)
-    info = Step(environ, job_hosts_if_set(environ))
+    info = Step(environ, parsed(environ, "SLURM_JOB_NODELIST", expand_checked)
+                if environ.get("SLURM_JOB_NODELIST") else None)
     hosts, node_id = info.hosts, info.node_id
     rank, local_rank, world, local_world, tasks_per_node = step_tasks(environ, info)
     check_mpi_plugin(environ, f"{job}.{step}",
                      {"SLURM_PROCID": rank, "SLURM_STEP_NUM_TASKS": world, "SLURM_NODEID": node_id})
     inputs: dict[str, tuple[str, ...]] = {
-        "nodes": ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES"),
-        "node_rank": ("SLURM_NODEID",),
+        "nodes": ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES"), "node_rank": ("SLURM_NODEID",),
         "processes": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS",
                       "SLURM_STEP_TASKS_PER_NODE"),
         "rank": ("SLURM_PROCID",), "local_rank": ("SLURM_LOCALID",),
-        "world_size": ("SLURM_STEP_NUM_TASKS",),
-        # this node's entry (SLURM_NODEID) of the list
-        "local_world_size": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID"),
-    }
+        "world_size": ("SLURM_STEP_NUM_TASKS",),  # and this node's entry of the list:
+        "local_world_size": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID")}
     master, problems = _self_checks(environ, files, info, (rank, local_rank, local_world))
     if _arbitrary(environ):
         inputs["master"] = ("SLURM_DISTRIBUTION", "SLURM_HOSTFILE")
     ports, gpus = _ports_and_gpus(environ, inputs)
     notes, warnings = _pty_notes(environ, world, rank)
     return Report(
-        source="slurm-step",
-        title=title,
-        nodes=_nodes(hosts),
-        node_rank=node_id,
+        source="slurm-step", title=title, nodes=_nodes(hosts), node_rank=node_id,
         processes=Processes(rank, local_rank, world, local_world, tasks_per_node),
-        master=master,
-        reserved_ports=ports,
-        job=("slurm", job, step),
-        gpus=gpus,
-        session_id=job,
-        inputs=inputs,
-        order=_STEP_ORDER,
-        notes=notes,
-        warnings=warnings,
-        problem=(f"{'; '.join(problems)}: {_COPIED}" if problems else None),
-    )
+        master=master, reserved_ports=ports, job=("slurm", job, step), gpus=gpus,
+        session_id=job, inputs=inputs, order=_STEP_ORDER, notes=notes, warnings=warnings,
+        problem=(f"{'; '.join(problems)}: {_COPIED}" if problems else None))
 
 
 #: The nodes of a host list (cached: both lines of a step usually share the job's list).
@@ -328,17 +369,15 @@ _nodes = lru_cache(maxsize=4)(nodes_of)
 # -- slurm-allocation --------------------------------------------------------------------------
 
 
-#: Set by Flux's job shell for each task it starts (flux-core src/shell/task.c).
-FLUX_TASK = "FLUX_TASK_RANK"
-
-
 def _allocation_node(
     environ: Mapping[str, str], hosts: tuple[str, ...], in_step: bool,
     inputs: dict[str, tuple[str, ...]],
 ) -> tuple[int | None, list[str], int | None]:
-    """``(node rank, notes, gpus)`` of a process of the allocation: the node rank only when
-    proven (see :func:`read_allocation`), the GPUs only in the batch script. Adds their
-    inputs to ``inputs``."""
+    """``(node rank, notes, gpus)``, the node rank only when proven: in a step (an MPI
+    launcher's daemon step) its node ``SLURM_NODEID``'s place in the job's hosts (task.c); the
+    batch script (``ENVIRONMENT=BATCH``, env.c ``env_array_for_batch_job``) on the first host:
+    0 (sbatch.1); else none (salloc runs where it runs, often a login node). GPUs only in the
+    batch script. Adds their inputs to ``inputs``."""
     node_rank: int | None = None
     notes: list[str] = []
     gpus: int | None = None
@@ -366,9 +405,7 @@ def _allocation_node(
         node_rank = 0
         inputs["node_rank"] = ("ENVIRONMENT", "SLURMD_NODENAME")
         notes.append("the batch script, on the job's first node")
-        gpus, gpu_inputs = gpus_on_node(environ)
-        if gpu_inputs:
-            inputs["gpus"] = gpu_inputs
+        gpus = gpus_on_node(environ, inputs)
     elif len(hosts) == 1:
         notes.append("an salloc shell, or a process outside the job's node, of a one-node job")
     else:
@@ -377,34 +414,13 @@ def _allocation_node(
 
 
 def read_allocation(environ: Mapping[str, str], title: str) -> Report:
-    """The ``slurm-allocation`` line: the job's allocation (docs/sources/slurm.md).
-
-    Facts: ``nodes`` = ``SLURM_JOB_NODELIST`` expanded, checked against
-    ``SLURM_JOB_NUM_NODES`` (and ``SLURM_NNODES`` outside a step, where srun rewrites it to
-    the step's count: recording ompi-in-sbatch). ``node_rank``, only when proven:
-
-    * in a step (``SLURM_STEP_NODELIST`` and ``SLURM_NODEID`` set, e.g. the daemon step of
-      an MPI launcher): the position in the job's hosts of the step's node
-      ``SLURM_NODEID`` (task.c numbers it within the step);
-    * outside any step, in a batch script (``ENVIRONMENT=BATCH``, env.c
-      ``env_array_for_batch_job``) whose ``SLURMD_NODENAME`` is the job's first host: 0
-      (the batch script runs on the first node, sbatch.1);
-    * else ``None`` (an salloc shell runs where salloc runs, often a login node), and in a
-      Flux task (``srun -N4 flux start``: ``flux run`` copies the submitter's ``SLURM_*``
-      into every task, so ``SLURM_NODEID`` is not its node).
-
-    A job of one node: that host, node rank 0. A job of more nodes: :attr:`Report.problem`
-    says that only srun starts the other nodes (the resolver raises it when no inner
-    source, such as an MPI launcher started from the script, uses the host list).
-    ``job`` = ("slurm", job id, "allocation"): one value for every process of the
-    allocation, in a step or not, so that ports agree.
-
-    :raises TopologyError: malformed values; counts that disagree; a heterogeneous job;
-        step variables whose node is not one of the job's.
-    """
+    """The job's allocation: ``SLURM_JOB_NODELIST`` against ``SLURM_JOB_NUM_NODES`` (and
+    ``SLURM_NNODES`` outside a step, where srun rewrites it: ompi-in-sbatch); ``job`` =
+    ("slurm", job, "allocation") in a step or not, so that ports agree. TopologyError:
+    malformed or disagreeing values, a heterogeneous job, a step's node outside the job."""
     refuse_het(environ)
     job = job_id(environ)
-    hosts = hosts_of(environ, "SLURM_JOB_NODELIST")
+    hosts = parsed(environ, "SLURM_JOB_NODELIST", expand_checked)
     count = variable_int(environ, "SLURM_JOB_NUM_NODES", 1)
     if count != len(hosts):
         raise TopologyError(describe(
@@ -423,17 +439,9 @@ def read_allocation(environ: Mapping[str, str], title: str) -> Report:
         inputs.setdefault("node_rank", ("SLURM_JOB_NUM_NODES",))
     inputs["ports"] = ("SLURM_JOB_ID",)
     return Report(
-        source="slurm-allocation",
-        title=title,
-        nodes=_nodes(hosts),
-        node_rank=node_rank,
-        job=("slurm", job, "allocation"),
-        gpus=gpus,
-        session_id=job,
-        inputs=inputs,
-        order=_JOB_ORDER,
-        notes=tuple(notes),
+        source="slurm-allocation", title=title, nodes=_nodes(hosts), node_rank=node_rank,
+        job=("slurm", job, "allocation"), gpus=gpus, session_id=job, inputs=inputs,
+        order=_JOB_ORDER, notes=tuple(notes),
         problem=alloc_problem(environ["SLURM_JOB_NUM_NODES"],
                               environ.get("SLURM_STEP_ID", "?") if in_step else None)
-        if len(hosts) > 1 else None,
-    )
+        if len(hosts) > 1 else None)

@@ -1,67 +1,31 @@
-"""Slurm's text formats, as pure functions: host lists, tasks per node, reserved ports, and
-the hostfile of ``srun -m arbitrary``.
+"""Slurm's text formats (docs/sources/slurm.md): host lists, tasks per node, reserved ports,
+the hostfile of ``srun -m arbitrary``; their errors are ValueErrors completing "expected
+...", which the Slurm source's ``parsed`` and :func:`arbitrary_master` turn into a
+TopologyError naming the variable or file.
 
-A port of Slurm's own parser (SchedMD/slurm@284c3b9, ``src/common/hostlist.c``, the
-one-dimensional grammar every non-BlueGene cluster uses), not a re-invention. Standard
-library only, no regular expression, no typing import: the Slurm source
-(sources/managers/slurm.py) imports it on every container start in a Slurm job.
+Host lists: a port of Slurm's parser (SchedMD/slurm@284c3b9 ``src/common/hostlist.c``, the
+one-dimensional grammar), no regular expression (imported on every start in a Slurm job);
+each function names the C function it follows:
 
-Host list grammar (``expand_hostlist``), rule by rule with the C function it follows:
+* tokens split on ``"\\t, \\n"``, not inside ``[...]`` (``_next_tok``); no ``[``: one host;
+* the LAST ``[`` opens the range list, text after its ``]`` is a suffix (``n[01-02]-ib``);
+  the prefix's groups vary in Slurm's order, not lexicographically (``_push_range_list``);
+* ``lo`` or ``lo-hi`` read as C's ``strtoul``, printed with the width of the ``lo`` text
+  (``n[009-011]``); duplicates kept, in order.
 
-* Tokens are separated by any of ``"\\t, \\n"`` (``hostlist_create_dims``); runs of
-  separators count once; an empty list expands to no host.
-* A separator between ``[`` and the next ``]`` does not end a token (``_next_tok``), so
-  ``n[1,3]`` is one token.
-* A token without ``[`` is one host, kept verbatim (``hostlist_push_host_dims``).
-* Otherwise the LAST ``[`` of the token opens the range list, the first ``]`` after it closes
-  it, and the text after that ``]`` is a suffix repeated on every host
-  (``_hostlist_create_bracketed``): ``n[01-02]-ib`` -> ``n01-ib n02-ib``. A ``[`` without
-  a ``]`` after it is an error.
-* The text before that ``[`` (the prefix) may hold more bracket groups; its last ``[`` and
-  the last ``]`` after it form a group, expanded and recursed into (``_push_range_list``).
-  The resulting order is Slurm's, and for three or more groups it is not lexicographic:
-  ``a[1-2]b[3-4]c[5-6]`` -> ``a1b3c5 a1b3c6 a2b3c5 a2b3c6 a1b4c5 ...`` (the group just
-  before the last varies slowest). A prefix group expands to at most ``MAX_PREFIX_CNT``
-  (65536) values.
-* A range list is ``,``-separated items ``lo`` or ``lo-hi`` (``_parse_range_list``,
-  ``_parse_single_range``): numbers are read as C's ``strtoul`` reads them (leading blanks
-  and a ``+`` allowed), each host is printed ``%0*lu`` with the width of the ``lo`` TEXT
-  (``n[009-011]`` -> ``n009 n010 n011``; ``n[8-10]`` -> ``n8 n9 n10``); ``lo-`` is ``lo``;
-  when ``hi`` is given, junk after ``lo``'s digits is ignored (``1a-3`` -> ``01 02 03``),
-  as in Slurm. Errors: an ``x`` (a multi-dimensional box), ``lo--hi`` (negative), no
-  digits, junk after the last number, ``lo > hi``, more than ``MAX_RANGE`` (65536) hosts in
-  one range, more than ``MAX_RANGES`` items in one bracket.
-* Duplicates are kept, in order (Slurm's ``hostlist_create`` keeps them; only
-  ``hostlist_uniq`` removes them).
-
-Deliberate differences from Slurm, all on input Slurm itself never writes (it emits
-``prefix[ranges]`` tokens, ``hostlist_ranged_string``):
-
-* A number above 2**64 - 1 is an error; Slurm's ``strtoul`` silently clamps it.
-* More than ``MAX_HOSTS`` (65536, Slurm's ``MAX_SLURM_NODES``) hosts in total is an error
-  (Slurm would try to allocate them); so is a bracket producing names longer than
-  ``MAX_NAME`` (253) characters, which no node can have (so a 1 MiB prefix is never copied
-  65536 times).
-* The bracket groups of a prefix are walked in a loop, not recursed into: 1500 groups
-  expand like 2 (Slurm's C recursion has no such limit either).
-* ``{`` (a controller-side expression, ``hostlist_create_client``) is not expanded: a
-  container cannot ask slurmctld; the token is taken literally like any other text.
-* Slurm before 23.11 (commit 0994b5f198, "Extend hostlist to support suffix") rejects text
-  after ``]``; this module accepts it, as current Slurm does.
-
-Differences from python-hostlist 2.3.0 (``hostlist.expand_hostlist``, GPL, a test-only
-oracle in tests/sources/test_slurm_hostlist.py): it removes duplicates (sorted unless
-``allow_duplicates``), splits on ``,`` only (no blank separators), orders three or more
-bracket groups lexicographically, and rejects some inputs Slurm accepts (``n[1-]``,
-``1a-3``, ``+3``, blanks inside brackets, ``]`` in a suffix).
-
-Errors are :class:`ValueError` whose text completes a sentence "expected ...", so the
-caller can name the variable: ``describe("SLURM_STEP_NODELIST", value, str(exc))``.
+Stricter than Slurm only on input Slurm never writes: a number above 2**64 - 1 (``strtoul``
+clamps it), more than ``MAX_HOSTS`` hosts, a name above ``MAX_NAME`` characters; ``{`` is
+literal (a container cannot ask slurmctld); text after ``]`` is a suffix, as since Slurm
+23.11 (commit 0994b5f198).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+
+# No typing, no re (tests/test_ports.py): derive_env.hosts is imported where it is used.
+from derive_env.errors import TopologyError, describe, shorten
 
 #: Token separators of ``hostlist_create_dims`` (hostlist.c).
 SEPARATORS = "\t, \n"
@@ -83,11 +47,9 @@ _C_SPACE = " \t\n\v\f\r"
 
 
 def _strtoul(text: str) -> tuple[int, int]:
-    """C ``strtoul(text, &end, 10)``: ``(value, end)``, ``end == 0`` when nothing was read.
-
-    Leading C blanks and one sign are skipped; a ``-`` negates modulo 2**64, as C does.
-    Values above 2**64 - 1 are returned as they are (the caller refuses them).
-    """
+    """C ``strtoul(text, &end, 10)``: ``(value, end)``, ``end == 0`` when nothing was read;
+    C blanks and one sign skipped, ``-`` negating modulo 2**64; no clamping (the caller
+    refuses values above 2**64 - 1)."""
     i, n = 0, len(text)
     while i < n and text[i] in _C_SPACE:
         i += 1
@@ -109,10 +71,8 @@ def _strtoul(text: str) -> tuple[int, int]:
 def _parse_single_range(item: str) -> tuple[int, int, int]:
     """One ``lo`` or ``lo-hi`` item -> ``(lo, hi, width)`` (hostlist.c ``_parse_single_range``)."""
     if "x" in item:
-        raise ValueError(
-            f"a number or range lo-hi in brackets, not {item!r} "
-            "(an 'x' box is for multi-dimensional clusters)"
-        )
+        raise ValueError(f"a number or range lo-hi in brackets, not {item!r} "
+                         "(an 'x' box is for multi-dimensional clusters)")
     dash = item.find("-")
     if dash == -1:
         lo_text, hi_text = item, ""
@@ -123,15 +83,12 @@ def _parse_single_range(item: str) -> tuple[int, int, int]:
     lo, end = _strtoul(lo_text)
     if end == 0:
         raise ValueError(f"a number or range lo-hi in brackets, not {item!r}")
-    if hi_text:
-        # Slurm checks only the end of the hi number: junk after lo's digits passes.
+    hi, last = lo, lo_text
+    if hi_text:  # Slurm checks only the end of the hi number: junk after lo's digits passes
         hi, end = _strtoul(hi_text)
-        if end != len(hi_text):
-            raise ValueError(f"a number or range lo-hi in brackets, not {item!r}")
-    else:
-        hi = lo
-        if end != len(lo_text):
-            raise ValueError(f"a number or range lo-hi in brackets, not {item!r}")
+        last = hi_text
+    if end != len(last):
+        raise ValueError(f"a number or range lo-hi in brackets, not {item!r}")
     if hi > _ULONG_MAX:
         raise ValueError(f"numbers below 2**64 in brackets, not {item!r}")
     if lo > hi:
@@ -193,16 +150,11 @@ def _push(prefix: str, suffix: str, ranges: list[tuple[int, int, int]], out: lis
         out += [form % number for number in range(lo, hi + 1)]
 
 
-def _push_range_list(
-    prefix: str, suffix: str, ranges: list[tuple[int, int, int]], out: list[str]
-) -> None:
-    """Expand the bracket groups of ``prefix``, then the ranges (``_push_range_list``).
-
-    Slurm recurses once per group of the prefix; this walks the groups in a loop (1500
-    groups would exceed Python's recursion limit) in the same order: the group just
-    before the last range varies slowest, the first group of the prefix fastest of the
-    prefix groups, the last range fastest of all.
-    """
+def _push_range_list(prefix: str, suffix: str, ranges: list[tuple[int, int, int]],
+                     out: list[str]) -> None:
+    """Expand the bracket groups of ``prefix``, then the ranges (``_push_range_list``), in
+    Slurm's order: the group just before the last range slowest, the last range fastest; a
+    loop where Slurm recurses (1500 groups would exceed Python's recursion limit)."""
     groups: list[tuple[list[str], str]] = []  # (numbers as printed, text after), last first
     end = len(prefix)  # indices, not slices: 262144 groups must not copy the prefix each
     combinations = 1
@@ -216,10 +168,8 @@ def _push_range_list(
         values: list[str] = []
         for lo, hi, width in _parse_range_list(prefix[open_at + 1 : close_at]):
             if len(values) + hi - lo + 1 > MAX_PREFIX_CNT:
-                raise ValueError(
-                    f"at most {MAX_PREFIX_CNT} values in a bracket before the last, "
-                    f"in {_cut(prefix)!r}"
-                )
+                raise ValueError(f"at most {MAX_PREFIX_CNT} values in a bracket before the "
+                                 f"last, in {_cut(prefix)!r}")
             values += [f"{number:0{width}d}" for number in range(lo, hi + 1)]
         combinations *= len(values)
         if combinations > MAX_HOSTS:  # before the product is built
@@ -245,16 +195,10 @@ def _push_range_list(
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
-    """Expand a Slurm host list (``SLURM_STEP_NODELIST``, ``SLURM_JOB_NODELIST``) in order.
-
-    Input: the variable's value, e.g. ``"rack[1-2]-node[01-02],login"``. Output: the host
-    names in Slurm's order, duplicates kept, e.g. ``("rack1-node01", "rack1-node02",
-    "rack2-node01", "rack2-node02", "login")``. The grammar and its sources in Slurm are in
-    this module's docstring (``hostlist.c`` ``hostlist_create_dims``).
-
-    Raises ValueError, whose text completes "expected ...", for a malformed list: a ``[``
-    without ``]``, a bad range item, ``lo > hi``, a range or a list too large.
-    """
+    """A Slurm host list (``SLURM_STEP_NODELIST``) -> its hosts in Slurm's order, duplicates
+    kept (``hostlist.c`` ``hostlist_create_dims``): ``"rack[1-2]-node[01-02],login"`` ->
+    ``("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02", "login")``. ValueError:
+    a ``[`` without ``]``, a bad range item, ``lo > hi``, too many hosts."""
     if "[" not in text:
         # No bracket: the separators alone split it (the common single-host case).
         for separator in "\t\n ":
@@ -282,16 +226,29 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=4)
+def expand_checked(value: str) -> tuple[str, ...]:
+    """``value`` expanded and every host checked (ValueError completing "expected ..."); cached:
+    both lines of a step read the same ``SLURM_JOB_NODELIST``, most steps span the job."""
+    from derive_env.hosts import check_hosts, repeated_host
+
+    hosts = expand_hostlist(value)
+    if not hosts:
+        raise ValueError("a Slurm host list of at least one node")
+    twice = repeated_host(hosts)
+    if twice is not None:
+        raise ValueError(f"every node once (Slurm never lists a node twice), not {twice!r} "
+                         "twice")
+    bad = check_hosts(hosts)
+    if bad:
+        raise ValueError(f"{bad[2]}, not {bad[1]!r}")
+    return hosts
+
+
 def expand_tasks_per_node(text: str) -> tuple[int, ...]:
-    """Expand ``SLURM_STEP_TASKS_PER_NODE`` / ``SLURM_TASKS_PER_NODE``: one count per node.
-
-    Input: comma-separated items ``N`` or ``N(xK)`` (``N`` repeated ``K`` times), as Slurm's
-    ``uint16_array_to_str`` (``src/common/env.c``) writes them, e.g. ``"2(x3),1"``. Output:
-    ``(2, 2, 2, 1)``. ``N`` is a task count (0-65535, Slurm's uint16), ``K`` >= 1; no blanks.
-
-    Raises ValueError, whose text completes "expected ...", for anything else (an empty
-    list, an empty item, a sign, a count above 65535, ``(x0)``, text after ``)``).
-    """
+    """``SLURM_STEP_TASKS_PER_NODE`` -> one count per node: items ``N`` or ``N(xK)`` (``N``
+    0-65535 repeated ``K`` >= 1 times, ``src/common/env.c`` ``uint16_array_to_str``):
+    ``"2(x3),1"`` -> ``(2, 2, 2, 1)``; ValueError for anything else."""
     counts: list[int] = []
     for item in text.split(","):
         number, paren, repeat = item.partition("(x")
@@ -314,17 +271,10 @@ def _is_decimal(text: str) -> bool:
 
 
 def parse_resv_ports(text: str) -> tuple[int, ...]:
-    """Expand ``SLURM_STEP_RESV_PORTS`` (srun ``--resv-ports``, ``MpiParams=ports=``).
-
-    Input: Slurm's port list, written by ``_resv_port_alloc`` (``src/common/port_mgr.c``) as
-    a sorted host list of port numbers without brackets, e.g. ``"12000-12003"`` or
-    ``"12000-12001,12005"``, and read back by Slurm as ``"[" + text + "]"``
-    (``_rebuild_port_array``); this does the same. Output: the ports in that order, e.g.
-    ``(12000, 12001, 12002, 12003)``; the first one is the step's to use.
-
-    Raises ValueError, whose text completes "expected ...", for an empty or malformed list
-    or a port outside 1-65535.
-    """
+    """``SLURM_STEP_RESV_PORTS`` (srun ``--resv-ports``) -> the ports in order, the first the
+    step's: ``"12000-12001,12005"`` -> ``(12000, 12001, 12005)``; written by src/common/
+    port_mgr.c ``_resv_port_alloc``, read as a bracket's range list (``_rebuild_port_array``).
+    ValueError: an empty or malformed list, a port outside 1-65535."""
     if not text.strip(_C_SPACE):
         raise ValueError("a list of TCP ports such as 12000-12003, not an empty value")
     ports = []
@@ -336,21 +286,13 @@ def parse_resv_ports(text: str) -> tuple[int, ...]:
 
 
 def expand_hostfile(text: str, check: Callable[[str], str | None]) -> list[str]:
-    """The hosts of an ``srun -m arbitrary`` hostfile (``SLURM_HOSTFILE``), one per task.
-
-    Follows ``slurm_read_hostfile`` (src/api/allocate.c): a ``#`` starts a comment unless
-    escaped ``\\#``; empty lines are skipped; a line must start with a letter or digit; it
-    holds ``,``-separated names, ``name*N`` meaning ``N`` times. Blanks around a line are
-    ignored (Slurm refuses a leading blank, so srun never ran with one; leniency here cannot
-    change a file srun accepted).
-
-    :param text: the file's content.
-    :param check: why a name cannot be a node's address, or ``None``
-        (:func:`derive_env.hosts.host_problem`); called once per distinct name.
-    :returns: the hosts in file order, task ``r`` on ``hosts[r]``.
-    :raises ValueError: its text completes "expected ...": a malformed line, a bad name, an
-        empty file, more than 2**20 tasks.
-    """
+    """The hosts of an ``srun -m arbitrary`` hostfile (``SLURM_HOSTFILE``), task ``r`` on
+    ``hosts[r]`` (src/api/allocate.c ``slurm_read_hostfile``): ``#`` comments unless
+    ``\\#``, empty lines skipped, a line starts with a letter or digit and holds
+    ``,``-separated ``name`` or ``name*N``; blanks around a line ignored (srun refuses them,
+    so this accepts every file srun did). ``check``: why a name is no node's address, or
+    ``None`` (:func:`derive_env.hosts.host_problem`), once per distinct name. ValueError: a
+    malformed line, a bad name, an empty file, over 2**20 tasks."""
     hosts: list[str] = []
     checked: set[str] = set()  # a 4096-node file names each host many times: check it once
     for number, line in enumerate(text.splitlines(), 1):
@@ -379,21 +321,63 @@ def expand_hostfile(text: str, check: Callable[[str], str | None]) -> list[str]:
     return hosts
 
 
+def _hostfile_hosts(path: str, text: str | None) -> list[str]:
+    """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task): its grammar is
+    :func:`~derive_env.sources.managers.slurm_hostlist.expand_hostfile`'s."""
+    where = f"SLURM_HOSTFILE={shorten(path)!r}"
+    if text is None:
+        raise TopologyError(
+            f"{where}: expected a regular file of at most 16 MiB this process can read "
+            "(not a directory, FIFO or device): with SLURM_DISTRIBUTION="
+            "arbitrary rank 0 runs on its first host, which no variable states; make the "
+            "file visible at the same path inside the container (bind-mount its folder) "
+            "or use another distribution (-m block)")
+    from derive_env.hosts import host_problem
+
+    try:
+        return expand_hostfile(text, host_problem)
+    except ValueError as exc:
+        raise TopologyError(f"{where}: expected {exc}") from None
+
+
+def arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None],
+                      hosts: tuple[str, ...], rank: int) -> tuple[str, str | None]:
+    """Rank 0's host of an arbitrary step: the first host of ``SLURM_HOSTFILE`` (srun.1
+    "arbitrary": tasks follow the file's lines); and this task's line, when it has one."""
+    path = environ.get("SLURM_HOSTFILE", "")
+    if not path:
+        raise TopologyError(describe(
+            "SLURM_DISTRIBUTION", environ["SLURM_DISTRIBUTION"],
+            "SLURM_HOSTFILE to be set as well: with arbitrary distribution rank 0 runs on "
+            "the first host of that file, which no other variable states; set SLURM_HOSTFILE"
+            " to the file srun used"))
+    listed = _hostfile_hosts(path, files.get(path))
+    master = listed[0]
+    if master not in hosts:
+        raise TopologyError(
+            f"SLURM_HOSTFILE={shorten(path)!r}: expected its first host {master!r} (rank 0's) "
+            f"to be a node of the step, SLURM_STEP_NODELIST="
+            f"{environ['SLURM_STEP_NODELIST']!r}: the file was changed after srun read it, "
+            "or belongs to another step")
+    world = int(environ["SLURM_STEP_NUM_TASKS"])
+    if len(listed) < world:
+        # srun needs a line per task (src/api/allocate.c slurm_read_hostfile).
+        raise TopologyError(
+            f"SLURM_HOSTFILE={shorten(path)!r}: expected a line for each of the "
+            f"SLURM_STEP_NUM_TASKS={world} tasks (srun places task r on line r+1), not "
+            f"{len(listed)}: the file was changed after srun read it, or belongs to another "
+            "step")
+    return master, listed[rank]
+
+
 def _uncommented(line: str) -> str:
     """``line`` without its ``#`` comment; ``\\#`` is a literal ``#`` (slurm_read_hostfile)."""
-    if "\\#" not in line:
-        return line.partition("#")[0]
-    kept, i = [], 0
-    while i < len(line):
-        if line[i] == "#":
-            if kept and kept[-1] == "\\":
-                kept[-1] = "#"
-                i += 1
-                continue
+    kept, *rest = line.split("#")
+    for part in rest:
+        if not kept.endswith("\\"):
             break
-        kept.append(line[i])
-        i += 1
-    return "".join(kept)
+        kept = kept[:-1] + "#" + part
+    return kept
 
 
 def _cut(text: str) -> str:
