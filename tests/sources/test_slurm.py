@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from derive_env.errors import TopologyError
+from derive_env.hosts import host_problem
 from derive_env.sources import BY_NAME, seen_sources
 from derive_env.sources.managers import slurm, slurm_hostlist
 from derive_env.sources.managers.slurm_hostlist import expand_hostlist
@@ -459,10 +460,10 @@ def test_a_hostfile_with_fewer_lines_than_tasks_is_not_this_steps() -> None:
 def test_hostfile_comments_and_escaped_hashes() -> None:
     """slurm_read_hostfile: ``#`` starts a comment, ``\\#`` is a literal ``#`` (which no host
     name may hold: refused naming it)."""
-    hosts = slurm_hostlist._hostfile_hosts("/h", "a1 # rank 0\n# all\nb2*2,a1\n")
+    hosts = slurm_hostlist.expand_hostfile("a1 # rank 0\n# all\nb2*2,a1\n", host_problem)
     assert hosts == ["a1", "b2", "b2", "a1"]
     with pytest.raises(TopologyError) as caught:
-        slurm_hostlist._hostfile_hosts("/h", "a\\#1\n")
+        slurm_hostlist.arbitrary_master({"SLURM_HOSTFILE": "/h"}, {"/h": "a\\#1\n"}, ("a1",), 0)
     assert str(caught.value).startswith("SLURM_HOSTFILE='/h': expected ")
     assert str(caught.value).endswith("on line 1, not 'a#1'")
 

@@ -1,15 +1,11 @@
 """Every host-list form a manager writes, read once: lines of IPv4 addresses, comma lists,
 JSON, and the batch schedulers' host-slot lists; the DNS label limit of a pod hostname.
 
-The IP lists (SkyPilot, dstack, Azure Batch, Determined) are checked by one match for the
-whole list (:func:`all_ipv4`, benchmarks/iplists.py). The schedulers (PBS, LSF, Grid
-Engine's ``PE_HOSTFILE``) list *slots*, never nodes; one rule for all of them
-(docs/sources/schedulers.md, gridengine.md): the nodes are the distinct hosts in the order
-of their first appearance (where the batch script runs comes first), a host's slots the sum
-of its entries, hosts compared as DNS does (:func:`derive_env.hosts.host_key`).
-
-Pure: the text is read at the edge (cli/). Errors are ``ValueError`` whose message follows
-"expected ..." and names the entry; the caller names the variable or file.
+The schedulers (PBS, LSF, Grid Engine) list *slots*; one rule for all of them
+(docs/sources/schedulers.md, gridengine.md): the nodes are the distinct hosts by first
+appearance, a host's slots the sum of its entries, hosts compared as DNS does
+(:func:`derive_env.hosts.host_key`). Errors are ``ValueError`` completing "expected ..."
+and naming the entry; the caller names the variable or file.
 """
 
 from __future__ import annotations
@@ -124,6 +120,12 @@ class HostSlots(NamedTuple):
         """All slots of the allocation."""
         return sum(self.slots)
 
+    def summary(self, limit: int = 8) -> str:
+        """``"slots per host: n1 4, n2 4 ..."``, the first ``limit`` hosts, for --explain."""
+        pairs = zip(self.hosts[:limit], self.slots[:limit], strict=True)
+        return "slots per host: " + ", ".join(f"{host} {slots}" for host, slots in pairs) + (
+            " ..." if len(self.hosts) > limit else "")
+
 
 #: The most slots one entry may state (a count longer than this is no scheduler's).
 _MAX_DIGITS = 9
@@ -152,10 +154,9 @@ def _summed(hosts: Sequence[str], counts: Iterable[int]) -> HostSlots:
 
 
 def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
-    """A file or list that names a host once per slot (PBS's ``PBS_NODEFILE``, LSF's
-    ``LSB_DJOB_HOSTFILE``; ``LSB_HOSTS`` split on blanks gives the same lines): each distinct
-    host with its number of lines. Blanks around a name and blank lines (a file edited by
-    hand) are ignored; ``what`` names the format in the message.
+    """A file or list that names a host once per slot (``PBS_NODEFILE``, LSF's rank file,
+    ``LSB_HOSTS``): each distinct host with its number of lines, blanks around a name and
+    blank lines ignored; ``what`` names the format in the message.
 
     :raises ValueError: no host at all, or an entry that is not a host name or address.
     """

@@ -67,11 +67,9 @@ class Seen:
 
     :ivar within: the session the container is in (``"a Backend.AI session of 3 nodes"``).
     :ivar names: the names of the sources that were seen (their launchers are read).
-    :ivar launched: a seen source stated the process layer: a partial set of a launcher a
-        module reads is its companion (``srun --mpi=pmi2``'s ``PMI_RANK``), checked by it.
-    :ivar nodes: the nodes the seen sources state (``None``: ranks without a node count):
-        in a job of more than one node (or unknown), a node-level manager no module reads
-        is that job's, not refused; in a job of one node, its larger job is.
+    :ivar launched: a seen source stated the process layer (a partial set of a launcher a
+        module reads is its companion, ``srun --mpi=pmi2``'s ``PMI_RANK``).
+    :ivar nodes: the nodes the seen sources state (``None``: ranks without a node count).
     """
 
     # Not a NamedTuple, whose class is built with eval() on every opted-in start.
@@ -88,12 +86,9 @@ NOTHING_SEEN = Seen()
 
 def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
                      files: FileReader | None = None) -> str | None:
-    """The message (naming the variable, the launcher and the fix) of the first line, in
-    table order, that started more than one process without a usable source (the module
-    docstring's cases), or ``None``. A launcher that does not say the job's size (a lone
-    ``JOB_COMPLETION_INDEX``) is refused on every process alike, index 0 included
-    (docs/behaviour.md section 7). ``files`` reads the files a host list needs (cli/).
-    """
+    """The message of the first line, in table order, that started more than one process
+    without a usable source (module docstring), or ``None``; one that does not say the size
+    is refused on every process alike (docs/behaviour.md section 7). ``files``: cli/'s."""
     found = refused_line(environ, seen, files)
     return found[1] if found is not None else None
 
@@ -296,13 +291,10 @@ def missing_master(owner: Report | None, node_src: Report | None) -> str:
 
 
 def managers_agree(reports: Sequence[Report]) -> None:
-    """Every pair of node-level managers among ``reports`` (the composer's) states one
-    job: the same node count, node rank and, when both list them, hosts in the same order
-    (compared as DNS does). Facts one of the two does not state are not compared.
-
-    :raises TopologyError: (exit 3) the first pair, in table order, that differs, naming
-        both managers, the fact, each one's variables and values, and the fix.
-    """
+    """Every pair of node-level managers among ``reports`` (the composer's) states one job:
+    the same node count, node rank and, when both list them, hosts in the same order (as DNS
+    compares; a fact one does not state is not compared). TopologyError (exit 3): the first
+    pair, in table order, that differs, naming both managers, the fact, their variables."""
     managers = [r for r in reports if r.source in BY_NAME
                 and BY_NAME[r.source].depth == _NODE_LEVEL
                 and (r.nodes or r.count() is not None or r.node_rank is not None)]

@@ -1,10 +1,7 @@
-"""What one source saw: :class:`Report`, the unit the composer composes (sources/compose.py).
-
-A source reads only its own variables and reports each fact (all optional) with the
-variables it came from (docs/sources/README.md, "How the sources compose");
-:func:`layer_lines` says for ``--explain`` how the composer used the reports. Beside them
-the composer reads what the command is (:func:`command_kind`) and what it decides where the
-variables cannot (:func:`command_decides`).
+"""What one source saw: :class:`Report`, each fact with its variables, the unit the composer
+composes (sources/compose.py; docs/sources/README.md, "How the sources compose"); for
+``--explain``, :func:`layer_lines`; what the command is (:func:`command_kind`) and decides
+where the variables cannot (:func:`command_decides`).
 """
 
 from __future__ import annotations
@@ -96,13 +93,10 @@ def layer_lines(reports: Sequence[Report], used: Sequence[Report],
                 shadowed: Sequence[tuple[Report, Report, bool]],
                 layers: tuple[Report | None, Report | None, Report | None]) -> tuple[str, ...]:
     """Lines for ``--explain``: every source seen (``reports``, innermost first), what each
-    layer of the composer used (``used``), what was shadowed.
-
-    :param shadowed: ``(report, by, daemons)``: an outer process layer shadowed by the
-        inner launcher ``by``; ``daemons``: it is ``by``'s daemon step (one task per node).
-    :param layers: ``(owner, node_src, hosts_src)``: the reports that gave the process
-        layer, the node count and rank, the host list (``None``: none stated it).
-    """
+    layer of the composer used (``used``), what was shadowed: ``(report, by, daemons)``, an
+    outer process layer shadowed by the inner launcher ``by`` (``daemons``: ``by``'s daemon
+    step). ``layers``: ``(owner, node_src, hosts_src)``, the reports that gave the process
+    layer, the node count and rank, the host list (``None``: none stated it)."""
     owner, node_src, hosts_src = layers
     if len(reports) == 1:
         only = reports[0]
@@ -277,12 +271,11 @@ def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
 
 
 def _refused(owner: Report, command: str, started: str, short: bool) -> str:
-    """The refusal of a node launcher ``command`` (torchrun ...) that ``owner``'s launcher
-    starts ``started`` (``2 tasks on a node (VARIABLES)``): each would form a job of its
-    own and train alone, exit 0 (torch/distributed/run.py: its defaults are one node); or,
-    ``short``, once on each of fewer nodes than the node layer counts (``mpirun --host
-    n1,n2`` in an allocation of 3): each would wait for every node (torchrun's ``--nnodes``).
-    ``owner``'s line's ``per_node`` spells the fix."""
+    """The refusal of a node launcher ``command`` that ``owner``'s launcher starts
+    ``started`` (``2 tasks on a node (VARIABLES)``): each would train alone, exit 0
+    (torch/distributed/run.py: its defaults are one node); or, ``short``, on fewer nodes than
+    the node layer counts: each would wait for every node (``--nnodes``). ``owner``'s line's
+    ``per_node`` spells the fix."""
     line = BY_NAME.get(owner.source)
     one, per_gpu = line.per_node if line is not None else ("one task per node", "")
     start = f"{command} (the command) under {owner.title}, which starts {started}"

@@ -1,11 +1,8 @@
 """The job sizes no single variable states, for the refusals and for the note of an image
-that did not opt in.
-
-:func:`over` reads a :data:`derive_env.sources.SOURCES` line's ``hosts`` role (a variable,
-or a file read in cli/) in its form, or calls the line's ``size`` for the four sizes no host
-list states: TF_CONFIG's and Vertex AI's ``cluster`` (docs/sources/README.md sections 7 and
-11; a TFJob's sparse ``{"index": "host:port"}`` form counts too), Volcano's
-``VC_<TASK>_NUM`` (section 5), the mpi-operator's launcher pod (section 6).
+that did not opt in: :func:`over` reads a line's ``hosts`` role (a variable, or a file read
+in cli/) leniently, or calls the line's ``size``: TF_CONFIG's and Vertex AI's ``cluster``
+(docs/sources/README.md sections 7 and 11), Volcano's ``VC_<TASK>_NUM`` (section 5), the
+mpi-operator's launcher pod (section 6).
 """
 
 from __future__ import annotations
@@ -140,11 +137,8 @@ def _more_than(value: str, single: int | None) -> bool:
 def larger_job(environ: Mapping[str, str], files=None) -> str | None:
     """What states a job of more than one node or process, for an image that did not opt in
     (docs/behaviour.md section 11): ``"a Backend.AI session states a job of more than one node
-    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None``; also ``None`` when a line of
-    :data:`CONFIGURED` is complete (its framework runs the whole job without derive-env).
-    The table's ``states`` and ``counts`` only; a line's size (:func:`over`, ``files`` as
-    for the refusals) only when its marker is complete.
-    """
+    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None`` (also when a line of :data:`CONFIGURED` is
+    complete); a line's size (:func:`over`) only when its marker is complete."""
     if any(line.name in CONFIGURED and all(environ.get(name) for name in line.detect)
            and not any(environ.get(name) for name in line.unless) for line in SOURCES):
         return None

@@ -1,21 +1,15 @@
-"""The Grid Engine source: a parallel-environment (PE) job of Son of Grid Engine or Open
-Cluster Scheduler (docs/sources/gridengine.md), table line ``gridengine``.
-
-What ``sge_execd`` sets (hpc-gridware/clusterscheduler ``source/daemons/execd/exec_job.c``
-``sge_exec_job``; recorded on Debian's 8.1.9 in tests/fixtures/gridengine/):
-
-* ``SGE_TASK_ID`` = the literal ``undefined`` outside an array job; ``HOSTNAME`` = the host
-  of the queue that runs this process (``responsible_queue``);
-* ``NHOSTS``, ``NSLOTS``: over the granted queues this execd knows: the whole job on the
-  master host, the host's own part in a ``qrsh -inherit`` task on another (recorded);
-* ``PE_HOSTFILE`` ("forward PE_HOSTFILE only to master task"): a path in the master host's
-  spool folder, passed to a task only by ``-V`` (Open MPI's mpirun passes it); lines
-  ``<host> <slots> <queue> <processors>``, the master queue first, a host of two queues
-  twice (recorded), its slots summed.
+"""The Grid Engine source, line ``gridengine``: a parallel-environment job of Son of Grid
+Engine or Open Cluster Scheduler (docs/sources/gridengine.md). What ``sge_execd`` sets
+(hpc-gridware/clusterscheduler ``source/daemons/execd/exec_job.c`` ``sge_exec_job``;
+recorded on Debian's 8.1.9 in tests/fixtures/gridengine/): ``SGE_TASK_ID`` ``undefined``
+outside an array job; ``HOSTNAME`` the host of the queue (``responsible_queue``);
+``NHOSTS``, ``NSLOTS`` the whole job on the master host, the host's own part in a ``qrsh
+-inherit`` task on another (recorded); ``PE_HOSTFILE`` ("forward PE_HOSTFILE only to master
+task", passed on by ``-V``), a line per granted queue, the master queue first.
 
 ``nodes`` = the file's hosts, ``node_rank`` = ``HOSTNAME``'s place; :attr:`Report.problem`
-for an unreadable file, or the job script (on the master host) of several hosts, raised when
-no inner source (Open MPI's mpirun, ``orte/mca/ras/gridengine``) is seen.
+for an unreadable file, or the job script of several hosts (raised when no inner source,
+Open MPI's mpirun ``orte/mca/ras/gridengine``, is seen).
 """
 
 from __future__ import annotations
@@ -54,16 +48,14 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 
 def _is_task(environ: Mapping[str, str]) -> bool:
-    """A PE task (``qrsh -inherit``), not the master task: ``SGE_PE_TASK_ID`` (Open Cluster
-    Scheduler), or the task's spool folder in ``SGE_JOB_SPOOL_DIR`` (Son of Grid Engine
-    8.1.9 sets no task id: recorded)."""
+    """A PE task (``qrsh -inherit``): ``SGE_PE_TASK_ID`` (Open Cluster Scheduler), or its
+    spool folder in ``SGE_JOB_SPOOL_DIR`` (Son of Grid Engine 8.1.9 sets no task id: recorded)."""
     return bool(environ.get("SGE_PE_TASK_ID")) or bool(
         _TASK_SPOOL.search(environ.get("SGE_JOB_SPOOL_DIR", "")))
 
 
 def _array_task(environ: Mapping[str, str]) -> str | None:
-    """``SGE_TASK_ID``: ``None`` for ``undefined`` (not an array job) or unset, else the
-    array task's number."""
+    """``SGE_TASK_ID``: ``None`` for ``undefined`` (not an array job) or unset, else a number."""
     value = environ.get("SGE_TASK_ID", "undefined")
     if value == "undefined":
         return None
@@ -103,8 +95,8 @@ def _node_rank(environ: Mapping[str, str], hosts: tuple[str, ...]) -> int | None
 
 
 def _check_counts(environ: Mapping[str, str], alloc: HostSlots, node_rank: int | None) -> bool:
-    """``NHOSTS`` and ``NSLOTS`` against the file: the whole job's, or (a task on another
-    host than the master) 1 host and that host's slots; returns whether it is the latter."""
+    """``NHOSTS``, ``NSLOTS`` against the file: the whole job's, or (a task on another host
+    than the master) 1 host and that host's slots, the latter returning ``True``."""
     count = len(alloc.hosts)
     nhosts = variable_int(environ, "NHOSTS", 1)
     nslots = variable_int(environ, "NSLOTS", 1) if environ.get("NSLOTS") else None
@@ -131,11 +123,10 @@ def _check_counts(environ: Mapping[str, str], alloc: HostSlots, node_rank: int |
     return part
 
 
-def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, str]) -> Report:
-    """No nodes: the file is unreadable here (a task on another host than the master, whose
-    spool folder holds it); ``job`` as :func:`read`'s."""
+def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, str],
+                session: str) -> Report:
+    """No nodes: the file is unreadable here; ``job``, ``session`` as :func:`read`'s."""
     path = shorten(environ["PE_HOSTFILE"])
-    session = job[1] + (f".{job[2]}" if job[2] else "")  # Grid Engine's job.task
     why = ("Grid Engine writes it in the master host's spool folder, and qrsh -inherit -V "
            "passed that path to a task on another host" if _is_task(environ) else
            "Grid Engine writes it before the job script starts")
@@ -160,10 +151,10 @@ def read(environ: Mapping[str, str], line: Source,
     job_id = str(variable_int(environ, "JOB_ID", 1, " (Grid Engine's job number)"))
     array = _array_task(environ)
     job = ("gridengine", job_id, array or "")
+    session = job_id if array is None else f"{job_id}.{array}"  # Grid Engine's job.task
     text = (files or {}).get(environ["PE_HOSTFILE"])
     if text is None:
-        return _unreadable(environ, line, job)
-    session = job_id if array is None else f"{job_id}.{array}"  # Grid Engine's job.task
+        return _unreadable(environ, line, job, session)
     task = _is_task(environ)
     alloc = _allocation(environ, text)
     node_rank = _node_rank(environ, alloc.hosts)

@@ -1,16 +1,11 @@
 """The IBM LSF source (docs/sources/schedulers.md; IBM Spectrum LSF, "Environment variables
-set for job execution"). Two table lines:
+set for job execution"), two table lines:
 
-* ``lsf``: the hosts of ``LSB_MCPU_HOSTS`` (``"hostA 4 hostB 4"``, the batch script's host
-  first), slots summed (as Open MPI's ``ras/lsf``, open-mpi/ompi#1572); ``LSB_HOSTS`` (a word
-  per slot) must agree. A batch script of several hosts: :attr:`Report.problem`.
-* ``jsrun`` (IBM Job Step Manager): the process layer of its roles (``JSM_NAMESPACE_*``,
-  Spectrum MPI's ``OMPI_COMM_WORLD_*`` companions); the compute hosts from
-  ``LSB_DJOB_RANKFILE`` without its first line, the launch node (PyTorch Lightning
-  ``LSFEnvironment._read_hosts``; OLCF's Summit scripts), so the ``lsf`` line is not read
-  in a jsrun task (its ``unless``).
-
-Pure: the rank file is read in cli/ (:func:`files_needed`).
+* ``lsf``: the hosts of ``LSB_MCPU_HOSTS`` (the batch script's host first), slots summed (as
+  Open MPI's ``ras/lsf``, open-mpi/ompi#1572); ``LSB_HOSTS`` (a word per slot) must agree.
+* ``jsrun`` (IBM Job Step Manager): the process layer of its roles (``JSM_NAMESPACE_*``);
+  the compute hosts from ``LSB_DJOB_RANKFILE`` without its first line, the launch node
+  (PyTorch Lightning ``LSFEnvironment._read_hosts``; OLCF's Summit scripts).
 """
 
 from __future__ import annotations
@@ -48,7 +43,7 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """Line ``lsf`` or ``jsrun`` (module docstring); ``job`` = ``("lsf", LSB_JOBID, ...)``.
+    """Line ``lsf`` or ``jsrun``; ``job`` = ``("lsf", LSB_JOBID, "allocation")``.
 
     :raises TopologyError: a malformed or contradicting value, an unreadable rank file.
     """
@@ -92,14 +87,10 @@ def _allocation(environ: Mapping[str, str], line: Source) -> Report:
     node_rank = 0 if count == 1 else None
     if node_rank == 0:
         inputs["node_rank"] = ("LSB_MCPU_HOSTS",)
-    notes = ["slots per host: " + ", ".join(
-        f"{host} {slots}" for host, slots in zip(listed.hosts[:8], listed.slots[:8],
-                                                  strict=False))
-        + (" ..." if count > 8 else "")]
     return Report(
         source=line.name, title=line.title, nodes=nodes_of(listed.hosts),
         node_rank=node_rank, job=("lsf", job, "allocation"), session_id=job,
-        inputs=inputs, order=_ALLOC_ORDER, notes=tuple(notes),
+        inputs=inputs, order=_ALLOC_ORDER, notes=(listed.summary(),),
         problem=None if count == 1 else (
             f"{_START}. Here it runs in the batch script (derive-env -- jsrun ... runs it "
             f"there too), which runs on the first of the job's {count} hosts only "

@@ -1,24 +1,19 @@
-"""The OpenPBS / Torque source: a job's node file, from the batch script or a TM task
-(docs/sources/schedulers.md). The node layer only; lines ``pbs`` and ``torque-task``.
+"""The OpenPBS / Torque source, lines ``pbs`` and ``torque-task``: the node layer only
+(docs/sources/schedulers.md). Rules and their sources:
 
-* ``nodes`` = the hosts of ``PBS_NODEFILE`` by first appearance, slots summed: OpenPBS
-  (openpbs/openpbs@cd7ab5e ``src/resmom/start_exec.c``) ``generate_pbs_nodefile`` writes a
-  line per vnode in exec_vnode order, and ``add_mom_to_job`` numbers the MoMs in that order,
-  the mother superior first (the master).
-* ``node_rank`` only in a TM task (``start_process``): ``PBS_TASKNUM`` of eight hex digits
-  (``%8.8X``) and ``PBS_NODENUM``. The batch script's decimal ``PBS_TASKNUM`` (``finish_exec``)
-  and ``PBS_NODENUM=0`` are copied into every rank by launchers (MPICH's Hydra): no proof.
+* ``nodes``: ``PBS_NODEFILE``'s hosts by first appearance, slots summed; OpenPBS
+  (openpbs/openpbs@cd7ab5e ``src/resmom/start_exec.c``) ``generate_pbs_nodefile`` writes it
+  in exec_vnode order, ``add_mom_to_job`` numbers the MoMs so, the mother superior first.
+* ``node_rank`` only in a TM task (``start_process``: ``PBS_TASKNUM`` ``%8.8X``, and
+  ``PBS_NODENUM``); the batch script's decimal ``PBS_TASKNUM`` (``finish_exec``) is copied
+  into every rank by launchers (MPICH's Hydra): no proof.
 * The node file is on the mother superior only, unless ``gen_nodefile_on_sister_mom``
-  (``src/resmom/mom_comm.c``). Unreadable, or a batch script of several hosts:
-  :attr:`Report.problem`.
-* Torque (adaptivecomputing/torque ``src/resmom/start_exec.c`` ``InitUserEnv``) writes a
-  decimal ``PBS_TASKNUM``, 1 for the batch script (``mom_job_func.c``), beside
-  ``PBS_VNODENUM``, ``PBS_NODENUM`` and ``PBS_NUM_NODES`` on every host, and the node file on
-  the mother superior only (``MOM_HAS_NODEFILE``). A later task (``pbsdsh``) is read as line
-  ``torque-task`` on every host, the mother superior's too, so that every task states the
-  same job facts (digest, job key): the node count ``PBS_NUM_NODES``, the master only from
-  ``MASTER_ADDR`` (``pbsdsh`` passes nothing unless told, ``src/cmds/pbsdsh.c``); a readable
-  node file is only cross-checked.
+  (``src/resmom/mom_comm.c``); unreadable, or a batch script of several hosts: a problem.
+* Torque (adaptivecomputing/torque ``src/resmom/start_exec.c`` ``InitUserEnv``,
+  ``mom_job_func.c``, ``MOM_HAS_NODEFILE``): a decimal ``PBS_TASKNUM`` (1: the batch
+  script) beside ``PBS_VNODENUM``, ``PBS_NUM_NODES``, the node file on the mother superior
+  only. A ``pbsdsh`` task is line ``torque-task`` on every host (one set of job facts): the
+  master only from ``MASTER_ADDR`` (``src/cmds/pbsdsh.c`` passes nothing unless told).
 * ``PBS_NUM_NODES``, ``PBS_NP`` (Torque's, or a site hook's) must match the file when set.
 """
 
@@ -114,11 +109,9 @@ def _node_rank(environ: Mapping[str, str], count: int | None,
 
 def _sister(environ: Mapping[str, str], line: Source,
             listed: HostSlots | None = None) -> Report:
-    """A Torque TM task (line ``torque-task``) on any host (module docstring); ``listed``:
-    the node file's hosts where readable, cross-checked only.
-
-    :raises TopologyError: the counts against the node file, ``PBS_NODENUM`` beyond them.
-    """
+    """A Torque TM task (line ``torque-task``) on any host; ``listed``: the node file's hosts
+    where readable, cross-checked only. TopologyError: the counts against the node file,
+    ``PBS_NODENUM`` beyond them."""
     job = environ["PBS_JOBID"].strip()
     inputs: dict[str, tuple[str, ...]] = {"ports": ("PBS_JOBID",)}
     notes: list[str] = []
@@ -151,11 +144,9 @@ def _sister(environ: Mapping[str, str], line: Source,
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The node layer (module docstring); ``job`` = ``("pbs", PBS_JOBID, "allocation")``.
-
-    :raises TopologyError: a malformed node file, ``PBS_NODENUM`` beyond its hosts, Torque's
-        counts that contradict it, a TM task without ``PBS_NODENUM``.
-    """
+    """The node layer; ``job`` = ``("pbs", PBS_JOBID, "allocation")``. TopologyError: a
+    malformed node file, ``PBS_NODENUM`` beyond its hosts, Torque's counts that contradict
+    it, a TM task without ``PBS_NODENUM``."""
     if line.name == "torque-task":
         return _sister(environ, line)
     job = environ["PBS_JOBID"].strip()
@@ -180,10 +171,7 @@ def read(environ: Mapping[str, str], line: Source,
     else:
         inputs["nodes"] = ("PBS_NODEFILE",)
         _torque_counts(environ, listed, inputs)
-        notes.append("slots per host: " + ", ".join(
-            f"{host} {slots}" for host, slots in zip(listed.hosts[:8], listed.slots[:8],
-                                                      strict=False))
-            + (" ..." if len(listed.hosts) > 8 else ""))
+        notes.append(listed.summary())
         if count == 1:
             node_rank = 0
             inputs.setdefault("node_rank", ("PBS_NODEFILE",))

@@ -1,14 +1,10 @@
-"""The Slurm source (docs/sources/slurm.md), two table lines:
-
-* ``slurm-step``: a task ``srun`` started; both layers (:func:`read_step`);
-* ``slurm-allocation``: the job's allocation; the node layer, this process's node only when
-  proven (:func:`read_allocation`).
+"""The Slurm source (docs/sources/slurm.md): lines ``slurm-step`` (an srun task, both
+layers: :func:`read_step`) and ``slurm-allocation`` (the node layer: :func:`read_allocation`).
 
 Each rule names the SchedMD/slurm file it follows; recorded Slurm 22.05
-(tests/fixtures/recorded/README.md) wins over a description. A value wrong whatever runs in
-the step raises :class:`TopologyError`; what only this task can check (``SLURM_GTIDS``,
-``SLURMD_NODENAME``, rank 0's node) is :attr:`Report.problem`, raised only when no inner
-source is seen: MPICH Hydra copies them from ``mpiexec`` into every rank (mpich-in-sbatch).
+(tests/fixtures/recorded/README.md) wins over a description. What only this task can check
+(``SLURM_GTIDS``, ``SLURMD_NODENAME``, rank 0's node) is :attr:`Report.problem`, raised only
+when no inner source is seen: MPICH Hydra copies them into every rank (mpich-in-sbatch).
 """
 
 from __future__ import annotations
@@ -76,7 +72,6 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """:func:`read_step` for line ``slurm-step``, else :func:`read_allocation`."""
     if line.name == "slurm-step":
         return read_step(environ, line.title, files or {})
     return read_allocation(environ, line.title)
@@ -92,8 +87,7 @@ def _arbitrary(environ: Mapping[str, str]) -> bool:
 
 
 def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
-    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
-    TopologyError naming the variable and its value."""
+    """``roles.parsed``, which this start path does not import (tests/test_fast_path.py)."""
     try:
         return parse(environ[name])
     except ValueError as exc:
@@ -129,9 +123,8 @@ def refuse_het(environ: Mapping[str, str]) -> None:
 
 
 def gpus_on_node(environ: Mapping[str, str], inputs: dict[str, tuple[str, ...]]) -> int | None:
-    """``SLURM_GPUS_ON_NODE``, the GPUs allocated on this node (srun.1 and sbatch.1, OUTPUT
-    ENVIRONMENT VARIABLES), never the request ``SLURM_GPUS_PER_NODE`` (``a100:4``); its
-    input added to ``inputs``."""
+    """``SLURM_GPUS_ON_NODE`` (srun.1, sbatch.1: OUTPUT ENVIRONMENT VARIABLES), its input
+    added to ``inputs``."""
     if not environ.get("SLURM_GPUS_ON_NODE"):
         return None
     inputs["gpus"] = ("SLURM_GPUS_ON_NODE",)
@@ -139,8 +132,7 @@ def gpus_on_node(environ: Mapping[str, str], inputs: dict[str, tuple[str, ...]])
 
 
 class Step:
-    """``hosts``, ``node_id``, ``num_nodes``: the step's node variables, checked against each
-    other and against the job's hosts ``job_hosts`` when set."""
+    """The step's node variables, checked against each other and the job's ``job_hosts``."""
 
     __slots__ = ("hosts", "node_id", "num_nodes")
 
@@ -248,12 +240,12 @@ def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
 
 
 def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], info: Step,
-                 ranks: tuple[int, int, int]) -> tuple[str | None, list[str]]:
+                 processes: Processes) -> tuple[str | None, list[str]]:
     """``(master, problems)``: rank 0's host when ``-m arbitrary`` proves it, and what only
     this task can check (``SLURM_GTIDS``, ``SLURMD_NODENAME``, its hostfile line, rank 0's
-    node), for :attr:`Report.problem`; ``ranks``: ``(rank, local rank, local world size)``."""
+    node), for :attr:`Report.problem`."""
     hosts, node_id = info.hosts, info.node_id
-    rank, local_rank, local_world = ranks
+    rank, local_rank, _, local_world = processes[:4]
     problems: list[str] = []
     gtids = _gtids(environ)
     if gtids is not None:
@@ -292,23 +284,20 @@ def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], in
     return master, problems
 
 
-def _ports_and_gpus(environ: Mapping[str, str],
-                    inputs: dict[str, tuple[str, ...]]) -> tuple[tuple[int, ...], int | None]:
-    """``SLURM_STEP_RESV_PORTS`` (else the job and step ids seed the ports) and the GPUs;
-    adds their inputs to ``inputs``."""
-    if environ.get("SLURM_STEP_RESV_PORTS"):
-        inputs["ports"] = ("SLURM_STEP_RESV_PORTS",)
-        return (parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports),
-                gpus_on_node(environ, inputs))
-    inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
-    return (), gpus_on_node(environ, inputs)
+def _ports(environ: Mapping[str, str], inputs: dict[str, tuple[str, ...]]) -> tuple[int, ...]:
+    """``SLURM_STEP_RESV_PORTS``, else none (the job and step ids seed the ports); adds the
+    input to ``inputs``."""
+    if not environ.get("SLURM_STEP_RESV_PORTS"):
+        inputs["ports"] = ("SLURM_JOB_ID", "SLURM_STEP_ID")
+        return ()
+    inputs["ports"] = ("SLURM_STEP_RESV_PORTS",)
+    return parsed(environ, "SLURM_STEP_RESV_PORTS", parse_resv_ports)
 
 
 def _pty_notes(environ: Mapping[str, str], world: int,
                rank: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(notes, warnings)`` for ``SLURM_PTY_PORT``, never refused (recorded, tests/data/
-    slurm-extra: ``srun -N2 --pty`` runs the command on both tasks, task 0 with the
-    terminal; an srun inside a pty shell passes ``SLURM_PTY_PORT`` on)."""
+    slurm-extra: ``srun -N2 --pty`` runs the command on both tasks, task 0 with the tty)."""
     if not environ.get("SLURM_PTY_PORT"):
         return (), ()
     notes = (f"SLURM_PTY_PORT is set: an srun --pty step, or a step started from one "
@@ -325,9 +314,8 @@ def _pty_notes(environ: Mapping[str, str], world: int,
 
 def read_step(environ: Mapping[str, str], title: str,
               files: Mapping[str, str | None] = {}) -> Report:
-    """A task of an ``srun`` step (docs/sources/slurm.md, "What derive-env reads"): never the
-    job's ``SLURM_NTASKS`` (kept by ``srun -E``, env.c); ``master`` only for ``-m arbitrary``
-    (block, cyclic and plane put rank 0 on ``nodes[0]``); ``job`` = ("slurm", job, step).
+    """A task of an ``srun`` step: never the job's ``SLURM_NTASKS`` (kept by ``srun -E``,
+    env.c); ``master`` only for ``-m arbitrary``; ``job`` = ("slurm", job, step).
 
     :raises TopologyError: malformed or disagreeing values, a step of another job or of a
         heterogeneous one, an unreadable hostfile, MPI plugin variables against the step.
@@ -338,10 +326,10 @@ def read_step(environ: Mapping[str, str], title: str,
     variable_int(environ, "SLURM_STEP_ID", 0)
     info = Step(environ, parsed(environ, "SLURM_JOB_NODELIST", expand_checked)
                 if environ.get("SLURM_JOB_NODELIST") else None)
-    hosts, node_id = info.hosts, info.node_id
-    rank, local_rank, world, local_world, tasks_per_node = step_tasks(environ, info)
-    check_mpi_plugin(environ, f"{job}.{step}",
-                     {"SLURM_PROCID": rank, "SLURM_STEP_NUM_TASKS": world, "SLURM_NODEID": node_id})
+    processes = step_tasks(environ, info)
+    rank, world = processes.rank, processes.world_size
+    facts = {"SLURM_PROCID": rank, "SLURM_STEP_NUM_TASKS": world, "SLURM_NODEID": info.node_id}
+    check_mpi_plugin(environ, f"{job}.{step}", facts)
     inputs: dict[str, tuple[str, ...]] = {
         "nodes": ("SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES"), "node_rank": ("SLURM_NODEID",),
         "processes": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS",
@@ -349,16 +337,15 @@ def read_step(environ: Mapping[str, str], title: str,
         "rank": ("SLURM_PROCID",), "local_rank": ("SLURM_LOCALID",),
         "world_size": ("SLURM_STEP_NUM_TASKS",),  # and this node's entry of the list:
         "local_world_size": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID")}
-    master, problems = _self_checks(environ, files, info, (rank, local_rank, local_world))
+    master, problems = _self_checks(environ, files, info, processes)
     if _arbitrary(environ):
         inputs["master"] = ("SLURM_DISTRIBUTION", "SLURM_HOSTFILE")
-    ports, gpus = _ports_and_gpus(environ, inputs)
     notes, warnings = _pty_notes(environ, world, rank)
-    return Report(
-        source="slurm-step", title=title, nodes=_nodes(hosts), node_rank=node_id,
-        processes=Processes(rank, local_rank, world, local_world, tasks_per_node),
-        master=master, reserved_ports=ports, job=("slurm", job, step), gpus=gpus,
-        session_id=job, inputs=inputs, order=_STEP_ORDER, notes=notes, warnings=warnings,
+    return Report(  # the ports' errors before the GPUs'
+        source="slurm-step", title=title, nodes=_nodes(info.hosts), node_rank=info.node_id,
+        processes=processes, master=master, reserved_ports=_ports(environ, inputs),
+        job=("slurm", job, step), gpus=gpus_on_node(environ, inputs), session_id=job,
+        inputs=inputs, order=_STEP_ORDER, notes=notes, warnings=warnings,
         problem=(f"{'; '.join(problems)}: {_COPIED}" if problems else None))
 
 

@@ -1,11 +1,8 @@
 """Slurm's text formats (docs/sources/slurm.md): host lists, tasks per node, reserved ports,
-the hostfile of ``srun -m arbitrary``; their errors are ValueErrors completing "expected
-...", which the Slurm source's ``parsed`` and :func:`arbitrary_master` turn into a
-TopologyError naming the variable or file.
+the hostfile of ``srun -m arbitrary``; errors are ValueErrors completing "expected ...".
 
 Host lists: a port of Slurm's parser (SchedMD/slurm@284c3b9 ``src/common/hostlist.c``, the
-one-dimensional grammar), no regular expression (imported on every start in a Slurm job);
-each function names the C function it follows:
+one-dimensional grammar), each function naming the C function it follows:
 
 * tokens split on ``"\\t, \\n"``, not inside ``[...]`` (``_next_tok``); no ``[``: one host;
 * the LAST ``[`` opens the range list, text after its ``]`` is a suffix (``n[01-02]-ib``);
@@ -196,9 +193,8 @@ def _push_range_list(prefix: str, suffix: str, ranges: list[tuple[int, int, int]
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """A Slurm host list (``SLURM_STEP_NODELIST``) -> its hosts in Slurm's order, duplicates
-    kept (``hostlist.c`` ``hostlist_create_dims``): ``"rack[1-2]-node[01-02],login"`` ->
-    ``("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02", "login")``. ValueError:
-    a ``[`` without ``]``, a bad range item, ``lo > hi``, too many hosts."""
+    kept (``hostlist.c`` ``hostlist_create_dims``). ValueError: a ``[`` without ``]``, a bad
+    range item, ``lo > hi``, too many hosts."""
     if "[" not in text:
         # No bracket: the separators alone split it (the common single-host case).
         for separator in "\t\n ":
@@ -247,8 +243,7 @@ def expand_checked(value: str) -> tuple[str, ...]:
 
 def expand_tasks_per_node(text: str) -> tuple[int, ...]:
     """``SLURM_STEP_TASKS_PER_NODE`` -> one count per node: items ``N`` or ``N(xK)`` (``N``
-    0-65535 repeated ``K`` >= 1 times, ``src/common/env.c`` ``uint16_array_to_str``):
-    ``"2(x3),1"`` -> ``(2, 2, 2, 1)``; ValueError for anything else."""
+    0-65535 repeated ``K`` >= 1 times, ``src/common/env.c`` ``uint16_array_to_str``)."""
     counts: list[int] = []
     for item in text.split(","):
         number, paren, repeat = item.partition("(x")
@@ -271,9 +266,8 @@ def _is_decimal(text: str) -> bool:
 
 
 def parse_resv_ports(text: str) -> tuple[int, ...]:
-    """``SLURM_STEP_RESV_PORTS`` (srun ``--resv-ports``) -> the ports in order, the first the
-    step's: ``"12000-12001,12005"`` -> ``(12000, 12001, 12005)``; written by src/common/
-    port_mgr.c ``_resv_port_alloc``, read as a bracket's range list (``_rebuild_port_array``).
+    """``SLURM_STEP_RESV_PORTS`` (srun ``--resv-ports``) -> the ports in order (src/common/
+    port_mgr.c ``_resv_port_alloc``), read as a bracket's range list (``_rebuild_port_array``).
     ValueError: an empty or malformed list, a port outside 1-65535."""
     if not text.strip(_C_SPACE):
         raise ValueError("a list of TCP ports such as 12000-12003, not an empty value")
@@ -286,13 +280,11 @@ def parse_resv_ports(text: str) -> tuple[int, ...]:
 
 
 def expand_hostfile(text: str, check: Callable[[str], str | None]) -> list[str]:
-    """The hosts of an ``srun -m arbitrary`` hostfile (``SLURM_HOSTFILE``), task ``r`` on
-    ``hosts[r]`` (src/api/allocate.c ``slurm_read_hostfile``): ``#`` comments unless
-    ``\\#``, empty lines skipped, a line starts with a letter or digit and holds
-    ``,``-separated ``name`` or ``name*N``; blanks around a line ignored (srun refuses them,
-    so this accepts every file srun did). ``check``: why a name is no node's address, or
-    ``None`` (:func:`derive_env.hosts.host_problem`), once per distinct name. ValueError: a
-    malformed line, a bad name, an empty file, over 2**20 tasks."""
+    """The hosts of an ``srun -m arbitrary`` hostfile, task ``r`` on ``hosts[r]`` (src/api/
+    allocate.c ``slurm_read_hostfile``): ``#`` comments unless ``\\#``, empty lines skipped,
+    lines of ``,``-separated ``name`` or ``name*N`` (blanks around a line ignored: srun
+    refuses them). ``check``: :func:`derive_env.hosts.host_problem`, once per distinct name.
+    ValueError: a malformed line, a bad name, an empty file, over 2**20 tasks."""
     hosts: list[str] = []
     checked: set[str] = set()  # a 4096-node file names each host many times: check it once
     for number, line in enumerate(text.splitlines(), 1):
@@ -321,10 +313,23 @@ def expand_hostfile(text: str, check: Callable[[str], str | None]) -> list[str]:
     return hosts
 
 
-def _hostfile_hosts(path: str, text: str | None) -> list[str]:
-    """The hosts of an ``srun -m arbitrary`` hostfile, in order (one per task): its grammar is
-    :func:`~derive_env.sources.managers.slurm_hostlist.expand_hostfile`'s."""
-    where = f"SLURM_HOSTFILE={shorten(path)!r}"
+#: Why a hostfile disagrees with its step.
+_STALE = "the file was changed after srun read it, or belongs to another step"
+
+
+def arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None],
+                     hosts: tuple[str, ...], rank: int) -> tuple[str, str | None]:
+    """Rank 0's host of an arbitrary step: the first host of ``SLURM_HOSTFILE`` (srun.1
+    "arbitrary": tasks follow the file's lines; its grammar: :func:`expand_hostfile`); and
+    this task's line, when it has one."""
+    path = environ.get("SLURM_HOSTFILE", "")
+    if not path:
+        raise TopologyError(describe(
+            "SLURM_DISTRIBUTION", environ["SLURM_DISTRIBUTION"],
+            "SLURM_HOSTFILE to be set as well: with arbitrary distribution rank 0 runs on "
+            "the first host of that file, which no other variable states; set SLURM_HOSTFILE"
+            " to the file srun used"))
+    where, text = f"SLURM_HOSTFILE={shorten(path)!r}", files.get(path)
     if text is None:
         raise TopologyError(
             f"{where}: expected a regular file of at most 16 MiB this process can read "
@@ -335,39 +340,19 @@ def _hostfile_hosts(path: str, text: str | None) -> list[str]:
     from derive_env.hosts import host_problem
 
     try:
-        return expand_hostfile(text, host_problem)
+        listed = expand_hostfile(text, host_problem)
     except ValueError as exc:
         raise TopologyError(f"{where}: expected {exc}") from None
-
-
-def arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None],
-                      hosts: tuple[str, ...], rank: int) -> tuple[str, str | None]:
-    """Rank 0's host of an arbitrary step: the first host of ``SLURM_HOSTFILE`` (srun.1
-    "arbitrary": tasks follow the file's lines); and this task's line, when it has one."""
-    path = environ.get("SLURM_HOSTFILE", "")
-    if not path:
-        raise TopologyError(describe(
-            "SLURM_DISTRIBUTION", environ["SLURM_DISTRIBUTION"],
-            "SLURM_HOSTFILE to be set as well: with arbitrary distribution rank 0 runs on "
-            "the first host of that file, which no other variable states; set SLURM_HOSTFILE"
-            " to the file srun used"))
-    listed = _hostfile_hosts(path, files.get(path))
-    master = listed[0]
-    if master not in hosts:
+    if listed[0] not in hosts:
         raise TopologyError(
-            f"SLURM_HOSTFILE={shorten(path)!r}: expected its first host {master!r} (rank 0's) "
-            f"to be a node of the step, SLURM_STEP_NODELIST="
-            f"{environ['SLURM_STEP_NODELIST']!r}: the file was changed after srun read it, "
-            "or belongs to another step")
+            f"{where}: expected its first host {listed[0]!r} (rank 0's) to be a node of the "
+            f"step, SLURM_STEP_NODELIST={environ['SLURM_STEP_NODELIST']!r}: {_STALE}")
     world = int(environ["SLURM_STEP_NUM_TASKS"])
-    if len(listed) < world:
-        # srun needs a line per task (src/api/allocate.c slurm_read_hostfile).
+    if len(listed) < world:  # srun needs a line per task (slurm_read_hostfile)
         raise TopologyError(
-            f"SLURM_HOSTFILE={shorten(path)!r}: expected a line for each of the "
-            f"SLURM_STEP_NUM_TASKS={world} tasks (srun places task r on line r+1), not "
-            f"{len(listed)}: the file was changed after srun read it, or belongs to another "
-            "step")
-    return master, listed[rank]
+            f"{where}: expected a line for each of the SLURM_STEP_NUM_TASKS={world} tasks "
+            f"(srun places task r on line r+1), not {len(listed)}: {_STALE}")
+    return listed[0], listed[rank]
 
 
 def _uncommented(line: str) -> str:
