@@ -76,12 +76,9 @@ def all_ipv4(text: str, separator: str = "\n") -> bool:
 
 
 def host_list(text: str, separator: str = "\n") -> tuple[str, ...]:
-    """The hosts of a list a manager writes, one per line or comma-separated
-    (``separator``), in its order; blanks around an entry are ignored.
-
-    :raises ValueError: an empty entry (an address not known yet), an entry that is no host
-        name or address, or a host listed twice.
-    """
+    """The hosts of a list a manager writes, one per line or comma-separated (``separator``),
+    in its order, blanks around an entry ignored. ValueError: an empty entry (an address not
+    known yet), an entry that is no host name or address, a host listed twice."""
     if all_ipv4(text, separator):  # the managers' own form: nothing to strip or look up
         hosts = text.split(separator)
     else:
@@ -156,10 +153,8 @@ def _summed(hosts: Sequence[str], counts: Iterable[int]) -> HostSlots:
 def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
     """A file or list that names a host once per slot (``PBS_NODEFILE``, LSF's rank file,
     ``LSB_HOSTS``): each distinct host with its number of lines, blanks around a name and
-    blank lines ignored; ``what`` names the format in the message.
-
-    :raises ValueError: no host at all, or an entry that is not a host name or address.
-    """
+    blank lines ignored; ``what`` names the format in the message. ValueError: no host at
+    all, or an entry that is not a host name or address."""
     if " " in text or "\t" in text:  # blanks inside a line: each line stripped, as it is
         entries = [line.strip() for line in text.split("\n") if line.strip()]
     else:  # one name per line (what the schedulers write): split at C speed
@@ -181,11 +176,8 @@ def _slot_count(text: str) -> bool:
 
 def word_pairs(text: str, what: str) -> HostSlots:
     """``"hostA 4 hostB 4"`` (LSF's ``LSB_MCPU_HOSTS``): words taken two by two, each host
-    with the sum of its counts (``what``: the format, for the message).
-
-    :raises ValueError: an odd number of words, no host, a host that is no host name or
-        address, or a count that is not a decimal integer >= 1.
-    """
+    with the sum of its counts (``what``: the format, for the message). ValueError: an odd
+    number of words, no host, a host that is no host name or address, a count not >= 1."""
     words = text.split()
     if len(words) % 2:
         raise ValueError(f"{what}: an even number of words (a count after each host), "
@@ -233,10 +225,8 @@ def pe_hostfile(text: str, what: str) -> HostSlots:
     """Grid Engine's ``PE_HOSTFILE`` (``<host> <slots> <queue> <processors>``, one line per
     granted queue, exec_job.c; blank lines ignored): the hosts in first-appearance order
     with their slots summed over their lines (``what``: the format, for the message).
-
-    :raises ValueError: no line, a line without a host and a slot count, a host that is no
-        host name or address, a slot count that is not an integer >= 1.
-    """
+    ValueError: no line, a line without a host and a slot count >= 1, a host that is no host
+    name or address."""
     body = text[:-1] if text.endswith("\n") else text
     rows = _ROW.findall(body)
     if not rows or len(rows) != body.count("\n") + 1:  # not every line matched

@@ -56,8 +56,7 @@ class Report(NamedTuple):
     :ivar inputs: the variables of each fact: ``nodes``, ``node_rank``, ``num_nodes``,
         ``processes`` (the whole layer), each of :data:`PROCESS_FACTS`, ``master``,
         ``master_port``, ``gpus``, ``ports``.
-    :ivar order: for ``--explain``, the rule behind the order of ``nodes``.
-    :ivar notes: for ``--explain``.
+    :ivar order: the rule behind the order of ``nodes``; ``notes``: both for ``--explain``.
     :ivar warnings: printed on stderr; do not stop the command.
     :ivar problem: the error of a source seen that alone describes no usable topology (a
         Slurm batch script of several nodes), raised when no inner source uses its facts.
@@ -236,14 +235,12 @@ def _shell_command(argv: Sequence[str]) -> Sequence[str] | None:
 
 
 def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
-    """What the command after ``--`` is, and its name for messages; ``None``: no command.
-
-    :returns: ``(kind, name)``: :data:`NODE_LAUNCHER` (``torchrun``, ``deepspeed``,
-        ``accelerate launch``), :data:`SCRIPT` (a ``python`` script or module: one worker),
-        :data:`LAUNCHER` (``mpirun``, ``srun`` ...) or :data:`OTHER` (a shell script:
-        derive-env cannot tell). A wrapper's command is classified instead (``apptainer
-        exec IMAGE``, ``env NAME=VALUE``, ``uv run``, the first command of ``bash -c``).
-    """
+    """What the command after ``--`` is, and its name for messages (``None``: no command):
+    ``(kind, name)``, :data:`NODE_LAUNCHER` (``torchrun``, ``deepspeed``, ``accelerate
+    launch``), :data:`SCRIPT` (a ``python`` script or module: one worker), :data:`LAUNCHER`
+    (``mpirun``, ``srun`` ...) or :data:`OTHER` (a shell script: derive-env cannot tell). A
+    wrapper's command is classified instead (``apptainer exec IMAGE``, ``env NAME=VALUE``,
+    ``uv run``, the first command of ``bash -c``)."""
     if not argv:
         return None
     program = argv[0].rsplit("/", 1)[-1]
@@ -313,9 +310,8 @@ def command_decides(owner: Report, processes: Processes,
     :param where: every node's task count (empty: unknown), and the node count (``None``:
         unknown) with the variables that state it.
     :param kind: :func:`command_kind` of the command; ``None``: none.
-    :raises TopologyError: a node launcher ``owner`` starts more than once on a node, or
-        once on fewer nodes than the node layer counts.
-    """
+    :raises TopologyError: a node launcher ``owner`` starts more than once on a node, or on
+        fewer nodes than the node layer counts."""
     tasks, (num_nodes, counted) = where
     line = BY_NAME.get(owner.source)
     depth = line.depth if line is not None else _MPI + 1

@@ -54,12 +54,9 @@ _FORMS: dict[str, tuple[Callable[[str], object], str]] = {
 def over(line: Source, environ: Mapping[str, str], files: FileReader | None
          ) -> tuple[str, str] | tuple[str, str, str] | str | None:
     """Whether ``line`` (its marker complete) states more than one ``unit`` by its host list
-    or its ``size``; ``files`` reads a file the ``hosts`` role names (cli/).
-
-    :returns: ``None`` (a job of one), ``(variable, what a job of one holds)``, ``(what,
-        value, expected)`` for a file's entry, or :data:`UNKNOWN`: the size cannot be told
-        (then the line is refused as one that does not say it).
-    """
+    or its ``size`` (``files``: cli/'s reader): ``None`` (a job of one), ``(variable, what a
+    job of one holds)``, ``(what, value, expected)`` for a file's entry, or :data:`UNKNOWN`
+    (the size cannot be told: the line is refused as one that does not say it)."""
     hosts = line.roles.get("hosts") if line.roles else None
     if hosts is None:
         return globals()[line.size](environ)
@@ -164,12 +161,9 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
 def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str],
                  files=None) -> str | None:
     """The warning of a start that did not opt in inside a larger job, or ``None``.
-
-    :param image: a labels file was read (decided at the edge): the image's label is named
-        first; without one (bare metal) the job's own opt-in (``--frameworks``, the variable).
-    :param opt_in: the opt-in label's name and its ``DERIVE_ENV_<NAME>`` variable (given
-        by the edge, so that this module needs no label module).
-    """
+    ``image``: a labels file was read (the edge decides): the image's label is named first,
+    else (bare metal) the job's own opt-in; ``opt_in``: the label's name and its
+    ``DERIVE_ENV_<NAME>`` variable (from the edge: this module needs no label module)."""
     label, variable = opt_in
     job = larger_job(environ, files)
     if job is None:

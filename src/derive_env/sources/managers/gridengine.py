@@ -143,11 +143,9 @@ def _unreadable(environ: Mapping[str, str], line: Source, job: tuple[str, str, s
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The node layer (module docstring); ``job`` = ("gridengine", JOB_ID, array task or "").
-
-    :raises TopologyError: ``JOB_ID``, ``NHOSTS``, ``NSLOTS`` or ``SGE_TASK_ID`` malformed,
-        a malformed file, counts that disagree with it, ``HOSTNAME`` not in it.
-    """
+    """The node layer; ``job`` = ("gridengine", JOB_ID, array task or ""). TopologyError:
+    ``JOB_ID``, ``NHOSTS``, ``NSLOTS`` or ``SGE_TASK_ID`` malformed, a malformed file,
+    counts that disagree with it, ``HOSTNAME`` not in it."""
     job_id = str(variable_int(environ, "JOB_ID", 1, " (Grid Engine's job number)"))
     array = _array_task(environ)
     job = ("gridengine", job_id, array or "")

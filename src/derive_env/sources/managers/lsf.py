@@ -44,9 +44,7 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """Line ``lsf`` or ``jsrun``; ``job`` = ``("lsf", LSB_JOBID, "allocation")``.
-
-    :raises TopologyError: a malformed or contradicting value, an unreadable rank file.
-    """
+    TopologyError: a malformed or contradicting value, an unreadable rank file."""
     if line.name == "jsrun":
         return _jsrun(environ, line, files or {})
     return _allocation(environ, line)

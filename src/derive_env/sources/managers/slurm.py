@@ -132,7 +132,7 @@ def gpus_on_node(environ: Mapping[str, str], inputs: dict[str, tuple[str, ...]])
 
 
 class Step:
-    """The step's node variables, checked against each other and the job's ``job_hosts``."""
+    """The step's node variables, checked against each other and the job's ``job_hosts``, if any."""
 
     __slots__ = ("hosts", "node_id", "num_nodes")
 
@@ -316,10 +316,8 @@ def read_step(environ: Mapping[str, str], title: str,
               files: Mapping[str, str | None] = {}) -> Report:
     """A task of an ``srun`` step: never the job's ``SLURM_NTASKS`` (kept by ``srun -E``,
     env.c); ``master`` only for ``-m arbitrary``; ``job`` = ("slurm", job, step).
-
-    :raises TopologyError: malformed or disagreeing values, a step of another job or of a
-        heterogeneous one, an unreadable hostfile, MPI plugin variables against the step.
-    """
+    TopologyError: malformed or disagreeing values, a step of another job or of a
+    heterogeneous one, an unreadable hostfile, MPI plugin variables against the step."""
     refuse_het(environ)
     job = job_id(environ)
     step = environ["SLURM_STEP_ID"]
