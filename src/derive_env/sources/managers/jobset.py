@@ -228,27 +228,26 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
     return index, host
 
 
-def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,
-            host: str) -> tuple[str, tuple[str, ...]]:
-    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN`, else the ``/etc/hosts`` line;
-    never the coordinator label's, set even where no pod has a DNS name (``GetSubdomain``)."""
+def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, host: str,
+            first: str, what: str, fix: str) -> tuple[str, tuple[str, ...]]:
+    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN` (``what`` it is), else the
+    kubelet's ``/etc/hosts`` line for ``host``, so that ``first.<it>`` is a host name; never
+    the coordinator label's, set even where no pod has a DNS name (``GetSubdomain``).
+
+    :raises TopologyError: a bad :data:`SUBDOMAIN`, or neither (the message ends with ``fix``).
+    """
     given = environ.get(SUBDOMAIN, "")
     if given:
-        if host_problem(f"{host}.{given}") is not None or given.startswith("."):
+        problem = host_problem(f"{first}.{given}")
+        if problem is not None or given.startswith("."):
             raise TopologyError(describe(
-                SUBDOMAIN, given, f"the JobSet's spec.network.subdomain, or its name "
-                f"{js!r} when unset (GetSubdomain), so that {host}.<it> is a host name"))
+                SUBDOMAIN, given, f"{what}, so that {first}.<it> is {problem or 'a host name'}"))
         return given, (SUBDOMAIN,)
     found = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
-    if found is not None and host_problem(f"{host}.{found}") is None:
+    if found is not None and host_problem(f"{first}.{found}") is None:
         return found, (HOSTS_FILE,)
     raise TopologyError(describe(
-        SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
-        "the pods' DNS names need the JobSet's subdomain, which the kubelet writes there "
-        "when spec.network.enableDNSHostnames is true (JobSet's default). With hostNetwork "
-        f"or without a readable {HOSTS_FILE}, set in every replicated job's container env: "
-        f"`- {{name: {SUBDOMAIN}, value: \"{js}\"}}` (spec.network.subdomain, or the JobSet's "
-        "name when unset: jobset_controller.go, GetSubdomain)"))
+        SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: {fix}"))
 
 
 def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
@@ -292,7 +291,14 @@ def read(environ: Mapping[str, str], line: Source,
     groups = layout(environ, js, rjob)
     group, before = _place(environ, groups, rjob, job)
     index, host = _index(environ, js, group, job)
-    suffix, where = _suffix(environ, files, js, host)
+    suffix, where = _suffix(
+        environ, files, host, host, f"the JobSet's spec.network.subdomain, or its name {js!r} "
+        "when unset (GetSubdomain)", "the pods' DNS names need the JobSet's subdomain, which "
+        "the kubelet writes there when spec.network.enableDNSHostnames is true (JobSet's "
+        f"default). With hostNetwork or without a readable {HOSTS_FILE}, set in every "
+        f"replicated job's container env: `- {{name: {SUBDOMAIN}, value: \"{js}\"}}` "
+        "(spec.network.subdomain, or the JobSet's name when unset: jobset_controller.go, "
+        "GetSubdomain)")
     offset = sum(g.replicas * g.pods for g in groups[:groups.index(group)])
     rank = offset + job * group.pods + index
     nodes = tuple(Node(f"{js}-{g.name}-{j}-{i}.{suffix}", g.name, j * g.pods + i + 1)
@@ -382,26 +388,6 @@ def _count(environ: Mapping[str, str], job: str, index: int) -> int:
     return count
 
 
-def _job_suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, job: str,
-            host: str) -> tuple[str, tuple[str, ...]]:
-    """The name suffix of every pod, and what it came from."""
-    given = environ.get(SUBDOMAIN, "")
-    if given:
-        problem = host_problem(f"{job}-0.{given}")
-        if problem is not None or given.startswith("."):
-            raise TopologyError(describe(
-                SUBDOMAIN, given, f"the pod template's subdomain (the headless Service's "
-                f"name), so that {job}-0.<it> is {problem or 'a host name'}"))
-        return given, (SUBDOMAIN,)
-    suffix = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
-    if suffix is None or host_problem(f"{job}-0.{suffix}") is not None:
-        raise TopologyError(describe(
-            SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
-            f"node 0 ({job}-0) has a DNS name only with a subdomain and a headless Service; "
-            + _manifest(job)))
-    return suffix, (HOSTS_FILE,)
-
-
 def _indexed(environ: Mapping[str, str], line: Source,
               files: Mapping[str, str | None] | None) -> Report:
     """An Indexed Job pod's environment and ``/etc/hosts`` (when :data:`SUBDOMAIN` is unset).
@@ -413,7 +399,10 @@ def _indexed(environ: Mapping[str, str], line: Source,
     """
     index, job, host = _index_and_job(environ)
     count = _count(environ, job, index)
-    suffix, where = _job_suffix(environ, files, job, host)
+    suffix, where = _suffix(
+        environ, files, host, f"{job}-0", "the pod template's subdomain (the headless "
+        "Service's name)", f"node 0 ({job}-0) has a DNS name only with a subdomain and a "
+        f"headless Service; {_manifest(job)}")
     nodes = tuple(Node(f"{job}-{i}.{suffix}") for i in range(count))
     return Report(
         source=line.name,
