@@ -21,7 +21,8 @@ in torch.distributed):
 :func:`read` checks them, one wording per rule naming the variable, its value and the
 other variable, and reports each fact with its variable. A module under
 ``sources/managers/`` uses the kit: :func:`numbers` (its line's integer roles, checked),
-:func:`parsed`, :func:`checked_master`, :func:`derive_env.validation.variable_index`.
+:func:`companions`, :func:`parsed`, :func:`checked_master`,
+:func:`derive_env.validation.variable_index`.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def read(environ: Mapping[str, str], line: Source,
     roles = line.roles
     why = roles.get("why", "")
     got = numbers(environ, roles)
-    notes = _companions(environ, roles, got, why)
+    notes = companions(environ, roles, got, why)
     hosts = _hosts(environ, roles, got, why) if "hosts" in roles else ()
     inputs: dict[str, tuple[str, ...]] = {"nodes": (roles["hosts"][0],)} if hosts else {}
     processes = None
@@ -141,10 +142,13 @@ def _hosts(environ: Mapping[str, str], roles: Mapping[str, object], got: Mapping
     return hosts
 
 
-def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
-                got: Mapping[str, int], why: str) -> tuple[str, ...]:
-    """Notes for the companion variables that are set, each equal to the manager's own
-    (``same``); TopologyError naming both when one is not."""
+def companions(environ: Mapping[str, str], roles: Mapping[str, object],
+               got: Mapping[str, int], why: str) -> tuple[str, ...]:
+    """Notes for the companion variables of ``roles["same"]`` that are set, each equal to the
+    value ``got`` holds for its role (whose variable ``roles`` names).
+
+    :raises TopologyError: a companion that disagrees, naming both, ending with ``why``.
+    """
     notes = []
     for companion, role in roles.get("same", ()):
         value = environ.get(companion)
