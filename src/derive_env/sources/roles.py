@@ -93,17 +93,22 @@ def read(environ: Mapping[str, str], line: Source,
         inputs=inputs, notes=notes)
 
 
-def numbers(environ: Mapping[str, str], roles: Mapping[str, object]) -> dict[str, int]:
+def numbers(environ: Mapping[str, str], roles: Mapping[str, object], fix_ends: bool = False,
+            counted: bool = True) -> dict[str, int]:
     """The integer roles of ``roles`` (:data:`INTEGERS`), each index below its count and the
     local world size at most the world size (:data:`_RELATIONS`), by role: the first half
-    of :func:`read`, for a manager module whose line names them.
+    of :func:`read`, for a manager module whose line names them (or its own ``roles``).
 
+    :param fix_ends: a value that is no integer of its minimum ends with ``; why`` (the
+        manager's fix), not with what it is.
+    :param counted: ``num_nodes`` is at most lists.MAX_COUNTED_NODES: a count-only source
+        builds its nodes from the count.
     :raises TopologyError: as :func:`read`, naming both variables and ending with ``why``.
     """
     why = roles.get("why", "")
-    # A count-only source builds its nodes from the count: bounded (lists.MAX_COUNTED_NODES).
-    bound = (NODE_COUNT[0], NODE_COUNT[1] + (f"; {why}" if why else ""))
-    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})",
+    bound = (NODE_COUNT[0], NODE_COUNT[1] + _ending(why, "; ")) if counted else None
+    got = {role: variable_int(environ, roles[role], minimum,
+                              _ending(why, "; ") if fix_ends else f" (the {what})",
                               bound if role == "num_nodes" else None)
            for role, (minimum, what) in INTEGERS.items() if role in roles}
     for low, high, relation in _RELATIONS:
