@@ -50,19 +50,15 @@ def topology_from(environ: Mapping[str, str], choice: str | None = None,
 
 def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
     """The topology composed from the reports of every source seen in ``inputs.environ``,
-    innermost first; with none seen (no cluster variables at all), a single container's.
+    innermost first; with none seen, a single container's.
 
-    :param inputs: ``choice``: ``--source``: a source name (only it is read; its variables
-        must be set), ``auto`` (detect), ``none`` (nothing read) or ``None`` (then
-        ``DERIVE_ENV_SOURCE``, else auto); ``files``: paths -> contents (None: unreadable)
-        of the files a source needs (``None``: none can be read, ``--env-file``);
-        ``command``: the argv after ``--`` ("The command"). Labels, host facts: not read.
+    :param inputs: ``choice`` (:func:`sources.choice_of`), ``files`` (paths -> contents,
+        None: unreadable; ``None``: none can be read), ``command`` (the argv after ``--``).
     :param hosts_only: for the host lists (``--format hosts``, the hostfiles): a source's
         ``problem`` is not raised (a multi-node batch script may start ``deepspeed``).
-    :raises TopologyError: a source's variables are bad, the layers disagree, a ``problem``;
-        or a launcher no source reads states more than one process (``WORLD_SIZE=4``,
-        nothing guessed: :func:`refusals.launcher_problem`).
-    :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
+    :raises TopologyError: a source's variables are bad, the layers disagree, a ``problem``,
+        or a launcher no source reads states several processes (:mod:`refusals`).
+    :raises UsageError: ``--source`` is not a choice.
     """
     environ, files = inputs.environ, inputs.files
     chosen = sources.choice_of(environ, inputs.choice)
@@ -187,9 +183,8 @@ def _first(reports: Sequence[Report | None], field: str) -> Report | None:
 
 def compose(reports: Sequence[Report], hosts_only: bool = False,
             command: Sequence[str] | None = None) -> ClusterTopology:
-    """The topology from reports ordered innermost first (see the module docstring);
-    ``command``: the argv derive-env execs, ``None`` for none (the hook). Raises as
-    :func:`topology_of`."""
+    """The topology from reports ordered innermost first (module docstring); ``command``:
+    the argv derive-env execs, ``None`` for the hook. Raises as :func:`topology_of`."""
     used, shadowed = _shadowed(reports)
     refusals.managers_agree(used)  # every pair of node-level managers, alike
     innermost = reports[0]

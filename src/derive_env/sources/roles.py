@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.lists import NODE_COUNT
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report
 from derive_env.topology import nodes_of
 from derive_env.validation import parse_int, variable_int
 
@@ -50,8 +50,6 @@ INTEGERS = {"world_size": (1, "world size"), "local_world_size": (1, "local worl
 _RELATIONS = (("rank", "world_size", "below"), ("local_rank", "local_world_size", "below"),
               ("local_world_size", "world_size", "at most"),
               ("node_rank", "num_nodes", "below"))
-#: The process layer's roles, in :class:`Processes` order.
-PROCESS_ROLES = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 def read(environ: Mapping[str, str], line: Source,
@@ -72,9 +70,9 @@ def read(environ: Mapping[str, str], line: Source,
     inputs: dict[str, tuple[str, ...]] = {"nodes": (roles["hosts"][0],)} if hosts else {}
     processes = None
     if "rank" in got:
-        processes = Processes(*(got[role] for role in PROCESS_ROLES))
-        inputs["processes"] = tuple(roles[role] for role in PROCESS_ROLES)
-        inputs.update((role, (roles[role],)) for role in PROCESS_ROLES)
+        processes = Processes(*(got[role] for role in PROCESS_FACTS))
+        inputs["processes"] = tuple(roles[role] for role in PROCESS_FACTS)
+        inputs.update((role, (roles[role],)) for role in PROCESS_FACTS)
     inputs.update((role, (roles[role],)) for role in ("num_nodes", "node_rank") if role in got)
     if hosts and "num_nodes" in got:
         del got["num_nodes"]  # the list states it

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report
-from derive_env.sources.roles import PROCESS_ROLES, checked_master, numbers
+from derive_env.sources.roles import checked_master, numbers
 from derive_env.validation import variable_index, variable_int
 
 if TYPE_CHECKING:
@@ -41,9 +41,6 @@ FIX = ("torchrun sets it for every worker (torch/distributed/elastic/agent/serve
        "(a wrapper script, an env file, a value copied from another container): do not set "
        "torchrun's variables yourself")
 
-_PROCESSES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
-
-
 #: torchrun's integers by role (sources/roles.py), the process layer first.
 _ROLES = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
           "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK",
@@ -53,7 +50,7 @@ _ROLES = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"
 def _check_ranks(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
     """The integers ``got`` (by role) against _assign_worker_ranks (module docstring)."""
     rank, local_rank, world, local_world, group_rank, groups = (
-        got[role] for role in (*PROCESS_ROLES, "node_rank", "num_nodes"))
+        got[role] for role in (*PROCESS_FACTS, "node_rank", "num_nodes"))
     if groups > world:
         raise TopologyError(describe(
             "GROUP_WORLD_SIZE", environ["GROUP_WORLD_SIZE"],
@@ -120,7 +117,7 @@ def read(environ: Mapping[str, str], line: Source,
     got = numbers(environ, _ROLES, fix_ends=True, counted=False)
     _check_ranks(environ, got)
     _check_role(environ, got)
-    rank, local_rank, world, local_world = (got[role] for role in PROCESS_ROLES)
+    rank, local_rank, world, local_world = (got[role] for role in PROCESS_FACTS)
     group_rank, groups = got["node_rank"], got["num_nodes"]
     master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
     agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE", "")
@@ -158,8 +155,8 @@ def read(environ: Mapping[str, str], line: Source,
         inputs={
             "node_rank": ("GROUP_RANK",),
             "num_nodes": ("GROUP_WORLD_SIZE",),
-            "processes": _PROCESSES,
-            **{fact: (name,) for fact, name in zip(PROCESS_FACTS, _PROCESSES, strict=True)},
+            "processes": tuple(_ROLES[fact] for fact in PROCESS_FACTS),
+            **{fact: (_ROLES[fact],) for fact in PROCESS_FACTS},
             "master": ("MASTER_ADDR",),
             "master_port": ("MASTER_PORT",),
             "ports": ("TORCHELASTIC_RUN_ID", "MASTER_PORT"),
