@@ -276,14 +276,12 @@ def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """A JobSet pod's labels (passed by the downward API) and ``/etc/hosts`` when needed; an
-    Indexed Job's pod for the other line (:func:`_indexed`).
+    """Every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
+    replicated job, index 1-based in it), the coordinator as master when not node 0, ``job``
+    = (``jobset``, node 0's name, the pod count); the other line: :func:`_indexed`.
 
-    :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
-        replicated job, index 1-based in it), the coordinator as master when not node 0,
-        ``job`` = (``jobset``, node 0's name, the pod count).
     :raises TopologyError: a label or :data:`LAYOUT` missing (with the manifest lines, the same
-        on every pod) or malformed or disagreeing, a hostname not this pod's.
+        on every pod), malformed or disagreeing, a hostname not this pod's.
     """
     if line.name != "jobset":
         return _indexed(environ, line, files)
@@ -390,10 +388,9 @@ def _count(environ: Mapping[str, str], job: str, index: int) -> int:
 
 def _indexed(environ: Mapping[str, str], line: Source,
               files: Mapping[str, str | None] | None) -> Report:
-    """An Indexed Job pod's environment and ``/etc/hosts`` (when :data:`SUBDOMAIN` is unset).
+    """An Indexed Job pod's nodes ``<job>-<i>.<suffix>``, i < :data:`NNODES`, ``node_rank``
+    = ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n); no port.
 
-    :returns: the nodes ``<job>-<i>.<suffix>``, i < :data:`NNODES`, ``node_rank`` =
-        ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n); no port.
     :raises TopologyError: the count or the subdomain missing (with the manifest lines, the
         same on every index), an index the hostname contradicts, or a malformed value.
     """

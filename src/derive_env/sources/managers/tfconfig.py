@@ -141,13 +141,13 @@ def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> in
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The node layer ``TF_CONFIG`` or ``CLUSTER_SPEC`` states (the line's).
+    """The node layer of ``TF_CONFIG`` or ``CLUSTER_SPEC`` (the line's): the chief then the
+    workers, role = task type, index 1-based within it; ``job`` = ``(line, node 0's
+    host:port, node count)``; ``preset``: ``TF_CONFIG``.
 
-    :returns: the chief then the workers, role = task type, index 1-based within it;
-        ``job`` = ``(line, node 0's host:port, node count)``; ``preset``: ``TF_CONFIG``.
     :raises TopologyError: not such a JSON document, an unknown task type or pool, several
         chiefs, no chief or worker, a task index outside its list, a bad ``host:port``, a ps
-        or evaluator task, the sparse form; naming the variable, its value and the fix.
+        or evaluator task, the sparse form.
     """
     variable = "CLUSTER_SPEC" if line.name == "vertex" else "TF_CONFIG"
     shown = environ[variable]  # describe() shortens it
