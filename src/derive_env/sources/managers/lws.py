@@ -5,9 +5,8 @@ Table line ``lws``, docs/sources/kubernetes.md. From kubernetes-sigs/lws@060ab4d
 <lws>-<group>.<subdomain>.<namespace>``, ``LWS_GROUP_SIZE``, ``LWS_WORKER_INDEX`` (the leader
 0); the leader pod is ``<lws>-<group>`` (``pkg/webhooks/pod_webhook.go`` ``Default``), the
 workers ``<leader>-<i>`` in its subdomain (``pkg/controllers/pod_controller.go``
-``constructWorkerStatefulSetApplyConfiguration``). ``HOSTNAME`` is checked against those names
-(cut to 63 characters as the kubelet's ``GeneratePodHostNameAndDomain`` does): the variables
-may be copied by hand into another manifest.
+``constructWorkerStatefulSetApplyConfiguration``), as ``HOSTNAME`` (cut to 63 characters:
+the kubelet's ``GeneratePodHostNameAndDomain``) must be.
 """
 
 from __future__ import annotations
