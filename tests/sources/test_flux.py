@@ -111,7 +111,7 @@ def test_more_tasks_than_nodes_is_refused_with_the_fix() -> None:
      "Flux shell sets both for one task, so one was exported by hand or inherited"),
     (task(0, 0, 2, 3), "FLUX_JOB_NNODES='3': expected a value at most FLUX_JOB_SIZE='2': the "
      "Flux shell sets both for one task, so one was exported by hand or inherited"),
-    (task(1, 1, 2, 2), "FLUX_TASK_LOCAL_ID='1': expected a value below 1: FLUX_JOB_SIZE=2 "
+    (task(1, 1, 2, 2), "FLUX_TASK_LOCAL_ID='1': expected an index below 1: FLUX_JOB_SIZE=2 "
      "task(s) on FLUX_JOB_NNODES=2 node(s)"),
     ({**task(0, 0, 2, 2), "FLUX_JOB_NNODES": ""}, "FLUX_JOB_NNODES='': expected the Flux "
      "shell's value: it sets FLUX_JOB_NNODES and FLUX_TASK_LOCAL_ID with FLUX_TASK_RANK for "

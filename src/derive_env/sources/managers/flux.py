@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.lists import NODE_COUNT
 from derive_env.sources.report import Processes, Report
-from derive_env.sources.roles import companions
-from derive_env.validation import parse_int, variable_int
+from derive_env.sources.roles import companions, parsed
+from derive_env.validation import parse_int, variable_index, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -73,10 +73,7 @@ def read(environ: Mapping[str, str], line: Source,
     :raises TopologyError: a malformed value, a rank not below its size, more nodes than
         tasks, or ``PMI_RANK``/``PMI_SIZE`` that disagree with the shell's.
     """
-    try:
-        job = str(job_integer(environ["FLUX_JOB_ID"]))
-    except ValueError as exc:
-        raise TopologyError(describe("FLUX_JOB_ID", environ["FLUX_JOB_ID"], str(exc))) from None
+    job = str(parsed(environ, "FLUX_JOB_ID", job_integer))
     for name in ("FLUX_JOB_NNODES", "FLUX_TASK_LOCAL_ID"):
         if not environ.get(name):
             raise TopologyError(describe(
@@ -103,11 +100,8 @@ def read(environ: Mapping[str, str], line: Source,
     layer = ("FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID", "FLUX_JOB_SIZE", "FLUX_JOB_NNODES")
     if nodes == 1 or nodes == size:
         local_world = size if nodes == 1 else 1
-        if local >= local_world:
-            raise TopologyError(describe(
-                "FLUX_TASK_LOCAL_ID", environ["FLUX_TASK_LOCAL_ID"],
-                f"a value below {local_world}: FLUX_JOB_SIZE={size} task(s) on "
-                f"FLUX_JOB_NNODES={nodes} node(s)"))
+        variable_index(environ, "FLUX_TASK_LOCAL_ID", (local_world, str(local_world)),
+                       f"FLUX_JOB_SIZE={size} task(s) on FLUX_JOB_NNODES={nodes} node(s)")
         processes = Processes(rank, local, size, local_world,
                               (size,) if nodes == 1 else (1,) * nodes)
         inputs.update(processes=layer, rank=("FLUX_TASK_RANK",),
