@@ -55,12 +55,10 @@ _RELATIONS = (("rank", "world_size", "below"), ("local_rank", "local_world_size"
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What the variables of ``line.roles`` say (module docstring): the node count and
-    rank, the process layer, the job and session its roles name, their variables as
-    ``inputs``. ``files``: unused (a role names no file).
+    rank, the process layer, the job and session, their variables as ``inputs``.
 
-    :raises TopologyError: a value that is not a decimal integer of its role's minimum, an
-        index not below its count, a local world size above the world size, or a companion
-        that disagrees (``same``); the message names both variables, with their values.
+    :raises TopologyError: a value the module docstring's rules refuse (an integer below its
+        role's minimum, an index not below its count, ...), naming both variables.
     """
     roles = line.roles
     why = roles.get("why", "")
@@ -182,14 +180,10 @@ def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T],
 
 def checked_master(environ: Mapping[str, str], addr: str, port: str,
                    fix: str) -> tuple[str, int]:
-    """A master a manager set, checked: ``(environ[addr], environ[port] as a TCP port)``
-    (``MASTER_ADDR``/``MASTER_PORT``, Kubeflow's ``PET_MASTER_*``), for the sources that read
-    one (torchrun, Kubeflow, Azure ML, Ray Train).
-
-    :param fix: ends each message (what to do instead).
-    :raises TopologyError: the host is no host name or address (:func:`derive_env.hosts.
-        host_problem`), or the port is not 1-65535; the message names the variable and value.
-    """
+    """A master a manager set (``MASTER_*``, Kubeflow's ``PET_MASTER_*``), checked:
+    ``(environ[addr], environ[port] as a TCP port)``; TopologyError ending with ``fix`` when
+    the host is no host name or address (:func:`derive_env.hosts.host_problem`) or the port
+    not 1-65535."""
     from derive_env.hosts import host_problem
     from derive_env.validation import parse_port
 
