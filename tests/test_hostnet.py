@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from derive_env.hostnet import Route, local_v4, own_v6, routes_v4, routes_v6
+from derive_env.hostnet import Route, local_v4, own_address, own_v6, routes_v4, routes_v6
 
 RECORDED = Path(__file__).parent / "data" / "netns-gwbridge"
 HEADER = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT"
@@ -58,3 +58,18 @@ def test_local_addresses_in_order_once_each() -> None:
     assert local_v4("|-- 999.1.1.1\n   /32 host LOCAL\n") == ()
     # a LOCAL line belongs to the leaf above it only while no other line came between
     assert local_v4("|-- 10.0.0.3\n  +-- 10.0.0.0/8 2 0 2\n   /32 host LOCAL\n") == ()
+
+
+def test_own_address_is_the_default_routes_source() -> None:
+    """The recorded container's default route leaves by eth1, whose subnet holds 198.18.1.2;
+    of two default routes the lower metric wins, and the address on its gateway's subnet."""
+    recorded = [(RECORDED / name).read_text() for name in ("route", "fib_trie")]
+    assert own_address(*recorded) == (
+        "198.18.1.2", "the source address of the default route (via eth1)")
+    text = "\n".join([HEADER, "eth1\t00000000\t0100A8C0\t0003\t0\t0\t100\t00000000",
+                      "eth0\t00000000\t0100000A\t0003\t0\t0\t3\t00000000",
+                      "eth0\t0000000A\t00000000\t0001\t0\t0\t1\t00F0FFFF",
+                      "eth1\t0000A8C0\t00000000\t0001\t0\t0\t1\t00FFFFFF"])
+    trie = "|-- 192.168.0.5\n   /32 host LOCAL\n|-- 10.0.1.17\n   /32 host LOCAL\n"
+    assert own_address(text, trie) == (
+        "10.0.1.17", "the source address of the default route (via eth0)")

@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+#: The kernel's IPv4 routes and local addresses (the files' names, for messages).
+ROUTES_V4, FIB_TRIE = "/proc/net/route", "/proc/net/fib_trie"
 #: Route flags (linux/route.h).
 RTF_UP, RTF_GATEWAY = 0x1, 0x2
 
@@ -133,6 +135,38 @@ def local_v4(fib_trie: str) -> tuple[ipaddress.IPv4Address, ...]:
         elif not line.lstrip().startswith("/"):
             leaf = None
     return tuple(found)
+
+
+def reachable_v4(fib_trie: str) -> list[ipaddress.IPv4Address]:
+    """This node's own IPv4 addresses in ``fib_trie``, without loopback and link-local."""
+    return [a for a in local_v4(fib_trie) if not (a.is_loopback or a.is_link_local)]
+
+
+def own_address(routes: str, fib_trie: str) -> tuple[str | None, str]:
+    """A node's own address, the source address of the default route (the texts of
+    :data:`ROUTES_V4`, :data:`FIB_TRIE`): its address on the subnets of the route's
+    interface, the one holding the gateway first (an AWS Batch main node's).
+    Returns ``(address or None, how it was found or why not)``."""
+    # a route whose gateway field is no 4-byte address is of no use here (gateway None)
+    table = [r for r in routes_v4(routes) if r.gateway is not None]
+    defaults = sorted((r.metric, position, r.interface, r.gateway)
+                      for position, r in enumerate(table)
+                      if r.network.prefixlen == 0 and r.interface != "lo")
+    if not defaults:
+        return None, f"no default route in {ROUTES_V4}"
+    _, _, iface, gateway = defaults[0]
+    subnets = [r.network for r in table
+               if r.interface == iface and not r.via_gateway and r.network.prefixlen > 0]
+    own = reachable_v4(fib_trie)
+    candidates = [a for a in own if any(a in net for net in subnets)]
+    on_gateway = [a for a in candidates
+                  if any(a in net and gateway in net for net in subnets)]
+    chosen = on_gateway or candidates
+    if len(chosen) != 1:
+        found = ", ".join(map(str, chosen)) or "none"
+        return None, (f"the default route's interface {iface} has {len(chosen)} own "
+                      f"addresses on its subnets ({found}; {ROUTES_V4}, {FIB_TRIE})")
+    return str(chosen[0]), f"the source address of the default route (via {iface})"
 
 
 def name_problems(host: str, names: Sequence[str], resolved: Mapping[str, Sequence[str]],

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from derive_env.digest import digest_of, facts_of
 from derive_env.errors import TopologyError
+from derive_env.hostnet import own_address
 from derive_env.labels import PREFIX
 from derive_env.pipeline import derive
 from derive_env.sources import BY_NAME, seen_sources
@@ -222,17 +223,6 @@ def test_the_main_node_without_its_address_is_refused_naming_what_to_set(files, 
     assert str(info.value) == MAIN_REFUSED.format(why)
 
 
-def test_two_default_routes_take_the_lowest_metric_and_the_gateways_subnet() -> None:
-    text = routes(("eth1", "0.0.0.0", "192.168.0.1", 3, "0.0.0.0"),
-                  ("eth0", "0.0.0.0", "10.0.0.1", 3, "0.0.0.0"),
-                  ("eth0", "10.0.0.0", "0.0.0.0", 1, "255.255.240.0"),
-                  ("eth1", "192.168.0.0", "0.0.0.0", 1, "255.255.255.0"))
-    text = text.replace("eth1\t00000000\t0100A8C0\t0003\t0\t0\t0",
-                        "eth1\t00000000\t0100A8C0\t0003\t0\t0\t100")
-    assert aws_batch.own_address(text, fib_trie("192.168.0.5", "10.0.1.17")) == (
-        "10.0.1.17", "the source address of the default route (via eth0)")
-
-
 # -- a child's variables -------------------------------------------------------------------
 
 
@@ -345,7 +335,7 @@ def test_no_job_of_more_than_one_node_derives_one_node(count: int, data, drop: b
     [fib_trie("10.0.1.17"), fib_trie("999.1.1.1"), fib_trie()]))
 def test_any_route_and_address_text_gives_an_address_or_the_reason(route, trie) -> None:
     """The main node's tables, however malformed: an own, non-loopback address or why not."""
-    address, how = aws_batch.own_address(route, trie)
+    address, how = own_address(route, trie)
     assert how
     if address is not None:
         assert not ipaddress.IPv4Address(address).is_loopback

@@ -164,14 +164,14 @@ def _with(**changes: str) -> dict[str, str]:
 
 
 MALFORMED = [
-    ({"RANK": "4"}, "RANK='4': expected an index below WORLD_SIZE='4': "),
+    ({"RANK": "4"}, "RANK='4': expected a global rank below WORLD_SIZE='4': "),
     ({"RANK": "x"}, "RANK='x': expected an integer >= 0; "),
     ({"RANK": "-1"}, "RANK='-1': expected an integer >= 0; "),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0': expected an integer >= 1; "),
-    ({"LOCAL_RANK": "2"}, "LOCAL_RANK='2': expected an index below LOCAL_WORLD_SIZE='2': "),
-    ({"GROUP_RANK": "2"}, "GROUP_RANK='2': expected an index below GROUP_WORLD_SIZE='2': "),
-    ({"LOCAL_WORLD_SIZE": "5"}, "LOCAL_WORLD_SIZE='5': expected at most WORLD_SIZE='4' (this "
-     "node's workers are part of the job's); "),
+    ({"LOCAL_RANK": "2"}, "LOCAL_RANK='2': expected a local rank below LOCAL_WORLD_SIZE='2': "),
+    ({"GROUP_RANK": "2"}, "GROUP_RANK='2': expected a node rank below GROUP_WORLD_SIZE='2': "),
+    ({"LOCAL_WORLD_SIZE": "5"}, "LOCAL_WORLD_SIZE='5': expected a local world size at "
+     "most WORLD_SIZE='4': "),
     ({"GROUP_WORLD_SIZE": "5", "GROUP_RANK": "1"}, "GROUP_WORLD_SIZE='5': expected at most "
      "WORLD_SIZE='4' (every node runs at least one worker); "),
     # Node 1's workers follow node 0's (at least one rank): rank 1 with local rank 1 is

@@ -1,22 +1,19 @@
 """The composer: the reports of every seen source -> one :class:`ClusterTopology`, by the
-rules of docs/sources/README.md section 2, each named here as the code cites it:
+rules of docs/sources/README.md section 2, named here as the code cites them:
 
-* Layers: the process layer is the innermost launcher's (torchrun > MPI > srun step >
-  allocation > node-level manager); an outer value copied into every process is checked
-  against it. An outer launcher's step of one task per node around a line's ``daemons``
-  is their daemon step, shadowed whatever its sizes; an outer process layer whose world
-  size or rank differs is shadowed too (its tasks may be the inner launcher's agents).
-* Mode: processes are workers when their launcher starts workers itself (depth 0, 1) or a
-  node runs several; never decided from the world size and the node count.
+* Layers: the innermost launcher's process layer (torchrun > MPI > srun step > allocation >
+  node-level manager); an outer one copied into every process is checked against it, one
+  that is a line's ``daemons`` step (one task per node) or of other sizes is shadowed.
+* Mode: workers when their launcher starts workers (depth 0, 1) or a node runs several;
+  never decided from the world size and the node count.
 * The command (:func:`~derive_env.sources.report.command_kind`) decides where the variables
-  cannot: a node launcher over a step's tasks needs one task per node, else a refusal; a
-  python script makes a task a worker. The hook has no command.
-* Node layer: the innermost node facts and the innermost host list, which must agree;
-  a source that numbers nodes itself (``Report.renumbers``) takes no other's host list.
-* Master: node rank 0's host; a source that places rank 0 elsewhere puts it first.
-* Checks between the layers: processes per node sum to the world size, this node's is its
-  local world size, rank 0 is on node rank 0. ``Report.problem`` is raised only for the
-  innermost source. Every error is a ``TopologyError`` (exit 3) naming both sides.
+  cannot: a node launcher over a step's tasks needs one task per node; a python script makes
+  a task a worker. The hook has no command.
+* Node layer: the innermost node facts and host list, which must agree, unless the source
+  numbers nodes itself (``Report.renumbers``). Master: node rank 0's host, moved first.
+* Checks: processes per node sum to the world size, this node's is its local world size,
+  rank 0 is on node rank 0; ``Report.problem`` of the innermost source only. Every error is
+  a ``TopologyError`` (exit 3) naming both sides.
 """
 
 from __future__ import annotations
@@ -50,19 +47,15 @@ def topology_from(environ: Mapping[str, str], choice: str | None = None,
 
 def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
     """The topology composed from the reports of every source seen in ``inputs.environ``,
-    innermost first; with none seen (no cluster variables at all), a single container's.
+    innermost first; with none seen, a single container's.
 
-    :param inputs: ``choice``: ``--source``: a source name (only it is read; its variables
-        must be set), ``auto`` (detect), ``none`` (nothing read) or ``None`` (then
-        ``DERIVE_ENV_SOURCE``, else auto); ``files``: paths -> contents (None: unreadable)
-        of the files a source needs (``None``: none can be read, ``--env-file``);
-        ``command``: the argv after ``--`` ("The command"). Labels, host facts: not read.
+    :param inputs: ``choice`` (:func:`sources.choice_of`), ``files`` (paths -> contents,
+        None: unreadable; ``None``: none can be read), ``command`` (the argv after ``--``).
     :param hosts_only: for the host lists (``--format hosts``, the hostfiles): a source's
         ``problem`` is not raised (a multi-node batch script may start ``deepspeed``).
-    :raises TopologyError: a source's variables are bad, the layers disagree, a ``problem``;
-        or a launcher no source reads states more than one process (``WORLD_SIZE=4``,
-        nothing guessed: :func:`refusals.launcher_problem`).
-    :raises UsageError: ``--source`` is not a choice (:func:`choice_of`).
+    :raises TopologyError: a source's variables are bad, the layers disagree, a ``problem``,
+        or a launcher no source reads states several processes (:mod:`refusals`).
+    :raises UsageError: ``--source`` is not a choice.
     """
     environ, files = inputs.environ, inputs.files
     chosen = sources.choice_of(environ, inputs.choice)
@@ -187,9 +180,8 @@ def _first(reports: Sequence[Report | None], field: str) -> Report | None:
 
 def compose(reports: Sequence[Report], hosts_only: bool = False,
             command: Sequence[str] | None = None) -> ClusterTopology:
-    """The topology from reports ordered innermost first (see the module docstring);
-    ``command``: the argv derive-env execs, ``None`` for none (the hook). Raises as
-    :func:`topology_of`."""
+    """The topology from reports ordered innermost first (module docstring); ``command``:
+    the argv derive-env execs, ``None`` for the hook. Raises as :func:`topology_of`."""
     used, shadowed = _shadowed(reports)
     refusals.managers_agree(used)  # every pair of node-level managers, alike
     innermost = reports[0]

@@ -21,7 +21,8 @@ in torch.distributed):
 :func:`read` checks them, one wording per rule naming the variable, its value and the
 other variable, and reports each fact with its variable. A module under
 ``sources/managers/`` uses the kit: :func:`numbers` (its line's integer roles, checked),
-:func:`parsed`, :func:`checked_master`, :func:`derive_env.validation.variable_index`.
+:func:`companions`, :func:`parsed`, :func:`checked_master`,
+:func:`derive_env.validation.variable_index`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.lists import NODE_COUNT
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report
 from derive_env.topology import nodes_of
 from derive_env.validation import parse_int, variable_int
 
@@ -49,31 +50,27 @@ INTEGERS = {"world_size": (1, "world size"), "local_world_size": (1, "local worl
 _RELATIONS = (("rank", "world_size", "below"), ("local_rank", "local_world_size", "below"),
               ("local_world_size", "world_size", "at most"),
               ("node_rank", "num_nodes", "below"))
-#: The process layer's roles, in :class:`Processes` order.
-PROCESS_ROLES = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """What the variables of ``line.roles`` say (module docstring): the node count and
-    rank, the process layer, the job and session its roles name, their variables as
-    ``inputs``. ``files``: unused (a role names no file).
+    rank, the process layer, the job and session, their variables as ``inputs``.
 
-    :raises TopologyError: a value that is not a decimal integer of its role's minimum, an
-        index not below its count, a local world size above the world size, or a companion
-        that disagrees (``same``); the message names both variables, with their values.
+    :raises TopologyError: a value the module docstring's rules refuse (an integer below its
+        role's minimum, an index not below its count, ...), naming both variables.
     """
     roles = line.roles
     why = roles.get("why", "")
     got = numbers(environ, roles)
-    notes = _companions(environ, roles, got, why)
+    notes = companions(environ, roles, got, why)
     hosts = _hosts(environ, roles, got, why) if "hosts" in roles else ()
     inputs: dict[str, tuple[str, ...]] = {"nodes": (roles["hosts"][0],)} if hosts else {}
     processes = None
     if "rank" in got:
-        processes = Processes(*(got[role] for role in PROCESS_ROLES))
-        inputs["processes"] = tuple(roles[role] for role in PROCESS_ROLES)
-        inputs.update((role, (roles[role],)) for role in PROCESS_ROLES)
+        processes = Processes(*(got[role] for role in PROCESS_FACTS))
+        inputs["processes"] = tuple(roles[role] for role in PROCESS_FACTS)
+        inputs.update((role, (roles[role],)) for role in PROCESS_FACTS)
     inputs.update((role, (roles[role],)) for role in ("num_nodes", "node_rank") if role in got)
     if hosts and "num_nodes" in got:
         del got["num_nodes"]  # the list states it
@@ -92,17 +89,22 @@ def read(environ: Mapping[str, str], line: Source,
         inputs=inputs, notes=notes)
 
 
-def numbers(environ: Mapping[str, str], roles: Mapping[str, object]) -> dict[str, int]:
+def numbers(environ: Mapping[str, str], roles: Mapping[str, object], fix_ends: bool = False,
+            counted: bool = True) -> dict[str, int]:
     """The integer roles of ``roles`` (:data:`INTEGERS`), each index below its count and the
     local world size at most the world size (:data:`_RELATIONS`), by role: the first half
-    of :func:`read`, for a manager module whose line names them.
+    of :func:`read`, for a manager module whose line names them (or its own ``roles``).
 
+    :param fix_ends: a value that is no integer of its minimum ends with ``; why`` (the
+        manager's fix), not with what it is.
+    :param counted: ``num_nodes`` is at most lists.MAX_COUNTED_NODES: a count-only source
+        builds its nodes from the count.
     :raises TopologyError: as :func:`read`, naming both variables and ending with ``why``.
     """
     why = roles.get("why", "")
-    # A count-only source builds its nodes from the count: bounded (lists.MAX_COUNTED_NODES).
-    bound = (NODE_COUNT[0], NODE_COUNT[1] + (f"; {why}" if why else ""))
-    got = {role: variable_int(environ, roles[role], minimum, f" (the {what})",
+    bound = (NODE_COUNT[0], NODE_COUNT[1] + _ending(why, "; ")) if counted else None
+    got = {role: variable_int(environ, roles[role], minimum,
+                              _ending(why, "; ") if fix_ends else f" (the {what})",
                               bound if role == "num_nodes" else None)
            for role, (minimum, what) in INTEGERS.items() if role in roles}
     for low, high, relation in _RELATIONS:
@@ -141,10 +143,13 @@ def _hosts(environ: Mapping[str, str], roles: Mapping[str, object], got: Mapping
     return hosts
 
 
-def _companions(environ: Mapping[str, str], roles: Mapping[str, object],
-                got: Mapping[str, int], why: str) -> tuple[str, ...]:
-    """Notes for the companion variables that are set, each equal to the manager's own
-    (``same``); TopologyError naming both when one is not."""
+def companions(environ: Mapping[str, str], roles: Mapping[str, object],
+               got: Mapping[str, int], why: str) -> tuple[str, ...]:
+    """Notes for the companion variables of ``roles["same"]`` that are set, each equal to the
+    value ``got`` holds for its role (whose variable ``roles`` names).
+
+    :raises TopologyError: a companion that disagrees, naming both, ending with ``why``.
+    """
     notes = []
     for companion, role in roles.get("same", ()):
         value = environ.get(companion)
@@ -175,14 +180,10 @@ def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T],
 
 def checked_master(environ: Mapping[str, str], addr: str, port: str,
                    fix: str) -> tuple[str, int]:
-    """A master a manager set, checked: ``(environ[addr], environ[port] as a TCP port)``
-    (``MASTER_ADDR``/``MASTER_PORT``, Kubeflow's ``PET_MASTER_*``), for the sources that read
-    one (torchrun, Kubeflow, Azure ML, Ray Train).
-
-    :param fix: ends each message (what to do instead).
-    :raises TopologyError: the host is no host name or address (:func:`derive_env.hosts.
-        host_problem`), or the port is not 1-65535; the message names the variable and value.
-    """
+    """A master a manager set (``MASTER_*``, Kubeflow's ``PET_MASTER_*``), checked:
+    ``(environ[addr], environ[port] as a TCP port)``; TopologyError ending with ``fix`` when
+    the host is no host name or address (:func:`derive_env.hosts.host_problem`) or the port
+    not 1-65535."""
     from derive_env.hosts import host_problem
     from derive_env.validation import parse_port
 

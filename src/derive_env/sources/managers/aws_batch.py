@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
-from derive_env.hostnet import local_v4, routes_v4
+from derive_env.hostnet import FIB_TRIE as LOCAL
+from derive_env.hostnet import ROUTES_V4 as ROUTES
+from derive_env.hostnet import own_address, reachable_v4
 from derive_env.sources import BY_NAME
 from derive_env.sources.report import Report
 from derive_env.sources.roles import numbers
@@ -28,9 +30,6 @@ if TYPE_CHECKING:
 
 #: The variable that names the main node's address (on children only).
 MAIN_ADDRESS = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
-#: The kernel's IPv4 routes and local addresses: the main node's own address.
-ROUTES, LOCAL = "/proc/net/route", "/proc/net/fib_trie"
-
 _FIX = BY_NAME["aws-batch"].roles["why"]
 
 
@@ -41,37 +40,6 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     if environ.get("AWS_BATCH_JOB_NUM_NODES") == "1" or not main:
         return ()
     return (LOCAL,) if environ.get(MAIN_ADDRESS) else (ROUTES, LOCAL)
-
-
-def _local(fib_trie: str) -> list[ipaddress.IPv4Address]:
-    """This node's own IPv4 addresses in ``fib_trie``, without loopback and link-local."""
-    return [a for a in local_v4(fib_trie) if not (a.is_loopback or a.is_link_local)]
-
-
-def own_address(routes: str, fib_trie: str) -> tuple[str | None, str]:
-    """The source address of the default route (the texts of :data:`ROUTES`, :data:`LOCAL`):
-    the node's own address on the subnets of its interface, the one holding its gateway
-    first. Returns ``(address or None, how it was found or why not)``."""
-    # a route whose gateway field is no 4-byte address is of no use here (gateway None)
-    table = [r for r in routes_v4(routes) if r.gateway is not None]
-    defaults = sorted((r.metric, position, r.interface, r.gateway)
-                      for position, r in enumerate(table)
-                      if r.network.prefixlen == 0 and r.interface != "lo")
-    if not defaults:
-        return None, f"no default route in {ROUTES}"
-    _, _, iface, gateway = defaults[0]
-    subnets = [r.network for r in table
-               if r.interface == iface and not r.via_gateway and r.network.prefixlen > 0]
-    own = _local(fib_trie)
-    candidates = [a for a in own if any(a in net for net in subnets)]
-    on_gateway = [a for a in candidates
-                  if any(a in net and gateway in net for net in subnets)]
-    chosen = on_gateway or candidates
-    if len(chosen) != 1:
-        found = ", ".join(map(str, chosen)) or "none"
-        return None, (f"the default route's interface {iface} has {len(chosen)} own "
-                      f"addresses on its subnets ({found}; {ROUTES}, {LOCAL})")
-    return str(chosen[0]), f"the source address of the default route (via {iface})"
 
 
 def _ipv4(value: str, name: str) -> str:
@@ -93,7 +61,7 @@ def _main_master(environ: Mapping[str, str], files: Mapping[str, str | None] | N
     given = environ.get(MAIN_ADDRESS, "")
     if given:
         address = _ipv4(given, MAIN_ADDRESS)
-        own = _local(trie) if trie else None
+        own = reachable_v4(trie) if trie else None
         if own is not None and ipaddress.IPv4Address(address) not in own:
             raise TopologyError(describe(
                 MAIN_ADDRESS, given,

@@ -228,27 +228,26 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
     return index, host
 
 
-def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, js: str,
-            host: str) -> tuple[str, tuple[str, ...]]:
-    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN`, else the ``/etc/hosts`` line;
-    never the coordinator label's, set even where no pod has a DNS name (``GetSubdomain``)."""
+def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, host: str,
+            first: str, what: str, fix: str) -> tuple[str, tuple[str, ...]]:
+    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN` (``what`` it is), else the
+    kubelet's ``/etc/hosts`` line for ``host``, so that ``first.<it>`` is a host name; never
+    the coordinator label's, set even where no pod has a DNS name (``GetSubdomain``).
+
+    :raises TopologyError: a bad :data:`SUBDOMAIN`, or neither (the message ends with ``fix``).
+    """
     given = environ.get(SUBDOMAIN, "")
     if given:
-        if host_problem(f"{host}.{given}") is not None or given.startswith("."):
+        problem = host_problem(f"{first}.{given}")
+        if problem is not None or given.startswith("."):
             raise TopologyError(describe(
-                SUBDOMAIN, given, f"the JobSet's spec.network.subdomain, or its name "
-                f"{js!r} when unset (GetSubdomain), so that {host}.<it> is a host name"))
+                SUBDOMAIN, given, f"{what}, so that {first}.<it> is {problem or 'a host name'}"))
         return given, (SUBDOMAIN,)
     found = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
-    if found is not None and host_problem(f"{host}.{found}") is None:
+    if found is not None and host_problem(f"{first}.{found}") is None:
         return found, (HOSTS_FILE,)
     raise TopologyError(describe(
-        SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
-        "the pods' DNS names need the JobSet's subdomain, which the kubelet writes there "
-        "when spec.network.enableDNSHostnames is true (JobSet's default). With hostNetwork "
-        f"or without a readable {HOSTS_FILE}, set in every replicated job's container env: "
-        f"`- {{name: {SUBDOMAIN}, value: \"{js}\"}}` (spec.network.subdomain, or the JobSet's "
-        "name when unset: jobset_controller.go, GetSubdomain)"))
+        SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: {fix}"))
 
 
 def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
@@ -277,14 +276,12 @@ def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """A JobSet pod's labels (passed by the downward API) and ``/etc/hosts`` when needed; an
-    Indexed Job's pod for the other line (:func:`_indexed`).
+    """Every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
+    replicated job, index 1-based in it), the coordinator as master when not node 0, ``job``
+    = (``jobset``, node 0's name, the pod count); the other line: :func:`_indexed`.
 
-    :returns: every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
-        replicated job, index 1-based in it), the coordinator as master when not node 0,
-        ``job`` = (``jobset``, node 0's name, the pod count).
     :raises TopologyError: a label or :data:`LAYOUT` missing (with the manifest lines, the same
-        on every pod) or malformed or disagreeing, a hostname not this pod's.
+        on every pod), malformed or disagreeing, a hostname not this pod's.
     """
     if line.name != "jobset":
         return _indexed(environ, line, files)
@@ -292,7 +289,14 @@ def read(environ: Mapping[str, str], line: Source,
     groups = layout(environ, js, rjob)
     group, before = _place(environ, groups, rjob, job)
     index, host = _index(environ, js, group, job)
-    suffix, where = _suffix(environ, files, js, host)
+    suffix, where = _suffix(
+        environ, files, host, host, f"the JobSet's spec.network.subdomain, or its name {js!r} "
+        "when unset (GetSubdomain)", "the pods' DNS names need the JobSet's subdomain, which "
+        "the kubelet writes there when spec.network.enableDNSHostnames is true (JobSet's "
+        f"default). With hostNetwork or without a readable {HOSTS_FILE}, set in every "
+        f"replicated job's container env: `- {{name: {SUBDOMAIN}, value: \"{js}\"}}` "
+        "(spec.network.subdomain, or the JobSet's name when unset: jobset_controller.go, "
+        "GetSubdomain)")
     offset = sum(g.replicas * g.pods for g in groups[:groups.index(group)])
     rank = offset + job * group.pods + index
     nodes = tuple(Node(f"{js}-{g.name}-{j}-{i}.{suffix}", g.name, j * g.pods + i + 1)
@@ -382,38 +386,20 @@ def _count(environ: Mapping[str, str], job: str, index: int) -> int:
     return count
 
 
-def _job_suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, job: str,
-            host: str) -> tuple[str, tuple[str, ...]]:
-    """The name suffix of every pod, and what it came from."""
-    given = environ.get(SUBDOMAIN, "")
-    if given:
-        problem = host_problem(f"{job}-0.{given}")
-        if problem is not None or given.startswith("."):
-            raise TopologyError(describe(
-                SUBDOMAIN, given, f"the pod template's subdomain (the headless Service's "
-                f"name), so that {job}-0.<it> is {problem or 'a host name'}"))
-        return given, (SUBDOMAIN,)
-    suffix = fqdn_suffix((files or {}).get(HOSTS_FILE), host)
-    if suffix is None or host_problem(f"{job}-0.{suffix}") is not None:
-        raise TopologyError(describe(
-            SUBDOMAIN, given, f"set, or a line naming {host}.<subdomain>... in {HOSTS_FILE}: "
-            f"node 0 ({job}-0) has a DNS name only with a subdomain and a headless Service; "
-            + _manifest(job)))
-    return suffix, (HOSTS_FILE,)
-
-
 def _indexed(environ: Mapping[str, str], line: Source,
               files: Mapping[str, str | None] | None) -> Report:
-    """An Indexed Job pod's environment and ``/etc/hosts`` (when :data:`SUBDOMAIN` is unset).
+    """An Indexed Job pod's nodes ``<job>-<i>.<suffix>``, i < :data:`NNODES`, ``node_rank``
+    = ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n); no port.
 
-    :returns: the nodes ``<job>-<i>.<suffix>``, i < :data:`NNODES`, ``node_rank`` =
-        ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n); no port.
     :raises TopologyError: the count or the subdomain missing (with the manifest lines, the
         same on every index), an index the hostname contradicts, or a malformed value.
     """
     index, job, host = _index_and_job(environ)
     count = _count(environ, job, index)
-    suffix, where = _job_suffix(environ, files, job, host)
+    suffix, where = _suffix(
+        environ, files, host, f"{job}-0", "the pod template's subdomain (the headless "
+        "Service's name)", f"node 0 ({job}-0) has a DNS name only with a subdomain and a "
+        f"headless Service; {_manifest(job)}")
     nodes = tuple(Node(f"{job}-{i}.{suffix}") for i in range(count))
     return Report(
         source=line.name,

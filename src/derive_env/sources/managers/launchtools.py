@@ -85,12 +85,9 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def _hostfile_gpus(environ: Mapping[str, str], ips: tuple[str, ...], rank: int,
                    text: str | None) -> tuple[tuple[int, ...] | None, str | None]:
-    """Every node's GPU count from dstack's MPI hostfile (module docstring), ``None`` when
-    there is none or it is unreadable (``text`` None); a note for the report, or None.
-
-    :raises TopologyError: other IPs or another order than ``DSTACK_NODES_IPS``, a line not
-        in dstack's form, or this node's slots not ``DSTACK_GPUS_PER_NODE``.
-    """
+    """Every node's GPU count from dstack's MPI hostfile (``text``, None: unreadable), or
+    ``None``; a note for the report, or None. TopologyError: other IPs or another order than
+    ``DSTACK_NODES_IPS``, a line not in dstack's form, slots not ``DSTACK_GPUS_PER_NODE``."""
     path = environ.get(DSTACK_HOSTFILE, "")
     if not path:
         return None, None
@@ -127,11 +124,8 @@ def _hostfile_gpus(environ: Mapping[str, str], ips: tuple[str, ...], rank: int,
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The IP list as the nodes, the node rank, this node's GPU count (None when unset or 0),
-    ``job`` = ``(tool, task or run id, first IP)``; ``files``: dstack's MPI hostfile.
-
-    :raises TopologyError: a malformed, empty (dstack: not known yet) or repeated IP, a count
-        or rank that disagrees with the list, or (dstack) a master or MPI hostfile that does.
-    """
+    ``job`` = ``(tool, task or run id, first IP)``. TopologyError: a malformed, empty (dstack:
+    not known yet) or repeated IP, a count, rank, master or MPI hostfile that disagrees."""
     roles = line.roles
     ips_name, count_name, rank_name, job_id, why = (
         roles["hosts"][0], roles["num_nodes"], roles["node_rank"], roles["job"], roles["why"])

@@ -5,9 +5,8 @@ Table line ``lws``, docs/sources/kubernetes.md. From kubernetes-sigs/lws@060ab4d
 <lws>-<group>.<subdomain>.<namespace>``, ``LWS_GROUP_SIZE``, ``LWS_WORKER_INDEX`` (the leader
 0); the leader pod is ``<lws>-<group>`` (``pkg/webhooks/pod_webhook.go`` ``Default``), the
 workers ``<leader>-<i>`` in its subdomain (``pkg/controllers/pod_controller.go``
-``constructWorkerStatefulSetApplyConfiguration``). ``HOSTNAME`` is checked against those names
-(cut to 63 characters as the kubelet's ``GeneratePodHostNameAndDomain`` does): the variables
-may be copied by hand into another manifest.
+``constructWorkerStatefulSetApplyConfiguration``), as ``HOSTNAME`` (cut to 63 characters:
+the kubelet's ``GeneratePodHostNameAndDomain``) must be.
 """
 
 from __future__ import annotations
@@ -89,13 +88,12 @@ def _check_tpu(environ: Mapping[str, str], size: int, index: int) -> None:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """A LeaderWorkerSet pod's group, as one job (``HOSTNAME`` checked when set).
+    """A LeaderWorkerSet pod's group as one job: the leader address, then ``<leader>-<i>.
+    <subdomain>.<namespace>``, i < size; ``job`` = ``("lws", LWS_LEADER_ADDRESS,
+    LWS_GROUP_SIZE)``. No GPU count, no port.
 
-    :returns: the leader address, then ``<leader>-<i>.<subdomain>.<namespace>``, i < size;
-        ``job`` = ``("lws", LWS_LEADER_ADDRESS, LWS_GROUP_SIZE)``. No GPU count, no port.
-    :raises TopologyError: a size or index :func:`~derive_env.sources.roles.numbers` refuses,
-        a leader address not ``<lws>-<group>.<domain>``, a ``HOSTNAME`` not this pod's name,
-        a TPU group unlike the group (:func:`_check_tpu`); naming the variable and the fix.
+    :raises TopologyError: a size or index (roles.numbers), a leader address not ``<lws>-
+        <group>.<domain>``, a ``HOSTNAME`` not this pod's, a TPU group unlike the group.
     """
     got = numbers(environ, line.roles)
     size, index = got["num_nodes"], got["node_rank"]

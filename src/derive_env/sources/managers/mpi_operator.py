@@ -5,10 +5,8 @@ kubeflow/mpi-operator ``pkg/controller/mpi_job_controller.go`` (``newLauncherPod
 ``newConfigMap``; kubeflow/trainer ``pkg/runtime/framework/plugins/mpi/mpi.go``): the launcher
 has ``K_MPI_JOB_ROLE=launcher`` and the hostfile variable (``ompiEnvVars``, ``intelEnvVars``,
 ``mpichEnvVars``); the hostfile, on the launcher only, has ``<pod>.<job>.<ns>.svc slots=<n>``
-or ``<host>:<n>`` lines, the launcher first when it runs ranks, then workers 0..N-1. The
-launcher process is refused (``Report.problem``); a rank (``OMPI_COMM_WORLD_SIZE``, Hydra's
-``PMI_SIZE``; ``mpirun -x`` passes the variables) gets the hostfile's hosts, rank 0 on the
-first (Open MPI's mapping).
+or ``<host>:<n>`` lines, the launcher first when it runs ranks, then workers 0..N-1, rank 0
+on the first (Open MPI's mapping). The launcher process itself is refused.
 """
 
 from __future__ import annotations

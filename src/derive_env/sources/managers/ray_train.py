@@ -1,12 +1,10 @@
-"""A Ray Train worker process Ray already set up for torch: line ``ray-train``,
-docs/sources/launchers.md; read from ray 2.60.0 ``python/ray/train/``. ``torch/config.py``
-``_TorchBackend.on_start`` sets ``MASTER_ADDR``/``MASTER_PORT`` (worker 0's node IP and a
-free port, ``_internal/utils.py``) with ``TorchConfig(init_method="env")``, the default;
-``_set_torch_distributed_env_vars`` the rest of :data:`WORKER_VARIABLES`; the raylet starts
-each worker with ``RAY_RAYLET_PID`` and ``RAY_JOB_ID`` (tests/fixtures/recorded/
-ray-train-2workers/). ``v2/_internal/execution/worker_group/worker_group.py``
-``_assign_worker_ranks`` sorts workers by node, then GPU: rank 0 is on node rank 0. No
-variable counts the nodes; everything is kept as Ray set it (``preset``).
+"""A Ray Train worker (line ``ray-train``, docs/sources/launchers.md), from ray 2.60.0
+``python/ray/train/``: ``torch/config.py`` ``_TorchBackend.on_start`` sets ``MASTER_*`` (worker
+0's node IP, a free port: ``_internal/utils.py``) with ``TorchConfig(init_method="env")``, the
+default, ``_set_torch_distributed_env_vars`` the rest of :data:`WORKER_VARIABLES` (kept:
+``preset``); the raylet sets ``RAY_RAYLET_PID``, ``RAY_JOB_ID`` (recorded: ray-train-2workers);
+``v2/_internal/execution/worker_group/worker_group.py`` ``_assign_worker_ranks`` sorts by
+node, then GPU: rank 0 on node rank 0. No variable counts the nodes.
 """
 
 from __future__ import annotations

@@ -100,14 +100,6 @@ def _nodes(cluster: dict, variable: str, shown: str) -> tuple[list[str], list[st
     return [a for _, a in members], [t for t, _ in members]
 
 
-def _refuse_task(variable: str, shown: str, own: str) -> TopologyError:
-    return TopologyError(describe(
-        variable, shown,
-        f"a chief or worker task: {'an' if own[0] in 'aeiou' else 'a'} {own} task is not a "
-        "training node for PyTorch or JAX "
-        f"(parameter servers and evaluators are not in their node layer); {_RUN_TF}"))
-
-
 #: What Vertex AI's PyTorch containers also set, node-level (docs: RANK the node's index,
 #: WORLD_SIZE the nodes, MASTER_ADDR workerpool0's host; docs/sources/kubernetes.md).
 VERTEX_TORCH = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
@@ -141,13 +133,13 @@ def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> in
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The node layer ``TF_CONFIG`` or ``CLUSTER_SPEC`` states (the line's).
+    """The node layer of ``TF_CONFIG`` or ``CLUSTER_SPEC`` (the line's): the chief then the
+    workers, role = task type, index 1-based within it; ``job`` = ``(line, node 0's
+    host:port, node count)``; ``preset``: ``TF_CONFIG``.
 
-    :returns: the chief then the workers, role = task type, index 1-based within it;
-        ``job`` = ``(line, node 0's host:port, node count)``; ``preset``: ``TF_CONFIG``.
     :raises TopologyError: not such a JSON document, an unknown task type or pool, several
         chiefs, no chief or worker, a task index outside its list, a bad ``host:port``, a ps
-        or evaluator task, the sparse form; naming the variable, its value and the fix.
+        or evaluator task, the sparse form.
     """
     variable = "CLUSTER_SPEC" if line.name == "vertex" else "TF_CONFIG"
     shown = environ[variable]  # describe() shortens it
@@ -160,7 +152,10 @@ def read(environ: Mapping[str, str], line: Source,
             variable, shown, f"a task index below the {len(cluster.get(own, ()))} "
             f"task(s) of type {own!r} in its cluster, not {config.task.index}"))
     if own in OTHERS:
-        raise _refuse_task(variable, shown, own)
+        raise TopologyError(describe(
+            variable, shown, f"a chief or worker task: {'an' if own[0] in 'aeiou' else 'a'} "
+            f"{own} task is not a training node for PyTorch or JAX (parameter servers and "
+            f"evaluators are not in their node layer); {_RUN_TF}"))
     addresses, types = _nodes(cluster, variable, shown)
     hosts = [_host(variable, shown, a) for a in addresses]
     head = types[0] in HEAD

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.report import PROCESS_FACTS, Processes, Report
-from derive_env.sources.roles import checked_master
+from derive_env.sources.roles import checked_master, numbers
 from derive_env.validation import variable_index, variable_int
 
 if TYPE_CHECKING:
@@ -41,25 +41,16 @@ FIX = ("torchrun sets it for every worker (torch/distributed/elastic/agent/serve
        "(a wrapper script, an env file, a value copied from another container): do not set "
        "torchrun's variables yourself")
 
-_PROCESSES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
-
-
-#: torchrun's integers (variable, minimum), in the order they are read.
-_INTEGERS = (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_WORLD_SIZE", 1),
-             ("GROUP_RANK", 0), ("GROUP_WORLD_SIZE", 1))
+#: torchrun's integers by role (sources/roles.py), the process layer first.
+_ROLES = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+          "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK",
+          "num_nodes": "GROUP_WORLD_SIZE", "why": FIX}
 
 
 def _check_ranks(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
-    """The integers ``got`` (by variable) against _assign_worker_ranks (module docstring)."""
-    for index, count in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-                         ("GROUP_RANK", "GROUP_WORLD_SIZE")):  # torchrun numbers from 0
-        variable_index(environ, index, count, FIX)
-    rank, local_rank, world, local_world, group_rank, groups = (got[n] for n, _ in _INTEGERS)
-    if local_world > world:
-        raise TopologyError(describe(
-            "LOCAL_WORLD_SIZE", environ["LOCAL_WORLD_SIZE"],
-            f"at most WORLD_SIZE={environ['WORLD_SIZE']!r} (this node's workers are part of "
-            f"the job's); {FIX}"))
+    """The integers ``got`` (by role) against _assign_worker_ranks (module docstring)."""
+    rank, local_rank, world, local_world, group_rank, groups = (
+        got[role] for role in (*PROCESS_FACTS, "node_rank", "num_nodes"))
     if groups > world:
         raise TopologyError(describe(
             "GROUP_WORLD_SIZE", environ["GROUP_WORLD_SIZE"],
@@ -92,7 +83,7 @@ def _check_ranks(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
 
 def _check_role(environ: Mapping[str, str], got: Mapping[str, int]) -> None:
     """ROLE_RANK / ROLE_WORLD_SIZE, when set, as _assign_worker_ranks numbers them."""
-    rank, world, local_world = got["RANK"], got["WORLD_SIZE"], got["LOCAL_WORLD_SIZE"]
+    rank, world, local_world = got["rank"], got["world_size"], got["local_world_size"]
     if not (environ.get("ROLE_RANK") or environ.get("ROLE_WORLD_SIZE")):
         return
     for name, other in (("ROLE_RANK", "ROLE_WORLD_SIZE"), ("ROLE_WORLD_SIZE", "ROLE_RANK")):
@@ -122,11 +113,12 @@ def read(environ: Mapping[str, str], line: Source,
 
     :raises TopologyError: what the module docstring's rules refuse, naming the variables.
     """
-    got = {name: variable_int(environ, name, minimum, f"; {FIX}")
-           for name, minimum in _INTEGERS}
+    # GROUP_WORLD_SIZE has no bound: no node list is built from it (no host list).
+    got = numbers(environ, _ROLES, fix_ends=True, counted=False)
     _check_ranks(environ, got)
     _check_role(environ, got)
-    rank, local_rank, world, local_world, group_rank, groups = got.values()
+    rank, local_rank, world, local_world = (got[role] for role in PROCESS_FACTS)
+    group_rank, groups = got["node_rank"], got["num_nodes"]
     master, port = checked_master(environ, "MASTER_ADDR", "MASTER_PORT", FIX)
     agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE", "")
     if agent_store not in ("", "True", "False"):
@@ -163,8 +155,8 @@ def read(environ: Mapping[str, str], line: Source,
         inputs={
             "node_rank": ("GROUP_RANK",),
             "num_nodes": ("GROUP_WORLD_SIZE",),
-            "processes": _PROCESSES,
-            **{fact: (name,) for fact, name in zip(PROCESS_FACTS, _PROCESSES, strict=True)},
+            "processes": tuple(_ROLES[fact] for fact in PROCESS_FACTS),
+            **{fact: (_ROLES[fact],) for fact in PROCESS_FACTS},
             "master": ("MASTER_ADDR",),
             "master_port": ("MASTER_PORT",),
             "ports": ("TORCHELASTIC_RUN_ID", "MASTER_PORT"),
