@@ -583,6 +583,20 @@ def test_labels_file_option_missing_exits_4(sub1_env: Path, tmp_path: Path) -> N
     )
 
 
+def test_labels_file_of_two_images_exits_4(tmp_path: Path) -> None:
+    """`docker image inspect A B` in a labels file: which image's labels? It used the first."""
+    images = [{"Config": {"Labels": {FW: name}}} for name in ("pytorch", "jax")]
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps(images), encoding="utf-8")
+    result = invoke(["--dry-run", "--env-file", "-", "--labels-file", str(two)],
+                    stdin="BACKENDAI_CLUSTER_SIZE=1\n")
+    assert (result.exit_code, result.stdout) == (4, "")
+    assert result.stderr == (
+        f"derive-env: error: labels file {two}: holds 2 images; inspect one (docker image "
+        "inspect IMAGE > FILE)\n"
+    )
+
+
 def test_default_labels_path_missing_means_not_opted_in(
     monkeypatch: pytest.MonkeyPatch, clean_environ: Path, tmp_path: Path
 ) -> None:
