@@ -51,7 +51,7 @@ def test_docker_image_inspect_list() -> None:
         "Id": "sha256:abc",
         "Config": {"Env": ["PATH=/bin"], "Labels": {"maintainer": "me", FW: "jax",
                                                     PORT: "1"}},
-    }, {"Id": "second image, ignored", "Config": {"Labels": {FW: "tensorflow"}}}])
+    }])
     assert parse_labels_document(text, "f") == {FW: "jax", PORT: "1"}
 
 
@@ -239,6 +239,8 @@ def test_the_session_variable_of_each_label() -> None:
              "an object with Config.Labels); its first item has no Config object"),
     ('[{"Id": "sha256:1"}]', "a JSON list must be `docker image inspect` output (a list "
      "whose first item is an object with Config.Labels); its first item has no Config object"),
+    ('[{"Config": {"Labels": {"' + FW + '": "pytorch"}}}, {"Config": {"Labels": {"' + FW
+     + '": "jax"}}}]', "holds 2 images; inspect one (docker image inspect IMAGE > FILE)"),
     ('{"Labels": "x"}', "Labels must be a JSON object of labels or null, not a JSON string"),
     ('{"Labels": 3}', "Labels must be a JSON object of labels or null, not a JSON number"),
     ('{"a": "1", "a": "2"}',

@@ -869,16 +869,84 @@ def test_per_string_limit_on_an_argument() -> None:
 def test_arg_max_boundary() -> None:
     argv = ["echo", "hi"]
     env = {"A": "x" * 100, "B": "y"}
-    # strings: A=x..x\0 = 103, B=y\0 = 4, echo\0 = 5, hi\0 = 3; pointers: 8 * (2 + 2 + 2)
-    total = 103 + 4 + 5 + 3 + 8 * 6
-    check_limits(argv, env, total + ARG_MAX_MARGIN)
+    # As the kernel counts (fs/exec.c): the path echo\0 = 5, the strings A=x..x\0 = 103,
+    # B=y\0 = 4, echo\0 = 5, hi\0 = 3, and a pointer to each string of argv and env: 8 * 4.
+    total = 5 + 103 + 4 + 5 + 3 + 8 * 4
+    check_limits(argv, env, total)  # no spare kept: derive-env added nothing
     with pytest.raises(EnvironmentTooLarge) as info:
-        check_limits(argv, env, total + ARG_MAX_MARGIN - 1)
-    arg_max = total + ARG_MAX_MARGIN - 1
+        check_limits(argv, env, total - 1)
     assert str(info.value) == (
-        f"environment and command line take {total} bytes; the kernel's ARG_MAX is {arg_max} "
-        f"bytes (keeping {ARG_MAX_MARGIN} spare). Largest variables: A (103 bytes), B (4 bytes)"
+        f"environment and command line take {total} bytes; the kernel's ARG_MAX is {total - 1} "
+        "bytes. Largest variables: A (103 bytes), B (4 bytes)"
     )
+
+
+def test_arg_max_spare_only_for_what_derive_env_adds() -> None:
+    argv = ["/bin/true"]
+    given = {"A": "x" * 100}
+    env = {**given, "MASTER_PORT": "29500"}  # derive-env's: 18 bytes and a pointer
+    added = len("MASTER_PORT=29500") + 1 + 8
+    total = 10 + 10 + 8 + 103 + 8 + added
+    check_limits(argv, env, total + ARG_MAX_MARGIN, given)
+    check_limits(argv, env, total + ARG_MAX_MARGIN - 1)  # all given: the kernel takes it
+    with pytest.raises(EnvironmentTooLarge) as info:
+        check_limits(argv, env, total + ARG_MAX_MARGIN - 1, given)
+    assert str(info.value) == (
+        f"environment and command line take {total} bytes; the kernel's ARG_MAX is "
+        f"{total + ARG_MAX_MARGIN - 1} bytes. derive-env's changes add {added} of them, and it "
+        "adds variables only with 4096 bytes spare, left for what your command adds for its "
+        "own processes (torchrun: RANK, LOCAL_RANK, ...). Largest variables: A (103 bytes), "
+        "MASTER_PORT (18 bytes)"
+    )
+    with pytest.raises(EnvironmentTooLarge) as info:
+        check_limits(argv, env, total - 1, given)
+    assert str(info.value) == (
+        f"environment and command line take {total} bytes; the kernel's ARG_MAX is {total - 1} "
+        f"bytes (derive-env's changes add {added} of them). Largest variables: A (103 bytes), "
+        "MASTER_PORT (18 bytes)"
+    )
+    # A shorter value (a change, nothing new) leaves the spare to the environment.
+    check_limits(argv, {"A": "x" * 99}, total - added - 1, given)
+
+
+def kernel_count(argv: Sequence[str], env: dict[str, str]) -> int:
+    """What the kernel counts against ARG_MAX when it execs ``argv[0]`` (a path) with ``argv``
+    and ``env`` (fs/exec.c, bprm_stack_limits and do_execveat_common): the path, each string
+    with its NUL, a pointer for each (argv at least one)."""
+    strings = [argv[0], *argv, *(f"{k}={v}" for k, v in env.items())]
+    return sum(len(os.fsencode(s)) + 1 for s in strings) + 8 * (max(len(argv), 1) + len(env))
+
+
+def command_of_size(command: list[str], env: dict[str, str], total: int) -> list[str]:
+    """``command`` and filler arguments for which :func:`kernel_count` is exactly ``total``."""
+    rest = total - kernel_count(command, env)
+    count = rest // 131_000 + 1  # arguments of at most 131000 bytes, each costing 9 more
+    sizes = [(rest - 9 * count) // count] * count
+    sizes[-1] += rest - 9 * count - sum(sizes)
+    argv = [*command, *("a" * size for size in sizes)]
+    assert kernel_count(argv, env) == total
+    return argv
+
+
+TRUE = next((p for p in ("/bin/true", "/usr/bin/true") if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.skipif(TRUE is None, reason="no /bin/true")
+def test_arg_max_boundary_agrees_with_real_exec() -> None:
+    """At ARG_MAX exactly the kernel execs and derive-env lets it; one byte more, neither."""
+    arg_max = os.sysconf("SC_ARG_MAX")
+    if arg_max > 6 << 20:
+        pytest.skip(f"ARG_MAX is {arg_max} bytes here (the kernel caps it at 6 MiB)")
+    env = {"PATH": "/usr/bin:/bin", "A": "x" * 1000}
+    argv = command_of_size([TRUE], env, arg_max)
+    check_limits(argv, env, arg_max)
+    assert subprocess.run(argv, env=env, timeout=TIMEOUT, check=False).returncode == 0
+    argv[-1] += "a"
+    with pytest.raises(EnvironmentTooLarge):
+        check_limits(argv, env, arg_max)
+    with pytest.raises(OSError) as info:
+        subprocess.run(argv, env=env, timeout=TIMEOUT, check=False)
+    assert info.value.errno == errno.E2BIG
 
 
 def test_arg_max_names_at_most_three_largest_variables() -> None:
@@ -957,13 +1025,78 @@ def test_cli_environment_over_arg_max_exits_5(tmp_path: Path, opted_in: bool) ->
     err = err_text(result)
     assert result.returncode == 5, err[:2000]
     assert err.startswith("derive-env: error: environment and command line take ")
-    assert f"the kernel's ARG_MAX is {arg_max} bytes (keeping 4096 spare)" in err
+    assert f"the kernel's ARG_MAX is {arg_max} bytes. Largest variables: " in err
     assert err.endswith(
         "Largest variables: CHUNK_BIGGEST (120015 bytes), CHUNK_000 (100011 bytes), "
         "CHUNK_001 (100011 bytes)\n"
         "derive-env: note: the command was not run (exit 5)\n"
     )
     assert not marker.exists()
+
+
+def _env_file_of(tmp_path: Path, labels: Path, extra: str = "") -> tuple[Path, dict[str, str]]:
+    """An --env-file of about 1 MiB and the environment it gives."""
+    variables = {f"CHUNK_{i:03d}": chr(ord("a") + i) * 100_000 for i in range(10)}
+    env = {LABELS_VAR: str(labels), "PATH": "/usr/bin:/bin", **variables}
+    if extra:
+        env["BACKENDAI_CLUSTER_SIZE"] = extra
+    path = tmp_path / "big.env"
+    path.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
+    return path, env
+
+
+@pytest.mark.skipif(TRUE is None, reason="no /bin/true")
+def test_cli_environment_the_kernel_takes_runs_when_nothing_is_added(tmp_path: Path) -> None:
+    """Issue 23: an environment and command line at ARG_MAX exactly (derive-env adds nothing)
+    were refused, 4096 bytes kept spare; one byte more is what the kernel refuses."""
+    arg_max = os.sysconf("SC_ARG_MAX")
+    if arg_max > 6 << 20:
+        pytest.skip(f"ARG_MAX is {arg_max} bytes here (the kernel caps it at 6 MiB)")
+    env_file, env = _env_file_of(tmp_path, write_labels(tmp_path / "labels.json", {}))
+    command = command_of_size([TRUE], env, arg_max)
+    shim = [console_script(), "--env-file", str(env_file), "--"]
+    small = {"PATH": os.environ["PATH"], LABELS_VAR: env[LABELS_VAR]}
+    result = run([*shim, *command], small)
+    assert (result.returncode, err_text(result)) == (0, "")
+    command[-1] += "a"
+    result = run([*shim, *command], small)
+    assert result.returncode == 5
+    assert err_text(result) == (
+        f"derive-env: error: environment and command line take {arg_max + 1} bytes; the "
+        f"kernel's ARG_MAX is {arg_max} bytes. Largest variables: CHUNK_000 (100011 bytes), "
+        "CHUNK_001 (100011 bytes), CHUNK_002 (100011 bytes)\n"
+        "derive-env: note: the command was not run (exit 5)\n"
+    )
+
+
+@pytest.mark.skipif(TRUE is None, reason="no /bin/true")
+def test_cli_derived_variables_keep_the_spare(tmp_path: Path) -> None:
+    """What derive-env adds must leave 4096 bytes below ARG_MAX for the command's own."""
+    arg_max = os.sysconf("SC_ARG_MAX")
+    if arg_max > 6 << 20:
+        pytest.skip(f"ARG_MAX is {arg_max} bytes here (the kernel caps it at 6 MiB)")
+    env_file, env = _env_file_of(tmp_path, write_labels(tmp_path / "labels.json", {FW: "pytorch"}),
+                                 extra="1")
+    shim = [console_script(), "--env-file", str(env_file)]
+    small = {"PATH": os.environ["PATH"], LABELS_VAR: env[LABELS_VAR]}
+    dry = run([*shim, "--dry-run", "--format", "json"], small)
+    derived = json.loads(dry.stdout)
+    assert derived["MASTER_ADDR"] == "127.0.0.1" and not set(derived) & set(env)
+    added = kernel_count(["x"], {**env, **derived}) - kernel_count(["x"], env)
+    command = command_of_size([TRUE], env, arg_max - added)  # with derived: ARG_MAX exactly
+    result = run([*shim, "--", *command], small)
+    assert result.returncode == 5
+    assert err_text(result) == (
+        f"derive-env: error: environment and command line take {arg_max} bytes; the kernel's "
+        f"ARG_MAX is {arg_max} bytes. derive-env's changes add {added} of them, and it adds "
+        "variables only with 4096 bytes spare, left for what your command adds for its own "
+        "processes (torchrun: RANK, LOCAL_RANK, ...). Largest variables: CHUNK_000 (100011 "
+        "bytes), CHUNK_001 (100011 bytes), CHUNK_002 (100011 bytes)\n"
+        "derive-env: note: the command was not run (exit 5)\n"
+    )
+    command = command_of_size([TRUE], env, arg_max - added - ARG_MAX_MARGIN)
+    result = run([*shim, "--", *command], small)
+    assert (result.returncode, err_text(result)) == (0, "")
 
 
 # --------------------------------------------------------------------------- flush before exec

@@ -224,8 +224,8 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
 
     * a flat JSON object ``{"ai.backend.distributed.frameworks": "pytorch", ...}``, as
       also printed by ``docker image inspect --format '{{json .Config.Labels}}'``;
-    * the output of ``docker image inspect IMAGE``: a JSON list whose first item has
-      ``Config.Labels`` (``null`` there means no labels); a single such item is accepted too;
+    * the output of ``docker image inspect IMAGE``: a JSON list of one item with
+      ``Config.Labels`` (``null`` there means no labels); that item alone is accepted too;
     * ``docker inspect --format '{{json .Config}}'``: an object with ``Labels``.
 
     Labels outside the ``ai.backend.distributed.`` prefix are dropped (images carry many),
@@ -235,8 +235,8 @@ def parse_labels_document(text: str, origin: str) -> dict[str, str]:
     :param origin: how to name the file in messages (its path, or ``stdin``).
     :returns: the distributed labels, values as given.
     :raises LabelError: not JSON, a key twice in one object, not one of the shapes above
-        (`[{}]` and `{"Labels": "x"}` are errors, not "no labels"), or a distributed label whose
-        value is not a string (Docker labels are always strings; ``"29500"``, not ``29500``).
+        (`[{}]`, two images, `{"Labels": "x"}` are errors, not "no labels"), or a distributed label
+        whose value is not a string (Docker labels are strings; ``"29500"``, not ``29500``).
     """
     if not text.strip():
         raise LabelError(f"labels file {origin}: empty (expected a JSON object of labels)")
@@ -284,11 +284,8 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """``object_pairs_hook`` for :func:`json.loads`: a dict, refusing a key given twice."""
     document = dict(pairs)
     if len(document) != len(pairs):
-        seen: set[str] = set()
-        for key, _value in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
+        seen: set[str] = set()  # the first key seen before (set.add returns None)
+        raise _DuplicateKey(next(key for key, _v in pairs if key in seen or seen.add(key)))
     return document
 
 
@@ -307,6 +304,9 @@ def _labels_object(document: object, origin: str) -> dict | None:
         if not isinstance(document[0].get("Config"), dict):
             raise LabelError(f"labels file {origin}: a JSON list must be {inspect}; its "
                              "first item has no Config object")
+        if len(document) > 1:  # which image's labels? (--env-file refuses 2 containers alike)
+            raise LabelError(f"labels file {origin}: holds {len(document)} images; inspect one "
+                             "(docker image inspect IMAGE > FILE)")
         document = document[0]
     if isinstance(document, dict) and isinstance(document.get("Config"), dict):
         document = document["Config"]

@@ -30,18 +30,36 @@ if TYPE_CHECKING:
 #: The kernel's limit on one argv or environment string, NUL included: 32 pages of 4 KiB
 #: (MAX_ARG_STRLEN, include/uapi/linux/binfmts.h).
 MAX_ARG_STRLEN = 131072
-#: Room kept below ARG_MAX, as xargs keeps for itself (findutils: 2048) and then some.
+#: Room kept below ARG_MAX when derive-env adds variables, for what the command adds for its
+#: own processes in turn (torchrun's RANK, LOCAL_RANK...), as xargs keeps some for itself.
 ARG_MAX_MARGIN = 4096
 _POINTER = 8
 
 
-def check_limits(argv: Sequence[str], env: Mapping[str, str], arg_max: int) -> None:
+def _env_bytes(env: Mapping[str, str]) -> int:
+    """What ``env`` takes on the new stack: each ``NAME=value`` with its NUL, and its pointer."""
+    return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items()) + (
+        _POINTER * len(env))
+
+
+def check_limits(argv: Sequence[str], env: Mapping[str, str], arg_max: int,
+                 given: Mapping[str, str] | None = None) -> None:
     """Check argv and the environment against the kernel's exec limits.
 
+    The kernel's count (fs/exec.c, bprm_stack_limits and do_execveat_common): the program's
+    path, every ``NAME=value`` and argument, each with its NUL, and a pointer for each
+    argument (at least one) and variable. ``argv[0]`` stands for the path: exact for a path
+    with ``/``; a command found in ``PATH`` adds its directory, which the exec's own E2BIG
+    reports (exit 5 too), as it does over 6 MiB (the kernel's cap, 3/4 of _STK_LIM, which
+    ``sysconf`` does not show). ARG_MAX_MARGIN applies only to what derive-env adds: an
+    environment the kernel takes is never refused for derive-env's sake when it adds nothing.
+
     :param arg_max: ``sysconf(SC_ARG_MAX)`` in bytes (on Linux a quarter of the stack limit).
+    :param given: the environment before derive-env's changes (``None``: ``env`` is it).
     :raises EnvironmentTooLarge: a ``NAME=value`` string with its NUL is over 131072 bytes
-        (128 KiB, MAX_ARG_STRLEN), or strings plus pointers exceed ``arg_max`` less a 4 KiB
-        margin; the message names the largest variables.
+        (128 KiB, MAX_ARG_STRLEN); the total over ``arg_max``; or over ``arg_max`` less a
+        4 KiB margin when derive-env's changes made it larger. The message names the
+        largest variables.
     """
     sizes = {k: len(os.fsencode(k)) + 1 + len(os.fsencode(v)) + 1 for k, v in env.items()}
     largest = sorted(sizes.items(), key=lambda item: -item[1])[:3]
@@ -59,16 +77,23 @@ def check_limits(argv: Sequence[str], env: Mapping[str, str], arg_max: int) -> N
                 f"a command argument is {len(os.fsencode(arg)) + 1} bytes; the kernel refuses "
                 f"any single string over {MAX_ARG_STRLEN} bytes (128 KiB) at exec"
             )
-    total = (
-        sum(sizes.values())
-        + sum(len(os.fsencode(a)) + 1 for a in argv)
-        + _POINTER * (len(env) + len(argv) + 2)
-    )
-    if total > arg_max - ARG_MAX_MARGIN:
+    path = len(os.fsencode(argv[0])) + 1 if argv else 0
+    args = sum(len(os.fsencode(a)) + 1 for a in argv) + _POINTER * max(len(argv), 1)
+    env_bytes = sum(sizes.values()) + _POINTER * len(env)
+    total = path + args + env_bytes
+    added = 0 if given is None else env_bytes - _env_bytes(given)
+    if total > arg_max:
+        mine = f" (derive-env's changes add {added} of them)" if added > 0 else ""
         raise EnvironmentTooLarge(
             f"environment and command line take {total} bytes; the kernel's ARG_MAX is "
-            f"{arg_max} bytes (keeping {ARG_MAX_MARGIN} spare). Largest variables: {shown}"
-        )
+            f"{arg_max} bytes{mine}. Largest variables: {shown}")
+    if added > 0 and total > arg_max - ARG_MAX_MARGIN:
+        raise EnvironmentTooLarge(
+            f"environment and command line take {total} bytes; the kernel's ARG_MAX is "
+            f"{arg_max} bytes. derive-env's changes add {added} of them, and it adds "
+            f"variables only with {ARG_MAX_MARGIN} bytes spare, left for what your command "
+            f"adds for its own processes (torchrun: RANK, LOCAL_RANK, ...). Largest variables: "
+            f"{shown}")
 
 
 def find_command(name: str, path: str | None) -> str:

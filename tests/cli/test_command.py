@@ -583,6 +583,48 @@ def test_labels_file_option_missing_exits_4(sub1_env: Path, tmp_path: Path) -> N
     )
 
 
+def test_labels_file_of_two_images_exits_4(tmp_path: Path) -> None:
+    """`docker image inspect A B` in a labels file: which image's labels? It used the first."""
+    images = [{"Config": {"Labels": {FW: name}}} for name in ("pytorch", "jax")]
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps(images), encoding="utf-8")
+    result = invoke(["--dry-run", "--env-file", "-", "--labels-file", str(two)],
+                    stdin="BACKENDAI_CLUSTER_SIZE=1\n")
+    assert (result.exit_code, result.stdout) == (4, "")
+    assert result.stderr == (
+        f"derive-env: error: labels file {two}: holds 2 images; inspect one (docker image "
+        "inspect IMAGE > FILE)\n"
+    )
+
+
+def _near_miss_examples() -> tuple[list[str], list[str]]:
+    """The names operator-guide.md section 6 gives as near misses (an error) and as names
+    that pass unchecked, from its sentence on near misses."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operator-guide.md").read_text(
+        encoding="utf-8")
+    section = guide[guide.index("\n## 6. "):guide.index("\n## 7. ")]
+    sentence = " ".join(section[section.index("checked for near\n"):].split("\n\n")[0].split())
+    errors, _, passing = sentence.partition("; any other name passes unchecked")
+    names = [[n for n in part.split("`")[1::2] if n != "DERIV"] for part in (errors, passing)]
+    return names[0], names[1]
+
+
+def test_near_miss_examples_of_the_guide() -> None:
+    """Issue 23: the guide said any name two edits from one derive-env reads is an error;
+    only the DERIVE_ENV_* names are checked (MASTER_PORTS passes)."""
+    errors, passing = _near_miss_examples()
+    assert (len(errors), len(passing)) == (2, 4)
+    for name in [*errors, *passing]:
+        result = invoke(["--dry-run", "--frameworks", "pytorch", "--env-file", "-"],
+                        stdin=f"BACKENDAI_CLUSTER_SIZE=1\n{name}=1\n")
+        if name in errors:
+            assert result.exit_code == 4, name
+            assert result.stderr.startswith(
+                f"derive-env: error: variable {name}='1': expected the name DERIVE_ENV_")
+        else:
+            assert (result.exit_code, result.stderr) == (0, ""), name
+
+
 def test_default_labels_path_missing_means_not_opted_in(
     monkeypatch: pytest.MonkeyPatch, clean_environ: Path, tmp_path: Path
 ) -> None:

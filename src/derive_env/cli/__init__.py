@@ -365,7 +365,7 @@ def _derive(inputs, dry_run: bool, explain: bool, label_items: Sequence[str] = (
     try:
         derivation = derive_from(inputs)
         assert derivation is not None  # opted in, checked by the caller
-        check_limits(inputs.command, {**environ, **derivation.changes()}, arg_max)
+        check_limits(inputs.command, {**environ, **derivation.changes()}, arg_max, environ)
     except DeriveEnvError as exc:
         if isinstance(exc, EnvironmentTooLarge):
             # Too large already without derived variables: on-error=warn cannot help.
