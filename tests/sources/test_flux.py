@@ -101,12 +101,12 @@ def test_more_tasks_than_nodes_is_refused_with_the_fix() -> None:
 
 
 @pytest.mark.parametrize(("env", "message"), [
-    ({**task(0, 0, 2, 2), "PMI_RANK": "1"}, "PMI_RANK='1': expected the same global rank as "
+    ({**task(0, 0, 2, 2), "PMI_RANK": "1"}, "PMI_RANK='1': expected the same value as "
      "FLUX_TASK_RANK='0': the Flux shell sets both for one task (src/shell/pmi/pmi.c); unset "
-     "the stale one"),
-    ({**task(0, 0, 2, 2), "PMI_SIZE": "x"}, "PMI_SIZE='x': expected the same world size as "
+     "PMI_RANK or FLUX_TASK_RANK, whichever is stale"),
+    ({**task(0, 0, 2, 2), "PMI_SIZE": "x"}, "PMI_SIZE='x': expected the same value as "
      "FLUX_JOB_SIZE='2': the Flux shell sets both for one task (src/shell/pmi/pmi.c); unset "
-     "the stale one"),
+     "PMI_SIZE or FLUX_JOB_SIZE, whichever is stale"),
     (task(2, 0, 2, 2), "FLUX_TASK_RANK='2': expected a value below FLUX_JOB_SIZE='2': the "
      "Flux shell sets both for one task, so one was exported by hand or inherited"),
     (task(0, 0, 2, 3), "FLUX_JOB_NNODES='3': expected a value at most FLUX_JOB_SIZE='2': the "

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.lists import NODE_COUNT
 from derive_env.sources.report import Processes, Report
-from derive_env.sources.roles import companions, parsed
 from derive_env.validation import parse_int, variable_index, variable_int
 
 if TYPE_CHECKING:
@@ -31,10 +30,6 @@ _PREFIXES, _MAX_B58 = ("\u0192", "f"), 12
 _FIX = ("start one task per node: flux run -N <nodes> --tasks-per-node=1 derive-env -- "
         "torchrun --nproc-per-node=<GPUs> ..., or the ranks with an MPI launcher "
         "derive-env reads")
-#: ``PMI_RANK`` / ``PMI_SIZE`` of the shell's PMI plugin, when set, equal the task's.
-_PMI = {"rank": "FLUX_TASK_RANK", "world_size": "FLUX_JOB_SIZE",
-        "same": (("PMI_RANK", "rank"), ("PMI_SIZE", "world_size")),
-        "why": "the Flux shell sets both for one task (src/shell/pmi/pmi.c); unset the stale one"}
 #: The node count's bound (lists.NODE_COUNT), with Flux's rule.
 _NODES = (NODE_COUNT[0], f"{NODE_COUNT[1]}; the Flux shell sets it for every task "
           "(src/shell/shell.c): it was exported by hand or inherited")
@@ -73,7 +68,11 @@ def read(environ: Mapping[str, str], line: Source,
     :raises TopologyError: a malformed value, a rank not below its size, more nodes than
         tasks, or ``PMI_RANK``/``PMI_SIZE`` that disagree with the shell's.
     """
-    job = str(parsed(environ, "FLUX_JOB_ID", job_integer))
+    # Not roles.parsed: roles.py is not imported on the Flux start path.
+    try:
+        job = str(job_integer(environ["FLUX_JOB_ID"]))
+    except ValueError as exc:
+        raise TopologyError(describe("FLUX_JOB_ID", environ["FLUX_JOB_ID"], str(exc))) from None
     for name in ("FLUX_JOB_NNODES", "FLUX_TASK_LOCAL_ID"):
         if not environ.get(name):
             raise TopologyError(describe(
@@ -93,7 +92,7 @@ def read(environ: Mapping[str, str], line: Source,
                 name, environ[name], f"a value {relation} FLUX_JOB_SIZE="
                 f"{environ['FLUX_JOB_SIZE']!r}: the Flux shell sets both for one task, so one "
                 "was exported by hand or inherited"))
-    companions(environ, _PMI, {"rank": rank, "world_size": size}, _PMI["why"])
+    _companions(environ, rank, size)
     inputs: dict[str, tuple[str, ...]] = {"num_nodes": ("FLUX_JOB_NNODES",),
                                           "ports": ("FLUX_JOB_ID",)}
     processes, node_rank, problem = None, None, None
@@ -123,3 +122,20 @@ def read(environ: Mapping[str, str], line: Source,
         problem=problem,
     )
 
+
+def _companions(environ: Mapping[str, str], rank: int, size: int) -> None:
+    """``PMI_RANK`` / ``PMI_SIZE`` of the shell's PMI plugin, when set, equal the task's."""
+    for name, want, own in (("PMI_RANK", rank, "FLUX_TASK_RANK"),
+                            ("PMI_SIZE", size, "FLUX_JOB_SIZE")):
+        value = environ.get(name)
+        if not value:
+            continue
+        try:
+            agrees = parse_int(value, minimum=0) == want
+        except ValueError:
+            agrees = False
+        if not agrees:
+            raise TopologyError(describe(
+                name, value, f"the same value as {own}={environ[own]!r}: the Flux shell sets "
+                f"both for one task (src/shell/pmi/pmi.c); unset {name} or {own}, whichever "
+                "is stale"))
