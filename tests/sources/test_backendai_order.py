@@ -249,8 +249,9 @@ def test_without_replicas_roles_sorted_main_first(backendai_env) -> None:
 
 
 def test_without_replicas_roles_ending_in_digits_fall_back(backendai_env) -> None:
-    """Without REPLICAS the names are split (a1001 read as a #1001): every container splits
-    the same HOSTS the same way, and HOST == ROLE + IDX is accepted."""
+    """Without REPLICAS the names are split: a1001 and a1002 number no role from 1 as a
+    #1001 and #1002, only as a100 #1 and #2, which every container finds alike; the groups
+    (main:1, a100:2) are then known, so LOCAL_RANK is checked against them."""
     env = backendai_env(["a1002", "main1", "a1001"], "a1002", "a100:2,main:1")
     del env[REPLICAS]
     topo = topology(env)
@@ -258,12 +259,16 @@ def test_without_replicas_roles_ending_in_digits_fall_back(backendai_env) -> Non
     assert topo.node_rank == 2
     assert topo.order.startswith("no BACKENDAI_CLUSTER_REPLICAS: ")
     assert topo.warnings == ()
-    other_order = topology({**env, LOCAL_RANK: "0"})  # contract 5: a note, no warning
-    assert (other_order.warnings, other_order.notes) == ((), lr_notes(0, "a1002", 2))
-    assert error_of({**env, LOCAL_RANK: "3"}) == (
-        "BACKENDAI_CLUSTER_LOCAL_RANK='3': expected one of 0, 1, 2 for container a1002 (role "
-        "'a100', index 2): a position among the 3 containers of the session"
-    )
+    assert [(n.role, n.index) for n in topo.nodes] == [("main", 1), ("a100", 1), ("a100", 2)]
+    other_order = topology({**env, LOCAL_RANK: "1"})  # contract 5: a note, no warning
+    assert (other_order.warnings, other_order.notes) == ((), lr_notes(1, "a1002", 2))
+    for local_rank in ("0", "3"):
+        assert error_of({**env, LOCAL_RANK: local_rank}) == (
+            f"BACKENDAI_CLUSTER_LOCAL_RANK='{local_rank}': expected one of 1, 2 for container "
+            "a1002 (role 'a100', index 2): Backend.AI gives its index - 1 plus the summed "
+            "counts of the role groups the session's request listed before its role, in any "
+            "order (other groups: main:1)"
+        )
 
 
 def test_hosts_not_in_role_index_form(sub2: dict[str, str]) -> None:
@@ -301,3 +306,95 @@ def test_the_order_names_the_variables_the_source_reads() -> None:
     assert "derive_env.sources.managers.backendai" not in backendai_order.__dict__.values()
     assert not any(getattr(value, "__module__", "") == "derive_env.sources.managers.backendai"
                    for value in vars(backendai_order).values())
+
+
+# --- without REPLICAS: names that a role ending in digits numbers (HOSTS alone decides) ----
+
+CONTAINERS = [("a11", "a1", "1", "0"), ("a1", "a", "1", "1"), ("a2", "a", "2", "2")]
+
+
+@pytest.mark.parametrize(("host", "role", "idx", "local_rank"), CONTAINERS)
+def test_a_role_ending_in_a_digit_numbers_hosts_alike_in_every_container(
+        host: str, role: str, idx: str, local_rank: str) -> None:
+    """Roles a1 x1 and a x2 (the request listing a1 first): HOSTS a11,a1,a2 numbers the
+    roles from 1 in one way only, a:2 (a1, a2) and a1:1 (a11), which every container finds
+    from HOSTS alone; each starts, in one order, its own ROLE, IDX and LOCAL_RANK accepted."""
+    from support.dry_run import dry_run
+
+    rank = ["a1", "a2", "a11"].index(host)
+    status, out, err = dry_run([
+        "BACKENDAI_CLUSTER_SIZE=3", "BACKENDAI_CLUSTER_HOSTS=a11,a1,a2",
+        f"BACKENDAI_CLUSTER_HOST={host}", f"BACKENDAI_CLUSTER_ROLE={role}",
+        f"BACKENDAI_CLUSTER_IDX={idx}", f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank}"])
+    assert (status, err) == (0, "")
+    assert out.splitlines()[:5] == ["MASTER_ADDR=a1", "MASTER_PORT=29500", f"NODE_RANK={rank}",
+                                    "PET_NNODES=3", f"PET_NODE_RANK={rank}"]
+
+
+def test_the_numbering_found_gives_the_role_groups() -> None:
+    topo = topology({SIZE: "3", HOSTS: "a11,a1,a2", HOST: "a11"})
+    assert [(n.host, n.role, n.index) for n in topo.nodes] == [
+        ("a1", "a", 1), ("a2", "a", 2), ("a11", "a1", 1)]
+    assert error_of({SIZE: "3", HOSTS: "a11,a1,a2", HOST: "a1", LOCAL_RANK: "2"}) == (
+        "BACKENDAI_CLUSTER_LOCAL_RANK='2': expected one of 0, 1 for container a1 (role 'a', "
+        "index 1): Backend.AI gives its index - 1 plus the summed counts of the role groups the "
+        "session's request listed before its role, in any order (other groups: a1:1)")
+
+
+@pytest.mark.parametrize(("local_rank", "status"), [("0", 0), ("1", 3), ("2", 3), ("3", 0)])
+def test_a_host_only_a_role_ending_in_a_digit_numbers(local_rank: str, status: int) -> None:
+    """main2,main1,a11,main3: a11 is role a1 #1 (a #11 would need a1 to a10), so Backend.AI
+    gives it LOCAL_RANK 0 (a1's group listed first) or 3 (after main's 3), never 1 or 2."""
+    from support.dry_run import dry_run
+
+    got = dry_run(["BACKENDAI_CLUSTER_SIZE=4", "BACKENDAI_CLUSTER_HOSTS=main2,main1,a11,main3",
+                   "BACKENDAI_CLUSTER_HOST=a11", f"BACKENDAI_CLUSTER_LOCAL_RANK={local_rank}"])
+    if status == 0:
+        assert (got[0], got[2]) == (0, "")
+        assert "NODE_RANK=3\nPET_NNODES=4\n" in got[1]
+        return
+    assert got == (3, "", (
+        f"derive-env: error: BACKENDAI_CLUSTER_LOCAL_RANK='{local_rank}': expected one of 0, 3 "
+        "for container a11 (role 'a1', index 1): Backend.AI gives its index - 1 plus the summed "
+        "counts of the role groups the session's request listed before its role, in any order "
+        "(other groups: main:3)\n"))
+
+
+def test_two_containers_a_host_of_a_role_ending_in_a_digit() -> None:
+    from support.dry_run import dry_run
+
+    status, out, err = dry_run(["BACKENDAI_CLUSTER_SIZE=2", "BACKENDAI_CLUSTER_HOSTS=main1,a11",
+                                "BACKENDAI_CLUSTER_HOST=a11", "BACKENDAI_CLUSTER_LOCAL_RANK=0"])
+    assert (status, err) == (0, "")
+    assert "NODE_RANK=1\n" in out
+
+
+NUMBERED = ("expected host names that number each role's hosts {role}1 to {role}{count} in "
+            "exactly one way (a role may end in digits: a11 is a #11 or a1 #1); ")
+SET_REPLICAS = (": set BACKENDAI_CLUSTER_REPLICAS (role:count pairs, as Backend.AI sets it) so "
+                "that every container computes the same node order")
+
+
+@pytest.mark.parametrize(("hosts", "names", "fit"), [
+    ("main1,sub2,sub3", "sub2, sub3", "no"),
+    ("main1,a1,a2,a3,a11,a12,a13,a14,a15,a16,a17,a18,a19,a110,a111",
+     "a1, a2, a3, a11, a12, a13, a14, a15, ... (14 in all)", "more than one"),
+])
+def test_names_that_fit_no_numbering_or_several_stop_every_container(
+        hosts: str, names: str, fit: str) -> None:
+    """Decided from HOSTS alone: every container refuses alike, whatever its own ROLE."""
+    size = str(len(hosts.split(",")))
+    for host in hosts.split(","):
+        assert error_of({SIZE: size, HOSTS: hosts, HOST: host}) == (
+            f"BACKENDAI_CLUSTER_HOSTS={hosts!r}: {NUMBERED}{names} fit {fit} way{SET_REPLICAS}")
+
+
+def test_twelve_hosts_of_one_role_keep_their_order_and_any_local_rank_in_range() -> None:
+    """sub1..sub12 may be sub x12 or sub x10 + sub1 x2 (one order): the groups are unknown,
+    so LOCAL_RANK is only checked against the session's size."""
+    hosts = ",".join(["main1"] + [f"sub{i}" for i in range(1, 13)])
+    topo = topology({SIZE: "13", HOSTS: hosts, HOST: "sub12", LOCAL_RANK: "1"})
+    assert (hosts_of(topo)[-3:], topo.node_rank) == (["sub10", "sub11", "sub12"], 12)
+    assert error_of({SIZE: "13", HOSTS: hosts, HOST: "sub12", LOCAL_RANK: "13"}).startswith(
+        "BACKENDAI_CLUSTER_LOCAL_RANK='13': expected one of 0, 1, 2, 3, 4, 5, 6, 7, ... (13 in "
+        "all) for container sub12 (role 'sub', index 12): a position among the 13 containers")

@@ -377,3 +377,41 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(values: dict[str, str
     count = report.count()
     assert count is not None and 0 <= report.node_rank < count
     assert not report.nodes or len(report.nodes) == count
+
+
+# -- a slot count of 0 beside others: every container stops alike ----------------------------
+
+RDV = '{"container_addrs":["192.168.10.21","192.168.10.23"],"container_rank":%d,' \
+      '"container_slot_counts":[0,2]}'
+
+
+@pytest.mark.parametrize(("rank", "slot_ids"), [(0, ""), (0, "[]"), (1, "[0,1]"), (1, "")])
+def test_a_zero_slot_count_stops_every_container(tmp_path: Path, rank: int,
+                                                 slot_ids: str) -> None:
+    """container_slot_counts [0,2]: each container refuses (exit 3), the one of 0 slots too,
+    whether its agent set DET_SLOT_IDS to [] or not at all (a partial set then, whose file
+    states two containers): none derives a job of one container, none of two."""
+    from support.dry_run import dry_run
+
+    path = tmp_path / "rendezvous.json"
+    path.write_text(RDV % rank, encoding="utf-8")
+    status, out, err = dry_run([f"DERIVE_ENV_DETERMINED_RENDEZVOUS={path}",
+                                "DET_MASTER=http://m:8080", "DET_ALLOCATION_ID=a.1",
+                                f"DET_SLOT_IDS={slot_ids}"])
+    assert (status, out) == (3, "")
+    if not slot_ids:
+        assert err == (
+            f"derive-env: error: container_addrs in {path}='[\"192.168.10.21\", "
+            "\"192.168.10.23\"]': expected a list of one host or unset: a Determined trial "
+            "states a job of more than one container, but only part of its variables are set "
+            "(not set: DET_SLOT_IDS), and a partial set is never used: it may be left over "
+            "from another job. Run derive-env in the launcher's own process (the launcher sets "
+            "all of them), or set label ai.backend.distributed.on-error=warn to run the "
+            "command with the environment unchanged\n")
+        return
+    assert err == (
+        f"derive-env: error: {path}: expected container_slot_counts all 0 (a trial without "
+        "slots) or all at least 1 (Determined splits slots_per_trial among the containers), "
+        "got [0, 2]: entry 0 (192.168.10.21) has 0 while entry 1 (192.168.10.23) has 2 "
+        "(every container reads this file and stops alike): a file of another trial or "
+        "written by hand? Determined writes it (prep_container --rendezvous)\n")

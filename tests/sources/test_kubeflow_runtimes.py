@@ -256,3 +256,22 @@ def test_every_nodes_view_keeps_the_trainers_job_wide_values() -> None:
     assert "JAX_COORDINATOR_ADDRESS" not in view.columns
     assert ("JAX_COORDINATOR_ADDRESS", "llm-node-0-0.llm:29500") in [
         shared[:2] for shared in view.shared]
+
+
+def test_a_jaxjob_pod_without_its_process_id_is_refused() -> None:
+    """COORDINATOR_ADDRESS, COORDINATOR_PORT and NUM_PROCESSES=3 (the operator sets them
+    together) without PROCESS_ID: a partial set stating three nodes, refused (exit 3); a lone
+    NUM_PROCESSES, a generic name, is anyone's and is not."""
+    from support.dry_run import dry_run
+
+    assert dry_run(["COORDINATOR_ADDRESS=jx-0.jx", "COORDINATOR_PORT=6666",
+                    "NUM_PROCESSES=3"]) == (
+        3, "", "derive-env: error: NUM_PROCESSES='3': expected 1 or unset: a Kubeflow JAXJob "
+        "(v1) states a job of more than one node, but only part of its variables are set (not "
+        "set: PROCESS_ID), and a partial set is never used: it may be left over from another "
+        "job. Run derive-env in the launcher's own process (the launcher sets all of them), or "
+        "set label ai.backend.distributed.on-error=warn to run the command with the "
+        "environment unchanged\n")
+    status, out, err = dry_run(["NUM_PROCESSES=3"])
+    assert (status, err) == (0, "")
+    assert "PET_NNODES=1\n" in out

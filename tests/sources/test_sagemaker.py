@@ -125,10 +125,11 @@ def test_neither_file_nor_sm_hosts_is_refused_with_the_fix() -> None:
     with pytest.raises(TopologyError) as caught:
         read(PLATFORM, None)
     assert str(caught.value) == (
-        "TRAINING_JOB_NAME='bert-2026-12-02': expected SageMaker's resource config at "
-        f"{SAGEMAKER_CONFIG} (readable JSON; another path: DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG)"
-        ", or the training toolkit's SM_HOSTS and SM_CURRENT_HOST: neither is there, so the "
-        "job's hosts are unknown; " + sagemaker._FIX)
+        "TRAINING_JOB_ARN='arn:aws:sagemaker:us-west-2:123456789012:training-job/bert-2026-12-02"
+        f"': expected SageMaker's resource config at {SAGEMAKER_CONFIG} (readable JSON; another "
+        "path: DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG), or the training toolkit's SM_HOSTS and "
+        "SM_CURRENT_HOST: TRAINING_JOB_ARN and TRAINING_JOB_NAME state a SageMaker training job, "
+        "but neither is there, so the job's hosts are unknown; " + sagemaker._FIX)
 
 
 @pytest.mark.parametrize(("text", "env", "message"), [
@@ -385,3 +386,53 @@ def test_mpi_mode_the_copied_values_are_checked_not_taken() -> None:
                            BY_NAME["sagemaker"], {})
     assert (alone.node_rank, "node_rank" in alone.inputs, alone.nodes[0].host) == (
         None, False, "algo-1")
+
+
+# -- what the platform never writes: refused, never read another way --------------------------
+
+ARN = "arn:aws:sagemaker:us-east-1:1:training-job/j"
+
+
+def _dry_run(tmp_path, text: str | None) -> tuple[int, str, str]:
+    from support.dry_run import dry_run
+
+    path = tmp_path / "resourceconfig.json"
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    return dry_run(["TRAINING_JOB_NAME=j", f"TRAINING_JOB_ARN={ARN}",
+                    f"DERIVE_ENV_SAGEMAKER_RESOURCE_CONFIG={path}"])
+
+
+def test_instance_groups_not_a_list_is_refused(tmp_path) -> None:
+    """``"instance_groups": "x"``: not read as no group (which blamed current_host)."""
+    text = ('{"current_host":"algo-2","hosts":["algo-1","algo-2"],"current_group_name":"g2",'
+            '"instance_groups":"x"}')
+    assert _dry_run(tmp_path, text) == (3, "", (
+        f"derive-env: error: {tmp_path}/resourceconfig.json: expected instance_groups, a list "
+        "of objects with an instance_group_name and a list of hosts, got \"x\"; "
+        f"{sagemaker._FIX}\n"))
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ('{"current_host":"algo-2","hosts":["algo-1","algo-2"],"hosts":["algo-2","algo-1"]}',
+     "hosts"),
+    ('{"current_host":"algo-1","hosts":["algo-1","algo-2"],"current_host":"algo-2"}',
+     "current_host"),
+    ('{"current_host":"algo-2","hosts":["algo-1","algo-2"],"instance_groups":[{"instance_'
+     'group_name":"a","hosts":["algo-1"],"hosts":["algo-1","algo-2"]}]}', "hosts"),
+])
+def test_a_key_twice_is_refused(tmp_path, text: str, key: str) -> None:
+    """JSON readers keep the last of a key given twice: the node rank would hang on it."""
+    assert _dry_run(tmp_path, text) == (3, "", (
+        f"derive-env: error: {tmp_path}/resourceconfig.json: expected each key once in a JSON "
+        f"object, got {key!r} twice (which value is meant?); {sagemaker._FIX}\n"))
+
+
+def test_without_the_file_the_message_names_the_arn(tmp_path) -> None:
+    """TRAINING_JOB_ARN tells the platform's job from the toolkit's SM_* alone: named."""
+    assert _dry_run(tmp_path, None) == (3, "", (
+        f"derive-env: error: TRAINING_JOB_ARN={ARN!r}: expected SageMaker's resource config at "
+        f"{tmp_path}/resourceconfig.json (readable JSON; another path: DERIVE_ENV_SAGEMAKER_"
+        "RESOURCE_CONFIG), or the training toolkit's SM_HOSTS and SM_CURRENT_HOST: "
+        "TRAINING_JOB_ARN and TRAINING_JOB_NAME state a SageMaker training job, but neither is "
+        f"there, so the job's hosts are unknown; {sagemaker._FIX}\n"))

@@ -479,3 +479,28 @@ def test_the_docs_jobset_names_only_the_apis_fields_and_what_jax_reads() -> None
     assert env["MEGASCALE_COORDINATOR_ADDRESS"]["value"] == (
         f"tpu-train-{replicated['name']}-0-0.tpu-train")
     assert container["resources"]["limits"]["google.com/tpu"] == 4
+
+
+# -- a partial set: the host list alone ------------------------------------------------------
+
+def test_a_host_list_without_the_worker_id_is_refused() -> None:
+    """TPU_WORKER_HOSTNAMES of three hosts without TPU_WORKER_ID: a partial set stating a
+    slice of three hosts, refused (exit 3), never a job of one host."""
+    from support.dry_run import dry_run
+
+    assert dry_run(["TPU_WORKER_HOSTNAMES=h-0,h-1,h-2"], "pytorch,jax") == (3, "", (
+        "derive-env: error: TPU_WORKER_HOSTNAMES='h-0,h-1,h-2': expected one host or unset: "
+        "a TPU slice (GKE, LeaderWorkerSet or KubeRay) states a job of more than one host, but "
+        "only part of its variables are set (not set: TPU_WORKER_ID), and a partial set is "
+        "never used: it may be left over from another job. Run derive-env in the launcher's "
+        "own process (the launcher sets all of them), or set label "
+        "ai.backend.distributed.on-error=warn to run the command with the environment "
+        "unchanged\n"))
+
+
+def test_a_host_list_of_one_host_alone_is_one_container() -> None:
+    from support.dry_run import dry_run
+
+    status, out, err = dry_run(["TPU_WORKER_HOSTNAMES=h-0"], "jax")
+    assert (status, err) == (0, "")
+    assert "JAX_NUM_PROCESSES=1\n" in out

@@ -160,3 +160,18 @@ def test_arbitrary_text_gives_a_report_or_a_topology_error(values: dict[str, str
     except TopologyError:
         return
     assert 0 <= report.node_rank < len(report.nodes)
+
+
+def test_the_svc_plugins_lists_without_the_index_are_refused() -> None:
+    """VC_WORKER_HOSTS and VC_WORKER_NUM=3 without VC_TASK_INDEX (no env plugin): a partial
+    set stating three pods, refused (exit 3), never a job of one pod."""
+    from support.dry_run import dry_run
+
+    hosts = "vj-worker-0.vj,vj-worker-1.vj,vj-worker-2.vj"
+    assert dry_run([f"VC_WORKER_HOSTS={hosts}", "VC_WORKER_NUM=3", "HOSTNAME=vj-worker-1"]) == (
+        3, "", "derive-env: error: VC_WORKER_NUM='3': expected 1 or unset: a Volcano Job "
+        "states a job of more than one pod, but only part of its variables are set (not set: "
+        "VC_TASK_INDEX), and a partial set is never used: it may be left over from another "
+        "job. Run derive-env in the launcher's own process (the launcher sets all of them), or "
+        "set label ai.backend.distributed.on-error=warn to run the command with the "
+        "environment unchanged\n")

@@ -320,8 +320,9 @@ SOURCES: tuple[Source, ...] = (
            fix=_start_torchrun("--nnodes=$LWS_GROUP_SIZE --node-rank=$LWS_WORKER_INDEX "
                                "--master-addr=$LWS_LEADER_ADDRESS")),
     # Seen by its env plugin's index; the svc plugin's task lists are checked by the module.
+    # Its states: the pod counts of the usual tasks (a partial set: the svc plugin alone).
     Source("volcano", "a Volcano Job", "managers.volcano", ("VC_TASK_INDEX",), 4, unit="pod",
-           size="volcano_pods",
+           size="volcano_pods", states=(("VC_WORKER_NUM", 1), ("VC_MASTER_NUM", 1)),
            fix=_start_torchrun("--nnodes=<pods of every task> --node-rank=<the pod's place "
                                "among them> --master-addr=<first of $VC_MASTER_HOSTS>")),
     Source("tf-config", "a TF_CONFIG (Kubeflow TFJob, Volcano, Vertex AI)", "managers.tfconfig",
@@ -337,6 +338,7 @@ SOURCES: tuple[Source, ...] = (
                                "workerpool0 in $CLUSTER_SPEC>")),
     Source("gke-tpu", "a TPU slice (GKE, LeaderWorkerSet or KubeRay)", "managers.tpu",
            ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"), 4, unit="host",
+           marker=("TPU_WORKER_HOSTNAMES",),
            states=(("MEGASCALE_NUM_SLICES", 1), ("MEGASCALE_SLICE_ID", 0)),
            roles={"hosts": ("TPU_WORKER_HOSTNAMES", "comma")},
            fix="Run the command without derive-env (JAX reads TPU_WORKER_ID and "
@@ -349,6 +351,7 @@ SOURCES: tuple[Source, ...] = (
                                "--master-addr=<host part of $AZ_BATCH_MASTER_NODE>")),
     Source("determined", "a Determined trial", "managers.determined",
            ("DET_MASTER", "DET_ALLOCATION_ID", "DET_SLOT_IDS"), 4, unit="container",
+           marker=("DET_MASTER", "DET_ALLOCATION_ID"),  # its agent always sets DET_SLOT_IDS
            roles={"hosts": (f"${DETERMINED_VARIABLE}:{DETERMINED_RENDEZVOUS}", "json",
                             "container_addrs")},
            fix="Start it with Determined's launcher (python3 -m determined.launch."
@@ -366,6 +369,9 @@ SOURCES: tuple[Source, ...] = (
                          "runtime's env"}),
     Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "managers.kubeflow_runtimes",
            ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID"), 4,
+           # Generic names: a partial set is refused only with the three the operator sets
+           # together (a lone NUM_PROCESSES may be anyone's).
+           marker=("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES"),
            partial=False, unit="node", fallback=True,
            roles={"num_nodes": "NUM_PROCESSES", "node_rank": "PROCESS_ID",
                   "why": "the training operator sets it for every pod (kubeflow/training-"

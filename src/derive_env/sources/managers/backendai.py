@@ -213,8 +213,9 @@ def _own_host(variables: BackendAIVariables, present: Mapping[str, str]) -> str:
 
 def _ordered(
     variables: BackendAIVariables, present: Mapping[str, str], own: str,
-) -> tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None]:
-    """``(nodes in canonical order, this container's place, role counts, the order's rule)``."""
+) -> tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...] | None, str | None]:
+    """``(nodes in canonical order, this container's place, role counts, the order's rule)``;
+    the counts ``None`` when HOSTS' names fit more than one numbering (no REPLICAS)."""
     hosts = variables.hosts
     if hosts is None or len(hosts) == 1:
         return (_single_node(variables, own),), 0, (), None
@@ -225,8 +226,9 @@ def _ordered(
             variables.replicas, hosts, present[HOSTS], present[REPLICAS])
         counts, order = variables.replicas, canonical.ORDER_FROM_REPLICAS
     else:
-        nodes = canonical.nodes_from_host_names(hosts, present[HOSTS])
-        counts, order = canonical.role_counts(nodes), canonical.ORDER_FROM_HOSTS
+        nodes, known = canonical.nodes_from_host_names(hosts, present[HOSTS])
+        counts = canonical.role_counts(nodes) if known else None
+        order = canonical.ORDER_FROM_HOSTS
     hosts_in_order = [n.host for n in nodes]
     if own in hosts_in_order:  # as HOSTS spells it (C-speed scan), else case-folded
         return nodes, hosts_in_order.index(own), counts, order
@@ -235,7 +237,7 @@ def _ordered(
 
 def _local_rank(
     variables: BackendAIVariables, present: Mapping[str, str],
-    ordered: tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...], str | None],
+    ordered: tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...] | None, str | None],
 ) -> tuple[str, ...]:
     """LOCAL_RANK, when set, checked against what Backend.AI can give this container
     (``ordered``: :func:`_ordered`'s); the ``--explain`` notes when it differs from the node
@@ -249,14 +251,6 @@ def _local_rank(
     own_index, groups = me.index or 1, counts
     if len(nodes) == 1:
         own_index, groups = 1, ()
-    elif variables.replicas is None:
-        # Without REPLICAS a role ending in digits is parsed apart (a100 #1 read as a
-        # #1001, accepted since HOST == ROLE + IDX): the groups are then unknown.
-        role = variables.role
-        parsed_apart = role is not None and role.lower() != (me.role or "").lower()
-        groups = None if parsed_apart else counts
-        if parsed_apart:  # name this container by its own ROLE/IDX (both given)
-            me, own_index = Node(me.host, role, variables.idx), variables.idx or 1
     size = variables.size or 1
     if groups is None:  # unknown: only the range 0..size-1 is checked
         possible = list(range(size))

@@ -93,13 +93,18 @@ def nodes_from_replicas(
     return tuple(nodes)
 
 
-def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, ...]:
+def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str
+                          ) -> tuple[tuple[Node, ...], bool]:
     """Without REPLICAS: ``{role}{index}`` parsed from each HOSTS name, a role not ending in
-    a digit (``sub12``: ``sub`` #12, the same in every container); ``main`` first, then roles
-    by name, each by numeric index.
+    a digit (``sub12``: ``sub`` #12), unless that does not number a role's hosts from 1 up
+    (``a1,a2,a11``: ``a11`` is then role ``a1`` #1, the only way); ``main`` first, then roles
+    by name, each by numeric index. Only HOSTS decides: every container alike.
 
-    :raises TopologyError: naming HOSTS: an entry is not ``{role}{index}``, has index 0, or
-        two have the same role and index (``sub01``, ``sub1``).
+    :returns: the nodes, and whether the role groups are known (no other numbering fits:
+        ``sub1`` to ``sub12`` may also be ``sub`` x10 and ``sub1`` x2, same order).
+    :raises TopologyError: naming HOSTS: an entry is not ``{role}{index}``, has index 0, two
+        have the same role and index (``sub01``, ``sub1``), or a role's names fit no
+        numbering from 1 or several (then REPLICAS must say).
     """
     parsed: list[tuple[str, str, int]] = []
     match = re.compile(ROLE_INDEX).match  # inlined: this loop runs once per node
@@ -120,6 +125,7 @@ def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, .
             ))
         parsed.append((entry, found["role"], index))
     seen: dict[tuple[str, int], str] = {}
+    groups: dict[str, list[tuple[str, int]]] = {}
     for entry, role, index in parsed:
         first = seen.setdefault((role, index), entry)
         if first != entry:  # HOSTS' entries are unique: a second entry of the pair
@@ -127,9 +133,86 @@ def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str) -> tuple[Node, .
                 HOSTS, raw_hosts,
                 f"one host per role and index; {first!r} and {entry!r} are both {role} #{index}",
             ))
+        groups.setdefault(role, []).append((entry, index))
+    known = True
+    for role, members in groups.items():
+        if len(members) < 11 and max(i for _, i in members) == len(members):
+            continue  # 1..n (distinct), and no name of two digits to cut otherwise
+        renumbered, known_here = _renumbered(role, members, raw_hosts)
+        parsed = [p for p in parsed if p[1] != role] + renumbered
+        known = known and known_here
     position = {role: i for i, role in enumerate(role_order(sorted({r for _, r, _ in parsed})))}
     ordered = sorted([(position[role], index, entry, role) for entry, role, index in parsed])
-    return tuple(Node(entry, role, index) for _, index, entry, role in ordered)
+    return tuple(Node(entry, role, index) for _, index, entry, role in ordered), known
+
+
+def _renumbered(role: str, members: list[tuple[str, int]], raw_hosts: str
+                ) -> tuple[list[tuple[str, str, int]], bool]:
+    """The hosts ``members`` of the parsed ``role`` as ``(entry, role, index)`` in the one
+    numbering that fits (the parsed one when it does), and whether it is the only one.
+
+    :raises TopologyError: naming HOSTS and REPLICAS: none fits, or several and the parsed
+        one does not.
+    """
+    digits = {entry[len(role):]: entry for entry, _ in members}
+    found: list[dict[str, int]] = []
+    _cover(set(digits), {}, found, [_BUDGET])
+    parsed_fits = max(i for _, i in members) == len(members)
+    if parsed_fits or len(found) == 1:
+        if parsed_fits:
+            return [(entry, role, index) for entry, index in members], len(found) == 1
+        return [(entry, role + suffix, int(tail)) for tail_digits, entry in digits.items()
+                for suffix, tail in (_cut(tail_digits, found[0]),)], True
+    raise TopologyError(describe(
+        HOSTS, raw_hosts,
+        "host names that number each role's hosts {role}1 to {role}{count} in exactly one "
+        f"way (a role may end in digits: a11 is a #11 or a1 #1); {listing([e for e, _ in members])}"
+        f" fit {'no' if not found else 'more than one'} way: set {REPLICAS} (role:count "
+        "pairs, as Backend.AI sets it) so that every container computes the same node order",
+    ))
+
+
+#: The work :func:`_cover` may do (set elements visited) before it assumes two numberings:
+#: a few milliseconds; only names built to be ambiguous reach it, and refuse alike.
+_BUDGET = 200_000
+
+
+def _cut(digits: str, counts: dict[str, int]) -> tuple[str, str]:
+    """``digits`` as (role suffix, index) in the numbering ``counts`` ({suffix: count})."""
+    return next((digits[:k], digits[k:]) for k in range(len(digits))
+                if counts.get(digits[:k], 0) >= int(digits[k:]) and digits[k] != "0")
+
+
+def _cover(left: set[str], counts: dict[str, int], found: list[dict[str, int]],
+           budget: list[int]) -> None:
+    """Every way (up to two; ``budget`` steps, then two are assumed) to cut each string of
+    ``left`` into a role suffix and an index without a leading zero so that each suffix's
+    indices are 1 to its count: appended to ``found`` as ``{suffix: count}``."""
+    budget[0] -= len(left) + 1  # the work of a call is about its set's size
+    if budget[0] < 0:
+        found.extend([counts, counts][:2 - len(found)])
+        return
+    if not left:
+        found.append(dict(counts))
+        return
+    least = min(left, key=lambda d: (len(d), d))  # some block of a way holds it
+    for k in range(len(least)):
+        suffix, tail = least[:k], least[k:]
+        if tail[0] == "0" or suffix in counts:
+            continue
+        top = 0
+        while f"{suffix}{top + 1}" in left:
+            top += 1
+        low = int(tail)
+        if not suffix:  # X0...0 can only be cut here: the role's own count reaches it
+            low = max(low, max((int(d) for d in left if d.rstrip("0") == d[:1]), default=0))
+        for count in range(low, top + 1):
+            block = {f"{suffix}{i}" for i in range(1, count + 1)}
+            counts[suffix] = count
+            _cover(left - block, counts, found, budget)
+            del counts[suffix]
+            if len(found) >= 2:
+                return
 
 
 def role_counts(nodes: Sequence[Node]) -> tuple[tuple[str, int], ...]:

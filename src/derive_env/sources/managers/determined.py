@@ -108,6 +108,16 @@ def _checked(document: dict[str, object], path: str) -> tuple[list[str], int, li
         raise TopologyError(f"{path}: expected container_slot_counts, one slot count per "
                             f"container_addrs entry ({len(addrs)}), got "
                             f"{json.dumps(slots)[:200]}; {_FIX}")
+    if 0 in slots and max(slots) > 0:
+        # Shared by every container: each stops alike, none starts a job of another size.
+        empty, full = slots.index(0), slots.index(max(slots))
+        raise TopologyError(
+            f"{path}: expected container_slot_counts all 0 (a trial without slots) or all at "
+            f"least 1 (Determined splits slots_per_trial among the containers), got "
+            f"{json.dumps(slots)[:200]}: entry {empty} ({addrs[empty]}) has 0 while entry "
+            f"{full} ({addrs[full]}) has {slots[full]} (every container reads this file and "
+            "stops alike): a file of another trial or written by hand? Determined writes it "
+            "(prep_container --rendezvous)")
     return addrs, rank, slots
 
 

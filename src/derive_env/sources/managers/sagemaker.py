@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from derive_env.errors import TopologyError, describe
+from derive_env.errors import TopologyError, describe, shorten
 from derive_env.hosts import check_hosts, repeated_host
 from derive_env.sources import SAGEMAKER_CONFIG_VARIABLE as CONFIG_VARIABLE
 from derive_env.sources.lists import json_value
@@ -94,11 +94,15 @@ def _distribution_hosts(config: Mapping[str, object], groups: list[str], where: 
                         ) -> tuple[list[str], dict[str, str]]:
     """``get_distribution_hosts`` (module docstring), and the group of every host."""
     listed = config.get("instance_groups")
+    if listed is not None and not isinstance(listed, list):
+        raise TopologyError(f"{where}: expected instance_groups, a list of objects with an "
+                            "instance_group_name and a list of hosts, got "
+                            f"{json.dumps(listed)[:200]}; {_FIX}")
     if not listed:
         return list(config["hosts"]), {}  # local mode: every host
     hosts: list[str] = []
     group_of: dict[str, str] = {}
-    for group in listed if isinstance(listed, list) else ():
+    for group in listed:
         name = group.get("instance_group_name") if isinstance(group, dict) else None
         members = _strings(group.get("hosts")) if isinstance(group, dict) else None
         if not isinstance(name, str) or members is None:
@@ -138,15 +142,42 @@ def _config(environ: Mapping[str, str], line: Source,
         path = _paths(environ)[0]
         text = (files or {}).get(path)
         if text is not None:
-            return json_value(text), path, path
+            return _parsed(text, path), path, path
         if line.name == "sagemaker-platform" and not (
                 environ.get("SM_HOSTS") and environ.get("SM_CURRENT_HOST")):
+            # TRAINING_JOB_ARN tells the platform's job from the toolkit's SM_* alone.
             raise TopologyError(describe(
-                "TRAINING_JOB_NAME", environ["TRAINING_JOB_NAME"],
+                "TRAINING_JOB_ARN", environ["TRAINING_JOB_ARN"],
                 f"SageMaker's resource config at {path} (readable JSON; another path: "
                 f"{CONFIG_VARIABLE}), or the training toolkit's SM_HOSTS and SM_CURRENT_HOST: "
+                "TRAINING_JOB_ARN and TRAINING_JOB_NAME state a SageMaker training job, but "
                 "neither is there, so the job's hosts are unknown; " + _FIX))
     return _config_from_sm(environ), "SM_HOSTS/SM_CURRENT_HOST", "SM_HOSTS"
+
+
+def _parsed(text: str, where: str) -> object:
+    """The resource config's JSON (``None``: not JSON, refused by :func:`_checked`).
+
+    :raises TopologyError: a key twice in one object: JSON readers keep the last, which
+        would move this host's place (as the labels file, labels.py).
+    """
+    twice: list[str] = []
+
+    def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        document = dict(pairs)
+        if len(document) != len(pairs) and not twice:
+            keys = [key for key, _ in pairs]
+            twice.append(next(k for i, k in enumerate(keys) if k in keys[:i]))
+        return document
+
+    try:
+        document = json.loads(text, object_pairs_hook=unique)
+    except (ValueError, RecursionError):
+        return None
+    if twice:
+        raise TopologyError(f"{where}: expected each key once in a JSON object, got "
+                            f"{shorten(twice[0], 80)!r} twice (which value is meant?); {_FIX}")
+    return document
 
 
 def mpi_rank(environ: Mapping[str, str]) -> str | None:
