@@ -1,28 +1,16 @@
 """The one reader of a manager's variables by role, and the kit of the manager modules.
 
-A table line's ``roles`` (a dict literal: no import to see or refuse a manager; names as
-in torch.distributed):
-
-* ``num_nodes`` (>= 1) and ``node_rank`` (>= 0, below ``num_nodes``; without a node count,
-  below ``world_size``: every node runs at least one process);
-* ``world_size``, ``local_world_size`` (>= 1), ``rank``, ``local_rank`` (>= 0): the process
-  layer, all four or none; each rank below its size, the local world size at most the
-  world size;
-* ``hosts``: ``(variable, form)``, the job's hosts in the manager's order (node rank r is
-  the r-th), ``form`` ``ips`` (one per line) or ``comma``, checked and unique
-  (sources/lists.py); their number is the node count (``num_nodes`` must equal it), the
-  first the master;
-* ``job``: a job id every process of the job shares (the port policy's seed, the session);
-* ``same``: ``((variable, role), ...)``: the same fact in another vocabulary the manager
-  also writes, checked when set (Open MPI's ``PMIX_RANK`` beside its own rank);
-* ``note``: for ``--explain``; ``why``: the manager's rule, ending every message about two
-  of its variables (what a contradiction means and what to unset).
-
-:func:`read` checks them, one wording per rule naming the variable, its value and the
-other variable, and reports each fact with its variable. A module under
-``sources/managers/`` uses the kit: :func:`numbers` (its line's integer roles, checked),
-:func:`companions`, :func:`parsed`, :func:`checked_master`,
-:func:`derive_env.validation.variable_index`.
+A table line's ``roles`` (a dict literal: nothing imported to see or refuse a manager):
+``num_nodes`` (>= 1), ``node_rank`` (>= 0, below ``num_nodes``, else below ``world_size``);
+the process layer, all four or none: ``world_size``, ``local_world_size`` (>= 1, the local one
+at most the world size), ``rank``, ``local_rank`` (>= 0, below their size); ``hosts``:
+``(variable, form)``, the hosts in node-rank order (``ips``, ``comma``; sources/lists.py),
+their number the node count, the first the master; ``job``: a job id every process shares;
+``same``: ``((variable, role), ...)``, the fact in the manager's other vocabulary, checked
+when set; ``note``: for ``--explain``; ``why``: the manager's rule, ending every message on
+two of its variables. :func:`read` checks them and reports each fact with its variable; a
+module under ``sources/managers/`` uses :func:`numbers`, :func:`companions`, :func:`parsed`,
+:func:`checked_master`, :func:`derive_env.validation.variable_index`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """The Kubernetes Job sources: a JobSet's pods (line ``jobset``) and an Indexed Job's (line
-``kubernetes-indexed-job``), one node per pod (docs/sources/kubernetes.md).
+``kubernetes-indexed-job``), one node per pod (docs/sources/kubernetes.md). Rules from:
 
-An Indexed Job's (kubernetes/kubernetes): ``JOB_COMPLETION_INDEX`` unless the env names it
-(``pkg/controller/job/indexed_job_utils.go`` ``addCompletionIndexEnvVariable``: a user's value
-wins, so the hostname checks it); the hostname ``<job>-<index>`` (``job_controller.go``
-``manageJob``); the ``/etc/hosts`` FQDN line with a ``subdomain`` (``pkg/kubelet/kubelet_pods.go``
-``managedHostsFileContent``). Its count is :data:`NNODES`, its subdomain that line or
-:data:`SUBDOMAIN`: missing, every index is refused alike with the manifest lines.
-
-A JobSet's (kubernetes-sigs/jobset@08dfbdf): no environment variable, labels on every pod
-(:data:`LABELS`; ``pkg/controllers/jobset_controller.go`` ``labelAndAnnotateObject``,
-``CoordinatorEndpoint``) that the user passes in with the downward API; each child Job
-``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/placement.go`` ``GenJobName``) is an Indexed
-Job (``pkg/webhooks/jobset_webhook.go`` ``Default``) whose pods are ``<jobset>-<rjob>-<jobIndex>-
-<podIndex>`` (kubernetes-sigs/jobset#408) in the subdomain ``GetSubdomain`` gives. The pods
-per job are on no label: :data:`LAYOUT`. Node rank = the pods of the replicated jobs before +
-job index x pods per job + completion index; the master node 0 or the coordinator
-(sources/compose.py puts it first).
+* Indexed Job (kubernetes/kubernetes): ``JOB_COMPLETION_INDEX``, a user's value wins
+  (``pkg/controller/job/indexed_job_utils.go`` ``addCompletionIndexEnvVariable``); hostname
+  ``<job>-<index>`` (``job_controller.go`` ``manageJob``); the ``/etc/hosts`` FQDN line
+  (``pkg/kubelet/kubelet_pods.go`` ``managedHostsFileContent``).
+* JobSet (kubernetes-sigs/jobset@08dfbdf): labels (``pkg/controllers/jobset_controller.go``
+  ``labelAndAnnotateObject``, ``CoordinatorEndpoint``); child Jobs (``pkg/util/placement/
+  placement.go`` ``GenJobName``), Indexed (``pkg/webhooks/jobset_webhook.go`` ``Default``),
+  pods ``<job>-<podIndex>`` (kubernetes-sigs/jobset#408) in ``GetSubdomain``'s subdomain.
+  Node rank = pods of the jobs before + completion index; master node 0 or the coordinator.
 """
 
 from __future__ import annotations
