@@ -1,19 +1,10 @@
-"""The composer: the reports of every seen source -> one :class:`ClusterTopology`, by the
-rules of docs/sources/README.md section 2, named here as the code cites them:
-
-* Layers: the innermost launcher's process layer (torchrun > MPI > srun step > allocation >
-  node-level manager); an outer one copied into every process is checked against it, one
-  that is a line's ``daemons`` step (one task per node) or of other sizes is shadowed.
-* Mode: workers when their launcher starts workers (depth 0, 1) or a node runs several;
-  never decided from the world size and the node count.
-* The command (:func:`~derive_env.sources.report.command_kind`) decides where the variables
-  cannot: a node launcher over a step's tasks needs one task per node; a python script makes
-  a task a worker. The hook has no command.
-* Node layer: the innermost node facts and host list, which must agree, unless the source
-  numbers nodes itself (``Report.renumbers``). Master: node rank 0's host, moved first.
-* Checks: processes per node sum to the world size, this node's is its local world size,
-  rank 0 is on node rank 0; ``Report.problem`` of the innermost source only. Every error is
-  a ``TopologyError`` (exit 3) naming both sides.
+"""The composer: the reports of every seen source -> one :class:`ClusterTopology`, by
+docs/sources/README.md section 2, whose rules the code cites by name: "Layers" (the innermost
+launcher's process layer; an outer one checked, or shadowed as a ``daemons`` step), "Mode"
+(workers at depth 0-1 or several per node), "The command" (:func:`~derive_env.sources.report.
+command_kind`), "Node layer" (the innermost node facts and host list agree unless
+``Report.renumbers``), "Master" (node rank 0's host, moved first), "Checks" (every error a
+``TopologyError``, exit 3, naming both sides).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The refusals: a launcher derive-env cannot read, or a single container it contradicts.
-
-derive-env refuses (exit 3) rather than describe one process of a larger job
-(docs/sources/README.md), from the table's data (``marker``, ``states``, ``size``,
-``part_of`` ...): a line without a module whose variables state more than one process; a
-partial set of a line's variables that does (a partial set never selects a source); a
-launcher that does not say the job's size (PMIx alone); another launcher's ``WORLD_SIZE``,
-``RANK`` ... with no source seen (:func:`check_single_container`); two node-level managers
-that state different jobs (:func:`managers_agree`).
+"""The refusals: a launcher derive-env cannot read, or a single container it contradicts
+(exit 3, docs/sources/README.md), from the table's ``marker``, ``states``, ``size``,
+``part_of``: :func:`launcher_problem`, :func:`check_single_container`, :func:`managers_agree`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Slurm's text formats (docs/sources/slurm.md): host lists, tasks per node, reserved ports,
 the hostfile of ``srun -m arbitrary``; errors are ValueErrors completing "expected ...".
 
-Host lists: a port of Slurm's parser (SchedMD/slurm@284c3b9 ``src/common/hostlist.c``, the
-one-dimensional grammar), each function naming the C function it follows:
-
-* tokens split on ``"\\t, \\n"``, not inside ``[...]`` (``_next_tok``); no ``[``: one host;
-* the LAST ``[`` opens the range list, text after its ``]`` is a suffix (``n[01-02]-ib``);
-  the prefix's groups vary in Slurm's order, not lexicographically (``_push_range_list``);
-* ``lo`` or ``lo-hi`` read as C's ``strtoul``, printed with the width of the ``lo`` text
-  (``n[009-011]``); duplicates kept, in order.
-
-Stricter than Slurm only on input Slurm never writes: a number above 2**64 - 1 (``strtoul``
-clamps it), more than ``MAX_HOSTS`` hosts, a name above ``MAX_NAME`` characters; ``{`` is
-literal (a container cannot ask slurmctld); text after ``]`` is a suffix, as since Slurm
-23.11 (commit 0994b5f198).
+Host lists: a port of SchedMD/slurm@284c3b9 ``src/common/hostlist.c`` (one-dimensional), each
+function naming the C function it follows; stricter only on input Slurm never writes (above
+2**64 - 1, ``MAX_HOSTS``, ``MAX_NAME``); ``{`` literal; text after ``]`` a suffix (Slurm
+23.11, commit 0994b5f198).
 """
 
 from __future__ import annotations
