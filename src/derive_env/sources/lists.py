@@ -1,7 +1,7 @@
 """Every host-list form a manager writes, read once: IPv4 lines, comma lists, JSON, the
-batch schedulers' host-slot lists (docs/sources/schedulers.md: distinct hosts by first
-appearance, slots summed, compared as DNS does); a pod hostname's DNS label limit. Errors
-are ``ValueError`` completing "expected ...", naming the entry; the caller names the variable.
+batch schedulers' host-slot lists (docs/sources/schedulers.md, gridengine.md: distinct hosts
+by first appearance, slots summed, compared as DNS does); a pod hostname's DNS label limit.
+Errors are ``ValueError`` completing "expected ...", naming the entry.
 """
 
 from __future__ import annotations
