@@ -95,13 +95,11 @@ def nodes_from_replicas(
 
 def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str
                           ) -> tuple[tuple[Node, ...], bool]:
-    """Without REPLICAS: ``{role}{index}`` parsed from each HOSTS name, a role not ending in
-    a digit (``sub12``: ``sub`` #12), unless that does not number a role's hosts from 1 up
-    (``a1,a2,a11``: ``a11`` is then role ``a1`` #1, the only way); ``main`` first, then roles
-    by name, each by numeric index. Only HOSTS decides: every container alike.
+    """Without REPLICAS: ``{role}{index}`` parsed from each HOSTS name (``sub12``: ``sub``
+    #12) unless that does not number a role from 1 up (``a1,a2,a11``: ``a11`` is ``a1`` #1);
+    ``main`` first, then roles by name, each by index. Only HOSTS decides: every container alike.
 
-    :returns: the nodes, and whether the role groups are known (no other numbering fits:
-        ``sub1`` to ``sub12`` may also be ``sub`` x10 and ``sub1`` x2, same order).
+    :returns: the nodes, and whether the role groups are known (no other numbering fits).
     :raises TopologyError: naming HOSTS: an entry is not ``{role}{index}``, has index 0, two
         have the same role and index (``sub01``, ``sub1``), or a role's names fit no
         numbering from 1 or several (then REPLICAS must say).
