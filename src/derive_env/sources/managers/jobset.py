@@ -269,13 +269,10 @@ def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """Every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
-    replicated job, index 1-based in it), the coordinator as master when not node 0, ``job``
-    = (``jobset``, node 0's name, the pod count); the other line: :func:`_indexed`.
-
-    :raises TopologyError: a label or :data:`LAYOUT` missing (with the manifest lines, the same
-        on every pod), malformed or disagreeing, a hostname not this pod's.
-    """
+    """Every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order, the coordinator as
+    master when not node 0, ``job`` = (``jobset``, node 0's name, the pod count); the other
+    line: :func:`_indexed`. TopologyError: a label or :data:`LAYOUT` missing (with the
+    manifest lines), malformed or disagreeing, a hostname not this pod's."""
     if line.name != "jobset":
         return _indexed(environ, line, files)
     js, rjob, job, placed = _identity(environ)
@@ -382,11 +379,9 @@ def _count(environ: Mapping[str, str], job: str, index: int) -> int:
 def _indexed(environ: Mapping[str, str], line: Source,
               files: Mapping[str, str | None] | None) -> Report:
     """An Indexed Job pod's nodes ``<job>-<i>.<suffix>``, i < :data:`NNODES`, ``node_rank``
-    = ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n); no port.
-
-    :raises TopologyError: the count or the subdomain missing (with the manifest lines, the
-        same on every index), an index the hostname contradicts, or a malformed value.
-    """
+    = ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n). TopologyError: the
+    count or subdomain missing (with the manifest lines), an index the hostname contradicts,
+    a malformed value."""
     index, job, host = _index_and_job(environ)
     count = _count(environ, job, index)
     suffix, where = _suffix(
