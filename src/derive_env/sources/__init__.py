@@ -490,10 +490,8 @@ def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
 
 
 def seen_sources(environ: Mapping[str, str]) -> list[Source]:
-    """The lines read whose complete set of variables is set, innermost first: one lookup
-    per variable of each line, no module imported to learn that its variables are absent.
-    At one depth, a launcher whose own daemons start its tasks (``daemons``: Flux) is inside
-    the other (the ``srun`` step that started its brokers)."""
+    """The lines read whose variables are all set, innermost first, no module imported; at
+    one depth, a line with ``daemons`` (Flux) inside the other (the ``srun`` of its brokers)."""
     seen = [s for s in _READ if _is_seen(s, environ)]
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
@@ -501,8 +499,8 @@ def seen_sources(environ: Mapping[str, str]) -> list[Source]:
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:
-    """The source choice, ``auto``, ``none`` or a name of :data:`SOURCE_NAMES`: ``option``
-    (``--source``; ``None``: not given), else ``DERIVE_ENV_SOURCE``, else auto.
+    """``auto``, ``none`` or a name of :data:`SOURCE_NAMES`: ``option`` (``--source``, or
+    ``None``), else ``DERIVE_ENV_SOURCE``, else auto.
 
     :raises UsageError: ``--source`` is none of them (exit 2); TopologyError:
         ``DERIVE_ENV_SOURCE`` is none of them (exit 3).

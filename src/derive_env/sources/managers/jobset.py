@@ -95,8 +95,8 @@ def _layout_fix(environ: Mapping[str, str], js: str, rjob: str | None) -> str:
 
 
 def _identity(environ: Mapping[str, str]) -> tuple[str, str, int, tuple[str, ...]]:
-    """``(jobset, replicated job, job index, their inputs)``: from the labels when set, else
-    from ``HOSTNAME`` ``<jobset>-<rjob>-<jobIndex>-<podIndex>`` (exact: the last two parts)."""
+    """``(jobset, replicated job, job index, their inputs)``: the labels, else ``HOSTNAME``
+    ``<jobset>-<rjob>-<jobIndex>-<podIndex>``."""
     js, host = environ[NAME], environ.get("HOSTNAME", "")
     at_most("HOSTNAME", host, len(host), (MAX_HOSTNAME, "characters (a pod hostname is one DNS "
             "label, pkg/apis/batch/validation, kubernetes-sigs/jobset#408): the Job controller "
@@ -223,12 +223,9 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
 
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, host: str,
             first: str, what: str, fix: str) -> tuple[str, tuple[str, ...]]:
-    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN` (``what`` it is), else the
-    kubelet's ``/etc/hosts`` line for ``host``, so that ``first.<it>`` is a host name; never
-    the coordinator label's, set even where no pod has a DNS name (``GetSubdomain``).
-
-    :raises TopologyError: a bad :data:`SUBDOMAIN`, or neither (the message ends with ``fix``).
-    """
+    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN`, else the kubelet's
+    ``/etc/hosts`` line for ``host``; never the coordinator label's, set even where no pod
+    has a DNS name (``GetSubdomain``). TopologyError: a bad :data:`SUBDOMAIN`, or neither."""
     given = environ.get(SUBDOMAIN, "")
     if given:
         problem = host_problem(f"{first}.{given}")
