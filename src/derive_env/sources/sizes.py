@@ -160,10 +160,9 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
 
 def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str],
                  files=None) -> str | None:
-    """The warning of a start that did not opt in inside a larger job, or ``None``.
-    ``image``: a labels file was read (the edge decides): the image's label is named first,
-    else (bare metal) the job's own opt-in; ``opt_in``: the label's name and its
-    ``DERIVE_ENV_<NAME>`` variable (from the edge: this module needs no label module)."""
+    """The warning of a start that did not opt in inside a larger job, or ``None``; it names
+    the image's label first when ``image`` (a labels file was read), else the job's opt-in;
+    ``opt_in``: the label's name and its ``DERIVE_ENV_<NAME>`` variable."""
     label, variable = opt_in
     job = larger_job(environ, files)
     if job is None:

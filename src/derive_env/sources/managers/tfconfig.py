@@ -135,12 +135,9 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The node layer of ``TF_CONFIG`` or ``CLUSTER_SPEC`` (the line's): the chief then the
     workers, role = task type, index 1-based within it; ``job`` = ``(line, node 0's
-    host:port, node count)``; ``preset``: ``TF_CONFIG``.
-
-    :raises TopologyError: not such a JSON document, an unknown task type or pool, several
-        chiefs, no chief or worker, a task index outside its list, a bad ``host:port``, a ps
-        or evaluator task, the sparse form.
-    """
+    host:port, node count)``; ``preset``: ``TF_CONFIG``. TopologyError: not such a JSON
+    document, an unknown task type or pool, several chiefs, no chief or worker, a task index
+    outside its list, a bad ``host:port``, a ps or evaluator task, the sparse form."""
     variable = "CLUSTER_SPEC" if line.name == "vertex" else "TF_CONFIG"
     shown = environ[variable]  # describe() shortens it
     config = _parse(environ, variable)
