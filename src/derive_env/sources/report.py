@@ -295,13 +295,10 @@ def command_decides(owner: Report, processes: Processes,
                     where: tuple[tuple[int, ...], tuple[int | None, str]],
                     kind: tuple[str, str] | None) -> tuple[bool, tuple[str, ...]]:
     """Whether ``owner``'s processes are the job's workers (sources/compose.py, "Mode", "The
-    command"), and the --explain line of the command's part.
-
-    :param where: every node's task count (empty: unknown), and the node count (``None``:
-        unknown) with the variables that state it.
-    :param kind: :func:`command_kind` of the command; ``None``: none.
-    :raises TopologyError: a node launcher ``owner`` starts more than once on a node, or on
-        fewer nodes than the node layer counts."""
+    command"), and the --explain line of the command's part. ``where``: every node's task
+    count (or empty), the node count (or ``None``) and its variables; ``kind``:
+    :func:`command_kind`'s. TopologyError: a node launcher ``owner`` starts more than once
+    on a node, or on fewer nodes than the node layer counts."""
     tasks, (num_nodes, counted) = where
     line = BY_NAME.get(owner.source)
     depth = line.depth if line is not None else _MPI + 1

@@ -132,10 +132,9 @@ def _more_than(value: str, single: int | None) -> bool:
 
 
 def larger_job(environ: Mapping[str, str], files=None) -> str | None:
-    """What states a job of more than one node or process, for an image that did not opt in
-    (docs/behaviour.md section 11): ``"a Backend.AI session states a job of more than one node
-    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None`` (also when a line of :data:`CONFIGURED` is
-    complete); a line's size (:func:`over`) only when its marker is complete."""
+    """What states a larger job, for an image that did not opt in (docs/behaviour.md section
+    11): ``"a Backend.AI session states ... (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None`` (also
+    with a complete line of :data:`CONFIGURED`); :func:`over` only with a complete marker."""
     if any(line.name in CONFIGURED and all(environ.get(name) for name in line.detect)
            and not any(environ.get(name) for name in line.unless) for line in SOURCES):
         return None
