@@ -148,10 +148,7 @@ def _renumbered(role: str, members: list[tuple[str, int]], raw_hosts: str
                 ) -> tuple[list[tuple[str, str, int]], bool]:
     """The hosts ``members`` of the parsed ``role`` as ``(entry, role, index)`` in the one
     numbering that fits (the parsed one when it does), and whether it is the only one.
-
-    :raises TopologyError: naming HOSTS and REPLICAS: none fits, or several and the parsed
-        one does not.
-    """
+    TopologyError naming HOSTS and REPLICAS: none fits, or several and not the parsed one."""
     digits = {entry[len(role):]: entry for entry, _ in members}
     found: list[dict[str, int]] = []
     _cover(set(digits), {}, found, [_BUDGET])

@@ -257,9 +257,8 @@ _ELASTIC_FIX = ("run derive-env in each worker torchrun starts (torchrun ... --n
 
 
 def _elastic(environ: Mapping[str, str], line: Source) -> Report:
-    """An elastic PyTorchJob without a Master (elastic.go ``Generate``: ``PET_RDZV_*``,
-    ``PET_NNODES``): the other frameworks' node rank from the pod's name (``HOSTNAME``
-    ``<job>-worker-<i>``, common ``GenGeneralName``), pod 0 their master."""
+    """An elastic PyTorchJob without a Master (elastic.go ``Generate``): the node rank from
+    ``HOSTNAME`` ``<job>-worker-<i>`` (common ``GenGeneralName``), pod 0 the master."""
     fix = _FIX["kubeflow-pytorchjob"]
     nodes = _nnodes(environ, fix, elastic=True)
     hostname = environ.get("HOSTNAME", "")

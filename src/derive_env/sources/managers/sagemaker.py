@@ -188,8 +188,8 @@ def mpi_rank(environ: Mapping[str, str]) -> str | None:
 
 def _copied(environ: Mapping[str, str], config: Mapping[str, object], where: str,
             rank: str) -> str:
-    """Check the ``SM_*`` an MPI launcher copied from the master (module docstring) and
-    say so: ``SM_CURRENT_HOST`` one of the hosts, ``SM_HOSTS`` the resource config's."""
+    """Check the ``SM_*`` mpirun copied from the master: ``SM_CURRENT_HOST`` one of the
+    hosts, ``SM_HOSTS`` the resource config's; say so."""
     hosts = list(config["hosts"])  # a list of names: _checked
     copied = environ.get("SM_CURRENT_HOST", "")
     why = (f"in an MPI rank ({rank} set) it is the value mpirun copied from the host that "
