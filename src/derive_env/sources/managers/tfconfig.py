@@ -110,9 +110,8 @@ TORCHRUN = "TORCHELASTIC_RUN_ID"
 
 def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> int | None:
     """Vertex AI's PyTorch variables, when set, checked against the cluster spec (node
-    values); ``MASTER_PORT`` as the master port. Not in a torchrun worker
-    (``TORCHELASTIC_RUN_ID``): its agent overwrote them (local_elastic_agent.py
-    ``_start_workers``), and the torchrun line checks them."""
+    values); ``MASTER_PORT`` as the master port. Not in a torchrun worker: its agent
+    overwrote them (local_elastic_agent.py ``_start_workers``)."""
     from derive_env.sources.roles import parsed
     from derive_env.validation import parse_port
 
