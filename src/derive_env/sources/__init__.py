@@ -38,14 +38,11 @@ _MPI_WHY = ("sets both for each process, so one of them was exported by hand (a 
 
 
 class Source:
-    """One line of the source table: how to see a manager or launcher without importing
-    anything, and how it states a job of more than one process (docs/sources/README.md).
-    By position: ``name`` (``--source NAME``, messages), ``title`` (for a person: ``a Slurm
-    step (srun)``), ``module`` (under ``derive_env.sources``: ``roles``, its roles say
-    everything, or ``managers.<its module>``, imported only when the line is seen; ``None``:
-    only refused), ``detect`` (its complete set of variables, each non-empty), ``depth`` (0
-    torchrun, 1 an MPI launcher, 2 an srun step, 3 an allocation, 4 a node-level manager).
-    The other fields by keyword, their defaults below."""
+    """One line of the source table (docs/sources/README.md). By position: ``name``
+    (``--source NAME``), ``title`` (for a person), ``module`` (``roles``, or
+    ``managers.<module>``, imported only when the line is seen; ``None``: only refused),
+    ``detect`` (its variables, each non-empty), ``depth`` (0 torchrun, 1 an MPI launcher, 2 an
+    srun step, 3 an allocation, 4 a node-level manager). The others by keyword, below."""
 
     #: Variables that mean another context (a Slurm step): the line is neither seen nor refused.
     unless: tuple[str, ...] = ()
@@ -89,8 +86,7 @@ class Source:
 
     def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
                  depth: int, **options: object) -> None:
-        # Not a named tuple, whose constructor eval() costs every start 0.8M instructions;
-        # the options given are stored as they are (test_sources.py checks their names).
+        # Not a named tuple: its eval() costs every start 0.8M instructions.
         self.name = name
         self.title = title
         self.module = module
@@ -125,9 +121,8 @@ SOURCES: tuple[Source, ...] = (
                   "node_rank": "CROSS_RANK",
                   "why": "DeepSpeed's launcher sets both for each process "
                          "(deepspeed/launcher/launch.py), so one was changed after it"}),
-    # The MPI launchers: the process layer, no host list (docs/sources/mpi.md: what is not
-    # read); only their own second vocabulary must agree ("same"). Open MPI: docs/tuning-apps/
-    # environment-var.rst (recorded: ompi-ssh, ompi-in-*), PMIX_* from its own PMIx server.
+    # The MPI launchers (docs/sources/mpi.md). Open MPI: docs/tuning-apps/environment-var.rst
+    # (recorded: ompi-ssh, ompi-in-*), PMIX_* from its own PMIx server.
     Source("openmpi", "Open MPI (mpirun)", "roles",
            ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE"), 1,
@@ -286,8 +281,7 @@ SOURCES: tuple[Source, ...] = (
            fix=_start_torchrun("--nnodes=<length of hosts> --node-rank=<position of "
                                f"current_host in hosts, {SAGEMAKER_CONFIG}> "
                                "--master-addr=<first of hosts>")),
-    # The launch tools: a node layer from an IP list (sources/managers/launchtools.py). After them,
-    # the managers of docs/sources/README.md that no module reads yet: refused.
+    # The launch tools (sources/managers/launchtools.py); then managers no module reads: refused.
     Source("skypilot", "a SkyPilot task", "managers.launchtools",
            ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES"), 4, unit="node",
            states=(("SKYPILOT_NUM_NODES", 1), ("SKYPILOT_NODE_RANK", 0)),
@@ -369,8 +363,7 @@ SOURCES: tuple[Source, ...] = (
                          "runtime's env"}),
     Source("kubeflow-jaxjob", "a Kubeflow JAXJob (v1)", "managers.kubeflow_runtimes",
            ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID"), 4,
-           # Generic names: a partial set is refused only with the three the operator sets
-           # together (a lone NUM_PROCESSES may be anyone's).
+           # Generic names: a partial set is refused only with the three set together.
            marker=("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES"),
            partial=False, unit="node", fallback=True,
            roles={"num_nodes": "NUM_PROCESSES", "node_rank": "PROCESS_ID",
@@ -497,10 +490,8 @@ def _is_seen(source: Source, environ: Mapping[str, str]) -> bool:
 
 
 def seen_sources(environ: Mapping[str, str]) -> list[Source]:
-    """The lines read whose complete set of variables is set, innermost first: one lookup
-    per variable of each line, no module imported to learn that its variables are absent.
-    At one depth, a launcher whose own daemons start its tasks (``daemons``: Flux) is inside
-    the other (the ``srun`` step that started its brokers)."""
+    """The lines read whose variables are all set, innermost first, no module imported; at
+    one depth, a line with ``daemons`` (Flux) inside the other (the ``srun`` of its brokers)."""
     seen = [s for s in _READ if _is_seen(s, environ)]
     if len(seen) > 1:
         seen = [s for s in seen if not s.fallback] or seen[:1]
@@ -508,8 +499,8 @@ def seen_sources(environ: Mapping[str, str]) -> list[Source]:
 
 
 def choice_of(environ: Mapping[str, str], option: str | None) -> str:
-    """The source choice, ``auto``, ``none`` or a name of :data:`SOURCE_NAMES`: ``option``
-    (``--source``; ``None``: not given), else ``DERIVE_ENV_SOURCE``, else auto.
+    """``auto``, ``none`` or a name of :data:`SOURCE_NAMES`: ``option`` (``--source``, or
+    ``None``), else ``DERIVE_ENV_SOURCE``, else auto.
 
     :raises UsageError: ``--source`` is none of them (exit 2); TopologyError:
         ``DERIVE_ENV_SOURCE`` is none of them (exit 3).

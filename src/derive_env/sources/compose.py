@@ -1,19 +1,10 @@
-"""The composer: the reports of every seen source -> one :class:`ClusterTopology`, by the
-rules of docs/sources/README.md section 2, named here as the code cites them:
-
-* Layers: the innermost launcher's process layer (torchrun > MPI > srun step > allocation >
-  node-level manager); an outer one copied into every process is checked against it, one
-  that is a line's ``daemons`` step (one task per node) or of other sizes is shadowed.
-* Mode: workers when their launcher starts workers (depth 0, 1) or a node runs several;
-  never decided from the world size and the node count.
-* The command (:func:`~derive_env.sources.report.command_kind`) decides where the variables
-  cannot: a node launcher over a step's tasks needs one task per node; a python script makes
-  a task a worker. The hook has no command.
-* Node layer: the innermost node facts and host list, which must agree, unless the source
-  numbers nodes itself (``Report.renumbers``). Master: node rank 0's host, moved first.
-* Checks: processes per node sum to the world size, this node's is its local world size,
-  rank 0 is on node rank 0; ``Report.problem`` of the innermost source only. Every error is
-  a ``TopologyError`` (exit 3) naming both sides.
+"""The composer: the reports of every seen source -> one :class:`ClusterTopology`, by
+docs/sources/README.md section 2, whose rules the code cites by name: "Layers" (the innermost
+launcher's process layer; an outer one checked, or shadowed as a ``daemons`` step), "Mode"
+(workers at depth 0-1 or several per node), "The command" (:func:`~derive_env.sources.report.
+command_kind`), "Node layer" (the innermost node facts and host list agree unless
+``Report.renumbers``), "Master" (node rank 0's host, moved first), "Checks" (every error a
+``TopologyError``, exit 3, naming both sides).
 """
 
 from __future__ import annotations
@@ -46,13 +37,10 @@ def topology_from(environ: Mapping[str, str], choice: str | None = None,
 
 
 def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
-    """The topology composed from the reports of every source seen in ``inputs.environ``,
-    innermost first; with none seen, a single container's.
+    """The topology composed from the reports of every source seen in ``inputs.environ``
+    (``files``: path -> text, None: unreadable), innermost first; none seen: a single
+    container's. ``hosts_only`` (``--format hosts``, hostfiles): ``problem`` not raised.
 
-    :param inputs: ``choice`` (:func:`sources.choice_of`), ``files`` (paths -> contents,
-        None: unreadable; ``None``: none can be read), ``command`` (the argv after ``--``).
-    :param hosts_only: for the host lists (``--format hosts``, the hostfiles): a source's
-        ``problem`` is not raised (a multi-node batch script may start ``deepspeed``).
     :raises TopologyError: a source's variables are bad, the layers disagree, a ``problem``,
         or a launcher no source reads states several processes (:mod:`refusals`).
     :raises UsageError: ``--source`` is not a choice.
@@ -75,9 +63,8 @@ def topology_of(inputs: Inputs, hosts_only: bool = False) -> ClusterTopology:
         return refusals.none_chosen(topology, environ, files)
     stated = bool(reports) and ("nodes" in topology.inputs or topology.processes is not None
                                 or topology.node_count is not None or not topology.sized)
-    # Launchers first: their message names the launcher and the fix. A line read is seen
-    # even when its report names another line (Torque's mother superior reads a pbsdsh
-    # task as torque-task, sources/managers/pbs.py).
+    # Launchers first: their message names the fix. A line read is seen even when its report
+    # names another (Torque's mother superior reads as torque-task, sources/managers/pbs.py).
     read = {line.name for line in lines}
     problem = refusals.launcher_problem(environ, refusals.Seen(
         f"{reports[0].title} of {topology.num_nodes} node(s)" if stated else None,
@@ -108,9 +95,8 @@ def _src(report: Report) -> str:
 
 
 def _daemon_step(owner: Report, report: Report) -> bool:
-    """``report`` is ``owner``'s daemon step ("Layers"): ``owner``'s line has ``daemons``,
-    ``report`` is a launcher farther out (deeper, or as deep without daemons: ``srun -N4 flux
-    start``) with one task on each of its nodes."""
+    """``report`` is ``owner``'s daemon step ("Layers"): a launcher farther out than a line
+    with ``daemons`` (``srun -N4 flux start``), one task on each of its nodes."""
     line, outer = sources.BY_NAME.get(owner.source), sources.BY_NAME.get(report.source)
     tasks = report.processes.tasks_per_node if report.processes else ()
     return (line is not None and line.daemons is not None and outer is not None
@@ -241,9 +227,8 @@ def compose(reports: Sequence[Report], hosts_only: bool = False,
 def _node_layer(node_src: Report | None, hosts_src: Report | None,
                 inputs: dict[str, tuple[str, ...]], notes: list[str],
                 ) -> tuple[tuple[Node, ...], str | None, int | None, int | None]:
-    """``(nodes, order, node count, node rank)`` from the innermost source that states node
-    facts and the innermost one with a host list (module docstring, "Node layer"); their
-    provenance goes to ``inputs``, a host list left unused for a reason to ``notes``."""
+    """``(nodes, order, node count, node rank)`` ("Node layer"); their provenance goes to
+    ``inputs``, a host list left unused for a reason to ``notes``."""
     num_nodes = node_src.count() if node_src else None
     node_rank = node_src.node_rank if node_src else None
     if node_src is not None:
@@ -275,9 +260,8 @@ def _hosts_agree(node_src: Report, hosts_src: Report,
     """This node's rank, once ``hosts_src``'s host list agrees with ``node_src``'s node
     facts; the host list's own node rank when ``node_src`` states none."""
     nodes, num_nodes, node_rank = hosts_src.nodes, node_src.count(), node_src.node_rank
-    # Whether the two orders can be the same is decided from data every node shares (the
-    # node count, the master's host), so every node adopts the host list or none does;
-    # then each node's own rank must agree (a check only it can make).
+    # Decided from data every node shares (node count, master): all adopt the list or none
+    # does; then each node's own rank must agree (a check only it can make).
     if num_nodes not in (None, len(nodes)):
         _agree(node_src, hosts_src, "num_nodes", (num_nodes, len(nodes)))
     if node_src.master is not None and host_key(node_src.master) != host_key(nodes[0].host):
@@ -308,9 +292,8 @@ def _process_layer(owner: Report | None, used: Sequence[Report],
 
 def _master_first(master_src: Report, hosts_src: Report | None, placed: _Placed,
                   inputs: dict[str, tuple[str, ...]]) -> tuple[str | None, _Placed]:
-    """``(master, (nodes, tasks, node rank, order))`` with the node of rank 0 first (module
-    docstring, "Master"): the master is then node rank 0's host, and ``None`` here; it
-    stays set only when no host list places it."""
+    """``(master, (nodes, tasks, node rank, order))`` with rank 0's node first ("Master"): the
+    master ``None`` unless no host list places it."""
     master = master_src.master
     nodes, tasks, node_rank, order = placed
     inputs["master"] = master_src.inputs.get("master", ())

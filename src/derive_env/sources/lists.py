@@ -1,11 +1,7 @@
-"""Every host-list form a manager writes, read once: lines of IPv4 addresses, comma lists,
-JSON, and the batch schedulers' host-slot lists; the DNS label limit of a pod hostname.
-
-The schedulers (PBS, LSF, Grid Engine) list *slots*; one rule for all of them
-(docs/sources/schedulers.md, gridengine.md): the nodes are the distinct hosts by first
-appearance, a host's slots the sum of its entries, hosts compared as DNS does
-(:func:`derive_env.hosts.host_key`). Errors are ``ValueError`` completing "expected ..."
-and naming the entry; the caller names the variable or file.
+"""Every host-list form a manager writes, read once: IPv4 lines, comma lists, JSON, the
+batch schedulers' host-slot lists (docs/sources/schedulers.md, gridengine.md: distinct hosts
+by first appearance, slots summed, compared as DNS does); a pod hostname's DNS label limit.
+Errors are ``ValueError`` completing "expected ...", naming the entry.
 """
 
 from __future__ import annotations
@@ -20,9 +16,8 @@ from derive_env.hosts import check_hosts, host_key, repeated_host
 #: A pod hostname is one DNS label: at most 63 characters (pkg/apis/batch/validation,
 #: kubernetes-sigs/jobset#408; the kubelet cuts a longer pod name: :func:`pod_hostname`).
 MAX_HOSTNAME = 63
-#: The most nodes a source builds from a count alone (LeaderWorkerSet's ``size``, Flux's node
-#: count: any int32): Slurm's ``MAX_SLURM_NODES`` (slurm_hostlist), the largest job a manager
-#: is known to name; a larger count is a typing error, refused before a list is built.
+#: The most nodes a source builds from a count alone (LeaderWorkerSet's ``size``, Flux's):
+#: Slurm's ``MAX_SLURM_NODES`` (slurm_hostlist); a larger count is refused before building.
 MAX_COUNTED_NODES = 65536
 #: :data:`MAX_COUNTED_NODES` as a bound of ``validation.variable_int``, for a count-only source.
 NODE_COUNT = (MAX_COUNTED_NODES, "nodes (the largest job a manager is known to name: Slurm's "
@@ -59,16 +54,14 @@ def fqdn_suffix(hosts_text: str | None, hostname: str) -> str | None:
 
 
 _QUAD = r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"
-#: Dotted quads separated by one character: one match for the whole list, then each
-#: distinct octet once, instead of one address parse per node (benchmarks/iplists.py,
-#: 4096 nodes); anything else is checked entry by entry (:func:`derive_env.hosts.check_hosts`).
+#: Dotted quads separated by one character: one match for the whole list, not one parse per
+#: node (benchmarks/iplists.py); anything else is checked entry by entry.
 _QUADS = {sep: re.compile(rf"(?:{_QUAD}{sep})*{_QUAD}") for sep in ("\n", ",")}
 
 
 def all_ipv4(text: str, separator: str = "\n") -> bool:
-    """Whether ``text`` is IPv4 addresses separated by ``separator`` (a newline: SkyPilot's,
-    dstack's and Determined's lists; a comma: Azure Batch's), each as ``ipaddress``
-    accepts it (octets 0-255, no leading zero)."""
+    """Whether ``text`` is IPv4 addresses (as ``ipaddress`` accepts them) separated by
+    ``separator`` (a newline: SkyPilot, dstack, Determined; a comma: Azure Batch)."""
     if not _QUADS[separator].fullmatch(text):
         return False
     octets = set(text.replace(separator, ".").split("."))
@@ -151,10 +144,8 @@ def _summed(hosts: Sequence[str], counts: Iterable[int]) -> HostSlots:
 
 
 def one_per_slot(text: str, what: str = "one host per line") -> HostSlots:
-    """A file or list that names a host once per slot (``PBS_NODEFILE``, LSF's rank file,
-    ``LSB_HOSTS``): each distinct host with its number of lines, blanks around a name and
-    blank lines ignored; ``what`` names the format in the message. ValueError: no host at
-    all, or an entry that is not a host name or address."""
+    """A list naming a host once per slot (``PBS_NODEFILE``, LSF's rank file, ``LSB_HOSTS``),
+    blanks ignored; ``what``: the format. ValueError: no host, or an entry that is none."""
     if " " in text or "\t" in text:  # blanks inside a line: each line stripped, as it is
         entries = [line.strip() for line in text.split("\n") if line.strip()]
     else:  # one name per line (what the schedulers write): split at C speed
@@ -175,9 +166,8 @@ def _slot_count(text: str) -> bool:
 
 
 def word_pairs(text: str, what: str) -> HostSlots:
-    """``"hostA 4 hostB 4"`` (LSF's ``LSB_MCPU_HOSTS``): words taken two by two, each host
-    with the sum of its counts (``what``: the format, for the message). ValueError: an odd
-    number of words, no host, a host that is no host name or address, a count not >= 1."""
+    """``"hostA 4 hostB 4"`` (LSF's ``LSB_MCPU_HOSTS``) as host-count pairs (``what``: the
+    format). ValueError: an odd number of words, no host, a bad host, a count not >= 1."""
     words = text.split()
     if len(words) % 2:
         raise ValueError(f"{what}: an even number of words (a count after each host), "
@@ -222,11 +212,9 @@ def _rows(text: str, what: str) -> list[tuple[str, str]]:
 
 
 def pe_hostfile(text: str, what: str) -> HostSlots:
-    """Grid Engine's ``PE_HOSTFILE`` (``<host> <slots> <queue> <processors>``, one line per
-    granted queue, exec_job.c; blank lines ignored): the hosts in first-appearance order
-    with their slots summed over their lines (``what``: the format, for the message).
-    ValueError: no line, a line without a host and a slot count >= 1, a host that is no host
-    name or address."""
+    """Grid Engine's ``PE_HOSTFILE`` (``<host> <slots> <queue> <processors>``, a line per
+    granted queue, exec_job.c; ``what``: the format). ValueError: no line, a line without a
+    host and a slot count >= 1, a bad host."""
     body = text[:-1] if text.endswith("\n") else text
     rows = _ROW.findall(body)
     if not rows or len(rows) != body.count("\n") + 1:  # not every line matched

@@ -1,12 +1,6 @@
-"""The refusals: a launcher derive-env cannot read, or a single container it contradicts.
-
-derive-env refuses (exit 3) rather than describe one process of a larger job
-(docs/sources/README.md), from the table's data (``marker``, ``states``, ``size``,
-``part_of`` ...): a line without a module whose variables state more than one process; a
-partial set of a line's variables that does (a partial set never selects a source); a
-launcher that does not say the job's size (PMIx alone); another launcher's ``WORLD_SIZE``,
-``RANK`` ... with no source seen (:func:`check_single_container`); two node-level managers
-that state different jobs (:func:`managers_agree`).
+"""The refusals: a launcher derive-env cannot read, or a single container it contradicts
+(exit 3, docs/sources/README.md), from the table's ``marker``, ``states``, ``size``,
+``part_of``: :func:`launcher_problem`, :func:`check_single_container`, :func:`managers_agree`.
 """
 
 from __future__ import annotations
@@ -34,9 +28,8 @@ from derive_env.validation import static_count
 if TYPE_CHECKING:
     from derive_env.topology import FileReader
 
-#: Variables through which another launcher states a larger job, with a single container's
-#: value; checked only when no source stated the nodes (inside a session they are user
-#: values, docs/behaviour.md section 6).
+#: Another launcher's variables with a single container's value; checked only when no source
+#: stated the nodes (inside a session they are user values, docs/behaviour.md section 6).
 _SINGLE_VALUES = {"WORLD_SIZE": 1, "RANK": 0, "NODE_RANK": 0, "PET_NNODES": 1,
                   "PET_NODE_RANK": 0, "GROUP_RANK": 0, "JAX_PROCESS_ID": 0,
                   "DMLC_TASK_ID": 0, "TPU_WORKER_ID": 0,
@@ -63,14 +56,9 @@ _NODE_LEVEL = 4
 
 
 class Seen:
-    """What the seen sources state, for the refusals.
-
-    :ivar within: the session the container is in (``"a Backend.AI session of 3 nodes"``).
-    :ivar names: the names of the sources that were seen (their launchers are read).
-    :ivar launched: a seen source stated the process layer (a partial set of a launcher a
-        module reads is its companion, ``srun --mpi=pmi2``'s ``PMI_RANK``).
-    :ivar nodes: the nodes the seen sources state (``None``: ranks without a node count).
-    """
+    """What the seen sources state, for the refusals: ``within`` (``"a Backend.AI session of
+    3 nodes"``), ``names`` (their launchers are read), ``launched`` (a process layer: a
+    partial set is its companion, ``srun --mpi=pmi2``'s ``PMI_RANK``), ``nodes`` (or None)."""
 
     # Not a NamedTuple, whose class is built with eval() on every opted-in start.
     __slots__ = ("launched", "names", "nodes", "within")
@@ -87,8 +75,8 @@ NOTHING_SEEN = Seen()
 def launcher_problem(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
                      files: FileReader | None = None) -> str | None:
     """The message of the first line, in table order, that started more than one process
-    without a usable source (module docstring), or ``None``; one that does not say the size
-    is refused on every process alike (docs/behaviour.md section 7). ``files``: cli/'s."""
+    without a usable source, or ``None``; unsized: on every process (docs/behaviour.md
+    section 7)."""
     found = refused_line(environ, seen, files)
     return found[1] if found is not None else None
 
@@ -105,9 +93,8 @@ def refused_line(environ: Mapping[str, str], seen: Seen = NOTHING_SEEN,
         if reader is not None and (reader.name in seen.names or seen.launched):
             continue
         complete = all(environ.get(name) for name in line.marker or line.detect)
-        # Inside a larger job another source states (torchrun started from their variables):
-        # a node-level manager no module reads is that job's; a fallback (tf-config) shadowed
-        # by the source seen is derive-env's own output.
+        # Inside a job another source states: a node-level manager no module reads is that
+        # job's; a fallback (tf-config) shadowed by it is derive-env's own output.
         shadowed = (reader is None and line.depth == _NODE_LEVEL) or (
             reader is line and line.fallback and complete)
         if (seen.nodes is None or seen.nodes > 1) and shadowed:
@@ -150,9 +137,8 @@ UNSIZED = ("", "", "")
 
 def _stated(line: Source, environ: Mapping[str, str], sized: bool,
             files: FileReader | None) -> tuple[str, str, str] | None:
-    """``(variable, value, single value)`` of the first variable of ``line`` that states
-    more than one process, :data:`UNSIZED`, or ``None``; ``sized``: ask its host list or
-    size rule too."""
+    """``(variable, value, single value)`` of ``line``'s first that states more than one
+    process, :data:`UNSIZED`, or ``None``; ``sized``: ask its host list or size rule too."""
     if sized:
         from derive_env.sources import sizes
 
@@ -170,8 +156,8 @@ def _stated(line: Source, environ: Mapping[str, str], sized: bool,
 
 def _refusal(line: Source, environ: Mapping[str, str], session: str | None,
              stated: tuple[str, str, str]) -> str:
-    """The message for ``line``'s ``stated`` ``(name, value, single value)``: a fallback
-    shadowed, a partial set of the line that reads them, or a launcher no module reads."""
+    """The message for ``line``'s ``stated``: a fallback shadowed, a partial set, or a
+    launcher no module reads."""
     name, value, single = stated
     reader = line if line.module is not None else BY_NAME.get(line.part_of or "")
     expected = single if single == "unset" else f"{single} or unset"
@@ -229,10 +215,8 @@ def check_single_container(environ: Mapping[str, str]) -> None:
 
 
 def _closest_partial(environ: Mapping[str, str]) -> str:
-    """``" (closest: torchrun, not set: X)"``: the line with a module with the most of its
-    variables set, when some but not all are. Only a variable of one line alone names it:
-    with only names several launchers share (``NODE_RANK``, ``RANK``) set, the hint names
-    none and says who sets them."""
+    """``" (closest: torchrun, not set: X)"``: the read line with most of its variables set,
+    named only by a variable of its own (``RANK`` alone: none, and who sets it)."""
     lines_of = Counter(name for source in SOURCES for name in source.detect)
     best, count = None, 0
     for source in SOURCES:
@@ -254,9 +238,8 @@ def _closest_partial(environ: Mapping[str, str]) -> str:
 
 
 def invalid_topology(error: ValueError, inputs: Mapping[str, Sequence[str]]) -> TopologyError:
-    """A source's nodes that :class:`ClusterTopology` refuses (a host twice, a loopback
-    master of several nodes: a ``ValueError``) as an error naming the variables of the node
-    list (``inputs["nodes"]``, the topology's provenance), never a traceback."""
+    """:class:`ClusterTopology`'s ``ValueError`` (a host twice, a loopback master of several
+    nodes) as an error naming the node list's variables (``inputs["nodes"]``)."""
     errors = getattr(error, "errors", lambda: [])()
     why = (errors[0]["msg"] if errors else str(error)).removeprefix("Value error, ")
     names = " + ".join(inputs.get("nodes", ())) or "the node list"
@@ -291,10 +274,9 @@ def missing_master(owner: Report | None, node_src: Report | None) -> str:
 
 
 def managers_agree(reports: Sequence[Report]) -> None:
-    """Every pair of node-level managers among ``reports`` (the composer's) states one job:
-    the same node count, node rank and, when both list them, hosts in the same order (as DNS
-    compares; a fact one does not state is not compared). TopologyError (exit 3): the first
-    pair, in table order, that differs, naming both managers, the fact, their variables."""
+    """Every pair of node-level managers in ``reports`` states one job: node count, node rank,
+    hosts in one order (as DNS compares; a fact one does not state is not compared).
+    TopologyError (exit 3): the first pair that differs, naming both, the fact, the variables."""
     managers = [r for r in reports if r.source in BY_NAME
                 and BY_NAME[r.source].depth == _NODE_LEVEL
                 and (r.nodes or r.count() is not None or r.node_rank is not None)]

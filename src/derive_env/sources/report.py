@@ -34,32 +34,29 @@ class Processes(NamedTuple):
 class Report(NamedTuple):
     """The facts one source found in the environment; ``None`` / empty = not stated.
 
-    :ivar source: the source's name in the table (``slurm-step``); ``title``: for a person.
+    :ivar source: the table name (``slurm-step``); ``title``: for a person.
     :ivar nodes: the nodes in the manager's order (node rank r = ``nodes[r]``).
     :ivar node_rank: this process's node, a position in ``nodes`` (or in ``num_nodes``).
     :ivar num_nodes: the node count when known without a host list (``GROUP_WORLD_SIZE``).
     :ivar processes: the process layer, when the source launched processes.
-    :ivar master: the host of rank 0 when the source proves it is not ``nodes[0]`` (``srun
-        -m arbitrary``), or knows it without a host list (torchrun's ``MASTER_ADDR``).
-    :ivar master_port: a TCP port the manager chose (``BACKENDAI_DIST_MASTER_PORT``).
-    :ivar reserved_ports: TCP ports reserved for this step, in order (``SLURM_STEP_RESV_PORTS``).
+    :ivar master: rank 0's host when not ``nodes[0]`` (``srun -m arbitrary``) or without a
+        host list (torchrun's ``MASTER_ADDR``).
+    :ivar master_port: the TCP port the manager chose (``BACKENDAI_DIST_MASTER_PORT``);
+        ``reserved_ports``: those reserved for the step, in order (``SLURM_STEP_RESV_PORTS``).
     :ivar server_ports: ``(framework, TCP port, variable)`` of each framework server whose
         port the manager declared (a Kubeflow JAXJob's ``COORDINATOR_PORT``).
-    :ivar job: ``(manager, job id, step id)`` for the port policy (:func:`derive_env.ports.
-        job_ports`), when the manager gives no port.
-    :ivar gpus: devices of this node (``SLURM_GPUS_ON_NODE``, Backend.AI's ``GPU_COUNT``).
-    :ivar session_id: the manager's job or session id.
-    :ivar preset: framework variables the launcher set (torchrun's ``RANK`` ...): derived
-        values are checked against them, never exported over them.
-    :ivar renumbers: the source numbers nodes itself (torchrun's c10d rendezvous): an outer
-        host list in another order is no error, only not used for its nodes.
-    :ivar inputs: the variables of each fact: ``nodes``, ``node_rank``, ``num_nodes``,
-        ``processes`` (the whole layer), each of :data:`PROCESS_FACTS`, ``master``,
-        ``master_port``, ``gpus``, ``ports``.
+    :ivar job: ``(manager, job id, step id)``, the seed of :func:`derive_env.ports.job_ports`.
+    :ivar gpus: this node's devices (``SLURM_GPUS_ON_NODE``, ``GPU_COUNT``); ``session_id``.
+    :ivar preset: framework variables the launcher set (torchrun's ``RANK`` ...): checked,
+        never exported over.
+    :ivar renumbers: the source numbers nodes itself (torchrun's c10d): an outer host list in
+        another order is no error, only unused.
+    :ivar inputs: the variables of each fact (``nodes``, ``processes``, each of
+        :data:`PROCESS_FACTS`, ``master``, ``ports`` ...).
     :ivar order: the rule behind the order of ``nodes``; ``notes``: both for ``--explain``.
     :ivar warnings: printed on stderr; do not stop the command.
-    :ivar problem: the error of a source seen that alone describes no usable topology (a
-        Slurm batch script of several nodes), raised when no inner source uses its facts.
+    :ivar problem: the error of a source that alone describes no usable topology (a Slurm
+        batch script of several nodes), raised when no inner source uses its facts.
     """
 
     source: str
@@ -91,11 +88,9 @@ class Report(NamedTuple):
 def layer_lines(reports: Sequence[Report], used: Sequence[Report],
                 shadowed: Sequence[tuple[Report, Report, bool]],
                 layers: tuple[Report | None, Report | None, Report | None]) -> tuple[str, ...]:
-    """Lines for ``--explain``: every source seen (``reports``, innermost first), what each
-    layer of the composer used (``used``), what was shadowed: ``(report, by, daemons)``, an
-    outer process layer shadowed by the inner launcher ``by`` (``daemons``: ``by``'s daemon
-    step). ``layers``: ``(owner, node_src, hosts_src)``, the reports that gave the process
-    layer, the node count and rank, the host list (``None``: none stated it)."""
+    """Lines for ``--explain``: the ``reports`` seen (innermost first), those ``used``, the
+    ``shadowed`` ``(report, by inner launcher, whether by's daemon step)``; ``layers``: the
+    reports that gave the process layer, the node count and rank, the host list (or ``None``)."""
     owner, node_src, hosts_src = layers
     if len(reports) == 1:
         only = reports[0]
@@ -235,12 +230,9 @@ def _shell_command(argv: Sequence[str]) -> Sequence[str] | None:
 
 
 def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
-    """What the command after ``--`` is, and its name for messages (``None``: no command):
-    ``(kind, name)``, :data:`NODE_LAUNCHER` (``torchrun``, ``deepspeed``, ``accelerate
-    launch``), :data:`SCRIPT` (a ``python`` script or module: one worker), :data:`LAUNCHER`
-    (``mpirun``, ``srun`` ...) or :data:`OTHER` (a shell script: derive-env cannot tell). A
-    wrapper's command is classified instead (``apptainer exec IMAGE``, ``env NAME=VALUE``,
-    ``uv run``, the first command of ``bash -c``)."""
+    """``(kind, name for messages)`` of the command after ``--`` (``None``: none): a
+    :data:`NODE_LAUNCHER`, a python :data:`SCRIPT` (one worker), a :data:`LAUNCHER` (``srun``)
+    or :data:`OTHER` (a shell script); a wrapper's (``env``, ``uv run``, ``bash -c``) command."""
     if not argv:
         return None
     program = argv[0].rsplit("/", 1)[-1]
@@ -268,11 +260,9 @@ def command_kind(argv: Sequence[str] | None) -> tuple[str, str] | None:
 
 
 def _refused(owner: Report, command: str, started: str, short: bool) -> str:
-    """The refusal of a node launcher ``command`` that ``owner``'s launcher starts
-    ``started`` (``2 tasks on a node (VARIABLES)``): each would train alone, exit 0
-    (torch/distributed/run.py: its defaults are one node); or, ``short``, on fewer nodes than
-    the node layer counts: each would wait for every node (``--nnodes``). ``owner``'s line's
-    ``per_node`` spells the fix."""
+    """The refusal of a node launcher ``command`` ``owner``'s launcher starts ``started``: each
+    would train alone (torch/distributed/run.py defaults to one node); ``short``: on fewer
+    nodes than counted, each would wait for every node (``--nnodes``). Fix: ``per_node``."""
     line = BY_NAME.get(owner.source)
     one, per_gpu = line.per_node if line is not None else ("one task per node", "")
     start = f"{command} (the command) under {owner.title}, which starts {started}"
@@ -305,13 +295,10 @@ def command_decides(owner: Report, processes: Processes,
                     where: tuple[tuple[int, ...], tuple[int | None, str]],
                     kind: tuple[str, str] | None) -> tuple[bool, tuple[str, ...]]:
     """Whether ``owner``'s processes are the job's workers (sources/compose.py, "Mode", "The
-    command"), and the --explain line of the command's part.
-
-    :param where: every node's task count (empty: unknown), and the node count (``None``:
-        unknown) with the variables that state it.
-    :param kind: :func:`command_kind` of the command; ``None``: none.
-    :raises TopologyError: a node launcher ``owner`` starts more than once on a node, or on
-        fewer nodes than the node layer counts."""
+    command"), and the --explain line of the command's part. ``where``: every node's task
+    count (or empty), the node count (or ``None``) and its variables; ``kind``:
+    :func:`command_kind`'s. TopologyError: a node launcher ``owner`` starts more than once
+    on a node, or on fewer nodes than the node layer counts."""
     tasks, (num_nodes, counted) = where
     line = BY_NAME.get(owner.source)
     depth = line.depth if line is not None else _MPI + 1

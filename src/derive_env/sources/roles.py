@@ -1,28 +1,16 @@
 """The one reader of a manager's variables by role, and the kit of the manager modules.
 
-A table line's ``roles`` (a dict literal: no import to see or refuse a manager; names as
-in torch.distributed):
-
-* ``num_nodes`` (>= 1) and ``node_rank`` (>= 0, below ``num_nodes``; without a node count,
-  below ``world_size``: every node runs at least one process);
-* ``world_size``, ``local_world_size`` (>= 1), ``rank``, ``local_rank`` (>= 0): the process
-  layer, all four or none; each rank below its size, the local world size at most the
-  world size;
-* ``hosts``: ``(variable, form)``, the job's hosts in the manager's order (node rank r is
-  the r-th), ``form`` ``ips`` (one per line) or ``comma``, checked and unique
-  (sources/lists.py); their number is the node count (``num_nodes`` must equal it), the
-  first the master;
-* ``job``: a job id every process of the job shares (the port policy's seed, the session);
-* ``same``: ``((variable, role), ...)``: the same fact in another vocabulary the manager
-  also writes, checked when set (Open MPI's ``PMIX_RANK`` beside its own rank);
-* ``note``: for ``--explain``; ``why``: the manager's rule, ending every message about two
-  of its variables (what a contradiction means and what to unset).
-
-:func:`read` checks them, one wording per rule naming the variable, its value and the
-other variable, and reports each fact with its variable. A module under
-``sources/managers/`` uses the kit: :func:`numbers` (its line's integer roles, checked),
-:func:`companions`, :func:`parsed`, :func:`checked_master`,
-:func:`derive_env.validation.variable_index`.
+A table line's ``roles`` (a dict literal: nothing imported to see or refuse a manager):
+``num_nodes`` (>= 1), ``node_rank`` (>= 0, below ``num_nodes``, else below ``world_size``);
+the process layer, all four or none: ``world_size``, ``local_world_size`` (>= 1, the local one
+at most the world size), ``rank``, ``local_rank`` (>= 0, below their size); ``hosts``:
+``(variable, form)``, the hosts in node-rank order (``ips``, ``comma``; sources/lists.py),
+their number the node count, the first the master; ``job``: a job id every process shares;
+``same``: ``((variable, role), ...)``, the fact in the manager's other vocabulary, checked
+when set; ``note``: for ``--explain``; ``why``: the manager's rule, ending every message on
+two of its variables. :func:`read` checks them and reports each fact with its variable; a
+module under ``sources/managers/`` uses :func:`numbers`, :func:`companions`, :func:`parsed`,
+:func:`checked_master`, :func:`derive_env.validation.variable_index`.
 """
 
 from __future__ import annotations
@@ -54,11 +42,9 @@ _RELATIONS = (("rank", "world_size", "below"), ("local_rank", "local_world_size"
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """What the variables of ``line.roles`` say (module docstring): the node count and
-    rank, the process layer, the job and session, their variables as ``inputs``.
+    """What ``line.roles`` say (module docstring), each fact's variables as ``inputs``.
 
-    :raises TopologyError: a value the module docstring's rules refuse (an integer below its
-        role's minimum, an index not below its count, ...), naming both variables.
+    :raises TopologyError: a value the rules refuse, naming both variables.
     """
     roles = line.roles
     why = roles.get("why", "")
@@ -91,15 +77,11 @@ def read(environ: Mapping[str, str], line: Source,
 
 def numbers(environ: Mapping[str, str], roles: Mapping[str, object], fix_ends: bool = False,
             counted: bool = True) -> dict[str, int]:
-    """The integer roles of ``roles`` (:data:`INTEGERS`), each index below its count and the
-    local world size at most the world size (:data:`_RELATIONS`), by role: the first half
-    of :func:`read`, for a manager module whose line names them (or its own ``roles``).
+    """The integer roles of ``roles`` (:data:`INTEGERS`, :data:`_RELATIONS`) by role: the
+    first half of :func:`read`. ``fix_ends``: a bad integer's message ends with ``; why``;
+    ``counted``: ``num_nodes`` at most lists.MAX_COUNTED_NODES (nodes built from the count).
 
-    :param fix_ends: a value that is no integer of its minimum ends with ``; why`` (the
-        manager's fix), not with what it is.
-    :param counted: ``num_nodes`` is at most lists.MAX_COUNTED_NODES: a count-only source
-        builds its nodes from the count.
-    :raises TopologyError: as :func:`read`, naming both variables and ending with ``why``.
+    :raises TopologyError: as :func:`read`, ending with ``why``.
     """
     why = roles.get("why", "")
     bound = (NODE_COUNT[0], NODE_COUNT[1] + _ending(why, "; ")) if counted else None
@@ -145,11 +127,8 @@ def _hosts(environ: Mapping[str, str], roles: Mapping[str, object], got: Mapping
 
 def companions(environ: Mapping[str, str], roles: Mapping[str, object],
                got: Mapping[str, int], why: str) -> tuple[str, ...]:
-    """Notes for the companion variables of ``roles["same"]`` that are set, each equal to the
-    value ``got`` holds for its role (whose variable ``roles`` names).
-
-    :raises TopologyError: a companion that disagrees, naming both, ending with ``why``.
-    """
+    """Notes for the set companions of ``roles["same"]``, each equal to ``got[role]``;
+    TopologyError: one disagrees (naming both, ending with ``why``)."""
     notes = []
     for companion, role in roles.get("same", ()):
         value = environ.get(companion)
@@ -180,10 +159,8 @@ def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T],
 
 def checked_master(environ: Mapping[str, str], addr: str, port: str,
                    fix: str) -> tuple[str, int]:
-    """A master a manager set (``MASTER_*``, Kubeflow's ``PET_MASTER_*``), checked:
-    ``(environ[addr], environ[port] as a TCP port)``; TopologyError ending with ``fix`` when
-    the host is no host name or address (:func:`derive_env.hosts.host_problem`) or the port
-    not 1-65535."""
+    """``(environ[addr], environ[port] as a TCP port)``, a master a manager set, checked;
+    TopologyError ending with ``fix``: no host name or address, or a port not 1-65535."""
     from derive_env.hosts import host_problem
     from derive_env.validation import parse_port
 

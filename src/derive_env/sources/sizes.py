@@ -132,10 +132,9 @@ def _more_than(value: str, single: int | None) -> bool:
 
 
 def larger_job(environ: Mapping[str, str], files=None) -> str | None:
-    """What states a job of more than one node or process, for an image that did not opt in
-    (docs/behaviour.md section 11): ``"a Backend.AI session states a job of more than one node
-    (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None`` (also when a line of :data:`CONFIGURED` is
-    complete); a line's size (:func:`over`) only when its marker is complete."""
+    """What states a larger job, for an image that did not opt in (docs/behaviour.md section
+    11): ``"a Backend.AI session states ... (BACKENDAI_CLUSTER_SIZE='4')"``, or ``None`` (also
+    with a complete line of :data:`CONFIGURED`); :func:`over` only with a complete marker."""
     if any(line.name in CONFIGURED and all(environ.get(name) for name in line.detect)
            and not any(environ.get(name) for name in line.unless) for line in SOURCES):
         return None
@@ -160,10 +159,9 @@ def larger_job(environ: Mapping[str, str], files=None) -> str | None:
 
 def not_opted_in(environ: Mapping[str, str], image: bool, opt_in: tuple[str, str],
                  files=None) -> str | None:
-    """The warning of a start that did not opt in inside a larger job, or ``None``.
-    ``image``: a labels file was read (the edge decides): the image's label is named first,
-    else (bare metal) the job's own opt-in; ``opt_in``: the label's name and its
-    ``DERIVE_ENV_<NAME>`` variable (from the edge: this module needs no label module)."""
+    """The warning of a start that did not opt in inside a larger job, or ``None``; it names
+    the image's label first when ``image`` (a labels file was read), else the job's opt-in;
+    ``opt_in``: the label's name and its ``DERIVE_ENV_<NAME>`` variable."""
     label, variable = opt_in
     job = larger_job(environ, files)
     if job is None:

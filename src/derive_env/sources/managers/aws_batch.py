@@ -89,11 +89,8 @@ def _main_master(environ: Mapping[str, str], files: Mapping[str, str | None] | N
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The node count, rank and master (module docstring), the job ``("aws-batch", job id
-    before ``#``, NUM_NODES)``.
-
-    :raises TopologyError: a bad count or index, job id or master address; the main node's
-        own address unknown (the message says what to set).
-    """
+    before ``#``, NUM_NODES)``. TopologyError: a bad count or index, job id or master
+    address; the main node's own address unknown (the message says what to set)."""
     got = numbers(environ, line.roles)
     count, index = got["num_nodes"], got["node_rank"]
     main = variable_index(environ, "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES",

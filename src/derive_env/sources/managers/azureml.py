@@ -168,10 +168,8 @@ def _read_pytorch(environ: Mapping[str, str], line: Source) -> Report:
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """``azureml-mpi``: the master, the node count; ``azureml-pytorch``: every fact, as set.
-
-    :raises TopologyError: a malformed value, a count contradicting another, or ranks
-        contradicting Azure ML's numbering; the message names the variable, value and fix.
-    """
+    TopologyError: a malformed value, a count contradicting another, or ranks contradicting
+    Azure ML's numbering."""
     if line.name == "azureml-mpi":
         return _read_mpi(environ, line)
     return _read_pytorch(environ, line)

@@ -239,10 +239,9 @@ def _local_rank(
     variables: BackendAIVariables, present: Mapping[str, str],
     ordered: tuple[tuple[Node, ...], int, tuple[tuple[str, int], ...] | None, str | None],
 ) -> tuple[str, ...]:
-    """LOCAL_RANK, when set, checked against what Backend.AI can give this container
-    (``ordered``: :func:`_ordered`'s); the ``--explain`` notes when it differs from the node
-    rank, no warning (docs/behaviour.md section 5). TopologyError naming LOCAL_RANK, its value
-    and this container when no order of the role groups gives it."""
+    """LOCAL_RANK, when set, checked against what Backend.AI can give this container; notes
+    when it differs from the node rank (docs/behaviour.md section 5). TopologyError naming
+    LOCAL_RANK when no order of the role groups gives it."""
     nodes, node_rank, counts, _ = ordered
     local_rank = variables.local_rank
     if local_rank is None or local_rank == node_rank:
@@ -274,15 +273,12 @@ def _local_rank(
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """This container's facts for the composer (sources/compose.py): the node layer in
-    canonical order only when the session states its nodes (``BACKENDAI_CLUSTER_*``), else
-    ``GPU_COUNT`` and ``BACKENDAI_DIST_MASTER_PORT`` alone; one container per node and no
-    process: no process layer. ``order`` says which rule built the order.
+    """The node layer in canonical order when the session states its nodes, else
+    ``GPU_COUNT`` and ``BACKENDAI_DIST_MASTER_PORT`` alone; no process layer.
 
     :raises TopologyError: a malformed or missing variable, or two that contradict each other
-        (HOSTS vs SIZE, REPLICAS' sum, HOSTS vs the names REPLICAS gives, colliding names,
-        ROLE/IDX vs HOST, a LOCAL_RANK no role group order gives, GPU_COUNT vs N_GPUS, several
-        containers on Kubernetes); the message names the variable and its value.
+        (HOSTS vs SIZE, REPLICAS, names, ROLE/IDX vs HOST, LOCAL_RANK, GPU_COUNT vs N_GPUS,
+        several containers on Kubernetes), naming the variable and its value.
     """
     present, variables = _validated(environ, line.detect)
     cluster_given = sorted(

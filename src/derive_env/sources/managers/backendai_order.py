@@ -95,13 +95,11 @@ def nodes_from_replicas(
 
 def nodes_from_host_names(hosts: Sequence[str], raw_hosts: str
                           ) -> tuple[tuple[Node, ...], bool]:
-    """Without REPLICAS: ``{role}{index}`` parsed from each HOSTS name, a role not ending in
-    a digit (``sub12``: ``sub`` #12), unless that does not number a role's hosts from 1 up
-    (``a1,a2,a11``: ``a11`` is then role ``a1`` #1, the only way); ``main`` first, then roles
-    by name, each by numeric index. Only HOSTS decides: every container alike.
+    """Without REPLICAS: ``{role}{index}`` parsed from each HOSTS name (``sub12``: ``sub``
+    #12) unless that does not number a role from 1 up (``a1,a2,a11``: ``a11`` is ``a1`` #1);
+    ``main`` first, then roles by name, each by index. Only HOSTS decides: every container alike.
 
-    :returns: the nodes, and whether the role groups are known (no other numbering fits:
-        ``sub1`` to ``sub12`` may also be ``sub`` x10 and ``sub1`` x2, same order).
+    :returns: the nodes, and whether the role groups are known (no other numbering fits).
     :raises TopologyError: naming HOSTS: an entry is not ``{role}{index}``, has index 0, two
         have the same role and index (``sub01``, ``sub1``), or a role's names fit no
         numbering from 1 or several (then REPLICAS must say).
@@ -150,10 +148,7 @@ def _renumbered(role: str, members: list[tuple[str, int]], raw_hosts: str
                 ) -> tuple[list[tuple[str, str, int]], bool]:
     """The hosts ``members`` of the parsed ``role`` as ``(entry, role, index)`` in the one
     numbering that fits (the parsed one when it does), and whether it is the only one.
-
-    :raises TopologyError: naming HOSTS and REPLICAS: none fits, or several and the parsed
-        one does not.
-    """
+    TopologyError naming HOSTS and REPLICAS: none fits, or several and not the parsed one."""
     digits = {entry[len(role):]: entry for entry, _ in members}
     found: list[dict[str, int]] = []
     _cover(set(digits), {}, found, [_BUDGET])

@@ -137,10 +137,8 @@ def _port(environ: Mapping[str, str]) -> int | None:
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The launcher's facts (module docstring), the host list when in rank order.
-
-    :raises TopologyError: ``DET_SLOT_IDS`` malformed or not this container's slot count;
-        the file unreadable, not :data:`KEYS`, a bad address or rank; a bad ``C10D_PORT``.
-    """
+    TopologyError: ``DET_SLOT_IDS`` malformed or not this container's slot count; the file
+    unreadable, not :data:`KEYS`, a bad address or rank; a bad ``C10D_PORT``."""
     slot_ids = _slot_ids(environ)
     allocation = environ["DET_ALLOCATION_ID"]
     gpus = {"gpus": ("DET_SLOT_IDS",)} if slot_ids else {}

@@ -36,10 +36,8 @@ _NODES = (NODE_COUNT[0], f"{NODE_COUNT[1]}; the Flux shell sets it for every tas
 
 
 def job_integer(value: str) -> int:
-    """A Flux job id as its integer: F58 with either prefix, decimal, or ``0x`` hex.
-
-    :raises ValueError: none of these, or a value beyond 64 bits.
-    """
+    """A Flux job id as its integer: F58 with either prefix, decimal, or ``0x`` hex;
+    ValueError: none of these, or a value beyond 64 bits."""
     text = value.strip()
     prefix = next((p for p in _PREFIXES if text.startswith(p)), None)
     if prefix is not None:
@@ -64,10 +62,8 @@ def job_integer(value: str) -> int:
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """A Flux task's node count, its process layer when known, ``job`` = ("flux", id, "").
-
-    :raises TopologyError: a malformed value, a rank not below its size, more nodes than
-        tasks, or ``PMI_RANK``/``PMI_SIZE`` that disagree with the shell's.
-    """
+    TopologyError: a malformed value, a rank not below its size, more nodes than tasks, or
+    ``PMI_RANK``/``PMI_SIZE`` that disagree with the shell's."""
     # Not roles.parsed: roles.py is not imported on the Flux start path.
     try:
         job = str(job_integer(environ["FLUX_JOB_ID"]))

@@ -73,9 +73,8 @@ def _allocation(environ: Mapping[str, str], text: str) -> HostSlots:
 
 
 def _node_rank(environ: Mapping[str, str], hosts: tuple[str, ...]) -> int | None:
-    """This host's position in ``hosts``: ``HOSTNAME`` (the execd's name of the queue's
-    host), compared as DNS does, or by its first label when the file has the other form
-    (a short name against a fully qualified one: the cell's ``default_domain``)."""
+    """``HOSTNAME``'s position in ``hosts``, compared as DNS does, or by its first label
+    against the other form (short vs fully qualified: the cell's ``default_domain``)."""
     name = environ.get("HOSTNAME", "")
     if not name:
         return None

@@ -1,22 +1,15 @@
 """The Kubernetes Job sources: a JobSet's pods (line ``jobset``) and an Indexed Job's (line
-``kubernetes-indexed-job``), one node per pod (docs/sources/kubernetes.md).
+``kubernetes-indexed-job``), one node per pod (docs/sources/kubernetes.md). Rules from:
 
-An Indexed Job's (kubernetes/kubernetes): ``JOB_COMPLETION_INDEX`` unless the env names it
-(``pkg/controller/job/indexed_job_utils.go`` ``addCompletionIndexEnvVariable``: a user's value
-wins, so the hostname checks it); the hostname ``<job>-<index>`` (``job_controller.go``
-``manageJob``); the ``/etc/hosts`` FQDN line with a ``subdomain`` (``pkg/kubelet/kubelet_pods.go``
-``managedHostsFileContent``). Its count is :data:`NNODES`, its subdomain that line or
-:data:`SUBDOMAIN`: missing, every index is refused alike with the manifest lines.
-
-A JobSet's (kubernetes-sigs/jobset@08dfbdf): no environment variable, labels on every pod
-(:data:`LABELS`; ``pkg/controllers/jobset_controller.go`` ``labelAndAnnotateObject``,
-``CoordinatorEndpoint``) that the user passes in with the downward API; each child Job
-``<jobset>-<rjob>-<jobIndex>`` (``pkg/util/placement/placement.go`` ``GenJobName``) is an Indexed
-Job (``pkg/webhooks/jobset_webhook.go`` ``Default``) whose pods are ``<jobset>-<rjob>-<jobIndex>-
-<podIndex>`` (kubernetes-sigs/jobset#408) in the subdomain ``GetSubdomain`` gives. The pods
-per job are on no label: :data:`LAYOUT`. Node rank = the pods of the replicated jobs before +
-job index x pods per job + completion index; the master node 0 or the coordinator
-(sources/compose.py puts it first).
+* Indexed Job (kubernetes/kubernetes): ``JOB_COMPLETION_INDEX``, a user's value wins
+  (``pkg/controller/job/indexed_job_utils.go`` ``addCompletionIndexEnvVariable``); hostname
+  ``<job>-<index>`` (``job_controller.go`` ``manageJob``); the ``/etc/hosts`` FQDN line
+  (``pkg/kubelet/kubelet_pods.go`` ``managedHostsFileContent``).
+* JobSet (kubernetes-sigs/jobset@08dfbdf): labels (``pkg/controllers/jobset_controller.go``
+  ``labelAndAnnotateObject``, ``CoordinatorEndpoint``); child Jobs (``pkg/util/placement/
+  placement.go`` ``GenJobName``), Indexed (``pkg/webhooks/jobset_webhook.go`` ``Default``),
+  pods ``<job>-<podIndex>`` (kubernetes-sigs/jobset#408) in ``GetSubdomain``'s subdomain.
+  Node rank = pods of the jobs before + completion index; master node 0 or the coordinator.
 """
 
 from __future__ import annotations
@@ -102,8 +95,8 @@ def _layout_fix(environ: Mapping[str, str], js: str, rjob: str | None) -> str:
 
 
 def _identity(environ: Mapping[str, str]) -> tuple[str, str, int, tuple[str, ...]]:
-    """``(jobset, replicated job, job index, their inputs)``: from the labels when set, else
-    from ``HOSTNAME`` ``<jobset>-<rjob>-<jobIndex>-<podIndex>`` (exact: the last two parts)."""
+    """``(jobset, replicated job, job index, their inputs)``: the labels, else ``HOSTNAME``
+    ``<jobset>-<rjob>-<jobIndex>-<podIndex>``."""
     js, host = environ[NAME], environ.get("HOSTNAME", "")
     at_most("HOSTNAME", host, len(host), (MAX_HOSTNAME, "characters (a pod hostname is one DNS "
             "label, pkg/apis/batch/validation, kubernetes-sigs/jobset#408): the Job controller "
@@ -230,12 +223,9 @@ def _index(environ: Mapping[str, str], js: str, group: Group, job: int) -> tuple
 
 def _suffix(environ: Mapping[str, str], files: Mapping[str, str | None] | None, host: str,
             first: str, what: str, fix: str) -> tuple[str, tuple[str, ...]]:
-    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN` (``what`` it is), else the
-    kubelet's ``/etc/hosts`` line for ``host``, so that ``first.<it>`` is a host name; never
-    the coordinator label's, set even where no pod has a DNS name (``GetSubdomain``).
-
-    :raises TopologyError: a bad :data:`SUBDOMAIN`, or neither (the message ends with ``fix``).
-    """
+    """Every pod's name suffix and its inputs: :data:`SUBDOMAIN`, else the kubelet's
+    ``/etc/hosts`` line for ``host``; never the coordinator label's, set even where no pod
+    has a DNS name (``GetSubdomain``). TopologyError: a bad :data:`SUBDOMAIN`, or neither."""
     given = environ.get(SUBDOMAIN, "")
     if given:
         problem = host_problem(f"{first}.{given}")
@@ -276,13 +266,10 @@ def _coordinator(environ: Mapping[str, str], js: str, groups: tuple[Group, ...],
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """Every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order (role = the
-    replicated job, index 1-based in it), the coordinator as master when not node 0, ``job``
-    = (``jobset``, node 0's name, the pod count); the other line: :func:`_indexed`.
-
-    :raises TopologyError: a label or :data:`LAYOUT` missing (with the manifest lines, the same
-        on every pod), malformed or disagreeing, a hostname not this pod's.
-    """
+    """Every pod ``<jobset>-<rjob>-<j>-<i>.<suffix>`` in canonical order, the coordinator as
+    master when not node 0, ``job`` = (``jobset``, node 0's name, the pod count); the other
+    line: :func:`_indexed`. TopologyError: a label or :data:`LAYOUT` missing (with the
+    manifest lines), malformed or disagreeing, a hostname not this pod's."""
     if line.name != "jobset":
         return _indexed(environ, line, files)
     js, rjob, job, placed = _identity(environ)
@@ -389,11 +376,9 @@ def _count(environ: Mapping[str, str], job: str, index: int) -> int:
 def _indexed(environ: Mapping[str, str], line: Source,
               files: Mapping[str, str | None] | None) -> Report:
     """An Indexed Job pod's nodes ``<job>-<i>.<suffix>``, i < :data:`NNODES`, ``node_rank``
-    = ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n); no port.
-
-    :raises TopologyError: the count or the subdomain missing (with the manifest lines, the
-        same on every index), an index the hostname contradicts, or a malformed value.
-    """
+    = ``JOB_COMPLETION_INDEX``, ``job`` = (line name, node 0's name, n). TopologyError: the
+    count or subdomain missing (with the manifest lines), an index the hostname contradicts,
+    a malformed value."""
     index, job, host = _index_and_job(environ)
     count = _count(environ, job, index)
     suffix, where = _suffix(

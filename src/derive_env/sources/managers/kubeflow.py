@@ -146,9 +146,9 @@ def _pod_master(environ: Mapping[str, str], pod: int, rank_name: str,
 
 
 def master_service(environ: Mapping[str, str], master: str) -> str:
-    """A loopback ``master`` as the other pods name it: ``HOSTNAME`` = ``<job>-master-0``,
-    its pod's and service's name (kubeflow/common ``GenGeneralName``); else ``master`` (also
-    for 63 characters, perhaps cut: kubelet_pods.go ``truncatePodHostnameIfNeeded``)."""
+    """A loopback ``master`` as other pods name it: ``HOSTNAME`` = ``<job>-master-0``
+    (kubeflow/common ``GenGeneralName``), else ``master`` (also when 63 characters, perhaps
+    cut: kubelet_pods.go ``truncatePodHostnameIfNeeded``)."""
     if not is_loopback(master):
         return master
     hostname = environ.get("HOSTNAME", "")
@@ -257,9 +257,8 @@ _ELASTIC_FIX = ("run derive-env in each worker torchrun starts (torchrun ... --n
 
 
 def _elastic(environ: Mapping[str, str], line: Source) -> Report:
-    """An elastic PyTorchJob without a Master (elastic.go ``Generate``: ``PET_RDZV_*``,
-    ``PET_NNODES``): the other frameworks' node rank from the pod's name (``HOSTNAME``
-    ``<job>-worker-<i>``, common ``GenGeneralName``), pod 0 their master."""
+    """An elastic PyTorchJob without a Master (elastic.go ``Generate``): the node rank from
+    ``HOSTNAME`` ``<job>-worker-<i>`` (common ``GenGeneralName``), pod 0 the master."""
     fix = _FIX["kubeflow-pytorchjob"]
     nodes = _nnodes(environ, fix, elastic=True)
     hostname = environ.get("HOSTNAME", "")
@@ -303,12 +302,9 @@ def _elastic(environ: Mapping[str, str], line: Source) -> Report:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """A Kubeflow pod's node layer, master and port, ``job`` (v1: ``MASTER_PORT`` and
-    ``PET_NNODES``: the master pod's ``MASTER_ADDR`` may be localhost); v1 with nproc 1 and
-    the v1 set without ``PET_*`` also the process layer (one process per pod). No host list.
-
-    :raises TopologyError: a malformed variable, or two that contradict the operator's rules.
-    """
+    """A Kubeflow pod's node layer, master, port, ``job`` (v1: ``MASTER_PORT``,
+    ``PET_NNODES``); v1 with nproc 1 or without ``PET_*``: one process per pod. No host list.
+    TopologyError: a malformed variable, or two that contradict the operator's rules."""
     readers = {"kubeflow-trainjob": _trainjob, "kubeflow-pytorchjob-classic": _classic,
                "kubeflow-elastic": _elastic}
     return readers.get(line.name, _pytorchjob)(environ, line)

@@ -80,8 +80,7 @@ def _jax_v2(environ: Mapping[str, str], line: Source) -> Report:
         source=line.name, title=line.title, node_rank=rank, num_nodes=nodes, master=host,
         job=(line.name, environ["JAX_COORDINATOR_ADDRESS"], str(nodes)),
         server_ports=(("jax", port, "JAX_COORDINATOR_ADDRESS"),),
-        # JAX_PROCESS_ID differs per node: the trainer's, never checked; the two job-wide
-        # values are kept as set and equal what every node derives (--all-nodes shows them).
+        # JAX_PROCESS_ID: the trainer's, never checked; the job-wide two are kept as set.
         preset=frozenset(("JAX_PROCESS_ID",)),
         inputs={"node_rank": ("JAX_PROCESS_ID",), "num_nodes": ("JAX_NUM_PROCESSES",),
                 "master": ("JAX_COORDINATOR_ADDRESS",),

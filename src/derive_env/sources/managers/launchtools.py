@@ -85,9 +85,9 @@ def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def _hostfile_gpus(environ: Mapping[str, str], ips: tuple[str, ...], rank: int,
                    text: str | None) -> tuple[tuple[int, ...] | None, str | None]:
-    """Every node's GPU count from dstack's MPI hostfile (``text``, None: unreadable), or
-    ``None``; a note for the report, or None. TopologyError: other IPs or another order than
-    ``DSTACK_NODES_IPS``, a line not in dstack's form, slots not ``DSTACK_GPUS_PER_NODE``."""
+    """Every node's GPU count from dstack's MPI hostfile (or ``None``), and a note (or None).
+    TopologyError: IPs other than ``DSTACK_NODES_IPS`` or in another order, a line not in
+    dstack's form, slots not ``DSTACK_GPUS_PER_NODE``."""
     path = environ.get(DSTACK_HOSTFILE, "")
     if not path:
         return None, None

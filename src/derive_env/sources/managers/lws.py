@@ -90,11 +90,9 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """A LeaderWorkerSet pod's group as one job: the leader address, then ``<leader>-<i>.
     <subdomain>.<namespace>``, i < size; ``job`` = ``("lws", LWS_LEADER_ADDRESS,
-    LWS_GROUP_SIZE)``. No GPU count, no port.
-
-    :raises TopologyError: a size or index (roles.numbers), a leader address not ``<lws>-
-        <group>.<domain>``, a ``HOSTNAME`` not this pod's, a TPU group unlike the group.
-    """
+    LWS_GROUP_SIZE)``. No GPU count, no port. TopologyError: a size or index, a leader
+    address not ``<lws>-<group>.<domain>``, a ``HOSTNAME`` not this pod's, a TPU group unlike
+    the group."""
     got = numbers(environ, line.roles)
     size, index = got["num_nodes"], got["node_rank"]
     # LWS states no limit (an int32): numbers() bounds it before the names are built.

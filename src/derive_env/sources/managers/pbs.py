@@ -144,9 +144,8 @@ def _sister(environ: Mapping[str, str], line: Source,
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The node layer; ``job`` = ``("pbs", PBS_JOBID, "allocation")``. TopologyError: a
-    malformed node file, ``PBS_NODENUM`` beyond its hosts, Torque's counts that contradict
-    it, a TM task without ``PBS_NODENUM``."""
+    """The node layer; ``job`` = ``("pbs", PBS_JOBID, "allocation")``. TopologyError: a bad
+    node file, ``PBS_NODENUM`` beyond its hosts (or unset in a TM task), Torque's counts."""
     if line.name == "torque-task":
         return _sister(environ, line)
     job = environ["PBS_JOBID"].strip()

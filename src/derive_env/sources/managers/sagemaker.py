@@ -157,10 +157,7 @@ def _config(environ: Mapping[str, str], line: Source,
 
 def _parsed(text: str, where: str) -> object:
     """The resource config's JSON (``None``: not JSON, refused by :func:`_checked`).
-
-    :raises TopologyError: a key twice in one object: JSON readers keep the last, which
-        would move this host's place (as the labels file, labels.py).
-    """
+    TopologyError: a key twice in one object (readers keep the last: this host may move)."""
     twice: list[str] = []
 
     def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -191,8 +188,8 @@ def mpi_rank(environ: Mapping[str, str]) -> str | None:
 
 def _copied(environ: Mapping[str, str], config: Mapping[str, object], where: str,
             rank: str) -> str:
-    """Check the ``SM_*`` an MPI launcher copied from the master (module docstring) and
-    say so: ``SM_CURRENT_HOST`` one of the hosts, ``SM_HOSTS`` the resource config's."""
+    """Check the ``SM_*`` mpirun copied from the master: ``SM_CURRENT_HOST`` one of the
+    hosts, ``SM_HOSTS`` the resource config's; say so."""
     hosts = list(config["hosts"])  # a list of names: _checked
     copied = environ.get("SM_CURRENT_HOST", "")
     why = (f"in an MPI rank ({rank} set) it is the value mpirun copied from the host that "
@@ -246,9 +243,8 @@ def read(environ: Mapping[str, str], line: Source,
 
 
 def _report(environ: Mapping[str, str], rule: str, shared: bool, placed: Report) -> Report:
-    """``placed`` with the GPUs, the job and the inputs (``rule`` states the hosts); when
-    ``shared`` (an MPI rank with the copied ``SM_HOSTS``) the toolkit's line's job, named by
-    the first host: only mpirun's host keeps ``TRAINING_JOB_NAME``."""
+    """``placed`` with the GPUs, the job and the inputs; ``shared`` (an MPI rank): the
+    toolkit's line's job, named by the first host (only mpirun's keeps TRAINING_JOB_NAME)."""
     gpus = (variable_int(environ, "SM_NUM_GPUS", 0, " (the training toolkit's GPU count)",
                          PER_NODE) if environ.get("SM_NUM_GPUS") else None)
     job_name = "" if shared else environ.get("TRAINING_JOB_NAME", "")

@@ -1,10 +1,8 @@
-"""The Slurm source (docs/sources/slurm.md): lines ``slurm-step`` (an srun task, both
-layers: :func:`read_step`) and ``slurm-allocation`` (the node layer: :func:`read_allocation`).
-
-Each rule names the SchedMD/slurm file it follows; recorded Slurm 22.05
-(tests/fixtures/recorded/README.md) wins over a description. What only this task can check
-(``SLURM_GTIDS``, ``SLURMD_NODENAME``, rank 0's node) is :attr:`Report.problem`, raised only
-when no inner source is seen: MPICH Hydra copies them into every rank (mpich-in-sbatch).
+"""The Slurm source (docs/sources/slurm.md): lines ``slurm-step`` (:func:`read_step`) and
+``slurm-allocation`` (:func:`read_allocation`). Each rule names the SchedMD/slurm file it
+follows; recorded Slurm 22.05 (tests/fixtures/recorded/README.md) wins over a description.
+What only this task can check is :attr:`Report.problem`, raised only when no inner source is
+seen: Hydra copies it into every rank (mpich-in-sbatch).
 """
 
 from __future__ import annotations
@@ -182,11 +180,10 @@ _MPI_PLUGINS = (("PMI_JOBID", "PMI_RANK", 0, "SLURM_PROCID"),
 
 
 def check_mpi_plugin(environ: Mapping[str, str], this: str, facts: Mapping[str, int]) -> None:
-    """The variables of Slurm's MPI plugins that name step ``this`` (``<job>.<step>``) equal
-    the step's ``facts``: ``--mpi=pmi2`` ``PMI_JOBID=<job>.<step>`` (src/plugins/mpi/pmi2/
-    setup.c), ``--mpi=pmix`` ``PMIX_NAMESPACE=slurm.pmix.<job>.<step>`` (pmix/pmixp_info.c),
-    ``--mpi=cray_shasta`` ``PALS_APID`` (cray_shasta/mpi_cray_shasta.c; recorded). Those of
-    another step come from a launcher inside it: the resolver composes them."""
+    """The MPI plugins' variables naming step ``this`` equal its ``facts``: ``PMI_JOBID``
+    (src/plugins/mpi/pmi2/setup.c), ``PMIX_NAMESPACE=slurm.pmix.<job>.<step>``
+    (pmix/pmixp_info.c), ``PALS_APID`` (cray_shasta/mpi_cray_shasta.c); another step's: a
+    launcher inside it."""
     names = {"PMI_JOBID": this, "PMIX_NAMESPACE": f"slurm.pmix.{this}", "PALS_APID": this}
     for marker, name, minimum, fact in _MPI_PLUGINS:
         if environ.get(marker) == names[marker] and environ.get(name):
@@ -241,9 +238,8 @@ def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
 
 def _self_checks(environ: Mapping[str, str], files: Mapping[str, str | None], info: Step,
                  processes: Processes) -> tuple[str | None, list[str]]:
-    """``(master, problems)``: rank 0's host when ``-m arbitrary`` proves it, and what only
-    this task can check (``SLURM_GTIDS``, ``SLURMD_NODENAME``, its hostfile line, rank 0's
-    node), for :attr:`Report.problem`."""
+    """``(master, problems)``: rank 0's host when ``-m arbitrary`` proves it; what only this
+    task can check (``SLURM_GTIDS``, ``SLURMD_NODENAME``, its hostfile line, rank 0's node)."""
     hosts, node_id = info.hosts, info.node_id
     rank, local_rank, _, local_world = processes[:4]
     problems: list[str] = []
@@ -316,8 +312,8 @@ def read_step(environ: Mapping[str, str], title: str,
               files: Mapping[str, str | None] = {}) -> Report:
     """A task of an ``srun`` step: never the job's ``SLURM_NTASKS`` (kept by ``srun -E``,
     env.c); ``master`` only for ``-m arbitrary``; ``job`` = ("slurm", job, step).
-    TopologyError: malformed or disagreeing values, a step of another job or of a
-    heterogeneous one, an unreadable hostfile, MPI plugin variables against the step."""
+    TopologyError: malformed or disagreeing values, another or a heterogeneous job, an
+    unreadable hostfile, MPI plugin variables."""
     refuse_het(environ)
     job = job_id(environ)
     step = environ["SLURM_STEP_ID"]
@@ -358,11 +354,9 @@ def _allocation_node(
     environ: Mapping[str, str], hosts: tuple[str, ...], in_step: bool,
     inputs: dict[str, tuple[str, ...]],
 ) -> tuple[int | None, list[str], int | None]:
-    """``(node rank, notes, gpus)``, the node rank only when proven: in a step (an MPI
-    launcher's daemon step) its node ``SLURM_NODEID``'s place in the job's hosts (task.c); the
-    batch script (``ENVIRONMENT=BATCH``, env.c ``env_array_for_batch_job``) on the first host:
-    0 (sbatch.1); else none (salloc runs where it runs, often a login node). GPUs only in the
-    batch script. Adds their inputs to ``inputs``."""
+    """``(node rank, notes, gpus)``, the rank only when proven: in a step ``SLURM_NODEID``'s
+    place (task.c); the batch script (``ENVIRONMENT=BATCH``, env.c
+    ``env_array_for_batch_job``): 0 (sbatch.1), with GPUs; else none (salloc: a login node?)."""
     node_rank: int | None = None
     notes: list[str] = []
     gpus: int | None = None

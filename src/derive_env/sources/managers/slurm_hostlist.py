@@ -1,19 +1,10 @@
 """Slurm's text formats (docs/sources/slurm.md): host lists, tasks per node, reserved ports,
 the hostfile of ``srun -m arbitrary``; errors are ValueErrors completing "expected ...".
 
-Host lists: a port of Slurm's parser (SchedMD/slurm@284c3b9 ``src/common/hostlist.c``, the
-one-dimensional grammar), each function naming the C function it follows:
-
-* tokens split on ``"\\t, \\n"``, not inside ``[...]`` (``_next_tok``); no ``[``: one host;
-* the LAST ``[`` opens the range list, text after its ``]`` is a suffix (``n[01-02]-ib``);
-  the prefix's groups vary in Slurm's order, not lexicographically (``_push_range_list``);
-* ``lo`` or ``lo-hi`` read as C's ``strtoul``, printed with the width of the ``lo`` text
-  (``n[009-011]``); duplicates kept, in order.
-
-Stricter than Slurm only on input Slurm never writes: a number above 2**64 - 1 (``strtoul``
-clamps it), more than ``MAX_HOSTS`` hosts, a name above ``MAX_NAME`` characters; ``{`` is
-literal (a container cannot ask slurmctld); text after ``]`` is a suffix, as since Slurm
-23.11 (commit 0994b5f198).
+Host lists: a port of SchedMD/slurm@284c3b9 ``src/common/hostlist.c`` (one-dimensional), each
+function naming the C function it follows; stricter only on input Slurm never writes (above
+2**64 - 1, ``MAX_HOSTS``, ``MAX_NAME``); ``{`` literal; text after ``]`` a suffix (Slurm
+23.11, commit 0994b5f198).
 """
 
 from __future__ import annotations
@@ -45,8 +36,7 @@ _C_SPACE = " \t\n\v\f\r"
 
 def _strtoul(text: str) -> tuple[int, int]:
     """C ``strtoul(text, &end, 10)``: ``(value, end)``, ``end == 0`` when nothing was read;
-    C blanks and one sign skipped, ``-`` negating modulo 2**64; no clamping (the caller
-    refuses values above 2**64 - 1)."""
+    ``-`` negates modulo 2**64; no clamping (the caller refuses values above 2**64 - 1)."""
     i, n = 0, len(text)
     while i < n and text[i] in _C_SPACE:
         i += 1
@@ -150,8 +140,7 @@ def _push(prefix: str, suffix: str, ranges: list[tuple[int, int, int]], out: lis
 def _push_range_list(prefix: str, suffix: str, ranges: list[tuple[int, int, int]],
                      out: list[str]) -> None:
     """Expand the bracket groups of ``prefix``, then the ranges (``_push_range_list``), in
-    Slurm's order: the group just before the last range slowest, the last range fastest; a
-    loop where Slurm recurses (1500 groups would exceed Python's recursion limit)."""
+    Slurm's order; a loop where Slurm recurses (1500 groups exceed Python's recursion limit)."""
     groups: list[tuple[list[str], str]] = []  # (numbers as printed, text after), last first
     end = len(prefix)  # indices, not slices: 262144 groups must not copy the prefix each
     combinations = 1
@@ -192,9 +181,8 @@ def _push_range_list(prefix: str, suffix: str, ranges: list[tuple[int, int, int]
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
-    """A Slurm host list (``SLURM_STEP_NODELIST``) -> its hosts in Slurm's order, duplicates
-    kept (``hostlist.c`` ``hostlist_create_dims``). ValueError: a ``[`` without ``]``, a bad
-    range item, ``lo > hi``, too many hosts."""
+    """A Slurm host list -> its hosts in Slurm's order, duplicates kept (``hostlist.c``
+    ``hostlist_create_dims``). ValueError: an unclosed ``[``, a bad range, too many hosts."""
     if "[" not in text:
         # No bracket: the separators alone split it (the common single-host case).
         for separator in "\t\n ":
@@ -224,8 +212,8 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=4)
 def expand_checked(value: str) -> tuple[str, ...]:
-    """``value`` expanded and every host checked (ValueError completing "expected ..."); cached:
-    both lines of a step read the same ``SLURM_JOB_NODELIST``, most steps span the job."""
+    """``value`` expanded and every host checked (ValueError); cached: a step's two lines
+    read one ``SLURM_JOB_NODELIST``."""
     from derive_env.hosts import check_hosts, repeated_host
 
     hosts = expand_hostlist(value)
@@ -281,9 +269,8 @@ def parse_resv_ports(text: str) -> tuple[int, ...]:
 
 def expand_hostfile(text: str, check: Callable[[str], str | None]) -> list[str]:
     """The hosts of an ``srun -m arbitrary`` hostfile, task ``r`` on ``hosts[r]`` (src/api/
-    allocate.c ``slurm_read_hostfile``): ``#`` comments unless ``\\#``, empty lines skipped,
-    lines of ``,``-separated ``name`` or ``name*N`` (blanks around a line ignored: srun
-    refuses them). ``check``: :func:`derive_env.hosts.host_problem`, once per distinct name.
+    allocate.c ``slurm_read_hostfile``): ``#`` comments unless ``\\#``, lines of ``name`` or
+    ``name*N`` separated by ``,`` (blanks around a line ignored); ``check`` once per name.
     ValueError: a malformed line, a bad name, an empty file, over 2**20 tasks."""
     hosts: list[str] = []
     checked: set[str] = set()  # a 4096-node file names each host many times: check it once
@@ -319,9 +306,8 @@ _STALE = "the file was changed after srun read it, or belongs to another step"
 
 def arbitrary_master(environ: Mapping[str, str], files: Mapping[str, str | None],
                      hosts: tuple[str, ...], rank: int) -> tuple[str, str | None]:
-    """Rank 0's host of an arbitrary step: the first host of ``SLURM_HOSTFILE`` (srun.1
-    "arbitrary": tasks follow the file's lines; its grammar: :func:`expand_hostfile`); and
-    this task's line, when it has one."""
+    """Rank 0's host of an arbitrary step, the first of ``SLURM_HOSTFILE`` (srun.1
+    "arbitrary"), and this task's line, when it has one."""
     path = environ.get("SLURM_HOSTFILE", "")
     if not path:
         raise TopologyError(describe(

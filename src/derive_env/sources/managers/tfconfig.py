@@ -110,9 +110,8 @@ TORCHRUN = "TORCHELASTIC_RUN_ID"
 
 def _vertex_torch(environ: Mapping[str, str], hosts: list[str], rank: int) -> int | None:
     """Vertex AI's PyTorch variables, when set, checked against the cluster spec (node
-    values); ``MASTER_PORT`` as the master port. Not in a torchrun worker
-    (``TORCHELASTIC_RUN_ID``): its agent overwrote them (local_elastic_agent.py
-    ``_start_workers``), and the torchrun line checks them."""
+    values); ``MASTER_PORT`` as the master port. Not in a torchrun worker: its agent
+    overwrote them (local_elastic_agent.py ``_start_workers``)."""
     from derive_env.sources.roles import parsed
     from derive_env.validation import parse_port
 
@@ -135,12 +134,9 @@ def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """The node layer of ``TF_CONFIG`` or ``CLUSTER_SPEC`` (the line's): the chief then the
     workers, role = task type, index 1-based within it; ``job`` = ``(line, node 0's
-    host:port, node count)``; ``preset``: ``TF_CONFIG``.
-
-    :raises TopologyError: not such a JSON document, an unknown task type or pool, several
-        chiefs, no chief or worker, a task index outside its list, a bad ``host:port``, a ps
-        or evaluator task, the sparse form.
-    """
+    host:port, node count)``; ``preset``: ``TF_CONFIG``. TopologyError: not such a JSON
+    document, an unknown task type or pool, several chiefs, no chief or worker, a task index
+    outside its list, a bad ``host:port``, a ps or evaluator task, the sparse form."""
     variable = "CLUSTER_SPEC" if line.name == "vertex" else "TF_CONFIG"
     shown = environ[variable]  # describe() shortens it
     config = _parse(environ, variable)

@@ -142,10 +142,7 @@ def _lws(environ: Mapping[str, str], count: int, worker: int) -> list[str]:
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
     """This host's slices as JAX reads them (module docstring); the job ``("gke-tpu",
-    master, "<slices>x<hosts>")``.
-
-    :raises TopologyError: what JAX would read otherwise, naming the variable, value and fix.
-    """
+    master, "<slices>x<hosts>")``. TopologyError: what JAX would read otherwise, with a fix."""
     hosts = _hosts(environ)
     worker = variable_index(environ, "TPU_WORKER_ID",
                    (len(hosts), f"the {len(hosts)} hosts of TPU_WORKER_HOSTNAMES"), _FIX)

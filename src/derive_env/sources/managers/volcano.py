@@ -96,8 +96,7 @@ def _order(environ: Mapping[str, str], lists: dict[str, list[str]], plugin: bool
         others = [t for t in others if t == "WORKER"]
     elif plugin and others and others[0] != "WORKER" and len(lists[master]) + len(
             lists[others[0]]) != _int(environ["WORLD_SIZE"]):
-        # one other task, which the plugin's pod count (WORLD_SIZE) leaves out: not its
-        # --worker task (a ps, an evaluator); a --worker of another name is counted
+        # one other task WORLD_SIZE leaves out: not its --worker task (a ps, an evaluator)
         others = []
     return [master, *others]
 
@@ -148,11 +147,9 @@ def _plugin_checks(environ: Mapping[str, str], count: int, rank: int) -> int:
 
 def read(environ: Mapping[str, str], line: Source,
          files: Mapping[str, str | None] | None = None) -> Report:
-    """The nodes (module docstring; role: the task, index 1-based), the node rank
-    (``HOSTNAME``'s place, checked against ``VC_TASK_INDEX``), the plugin's ``MASTER_PORT``.
-
-    :raises TopologyError: no svc plugin's lists, a malformed value or one that disagrees.
-    """
+    """The nodes (module docstring), the node rank (``HOSTNAME``'s place, checked against
+    ``VC_TASK_INDEX``), the plugin's ``MASTER_PORT``. TopologyError: no svc plugin's lists,
+    a malformed value or one that disagrees."""
     raw = environ["VC_TASK_INDEX"]
     index = variable_int(environ, "VC_TASK_INDEX", 0, f"; {_FIX}")
     if environ.get("VK_TASK_INDEX", raw) != raw:
