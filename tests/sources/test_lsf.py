@@ -153,10 +153,8 @@ def test_bad_allocations_are_refused_exactly(env: dict[str, str], message: str) 
      "JSM_NAMESPACE_RANK, JSM_NAMESPACE_LOCAL_RANK, JSM_NAMESPACE_SIZE, "
      "JSM_NAMESPACE_LOCAL_SIZE for each task; run derive-env in the command jsrun starts"),
     ({**jsrun_task(0, 2, 3), "JSM_NAMESPACE_RANK": "6"}, rankfile(COMPUTE, 2),
-     "JSM_NAMESPACE_RANK='6': expected a global rank below JSM_NAMESPACE_SIZE='6': jsrun "
-     "sets them for each task, and Spectrum MPI's OMPI_COMM_WORLD_* "
-     "under jsrun state the same ranks, so one was exported by hand or inherited: unset the "
-     "stale one"),
+     "JSM_NAMESPACE_RANK='6': expected a value below JSM_NAMESPACE_SIZE='6': LSF jsrun sets "
+     "both for one task, so one was exported by hand"),
 ])
 def test_bad_jsrun_tasks_are_refused_exactly(env: dict[str, str], text: str | None,
                                              message: str) -> None:
@@ -170,10 +168,9 @@ def test_spectrum_mpi_ranks_that_disagree_with_jsrun_are_refused() -> None:
     with pytest.raises(TopologyError) as caught:
         topology_from(env, files=files(rankfile(COMPUTE, 2)))
     assert str(caught.value) == (
-        "OMPI_COMM_WORLD_RANK='4': expected the same global rank as JSM_NAMESPACE_RANK='1': "
-        "jsrun sets them for each task, and Spectrum MPI's OMPI_COMM_WORLD_* "
-        "under jsrun state the same ranks, so one was exported by hand or inherited: unset the "
-        "stale one")
+        "OMPI_COMM_WORLD_RANK='4': expected the same value as JSM_NAMESPACE_RANK='1': under "
+        "jsrun, Spectrum MPI's ranks are jsrun's tasks, so one of them was exported by hand or "
+        "inherited; unset OMPI_COMM_WORLD_RANK or JSM_NAMESPACE_RANK, whichever is stale")
 
 
 HOSTS = st.lists(st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True).filter(

@@ -42,57 +42,69 @@ class Source:
     (``--source NAME``), ``title`` (for a person), ``module`` (``roles``, or
     ``managers.<module>``, imported only when the line is seen; ``None``: only refused),
     ``detect`` (its variables, each non-empty), ``depth`` (0 torchrun, 1 an MPI launcher, 2 an
-    srun step, 3 an allocation, 4 a node-level manager). The others by keyword, below."""
+    srun step, 3 an allocation, 4 a node-level manager). The others by
+    keyword: the comment below, their defaults in the signature."""
 
-    #: Variables that mean another context (a Slurm step): the line is neither seen nor refused.
-    unless: tuple[str, ...] = ()
-    #: Seen only when no other source is (Kubeflow's variables are also derive-env's output).
-    fallback = False
-    #: Seen when ANY of ``detect`` (or a variable starting with ``prefix``) is set; the
-    #: module names what is missing (Backend.AI, docs/behaviour.md section 5).
-    any_of = False
-    prefix: str | None = None
-    #: Its variables by role (sources/roles.py); ``hosts``: ``(where, form[, key])``, a
-    #: variable or a file (``$VARIABLE[:default]``: :func:`file_path`).
-    roles: dict | None = None
-    # The refusals (sources/refusals.py).
-    #: The variables that alone say "this launcher started us"; empty: ``detect``.
-    marker: tuple[str, ...] = ()
-    #: ``(variable, single-process value)``: one set to another value states more than one
-    #: process (``None``: set at all, it does); unset: from ``roles`` (:func:`states_of`).
-    states: tuple | None = None
-    #: Whether ``states`` count without the complete marker.
-    partial = True
-    #: False when the complete marker cannot tell the size (PMIx): the marker is refused.
-    sized = True
-    #: What the size counts (``process``, ``node``, ``host``), for messages.
-    unit = "process"
-    #: A function of sources/sizes.py for a size no variable states (a Volcano Job's pods).
-    size: str | None = None
-    #: Variables whose value above 1 states a larger job, for an image that did not opt in.
-    counts: tuple[str, ...] = ()
-    #: For a line without a module: the line that reads these variables (alone, a partial set).
-    part_of: str | None = None
-    #: Ends the refusal of a launcher no module reads, or of one that states no size.
-    fix = _RUN_WITHOUT
-    #: How to give one variable to every process it starts, for a partial topology's fix.
-    pass_env = PASS_ENV
-    # The composition (sources/compose.py).
-    #: What starts its processes on each node (orted): an outer launcher's step of one
-    #: task per node is their daemon step, not the job; at one depth, the inner line.
-    daemons: str | None = None
-    #: How it is told one task per node, and one per GPU (the fix of torchrun under it).
-    per_node = ("one task per node", "one task per GPU")
+    # Fields by keyword (their defaults in the signature): ``unless``: variables that mean
+    # another context (a Slurm step): the line is neither seen nor refused. ``fallback``:
+    # seen only when no other source is (Kubeflow's variables are also derive-env's output).
+    # ``any_of``: seen when ANY of ``detect`` (or a variable starting with ``prefix``) is set;
+    # the module names what is missing (Backend.AI, docs/behaviour.md section 5). ``roles``:
+    # its variables by role (sources/roles.py); ``hosts``: ``(where, form[, key])``, a
+    # variable or a file (``$VARIABLE[:default]``: :func:`file_path`).
+    # The refusals (sources/refusals.py): ``marker``: the variables that alone say "this
+    # launcher started us" (empty: ``detect``). ``states``: ``(variable, single-process
+    # value)``: one set to another value states more than one process (``None``: set at all,
+    # it does); unset: from ``roles`` (:func:`states_of`). ``partial``: whether ``states``
+    # count without the complete marker. ``sized``: False when the complete marker cannot
+    # tell the size (PMIx): the marker is refused. ``unit``: what the size counts
+    # (``process``, ``node``, ``host``). ``size``: a function of sources/sizes.py for a size
+    # no variable states (a Volcano Job's pods). ``counts``: variables whose value above 1
+    # states a larger job, for an image that did not opt in. ``part_of``: for a line without
+    # a module, the line that reads these variables (alone, a partial set). ``fix``: ends the
+    # refusal of a launcher no module reads, or of one that states no size. ``pass_env``: how
+    # to give one variable to every process it starts, for a partial topology's fix.
+    # The composition (sources/compose.py): ``daemons``: what starts its processes on each
+    # node (orted): an outer launcher's step of one task per node is their daemon step, not
+    # the job; at one depth, the inner line. ``per_node``: how it is told one task per node,
+    # and one per GPU (the fix of torchrun under it).
+
+    # Slots and one store each, not a named tuple (whose constructor eval() costs every
+    # start 0.8M instructions) nor class defaults (an instance dict costs 0.25M).
+    __slots__ = ("any_of", "counts", "daemons", "depth", "detect", "fallback", "fix", "marker",
+                 "module", "name", "part_of", "partial", "pass_env", "per_node", "prefix",
+                 "roles", "size", "sized", "states", "title", "unit", "unless")
 
     def __init__(self, name: str, title: str, module: str | None, detect: tuple[str, ...],
-                 depth: int, **options: object) -> None:
-        # Not a named tuple: its eval() costs every start 0.8M instructions.
+                 depth: int, unless: tuple[str, ...] = (), fallback: bool = False,
+                 any_of: bool = False, prefix: str | None = None, marker: tuple[str, ...] = (),
+                 states: tuple | None = None, partial: bool = True, sized: bool = True,
+                 unit: str = "process", size: str | None = None, part_of: str | None = None,
+                 fix: str = _RUN_WITHOUT, pass_env: str = PASS_ENV, counts: tuple[str, ...] = (),
+                 roles: dict | None = None, daemons: str | None = None,
+                 per_node: tuple[str, str] = ("one task per node", "one task per GPU")) -> None:
         self.name = name
         self.title = title
         self.module = module
         self.detect = detect
         self.depth = depth
-        self.__dict__.update(options)
+        self.unless = unless
+        self.fallback = fallback
+        self.any_of = any_of
+        self.prefix = prefix
+        self.marker = marker
+        self.states = states
+        self.partial = partial
+        self.sized = sized
+        self.unit = unit
+        self.size = size
+        self.part_of = part_of
+        self.fix = fix
+        self.pass_env = pass_env
+        self.counts = counts
+        self.roles = roles
+        self.daemons = daemons
+        self.per_node = per_node
 
 
 #: The files of the managers whose size only a file states (read in cli/, on demand), each
@@ -229,17 +241,7 @@ SOURCES: tuple[Source, ...] = (
            states=(("JSM_NAMESPACE_SIZE", 1), ("JSM_NAMESPACE_RANK", 0),
                    ("JSM_NAMESPACE_LOCAL_RANK", 0)),
            per_node=("jsrun --rs_per_host 1 --tasks_per_rs 1",
-                     "jsrun --rs_per_host 1 --tasks_per_rs <GPUs per node>"),
-           roles={"rank": "JSM_NAMESPACE_RANK", "local_rank": "JSM_NAMESPACE_LOCAL_RANK",
-                  "world_size": "JSM_NAMESPACE_SIZE",
-                  "local_world_size": "JSM_NAMESPACE_LOCAL_SIZE",
-                  "same": (("OMPI_COMM_WORLD_RANK", "rank"),
-                           ("OMPI_COMM_WORLD_LOCAL_RANK", "local_rank"),
-                           ("OMPI_COMM_WORLD_SIZE", "world_size"),
-                           ("OMPI_COMM_WORLD_LOCAL_SIZE", "local_world_size")),
-                  "why": "jsrun sets them for each task, and Spectrum MPI's OMPI_COMM_WORLD_* "
-                         "under jsrun state the same ranks, so one was exported by hand or "
-                         "inherited: unset the stale one"}),
+                     "jsrun --rs_per_host 1 --tasks_per_rs <GPUs per node>")),
     # Not for the more specific pods that are Indexed Jobs too (LeaderWorkerSet, Volcano, a
     # TrainJob, a TPU slice, a JobSet), and only when no other source is seen (torchrun inside).
     Source("kubernetes-indexed-job", "a Kubernetes Indexed Job", "managers.jobset",

@@ -6,13 +6,29 @@ where the variables cannot (:func:`command_decides`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from derive_env.errors import TopologyError
+from derive_env.errors import TopologyError, describe
 from derive_env.sources import BY_NAME
 from derive_env.topology import Node
+
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
+
+
+def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T],
+           ending: str = "") -> _T:
+    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
+    TopologyError naming the variable and its value, the message ending with ``ending``.
+    Here, on every start path, for the managers that do not import sources/roles.py."""
+    try:
+        return parse(environ[name])
+    except ValueError as exc:
+        raise TopologyError(describe(name, environ[name], f"{exc}{ending}")) from None
 
 _NONE: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 #: The facts of the process layer, each with its own key in :attr:`Report.inputs`.

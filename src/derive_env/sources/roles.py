@@ -15,19 +15,18 @@ module under ``sources/managers/`` uses :func:`numbers`, :func:`companions`, :fu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe
 from derive_env.sources.lists import NODE_COUNT
-from derive_env.sources.report import PROCESS_FACTS, Processes, Report
+from derive_env.sources.report import PROCESS_FACTS, Processes, Report, parsed
 from derive_env.topology import nodes_of
 from derive_env.validation import parse_int, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-_T = TypeVar("_T")
 
 #: Each integer role: (its minimum, what it is, for messages), in the order they are read.
 INTEGERS = {"world_size": (1, "world size"), "local_world_size": (1, "local world size"),
@@ -146,15 +145,6 @@ def companions(environ: Mapping[str, str], roles: Mapping[str, object],
         notes.append(f"{companion} agrees with {own}")
     return tuple(notes)
 
-
-def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T],
-           ending: str = "") -> _T:
-    """``parse(environ[name])``; its ValueError (text completing "expected ...") becomes a
-    TopologyError naming the variable and its value, the message ending with ``ending``."""
-    try:
-        return parse(environ[name])
-    except ValueError as exc:
-        raise TopologyError(describe(name, environ[name], f"{exc}{ending}")) from None
 
 
 def checked_master(environ: Mapping[str, str], addr: str, port: str,

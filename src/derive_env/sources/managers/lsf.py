@@ -3,7 +3,8 @@ set for job execution"), two table lines:
 
 * ``lsf``: the hosts of ``LSB_MCPU_HOSTS`` (the batch script's host first), slots summed (as
   Open MPI's ``ras/lsf``, open-mpi/ompi#1572); ``LSB_HOSTS`` (a word per slot) must agree.
-* ``jsrun`` (IBM Job Step Manager): the process layer of its roles (``JSM_NAMESPACE_*``);
+* ``jsrun`` (IBM Job Step Manager): the process layer of ``JSM_NAMESPACE_*``, Spectrum MPI's
+  ``OMPI_COMM_WORLD_*`` its companions;
   the compute hosts from ``LSB_DJOB_RANKFILE`` without its first line, the launch node
   (PyTorch Lightning ``LSFEnvironment._read_hosts``; OLCF's Summit scripts).
 """
@@ -11,14 +12,13 @@ set for job execution"), two table lines:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
-from derive_env.sources import roles
 from derive_env.sources.lists import HostSlots, one_per_slot, word_pairs
-from derive_env.sources.report import Report
+from derive_env.sources.report import Processes, Report, parsed
 from derive_env.topology import nodes_of
+from derive_env.validation import variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
@@ -32,6 +32,10 @@ _START = ("run derive-env inside jsrun or mpirun, after it: jsrun ... derive-env
           "train.py")
 _JSM = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE",
         "JSM_NAMESPACE_LOCAL_SIZE")
+#: The same facts as Spectrum MPI (Open MPI) states them in a task jsrun started.
+_SPECTRUM = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_SIZE")
+_FACTS = ("rank", "local_rank", "world_size", "local_world_size")
 
 
 def files_needed(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -59,10 +63,14 @@ def _job(environ: Mapping[str, str]) -> str:
     return f"{job}[{index}]" if index not in ("", "0") else job
 
 
+def _mcpu_pairs(value: str) -> HostSlots:
+    """``LSB_MCPU_HOSTS``'s pairs (not functools.partial: this path does not import it)."""
+    return word_pairs(value, "each execution host followed by its slot count")
+
+
 def _mcpu_hosts(environ: Mapping[str, str]) -> HostSlots:
     value = environ["LSB_MCPU_HOSTS"]
-    listed = roles.parsed(environ, "LSB_MCPU_HOSTS", partial(
-        word_pairs, what="each execution host followed by its slot count"))
+    listed = parsed(environ, "LSB_MCPU_HOSTS", _mcpu_pairs)
     per_slot = environ.get("LSB_HOSTS", "").split()
     if per_slot:
         try:
@@ -96,15 +104,36 @@ def _allocation(environ: Mapping[str, str], line: Source) -> Report:
     )
 
 
-def _processes(environ: Mapping[str, str], line: Source) -> Report:
-    """The process layer of the line's roles (the four JSM_NAMESPACE_*, Spectrum MPI's
-    companions); each of the four must be set."""
+def _processes(environ: Mapping[str, str], title: str) -> Processes:
+    """The process layer: the four JSM_NAMESPACE_*, each set, each index below its size,
+    Spectrum MPI's companions equal (not roles.read: roles.py stays off this start path)."""
     missing = [name for name in _JSM if not environ.get(name)]
     if missing:
         raise TopologyError(describe(
             missing[0], "", f"jsrun's value: jsrun sets all of {', '.join(_JSM)} for each "
             f"task; run derive-env in the command jsrun starts"))
-    return roles.read(environ, line)
+    rank, local, world, local_world = (variable_int(environ, name, minimum)
+                                       for name, minimum in zip(_JSM, (0, 0, 1, 1),
+                                                                strict=True))
+    for low, high, value, bound in ((_JSM[0], _JSM[2], rank, world),
+                                    (_JSM[1], _JSM[3], local, local_world)):
+        if value >= bound:
+            raise TopologyError(describe(
+                low, environ[low], f"a value below {high}={environ[high]!r}: {title} sets "
+                "both for one task, so one was exported by hand"))
+    if local_world > world:
+        raise TopologyError(describe(
+            _JSM[3], environ[_JSM[3]], f"at most {_JSM[2]}={environ[_JSM[2]]!r}: {title} "
+            "sets both for one task, so one was exported by hand"))
+    processes = Processes(rank, local, world, local_world)
+    for own, companion in zip(_JSM, _SPECTRUM, strict=True):
+        value = environ.get(companion)
+        if value and value.strip() != str(getattr(processes, _FACTS[_JSM.index(own)])):
+            raise TopologyError(describe(
+                companion, value, f"the same value as {own}={environ[own]!r}: under jsrun, "
+                "Spectrum MPI's ranks are jsrun's tasks, so one of them was exported by hand "
+                f"or inherited; unset {companion} or {own}, whichever is stale"))
+    return processes
 
 
 def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) -> HostSlots:
@@ -131,18 +160,21 @@ def _compute_hosts(environ: Mapping[str, str], files: Mapping[str, str | None]) 
 def _jsrun(environ: Mapping[str, str], line: Source,
            files: Mapping[str, str | None]) -> Report:
     job = _job(environ)
-    report = _processes(environ, line)
+    processes = _processes(environ, line.title)
     listed = _compute_hosts(environ, files)
-    if len(listed.hosts) > report.processes.world_size:
+    if len(listed.hosts) > processes.world_size:
         raise TopologyError(describe(
             "JSM_NAMESPACE_SIZE", environ["JSM_NAMESPACE_SIZE"],
             f"at least the {len(listed.hosts)} compute host(s) of LSB_DJOB_RANKFILE: jsrun "
             "runs this job's tasks on them; a jsrun of fewer tasks than hosts (jsrun -n) "
             "leaves hosts without a task, and derive-env cannot tell which"))
-    return report._replace(
-        nodes=nodes_of(listed.hosts), job=("lsf", job, "allocation"), session_id=job,
-        inputs={**report.inputs, "nodes": ("LSB_DJOB_RANKFILE",), "ports": ("LSB_JOBID",)},
-        order=_JSRUN_ORDER,
+    inputs = {"nodes": ("LSB_DJOB_RANKFILE",), "processes": _JSM,
+              **{fact: (name,) for fact, name in zip(_FACTS, _JSM, strict=True)},
+              "ports": ("LSB_JOBID",)}
+    return Report(
+        source=line.name, title=line.title, nodes=nodes_of(listed.hosts),
+        processes=processes, job=("lsf", job, "allocation"), session_id=job,
+        inputs=inputs, order=_JSRUN_ORDER,
         notes=(f"the launch node (the rank file's first line) runs no task; "
                f"{len(listed.hosts)} compute host(s)",),
     )

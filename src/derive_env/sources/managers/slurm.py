@@ -7,9 +7,9 @@ seen: Hydra copies it into every rank (mpich-in-sbatch).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from derive_env.errors import TopologyError, describe, shorten
 from derive_env.sources.managers.slurm_hostlist import (
@@ -18,14 +18,13 @@ from derive_env.sources.managers.slurm_hostlist import (
     expand_tasks_per_node,
     parse_resv_ports,
 )
-from derive_env.sources.report import Processes, Report
+from derive_env.sources.report import Processes, Report, parsed
 from derive_env.topology import nodes_of
 from derive_env.validation import PER_NODE, parse_int, variable_int
 
 if TYPE_CHECKING:
     from derive_env.sources import Source
 
-_T = TypeVar("_T")
 _COPIED = ("this task's own Slurm variables contradict the step it names, as when a "
            "launcher inside the step (MPICH's mpiexec) copied them from another process; "
            "run derive-env directly under srun, or under an MPI launcher derive-env reads")
@@ -83,13 +82,6 @@ def _arbitrary(environ: Mapping[str, str]) -> bool:
 
 # -- the rules of both lines ----------------------------------------------------------------
 
-
-def parsed(environ: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T:
-    """``roles.parsed``, which this start path does not import (tests/test_fast_path.py)."""
-    try:
-        return parse(environ[name])
-    except ValueError as exc:
-        raise TopologyError(describe(name, environ[name], str(exc))) from None
 
 
 def job_id(environ: Mapping[str, str]) -> str:
