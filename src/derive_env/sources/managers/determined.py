@@ -104,11 +104,11 @@ def _checked(document: dict[str, object], path: str) -> tuple[list[str], int, li
                             f"{len(addrs) - 1} (one per container_addrs entry), got "
                             f"{json.dumps(rank)[:200]}; {_FIX}")
     if not (isinstance(slots, list) and len(slots) == len(addrs)
-            and set(map(type, slots)) == {int} and min(slots) >= 0):
+            and set(map(type, slots)) == {int} and (least := min(slots)) >= 0):
         raise TopologyError(f"{path}: expected container_slot_counts, one slot count per "
                             f"container_addrs entry ({len(addrs)}), got "
                             f"{json.dumps(slots)[:200]}; {_FIX}")
-    if 0 in slots and max(slots) > 0:
+    if least == 0 and max(slots) > 0:  # min() once: 4,096 entries are scanned once
         # Shared by every container: each stops alike, none starts a job of another size.
         empty, full = slots.index(0), slots.index(max(slots))
         raise TopologyError(
