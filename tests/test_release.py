@@ -26,7 +26,8 @@ CHANGELOG = REPO / "docs" / "CHANGELOG.md"
 HEADING = re.compile(r"^## (\d+\.\d+\.\d+) \((\d{4}-\d{2}-\d{2})\)$", re.MULTILINE)
 FRAGMENT = re.compile(r"^\d+\.(feature|fix|doc)(\.\d+)?\.md$")
 START = "<!-- towncrier release notes start -->\n"
-NEXT = "0.2.1"  # the version a copy releases when this one is released already
+#: The version a copy releases when this one is released already: the next patch version.
+NEXT = ".".join([*__version__.split(".")[:2], str(int(__version__.split(".")[2]) + 1)])
 
 
 def towncrier(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
